@@ -1,0 +1,58 @@
+"""Every error the `delta` package raises on purpose.
+
+Each class subclasses a builtin where one fits, so callers that only know the builtin still catch it,
+and carries the fields a caller needs to act (tensor name, path, version) besides the message.
+"""
+
+from __future__ import annotations
+
+
+class DeltaError(Exception):
+    """Base class of all errors raised by `delta` on purpose."""
+
+
+class DeltaFormatError(DeltaError, ValueError):
+    """A file is not a valid delta or anchor: bad header, unknown format version, wrong stream sizes.
+
+    Attributes:
+        path: The file, when known.
+        tensor: The tensor the problem was found in, when it is about one tensor.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, tensor: str | None = None) -> None:
+        prefix = ""
+        if path:
+            prefix += f"{path}: "
+        if tensor:
+            prefix += f"tensor {tensor!r}: "
+        super().__init__(prefix + message)
+        self.path = path
+        self.tensor = tensor
+
+
+class StateMismatchError(DeltaError, ValueError):
+    """A delta does not fit the state it is applied to: missing tensor, other shape or dtype, other base.
+
+    Attributes:
+        tensor: The tensor that does not fit, or None when the whole state does not (base hash).
+    """
+
+    def __init__(self, message: str, *, tensor: str | None = None) -> None:
+        super().__init__((f"tensor {tensor!r}: " if tensor else "") + message)
+        self.tensor = tensor
+
+
+class IntegrityError(DeltaError):
+    """Data failed a hash check: a state after applying, or a file against its recorded checksum.
+
+    Attributes:
+        expected: The hash that was recorded.
+        actual: The hash that was computed.
+        path: The file, when the check was about a file.
+    """
+
+    def __init__(self, message: str, *, expected: str, actual: str, path: str | None = None) -> None:
+        super().__init__(f"{message} (expected {expected}, got {actual})")
+        self.expected = expected
+        self.actual = actual
+        self.path = path
