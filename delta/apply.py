@@ -1,0 +1,138 @@
+"""Reader side: apply a delta file to a state in place, all or nothing."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._bits import DTYPE_NAMES, bits
+from .codecs import Change, get_codec
+from .errors import DeltaFormatError, IntegrityError, StateMismatchError
+from .format import DeltaHeader, read_delta
+from .hashing import StateDigest, state_digest
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What an apply did.
+
+    Attributes:
+        header: The delta's header.
+        digest: Digest of the state after applying (pass it to the next apply to skip hashing).
+        changed: Elements written.
+    """
+
+    header: DeltaHeader
+    digest: StateDigest
+    changed: int
+
+
+def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]) -> None:
+    for entry in header.tensors:
+        if entry.name not in state:
+            raise StateMismatchError("is in the delta but not in the state", tensor=entry.name)
+        t = state[entry.name]
+        if DTYPE_NAMES.get(t.dtype) != entry.dtype:
+            raise StateMismatchError(f"the delta holds {entry.dtype}, the state {t.dtype}", tensor=entry.name)
+        if not header.foreign and tuple(t.shape) != entry.shape:
+            raise StateMismatchError(f"the delta's shape is {entry.shape}, the state's {tuple(t.shape)}",
+                                     tensor=entry.name)
+        if t.device.type != "cpu" or not t.is_contiguous():
+            raise StateMismatchError("apply works on contiguous CPU tensors", tensor=entry.name)
+    if not header.foreign:
+        total = sum(t.numel() for t in state.values())
+        if total != header.total:
+            raise StateMismatchError(f"the state has {total} elements, the delta was made for {header.total}")
+
+
+def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *, path: str | None = None,
+           digest: StateDigest | None = None) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
+    """Parse and validate a delta against `state` without writing anything.
+
+    This is the slow half of an apply (it can run in a background thread while the state is still
+    being used); `write_changes` is the fast half.
+
+    Returns:
+        (header, decoded changes, digest of `state` before applying — None for foreign files).
+
+    Raises:
+        DeltaFormatError, StateMismatchError: see `apply`.
+    """
+    header, blobs = read_delta(data, path)
+    _check_entries(header, state)
+    if not header.foreign:
+        digest = digest or state_digest(state)
+        if digest.hexdigest != header.base_hash:
+            raise StateMismatchError(
+                f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
+                f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
+    try:
+        codec = get_codec(header.codec)
+    except ValueError as e:
+        raise DeltaFormatError(str(e), path=path) from e
+    changes = codec.decode(header.tensors, blobs, state)
+    return header, changes, digest
+
+
+def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
+                  digest: StateDigest | None) -> ApplyResult:
+    """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
+
+    Raises:
+        IntegrityError: the result does not hash to the header's target (the state is restored).
+    """
+    undo: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+    for change in changes:
+        flat = bits(state[change.name])
+        if change.positions is None:
+            undo.append((flat, None, flat.copy()))
+            flat[:] = change.values
+        else:
+            undo.append((flat, change.positions, flat[change.positions]))
+            flat[change.positions] = change.values
+    changed = sum(e.changed for e in header.tensors)
+    if header.foreign:
+        return ApplyResult(header, state_digest(state), changed)
+    after = digest.updated(state, [c.name for c in changes])
+    if after.hexdigest != header.target_hash:
+        for flat, positions, old in reversed(undo):
+            if positions is None:
+                flat[:] = old
+            else:
+                flat[positions] = old
+        raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
+                             "hash; the state was restored", expected=header.target_hash, actual=after.hexdigest)
+    return ApplyResult(header, after, changed)
+
+
+def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | str, *,
+          digest: StateDigest | None = None) -> ApplyResult:
+    """Apply a delta to `state` in place: everything is validated before the first write.
+
+    Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted); then
+    writes; then checks the target hash, restoring the state if it does not match. On any error the
+    state is exactly as before.
+
+    Args:
+        state: The reader's tensors (contiguous, CPU); modified in place on success.
+        delta: File bytes or a path to a delta file.
+        digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
+
+    Returns:
+        ApplyResult with the new digest.
+
+    Raises:
+        DeltaFormatError: the file is not a valid delta (corrupt, truncated, unknown format version).
+        StateMismatchError: the delta is for another state (names, shapes, dtypes, base hash).
+        IntegrityError: the result did not match the target hash (state restored).
+    """
+    path = None
+    if isinstance(delta, str):
+        path = delta
+        with open(delta, "rb") as f:
+            delta = f.read()
+    header, changes, before = decode(delta, state, path=path, digest=digest)
+    return write_changes(header, changes, state, before)

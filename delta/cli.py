@@ -1,0 +1,115 @@
+"""`python -m delta`: diff, apply, inspect and verify delta files from the shell.
+
+Every command writes its output atomically (nothing is written on failure) and exits non-zero with
+a one-line message on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import __name__ as _pkg
+from .apply import apply, decode
+from .codecs import CODECS, DEFAULT_CODEC
+from .diff import diff
+from .errors import DeltaError
+from .inspect import inspect_delta
+from .state import load_state, save_state
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    old, new = load_state(args.old), load_state(args.new)
+    start = time.perf_counter()
+    data = diff(old, new, codec=args.codec, version=args.version, base_version=args.base_version, progress=True)
+    _write_atomic(args.output, data)
+    info = inspect_delta(data)
+    print(f"wrote {args.output}: {len(data):,} bytes, {info.header.changed:,} of {info.header.total:,} elements "
+          f"changed ({100 * info.header.density:.3f}%), {info.bytes_per_changed:.3f} B/changed, codec "
+          f"{args.codec}, {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    state = load_state(args.base)
+    result = apply(state, args.delta)
+    save_state(state, args.output)
+    print(f"wrote {args.output}: version {result.header.version}, {result.changed:,} elements changed, "
+          f"hash {result.digest.hexdigest}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    print(inspect_delta(_read(args.file), path=args.file).render(limit=args.limit))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    data = _read(args.file)
+    info = inspect_delta(data, path=args.file)  # checks header and every stream's length
+    if args.base is None:
+        print(f"OK {args.file}: well-formed {info.header.codec} delta (pass --base to check it applies)")
+        return 0
+    state = load_state(args.base)
+    if info.header.foreign:
+        decode(data, state, path=args.file)
+        print(f"OK {args.file}: applies to {args.base} (foreign file: no hashes to check)")
+        return 0
+    result = apply(state, data)
+    print(f"OK {args.file}: applies to {args.base} and gives {result.digest.hexdigest}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {_pkg}", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("diff", help="write the delta from OLD to NEW (safetensors files or model folders)")
+    p.add_argument("old")
+    p.add_argument("new")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--codec", default=DEFAULT_CODEC, choices=sorted(CODECS),
+                   help=f"default {DEFAULT_CODEC}; " + "; ".join(f"{c.name}: {c.description}" for c in CODECS.values()))
+    p.add_argument("--version", type=int, default=None, help="model version the delta produces")
+    p.add_argument("--base-version", type=int, default=None, help="model version it applies to")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("apply", help="apply DELTA to BASE and write the result as one safetensors file")
+    p.add_argument("base")
+    p.add_argument("delta")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_apply)
+
+    p = sub.add_parser("inspect", help="print a delta's header and per-tensor table")
+    p.add_argument("file")
+    p.add_argument("--limit", type=int, default=50, help="tensors listed (largest first; 0 for all)")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("verify", help="check a delta is well-formed, and with --base that it applies exactly")
+    p.add_argument("file")
+    p.add_argument("--base", default=None, help="state the delta should apply to")
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DeltaError, FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

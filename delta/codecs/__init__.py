@@ -1,0 +1,21 @@
+"""The codecs a delta can be written with; `ctx` is the default."""
+
+from __future__ import annotations
+
+from ._base import Change, Codec
+from ._planes import PlaneCodec
+from ._raw import RawCodec
+
+CODECS: dict[str, Codec] = {c.name: c for c in (PlaneCodec(context=True), PlaneCodec(context=False), RawCodec())}
+DEFAULT_CODEC = "ctx"
+
+
+def get_codec(name: str) -> Codec:
+    """The codec called `name`; ValueError listing the known ones otherwise."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise ValueError(f"unknown codec {name!r}; choose one of {sorted(CODECS)}") from None
+
+
+__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "get_codec"]
