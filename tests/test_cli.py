@@ -1,0 +1,73 @@
+"""`python -m delta` end to end on real files, in a subprocess as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import save_file
+
+import delta
+
+from ._states import adam_like, states_equal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delta", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    old, new = adam_like(n=30_000, lr=5e-5)
+    save_file(old, d / "old.safetensors")
+    model = d / "new-model"
+    model.mkdir()
+    save_file(new, model / "model.safetensors")  # a model folder works as well as a file
+    return d, old, new
+
+
+def test_diff_inspect_verify_apply(files):
+    d, old, new = files
+    out = run("diff", str(d / "old.safetensors"), str(d / "new-model"), "-o", str(d / "v1.delta"), "--version", "1",
+              "--base-version", "0")
+    assert out.returncode == 0, out.stderr
+    assert "B/changed, codec ctx" in out.stdout
+
+    out = run("inspect", str(d / "v1.delta"))
+    assert out.returncode == 0, out.stderr
+    assert "codec         ctx" in out.stdout and "layers.0.w" in out.stdout and "version       1  (base 0)" in out.stdout
+
+    assert run("verify", str(d / "v1.delta")).returncode == 0
+    out = run("verify", str(d / "v1.delta"), "--base", str(d / "old.safetensors"))
+    assert out.returncode == 0 and out.stdout.startswith("OK"), out.stderr
+
+    out = run("apply", str(d / "old.safetensors"), str(d / "v1.delta"), "-o", str(d / "v1.safetensors"))
+    assert out.returncode == 0, out.stderr
+    assert states_equal(delta.load_state(str(d / "v1.safetensors")), new)
+
+
+def test_bad_input_exits_nonzero_and_writes_nothing(files):
+    d, old, new = files
+    (d / "junk.delta").write_bytes(b"not a delta at all")
+    out = run("apply", str(d / "old.safetensors"), str(d / "junk.delta"), "-o", str(d / "never.safetensors"))
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: ") and "junk.delta" in out.stderr
+    assert not (d / "never.safetensors").exists()
+
+    out = run("verify", str(d / "junk.delta"))
+    assert out.returncode == 1 and "error:" in out.stderr
+
+    out = run("diff", str(d / "missing.safetensors"), str(d / "old.safetensors"), "-o", str(d / "x.delta"))
+    assert out.returncode == 1 and "no such file or folder" in out.stderr
+    assert not (d / "x.delta").exists()
+
+    # A delta applied to the wrong base: refused, nothing written.
+    assert run("diff", str(d / "old.safetensors"), str(d / "new-model"), "-o", str(d / "v1b.delta")).returncode == 0
+    out = run("apply", str(d / "new-model"), str(d / "v1b.delta"), "-o", str(d / "never.safetensors"))
+    assert out.returncode == 1 and "apply the deltas in order" in out.stderr
+    assert not (d / "never.safetensors").exists()
