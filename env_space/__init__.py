@@ -1,0 +1,50 @@
+"""The Wordle environment Space: rules, word lists, prompt and parser, rewards, sessions, HTTP API
+and Gradio UI. Importing the package loads no web framework; ``env_space.server`` does."""
+
+from .errors import (
+    GameOverError,
+    InvalidSecretError,
+    ServerFullError,
+    SessionExistsError,
+    SessionNotFoundError,
+    WordleError,
+)
+from .game import WordleGame
+from .history import HUMAN, GameHistory, GameRecord, PlayerStats, player_label
+from .prompt import INSTRUCTIONS, ParsedGuess, parse_guess
+from .rewards import DEFAULT_REWARDS, RewardConfig
+from .rules import MAX_GUESSES, WORD_LENGTH, Mark, letter_states, score
+from .schema import WordleAction, WordleObservation
+from .sessions import SessionLimits, SessionStore
+from .words import WordLists, load_word_lists
+
+__all__ = [
+    "DEFAULT_REWARDS",
+    "HUMAN",
+    "INSTRUCTIONS",
+    "MAX_GUESSES",
+    "WORD_LENGTH",
+    "GameHistory",
+    "GameOverError",
+    "GameRecord",
+    "InvalidSecretError",
+    "Mark",
+    "ParsedGuess",
+    "PlayerStats",
+    "RewardConfig",
+    "ServerFullError",
+    "SessionExistsError",
+    "SessionLimits",
+    "SessionNotFoundError",
+    "SessionStore",
+    "WordLists",
+    "WordleAction",
+    "WordleError",
+    "WordleGame",
+    "WordleObservation",
+    "letter_states",
+    "load_word_lists",
+    "parse_guess",
+    "player_label",
+    "score",
+]

@@ -1,0 +1,139 @@
+"""One Wordle episode: parse a move, check it, score it, reward it, and say what happened."""
+
+from __future__ import annotations
+
+import time
+
+from . import prompt
+from .errors import GameOverError, InvalidSecretError
+from .history import GameRecord
+from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward, progress
+from .rules import MAX_GUESSES, encode, is_win, score
+from .schema import GuessRow, WordleObservation
+from .words import WordLists
+
+
+class WordleGame:
+    """A single game against a fixed secret, usable without any server.
+
+    Not thread-safe: callers serialise moves (the session store holds a lock). Invalid moves
+    (no guess found, not an allowed word) do not use up a guess, but each costs a penalty, and the
+    game is lost at the first invalid move beyond ``max_invalid_moves`` (None: no limit).
+
+    Example:
+        >>> game = WordleGame("crane", load_word_lists(), episode_id="e1", player="human")
+        >>> game.step("<guess>crate</guess>").rows[0].marks
+        'GGGXG'
+    """
+
+    def __init__(
+        self,
+        secret: str,
+        words: WordLists,
+        *,
+        episode_id: str,
+        player: str,
+        max_invalid_moves: int | None = 6,
+        rewards: RewardConfig = DEFAULT_REWARDS,
+    ) -> None:
+        reason = words.check(secret.lower())
+        if reason is not None:
+            raise InvalidSecretError(secret, reason)
+        if max_invalid_moves is not None and max_invalid_moves < 0:
+            raise ValueError(f"max_invalid_moves must be >= 0 or None, got {max_invalid_moves}")
+        self.secret = secret.lower()
+        self.episode_id = episode_id
+        self.player = player
+        self._words = words
+        self._rewards = rewards
+        self._max_invalid = max_invalid_moves
+        self._rows: list[GuessRow] = []
+        self._best_progress = 0.0
+        self._invalid = 0
+        self._won = False
+        self._steps = 0
+        self._total = 0.0
+        self._last_reward: float | None = None
+        self._last_error: str | None = None
+        self._message = prompt.INSTRUCTIONS
+
+    @property
+    def won(self) -> bool:
+        return self._won
+
+    @property
+    def done(self) -> bool:
+        return self.won or len(self._rows) >= MAX_GUESSES or self._too_many_invalid
+
+    @property
+    def _too_many_invalid(self) -> bool:
+        return self._max_invalid is not None and self._invalid > self._max_invalid
+
+    def step(self, text: str) -> WordleObservation:
+        """Play one move given as free text (a model reply or a typed word).
+
+        Raises:
+            GameOverError: if the game has already ended.
+        """
+        if self.done:
+            raise GameOverError(self.episode_id)
+        self._steps += 1
+        parsed = prompt.parse_guess(text)
+        error = parsed.error or self._words.check(parsed.word or "")
+        if error is not None:
+            self._invalid += 1
+            self._last_error = error
+            self._last_reward = invalid_move_reward(parsed.word is not None, parsed.tagged, self._rewards)
+            lines = [prompt.invalid_line(error)]
+        else:
+            word = parsed.word or ""
+            marks = score(word, self.secret)
+            self._rows.append(GuessRow(word=word, marks=encode(marks)))
+            self._last_error = None
+            self._last_reward = guess_reward(
+                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards
+            )
+            self._best_progress = max(self._best_progress, progress(marks))
+            self._won = is_win(marks)
+            lines = [prompt.feedback_line(word, marks)]
+        self._total += self._last_reward
+        lines.append(
+            prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid)
+            if self.done
+            else prompt.next_move_text(MAX_GUESSES - len(self._rows))
+        )
+        self._message = "\n".join(lines)
+        return self.observe()
+
+    def observe(self) -> WordleObservation:
+        """The current observation; the secret shows only once the game is over."""
+        return WordleObservation(
+            episode_id=self.episode_id,
+            player=self.player,
+            message=self._message,
+            rows=list(self._rows),
+            guesses_left=MAX_GUESSES - len(self._rows),
+            invalid_moves=self._invalid,
+            step_count=self._steps,
+            last_move_valid=None if self._steps == 0 else self._last_error is None,
+            error=self._last_error,
+            won=self.won,
+            secret=self.secret if self.done else None,
+            total_reward=round(self._total, 6),
+            done=self.done,
+            reward=None if self._last_reward is None else round(self._last_reward, 6),
+        )
+
+    def record(self) -> GameRecord:
+        """The game as the history keeps it."""
+        return GameRecord(
+            episode_id=self.episode_id,
+            player=self.player,
+            words=tuple(r.word for r in self._rows),
+            marks=tuple(r.marks for r in self._rows),
+            won=self.won,
+            secret=self.secret,
+            invalid_moves=self._invalid,
+            total_reward=round(self._total, 6),
+            finished_at=time.time(),
+        )

@@ -1,0 +1,91 @@
+"""Rewards for one move, as pure functions. The README's "Rewards" table documents the formula.
+
+reward = format + validity + progress + win, where
+
+- format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
+            ``no_guess`` when no guess could be found at all;
+- validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word;
+- progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
+            p = (greens + yellows / 2) / 5. This is potential-based shaping: over a game it adds up
+            to at most ``progress_weight``, so playing longer never earns more;
+- win:      ``win + speed * guesses left`` on the winning guess.
+
+So a won game returns between win + progress_weight (sixth guess) and
+win + progress_weight + 5 * speed (first guess); a lost one at most 0.8 * progress_weight
+(four greens is the best a wrong word can score).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .rules import Mark, is_win
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of the reward terms (defaults are the documented ones)."""
+
+    win: float = 1.0
+    """Reward for solving the puzzle."""
+    speed: float = 0.1
+    """Extra reward per guess left unused at a win."""
+    progress_weight: float = 0.5
+    """Scale of the shaped part from greens and yellows."""
+    untagged: float = -0.05
+    """A guess was found, but not inside <guess></guess>."""
+    no_guess: float = -0.2
+    """Nothing that looks like a guess."""
+    invalid_word: float = -0.1
+    """A guess with the wrong length, non-letters, or not in the word list."""
+
+    def __post_init__(self) -> None:
+        if self.win <= 0 or self.speed < 0 or self.progress_weight < 0:
+            raise ValueError("win must be > 0, speed and progress_weight >= 0")
+        if max(self.untagged, self.no_guess, self.invalid_word) > 0:
+            raise ValueError("untagged, no_guess and invalid_word are penalties: use values <= 0")
+
+
+DEFAULT_REWARDS = RewardConfig()
+
+
+def progress(marks: Sequence[Mark]) -> float:
+    """How close a scored guess is, in [0, 1]: (greens + yellows / 2) / length."""
+    greens = sum(m is Mark.GREEN for m in marks)
+    yellows = sum(m is Mark.YELLOW for m in marks)
+    return (greens + 0.5 * yellows) / len(marks)
+
+
+def format_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS) -> float:
+    """The format term: did the reply carry a guess, and inside the tags?"""
+    if not found:
+        return config.no_guess
+    return 0.0 if tagged else config.untagged
+
+
+def invalid_move_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS) -> float:
+    """Reward of a move that was not a legal guess (nothing found, or not an allowed word)."""
+    return format_reward(found, tagged, config) + (config.invalid_word if found else 0.0)
+
+
+def guess_reward(
+    marks: Sequence[Mark],
+    best_progress_before: float,
+    guesses_left: int,
+    tagged: bool,
+    config: RewardConfig = DEFAULT_REWARDS,
+) -> float:
+    """Reward of a legal, scored guess.
+
+    Args:
+        marks: the feedback of this guess.
+        best_progress_before: the best :func:`progress` of earlier guesses in the game (0 at first).
+        guesses_left: guesses still unused after this one.
+        tagged: whether the guess was inside <guess></guess>.
+    """
+    reward = format_reward(True, tagged, config)
+    reward += config.progress_weight * max(0.0, progress(marks) - best_progress_before)
+    if is_win(marks):
+        reward += config.win + config.speed * guesses_left
+    return reward

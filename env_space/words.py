@@ -1,0 +1,51 @@
+"""The word lists shipped in ``env_space/data`` (built by ``data/build_words.py``), and word checks."""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from importlib import resources
+
+from .rules import WORD_LENGTH
+
+
+@dataclass(frozen=True)
+class WordLists:
+    """Answers the secret is drawn from, and the larger set of words a guess may be."""
+
+    answers: tuple[str, ...]
+    allowed: frozenset[str]
+
+    def __post_init__(self) -> None:
+        if not self.answers:
+            raise ValueError("the answer list is empty; rebuild env_space/data with build_words.py")
+        missing = [w for w in self.answers if w not in self.allowed]
+        if missing:
+            raise ValueError(f"answers missing from the allowed list, e.g. {missing[:3]}")
+
+    def pick_secret(self, seed: int | None = None) -> str:
+        """A random answer; the same seed always gives the same word (for reproducible episodes)."""
+        return random.Random(seed).choice(self.answers)
+
+    def check(self, word: str) -> str | None:
+        """Why ``word`` is not a legal guess, or None when it is. ``word`` is expected lowercase."""
+        shown = repr(word if len(word) <= 20 else word[:20] + "...")
+        if not word.isascii() or not word.isalpha():
+            return f"{shown} must contain only the letters a-z"
+        if len(word) != WORD_LENGTH:
+            return f"{shown} has {len(word)} letters; a guess must have exactly {WORD_LENGTH}"
+        if word not in self.allowed:
+            return f"{shown} is not in the word list"
+        return None
+
+
+def _read(name: str) -> list[str]:
+    text = (resources.files(__package__) / "data" / name).read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@functools.cache
+def load_word_lists() -> WordLists:
+    """The shipped lists, read once per process."""
+    return WordLists(answers=tuple(_read("answers.txt")), allowed=frozenset(_read("allowed.txt")))

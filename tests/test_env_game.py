@@ -1,0 +1,87 @@
+import pytest
+
+from env_space.errors import GameOverError, InvalidSecretError
+from env_space.game import WordleGame
+from env_space.prompt import INSTRUCTIONS
+from env_space.words import load_word_lists
+
+
+def new_game(secret: str = "crane", **kwargs: object) -> WordleGame:
+    return WordleGame(secret, load_word_lists(), episode_id="e1", player="policy v3", **kwargs)
+
+
+def test_first_observation_is_the_instructions_without_the_secret() -> None:
+    obs = new_game().observe()
+    assert obs.message == INSTRUCTIONS
+    assert (obs.rows, obs.guesses_left, obs.secret, obs.reward, obs.done) == ([], 6, None, None, False)
+    assert obs.last_move_valid is None and obs.player == "policy v3"
+
+
+def test_win_reveals_the_secret_and_ends_the_game() -> None:
+    game = new_game()
+    first = game.step("<guess>slate</guess>")
+    assert first.rows[0].model_dump() == {"word": "slate", "marks": "XXGXG"}
+    assert first.message == (
+        "SLATE ⬛⬛🟩⬛🟩 (S gray, L gray, A green, T gray, E green).\n"
+        "You have 5 guesses left. Reply with your next guess inside <guess></guess>."
+    )
+    assert first.reward == pytest.approx(0.2) and not first.done and first.secret is None
+    last = game.step("<guess>CRANE</guess>")
+    assert last.done and last.won and last.secret == "crane" and last.guesses_left == 4
+    assert last.message.endswith("You won: the word was CRANE, found in 2 guesses.")
+    assert last.reward == pytest.approx(0.3 + 1.0 + 0.4)
+    assert last.total_reward == pytest.approx(first.reward + last.reward)
+    with pytest.raises(GameOverError, match="game 'e1' is over"):
+        game.step("crane")
+
+
+def test_invalid_moves_do_not_use_a_guess_but_are_penalised() -> None:
+    game = new_game()
+    obs = game.step("<guess>xyzzy</guess>")
+    assert (obs.guesses_left, obs.invalid_moves, obs.last_move_valid) == (6, 1, False)
+    assert obs.error == "'xyzzy' is not in the word list" and obs.reward == -0.1
+    assert obs.message.startswith("Invalid move: 'xyzzy' is not in the word list.")
+    obs = game.step("I have no idea")
+    assert obs.error is not None and obs.error.startswith("no guess found") and obs.reward == -0.2
+    obs = game.step("<guess>cranes</guess>")
+    assert obs.error == "'cranes' has 6 letters; a guess must have exactly 5"
+    obs = game.step("slate")
+    assert obs.last_move_valid and obs.error is None and obs.step_count == 4
+    assert obs.reward == pytest.approx(0.2 - 0.05)  # untagged
+
+
+def test_six_wrong_guesses_lose() -> None:
+    game = new_game()
+    for _ in range(5):
+        assert not game.step("<guess>fjord</guess>").done
+    obs = game.step("<guess>fjord</guess>")
+    assert obs.done and not obs.won and obs.guesses_left == 0 and obs.secret == "crane"
+    assert obs.message.endswith("Game over (no guesses left): the word was CRANE.")
+    assert game.record().words == ("fjord",) * 6 and not game.record().won
+
+
+def test_too_many_invalid_moves_lose() -> None:
+    game = new_game(max_invalid_moves=1)
+    assert not game.step("??").done
+    obs = game.step("??")
+    assert obs.done and not obs.won and obs.invalid_moves == 2
+    assert obs.message.endswith("Game over (too many invalid moves): the word was CRANE.")
+    unlimited = new_game(max_invalid_moves=None)
+    assert not any(unlimited.step("??").done for _ in range(50))
+
+
+def test_record_says_who_played_and_how() -> None:
+    game = new_game()
+    game.step("xyzzy")
+    game.step("<guess>crane</guess>")
+    rec = game.record()
+    assert (rec.player, rec.words, rec.marks, rec.won, rec.invalid_moves) == ("policy v3", ("crane",), ("GGGGG",), True, 1)
+    assert rec.total_reward == game.observe().total_reward
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(InvalidSecretError, match="invalid secret: 'xyzzy' is not in the word list"):
+        new_game("xyzzy")
+    with pytest.raises(ValueError, match="max_invalid_moves must be >= 0"):
+        new_game(max_invalid_moves=-1)
+    assert new_game("CRANE").secret == "crane"

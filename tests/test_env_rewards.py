@@ -1,0 +1,67 @@
+import itertools
+
+import pytest
+
+from env_space.rewards import (
+    DEFAULT_REWARDS,
+    RewardConfig,
+    format_reward,
+    guess_reward,
+    invalid_move_reward,
+    progress,
+)
+from env_space.rules import MAX_GUESSES, decode
+
+
+def test_progress_counts_greens_and_half_yellows() -> None:
+    assert progress(decode("XXXXX")) == 0.0
+    assert progress(decode("GYXXX")) == pytest.approx(0.3)
+    assert progress(decode("GGGGG")) == 1.0
+
+
+def test_format_and_invalid_move_penalties() -> None:
+    assert format_reward(found=True, tagged=True) == 0.0
+    assert format_reward(found=True, tagged=False) == -0.05
+    assert format_reward(found=False, tagged=False) == -0.2
+    assert invalid_move_reward(found=False, tagged=False) == -0.2  # nothing parseable
+    assert invalid_move_reward(found=True, tagged=True) == -0.1  # e.g. not in the word list
+    assert invalid_move_reward(found=True, tagged=False) == pytest.approx(-0.15)
+
+
+def test_guess_reward_pays_only_new_progress() -> None:
+    assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=True) == pytest.approx(0.15)
+    assert guess_reward(decode("GYXXX"), 0.3, 4, tagged=True) == 0.0  # no better than before
+    assert guess_reward(decode("XXXXX"), 0.3, 4, tagged=True) == 0.0  # never negative
+    assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=False) == pytest.approx(0.10)
+
+
+def test_win_pays_more_for_fewer_guesses() -> None:
+    assert guess_reward(decode("GGGGG"), 0.0, MAX_GUESSES - 1, tagged=True) == pytest.approx(2.0)
+    assert guess_reward(decode("GGGGG"), 0.8, 0, tagged=True) == pytest.approx(1.1)
+
+
+def _game_return(codes: list[str]) -> float:
+    """Sum of the rewards of a game whose scored guesses have these feedback codes."""
+    total, best = 0.0, 0.0
+    for i, code in enumerate(codes):
+        total += guess_reward(decode(code), best, MAX_GUESSES - i - 1, tagged=True)
+        best = max(best, progress(decode(code)))
+    return total
+
+
+def test_returns_are_ordered_win_fast_over_win_slow_over_loss() -> None:
+    feedback = ["XXXXX", "YXXXX", "GYXXX", "GGYYX", "GGGGX", "GGGYY"]
+    wins = {k: _game_return(feedback[: k - 1] + ["GGGGG"]) for k in range(1, 7)}
+    assert all(wins[k] > wins[k + 1] for k in range(1, 6))
+    assert wins[1] == pytest.approx(2.0) and wins[6] == pytest.approx(1.5)
+    # 4 greens (or 3 greens and 2 yellows) is the most a guess short of the word can score.
+    best_loss = max(_game_return(list(p)) for p in itertools.product(["GGGGX", "GGGYY", "YYYYY"], repeat=6))
+    assert best_loss == pytest.approx(0.4) and best_loss < wins[6]
+
+
+def test_config_checks_signs() -> None:
+    assert DEFAULT_REWARDS == RewardConfig()
+    with pytest.raises(ValueError, match="penalties"):
+        RewardConfig(invalid_word=0.5)
+    with pytest.raises(ValueError, match="win must be > 0"):
+        RewardConfig(win=0.0)

@@ -1,0 +1,56 @@
+import pytest
+
+from env_space.rules import Mark, decode, encode, is_win, letter_states, score
+
+
+def code(guess: str, secret: str) -> str:
+    return encode(score(guess, secret))
+
+
+@pytest.mark.parametrize(
+    ("guess", "secret", "expected"),
+    [
+        ("crane", "crane", "GGGGG"),
+        ("fjord", "crane", "XXXYX"),
+        ("react", "crane", "YYGYX"),
+        # Repeated letter in the guess, once in the secret: only one copy is marked.
+        ("speed", "abide", "XXYXY"),
+        ("eerie", "sweet", "YYXXX"),
+        # A later green claims the only copy, so the earlier copy goes gray, not yellow.
+        ("eerie", "crane", "XXYXG"),
+        ("lolly", "hello", "XYGGX"),
+        ("geese", "eerie", "XGYXG"),
+        # Two copies in the secret, none placed: both yellow.
+        ("llama", "hello", "YYXXX"),
+        ("hello", "llama", "XXYYX"),
+        # Repeated in both: as many marks as the secret holds.
+        ("sassy", "mossy", "XXGGG"),
+        ("otter", "totem", "YYGGX"),
+        ("abbey", "babes", "YYGGX"),
+    ],
+)
+def test_score_duplicate_letters(guess: str, secret: str, expected: str) -> None:
+    assert code(guess, secret) == expected
+
+
+def test_score_rejects_different_lengths() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        score("cat", "crane")
+
+
+def test_encode_decode_round_trip_and_win() -> None:
+    marks = decode("GYXXG")
+    assert marks == (Mark.GREEN, Mark.YELLOW, Mark.GRAY, Mark.GRAY, Mark.GREEN)
+    assert encode(marks) == "GYXXG"
+    assert is_win(decode("GGGGG")) and not is_win(marks)
+    with pytest.raises(ValueError):
+        decode("GQ")
+
+
+def test_letter_states_keeps_the_best_mark() -> None:
+    rows = [("slate", decode("YXXXG")), ("spine", decode("GXXXG")), ("sissy", decode("GXXXX"))]
+    states = letter_states(rows)
+    assert states["s"] is Mark.GREEN  # yellow, then green: stays green after a later gray copy
+    assert states["e"] is Mark.GREEN
+    assert states["l"] is Mark.GRAY
+    assert "z" not in states
