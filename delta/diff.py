@@ -12,9 +12,9 @@ from .hashing import StateDigest, state_digest
 from .state import check_same_layout
 
 
-def _cpu_view(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Contiguous CPU tensors (a copy only where a tensor is on a device or strided)."""
-    return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+def _contiguous(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached contiguous tensors where they live (a copy only where a tensor is strided)."""
+    return {k: v.detach().contiguous() for k, v in state.items()}
 
 
 def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
@@ -22,7 +22,8 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
          new_digest: StateDigest | None = None, progress: bool = False) -> bytes:
     """Encode what changed from `old` to `new` (bit patterns, element by element) as a delta file.
 
-    Both states must hold the same tensor names, shapes and dtypes. Neither is modified.
+    Both states must hold the same tensor names, shapes and dtypes. Neither is modified. Tensors on
+    a GPU are compared on the device; only the changed elements are copied to the host.
 
     Args:
         old: The state the reader holds (the base).
@@ -39,7 +40,7 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         StateMismatchError: the states do not have the same layout.
     """
     check_same_layout(old, new)
-    old, new = _cpu_view(old), _cpu_view(new)
+    old, new = _contiguous(old), _contiguous(new)
     chosen = get_codec(codec)
     entries, blobs = chosen.encode(old, new, sorted(old), progress=progress)
     header = DeltaHeader(

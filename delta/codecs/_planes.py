@@ -27,7 +27,8 @@ import torch
 from tqdm import tqdm
 
 from .._bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, from_order_key, layout_of, order_key, unzigzag, zigzag
-from .._kernels import class_sizes, find_changes, locate
+from .._device import scan
+from .._kernels import Changes, class_sizes, locate, new_values
 from ..errors import DeltaFormatError
 from ..format import TensorEntry
 from ._base import Change, Codec
@@ -67,26 +68,26 @@ class PlaneCodec(Codec):
         vals: dict[int, list[np.ndarray]] = defaultdict(list)
         dense: dict[int, list[np.ndarray]] = defaultdict(list)
         for name in tqdm(sorted(names), desc=f"diff {self.name}", unit="tensor", disable=not progress):
-            a, b = bits(old[name]), bits(new[name])
-            if a.size >= UINT32_LIMIT:
-                raise ValueError(f"tensor {name!r} has {a.size} elements; codec {self.name!r} supports < 2**32")
-            shift, mask = self._field(old[name].dtype)
-            pos, cls, rank, sizes = find_changes(a, b, shift, mask)
-            if pos.size == 0:
+            numel = old[name].numel()
+            if numel >= UINT32_LIMIT:
+                raise ValueError(f"tensor {name!r} has {numel} elements; codec {self.name!r} supports < 2**32")
+            changes = scan(old[name], new[name], self.context)
+            n_changed = changes.positions.size
+            if n_changed == 0:
                 continue
-            width = a.dtype.itemsize * 8
-            sparse = self._sparse(cls, rank, sizes, _step(a[pos], b[pos]))
+            width = old[name].element_size() * 8
+            table_rows, gap = self._sparse(changes)
             form = "sparse"
-            if pos.size >= DENSE_CHECK_DENSITY * a.size:
-                full = _step(a, b)
-                if len(pack(full)) < len(pack(sparse[1])) + len(pack(sparse[2])):
+            if n_changed >= DENSE_CHECK_DENSITY * numel:
+                full = _step(bits(old[name].cpu().contiguous()), bits(new[name].cpu().contiguous()))
+                if len(pack(full)) < len(pack(gap)) + len(pack(changes.steps)):
                     form = "dense"
                     dense[width].append(full)
             if form == "sparse":
-                table.extend(sparse[0])
-                gaps.append(sparse[1])
-                vals[width].append(sparse[2])
-            entries.append(TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), form, int(pos.size)))
+                table.extend(table_rows)
+                gaps.append(gap)
+                vals[width].append(changes.steps)
+            entries.append(TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), form, n_changed))
         blobs = {"table": np.asarray(table, np.uint64), "pos": _cat(gaps, np.uint32)}
         for width, parts in vals.items():
             blobs[f"val{width}"] = _cat(parts, np.dtype(f"u{width // 8}"))
@@ -96,23 +97,24 @@ class PlaneCodec(Codec):
                          for k, v in blobs.items()}
 
     @staticmethod
-    def _sparse(cls: np.ndarray, rank: np.ndarray, sizes: np.ndarray, steps: np.ndarray):
-        """(table entries, gaps, steps) for one tensor, everything in class order then rank order."""
-        order = np.argsort(cls, kind="stable")
-        cls, rank, steps = cls[order], rank[order], steps[order]
-        classes, starts, counts = np.unique(cls, return_index=True, return_counts=True)
+    def _sparse(changes: Changes) -> tuple[list[int], np.ndarray]:
+        """Class table rows and rank gaps for one tensor (classes ascending, ranks ascending)."""
+        classes = np.flatnonzero(changes.class_changed)
         table = [len(classes)]
         gap_parts = []
-        for c, start, count in zip(classes.tolist(), starts.tolist(), counts.tolist()):
-            ranks = rank[start:start + count]
-            complement = 2 * count > sizes[c]
+        start = 0
+        for c in classes.tolist():
+            count, size = int(changes.class_changed[c]), int(changes.class_sizes[c])
+            ranks = changes.ranks[start:start + count]
+            start += count
+            complement = 2 * count > size
             if complement:
-                keep = np.ones(int(sizes[c]), bool)
+                keep = np.ones(size, bool)
                 keep[ranks] = False
                 ranks = np.flatnonzero(keep)
             table += [c, len(ranks), int(complement)]
             gap_parts.append(np.diff(ranks, prepend=-1) - 1)
-        return table, _cat(gap_parts, np.uint32), steps
+        return table, _cat(gap_parts, np.uint32)
 
     # -- decode -----------------------------------------------------------------------------------
 
@@ -167,17 +169,17 @@ class PlaneCodec(Codec):
                                            f"{e.changed}", tensor=e.name)
                 changes.append(Change(e.name, None, new))
                 continue
-            positions = self._positions(a, e, piece.rows, piece.gaps, state[e.name].dtype)
-            changes.append(Change(e.name, positions, _unstep(a[positions], piece.steps)))
+            positions, values = self._locate(a, e, piece.rows, piece.gaps, piece.steps, state[e.name].dtype)
+            changes.append(Change(e.name, positions, values))
         return changes
 
     def tensor_bytes(self, entries, blobs):
         return {p.entry.name: sum(len(pack(x)) for x in (p.gaps, p.steps) if x is not None and len(x))
                 for p in self.split(entries, blobs)}
 
-    def _positions(self, a: np.ndarray, e: TensorEntry, rows: np.ndarray, gap: np.ndarray,
-                   dtype: torch.dtype) -> np.ndarray:
-        """Flat positions of the changed elements of one tensor, in class then rank order."""
+    def _locate(self, a: np.ndarray, e: TensorEntry, rows: np.ndarray, gap: np.ndarray, steps: np.ndarray,
+                dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """Flat positions and new values of the changed elements of one tensor, in class then rank order."""
         shift, mask = self._field(dtype)
         classes, stored, complement = rows[:, 0], rows[:, 1], rows[:, 2]
         if len(classes) and (classes.min() < 0 or classes.max() > mask or (np.diff(classes) <= 0).any()
@@ -201,8 +203,8 @@ class PlaneCodec(Codec):
             if complement.any():
                 keep = np.ones(a.size, bool)
                 keep[ranks] = False
-                return np.flatnonzero(keep)
-            return ranks
+                ranks = np.flatnonzero(keep)
+            return ranks, new_values(a, ranks, steps)
         nclass = mask + 1
         rank_off = np.zeros(nclass + 1, np.int64)
         out_off = np.zeros(nclass + 1, np.int64)
@@ -214,7 +216,7 @@ class PlaneCodec(Codec):
         comp[classes] = complement == 1
         np.cumsum(per_class_stored, out=rank_off[1:])
         np.cumsum(per_class_changed, out=out_off[1:])
-        return locate(a, shift, mask, hist, ranks, rank_off, comp, out_off, e.changed)
+        return locate(a, shift, mask, hist, ranks, rank_off, comp, out_off, steps)
 
     @staticmethod
     def _stream(blobs, key: str, dtype, count: int | None, max_count: int = 0) -> np.ndarray:

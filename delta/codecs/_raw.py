@@ -13,7 +13,7 @@ import torch
 from tqdm import tqdm
 
 from .._bits import DTYPE_NAMES, bits
-from .._kernels import find_changes
+from .._device import scan
 from ..errors import DeltaFormatError
 from ..format import TensorEntry
 from ._base import Change, Codec
@@ -28,14 +28,14 @@ class RawCodec(Codec):
     def encode(self, old, new, names, progress=False):
         entries, blobs = [], {}
         for name in tqdm(names, desc="diff raw", unit="tensor", disable=not progress):
-            a, b = bits(old[name]), bits(new[name])
-            if a.size > INT32_MAX:
-                raise ValueError(f"tensor {name!r} has {a.size} elements; codec 'raw' stores int32 positions")
-            pos, _, _, _ = find_changes(a, b, 0, 0)
+            if old[name].numel() > INT32_MAX:
+                raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
+            pos = scan(old[name], new[name], context=False).positions
             if pos.size == 0:
                 continue
-            blobs[f"{name}.indices"] = torch.from_numpy(pos.astype(np.int32))
-            blobs[f"{name}.values"] = new[name].reshape(-1)[torch.from_numpy(pos)].clone()
+            positions = torch.from_numpy(pos)
+            blobs[f"{name}.indices"] = positions.to(torch.int32)
+            blobs[f"{name}.values"] = new[name].reshape(-1)[positions.to(new[name].device)].cpu()
             entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices", pos.size))
         return entries, blobs
 

@@ -1,0 +1,46 @@
+"""The device (torch ops) scan finds exactly what the compiled CPU scan finds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import delta
+from delta._bits import DTYPE_NAMES, bits, layout_of
+from delta._device import find_changes_torch
+from delta._kernels import find_changes
+
+from ._states import ALL_DTYPES, adam_like
+
+NARROW = [d for d in ALL_DTYPES if torch.empty((), dtype=d).element_size() <= 4]
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("context", [True, False])
+def test_torch_scan_matches_compiled_scan(dtype, context):
+    rng = np.random.default_rng(5)
+    size = torch.empty((), dtype=dtype).element_size()
+    raw_old = rng.integers(0, 2 ** (8 * size), 300_000, dtype=np.uint64).astype(f"u{size}")
+    raw_new = raw_old.copy()
+    flip = rng.random(raw_old.size) < 0.05
+    raw_new[flip] = rng.integers(0, 2 ** (8 * size), int(flip.sum()), dtype=np.uint64).astype(f"u{size}")
+    if dtype == torch.bool:
+        raw_old, raw_new = raw_old & 1, raw_new & 1
+    old = torch.from_numpy(raw_old.view(f"i{size}") if size > 1 else raw_old)
+    new = torch.from_numpy(raw_new.view(f"i{size}") if size > 1 else raw_new)
+    old = (old != 0) if dtype == torch.bool else old.view(dtype)
+    new = (new != 0) if dtype == torch.bool else new.view(dtype)
+    layout = layout_of(dtype)
+    shift, mask = (layout.shift, layout.mask) if context else (0, 0)
+    want = find_changes(bits(old), bits(new), shift, mask)
+    got = find_changes_torch(old, new, context)
+    for field in ("positions", "ranks", "steps", "class_changed", "class_sizes"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_state_diffs_to_the_same_bytes():
+    old, new = adam_like()
+    on_device = delta.diff({k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()})
+    assert on_device == delta.diff(old, new)
