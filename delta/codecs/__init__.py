@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ._base import Change, Codec
-from ._planes import PlaneCodec
+from ._sparse import SparseCodec
 from ._raw import RawCodec
 
-CODECS: dict[str, Codec] = {c.name: c for c in (PlaneCodec(context=True), PlaneCodec(context=False), RawCodec())}
+CODECS: dict[str, Codec] = {c.name: c for c in (SparseCodec(context=True), SparseCodec(context=False), RawCodec())}
 DEFAULT_CODEC = "ctx"
 
 
