@@ -26,8 +26,12 @@ import zstandard
 import delta
 from delta.hashing import state_digest
 
-from .checkpoints import DATASETS, generate
+from .checkpoints import DATASETS, CheckpointParams, generate_checkpoints
 from .entropy import conditional_entropy_bits
+
+
+DEFAULT_STEPS = 4
+BIG_STEPS = 2  # the 600M-element state: 1.2 GB per step on disk
 
 
 def _rss() -> int:
@@ -150,14 +154,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="*", default=[d for d in DATASETS if d != "tiny-qwen3"],
                         choices=sorted(DATASETS), help="data sets (default: all but tiny-qwen3)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per data set (generator default)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG_STEPS} for qwen3-0.6b-shape)")
+    parser.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "delta-sync", "checkpoints"),
+                        help="where the checkpoint sequences are generated once and reused (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=2, help="timing repeats, best kept")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     print(f"measured on: {machine()}")
     results = []
     for name in args.data:
-        paths = generate(name, steps=args.steps)
+        steps = args.steps or (BIG_STEPS if name == "qwen3-0.6b-shape" else DEFAULT_STEPS)
+        paths = generate_checkpoints(CheckpointParams(data=name, steps=steps), os.path.join(args.data_dir, name)).files
         states = None
         for step, (a, b) in enumerate(zip(paths, paths[1:]), start=1):
             old = delta.load_state(a) if states is None else states

@@ -153,26 +153,37 @@ def _class_hist(a, shift, mask, chunk, hist):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _locate(a, shift, mask, chunk, start_count, start_ptr, ranks, rank_off, complement, out_off, steps,
-            out_pos, out_val):  # pragma: no cover - compiled
+def _locate(a, shift, mask, chunk, start_count, start_ptr, ranks, rank_off, complement, out_off, chunk_off,
+            steps, out_pos, out_val):  # pragma: no cover - compiled
     n = a.size
+    nclass = rank_off.size - 1
     sign = np.uint64(1) << np.uint64(a.itemsize * 8 - 1)
     full = (sign - np.uint64(1)) | sign
     for k in prange(start_count.shape[0]):
         cnt = start_count[k].copy()
         ptr = start_ptr[k].copy()
+        # Next stored rank per class (-1 when none is left): one comparison per element.
+        nxt = np.full(nclass, -1, np.int64)
+        for c in range(nclass):
+            if rank_off[c] + ptr[c] < rank_off[c + 1]:
+                nxt[c] = ranks[rank_off[c] + ptr[c]]
+        m = chunk_off[k]
         for i in range(k * chunk, min(n, (k + 1) * chunk)):
             c = (a[i] >> shift) & mask
             r = cnt[c]
             cnt[c] = r + 1
-            p = ptr[c]
-            hit = rank_off[c] + p < rank_off[c + 1] and ranks[rank_off[c] + p] == r
-            if hit:
-                ptr[c] = p + 1
-            if hit != complement[c]:
-                j = out_off[c] + (r - p if complement[c] else p)
-                out_pos[j] = i
-                out_val[j] = _unstep(np.uint64(a[i]), np.uint64(steps[j]), sign, full)
+            hit = r == nxt[c]
+            if hit or complement[c]:
+                p = ptr[c]
+                if hit:
+                    ptr[c] = p + 1
+                    q = rank_off[c] + p + 1
+                    nxt[c] = ranks[q] if q < rank_off[c + 1] else -1
+                if hit != complement[c]:
+                    j = out_off[c] + (r - p if complement[c] else p)
+                    out_pos[m] = i
+                    out_val[m] = _unstep(np.uint64(a[i]), np.uint64(steps[j]), sign, full)
+                    m += 1
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -200,7 +211,7 @@ def new_values(a: np.ndarray, positions: np.ndarray, steps: np.ndarray) -> np.nd
 
 def locate(a: np.ndarray, shift: int, mask: int, hist: np.ndarray, ranks: np.ndarray, rank_off: np.ndarray,
            complement: np.ndarray, out_off: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions and new values of changed elements, grouped by class in rank order.
+    """Positions (ascending) and new values of the changed elements of one tensor.
 
     Args:
         a: Flat unsigned view of the old tensor the reader holds.
@@ -208,15 +219,36 @@ def locate(a: np.ndarray, shift: int, mask: int, hist: np.ndarray, ranks: np.nda
         ranks: Stored ranks, concatenated by class, each class strictly increasing (checked by caller).
         rank_off: Start of each class in `ranks` (classes + 1 entries).
         complement: Per class, whether the stored ranks are of the *unchanged* elements.
-        out_off: Start of each class among the changed elements (classes + 1 entries).
-        steps: Zigzag ULP steps of the changed elements, in the same order as the output.
+        out_off: Start of each class among the changed elements in `steps` (classes + 1 entries).
+        steps: Zigzag ULP steps of the changed elements, grouped by class in rank order.
     """
     start_count = np.cumsum(hist, axis=0) - hist
     start_ptr = np.zeros_like(start_count)
     for c in np.flatnonzero(rank_off[1:] > rank_off[:-1]):
         start_ptr[:, c] = np.searchsorted(ranks[rank_off[c]:rank_off[c + 1]], start_count[:, c])
+    # Changed elements per chunk, so every chunk writes its own slice in position order.
+    stored_in_chunk = np.diff(np.vstack([start_ptr, (rank_off[1:] - rank_off[:-1])[None, :]]), axis=0)
+    changed_in_chunk = np.where(complement[None, :], hist - stored_in_chunk, stored_in_chunk).sum(axis=1)
+    chunk_off = np.concatenate([[0], np.cumsum(changed_in_chunk)[:-1]]).astype(np.int64)
     out_pos = np.empty(steps.size, np.int64)
     out_val = np.empty(steps.size, a.dtype)
     _locate(a, a.dtype.type(shift), a.dtype.type(mask), CHUNK, start_count, start_ptr, ranks, rank_off,
-            complement, out_off, steps, out_pos, out_val)
+            complement, out_off, chunk_off, steps, out_pos, out_val)
     return out_pos, out_val
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _scatter(flat, positions, values, saved):  # pragma: no cover - compiled
+    for j in prange(positions.size):
+        saved[j] = flat[positions[j]]
+        flat[positions[j]] = values[j]
+
+
+def scatter(flat: np.ndarray, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Write `values` at `positions` of `flat` in place; returns the values that were there (for undo).
+
+    Positions must be unique and in range (the codecs check this before anything is written).
+    """
+    saved = np.empty(positions.size, flat.dtype)
+    _scatter(flat, positions, values, saved)
+    return saved

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ._bits import DTYPE_NAMES, bits
+from ._kernels import scatter
 from .codecs import Change, get_codec
 from .errors import DeltaFormatError, IntegrityError, StateMismatchError
 from .format import DeltaHeader, read_delta
@@ -91,8 +92,7 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
             undo.append((flat, None, flat.copy()))
             flat[:] = change.values
         else:
-            undo.append((flat, change.positions, flat[change.positions]))
-            flat[change.positions] = change.values
+            undo.append((flat, change.positions, scatter(flat, change.positions, change.values)))
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state), changed)
@@ -102,7 +102,7 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
             if positions is None:
                 flat[:] = old
             else:
-                flat[positions] = old
+                scatter(flat, positions, old)
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
                              "hash; the state was restored", expected=header.target_hash, actual=after.hexdigest)
     return ApplyResult(header, after, changed)
