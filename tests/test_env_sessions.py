@@ -18,7 +18,9 @@ class FakeClock:
 
 def make_store(max_sessions: int = 3, idle_timeout_s: float = 60.0) -> tuple[SessionStore, FakeClock]:
     clock = FakeClock()
-    store = SessionStore(load_word_lists(), GameHistory(), SessionLimits(max_sessions, idle_timeout_s), clock=clock)
+    store = SessionStore(
+        load_word_lists(), GameHistory(), SessionLimits(max_sessions, idle_timeout_s), clock=clock
+    )
     return store, clock
 
 
@@ -87,7 +89,11 @@ def test_seed_and_secret_choose_the_word() -> None:
         for _ in range(6):
             obs = store.step(eid, "fjord")
         assert obs.done
-    assert store.history.recent()[0].secret == store.history.recent()[1].secret == load_word_lists().pick_secret(5)
+    assert (
+        store.history.recent()[0].secret
+        == store.history.recent()[1].secret
+        == load_word_lists().pick_secret(5)
+    )
     with pytest.raises(InvalidSecretError):
         store.start(player="human", secret="abc")
 

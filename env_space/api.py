@@ -1,0 +1,174 @@
+"""The HTTP API, following OpenEnv's conventions so its clients connect: ``POST /reset``,
+``POST /step`` and ``GET /state`` carry the session's ``episode_id``; ``WS /ws`` holds one session
+per connection exactly like OpenEnv's ``EnvClient`` expects; plus ``/health``, ``/schema``,
+``/metadata``, and this Space's ``/stats`` and ``/games``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import FastAPI, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from .errors import (
+    GameOverError,
+    InvalidSecretError,
+    ServerFullError,
+    SessionExistsError,
+    SessionNotFoundError,
+    WordleError,
+)
+from .history import player_label
+from .schema import EpisodeRequest, ResetRequest, StepRequest, WordleAction, WordleObservation, step_response
+from .sessions import SessionStore
+
+_STATUS = {
+    ServerFullError: 503,
+    SessionNotFoundError: 404,
+    SessionExistsError: 409,
+    GameOverError: 409,
+    InvalidSecretError: 422,
+}
+# OpenEnv's WebSocket error codes.
+_WS_CODE = {ServerFullError: "CAPACITY_REACHED", InvalidSecretError: "VALIDATION_ERROR"}
+METADATA = {
+    "name": "wordle",
+    "description": "Wordle: find a 5-letter word in 6 guesses from green/yellow/gray feedback.",
+    "version": "0.1.0",
+}
+
+
+def _start(store: SessionStore, request: ResetRequest) -> WordleObservation:
+    return store.start(
+        player=player_label(request.weight_version),
+        seed=request.seed,
+        secret=request.secret,
+        episode_id=request.episode_id,
+        max_invalid_moves=request.max_invalid_moves,
+    )
+
+
+def build_api(store: SessionStore) -> FastAPI:
+    """A FastAPI app serving the games of ``store`` (the UI can be mounted on it afterwards)."""
+    app = FastAPI(title="Wordle environment", version=METADATA["version"])
+
+    @app.exception_handler(WordleError)
+    async def _wordle_error(_: Request, exc: WordleError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc), "error": type(exc).__name__}, status_code=_STATUS.get(type(exc), 400)
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "healthy"}
+
+    @app.get("/metadata")
+    async def metadata() -> dict[str, str]:
+        return METADATA
+
+    @app.get("/schema")
+    async def schema() -> dict[str, Any]:
+        observation = WordleObservation.model_json_schema()
+        return {"action": WordleAction.model_json_schema(), "observation": observation, "state": observation}
+
+    @app.post("/reset")
+    async def reset(request: ResetRequest | None = None) -> dict[str, Any]:
+        """Start a game. The observation's ``episode_id`` names the session for later calls."""
+        return step_response(_start(store, request or ResetRequest()))
+
+    @app.post("/step")
+    async def step(request: StepRequest) -> dict[str, Any]:
+        return step_response(store.step(request.episode_id, request.action.guess))
+
+    @app.get("/state")
+    async def state(episode_id: str = Query(min_length=1, max_length=255)) -> dict[str, Any]:
+        return store.observe(episode_id).model_dump()
+
+    @app.post("/close")
+    async def close(request: EpisodeRequest) -> dict[str, Any]:
+        """Drop an unfinished game early (idle games are dropped anyway after the timeout)."""
+        store.close(request.episode_id)
+        return {"episode_id": request.episode_id, "closed": True}
+
+    @app.get("/stats")
+    async def stats() -> list[dict[str, Any]]:
+        """Games, wins and win rate per player (``human``, ``policy vN``)."""
+        return [{**asdict(s), "win_rate": s.win_rate} for s in store.history.stats()]
+
+    @app.get("/games")
+    async def games(limit: int = Query(20, ge=1, le=200), policy_only: bool = False) -> list[dict[str, Any]]:
+        """The latest finished games, newest first."""
+        return [asdict(r) for r in store.history.recent(limit, policy_only)]
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        """OpenEnv's session protocol: messages ``reset``, ``step``, ``state``, ``close``."""
+        await websocket.accept()
+        session = _WsSession(store)
+        try:
+            while True:
+                reply, stop = session.handle(await websocket.receive_text())
+                await websocket.send_text(json.dumps(reply))
+                if stop:
+                    await websocket.close()
+                    break
+        except WebSocketDisconnect:
+            pass
+        finally:
+            session.close()
+
+    return app
+
+
+class _WsSession:
+    """The game of one WebSocket connection; a new ``reset`` replaces it, disconnecting drops it."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+        self._episode_id: str | None = None
+
+    def handle(self, raw: str) -> tuple[dict[str, Any], bool]:
+        """Answer one message: (reply, whether the connection should close). Never raises."""
+        try:
+            message = json.loads(raw)
+            if not isinstance(message, dict):
+                return _ws_error("INVALID_JSON", "a message must be a JSON object"), False
+            return self._dispatch(message.get("type"), message.get("data") or {})
+        except json.JSONDecodeError as e:
+            return _ws_error("INVALID_JSON", f"invalid JSON: {e}"), False
+        except ValidationError as e:
+            return _ws_error("VALIDATION_ERROR", str(e)), False
+        except WordleError as e:
+            return _ws_error(_WS_CODE.get(type(e), "SESSION_ERROR"), str(e)), False
+
+    def _dispatch(self, kind: Any, data: Any) -> tuple[dict[str, Any], bool]:
+        if kind == "reset":
+            self.close()
+            observation = _start(self._store, ResetRequest.model_validate(data))
+            self._episode_id = observation.episode_id
+            return {"type": "observation", "data": step_response(observation)}, False
+        if kind == "close":
+            return {"type": "closed", "data": {}}, True
+        if kind not in ("step", "state"):
+            return _ws_error(
+                "UNKNOWN_TYPE", f"unknown message type {kind!r}; use reset, step, state or close"
+            ), False
+        if self._episode_id is None:
+            return _ws_error("SESSION_ERROR", "no game yet: send a 'reset' message first"), False
+        if kind == "step":
+            observation = self._store.step(self._episode_id, WordleAction.model_validate(data).guess)
+            return {"type": "observation", "data": step_response(observation)}, False
+        return {"type": "state", "data": self._store.observe(self._episode_id).model_dump()}, False
+
+    def close(self) -> None:
+        """Free this connection's game if it is still live."""
+        if self._episode_id is not None:
+            self._store.discard(self._episode_id)
+            self._episode_id = None
+
+
+def _ws_error(code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "data": {"message": message, "code": code}}

@@ -1,0 +1,122 @@
+"""HTML for the UI: the board, the keyboard, the policy feed and the stats rows. Pure functions of
+game data, so they are testable without Gradio; ``ui.py`` only wires them to components."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+
+from .history import GameRecord, PlayerStats
+from .rules import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
+from .schema import GuessRow, WordleObservation
+
+_KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+_CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
+
+CSS = """
+.wordle-board { display: grid; gap: 5px; justify-content: center; margin: 8px 0; }
+.wordle-row { display: grid; grid-template-columns: repeat(5, 52px); gap: 5px; }
+.wordle-tile { width: 52px; height: 52px; display: flex; align-items: center; justify-content: center;
+  font: 700 26px/1 system-ui, sans-serif; text-transform: uppercase; border: 2px solid #d3d6da;
+  box-sizing: border-box; color: #1a1a1b; background: #fff; }
+.wordle-tile.green, .wordle-key.green { background: #6aaa64; border-color: #6aaa64; color: #fff; }
+.wordle-tile.yellow, .wordle-key.yellow { background: #c9b458; border-color: #c9b458; color: #fff; }
+.wordle-tile.gray, .wordle-key.gray { background: #787c7e; border-color: #787c7e; color: #fff; }
+.wordle-keyboard { display: grid; gap: 6px; justify-items: center; margin-top: 8px; }
+.wordle-keyrow { display: flex; gap: 5px; }
+.wordle-key { min-width: 30px; padding: 10px 4px; border-radius: 4px; background: #d3d6da; color: #1a1a1b;
+  font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center; }
+.wordle-feed { display: grid; gap: 10px; max-height: 520px; overflow-y: auto; }
+.wordle-game { display: flex; gap: 12px; align-items: center; }
+.wordle-mini { display: grid; gap: 2px; min-width: 88px; }
+.wordle-mini .wordle-row { grid-template-columns: repeat(5, 16px); gap: 2px; }
+.wordle-mini .wordle-tile { width: 16px; height: 16px; font-size: 10px; border-width: 1px; }
+.wordle-empty { color: #787c7e; }
+"""
+
+
+def _tile(letter: str, mark: Mark | None) -> str:
+    cls = f"wordle-tile {_CLASS[mark]}" if mark else "wordle-tile"
+    data = f' data-mark="{mark.value}"' if mark else ""
+    return f'<div class="{cls}"{data}>{html.escape(letter)}</div>'
+
+
+def _rows_html(words: Sequence[str], marks: Sequence[str], total_rows: int) -> str:
+    rows = [
+        '<div class="wordle-row">'
+        + "".join(_tile(c, m) for c, m in zip(w, decode(code), strict=True))
+        + "</div>"
+        for w, code in zip(words, marks, strict=True)
+    ]
+    empty = '<div class="wordle-row">' + _tile("", None) * WORD_LENGTH + "</div>"
+    rows += [empty] * (total_rows - len(rows))
+    return "".join(rows)
+
+
+def board_html(rows: Sequence[GuessRow]) -> str:
+    """The 6 x 5 grid of a game, scored tiles coloured, unused rows empty."""
+    inner = _rows_html([r.word for r in rows], [r.marks for r in rows], MAX_GUESSES)
+    return f'<div class="wordle-board" data-testid="board">{inner}</div>'
+
+
+def keyboard_html(rows: Sequence[GuessRow]) -> str:
+    """A QWERTY keyboard coloured with the best mark known for each letter."""
+    states = letter_states((r.word, decode(r.marks)) for r in rows)
+    keys = []
+    for row in _KEY_ROWS:
+        cells = "".join(
+            f'<div class="wordle-key {_CLASS[states[c]] if c in states else ""}" data-key="{c}">{c}</div>'
+            for c in row
+        )
+        keys.append(f'<div class="wordle-keyrow">{cells}</div>')
+    return f'<div class="wordle-keyboard" data-testid="keyboard">{"".join(keys)}</div>'
+
+
+def status_text(observation: WordleObservation | None) -> str:
+    """One line for a person playing: what happened and what next."""
+    if observation is None:
+        return "Press **New game** to start."
+    if observation.done:
+        secret = (observation.secret or "").upper()
+        if observation.won:
+            return f"🎉 You won in {len(observation.rows)}! The word was **{secret}**."
+        return f"Game over. The word was **{secret}**."
+    left = f"{observation.guesses_left} guess{'es' if observation.guesses_left != 1 else ''} left."
+    if observation.error:
+        return f"⚠️ Not accepted: {html.escape(observation.error)}. {left}"
+    return left
+
+
+def feed_html(records: Sequence[GameRecord], now: float | None = None) -> str:
+    """Recent policy games: small boards, who played, the result and how long ago."""
+    if not records:
+        return '<div class="wordle-feed wordle-empty" data-testid="feed">No policy games yet.</div>'
+    now = time.time() if now is None else now
+    games = []
+    for r in records:
+        result = f"won in {len(r.words)}" if r.won else f"lost ({html.escape(r.secret.upper())})"
+        if r.invalid_moves:
+            result += f", {r.invalid_moves} invalid move{'s' if r.invalid_moves != 1 else ''}"
+        ago = max(0, int(now - r.finished_at))
+        games.append(
+            '<div class="wordle-game">'
+            f'<div class="wordle-mini">{_rows_html(r.words, r.marks, len(r.words))}</div>'
+            f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
+            f'<span class="wordle-empty">{ago}s ago</span></div></div>'
+        )
+    return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
+
+
+STATS_HEADERS = ["player", "games", "wins", "win rate"]
+CURVE_HEADERS = ["weight version", "win rate"]
+
+
+def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
+    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`."""
+    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in stats]
+
+
+def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:
+    """(weight version, win rate) of every versioned policy, by version: the learning curve."""
+    return sorted([s.weight_version, round(s.win_rate, 3)] for s in stats if s.weight_version is not None)

@@ -1,0 +1,26 @@
+"""The Space process: the HTTP API and the Gradio UI on one FastAPI app, served by uvicorn."""
+
+from __future__ import annotations
+
+import gradio as gr
+import uvicorn
+from fastapi import FastAPI
+
+from .api import build_api
+from .history import GameHistory
+from .render import CSS
+from .sessions import DEFAULT_LIMITS, SessionLimits, SessionStore
+from .ui import build_ui
+from .words import load_word_lists
+
+
+def build_app(limits: SessionLimits = DEFAULT_LIMITS) -> FastAPI:
+    """API routes first, then the UI mounted at ``/`` (so ``/reset``, ``/health``... stay the API's)."""
+    store = SessionStore(load_word_lists(), GameHistory(), limits)
+    app = build_api(store)
+    return gr.mount_gradio_app(app, build_ui(store), path="/", css=CSS, ssr_mode=False, footer_links=["api"])
+
+
+def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS) -> None:
+    """Serve until interrupted. Blocks."""
+    uvicorn.run(build_app(limits), host=host, port=port, log_level="warning")

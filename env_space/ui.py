@@ -1,0 +1,97 @@
+"""The Gradio UI: a person plays Wordle; beside it, a live feed of the policy's games and the win
+rate per weight version. Wiring only: game logic is in the session store, HTML in ``render``."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from . import render
+from .errors import ServerFullError, SessionNotFoundError
+from .history import HUMAN
+from .schema import WordleObservation
+from .sessions import SessionStore
+
+FEED_SIZE = 12
+
+
+def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
+    """The Blocks app; mount it on the API app (see ``env_space.server``).
+
+    Each visitor's game (its last observation, episode id included) lives in ``gr.State``. A ``gr.Timer``
+    polls only the history's finished-games counter; the feed and the plot are redrawn when it moves.
+    """
+
+    def show(observation: WordleObservation | None, note: str | None = None) -> tuple:
+        rows = observation.rows if observation else []
+        return (
+            observation,
+            render.board_html(rows),
+            render.keyboard_html(rows),
+            note or render.status_text(observation),
+            "",
+        )
+
+    def new_game(current: WordleObservation | None) -> tuple:
+        if current is not None and not current.done:
+            store.discard(current.episode_id)
+        try:
+            return show(store.start(player=HUMAN, max_invalid_moves=None))
+        except ServerFullError as e:
+            return show(None, f"⚠️ {e}")
+
+    def guess(text: str, current: WordleObservation | None) -> tuple:
+        if current is None or current.done:
+            return show(current, "Press **New game** to play again." if current else None)
+        try:
+            return show(store.step(current.episode_id, text))
+        except SessionNotFoundError:
+            return show(None, "⏱️ This game expired while idle. Press **New game**.")
+
+    def draw_feed() -> tuple[str, pd.DataFrame, pd.DataFrame]:
+        stats = store.history.stats()
+        return (
+            render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
+            pd.DataFrame(render.win_rate_curve(stats), columns=render.CURVE_HEADERS),
+            pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
+        )
+
+    with gr.Blocks(title="Wordle environment", analytics_enabled=False) as demo:
+        game = gr.State(None)
+        seen = gr.State(-1)
+        gr.Markdown("# Wordle\nPlay the game the policy is learning, and watch it play live.")
+        with gr.Row():
+            with gr.Column(scale=1):
+                gr.Markdown("## Your game")
+                board = gr.HTML(render.board_html([]))
+                status = gr.Markdown(render.status_text(None), elem_id="wordle-status")
+                with gr.Row():
+                    box = gr.Textbox(
+                        show_label=False,
+                        placeholder="Type a 5-letter word, press Enter",
+                        max_lines=1,
+                        scale=3,
+                        elem_id="wordle-input",
+                    )
+                    send = gr.Button("Guess", variant="primary", scale=1, elem_id="wordle-guess")
+                keyboard = gr.HTML(render.keyboard_html([]))
+                restart = gr.Button("New game", elem_id="wordle-new-game")
+            with gr.Column(scale=1):
+                gr.Markdown("## Policy games (live)")
+                feed = gr.HTML(render.feed_html([]))
+                gr.Markdown("## Win rate by weight version")
+                plot = gr.LinePlot(
+                    x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False
+                )
+                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats")
+
+        outputs = [game, board, keyboard, status, box]
+        restart.click(new_game, game, outputs, api_name="new_game")
+        demo.load(new_game, game, outputs, api_visibility="private")
+        gr.on([box.submit, send.click], guess, [box, game], outputs, api_name="guess")
+        timer = gr.Timer(refresh_s)
+        timer.tick(
+            lambda: store.history.finished, None, seen, show_progress="hidden", api_visibility="private"
+        )
+        seen.change(draw_feed, None, [feed, plot, table], show_progress="hidden", api_visibility="private")
+    return demo

@@ -1,0 +1,61 @@
+"""Real env servers for the tests: ``python app.py env`` on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0) -> Iterator[str]:
+    """Run ``python app.py *args --port P`` on loopback until ``/health`` answers; yield its URL.
+
+    The process is stopped on exit; its output is shown if it dies or never gets ready.
+    """
+    port = free_port()
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", *args, "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(
+                        f"server on {url} did not get ready (exit {proc.returncode}):\n{log.read()}"
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                        break
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,77 @@
+import re
+
+from env_space.history import GameRecord, PlayerStats
+from env_space.render import board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve
+from env_space.schema import GuessRow, WordleObservation
+
+
+def rows(*pairs: tuple[str, str]) -> list[GuessRow]:
+    return [GuessRow(word=w, marks=m) for w, m in pairs]
+
+
+def test_board_has_six_rows_of_five_tiles_coloured_by_mark() -> None:
+    html = board_html(rows(("slate", "XXGXG"), ("crane", "GGGGG")))
+    assert html.count('class="wordle-row"') == 6
+    assert html.count('class="wordle-tile') == 30
+    assert re.findall(r'data-mark="(\w)">(\w)<', html)[:5] == [
+        ("X", "s"),
+        ("X", "l"),
+        ("G", "a"),
+        ("X", "t"),
+        ("G", "e"),
+    ]
+    assert html.count("wordle-tile green") == 7 and html.count("wordle-tile gray") == 3
+
+
+def test_keyboard_shows_the_best_mark_per_letter() -> None:
+    html = keyboard_html(rows(("slate", "YXXXX"), ("spine", "GXXXX")))
+    assert 'class="wordle-key green" data-key="s"' in html
+    assert 'class="wordle-key gray" data-key="l"' in html
+    assert 'class="wordle-key " data-key="q"' in html
+    assert html.count("data-key=") == 26
+
+
+def test_status_text_for_a_person() -> None:
+    base = {"episode_id": "e", "player": "human", "message": "", "guesses_left": 5}
+    assert status_text(None) == "Press **New game** to start."
+    assert status_text(WordleObservation(**base)) == "5 guesses left."
+    bad = WordleObservation(**base, error="'xyzzy' is not in the word list")
+    assert status_text(bad) == "⚠️ Not accepted: &#x27;xyzzy&#x27; is not in the word list. 5 guesses left."
+    won = WordleObservation(
+        **{**base, "guesses_left": 4},
+        rows=rows(("slate", "XXXXX"), ("crane", "GGGGG")),
+        won=True,
+        done=True,
+        secret="crane",
+    )
+    assert status_text(won) == "🎉 You won in 2! The word was **CRANE**."
+    lost = WordleObservation(**{**base, "guesses_left": 0}, done=True, secret="crane")
+    assert status_text(lost) == "Game over. The word was **CRANE**."
+
+
+def test_feed_lists_policy_games_newest_first() -> None:
+    assert "No policy games yet." in feed_html([])
+    games = [
+        GameRecord("a", "policy v7", ("slate", "crane"), ("XXGXG", "GGGGG"), True, "crane", 0, 1.7, 100.0),
+        GameRecord("b", "policy v6", ("fjord",) * 6, ("XXXYX",) * 6, False, "crane", 2, -0.1, 90.0),
+        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0),
+    ]
+    html = feed_html(games, now=130.0)
+    assert html.index("policy v7") < html.index("policy v6")
+    assert "won in 2" in html and "30s ago" in html
+    assert "lost (CRANE), 2 invalid moves" in html and "40s ago" in html
+    assert "lost (&lt;B&gt;), 1 invalid move<" in html  # escaped
+
+
+def test_stats_rows_and_win_rate_curve() -> None:
+    stats = [
+        PlayerStats("human", 2, 2),
+        PlayerStats("policy v10", 4, 3),
+        PlayerStats("policy v2", 3, 1),
+        PlayerStats("policy", 1, 1),
+    ]
+    assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
+    assert win_rate_curve(stats) == [
+        [2, 0.333],
+        [10, 0.75],
+    ]  # by version, people and unknown versions left out
