@@ -56,3 +56,33 @@ class IntegrityError(DeltaError):
         self.expected = expected
         self.actual = actual
         self.path = path
+
+
+class StorageError(DeltaError, OSError):
+    """A bucket operation failed for another reason than a missing file: refused credentials, a server
+    error, a local disk error. Missing files raise the builtin `FileNotFoundError` instead.
+
+    Attributes:
+        url: The bucket, as given to `open_storage` (never holds a token or secret).
+        path: The file inside the bucket, or None when the operation was about several files.
+    """
+
+    def __init__(self, message: str, *, url: str, path: str | None = None) -> None:
+        super().__init__(f"{url}{'/' + path if path else ''}: {message}")
+        self.url = url
+        self.path = path
+
+
+class BucketUnreachableError(StorageError, ConnectionError):
+    """The bucket could not be reached, even after the bounded retries: connection refused or reset,
+    timeout, or the server answered "try later" (HTTP 429 or 5xx). Calling again later may succeed.
+
+    Attributes:
+        url: The bucket.
+        path: The file inside the bucket, or None when the operation was about several files.
+        attempts: How many times the operation was tried.
+    """
+
+    def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1) -> None:
+        super().__init__(message, url=url, path=path)
+        self.attempts = attempts

@@ -15,6 +15,7 @@ context's compressed words; `escapes` (zstd, uint64 planes) holds values too lar
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import constriction
 import numpy as np
@@ -26,56 +27,69 @@ Key = tuple[str, int, int]  # (kind: "gap" | "step", width in bits, class)
 
 KINDS = ("gap", "step")
 DIRECT = {"gap": 16, "step": 64}  # values below are symbols themselves; above: bucket + raw bits
-MAX_RAW_BITS = 20  # constriction's uniform model takes sizes < 2**24
+SUB_BITS = 8  # top bits below the leading one, coded under a model of their own per bucket
+MAX_RAW_BITS = 31  # beyond: escaped (the uniform low part stays < 2**24 as constriction requires)
 MAX_CONTEXT_SYMBOLS = 2**32 - 1
 
 
 def _alphabet(direct: int) -> tuple[int, int]:
     """(number of symbols, escape symbol) for a given direct range."""
-    first_bucket_bits = int(direct).bit_length()
-    escape = direct + (MAX_RAW_BITS + 1 - first_bucket_bits) + 1
+    escape = direct + (MAX_RAW_BITS + 1 - int(direct).bit_length()) + 1
     return escape + 1, escape
 
 
-def symbolise(values: np.ndarray, direct: int):
-    """Split values into (symbols, raw remainders, raw sizes, escaped values).
+def _bitlen(values: np.ndarray) -> np.ndarray:
+    """Exact bit length of each uint64 value (0 for 0)."""
+    out = np.zeros(values.shape, np.int64)
+    nz = values > 0
+    out[nz] = np.floor(np.log2(values[nz].astype(np.float64))).astype(np.int64) + 1
+    # float64 rounding can be off by one near powers of two for huge values: correct exactly.
+    high = nz & (out < 64) & (values >= (np.uint64(1) << np.minimum(out, 63).astype(np.uint64)))
+    out[high] += 1
+    low = nz & (out > 1) & (values < (np.uint64(1) << np.maximum(out - 1, 0).astype(np.uint64)))
+    out[low] -= 1
+    return out
 
-    v < direct: the symbol is v. Otherwise v has b significant bits: the symbol names b, and the
-    b-1 bits below the leading one travel as a uniform remainder; beyond MAX_RAW_BITS the value is
-    escaped and stored verbatim.
+
+@dataclass
+class Symbols:
+    """A context's values split for coding.
+
+    main: one symbol per value: the value itself below `direct`, else its bit-length bucket, or escape.
+    raw_bits: per bucketed value, the number of bits below its leading one.
+    sub: per bucketed value, the top min(SUB_BITS, raw_bits) of them (modelled per bucket).
+    low: per bucketed value, the remaining low bits (coded uniformly), `low_bits` of them.
+    escaped: values too large for a bucket, stored verbatim.
     """
+
+    main: np.ndarray
+    raw_bits: np.ndarray
+    sub: np.ndarray
+    low: np.ndarray
+    low_bits: np.ndarray
+    escaped: np.ndarray
+
+
+def symbolise(values: np.ndarray, direct: int) -> Symbols:
+    """Split values into symbols (see `Symbols`)."""
     values = values.astype(np.uint64, copy=False)
     _, escape = _alphabet(direct)
-    bitlen = np.zeros(values.shape, np.int64)
+    bitlen = _bitlen(values)
     big = values >= direct
-    if big.any():
-        bitlen[big] = np.floor(np.log2(values[big].astype(np.float64))).astype(np.int64) + 1
-        # float64 log2 can be off by one near powers of two for huge values: correct exactly.
-        high = big & (bitlen < 64) & (values >= (np.uint64(1) << np.minimum(bitlen, 63).astype(np.uint64)))
-        bitlen[high] += 1
-        low = big & (bitlen > 1) & (values < (np.uint64(1) << (bitlen - 1).astype(np.uint64)))
-        bitlen[low] -= 1
-    symbols = np.where(big, direct + bitlen - int(direct).bit_length(), values.astype(np.int64))
+    main = np.where(big, direct + bitlen - int(direct).bit_length(), values.astype(np.int64))
     escaped = big & (bitlen - 1 > MAX_RAW_BITS)
-    symbols[escaped] = escape
+    main[escaped] = escape
     bucketed = big & ~escaped
-    raw_bits = (bitlen[bucketed] - 1).astype(np.uint64)
-    raw = (values[bucketed] - (np.uint64(1) << raw_bits)).astype(np.int32)
-    return symbols.astype(np.int32), raw, (np.int64(1) << raw_bits.astype(np.int64)).astype(np.int32), values[escaped]
+    raw_bits = bitlen[bucketed] - 1
+    rest = values[bucketed] - (np.uint64(1) << raw_bits.astype(np.uint64))
+    low_bits = np.maximum(raw_bits - SUB_BITS, 0)
+    sub = (rest >> low_bits.astype(np.uint64)).astype(np.int32)
+    low = (rest & ((np.uint64(1) << low_bits.astype(np.uint64)) - np.uint64(1))).astype(np.int32)
+    return Symbols(main.astype(np.int32), raw_bits, sub, low, low_bits, values[escaped])
 
 
-def desymbolise(symbols: np.ndarray, direct: int, raw_reader, escapes_reader) -> np.ndarray:
-    """Inverse of `symbolise`; pulls remainders and escapes from the given callables."""
-    _, escape = _alphabet(direct)
-    symbols = symbols.astype(np.int64)
-    out = symbols.astype(np.uint64)
-    bucketed = (symbols >= direct) & (symbols != escape)
-    raw_bits = (symbols[bucketed] - direct + int(direct).bit_length() - 1).astype(np.uint64)
-    sizes = (np.int64(1) << raw_bits.astype(np.int64)).astype(np.int32)
-    out[bucketed] = (np.uint64(1) << raw_bits) + raw_reader(sizes).astype(np.uint64)
-    escaped = symbols == escape
-    out[escaped] = escapes_reader(int(escaped.sum()))
-    return out
+def _raw_bits_of(main: np.ndarray, direct: int) -> np.ndarray:
+    return main - direct + int(direct).bit_length() - 1
 
 
 class ZstdPlanes:
@@ -107,7 +121,12 @@ class ZstdPlanes:
 
 
 class AnsContexts:
-    """Each (kind, width, class) context coded under rANS with its own empirical model."""
+    """Each (kind, width, class) context coded under rANS with its own empirical models.
+
+    Per context, three layers on one ANS stack, decoded in this order: the main symbols; per
+    bit-length bucket, the top bits below the leading one (their own model per bucket, which is
+    where "the new value is ±lr" or "the gap is about 1/p" shows); the remaining low bits, uniform.
+    """
 
     @staticmethod
     def merge(key: Key) -> Key:
@@ -126,78 +145,100 @@ class AnsContexts:
                 continue
             if values.size > MAX_CONTEXT_SYMBOLS:
                 raise ValueError(f"context {key} has {values.size} symbols, more than one delta can hold")
-            symbols, raw, sizes, escaped = symbolise(values, DIRECT[kind])
-            escapes.append(escaped)
-            distinct, counts = np.unique(symbols, return_counts=True)
+            direct = DIRECT[kind]
+            sym = symbolise(values, direct)
+            escapes.append(sym.escaped)
             coder = constriction.stream.stack.AnsCoder()
-            if raw.size:
-                coder.encode_reverse(raw, constriction.stream.model.Uniform(), sizes)
+            uniform = sym.low_bits > 0
+            if uniform.any():
+                coder.encode_reverse(sym.low[uniform], constriction.stream.model.Uniform(),
+                                     (np.int64(1) << sym.low_bits[uniform]).astype(np.int32))
+            bucket_of = sym.main[sym.main >= direct]
+            bucket_of = bucket_of[bucket_of != _alphabet(direct)[1]]
+            sub_tables: list[int] = []
+            for bucket in np.unique(bucket_of)[::-1].tolist():  # descending: decoded ascending
+                sub = sym.sub[bucket_of == bucket]
+                distinct, counts = np.unique(sub, return_counts=True)
+                if distinct.size > 1:
+                    coder.encode_reverse(sub, _model(distinct, counts))
+                sub_tables = [bucket, distinct.size, *np.stack([distinct, counts], 1).reshape(-1).tolist()] + sub_tables
+            distinct, counts = np.unique(sym.main, return_counts=True)
             if distinct.size > 1:  # a single symbol carries no information (and is no valid model)
-                coder.encode_reverse(symbols, _model(distinct, counts, _alphabet(DIRECT[kind])[0]))
+                coder.encode_reverse(sym.main, _model(distinct, counts))
             compressed = coder.get_compressed()
             words.append(compressed)
             table += [KINDS.index(kind), width, cls, values.size, compressed.size, distinct.size]
             table += np.stack([distinct, counts], axis=1).reshape(-1).tolist()
+            table += [len(np.unique(bucket_of))] + sub_tables
         return {
             "models": pack(np.asarray(table, np.uint32)),
-            "ans": np.concatenate(words).astype("<u4").tobytes() if words else b"",
-            "escapes": pack(np.concatenate(escapes).astype(np.uint64)) if escapes else pack(np.zeros(0, np.uint64)),
+            "ans": np.concatenate(words).astype("<u4").tobytes(),
+            "escapes": pack(np.concatenate(escapes).astype(np.uint64)),
         }
 
     def decode(self, blobs: dict[str, bytes], counts: dict[Key, int]) -> dict[Key, np.ndarray]:
         for name in ("models", "ans", "escapes"):
             if name not in blobs:
                 raise DeltaFormatError(f"stream {name!r} is missing")
-        max_rows = sum(6 + 2 * _alphabet(DIRECT[k[0]])[0] for k in counts)
-        table = unpack(blobs["models"], np.uint32, None, "models", max_rows).astype(np.int64)
-        ans = np.frombuffer(blobs["ans"], "<u4") if len(blobs["ans"]) % 4 == 0 else None
-        if ans is None:
+        max_rows = sum(8 + 2 * _alphabet(DIRECT[k[0]])[0] * (1 + 2**SUB_BITS) for k in counts)
+        table = _Reader(unpack(blobs["models"], np.uint32, None, "models", max_rows).astype(np.int64))
+        if len(blobs["ans"]) % 4:
             raise DeltaFormatError("stream 'ans' is not a whole number of 32-bit words")
+        ans = np.frombuffer(blobs["ans"], "<u4")
         escapes = unpack(blobs["escapes"], np.uint64, None, "escapes", sum(counts.values()))
         out: dict[Key, np.ndarray] = {}
-        at = word_at = escape_at = 0
-        while at < table.size:
-            if at + 6 > table.size:
-                raise DeltaFormatError("stream 'models' ends inside a context header")
-            kind_i, width, cls, n, n_words, n_distinct = (int(x) for x in table[at:at + 6])
-            pairs = table[at + 6:at + 6 + 2 * n_distinct].reshape(-1, 2)
-            at += 6 + 2 * n_distinct
-            if kind_i >= len(KINDS) or pairs.shape[0] != n_distinct:
-                raise DeltaFormatError("stream 'models' is malformed")
+        word_at = escape_at = 0
+        while not table.done():
+            kind_i, width, cls, n, n_words, n_distinct = table.take(6).tolist()
+            if kind_i >= len(KINDS):
+                raise DeltaFormatError("stream 'models' names an unknown kind")
             key = (KINDS[kind_i], width, cls)
             if key in out or n == 0 or counts.get(key) != n:
                 raise DeltaFormatError(f"context {key} holds {n} symbols, the class table needs {counts.get(key)}")
-            alphabet = _alphabet(DIRECT[key[0]])[0]
-            distinct, freq = pairs[:, 0], pairs[:, 1]
-            if (distinct >= alphabet).any() or (freq <= 0).any() or int(freq.sum()) != n or word_at + n_words > ans.size:
-                raise DeltaFormatError(f"model of context {key} is malformed")
+            direct = DIRECT[key[0]]
+            alphabet, escape = _alphabet(direct)
+            main_model = table.pairs(n_distinct, alphabet, n, key)
+            subs = {}
+            for _ in range(table.take(1)[0]):
+                bucket, k = table.take(2).tolist()
+                if not direct <= bucket < escape or bucket in subs:
+                    raise DeltaFormatError(f"context {key} has a malformed bucket model")
+                size = 1 << min(SUB_BITS, int(_raw_bits_of(np.int64(bucket), direct)))
+                subs[bucket] = table.pairs(k, size, None, key)
+            if word_at + n_words > ans.size:
+                raise DeltaFormatError("stream 'ans' ends early")
             coder = constriction.stream.stack.AnsCoder(ans[word_at:word_at + n_words].astype(np.uint32))
             word_at += n_words
             try:
-                if n_distinct > 1:
-                    symbols = coder.decode(_model(distinct, freq, alphabet), n)
-                else:
-                    symbols = np.full(n, distinct[0] if n_distinct else 0, np.int32)
-                if (symbols < 0).any() or (symbols >= alphabet).any():
-                    raise DeltaFormatError(f"context {key} decodes to symbols outside its alphabet")
-
-                def raw_reader(sizes: np.ndarray) -> np.ndarray:
-                    if not sizes.size:
-                        return np.zeros(0, np.int32)
-                    return coder.decode(constriction.stream.model.Uniform(), sizes)
-
-                def escapes_reader(k: int) -> np.ndarray:
-                    nonlocal escape_at
-                    if escape_at + k > escapes.size:
-                        raise DeltaFormatError("stream 'escapes' ends early")
-                    escape_at += k
-                    return escapes[escape_at - k:escape_at]
-
-                out[key] = desymbolise(symbols, DIRECT[key[0]], raw_reader, escapes_reader)
+                main = _decode(coder, main_model, n)
+                buckets = main[(main >= direct) & (main != escape)]
+                if set(np.unique(buckets).tolist()) != set(subs):
+                    raise DeltaFormatError(f"context {key}: bucket models do not match the symbols")
+                sub = np.zeros(buckets.size, np.int64)
+                for bucket in sorted(subs):
+                    where = buckets == bucket
+                    sub[where] = _decode(coder, subs[bucket], int(where.sum()))
+                raw_bits = _raw_bits_of(buckets.astype(np.int64), direct)
+                low_bits = np.maximum(raw_bits - SUB_BITS, 0)
+                low = np.zeros(buckets.size, np.int64)
+                uniform = low_bits > 0
+                if uniform.any():
+                    low[uniform] = coder.decode(constriction.stream.model.Uniform(),
+                                                (np.int64(1) << low_bits[uniform]).astype(np.int32))
             except (ValueError, RuntimeError, AssertionError) as e:
                 raise DeltaFormatError(f"context {key} does not decode: {e}") from e
             if not coder.is_empty():
                 raise DeltaFormatError(f"context {key} has data left over after decoding")
+            values = main.astype(np.uint64)
+            is_bucket = (main >= direct) & (main != escape)
+            values[is_bucket] = ((np.uint64(1) << raw_bits.astype(np.uint64))
+                                 + (sub.astype(np.uint64) << low_bits.astype(np.uint64)) + low.astype(np.uint64))
+            n_escaped = int((main == escape).sum())
+            if escape_at + n_escaped > escapes.size:
+                raise DeltaFormatError("stream 'escapes' ends early")
+            values[main == escape] = escapes[escape_at:escape_at + n_escaped]
+            escape_at += n_escaped
+            out[key] = values
         if word_at != ans.size or escape_at != escapes.size:
             raise DeltaFormatError("streams 'ans' or 'escapes' hold data no context uses")
         missing = set(k for k, n in counts.items() if n) - set(out)
@@ -209,8 +250,47 @@ class AnsContexts:
         return {"models", "ans", "escapes"}
 
 
-def _model(distinct: np.ndarray, counts: np.ndarray, alphabet: int):
-    """Categorical model over the whole alphabet from exact counts (zero for absent symbols)."""
-    probs = np.zeros(alphabet, np.float64)
+class _Reader:
+    """Reads the `models` table, failing clearly when it is short or malformed."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data, self.at = data, 0
+
+    def done(self) -> bool:
+        return self.at >= self.data.size
+
+    def take(self, n: int) -> np.ndarray:
+        if self.at + n > self.data.size:
+            raise DeltaFormatError("stream 'models' ends early")
+        self.at += n
+        return self.data[self.at - n:self.at]
+
+    def pairs(self, k: int, alphabet: int, total: int | None, key: Key) -> tuple[np.ndarray, np.ndarray]:
+        """k (symbol, count) pairs, checked: symbols ascending inside the alphabet, counts positive."""
+        pairs = self.take(2 * k).reshape(-1, 2)
+        distinct, counts = pairs[:, 0], pairs[:, 1]
+        if ((distinct >= alphabet).any() or (counts <= 0).any() or (np.diff(distinct) <= 0).any()
+                or (total is not None and int(counts.sum()) != total)):
+            raise DeltaFormatError(f"model of context {key} is malformed")
+        return distinct, counts
+
+
+def _decode(coder, model: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+    distinct, counts = model
+    if distinct.size == 0:
+        if n:
+            raise DeltaFormatError("a model with no symbols cannot decode any")
+        return np.zeros(0, np.int64)
+    if distinct.size == 1:
+        return np.full(n, distinct[0], np.int64)
+    return coder.decode(_model(distinct, counts), n).astype(np.int64)
+
+
+def _model(distinct: np.ndarray, counts: np.ndarray):
+    """Categorical model over symbols 0..max from exact counts (zero for absent symbols).
+
+    Writer and reader build it from the same integers, so both quantize it identically.
+    """
+    probs = np.zeros(int(distinct.max()) + 1, np.float64)
     probs[distinct] = counts
     return constriction.stream.model.Categorical(probs / probs.sum(), perfect=False)

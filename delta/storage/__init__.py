@@ -1,0 +1,63 @@
+"""Buckets: one small interface over a local directory, S3 and Hugging Face storage buckets.
+
+    >>> from delta.storage import open_storage
+    >>> bucket = open_storage("./bucket")          # or s3://name/prefix, hf://buckets/ns/name/prefix
+    >>> bucket.write("versions/00000001.json", b"{}")
+    >>> [f.path for f in bucket.list("versions/")]
+    ['versions/00000001.json']
+
+Backends' libraries (s3fs, huggingface_hub) are imported only when a bucket of theirs is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import BucketUnreachableError, StorageError
+from ._base import RetryPolicy, Storage, StoredFile, check_path
+from ._fsspec import S3Storage
+from ._hf import HfBucketStorage
+from ._local import LocalStorage
+
+__all__ = [
+    "BucketUnreachableError",
+    "HfBucketStorage",
+    "LocalStorage",
+    "RetryPolicy",
+    "S3Storage",
+    "Storage",
+    "StorageError",
+    "StoredFile",
+    "check_path",
+    "open_storage",
+]
+
+URL_FORMS = "a directory path, file:///abs/path, s3://bucket[/prefix] or hf://buckets/<namespace>/<name>[/prefix]"
+
+
+def open_storage(url: str | os.PathLike[str], **options: Any) -> Storage:
+    """Open the bucket at `url`, choosing the backend by its scheme. Makes no network call.
+
+    Args:
+        url: A local directory (a plain path or `file:///abs/path`; created if missing),
+            `s3://bucket[/prefix]` (S3 or S3-compatible, see `S3Storage`) or
+            `hf://buckets/<namespace>/<name>[/prefix]` (Hugging Face, see `HfBucketStorage`).
+        **options: Passed to the backend: `retry` for all; `endpoint_url`, `key`, `secret`, `timeout`
+            for S3; `token`, `endpoint`, `api`, `create`, `private` for Hugging Face.
+
+    Raises:
+        ValueError: An unknown scheme or a malformed URL.
+        ImportError: The backend's library is not installed (the message says how to install it).
+    """
+    url = os.fspath(url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return LocalStorage(url, **options)
+    if scheme == "file":
+        return LocalStorage(rest, **options)
+    if scheme == "s3":
+        return S3Storage(url, **options)
+    if scheme == "hf":
+        return HfBucketStorage(url, **options)
+    raise ValueError(f"unsupported bucket URL {url!r}: use {URL_FORMS}")

@@ -1,0 +1,246 @@
+"""The storage interface every bucket backend implements, and what they share: path rules, retries,
+and turning a backend's failures into the errors callers see.
+
+A bucket holds flat files addressed by relative paths with '/' separators. Backends implement a few
+primitives (`_read`, `_write`, `_list`, `_delete`) and one function, `_classify`, that says which of
+their exceptions mean "missing", "unreachable, try again" or "failed"; the public methods here check
+the paths, retry what is worth retrying and raise the errors documented below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TypeVar
+
+from ..errors import BucketUnreachableError, StorageError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Characters that no path may hold: backslashes (a Windows separator), control characters, and glob
+# magic, which fsspec expands in some calls instead of taking it literally.
+_FORBIDDEN = re.compile(r"[\\*?\[\]\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file in a bucket, as `Storage.list` returns it.
+
+    Attributes:
+        path: Relative to the bucket root, '/'-separated.
+        size: In bytes.
+    """
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a storage call is retried when the bucket cannot be reached (`BucketUnreachableError`).
+
+    Other failures (missing file, refused credentials) are never retried. The waits double from
+    `first_delay` up to `max_delay`, each shortened by a random factor in [0.5, 1] so that many readers
+    do not come back at the same instant. With the defaults a call gives up after about 8 s of waiting
+    plus the time of its 5 attempts.
+
+    Attributes:
+        attempts: How many times a call is tried in all; 1 disables retries.
+        first_delay: Seconds to wait before the second attempt.
+        max_delay: Longest wait between two attempts, in seconds.
+    """
+
+    attempts: int = 5
+    first_delay: float = 0.5
+    max_delay: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be at least 1 (1 = no retry), got {self.attempts}")
+        if self.first_delay < 0 or self.max_delay < 0:
+            raise ValueError(
+                f"RetryPolicy delays must be >= 0 seconds, got first_delay={self.first_delay}, max_delay={self.max_delay}"
+            )
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        return min(self.max_delay, self.first_delay * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a backend's `_classify` makes of an exception.
+
+    Attributes:
+        kind: `FileNotFoundError`, `StorageError` or `BucketUnreachableError` (the only one retried).
+        reason: What went wrong, for the message, with a hint on what to do where the backend knows one.
+    """
+
+    kind: type[OSError]
+    reason: str
+
+
+def import_backend(module: str, needed_for: str) -> ModuleType:
+    """Import an optional backend's library, or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"{needed_for} need the {module} package: pip install -r requirements.txt -c constraints.txt"
+        ) from error
+
+
+def check_path(path: str, *, prefix: bool = False) -> str:
+    """Return `path` if it is a valid file path (or, with `prefix=True`, a listing prefix) in a bucket.
+
+    A path is relative, '/'-separated, without empty, '.' or '..' parts, backslashes, control or glob
+    characters. A prefix follows the same rules but may be empty or end with '/'.
+
+    Raises:
+        ValueError: The path breaks one of the rules; the message says which.
+    """
+    if not isinstance(path, str):
+        raise TypeError(f"bucket paths are str, got {type(path).__name__}: {path!r}")
+    body = path[:-1] if prefix and path.endswith("/") else path
+    problem = None
+    if not body:
+        problem = None if prefix else "it is empty"
+    elif body.startswith("/"):
+        problem = "it is absolute; paths are relative to the bucket root"
+    elif _FORBIDDEN.search(body):
+        problem = "it holds a backslash, a control character or one of *?[]"
+    elif any(part in ("", ".", "..") for part in body.split("/")):
+        problem = "it has an empty, '.' or '..' part"
+    if problem:
+        raise ValueError(f"invalid bucket path {path!r}: {problem}. Use a relative path like 'versions/00000001.json'")
+    return path
+
+
+class Storage(ABC):
+    """A bucket: whole files read, written, listed and deleted by relative path.
+
+    Every method blocks until done. Instances may be shared between threads. A write replaces the
+    whole file; whether a concurrent reader can see it half-written depends on the backend (each
+    backend's docstring says). Writing several files is never atomic as a group: write the data
+    first and a small commit marker last.
+
+    Errors:
+        FileNotFoundError: The file does not exist (also when the bucket itself does not exist yet).
+        BucketUnreachableError: The bucket did not answer, after `retry.attempts` tries.
+        StorageError: Any other failure of the backend (credentials, permissions, disk).
+        ValueError: An invalid path (see `check_path`).
+
+    Attributes:
+        url: The bucket's URL, without any credentials.
+        retry: How calls are retried when the bucket cannot be reached.
+    """
+
+    def __init__(self, url: str, retry: RetryPolicy | None = None) -> None:
+        self.url = url
+        self.retry = retry if retry is not None else RetryPolicy()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    def read(self, path: str) -> bytes:
+        """Return the whole content of the file at `path`."""
+        check_path(path)
+        return self._call("read", path, lambda: self._read(path))
+
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file at `path` with `data`, creating the bucket if it does not exist."""
+        check_path(path)
+        if not isinstance(data, bytes):
+            raise TypeError(f"write() takes bytes, got {type(data).__name__}; pass bytes(data)")
+        self._call("write", path, lambda: self._write(path, data))
+
+    def list(self, prefix: str = "") -> list[StoredFile]:
+        """Return the files whose path starts with `prefix` (a plain string prefix: 'v1' matches
+        'v1/a' and 'v10'), sorted by path. A bucket that does not exist yet lists as empty."""
+        check_path(prefix, prefix=True)
+        folder = prefix[: prefix.rfind("/") + 1]
+        try:
+            files = self._call("list", prefix or None, lambda: list(self._list(folder)))
+        except FileNotFoundError:
+            return []
+        return sorted((f for f in files if f.path.startswith(prefix)), key=lambda f: f.path)
+
+    def delete(self, paths: Iterable[str]) -> None:
+        """Delete the files at `paths`; paths that do not exist are skipped. Not atomic: on an error,
+        some of the files may be deleted and others not."""
+        paths = [check_path(p) for p in paths]
+        if not paths:
+            return
+        try:
+            self._call("delete", paths[0] if len(paths) == 1 else None, lambda: self._delete(paths))
+        except FileNotFoundError:
+            return
+
+    def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
+        """Run `call`, retrying while the bucket is unreachable, and raise the documented errors."""
+        start = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return call()
+            except Exception as error:
+                failure = self._classify(error)
+                if failure is None:
+                    raise
+                if failure.kind is BucketUnreachableError and attempt < self.retry.attempts:
+                    wait = self.retry.delay(attempt)
+                    logger.warning(
+                        "%s %s: %s; attempt %d of %d, retrying in %.1f s",
+                        operation, self._where(path), failure.reason, attempt, self.retry.attempts, wait,
+                    )
+                    time.sleep(wait)
+                    attempt += 1
+                    continue
+                raise self._error(failure, operation, path, attempt, time.monotonic() - start) from error
+
+    def _where(self, path: str | None) -> str:
+        return f"{self.url}/{path}" if path else self.url
+
+    def _error(self, failure: Failure, operation: str, path: str | None, attempts: int, elapsed: float) -> OSError:
+        """Build the exception a caller sees from a classified failure."""
+        if failure.kind is FileNotFoundError:
+            return FileNotFoundError(f"{path!r} does not exist in {self.url}")
+        if failure.kind is BucketUnreachableError:
+            return BucketUnreachableError(
+                f"{operation} failed after {attempts} attempt(s) over {elapsed:.1f} s, the bucket did not answer: "
+                f"{failure.reason}. Check that the server is up and the URL or endpoint is right; "
+                f"pass retry=RetryPolicy(...) to open_storage to wait longer",
+                url=self.url, path=path, attempts=attempts,
+            )
+        return StorageError(f"{operation} failed: {failure.reason}", url=self.url, path=path)
+
+    @abstractmethod
+    def _classify(self, error: Exception) -> Failure | None:
+        """Say what an exception raised by this backend's primitives means, or None to let it through
+        unchanged (programming errors). The one place where a backend's transport errors become ours."""
+
+    @abstractmethod
+    def _read(self, path: str) -> bytes:
+        """Return the content of `path` (already checked)."""
+
+    @abstractmethod
+    def _write(self, path: str, data: bytes) -> None:
+        """Create or replace `path` (already checked) with `data`."""
+
+    @abstractmethod
+    def _list(self, folder: str) -> Iterable[StoredFile]:
+        """Yield every file under `folder` ('' for the root, else ending with '/'), at any depth.
+        May yield more (the caller filters); may raise FileNotFoundError for a missing bucket."""
+
+    @abstractmethod
+    def _delete(self, paths: list[str]) -> None:
+        """Delete `paths` (already checked, not empty), skipping missing ones."""

@@ -1,0 +1,159 @@
+"""A bucket on S3 or any S3-compatible server (MinIO, R2, `rclone serve s3`, ...) through fsspec/s3fs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from ..errors import BucketUnreachableError, StorageError
+from ._base import Failure, RetryPolicy, Storage, StoredFile, import_backend
+
+T = TypeVar("T")
+
+# A write may take `timeout` plus one second per MiB before it is abandoned (see S3Storage).
+_MIN_UPLOAD_BYTES_PER_S = 2**20
+
+
+def _endpoint_from_env() -> str | None:
+    """The S3 endpoint named by the environment, as the AWS tools read it (service-specific first).
+
+    The only environment read of this backend; credentials, region and profiles are left to
+    botocore's own lookup (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, ~/.aws, roles).
+    """
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """Split `s3://bucket[/prefix]` into the bucket name and the prefix ('' or ending with '/').
+
+    Raises:
+        ValueError: Not an s3:// URL, or no bucket name.
+    """
+    if not url.startswith("s3://"):
+        raise ValueError(f"not an S3 URL: {url!r}; expected s3://bucket[/prefix]")
+    bucket, _, prefix = url[len("s3://") :].strip("/").partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket name in {url!r}; expected s3://bucket[/prefix]")
+    return bucket, prefix + "/" if prefix else ""
+
+
+class S3Storage(Storage):
+    """`s3://bucket[/prefix]` through s3fs. The bucket is created on the first write if missing.
+
+    Atomicity: each file is one PUT; S3 and most compatible servers show an object only once it is
+    complete, so a reader sees the old or the new content. That is the server's promise, not ours:
+    `rclone serve s3` over a local folder was not checked for it. `delete` sends one multi-object
+    request per 1000 paths (not atomic as a group); s3fs ignores per-key errors the server reports
+    in that reply, so a delete refused for some keys passes silently.
+
+    Blocking: `timeout` bounds connecting and each wait for data. s3fs sends uploads with
+    "Expect: 100-continue" and aiohttp waits for that answer without any timeout, so a hung server
+    would hang a write forever: every call except `read` therefore also has a deadline of `timeout`
+    plus one second per MiB written. Retries are ours only (s3fs's and botocore's are turned off), so
+    `retry` alone decides how long an unreachable bucket is retried.
+
+    Args:
+        url: `s3://bucket` or `s3://bucket/prefix`.
+        endpoint_url: Server URL for S3-compatible stores; default AWS_ENDPOINT_URL_S3 or
+            AWS_ENDPOINT_URL, else AWS.
+        key: Access key id; default botocore's lookup (environment, ~/.aws, instance role).
+        secret: Secret access key; same default.
+        timeout: Seconds to wait for a connection or for data before an attempt fails.
+        retry: How calls are retried while the server does not answer.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        key: str | None = None,
+        secret: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.bucket, self.prefix = parse_s3_url(url)
+        super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry)
+        self.endpoint_url = endpoint_url or _endpoint_from_env()
+        self.timeout = timeout
+        self._fs = import_backend("s3fs", "s3:// URLs").S3FileSystem(
+            key=key,
+            secret=secret,
+            endpoint_url=self.endpoint_url,
+            skip_instance_cache=True,  # our own settings, never another caller's instance
+            use_listings_cache=False,  # a poller must see new files at once
+            config_kwargs={
+                "connect_timeout": timeout,
+                "read_timeout": timeout,
+                "retries": {"max_attempts": 1, "mode": "standard"},
+            },
+        )
+        self._fs.retries = 1  # s3fs's own retry loop (a class attribute, not a constructor argument)
+
+    def _classify(self, error: Exception) -> Failure | None:
+        from aiohttp import ClientError as AiohttpError
+        from botocore.exceptions import BotoCoreError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+
+        where = self.endpoint_url or "AWS S3"
+        status = _http_status(error)
+        if isinstance(error, FileNotFoundError):
+            return Failure(FileNotFoundError, str(error))
+        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # fsspec's deadline, socket timeouts
+            return Failure(BucketUnreachableError, f"{where} did not answer in time")
+        if isinstance(error, (BotoConnectionError, HTTPClientError, AiohttpError, ConnectionError)):
+            return Failure(BucketUnreachableError, f"cannot reach {where}: {error}")
+        if status == 429 or (status or 0) >= 500:
+            return Failure(BucketUnreachableError, f"{where} answered HTTP {status}: {error}")
+        if isinstance(error, PermissionError):
+            return Failure(
+                StorageError,
+                f"access denied by {where} ({error}); check the key and secret "
+                "(key=/secret= or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+            )
+        if isinstance(error, (OSError, BotoCoreError)):
+            return Failure(StorageError, f"{where}: {error}")
+        return None
+
+    def _run(
+        self, coroutine: Callable[..., Coroutine[Any, Any, T]], *args: Any, payload: int | None = 0, **kwargs: Any
+    ) -> T:
+        """Run one of s3fs's async calls on its event loop, with a deadline for `payload` bytes sent
+        (None: no deadline)."""
+        from fsspec.asyn import sync
+
+        deadline = None if payload is None else self.timeout + payload / _MIN_UPLOAD_BYTES_PER_S
+        return sync(self._fs.loop, coroutine, *args, timeout=deadline, **kwargs)
+
+    def _key(self, path: str) -> str:
+        return f"{self.bucket}/{self.prefix}{path}"
+
+    def _read(self, path: str) -> bytes:
+        # No deadline: the size is unknown here, and botocore's read timeout already bounds each wait.
+        return self._run(self._fs._cat_file, self._key(path), payload=None)
+
+    def _write(self, path: str, data: bytes) -> None:
+        try:
+            self._run(self._fs._pipe_file, self._key(path), data, payload=len(data))
+        except FileNotFoundError:  # NoSuchBucket: create it, then write again
+            self._run(self._fs._mkdir, self.bucket)
+            self._run(self._fs._pipe_file, self._key(path), data, payload=len(data))
+
+    def _list(self, folder: str) -> list[StoredFile]:
+        found = self._run(self._fs._find, self._key(folder), detail=True)
+        start = len(self._key(""))
+        return [StoredFile(name[start:], int(info["size"])) for name, info in found.items()]
+
+    def _delete(self, paths: list[str]) -> None:
+        self._run(self._fs._rm, [self._key(p) for p in paths])
+
+
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status of a botocore ClientError, found on `error` or on the cause s3fs chains to it."""
+    for candidate in (error, error.__cause__):
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return None

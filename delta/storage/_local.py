@@ -1,0 +1,92 @@
+"""A bucket in a local directory: the embedded default, and what tests and single-machine runs use."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import StorageError
+from ._base import Failure, RetryPolicy, Storage, StoredFile
+
+# Files being written are named like this until they are renamed into place; listings hide them.
+TMP_PREFIX = ".delta-tmp-"
+
+
+class LocalStorage(Storage):
+    """A directory on the local disk (or a shared mount) used as a bucket; created if missing.
+
+    Atomicity: a write goes to a temporary file in the same directory, is flushed and fsynced, then
+    renamed over the target with `os.replace`, and the directory is fsynced: a reader sees the old
+    file or the new one, never a mix, and after a crash the file is whole or absent. A process killed
+    mid-write can leave a `.delta-tmp-*` file behind; listings hide it. `delete` removes files one by
+    one (not atomic as a group) and leaves empty directories in place.
+
+    Local failures are not retried: a full disk or a permission error does not go away by waiting.
+
+    Args:
+        root: The directory; `~` is expanded.
+        retry: Accepted for symmetry with the other backends; local errors are never transient.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, retry: RetryPolicy | None = None) -> None:
+        self.root = Path(root).expanduser().absolute()
+        super().__init__(self.root.as_uri(), retry=retry)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StorageError(f"cannot create the bucket directory: {error}", url=self.url) from error
+
+    def _classify(self, error: Exception) -> Failure | None:
+        if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+            return Failure(FileNotFoundError, str(error))
+        if isinstance(error, OSError):
+            return Failure(StorageError, str(error))
+        return None
+
+    def _read(self, path: str) -> bytes:
+        return (self.root / path).read_bytes()
+
+    def _write(self, path: str, data: bytes) -> None:
+        target = self.root / path
+        if target.name.startswith(TMP_PREFIX):
+            raise ValueError(f"invalid bucket path {path!r}: names starting with {TMP_PREFIX!r} are reserved")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        # O_EXCL on a fresh random name; mode 0o666 lets the umask decide, as for any new file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)  # only still there when something failed before the rename
+        _fsync_directory(target.parent)
+
+    def _list(self, folder: str) -> Iterator[StoredFile]:
+        for directory, _, names in os.walk(self.root / folder):
+            relative = Path(directory).relative_to(self.root).as_posix()
+            for name in names:
+                if name.startswith(TMP_PREFIX):
+                    continue
+                try:
+                    size = os.stat(os.path.join(directory, name)).st_size
+                except FileNotFoundError:  # deleted since the directory was read
+                    continue
+                yield StoredFile(name if relative == "." else f"{relative}/{name}", size)
+
+    def _delete(self, paths: list[str]) -> None:
+        for path in paths:
+            (self.root / path).unlink(missing_ok=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename inside `directory` durable across a power loss."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
