@@ -161,14 +161,14 @@ class AnsContexts:
                 distinct, counts = np.unique(sub, return_counts=True)
                 if distinct.size > 1:
                     coder.encode_reverse(sub, _model(distinct, counts))
-                sub_tables = [bucket, distinct.size, *np.stack([distinct, counts], 1).reshape(-1).tolist()] + sub_tables
+                sub_tables = [bucket, distinct.size, *_pairs(distinct, counts)] + sub_tables
             distinct, counts = np.unique(sym.main, return_counts=True)
             if distinct.size > 1:  # a single symbol carries no information (and is no valid model)
                 coder.encode_reverse(sym.main, _model(distinct, counts))
             compressed = coder.get_compressed()
             words.append(compressed)
             table += [KINDS.index(kind), width, cls, values.size, compressed.size, distinct.size]
-            table += np.stack([distinct, counts], axis=1).reshape(-1).tolist()
+            table += _pairs(distinct, counts)
             table += [len(np.unique(bucket_of))] + sub_tables
         return {
             "models": pack(np.asarray(table, np.uint32)),
@@ -266,13 +266,18 @@ class _Reader:
         return self.data[self.at - n:self.at]
 
     def pairs(self, k: int, alphabet: int, total: int | None, key: Key) -> tuple[np.ndarray, np.ndarray]:
-        """k (symbol, count) pairs, checked: symbols ascending inside the alphabet, counts positive."""
+        """k (symbol, count) pairs written by `_pairs`, checked: symbols inside the alphabet, counts positive."""
         pairs = self.take(2 * k).reshape(-1, 2)
-        distinct, counts = pairs[:, 0], pairs[:, 1]
+        distinct, counts = np.cumsum(pairs[:, 0]), pairs[:, 1]
         if ((distinct >= alphabet).any() or (counts <= 0).any() or (np.diff(distinct) <= 0).any()
                 or (total is not None and int(counts.sum()) != total)):
             raise DeltaFormatError(f"model of context {key} is malformed")
         return distinct, counts
+
+
+def _pairs(distinct: np.ndarray, counts: np.ndarray) -> list[int]:
+    """(symbol, count) pairs with symbols as differences from the previous one: small numbers for zstd."""
+    return np.stack([np.diff(distinct, prepend=0), counts], axis=1).reshape(-1).tolist()
 
 
 def _decode(coder, model: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
