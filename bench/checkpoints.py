@@ -294,12 +294,19 @@ def _remove_run(out_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.checkpoints", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.checkpoints",
+        description=__doc__.split("\n")[0],
+        epilog="data sets:\n" + "\n".join(f"  {name}: {d.description}" for name, d in DATASETS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="data set to generate")
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps (default 4)")
     parser.add_argument("--lr", type=float, default=1e-6, help="learning rate (default 1e-6)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    parser.add_argument("--density", type=float, help="uniform-synthetic only: changed fraction per step (0.01)")
+    parser.add_argument(
+        "--density", type=float, help=f"uniform-synthetic only: changed fraction per step (default {DEFAULT_UNIFORM_DENSITY})",
+    )
     parser.add_argument("-o", "--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     try:
