@@ -305,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-6, help="learning rate (default 1e-6)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     parser.add_argument(
-        "--density", type=float, help=f"uniform-synthetic only: changed fraction per step (default {DEFAULT_UNIFORM_DENSITY})",
+        "--density",
+        type=float,
+        help=f"uniform-synthetic only: changed fraction per step (default {DEFAULT_UNIFORM_DENSITY})",
     )
     parser.add_argument("-o", "--out", required=True, help="output folder")
     args = parser.parse_args(argv)
