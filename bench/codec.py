@@ -12,6 +12,7 @@ copy of the same state (ratios, and GB/s of state); and the peak extra memory of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -31,7 +32,8 @@ from .entropy import conditional_entropy_bits
 
 
 DEFAULT_STEPS = 4
-BIG_STEPS = 2  # the 600M-element state: 1.2 GB per step on disk
+# The 600M-element state: 1.2 GB per step on disk, so 2 steps; lr 5e-7 puts it at ~1% density.
+BIG = {"data": "qwen3-0.6b-shape", "steps": 2, "lr": 5e-7}
 
 
 def _rss() -> int:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", nargs="*", default=[d for d in DATASETS if d != "tiny-qwen3"],
                         choices=sorted(DATASETS), help="data sets (default: all but tiny-qwen3)")
     parser.add_argument("--steps", type=int, default=None,
-                        help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG_STEPS} for qwen3-0.6b-shape)")
+                        help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG['steps']} for {BIG['data']})")
     parser.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "delta-sync", "checkpoints"),
                         help="where the checkpoint sequences are generated once and reused (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=2, help="timing repeats, best kept")
@@ -164,8 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"measured on: {machine()}")
     results = []
     for name in args.data:
-        steps = args.steps or (BIG_STEPS if name == "qwen3-0.6b-shape" else DEFAULT_STEPS)
-        paths = generate_checkpoints(CheckpointParams(data=name, steps=steps), os.path.join(args.data_dir, name)).files
+        params = CheckpointParams(**BIG) if name == BIG["data"] else CheckpointParams(data=name, steps=DEFAULT_STEPS)
+        if args.steps:
+            params = dataclasses.replace(params, steps=args.steps)
+        paths = generate_checkpoints(params, os.path.join(args.data_dir, name)).files
         states = None
         for step, (a, b) in enumerate(zip(paths, paths[1:]), start=1):
             old = delta.load_state(a) if states is None else states

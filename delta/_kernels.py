@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 CHUNK = 1 << 18
+LANES = 4
 
 
 @njit(inline="always")
@@ -62,6 +63,9 @@ def _collect(a, b, shift, mask, chunk, offsets, cap, pos, cls, rank, step, hist,
                     m += 1
             h[0] = hi - lo
         else:
+            # Four histogram lanes: runs of equal exponents would otherwise chain every increment
+            # on the previous one through memory.
+            lanes = np.zeros((LANES, h.size), np.int64)
             for i in range(lo, hi):
                 x = a[i]
                 c = (x >> shift) & mask
@@ -69,10 +73,12 @@ def _collect(a, b, shift, mask, chunk, offsets, cap, pos, cls, rank, step, hist,
                     if m < cap:
                         pos[base + m] = i
                         cls[base + m] = c
-                        rank[base + m] = h[c]
+                        rank[base + m] = lanes[0, c] + lanes[1, c] + lanes[2, c] + lanes[3, c]
                         step[base + m] = _step(np.uint64(x), np.uint64(b[i]), sign, full)
                     m += 1
-                h[c] += 1
+                lanes[i & 3, c] += 1
+            for c in range(h.size):
+                h[c] = lanes[0, c] + lanes[1, c] + lanes[2, c] + lanes[3, c]
         counts[k] = m
 
 
@@ -147,9 +153,11 @@ def find_changes(a: np.ndarray, b: np.ndarray, shift: int, mask: int) -> Changes
 def _class_hist(a, shift, mask, chunk, hist):  # pragma: no cover - compiled
     n = a.size
     for k in prange(hist.shape[0]):
-        h = hist[k]
+        lanes = np.zeros((LANES, hist.shape[1]), np.int64)
         for i in range(k * chunk, min(n, (k + 1) * chunk)):
-            h[(a[i] >> shift) & mask] += 1
+            lanes[i & 3, (a[i] >> shift) & mask] += 1
+        for c in range(hist.shape[1]):
+            hist[k, c] = lanes[0, c] + lanes[1, c] + lanes[2, c] + lanes[3, c]
 
 
 @njit(parallel=True, nogil=True, cache=True)

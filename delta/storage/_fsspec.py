@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -48,11 +49,12 @@ class S3Storage(Storage):
     request per 1000 paths (not atomic as a group); s3fs ignores per-key errors the server reports
     in that reply, so a delete refused for some keys passes silently.
 
-    Blocking: `timeout` bounds connecting and each wait for data. s3fs sends uploads with
-    "Expect: 100-continue" and aiohttp waits for that answer without any timeout, so a hung server
-    would hang a write forever: every call except `read` therefore also has a deadline of `timeout`
-    plus one second per MiB written. Retries are ours only (s3fs's and botocore's are turned off), so
-    `retry` alone decides how long an unreachable bucket is retried.
+    Blocking: `timeout` bounds connecting and each wait for data. Uploads are sent without
+    "Expect: 100-continue", which aiohttp waits for with no timeout at all (a hung or merely busy
+    server then hung writes forever). A write also has a deadline of `timeout` plus one second per
+    MiB, because a server that stops reading would block the upload where no socket timeout applies.
+    Retries are ours only (s3fs's and botocore's are turned off), so `retry` alone decides how long
+    an unreachable bucket is retried. The first call sets up the client (about a second).
 
     Args:
         url: `s3://bucket` or `s3://bucket/prefix`.
@@ -78,10 +80,15 @@ class S3Storage(Storage):
         super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry)
         self.endpoint_url = endpoint_url or _endpoint_from_env()
         self.timeout = timeout
-        self._fs = import_backend("s3fs", "s3:// URLs").S3FileSystem(
+        s3fs = import_backend("s3fs", "s3:// URLs")
+        session = import_backend("aiobotocore.session", "s3:// URLs").AioSession()
+        # Runs after botocore's own handler for the same event, which adds the header to every upload.
+        session.register("before-call.s3", _drop_expect_continue)
+        self._fs = s3fs.S3FileSystem(
             key=key,
             secret=secret,
             endpoint_url=self.endpoint_url,
+            session=session,
             skip_instance_cache=True,  # our own settings, never another caller's instance
             use_listings_cache=False,  # a poller must see new files at once
             config_kwargs={
@@ -101,7 +108,7 @@ class S3Storage(Storage):
         status = _http_status(error)
         if isinstance(error, FileNotFoundError):
             return Failure(FileNotFoundError, str(error))
-        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # fsspec's deadline, socket timeouts
+        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # the write deadline, socket timeouts
             return Failure(BucketUnreachableError, f"{where} did not answer in time")
         if isinstance(error, (BotoConnectionError, HTTPClientError, AiohttpError, ConnectionError)):
             return Failure(BucketUnreachableError, f"cannot reach {where}: {error}")
@@ -118,28 +125,27 @@ class S3Storage(Storage):
         return None
 
     def _run(
-        self, coroutine: Callable[..., Coroutine[Any, Any, T]], *args: Any, payload: int | None = 0, **kwargs: Any
+        self, coroutine: Callable[..., Coroutine[Any, Any, T]], *args: Any, deadline: float | None = None, **kwargs: Any
     ) -> T:
-        """Run one of s3fs's async calls on its event loop, with a deadline for `payload` bytes sent
-        (None: no deadline)."""
+        """Run one of s3fs's async calls on its event loop, cancelled after `deadline` seconds."""
         from fsspec.asyn import sync
 
-        deadline = None if payload is None else self.timeout + payload / _MIN_UPLOAD_BYTES_PER_S
         return sync(self._fs.loop, coroutine, *args, timeout=deadline, **kwargs)
 
     def _key(self, path: str) -> str:
         return f"{self.bucket}/{self.prefix}{path}"
 
     def _read(self, path: str) -> bytes:
-        # No deadline: the size is unknown here, and botocore's read timeout already bounds each wait.
-        return self._run(self._fs._cat_file, self._key(path), payload=None)
+        return self._run(self._fs._cat_file, self._key(path))
 
     def _write(self, path: str, data: bytes) -> None:
+        deadline = self.timeout + len(data) / _MIN_UPLOAD_BYTES_PER_S
         try:
-            self._run(self._fs._pipe_file, self._key(path), data, payload=len(data))
+            self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
         except FileNotFoundError:  # NoSuchBucket: create it, then write again
-            self._run(self._fs._mkdir, self.bucket)
-            self._run(self._fs._pipe_file, self._key(path), data, payload=len(data))
+            with contextlib.suppress(FileExistsError):  # another writer was quicker
+                self._run(self._fs._mkdir, self.bucket)
+            self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
 
     def _list(self, folder: str) -> list[StoredFile]:
         found = self._run(self._fs._find, self._key(folder), detail=True)
@@ -157,3 +163,8 @@ def _http_status(error: BaseException) -> int | None:
         if isinstance(response, dict):
             return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return None
+
+
+def _drop_expect_continue(params: dict[str, Any], **_: Any) -> None:
+    """botocore event handler: send uploads without "Expect: 100-continue" (see S3Storage, Blocking)."""
+    params["headers"].pop("Expect", None)
