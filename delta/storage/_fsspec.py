@@ -94,7 +94,7 @@ class S3Storage(Storage):
             config_kwargs={
                 "connect_timeout": timeout,
                 "read_timeout": timeout,
-                "retries": {"max_attempts": 1, "mode": "standard"},
+                "retries": {"total_max_attempts": 1, "mode": "standard"},  # no retry below ours
             },
         )
         self._fs.retries = 1  # s3fs's own retry loop (a class attribute, not a constructor argument)

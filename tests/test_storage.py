@@ -1,0 +1,329 @@
+"""delta.storage: one suite for the interface, run against every backend that works here (a local
+directory, and S3 for real through `rclone serve s3`), then each backend's own promises and failures.
+
+The Hugging Face backend cannot reach the Hub from here: its tests cover URL parsing and run every
+call through the real huggingface_hub code against an endpoint that cannot be connected to.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from delta.errors import BucketUnreachableError, DeltaError, StorageError
+from delta.storage import (
+    HfBucketStorage,
+    LocalStorage,
+    RetryPolicy,
+    S3Storage,
+    Storage,
+    StoredFile,
+    check_path,
+    open_storage,
+)
+from delta.storage._fsspec import parse_s3_url
+from delta.storage._hf import parse_hf_bucket_url
+from delta.storage._local import TMP_PREFIX
+from tests.rclone_server import RcloneS3Server
+
+# Retries that give up in well under a second, so failure tests stay fast.
+QUICK = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
+
+OpenBucket = Callable[[str], Storage]
+
+
+@pytest.fixture(params=["local", "s3"])
+def open_bucket(request: pytest.FixtureRequest, tmp_path: Path) -> OpenBucket:
+    """Open `<bucket root>/<sub>` on the backend under test; the same root for every call in a test."""
+    if request.param == "local":
+        return lambda sub="": open_storage(str(tmp_path / "bucket" / sub), retry=QUICK)
+    server: RcloneS3Server = request.getfixturevalue("rclone_s3")
+    return lambda sub="": open_storage(f"s3://test-bucket/{sub}", retry=QUICK, **server.storage_options())
+
+
+@pytest.fixture
+def bucket(open_bucket: OpenBucket) -> Storage:
+    return open_bucket("runs/1")
+
+
+# --- the shared suite ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"", bytes(range(256)), random.Random(0).randbytes(3 << 20)], ids=["empty", "bytes", "3MiB"])
+def test_round_trip_is_bit_exact(bucket: Storage, data: bytes) -> None:
+    bucket.write("deep/folder/file.bin", data)
+    assert bucket.read("deep/folder/file.bin") == data
+
+
+def test_overwrite_replaces_content_and_size(bucket: Storage) -> None:
+    bucket.write("manifest.json", b"version 1, a longer first text")
+    bucket.write("manifest.json", b"version 2")
+    assert bucket.read("manifest.json") == b"version 2"
+    assert bucket.list() == [StoredFile("manifest.json", 9)]
+
+
+def test_list_filters_by_string_prefix_sorted_with_sizes(bucket: Storage) -> None:
+    for path, size in [("b", 4), ("a/2/x", 3), ("ab", 2), ("a/1", 1)]:
+        bucket.write(path, b"z" * size)
+    assert bucket.list() == [StoredFile("a/1", 1), StoredFile("a/2/x", 3), StoredFile("ab", 2), StoredFile("b", 4)]
+    assert [f.path for f in bucket.list("a/")] == ["a/1", "a/2/x"]
+    assert [f.path for f in bucket.list("a")] == ["a/1", "a/2/x", "ab"]
+    assert [f.path for f in bucket.list("a/2/")] == ["a/2/x"]
+    assert bucket.list("c/") == []
+
+
+def test_prefixes_of_one_bucket_do_not_see_each_other(open_bucket: OpenBucket) -> None:
+    one, two, root = open_bucket("one"), open_bucket("two"), open_bucket("")
+    one.write("x", b"1")
+    two.write("x", b"22")
+    assert one.list() == [StoredFile("x", 1)]
+    assert two.read("x") == b"22"
+    assert root.list() == [StoredFile("one/x", 1), StoredFile("two/x", 2)]
+
+
+def test_delete_removes_the_given_files_and_skips_missing_ones(bucket: Storage) -> None:
+    for path in ["keep", "v/1", "v/2"]:
+        bucket.write(path, b"x")
+    bucket.delete(["v/1", "v/2", "never/written"])
+    bucket.delete([])
+    assert [f.path for f in bucket.list()] == ["keep"]
+
+
+def test_missing_file_raises_file_not_found(bucket: Storage) -> None:
+    bucket.write("there", b"x")
+    with pytest.raises(FileNotFoundError) as info:
+        bucket.read("not/there")
+    assert str(info.value) == f"'not/there' does not exist in {bucket.url}"
+    assert info.value.__cause__ is not None
+
+
+def test_a_folder_is_not_a_file(bucket: Storage) -> None:
+    bucket.write("folder/file", b"x")
+    with pytest.raises(FileNotFoundError):
+        bucket.read("folder")
+
+
+def test_a_bucket_not_created_yet_is_empty_until_the_first_write(open_bucket: OpenBucket) -> None:
+    fresh = open_bucket("")
+    assert fresh.list() == []
+    with pytest.raises(FileNotFoundError):
+        fresh.read("manifest.json")
+    fresh.delete(["manifest.json"])
+    fresh.write("manifest.json", b"{}")
+    assert fresh.read("manifest.json") == b"{}"
+
+
+BAD_PATHS = {
+    "": "it is empty",
+    "/etc/passwd": "it is absolute; paths are relative to the bucket root",
+    "../outside": "it has an empty, '.' or '..' part",
+    "a/../../b": "it has an empty, '.' or '..' part",
+    "a//b": "it has an empty, '.' or '..' part",
+    "./a": "it has an empty, '.' or '..' part",
+    "dir/": "it has an empty, '.' or '..' part",
+    "a\\b": "it holds a backslash, a control character or one of *?[]",
+    "v*": "it holds a backslash, a control character or one of *?[]",
+    "a\nb": "it holds a backslash, a control character or one of *?[]",
+}
+
+
+@pytest.mark.parametrize("path", BAD_PATHS)
+def test_bad_paths_are_rejected_before_any_call(bucket: Storage, path: str) -> None:
+    message = re.escape(f"invalid bucket path {path!r}: {BAD_PATHS[path]}. Use a relative path like 'versions/00000001.json'")
+    for call in (lambda: bucket.read(path), lambda: bucket.write(path, b"x"), lambda: bucket.delete(["ok", path])):
+        with pytest.raises(ValueError, match=message):
+            call()
+    if path not in ("", "dir/"):  # both are fine as a listing prefix
+        with pytest.raises(ValueError, match=message):
+            bucket.list(path)
+
+
+def test_write_takes_bytes_only(bucket: Storage) -> None:
+    with pytest.raises(TypeError, match=re.escape("write() takes bytes, got bytearray; pass bytes(data)")):
+        bucket.write("f", bytearray(b"x"))  # type: ignore[arg-type]
+
+
+# --- local directory -----------------------------------------------------------------------------
+
+
+def test_local_url_forms_all_open_the_same_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "new" / "bucket"
+    opened = [open_storage(str(folder)), open_storage(folder), open_storage(f"file://{folder}")]
+    assert all(isinstance(s, LocalStorage) and s.url == folder.as_uri() for s in opened)
+    assert folder.is_dir()
+
+
+def test_local_write_replaces_the_file_instead_of_rewriting_it(tmp_path: Path) -> None:
+    bucket = LocalStorage(tmp_path)
+    bucket.write("f", b"old")
+    with open(tmp_path / "f", "rb") as reader:  # a reader in the middle of the old version
+        bucket.write("f", b"new content")
+        assert reader.read() == b"old"
+    assert bucket.read("f") == b"new content"
+    assert os.listdir(tmp_path) == ["f"]  # no temporary file left
+
+
+def test_local_temporary_files_of_a_crashed_writer_are_hidden(tmp_path: Path) -> None:
+    bucket = LocalStorage(tmp_path)
+    bucket.write("v/1", b"x")
+    (tmp_path / "v" / f"{TMP_PREFIX}0123").write_bytes(b"half a fi")
+    assert bucket.list() == [StoredFile("v/1", 1)]
+    with pytest.raises(ValueError, match="reserved"):
+        bucket.write(f"v/{TMP_PREFIX}0123", b"x")
+
+
+def test_local_disk_errors_become_storage_errors(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(StorageError) as info:
+        LocalStorage(tmp_path / "file" / "bucket")
+    assert str(info.value).startswith(f"{(tmp_path / 'file' / 'bucket').as_uri()}: cannot create the bucket directory:")
+    assert isinstance(info.value, DeltaError) and isinstance(info.value, OSError)
+
+
+# --- S3 through rclone serve s3 ------------------------------------------------------------------
+
+
+def test_s3_url_parsing() -> None:
+    assert parse_s3_url("s3://bucket") == ("bucket", "")
+    assert parse_s3_url("s3://bucket/") == ("bucket", "")
+    assert parse_s3_url("s3://bucket/runs/a/") == ("bucket", "runs/a/")
+    with pytest.raises(ValueError, match=re.escape("no bucket name in 's3://'; expected s3://bucket[/prefix]")):
+        parse_s3_url("s3://")
+    assert S3Storage("s3://bucket/runs/a/", endpoint_url="http://127.0.0.1:9").url == "s3://bucket/runs/a"
+
+
+def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_s3: RcloneS3Server) -> None:
+    bucket = open_storage("s3://test-bucket", retry=QUICK, **rclone_s3.storage_options())
+    bucket.write("v/1", b"before")
+    rclone_s3.stop()
+    for operation, call in [
+        ("read", lambda: bucket.read("v/1")),
+        ("write", lambda: bucket.write("v/2", b"x")),
+        ("list", lambda: bucket.list()),
+        ("delete", lambda: bucket.delete(["v/1"])),
+    ]:
+        start = time.monotonic()
+        with pytest.raises(BucketUnreachableError) as info:
+            call()
+        assert time.monotonic() - start < 10  # 3 quick attempts; generous for a loaded machine
+        error = info.value
+        assert isinstance(error, StorageError) and isinstance(error, ConnectionError)
+        assert error.attempts == QUICK.attempts and error.url == "s3://test-bucket"
+        assert re.match(
+            rf"s3://test-bucket(/v/\d)?: {operation} failed after 3 attempt\(s\) over \d+\.\d s, the bucket did not "
+            rf"answer: cannot reach {rclone_s3.endpoint_url}: .*Check that the server is up",
+            str(error),
+        ), str(error)
+    rclone_s3.start()
+    assert bucket.read("v/1") == b"before"
+    bucket.write("v/2", b"after")
+    assert [f.path for f in bucket.list()] == ["v/1", "v/2"]
+
+
+def test_s3_hung_server_times_out_then_recovers(rclone_s3: RcloneS3Server) -> None:
+    bucket = open_storage("s3://test-bucket", timeout=0.5, retry=RetryPolicy(attempts=2, first_delay=0.05), **rclone_s3.storage_options())
+    bucket.write("f", b"x")
+    rclone_s3.pause()
+    for call in (lambda: bucket.write("f", b"y"), lambda: bucket.read("f"), lambda: bucket.list()):
+        start = time.monotonic()
+        with pytest.raises(BucketUnreachableError, match="failed after 2 attempt"):
+            call()
+        assert time.monotonic() - start < 10  # 2 attempts of 0.5 s; generous for a loaded machine
+    rclone_s3.resume()
+    assert bucket.read("f") in (b"x", b"y")  # the abandoned write may have landed after all
+    bucket.write("f", b"z")
+    assert bucket.read("f") == b"z"
+
+
+def test_s3_wrong_secret_is_a_storage_error_and_not_retried(rclone_s3: RcloneS3Server, caplog: pytest.LogCaptureFixture) -> None:
+    options = rclone_s3.storage_options() | {"secret": "not-the-secret"}
+    bucket = open_storage("s3://test-bucket", retry=RetryPolicy(attempts=5, first_delay=3.0), **options)
+    for operation, call in [("list", lambda: bucket.list()), ("write", lambda: bucket.write("f", b"x"))]:
+        with pytest.raises(StorageError) as info:
+            call()
+        assert not isinstance(info.value, BucketUnreachableError)
+        assert f"{operation} failed: access denied by {rclone_s3.endpoint_url}" in str(info.value)
+        assert "AWS_SECRET_ACCESS_KEY" in str(info.value) and "not-the-secret" not in str(info.value)
+    assert "retrying" not in caplog.text
+
+
+def test_s3_endpoint_and_credentials_from_the_environment(rclone_s3: RcloneS3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in rclone_s3.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = open_storage("s3://env-bucket/p", retry=QUICK)
+    assert isinstance(bucket, S3Storage) and bucket.endpoint_url == rclone_s3.endpoint_url
+    bucket.write("f", b"from env")
+    assert (rclone_s3.root / "env-bucket" / "p" / "f").read_bytes() == b"from env"
+
+
+# --- Hugging Face buckets (no Hub here) ----------------------------------------------------------
+
+
+def test_hf_url_parsing() -> None:
+    assert parse_hf_bucket_url("hf://buckets/ns/name") == ("ns/name", "")
+    assert parse_hf_bucket_url("hf://buckets/ns/name/runs/a/") == ("ns/name", "runs/a/")
+    with pytest.raises(ValueError, match=re.escape("not a Hugging Face bucket URL: 'hf://ns/model'")):
+        parse_hf_bucket_url("hf://ns/model")
+    for url in ("hf://buckets/ns", "hf://buckets//name"):
+        with pytest.raises(ValueError, match=re.escape(f"no bucket name in {url!r}")):
+            parse_hf_bucket_url(url)
+
+
+def test_hf_calls_run_through_huggingface_hub_up_to_the_network() -> None:
+    """Each call goes through the real HfApi method with our arguments (a wrong keyword or bucket id
+    would fail there) and stops where the connection is made; the token shows nowhere."""
+    token = "hf_do_not_leak_this_token"
+    endpoint = "unreachable://hub.invalid"
+    bucket = open_storage("hf://buckets/ns/name/runs/a", endpoint=endpoint, token=token)
+    no_create = HfBucketStorage("hf://buckets/ns/name", endpoint=endpoint, token=token, create=False)
+    assert isinstance(bucket, HfBucketStorage) and bucket.url == "hf://buckets/ns/name/runs/a"
+    assert token not in repr(bucket)
+    for call in (
+        lambda: bucket.read("v/1"),  # download_bucket_files
+        lambda: bucket.write("v/1", b"x"),  # create_bucket
+        lambda: no_create.write("v/1", b"x"),  # batch_bucket_files(add=...), through hf_xet
+        lambda: bucket.list("v/"),  # list_bucket_tree
+        lambda: bucket.delete(["v/1", "v/2"]),  # batch_bucket_files(delete=...)
+    ):
+        with pytest.raises(BucketUnreachableError) as info:
+            call()
+        assert f"the bucket did not answer: cannot reach the Hub at {endpoint}" in str(info.value)
+        assert token not in str(info.value)
+
+
+def test_hf_client_settings_go_to_one_place() -> None:
+    from huggingface_hub import HfApi
+
+    with pytest.raises(ValueError, match="not both"):
+        HfBucketStorage("hf://buckets/ns/name", api=HfApi(), token="x")
+
+
+# --- choosing a backend, shared rules ------------------------------------------------------------
+
+
+def test_unknown_schemes_are_refused_with_the_forms_that_work() -> None:
+    with pytest.raises(ValueError) as info:
+        open_storage("gs://bucket")
+    assert str(info.value) == (
+        "unsupported bucket URL 'gs://bucket': use a directory path, file:///abs/path, s3://bucket[/prefix] "
+        "or hf://buckets/<namespace>/<name>[/prefix]"
+    )
+
+
+def test_check_path_accepts_what_the_layers_above_write() -> None:
+    for path in ["manifest.json", "versions/00000001/delta-00000.safetensors", ".hidden", "a b/ü"]:
+        assert check_path(path) == path
+    assert check_path("", prefix=True) == "" and check_path("versions/", prefix=True) == "versions/"
+
+
+def test_retry_policy_is_checked() -> None:
+    with pytest.raises(ValueError, match=re.escape("RetryPolicy.attempts must be at least 1 (1 = no retry), got 0")):
+        RetryPolicy(attempts=0)
+    policy = RetryPolicy(first_delay=1.0, max_delay=3.0)
+    assert [0.5 <= policy.delay(n) / expected <= 1.0 for n, expected in [(1, 1.0), (2, 2.0), (3, 3.0), (9, 3.0)]] == [True] * 4
