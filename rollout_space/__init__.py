@@ -1,0 +1,1 @@
+"""The rollout Space: inference engines that serve the latest published policy (``rollout_space.engines``)."""

@@ -1,0 +1,295 @@
+"""The engine interface every backend implements: load a model folder, generate, take weight updates.
+
+An engine owns a copy of the *published state* (name -> tensor, names and dtypes as in the HF
+checkpoint) and serves exactly that state at `version`. The follower keeps it in step with the
+trainer:
+
+    >>> header, changes, digest = delta.decode(data, engine.state)     # slow half, while serving
+    >>> with engine.paused():                                          # generation waits from here
+    ...     result = delta.write_changes(header, changes, engine.state, digest)
+    ...     names = [e.name for e in result.header.tensors if e.changed]
+    ...     engine.update({n: engine.state[n] for n in names}, result.header.version)
+
+Writing into `engine.state` changes nothing the engine computes until `update` is called with those
+names; `update` also accepts new tensors from elsewhere (they are copied into the state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+import delta
+
+from .errors import EngineError, UpdateRefusedError
+
+DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What every engine is started with.
+
+    Attributes:
+        model: A local Hugging Face model folder (safetensors weights, config, tokenizer). Engines read
+            only this folder, never the Hub.
+        dtype: Compute dtype: `auto` (the checkpoint's), `bfloat16`, `float16` or `float32`. The published
+            state keeps its own dtype; updates are cast on the way in. `float32` makes two engines agree
+            to ~1e-5 in logprobs, which the tests rely on.
+        max_model_len: Longest prompt + completion, in tokens.
+    """
+
+    model: str
+    dtype: str = "auto"
+    max_model_len: int = 2048
+
+    def __post_init__(self) -> None:
+        if not os.path.isdir(self.model):
+            raise ValueError(f"model {self.model!r} is not a local folder; engines load a local HF model folder "
+                             "(download it first, e.g. with `hf download`, or build one with models.build_tiny_qwen3)")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {sorted(DTYPES)}")
+        if self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be at least 2 tokens, got {self.max_model_len}")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion per prompt.
+
+    Attributes:
+        max_tokens: Most tokens to generate.
+        temperature: 0 means greedy (argmax); otherwise logits are divided by it before sampling.
+        top_p: Nucleus sampling mass (1.0 keeps every token).
+        seed: Makes sampling reproducible (same engine, prompts, weights and seed give the same
+            completions); identical prompts in one call still get different samples. None: not reproducible.
+        stop_token_ids: Token ids that end a completion besides the engine's `stop_token_ids`.
+    """
+
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated completion.
+
+    Attributes:
+        prompt_ids: The prompt's token ids.
+        token_ids: The sampled token ids, the stop token included when generation stopped on one.
+        logprobs: Per sampled token, its log-probability under the model's raw distribution
+            (log_softmax of the logits, before temperature or top-p): what an RL trainer compares with.
+        text: `token_ids` decoded, special tokens skipped.
+        finish_reason: `stop` (a stop token was sampled) or `length` (max_tokens or max_model_len reached).
+        version: The weight version that produced every token of it.
+    """
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What a backend returns for one prompt; the base class adds text and version."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+class Engine(ABC):
+    """One model, served at one published version at a time.
+
+    Every public method takes one lock: calls from several threads run one after another, so an
+    `update` waits for the `generate` in flight and no completion mixes two versions. Use `paused()`
+    to hold generation off while writing into `state`.
+
+    Subclasses implement `_generate`, `_prompt_logprobs`, `_load` and `_close`; the lock is held
+    around each call.
+    """
+
+    def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
+        """Read the published state and tokenizer from `config.model`; subclasses then start their backend.
+
+        Args:
+            config: The model folder and compute settings.
+            version: The version of the weights in the folder.
+        """
+        from transformers import AutoTokenizer, GenerationConfig
+
+        self.config = config
+        self._state = delta.load_state(config.model)
+        self._version = version
+        self._lock = threading.RLock()
+        self._closed = False
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+        try:
+            eos = GenerationConfig.from_pretrained(config.model, local_files_only=True).eos_token_id
+        except OSError:  # the folder has no generation_config.json
+            eos = None
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        if self.tokenizer.eos_token_id is not None:
+            eos.append(self.tokenizer.eos_token_id)
+        #: Token ids that end every completion: the folder's generation config and the tokenizer's EOS.
+        self.stop_token_ids: tuple[int, ...] = tuple(sorted(set(eos)))
+
+    def _stops(self, params: SamplingParams) -> list[int]:
+        """The token ids that end a completion sampled with `params`."""
+        return sorted(set(self.stop_token_ids) | set(params.stop_token_ids))
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The published state this engine holds (the caller may write into it; see the module docstring)."""
+        return self._state
+
+    @property
+    def version(self) -> int:
+        """The version the engine computes with now."""
+        return self._version
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None) -> list[Completion]:
+        """Complete each prompt once. Blocks until all are done (and while an update runs).
+
+        Args:
+            prompts: Strings (tokenized as they are, no special tokens added) or lists of token ids.
+            params: How to sample; default `SamplingParams()`.
+
+        Returns:
+            One completion per prompt, in order, each stamped with the version that produced it.
+
+        Raises:
+            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len.
+            EngineError: the engine is closed or its backend failed.
+        """
+        params = params or SamplingParams()
+        ids = self._token_ids(prompts, params.max_tokens)
+        with self._serving():
+            sampled = self._generate(ids, params)
+            version = self._version
+        return [Completion(p, s.token_ids, s.logprobs, self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                           s.finish_reason, version) for p, s in zip(ids, sampled)]
+
+    def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
+        """Log-probability of each prompt token given the ones before it (for tests and scoring).
+
+        Returns:
+            Per prompt of n tokens, n - 1 floats (the first token has no context).
+        """
+        ids = self._token_ids(prompts, 1)  # backends score a prompt by generating one token after it
+        with self._serving():
+            return self._prompt_logprobs(ids)
+
+    def update(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
+        """Compute with new values of some published tensors from now on, and serve `version`.
+
+        Everything is checked before anything changes: on `UpdateRefusedError` the engine serves the
+        previous version with the previous weights. Blocks until the generation in flight ends.
+        Tensors are copied into `state` unless they already are `state`'s own tensors.
+
+        Args:
+            changed: Full new tensors by published name (only the ones that changed are needed).
+            version: The version the state is at after this update.
+
+        Raises:
+            UpdateRefusedError: a name the model does not have, or a shape or dtype that differs.
+            EngineError: the backend failed while loading; what it computes with is then undefined
+                until an update of every tensor succeeds.
+        """
+        problems = []
+        for name, tensor in changed.items():
+            old = self._state.get(name)
+            if old is None:
+                problems.append(f"the model has no tensor {name!r}")
+            elif tensor.shape != old.shape or tensor.dtype != old.dtype:
+                problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
+                                f"{old.dtype} {tuple(old.shape)}")
+        if problems:
+            raise UpdateRefusedError(version, self._version, problems)
+        with self._serving():
+            try:
+                if changed:
+                    self._load(changed)
+            except Exception as e:  # the backend's own errors: report them as ours, with the version
+                raise EngineError(f"loading {len(changed)} tensors for version {version} failed: {e}",
+                                  version=self._version) from e
+            for name, tensor in changed.items():
+                if tensor is not self._state[name]:
+                    self._state[name].copy_(tensor)
+            self._version = version
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold generation off (and wait for the call in flight) for the duration of the block."""
+        with self._serving():
+            yield
+
+    def close(self) -> None:
+        """Stop the backend and free its memory; later calls raise EngineError. Safe to call twice."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        with self._lock:
+            if self._closed:
+                raise EngineError("the engine is closed; start a new one", version=self._version)
+            yield
+
+    def _token_ids(self, prompts: Sequence[Prompt], max_tokens: int) -> list[list[int]]:
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else [int(t) for t in p]
+               for p in prompts]
+        for i, p in enumerate(ids):
+            if not p:
+                raise ValueError(f"prompt {i} is empty; give at least one token")
+            if len(p) + max_tokens > self.config.max_model_len:
+                raise ValueError(f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
+                                 f"{self.config.max_model_len}; shorten it, lower max_tokens or raise max_model_len")
+        return ids
+
+    @abstractmethod
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
+        """Sample one completion per prompt with the current weights."""
+
+    @abstractmethod
+    def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Log-probabilities of prompt tokens 1..n-1 with the current weights."""
+
+    @abstractmethod
+    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
+        """Make the backend compute with these new values (published names); `state` still holds the old
+        ones unless the caller wrote there already."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Release the backend."""

@@ -1,0 +1,86 @@
+"""The plain transformers engine: the model in this process on the CPU, for small machines and fast tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams
+
+
+class TransformersEngine(Engine):
+    """Runs the model with transformers in the calling thread (generation blocks it).
+
+    The model's parameters are separate from `state` (a second copy, in the compute dtype), so writes
+    into `state` take effect only through `update`, which copies the changed tensors into them.
+    """
+
+    def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
+        """Load the model folder (seconds for small models).
+
+        Raises:
+            ValueError: the model's parameter names are not the checkpoint's (updates could not reach them).
+        """
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        super().__init__(config, version=version)
+        model = AutoModelForCausalLM.from_pretrained(
+            config.model, dtype=DTYPES[config.dtype] or "auto", local_files_only=True)
+        model.eval()
+        # Sample with our parameters only: the folder's generation defaults (top_k, penalties) would
+        # make this engine sample differently from vLLM.
+        model.generation_config = GenerationConfig(pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id)
+        self._model = model
+        self._params = model.state_dict()  # name -> tensor sharing the parameter's storage (tied names included)
+        missing = sorted(set(self.state) - set(self._params))
+        if missing:
+            raise ValueError(f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
+                             f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow")
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else next(iter(self.stop_token_ids), 0)  # padding is masked: any id works
+
+    @torch.inference_mode()
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
+        pad = self._pad_id()
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # left padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        greedy = params.temperature == 0
+        stops = self._stops(params)
+        with torch.random.fork_rng(devices=[], enabled=params.seed is not None):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+            out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
+                                       eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
+                                       output_logits=True, **sampling)
+        new = out.sequences[:, width:]
+        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw logits: before temperature/top-p
+        sampled = logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        results = []
+        for row, row_logprobs in zip(new.tolist(), sampled.tolist()):
+            end = next((i + 1 for i, t in enumerate(row) if t in stops), None)
+            n = end or len(row)
+            results.append(Sampled(row[:n], row_logprobs[:n], "stop" if end else "length"))
+        return results
+
+    @torch.inference_mode()
+    def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        pad = self._pad_id()
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts])  # right padded: causal, so harmless
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
+        logits = self._model(input_ids=ids, attention_mask=mask).logits.float()
+        scores = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return [row[: len(p) - 1] for row, p in zip(scores.tolist(), prompts)]
+
+    @torch.inference_mode()
+    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
+        for name, tensor in changed.items():
+            self._params[name].copy_(tensor)  # casts to the compute dtype; a tied lm_head shares this storage
+
+    def _close(self) -> None:
+        del self._model, self._params

@@ -1,0 +1,54 @@
+"""A tiny model that vLLM on CPU can run, and optimizer-like weight updates, for the engine tests."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+import delta
+from models import build_tiny_qwen3
+from rollout_space.engines import Engine
+
+#: The smallest head size vLLM's CPU attention supports (its kernels take 32, 64, 80, ... 512).
+VLLM_CPU_HEAD_DIM = 32
+
+
+#: Weights ten times wider than transformers' default 0.02: a random model then varies its greedy
+#: tokens (at 0.02 it repeats one token, and equal greedy outputs would prove little).
+INIT_STD = 0.2
+
+
+def build_model(path: str, seed: int = 0) -> str:
+    """`models.build_tiny_qwen3`, re-initialised with 32-wide heads (its own are 16, which vLLM's CPU
+    attention does not run) and `INIT_STD`; same tokenizer, seeded, bf16 weights, tied embeddings."""
+    build_tiny_qwen3(path, seed)
+    config = Qwen3Config.from_pretrained(path)
+    config.head_dim = VLLM_CPU_HEAD_DIM
+    config.initializer_range = INIT_STD
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.to(torch.bfloat16).save_pretrained(path)
+    return path
+
+
+def step(state: dict[str, torch.Tensor], names: list[str], seed: int, lr: float = 1e-3) -> dict[str, torch.Tensor]:
+    """A new state where each tensor in `names` took a sign step like Adam's first: w - lr * sign(noise),
+    in fp32, rounded back to the tensor's dtype. The other tensors are the same objects."""
+    g = torch.Generator().manual_seed(seed)
+    new = dict(state)
+    for name in names:
+        w = state[name]
+        new[name] = (w.float() - lr * torch.sign(torch.randn(w.shape, generator=g))).to(w.dtype)
+    return new
+
+
+def follow(engine: Engine, data: bytes) -> list[str]:
+    """Apply a delta file the way the follower does: decode while the engine serves, then write into
+    `engine.state` and load the changed tensors with generation paused. Returns the changed names."""
+    header, changes, digest = delta.decode(data, engine.state)
+    with engine.paused():
+        result = delta.write_changes(header, changes, engine.state, digest)
+        names = [e.name for e in result.header.tensors if e.changed]
+        engine.update({n: engine.state[n] for n in names}, result.header.version)
+    return names

@@ -1,0 +1,131 @@
+"""The transformers engine, and through it the engine interface's contract (rollout_space.engines.base)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+import torch
+
+import delta
+from rollout_space.engines import (
+    EngineConfig, EngineError, SamplingParams, UpdateRefusedError, open_engine,
+)
+from tests._engines import build_model, follow, step
+
+PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time", [5, 6, 7, 8, 9, 10, 11]]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_model(str(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture
+def engine(model_dir: str):
+    with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=7) as e:
+        yield e
+
+
+def test_generate_returns_tokens_logprobs_and_version(engine) -> None:
+    completions = engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=0))
+    assert len(completions) == 3
+    for c, prompt in zip(completions, PROMPTS):
+        assert c.version == 7
+        assert c.prompt_ids == (engine.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
+        assert len(c.token_ids) == len(c.logprobs) == 6 and c.finish_reason == "length"
+        assert all(lp <= 0 for lp in c.logprobs)
+        assert c.text == engine.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+    assert engine.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=0)) == completions
+
+
+def test_sampled_logprobs_are_the_raw_distribution(engine) -> None:
+    # Sampled at temperature 0.5, reported under the model's own distribution: scoring the prompt with
+    # the completion appended gives the same numbers.
+    completions = engine.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0.5, seed=1))
+    scored = engine.prompt_logprobs([c.prompt_ids + c.token_ids for c in completions])
+    for c, row in zip(completions, scored):
+        assert row[len(c.prompt_ids) - 1:] == pytest.approx(c.logprobs, abs=1e-5)
+
+
+def test_seed_reproduces_and_identical_prompts_differ(engine) -> None:
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=3)
+    first = engine.generate(["Once upon a time"] * 2, params)
+    assert engine.generate(["Once upon a time"] * 2, params) == first
+    assert first[0].token_ids != first[1].token_ids
+
+
+def test_stops_on_a_stop_token_and_keeps_it(engine) -> None:
+    [free] = engine.generate(["Once upon a time"], SamplingParams(max_tokens=6, temperature=0))
+    k = next(i for i, t in enumerate(free.token_ids) if i > 0 and t not in free.token_ids[:i])
+    params = SamplingParams(max_tokens=6, temperature=0, stop_token_ids=(free.token_ids[k],))
+    [stopped] = engine.generate(["Once upon a time"], params)
+    assert stopped.token_ids == free.token_ids[:k + 1] and stopped.logprobs == free.logprobs[:k + 1]
+    assert stopped.finish_reason == "stop"
+
+
+def test_update_equals_a_fresh_engine_on_the_new_state(engine, model_dir: str, tmp_path) -> None:
+    old = {n: t.clone() for n, t in engine.state.items()}  # follow() writes into engine.state
+    new = step(old, sorted(old), seed=1)
+    before = engine.prompt_logprobs(PROMPTS)
+    names = follow(engine, delta.diff(old, new, version=8, base_version=7))
+    # A 1e-3 step moves no bf16 weight at 1.0 (half its ULP is 4e-3): the norms stay as they were.
+    assert set(names) == {n for n in old if not torch.equal(old[n], new[n])} and engine.version == 8
+    assert any("norm" in n for n in set(old) - set(names))
+    assert all(torch.equal(engine.state[n].view(torch.int16), new[n].view(torch.int16)) for n in new)
+
+    fresh_dir = shutil.copytree(model_dir, tmp_path / "v8")
+    delta.save_state(new, os.path.join(fresh_dir, "model.safetensors"))
+    with open_engine("transformers", EngineConfig(str(fresh_dir), dtype="float32", max_model_len=128)) as fresh:
+        after = engine.prompt_logprobs(PROMPTS)
+        assert after == fresh.prompt_logprobs(PROMPTS)
+    assert after != before
+    assert [c.version for c in engine.generate(PROMPTS, SamplingParams(max_tokens=2))] == [8, 8, 8]
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ({"model.layers.9.mlp.up_proj.weight": torch.zeros(2)}, "the model has no tensor 'model.layers.9.mlp.up_proj.weight'"),
+    ({"model.norm.weight": torch.ones(3, dtype=torch.bfloat16)},
+     "'model.norm.weight' is torch.bfloat16 (3,), the published state holds torch.bfloat16 (64,)"),
+    ({"model.norm.weight": torch.ones(64)}, "'model.norm.weight' is torch.float32 (64,), the published state holds "
+                                            "torch.bfloat16 (64,)"),
+])
+def test_refused_update_changes_nothing(engine, bad: dict, problem: str) -> None:
+    before = engine.prompt_logprobs(PROMPTS)
+    state = {n: t.clone() for n, t in engine.state.items()}
+    changed = {"model.embed_tokens.weight": torch.zeros_like(engine.state["model.embed_tokens.weight"]), **bad}
+    with pytest.raises(UpdateRefusedError) as info:
+        engine.update(changed, version=8)
+    assert str(info.value).startswith(f"update to version 8 refused, still serving version 7: {problem}. ")
+    assert info.value.problems == [problem] and info.value.serving == 7
+    assert engine.version == 7 and engine.prompt_logprobs(PROMPTS) == before
+    assert all(torch.equal(engine.state[n], state[n]) for n in state)
+
+
+def test_paused_holds_generation_off(engine) -> None:
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (engine.generate(["Once"], SamplingParams(max_tokens=1)), done.set()))
+    with engine.paused():
+        worker.start()
+        assert not done.wait(0.3)
+    assert done.wait(30)
+    worker.join()
+
+
+def test_bad_requests_say_what_to_change(engine, model_dir: str) -> None:
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate(["a", []])
+    with pytest.raises(ValueError, match="prompt 0 has 100 tokens, \\+ 64 to generate is over max_model_len 128"):
+        engine.generate([[5] * 100])
+    with pytest.raises(ValueError, match="is not a local folder"):
+        EngineConfig(os.path.join(model_dir, "missing"))
+    with pytest.raises(ValueError, match="dtype 'fp8'"):
+        EngineConfig(model_dir, dtype="fp8")
+    with pytest.raises(ValueError, match="unknown engine 'sglang'; choose one of transformers, vllm"):
+        open_engine("sglang", EngineConfig(model_dir))
+    engine.close()
+    engine.close()
+    with pytest.raises(EngineError, match="the engine is closed"):
+        engine.generate(["a"])
