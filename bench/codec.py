@@ -122,7 +122,6 @@ def measure_pair(name: str, step: int, old: dict, new: dict, repeat: int) -> Pai
     apply_s = min(apply_fresh(data) for _ in range(repeat))
     apply_gap_s = min(apply_fresh(sizes["gap"]) for _ in range(repeat))
     entropy = conditional_entropy_bits(old, new) / 8
-    del scratch
     return PairResult(
         data=name, step=step, elements=elements, state_bytes=nbytes, changed=header.changed,
         density=header.density, raw=len(sizes["raw"]) / changed, raw_zstd=raw_zstd / changed,

@@ -124,8 +124,8 @@ def find_changes(a: np.ndarray, b: np.ndarray, shift: int, mask: int) -> Changes
     nchunks = max(1, -(-n // CHUNK))
     cap = CHUNK // 16
     offsets = np.arange(nchunks, dtype=np.int64) * cap
-    for attempt in range(2):
-        total = int(offsets[-1] + cap) if attempt == 0 else int(counts.sum())
+    total = nchunks * cap
+    for _ in range(2):
         pos = np.empty(total, np.int64)
         cls = np.empty(total, np.uint16)
         rank = np.empty(total, np.int64)
@@ -137,7 +137,7 @@ def find_changes(a: np.ndarray, b: np.ndarray, shift: int, mask: int) -> Changes
             break
         # Some chunk was denser than the optimistic guess: size every chunk exactly and scan again.
         offsets = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
-        cap = CHUNK
+        cap, total = CHUNK, int(counts.sum())
     hist_before = np.cumsum(hist, axis=0) - hist if mask else np.zeros_like(hist)  # mask 0: ranks are positions
     # Group by class (a counting sort over the changed elements only), ranks made global.
     valid = np.concatenate([cls[o:o + c] for o, c in zip(offsets, counts)])
