@@ -1,7 +1,8 @@
-"""`python -m delta`: diff, apply, inspect and verify delta files from the shell.
+"""`python -m delta`: diff, apply, inspect and verify delta files; publish, pull, log and gc a bucket.
 
 Every command writes its output atomically (nothing is written on failure) and exits non-zero with
-a one-line message on bad input.
+a one-line message on bad input. Bucket commands take a URL (`open_storage`); S3 endpoints and
+credentials come from the usual AWS environment variables.
 """
 
 from __future__ import annotations
@@ -74,6 +75,66 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .publish import Publisher, PublisherConfig
+
+    state = load_state(args.state)
+    config = PublisherConfig(anchor_every=args.anchor_every, keep_anchors=args.keep_anchors)
+    with Publisher(args.bucket, config) as publisher:
+        publisher.publish(state, anchor=args.anchor)
+        publisher.flush()
+    last = publisher.last
+    print(f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
+          f"state {last.state_hash}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from .subscribe import Subscriber
+
+    with Subscriber(args.bucket) as subscriber:
+        version = subscriber.sync(args.version)
+    if version is None:
+        print(f"error: {args.bucket} holds no version yet", file=sys.stderr)
+        return 1
+    save_state(subscriber.state, args.output, metadata={"version": str(version),
+                                                        "state_hash": subscriber.digest.hexdigest})
+    print(f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified)")
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from .manifest import read_manifest
+    from .storage import open_storage
+
+    manifest = read_manifest(open_storage(args.bucket))
+    if manifest is None:
+        print(f"{args.bucket}: no version yet")
+        return 0
+    for v in manifest.versions:
+        base = "-" if v.base_version is None else v.base_version
+        print(f"{v.version} {v.kind} base={base} files={len(v.files)} bytes={v.delta_bytes + v.anchor_bytes} "
+              f"delta_bytes={v.delta_bytes} anchor_bytes={v.anchor_bytes} state={v.state_hash} "
+              f"sha256={','.join(f.sha256[:12] for f in v.files)}")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from .manifest import read_manifest
+    from .retention import gc
+    from .storage import open_storage
+
+    storage = open_storage(args.bucket)
+    manifest = read_manifest(storage)
+    if manifest is None:
+        print(f"{args.bucket}: no version yet, nothing to collect")
+        return 0
+    report = gc(storage, manifest, args.keep_anchors)
+    print(f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "
+          f"versions {report.manifest.versions[0].version}..{report.manifest.latest.version} remain")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {_pkg}", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +164,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--base", default=None, help="state the delta should apply to")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("publish", help="publish STATE (safetensors file or model folder) as the bucket's next version")
+    p.add_argument("state")
+    p.add_argument("--bucket", required=True, help="local folder, s3://bucket[/prefix] or hf://buckets/ns/name")
+    p.add_argument("--anchor-every", type=int, default=50, help="an anchor every N versions (default 50)")
+    p.add_argument("--keep-anchors", type=int, default=2, help="anchors kept by retention (default 2)")
+    p.add_argument("--anchor", action="store_true", help="publish a full snapshot with this version")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("pull", help="write a bucket's version as one safetensors file, verified against its hash")
+    p.add_argument("--bucket", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--version", type=int, default=None, help="default: the newest")
+    p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("log", help="list a bucket's versions, one line each")
+    p.add_argument("--bucket", required=True)
+    p.set_defaults(func=cmd_log)
+
+    p = sub.add_parser("gc", help="drop versions before the newest K anchors and delete unreferenced files")
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--keep-anchors", type=int, required=True)
+    p.set_defaults(func=cmd_gc)
     return parser
 
 
@@ -110,6 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DeltaError, FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
+    except (DeltaError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,97 @@
+"""Catch-up planning: the cheapest way from the version a reader holds to a target version.
+
+Pure functions over a manifest (no I/O), so plans are easy to test and to print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import DeltaError
+from .manifest import FileRef, Manifest, VersionEntry
+
+
+class NoPathError(DeltaError, LookupError):
+    """No usable chain of files leads to the target version: every route crosses a bad or missing
+    file. Wait for the next anchor to be published, or publish one (`Publisher.publish(..., anchor=True)`).
+
+    Attributes:
+        target: The version that could not be reached.
+    """
+
+    def __init__(self, message: str, *, target: int) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a plan: load a version's anchor, or apply its delta.
+
+    Attributes:
+        entry: The version reached by this step.
+        via: "anchor" or "delta".
+    """
+
+    entry: VersionEntry
+    via: str
+
+    @property
+    def files(self) -> tuple[FileRef, ...]:
+        return self.entry.anchor if self.via == "anchor" else self.entry.delta
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash: str | None = None,
+         avoid: frozenset[str] | set[str] = frozenset()) -> list[Step]:
+    """The steps with the fewest bytes to fetch that take a reader from `have` to `target`.
+
+    Candidates: the deltas after `have` (only if the first one's base hash is `have_hash`, the
+    reader's actual state), or any anchor at or below `target` followed by the deltas after it. Files
+    in `avoid` (found bad) are never used. Ties go to the route with fewer steps.
+
+    Args:
+        manifest: The committed versions.
+        target: The version wanted; must be in the manifest.
+        have: The reader's version, or None when it holds no usable state.
+        have_hash: The reader's state hash.
+        avoid: Paths that must not be used.
+
+    Raises:
+        NoPathError: no route avoids the bad files, or `target` is not in the manifest.
+    """
+    if manifest.get(target) is None:
+        raise NoPathError(f"version {target} is not in the manifest (versions "
+                          f"{manifest.versions[0].version if manifest.versions else '-'}.."
+                          f"{manifest.latest.version if manifest.latest else '-'})", target=target)
+    if have == target:
+        return []
+    first = manifest.versions[0].version
+
+    def usable(files: tuple[FileRef, ...]) -> bool:
+        return bool(files) and not any(f.path in avoid for f in files)
+
+    # suffix[v] = bytes of deltas v+1..target, or None if one of them is unusable.
+    deltas: dict[int, int | None] = {target: 0}
+    for v in range(target, first, -1):
+        entry = manifest.get(v)
+        ok = deltas[v] is not None and usable(entry.delta) and entry.base_version == v - 1
+        deltas[v - 1] = deltas[v] + entry.delta_bytes if ok else None
+
+    routes: list[tuple[int, int, list[Step]]] = []
+    if have is not None and have_hash is not None and first <= have < target and deltas.get(have) is not None:
+        if manifest.get(have + 1).base_hash == have_hash:
+            steps = [Step(manifest.get(v), "delta") for v in range(have + 1, target + 1)]
+            routes.append((deltas[have], len(steps), steps))
+    for anchor in manifest.anchors():
+        if anchor.version <= target and usable(anchor.anchor) and deltas.get(anchor.version) is not None:
+            steps = [Step(anchor, "anchor")] + [Step(manifest.get(v), "delta")
+                                                for v in range(anchor.version + 1, target + 1)]
+            routes.append((anchor.anchor_bytes + deltas[anchor.version], len(steps), steps))
+    if not routes:
+        raise NoPathError(f"no usable route to version {target} from {have}: every route crosses a bad or "
+                          f"missing file (avoided: {sorted(avoid)[:3]}); wait for a newer anchor", target=target)
+    return min(routes, key=lambda r: (r[0], r[1]))[2]

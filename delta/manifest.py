@@ -1,0 +1,269 @@
+"""The manifest: the JSON file that commits versions to a bucket.
+
+A bucket holds data files under `versions/` and manifests under `manifests/`. Each commit (a publish,
+or a `gc` that drops old versions) writes a new manifest `manifests/<commit:010d>.json` that lists
+every retained version in full; manifests are never overwritten (some S3 servers show a file being
+overwritten as missing for a moment). The newest manifest that parses is the truth: a version exists
+once it lists it. Data files live in `versions/<version:08d>-<session>/`, where `session` is random
+per publisher run, so a crashed attempt never shares a name with a later one; files that no manifest
+references are garbage (`delta.retention`).
+
+Layout of a manifest (keys sorted, one JSON object):
+
+    {"format": "delta-weights-manifest", "format_version": 1, "commit": 12,
+     "shards": null | [[tensor names of rank 0], [names of rank 1], ...],
+     "versions": [{"version": 7, "kind": "anchor" | "delta", "base_version": 6 | null,
+                   "base_hash": "xxh3-128:..." | null, "state_hash": "xxh3-128:...",
+                   "delta": [FILE, ...], "anchor": [FILE, ...]}, ...]}
+    FILE = {"path": "versions/00000007-1a2b3c4d/delta-r00000.safetensors", "size": 123,
+            "sha256": "<hex>", "rank": 0}
+
+An anchor version carries its full snapshot (`anchor`, sharded) and, when it has a predecessor, also
+the delta from it (`delta`), so readers that follow live never download an anchor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+
+from .errors import DeltaFormatError, IntegrityError
+from .storage import Storage
+
+MANIFEST_FORMAT = "delta-weights-manifest"
+MANIFEST_FORMAT_VERSION = 1
+MANIFEST_DIR = "manifests/"
+VERSIONS_DIR = "versions/"
+_MANIFEST_NAME = re.compile(r"^manifests/(\d{10})\.json$")
+_VERSION_DIR = re.compile(r"^versions/(\d{8})-[0-9a-f]+/")
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """One data file of a version, with what a reader checks before using it.
+
+    Attributes:
+        path: Path in the bucket.
+        size: Bytes.
+        sha256: Hex SHA-256 of the content.
+        rank: The trainer rank whose tensors it holds (0 for a single writer).
+    """
+
+    path: str
+    size: int
+    sha256: str
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """One committed version.
+
+    Attributes:
+        version: Model version, consecutive from 1.
+        kind: "anchor" (full snapshot present) or "delta".
+        base_version: The version `delta` applies to, or None for the first version.
+        base_hash: State hash of `base_version`, or None.
+        state_hash: State hash after this version (`delta.state_digest(...).hexdigest`).
+        delta: Delta files, one per rank (empty for the first version).
+        anchor: Anchor shard files (empty for kind "delta").
+    """
+
+    version: int
+    kind: str
+    base_version: int | None
+    base_hash: str | None
+    state_hash: str
+    delta: tuple[FileRef, ...] = ()
+    anchor: tuple[FileRef, ...] = ()
+
+    @property
+    def files(self) -> tuple[FileRef, ...]:
+        return self.delta + self.anchor
+
+    @property
+    def delta_bytes(self) -> int:
+        return sum(f.size for f in self.delta)
+
+    @property
+    def anchor_bytes(self) -> int:
+        return sum(f.size for f in self.anchor)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed manifest. Immutable: `with_version` and `retain` return new ones.
+
+    Attributes:
+        commit: Commit number; the file is `manifests/<commit:010d>.json`.
+        versions: Retained versions, oldest first.
+        shards: Tensor names per rank for multi-rank writers, else None.
+    """
+
+    commit: int
+    versions: tuple[VersionEntry, ...] = ()
+    shards: tuple[tuple[str, ...], ...] | None = None
+    _by_version: dict[int, VersionEntry] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_version", {v.version: v for v in self.versions})
+
+    @property
+    def latest(self) -> VersionEntry | None:
+        return self.versions[-1] if self.versions else None
+
+    @property
+    def path(self) -> str:
+        return manifest_path(self.commit)
+
+    def get(self, version: int) -> VersionEntry | None:
+        return self._by_version.get(version)
+
+    def anchors(self) -> list[VersionEntry]:
+        return [v for v in self.versions if v.anchor]
+
+    def with_version(self, entry: VersionEntry, shards: tuple[tuple[str, ...], ...] | None = None) -> Manifest:
+        """The next commit, with `entry` appended."""
+        if self.latest is not None and entry.version != self.latest.version + 1:
+            raise ValueError(f"version {entry.version} does not follow the latest committed {self.latest.version}")
+        return Manifest(self.commit + 1, self.versions + (entry,), shards if shards is not None else self.shards)
+
+    def referenced(self) -> set[str]:
+        return {f.path for v in self.versions for f in v.files}
+
+    def to_json(self) -> bytes:
+        def file(f: FileRef) -> dict:
+            return {"path": f.path, "size": f.size, "sha256": f.sha256, "rank": f.rank}
+
+        body = {
+            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION, "commit": self.commit,
+            "shards": [list(s) for s in self.shards] if self.shards is not None else None,
+            "versions": [
+                {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
+                 "state_hash": v.state_hash, "delta": [file(f) for f in v.delta],
+                 "anchor": [file(f) for f in v.anchor]}
+                for v in self.versions
+            ],
+        }
+        return json.dumps(body, sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str | None = None) -> Manifest:
+        """Parse and check a manifest.
+
+        Raises:
+            DeltaFormatError: not a manifest, an unsupported format version, or malformed fields.
+        """
+        try:
+            body = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DeltaFormatError(f"manifest is not valid JSON (torn write?): {e}", path=path) from e
+        if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT:
+            raise DeltaFormatError(f"not a {MANIFEST_FORMAT} file", path=path)
+        if body.get("format_version") != MANIFEST_FORMAT_VERSION:
+            raise DeltaFormatError(f"manifest format version {body.get('format_version')!r} is not supported "
+                                   f"(supports {MANIFEST_FORMAT_VERSION}); upgrade the `delta` package", path=path)
+        try:
+            versions = tuple(
+                VersionEntry(
+                    version=int(v["version"]), kind=str(v["kind"]), base_version=v["base_version"],
+                    base_hash=v["base_hash"], state_hash=str(v["state_hash"]),
+                    delta=tuple(FileRef(**f) for f in v["delta"]), anchor=tuple(FileRef(**f) for f in v["anchor"]))
+                for v in body["versions"])
+            shards = None if body["shards"] is None else tuple(tuple(s) for s in body["shards"])
+            manifest = cls(int(body["commit"]), versions, shards)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DeltaFormatError(f"manifest is malformed: {e!r}", path=path) from e
+        numbers = [v.version for v in versions]
+        if numbers and numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+            raise DeltaFormatError(f"manifest versions are not consecutive: {numbers}", path=path)
+        return manifest
+
+
+def manifest_path(commit: int) -> str:
+    return f"{MANIFEST_DIR}{commit:010d}.json"
+
+
+def version_dir(version: int, session: str) -> str:
+    """Folder of one publish attempt's data files; `session` is lowercase hex, random per publisher."""
+    return f"{VERSIONS_DIR}{version:08d}-{session}/"
+
+
+def version_of_path(path: str) -> int | None:
+    """The version a data file belongs to, from its folder name, or None for another file."""
+    m = _VERSION_DIR.match(path)
+    return int(m.group(1)) if m else None
+
+
+def manifest_commits(storage: Storage) -> list[tuple[int, str]]:
+    """(commit, path) of every manifest file in the bucket, newest first."""
+    found = []
+    for f in storage.list(MANIFEST_DIR):
+        m = _MANIFEST_NAME.match(f.path)
+        if m:
+            found.append((int(m.group(1)), f.path))
+    return sorted(found, reverse=True)
+
+
+def read_manifest(storage: Storage) -> Manifest | None:
+    """The newest manifest that reads and parses, or None for a bucket with no version yet.
+
+    A newest manifest that is missing by the time it is read (deleted by gc) or does not parse (a torn
+    write on a server without atomic PUT) is skipped in favour of the one before.
+
+    Raises:
+        BucketUnreachableError, StorageError: from the bucket.
+        DeltaFormatError: manifests exist but none parses (the message names the newest).
+    """
+    commits = manifest_commits(storage)
+    first_error: DeltaFormatError | None = None
+    for _, path in commits:
+        try:
+            return Manifest.from_json(storage.read(path), path=path)
+        except FileNotFoundError:
+            continue
+        except DeltaFormatError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+    return None
+
+
+def write_manifest(storage: Storage, manifest: Manifest) -> Manifest:
+    """Commit `manifest` and return it as written: renumbered above every manifest file present, parsed
+    or torn, so that no file is ever overwritten.
+
+    This one write is the commit: before it the version does not exist, after it it does. It is
+    atomic where a single file write is (local directory: rename; S3: one PUT; HF: one batch call).
+    """
+    listed = [c for c, _ in manifest_commits(storage)]
+    manifest = replace(manifest, commit=max([manifest.commit, *(c + 1 for c in listed)]))
+    storage.write(manifest.path, manifest.to_json())
+    return manifest
+
+
+def sha256(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_ref(path: str, data: bytes, rank: int = 0) -> FileRef:
+    return FileRef(path, len(data), sha256(data), rank)
+
+
+def fetch_verified(storage: Storage, ref: FileRef) -> bytes:
+    """Read a data file and check its size and SHA-256 against the manifest.
+
+    Raises:
+        IntegrityError: size or hash differ (truncated, corrupted or replaced file).
+        FileNotFoundError: the file is gone (deleted, or collected by gc after a newer commit).
+        BucketUnreachableError, StorageError: from the bucket.
+    """
+    data = storage.read(ref.path)
+    if len(data) != ref.size:
+        raise IntegrityError(f"{ref.path}: wrong size", expected=str(ref.size), actual=str(len(data)), path=ref.path)
+    actual = sha256(data)
+    if actual != ref.sha256:
+        raise IntegrityError(f"{ref.path}: SHA-256 mismatch", expected=ref.sha256, actual=actual, path=ref.path)
+    return data

@@ -1,0 +1,386 @@
+"""Trainer side: publish each new state to a bucket as the next version, off the training path.
+
+    pub = Publisher("s3://bucket/run", PublisherConfig(anchor_every=50))
+    for step in training:
+        ...
+        pub.publish(model.state_dict())   # blocks only for a copy of the tensors
+    pub.close()                           # waits for the last version to be committed
+
+`publish` copies the tensors (on their device) into a snapshot and returns. A background thread
+hashes and encodes the snapshot (a delta against the last published version; an anchor on the first
+version, every `anchor_every` versions and on request), uploads the files, commits the manifest and
+collects garbage. At most one snapshot waits: if uploads fall behind, a newer `publish` replaces the
+waiting one, so the next delta simply spans more training steps.
+
+Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps.
+Rank 0 commits the manifest once every rank's files have landed. Whether a step is published or
+coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must
+be a gloo group), so all ranks publish the same steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
+from .codecs import CODECS, DEFAULT_CODEC
+from .diff import diff
+from .errors import BucketUnreachableError, DeltaError
+from .hashing import StateDigest, state_digest
+from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
+from .retention import collect_garbage, retain
+from .state import State
+from .storage import Storage, open_storage
+from .subscribe import Subscriber
+from ._ranks import Ranks
+
+logger = logging.getLogger(__name__)
+
+
+class PublishError(DeltaError, RuntimeError):
+    """The publisher's background thread stopped on an error it cannot retry (refused credentials,
+    a full disk, ranks out of step). Nothing after the last committed version was published; create a
+    new `Publisher` (it resumes from the bucket) once the cause is fixed."""
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """Settings of a `Publisher`.
+
+    Attributes:
+        anchor_every: An anchor (full snapshot) every this many versions, besides the first version
+            and `publish(..., anchor=True)`. Readers that fall behind or join late load the newest anchor.
+        keep_anchors: Anchors kept in the bucket; older versions and their files are deleted.
+        max_shard_bytes: Largest anchor shard file (a single larger tensor gets a file of its own).
+        codec: Delta codec (`delta.CODECS`).
+        retry_delay: Seconds before the first retry of a version whose upload failed (the bucket was
+            unreachable after the storage's own retries); doubles up to `max_retry_delay`. Retried
+            until it succeeds or `close` gives up.
+        max_retry_delay: Longest wait between two retries of a version.
+        commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for
+            its commit, before the publisher stops with `PublishError`.
+    """
+
+    anchor_every: int = 50
+    keep_anchors: int = 2
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES
+    codec: str = DEFAULT_CODEC
+    retry_delay: float = 1.0
+    max_retry_delay: float = 30.0
+    commit_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.anchor_every < 1:
+            raise ValueError(f"anchor_every must be >= 1 (1 = every version is an anchor), got {self.anchor_every}")
+        if self.keep_anchors < 1:
+            raise ValueError(f"keep_anchors must be >= 1, got {self.keep_anchors}")
+        if self.max_shard_bytes < 1:
+            raise ValueError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
+        if self.codec not in CODECS:
+            raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
+        if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
+            raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
+                             f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")
+
+
+@dataclass
+class _Snapshot:
+    tensors: State
+    anchor: bool
+    ready: bool  # the worker may take it (always, for one rank; by collective decision for several)
+
+
+@dataclass(frozen=True)
+class PublishedVersion:
+    """The newest version this publisher committed (or resumed from).
+
+    Attributes:
+        version: Model version.
+        state_hash: Hash of the whole state (all ranks).
+        kind: "anchor" or "delta".
+        bytes_written: Data and manifest bytes written for it.
+        seconds: From taking the snapshot to the commit.
+    """
+
+    version: int
+    state_hash: str
+    kind: str
+    bytes_written: int
+    seconds: float
+
+
+class Publisher:
+    """Publishes states to a bucket as consecutive versions; see the module docstring.
+
+    On start it reads the bucket's newest manifest: numbering continues after its latest version,
+    and the base of the next delta is that version's state — `base_state` if it hashes to the
+    manifest's state hash, else pulled from the bucket (verified against the hash); if neither is
+    possible the next version is an anchor only.
+
+    Args:
+        bucket: URL for `open_storage`, or an open `Storage`.
+        config: Settings.
+        base_state: The state of the bucket's latest version, if the caller holds it (saves a download
+            on resume; one rank only).
+        group: A gloo process group for several ranks (default: the default group when
+            torch.distributed is initialised with more than one rank).
+        **storage_options: Passed to `open_storage` when `bucket` is a URL.
+
+    Threads: one daemon worker thread per publisher; `publish`, `flush` and `close` are for one
+    calling thread (with several ranks, every rank calls them at the same points).
+    """
+
+    def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
+                 base_state: Mapping[str, torch.Tensor] | None = None, group: Any = None,
+                 **storage_options: Any) -> None:
+        self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
+        self.config = config or PublisherConfig()
+        self.ranks = Ranks.create(group)
+        manifest = read_manifest(self.storage) if self.ranks.rank == 0 else None
+        latest = manifest.latest.version if manifest and manifest.latest else 0
+        self.session, latest = self.ranks.broadcast((secrets.token_hex(4), latest))
+        if self.ranks.rank != 0:
+            manifest = read_manifest(self.storage)
+        self._manifest = manifest
+        self._next_version = latest + 1
+        self._last_anchor = max((v.version for v in manifest.anchors()), default=0) if manifest else 0
+        self._base, self._base_digest = self._resume_base(manifest, base_state)
+        self.last: PublishedVersion | None = None
+        if manifest and manifest.latest:
+            self.last = PublishedVersion(latest, manifest.latest.state_hash, manifest.latest.kind, 0, 0.0)
+        self._pending: _Snapshot | None = None
+        self._busy = False
+        self._spare: State | None = None
+        self._error: BaseException | None = None
+        self._closing = False
+        self._cond = threading.Condition()
+        self._worker = threading.Thread(target=self._run, name="delta-publisher", daemon=True)
+        self._worker.start()
+
+    # -- the trainer's side ----------------------------------------------------------------------------
+
+    def publish(self, state: Mapping[str, torch.Tensor], *, anchor: bool = False) -> None:
+        """Take a snapshot of `state` for publishing as the next version and return.
+
+        Blocks only to copy the tensors (on their device; `state` is not modified and may change
+        as soon as this returns). Encoding and upload happen in the background. If a snapshot is
+        already waiting, this one replaces it.
+
+        Args:
+            state: This rank's tensors; the same names, shapes and dtypes every call.
+            anchor: Publish a full snapshot with this version (besides the delta).
+
+        Raises:
+            PublishError: the background thread stopped on an error (the message says which).
+        """
+        self._raise_if_failed()
+        with self._cond:
+            busy = self._busy or (self._pending is not None and self._pending.ready)
+            spare, self._spare = self._spare, None
+        busy = self.ranks.any(busy)
+        snapshot = _copy_into(spare, state)
+        with self._cond:
+            if self._pending is not None:
+                self._spare = self._pending.tensors
+            self._pending = _Snapshot(snapshot, anchor, ready=self.ranks.world == 1 or not busy)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the last snapshot taken is committed; True if it was within `timeout` seconds.
+
+        Raises:
+            PublishError: the background thread stopped on an error.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if self._pending is not None:
+                self._pending.ready = True  # several ranks: every rank holds the same waiting step
+                self._cond.notify_all()
+            while (self._pending is not None or self._busy) and self._error is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        self._raise_if_failed()
+        return True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush (up to `timeout` seconds), then stop the background thread. True if all was committed."""
+        try:
+            done = self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._worker.join(0 if timeout is not None and not self._worker.is_alive() else timeout)
+        return done
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise PublishError(f"publishing to {self.storage.url} stopped: {self._error}") from self._error
+
+    # -- resume ---------------------------------------------------------------------------------------
+
+    def _resume_base(self, manifest: Manifest | None,
+                     base_state: Mapping[str, torch.Tensor] | None) -> tuple[State | None, StateDigest | None]:
+        """The state of the latest committed version for this rank, or None (next version: anchor only)."""
+        base: State | None = None
+        latest = manifest.latest if manifest else None
+        if latest is not None and base_state is not None and self.ranks.world == 1:
+            digest = state_digest(base_state)
+            if digest.hexdigest == latest.state_hash:
+                base = {k: v.detach().clone() for k, v in base_state.items()}
+            else:
+                logger.warning("base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
+                               digest.hexdigest, latest.version, latest.state_hash)
+        if latest is not None and base is None:
+            try:
+                sub = Subscriber(self.storage)
+                sub.sync(latest.version)
+                sub.close()
+                full = sub.state
+                names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
+                if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
+                    names = []
+                base = {n: full[n] for n in names} or None
+            except (DeltaError, OSError) as e:
+                logger.warning("cannot pull version %d from %s (%s): the next version will be an anchor only",
+                               latest.version, self.storage.url, e)
+        if not self.ranks.all(base is not None):
+            return None, None
+        return base, state_digest(base)
+
+    # -- the background side ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._pending is not None and self._pending.ready) and not self._closing:
+                    self._cond.wait()
+                if self._pending is None or not self._pending.ready:
+                    return
+                snapshot, self._pending, self._busy = self._pending, None, True
+            try:
+                self._publish_with_retries(snapshot)
+            except BaseException as e:  # recorded for the trainer's thread, which raises it
+                logger.exception("publisher on %s stopped", self.storage.url)
+                with self._cond:
+                    self._error = e
+                    self._busy = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _publish_with_retries(self, snapshot: _Snapshot) -> None:
+        delay = self.config.retry_delay
+        while True:
+            try:
+                self._publish_one(snapshot)
+                return
+            except BucketUnreachableError as e:
+                logger.warning("version %d not published (%s); retrying in %.1f s", self._next_version, e, delay)
+            with self._cond:
+                self._cond.wait_for(lambda: self._closing, delay)
+                if self._closing:
+                    raise PublishError(f"closed while the bucket was unreachable; version {self._next_version} "
+                                       "was not published")
+                newer = self._pending if self.ranks.world == 1 else None
+                if newer is not None:  # coalesce: retry with the newest state instead
+                    self._pending, self._spare = None, snapshot.tensors
+                    snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True)
+            delay = min(self.config.max_retry_delay, delay * 2)
+
+    def _publish_one(self, snapshot: _Snapshot) -> None:
+        start = time.monotonic()
+        version, rank = self._next_version, self.ranks.rank
+        digest = state_digest(snapshot.tensors)
+        anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
+                  or version - self._last_anchor >= self.config.anchor_every)
+        folder = version_dir(version, self.session)
+        delta_refs: list[FileRef] = []
+        anchor_refs: list[FileRef] = []
+        if self._base is not None:
+            data = diff(self._base, snapshot.tensors, codec=self.config.codec, version=version,
+                        base_version=version - 1, old_digest=self._base_digest, new_digest=digest)
+            delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
+        if anchor:
+            shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
+                                   max_shard_bytes=self.config.max_shard_bytes)
+            for i, data in enumerate(shards):
+                anchor_refs.append(self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors",
+                                               data))
+        record = {"rank": rank, "names": sorted(snapshot.tensors), "tensors": digest.tensors,
+                  "delta": delta_refs, "anchor": anchor_refs}
+        if rank == 0:
+            others = self.ranks.collect(self.storage, folder, self.config.commit_timeout)
+            manifest = self._commit(version, [record, *others])
+        else:
+            self.ranks.submit(self.storage, folder, record)
+            manifest = self.ranks.wait_commit(self.storage, version, folder, self.config.commit_timeout)
+        written = sum(f.size for f in delta_refs + anchor_refs)
+        if rank == 0:
+            written += len(manifest.to_json())
+        self._manifest = manifest
+        # The snapshot becomes the base of the next delta; the old base's memory is reused.
+        with self._cond:
+            self._spare = self._base
+        self._base, self._base_digest = snapshot.tensors, digest
+        self._next_version = version + 1
+        if anchor:
+            self._last_anchor = version
+        self.last = PublishedVersion(version, manifest.get(version).state_hash, "anchor" if anchor else "delta",
+                                     written, time.monotonic() - start)
+
+    def _write(self, path: str, data: bytes) -> FileRef:
+        self.storage.write(path, data)
+        return file_ref(path, data, self.ranks.rank)
+
+    def _commit(self, version: int, records: list[dict]) -> Manifest:
+        """Rank 0: commit `version` made of every rank's record, then apply retention and collect garbage."""
+        records = sorted(records, key=lambda r: r["rank"])
+        tensors: dict[str, str] = {}
+        for r in records:
+            tensors.update(r["tensors"])
+        delta = tuple(f for r in records for f in r["delta"])
+        anchor = tuple(f for r in records for f in r["anchor"])
+        if any(not r["delta"] for r in records):
+            delta = ()
+        if any(not r["anchor"] for r in records):
+            anchor = ()
+        prev = self._manifest.latest if self._manifest else None
+        entry = VersionEntry(version=version, kind="anchor" if anchor else "delta",
+                             base_version=version - 1 if delta else None,
+                             base_hash=prev.state_hash if delta and prev else None,
+                             state_hash=StateDigest(tensors).hexdigest, delta=delta, anchor=anchor)
+        shards = tuple(tuple(r["names"]) for r in records) if len(records) > 1 else None
+        current = self._manifest or Manifest(0)
+        manifest = write_manifest(self.storage, retain(current.with_version(entry, shards), self.config.keep_anchors))
+        collect_garbage(self.storage, manifest)
+        return manifest
+
+
+def _copy_into(buffers: State | None, state: Mapping[str, torch.Tensor]) -> State:
+    """A copy of `state`, reusing `buffers` (an older snapshot of the same layout) when possible."""
+    if buffers is not None and buffers.keys() == state.keys() and all(
+            b.shape == t.shape and b.dtype == t.dtype and b.device == t.device
+            for b, t in ((buffers[k], state[k]) for k in state)):
+        for k, t in state.items():
+            buffers[k].copy_(t.detach())
+        return buffers
+    return {k: t.detach().clone(memory_format=torch.contiguous_format) for k, t in state.items()}

@@ -1,0 +1,44 @@
+"""Catch-up planning: cheapest route by bytes, bad files avoided."""
+
+from __future__ import annotations
+
+import pytest
+
+from delta.catchup import NoPathError, plan
+from delta.manifest import FileRef, Manifest, VersionEntry
+
+
+def manifest(anchors: set[int], last: int, delta_size: int = 100, anchor_size: int = 1000) -> Manifest:
+    m = Manifest(0)
+    for v in range(1, last + 1):
+        delta = (FileRef(f"versions/{v:08d}-a/d", delta_size, "0"),) if v > 1 else ()
+        anchor = (FileRef(f"versions/{v:08d}-a/a", anchor_size, "0"),) if v in anchors else ()
+        m = m.with_version(VersionEntry(v, "anchor" if anchor else "delta", v - 1 if delta else None,
+                                        f"h{v - 1}" if delta else None, f"h{v}", delta, anchor))
+    return m
+
+
+def route(steps):
+    return [(s.entry.version, s.via) for s in steps]
+
+
+def test_cheapest_route():
+    m = manifest({1, 11}, 14)
+    assert route(plan(m, 14, have=12, have_hash="h12")) == [(13, "delta"), (14, "delta")]
+    # Far behind: the newest anchor and three deltas beat thirteen deltas.
+    assert route(plan(m, 14, have=1, have_hash="h1")) == [(11, "anchor"), (12, "delta"), (13, "delta"), (14, "delta")]
+    assert route(plan(m, 14)) == route(plan(m, 14, have=1, have_hash="h1"))
+    # A state that is not what the manifest says: only anchors.
+    assert route(plan(m, 12, have=11, have_hash="other")) == [(11, "anchor"), (12, "delta")]
+    assert plan(m, 14, have=14, have_hash="h14") == []
+
+
+def test_bad_files_are_avoided():
+    m = manifest({1, 13}, 14)
+    assert route(plan(m, 14, have=12, have_hash="h12")) == [(13, "delta"), (14, "delta")]
+    assert route(plan(m, 14, have=12, have_hash="h12", avoid={"versions/00000013-a/d"})) == [
+        (13, "anchor"), (14, "delta")]
+    with pytest.raises(NoPathError, match="no usable route"):
+        plan(m, 14, have=12, have_hash="h12", avoid={"versions/00000014-a/d"})
+    with pytest.raises(NoPathError, match="not in the manifest"):
+        plan(m, 15)

@@ -1,0 +1,109 @@
+"""Publisher: versions committed in order, coalescing, resume from the bucket, retries, several ranks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from delta.manifest import read_manifest
+from delta.publish import Publisher, PublisherConfig
+from delta.storage import RetryPolicy, open_storage
+from delta.subscribe import Subscriber
+
+from ._states import states_equal
+from ._trainer import trajectory
+from .rclone_server import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_versions_anchors_and_round_trip(tmp_path):
+    states = trajectory(12)
+    reader = Subscriber(tmp_path)
+    with Publisher(str(tmp_path), PublisherConfig(anchor_every=5, keep_anchors=2)) as pub:
+        for i, s in enumerate(states[1:], start=1):
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+            assert pub.last.version == i
+            assert reader.sync() == i and states_equal(reader.state, s)
+    manifest = read_manifest(open_storage(tmp_path))
+    assert [v.version for v in manifest.anchors()] == [6, 11]  # 1 was dropped by retention
+    assert [v.version for v in manifest.versions] == list(range(6, 13))
+    assert all(v.delta for v in manifest.versions)  # anchors carry a delta too: live readers never need them
+    assert [h.via for h in reader.status().history] == ["anchor"] + ["delta"] * 11
+
+
+def test_coalesces_when_uploads_fall_behind(tmp_path):
+    states = trajectory(30)
+    with Publisher(str(tmp_path)) as pub:
+        start = time.perf_counter()
+        for s in states[1:]:
+            pub.publish(s)
+        blocked = time.perf_counter() - start
+        assert pub.flush(timeout=60)
+    latest = pub.last.version
+    assert latest < 30  # the background could not keep up with 30 back-to-back publishes
+    assert blocked < 5.0
+    reader = Subscriber(tmp_path)
+    assert reader.sync() == latest and states_equal(reader.state, states[-1])  # the newest state always lands
+
+
+def test_resume_continues_numbering_and_checks_the_state(tmp_path):
+    states = trajectory(6)
+    with Publisher(str(tmp_path)) as pub:
+        for s in states[1:4]:
+            pub.publish(s)
+            pub.flush()
+    # The caller's base_state is not the bucket's latest: it is refused and the base pulled from the bucket.
+    with Publisher(str(tmp_path), base_state=states[1]) as pub:
+        assert pub.last.version == 3 and pub.last.state_hash == read_manifest(open_storage(tmp_path)).latest.state_hash
+        pub.publish(states[4])
+        pub.flush()
+    with Publisher(str(tmp_path), base_state=states[4]) as pub:
+        pub.publish(states[5])
+    manifest = read_manifest(open_storage(tmp_path))
+    assert [(v.version, v.kind) for v in manifest.versions] == [(1, "anchor")] + [(v, "delta") for v in range(2, 6)]
+    reader = Subscriber(tmp_path)
+    assert reader.sync() == 5 and states_equal(reader.state, states[5])
+
+
+def test_server_stopped_and_restarted_mid_run(rclone_s3):
+    states = trajectory(8)
+    options = dict(rclone_s3.storage_options(), retry=RetryPolicy(attempts=2, first_delay=0.1, max_delay=0.2))
+    url = "s3://bucket/run"
+    config = PublisherConfig(anchor_every=100, retry_delay=0.2, max_retry_delay=0.5)
+    with Publisher(url, config, **options) as pub:
+        for s in states[1:4]:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+        rclone_s3.stop()
+        for s in states[4:8]:
+            pub.publish(s)
+            time.sleep(0.2)
+        assert not pub.flush(timeout=1.0)  # cannot commit while the server is down
+        rclone_s3.start()
+        assert pub.flush(timeout=60)
+    reader = Subscriber(url, **options)
+    assert reader.sync() == pub.last.version and states_equal(reader.state, states[7])
+
+
+def test_two_ranks_under_torch_distributed(tmp_path):
+    bucket = tmp_path / "bucket"
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tests._rank_child", str(bucket), str(rank), "2", str(port)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=150)
+        assert p.returncode == 0, out
+    manifest = read_manifest(open_storage(bucket))
+    assert manifest.shards is not None and len(manifest.shards) == 2
+    assert all(len(v.delta) == 2 for v in manifest.versions[1:]) and len(manifest.versions[0].anchor) == 2
+    states = trajectory(6)
+    for version in (3, 6):
+        reader = Subscriber(bucket)
+        assert reader.sync(version) == version and states_equal(reader.state, states[version])

@@ -1,0 +1,37 @@
+"""Retention: the newest K anchors and what hangs off them stay; everything else goes."""
+
+from __future__ import annotations
+
+from delta.manifest import read_manifest
+from delta.publish import Publisher, PublisherConfig
+from delta.retention import gc, retain
+from delta.storage import open_storage
+from delta.subscribe import Subscriber
+
+from ._states import states_equal
+from ._trainer import trajectory
+
+
+def test_gc_keeps_newest_anchors_and_removes_unreferenced_files(tmp_path):
+    states = trajectory(9, n=20_000)
+    bucket = open_storage(tmp_path)
+    with Publisher(bucket, PublisherConfig(anchor_every=3, keep_anchors=10)) as pub:
+        for s in states[1:]:
+            pub.publish(s)
+            pub.flush()
+    manifest = read_manifest(bucket)
+    assert [v.version for v in manifest.anchors()] == [1, 4, 7]
+    assert [v.version for v in retain(manifest, 2).versions] == [4, 5, 6, 7, 8, 9]
+    bucket.write("versions/00000002-deadbeef/delta-r00000.safetensors", b"torn attempt")
+    bucket.write("versions/00000010-deadbeef/delta-r00000.safetensors", b"publish in progress")
+
+    report = gc(bucket, manifest, keep_anchors=1)
+    assert report.dropped_versions == (1, 2, 3, 4, 5, 6)
+    kept = read_manifest(bucket)
+    assert kept == report.manifest and [v.version for v in kept.versions] == [7, 8, 9]
+    left = {f.path for f in bucket.list("versions/")}
+    assert left == kept.referenced() | {"versions/00000010-deadbeef/delta-r00000.safetensors"}
+    assert len(bucket.list("manifests/")) <= 3
+
+    sub = Subscriber(bucket)
+    assert sub.sync() == 9 and states_equal(sub.state, states[-1])

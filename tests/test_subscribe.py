@@ -1,0 +1,120 @@
+"""Subscriber: following, catching up, and bad or missing files in the bucket."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from delta.catchup import NoPathError
+from delta.hashing import state_digest
+from delta.manifest import read_manifest
+from delta.publish import Publisher, PublisherConfig
+from delta.storage import open_storage
+from delta.subscribe import Subscriber, SubscriberConfig
+
+from ._states import clone, states_equal
+from ._trainer import trajectory
+
+FAST = SubscriberConfig(poll_interval=0.02, max_backoff=0.2)
+
+
+def publish_all(bucket, states, config=PublisherConfig(), **options):
+    with Publisher(bucket, config, **options) as pub:
+        for s in states:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+    return pub
+
+
+def test_follows_in_background_and_reports_changed_tensors(tmp_path):
+    states = trajectory(6)
+    updates = []
+    reader = Subscriber(str(tmp_path), config=FAST, on_update=updates.append)
+    reader.start()
+    with Publisher(str(tmp_path)) as pub:
+        for i, s in enumerate(states[1:], start=1):
+            pub.publish(s)
+            pub.flush()
+            assert reader.wait_for(i, timeout=30)
+            with reader.lock:
+                assert states_equal(reader.state, s)
+    reader.close()
+    assert [u.version for u in updates] == [1, 2, 3, 4, 5, 6]
+    assert updates[0].changed == tuple(sorted(states[0])) and updates[0].stats.via == "anchor"
+    assert set(updates[1].changed) <= set(states[0]) and updates[1].stats.via == "delta"
+    status = reader.status()
+    assert (status.version, status.latest, status.lag, status.last_error) == (6, 6, 0, None)
+    assert all(h.bytes_fetched > 0 and h.apply_pause_s >= 0 for h in status.history)
+
+
+def test_caller_state_is_updated_in_place(tmp_path):
+    states = trajectory(3)
+    publish_all(str(tmp_path), states[1:3])
+    mine = clone(states[2])
+    tensors = dict(mine)
+    reader = Subscriber(str(tmp_path), mine, version=2)
+    publish_all(str(tmp_path), states[3:])
+    assert reader.sync() == 3 and states_equal(mine, states[3])
+    assert all(tensors[k] is mine[k] for k in mine) and reader.status().history[0].via == "delta"
+    # A state that is not the version it claims to be: caught by the hash, fixed through an anchor.
+    wrong = Subscriber(str(tmp_path), clone(states[1]), version=2)
+    assert wrong.sync() == 3 and states_equal(wrong.state, states[3])
+    assert wrong.status().history[0].via == "anchor"
+
+
+def test_late_reader_catches_up_through_the_newest_anchor(tmp_path):
+    states = trajectory(25)
+    publish_all(str(tmp_path), states[1:], PublisherConfig(anchor_every=10, keep_anchors=3))
+    reader = Subscriber(str(tmp_path))
+    assert reader.sync() == 25 and states_equal(reader.state, states[25])
+    assert [(h.version, h.via) for h in reader.status().history] == [(21, "anchor")] + [(v, "delta") for v in range(22, 26)]
+    # A reader down for many versions: one old anchor in hand, deltas are cheaper than the newest anchor.
+    back = Subscriber(str(tmp_path), clone(states[12]), version=12)
+    assert back.sync(15) == 15 and [h.via for h in back.status().history] == ["delta"] * 3
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
+def test_bad_files_are_detected_and_bypassed_through_an_anchor(tmp_path, damage):
+    states = trajectory(8)
+    bucket = open_storage(tmp_path)
+    publish_all(bucket, states[1:], PublisherConfig(anchor_every=5))  # anchors at 1 and 6
+    manifest = read_manifest(bucket)
+    bad = manifest.get(5).delta[0]
+    path = tmp_path / bad.path
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        path.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    else:
+        path.unlink()
+
+    reader = Subscriber(bucket, clone(states[4]), version=4)
+    before = clone(reader.state)
+    with pytest.raises(NoPathError):
+        reader.sync(5)  # the only route to 5 crosses the bad file: nothing applied, version unchanged
+    assert reader.version == 4 and states_equal(reader.state, before)
+    assert reader.status().failures >= 1 and "versions/00000005" in reader.status().last_error
+    assert reader.sync() == 8 and states_equal(reader.state, states[8])
+    assert [(h.version, h.via) for h in reader.status().history] == [(6, "anchor"), (7, "delta"), (8, "delta")]
+
+
+def test_sixteen_readers_follow_fifty_versions_on_s3(rclone_s3):
+    states = trajectory(50, n=20_000)
+    options = rclone_s3.storage_options()
+    url = "s3://bucket/run"
+    readers = [Subscriber(url, config=SubscriberConfig(poll_interval=0.1, max_backoff=0.5), **options)
+               for _ in range(16)]
+    for r in readers:
+        r.start()
+    with Publisher(url, PublisherConfig(anchor_every=20), **options) as pub:
+        for s in states[1:]:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+    deadline = time.monotonic() + 120
+    for r in readers:
+        assert r.wait_for(50, timeout=max(1, deadline - time.monotonic())), r.status()
+        r.close()
+        assert states_equal(r.state, states[50])
+    assert all(r.digest.hexdigest == state_digest(states[50]).hexdigest for r in readers)
