@@ -68,7 +68,8 @@ class RetryPolicy:
             raise ValueError(f"RetryPolicy.attempts must be at least 1 (1 = no retry), got {self.attempts}")
         if self.first_delay < 0 or self.max_delay < 0:
             raise ValueError(
-                f"RetryPolicy delays must be >= 0 seconds, got first_delay={self.first_delay}, max_delay={self.max_delay}"
+                "RetryPolicy delays must be >= 0 seconds, "
+                f"got first_delay={self.first_delay}, max_delay={self.max_delay}"
             )
 
     def delay(self, attempt: int) -> float:

@@ -43,18 +43,23 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 class S3Storage(Storage):
     """`s3://bucket[/prefix]` through s3fs. The bucket is created on the first write if missing.
 
-    Atomicity: each file is one PUT; S3 and most compatible servers show an object only once it is
-    complete, so a reader sees the old or the new content. That is the server's promise, not ours:
-    `rclone serve s3` over a local folder was not checked for it. `delete` sends one multi-object
-    request per 1000 paths (not atomic as a group); s3fs ignores per-key errors the server reports
-    in that reply, so a delete refused for some keys passes silently.
+    Atomicity: a write is one PUT (a multipart upload above 100 MiB) and a read is one GET, never
+    ranged pieces that could come from two versions. AWS S3 and most compatible servers show an
+    object only once it is complete, so a reader sees the old or the new content; that is the
+    server's promise, not ours. `rclone serve s3` over a local folder keeps it only in part:
+    measured here, a read during an overwrite sometimes comes back cut short (the length check
+    catches it and the read is retried), and with `--dir-cache-time 0s` the file sometimes read as
+    missing. Files that readers poll are best written once under a new name. `delete` sends one
+    multi-object request per 1000 paths (not atomic as a group); s3fs ignores per-key errors the
+    server reports in that reply, so a delete refused for some keys passes silently.
 
     Blocking: `timeout` bounds connecting and each wait for data. Uploads are sent without
     "Expect: 100-continue", which aiohttp waits for with no timeout at all (a hung or merely busy
     server then hung writes forever). A write also has a deadline of `timeout` plus one second per
     MiB, because a server that stops reading would block the upload where no socket timeout applies.
     Retries are ours only (s3fs's and botocore's are turned off), so `retry` alone decides how long
-    an unreachable bucket is retried. The first call sets up the client (about a second).
+    an unreachable bucket is retried. The first call sets up the client (about a second). Open the
+    storage in the process that uses it: s3fs refuses an instance created before a fork.
 
     Args:
         url: `s3://bucket` or `s3://bucket/prefix`.
@@ -136,7 +141,7 @@ class S3Storage(Storage):
         return f"{self.bucket}/{self.prefix}{path}"
 
     def _read(self, path: str) -> bytes:
-        return self._run(self._fs._cat_file, self._key(path))
+        return self._run(self._fs._cat_file, self._key(path), max_concurrency=1)  # one GET, one version
 
     def _write(self, path: str, data: bytes) -> None:
         deadline = self.timeout + len(data) / _MIN_UPLOAD_BYTES_PER_S

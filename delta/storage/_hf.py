@@ -141,7 +141,8 @@ class HfBucketStorage(Storage):
 
     def _list(self, folder: str) -> Iterator[StoredFile]:
         # The Hub filters by string prefix; pass the folder without its '/' as huggingface_hub's sync does.
-        for item in self._api.list_bucket_tree(self.bucket_id, prefix=self._key(folder).rstrip("/") or None, recursive=True):
+        prefix = self._key(folder).rstrip("/") or None
+        for item in self._api.list_bucket_tree(self.bucket_id, prefix=prefix, recursive=True):
             if item.type == "file" and item.path.startswith(self.prefix):
                 yield StoredFile(item.path[len(self.prefix) :], item.size)
 
