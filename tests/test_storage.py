@@ -202,10 +202,11 @@ def test_s3_url_parsing() -> None:
     assert S3Storage("s3://bucket/runs/a/", endpoint_url="http://127.0.0.1:9").url == "s3://bucket/runs/a"
 
 
-def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_s3: RcloneS3Server) -> None:
+@pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
+def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_s3: RcloneS3Server, kill: bool) -> None:
     bucket = open_storage("s3://test-bucket", retry=QUICK, **rclone_s3.storage_options())
     bucket.write("v/1", b"before")
-    rclone_s3.stop()
+    rclone_s3.stop(kill=kill)
     for operation, call in [
         ("read", lambda: bucket.read("v/1")),
         ("write", lambda: bucket.write("v/2", b"x")),
