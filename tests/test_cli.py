@@ -71,3 +71,33 @@ def test_bad_input_exits_nonzero_and_writes_nothing(files):
     out = run("apply", str(d / "new-model"), str(d / "v1b.delta"), "-o", str(d / "never.safetensors"))
     assert out.returncode == 1 and "apply the deltas in order" in out.stderr
     assert not (d / "never.safetensors").exists()
+
+
+def test_bucket_commands_publish_log_pull_gc(tmp_path):
+    from ._trainer import trajectory
+
+    states = trajectory(4, n=20_000)
+    bucket = str(tmp_path / "bucket")
+    for i, s in enumerate(states[1:], start=1):
+        save_file(s, tmp_path / f"s{i}.safetensors")
+        out = run("publish", str(tmp_path / f"s{i}.safetensors"), "--bucket", bucket, "--anchor-every", "2")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"published version {i} ")
+
+    out = run("log", "--bucket", bucket)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and [line.split()[:2] for line in lines] == [
+        ["1", "anchor"], ["2", "delta"], ["3", "anchor"], ["4", "delta"]]
+    assert "state=xxh3-128:" in lines[0] and "sha256=" in lines[0] and "bytes=" in lines[0]
+
+    out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v2.safetensors"), "--version", "2")
+    assert out.returncode == 0, out.stderr
+    assert states_equal(delta.load_state(str(tmp_path / "v2.safetensors")), states[2])
+
+    out = run("gc", "--bucket", bucket, "--keep-anchors", "1")
+    assert out.returncode == 0 and "dropped versions [1, 2]" in out.stdout, out.stdout + out.stderr
+    out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "never.safetensors"), "--version", "2")
+    assert out.returncode == 1 and "not in the manifest" in out.stderr
+    assert not (tmp_path / "never.safetensors").exists()
+    out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v4.safetensors"))
+    assert out.returncode == 0 and states_equal(delta.load_state(str(tmp_path / "v4.safetensors")), states[4])

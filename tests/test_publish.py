@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import time
 
 import pytest
 
-from delta.manifest import read_manifest
+from delta.hashing import state_digest
+from delta.manifest import read_manifest, version_of_path
 from delta.publish import Publisher, PublisherConfig
 from delta.storage import RetryPolicy, open_storage
-from delta.subscribe import Subscriber
+from delta.subscribe import Subscriber, SubscriberConfig
 
 from ._states import states_equal
 from ._trainer import trajectory
@@ -107,3 +109,49 @@ def test_two_ranks_under_torch_distributed(tmp_path):
     for version in (3, 6):
         reader = Subscriber(bucket)
         assert reader.sync(version) == version and states_equal(reader.state, states[version])
+
+
+def test_publisher_killed_at_random_points(tmp_path):
+    """SIGKILL the publishing process over and over: readers only ever hold whole, published states,
+    and each new publisher resumes cleanly from the bucket."""
+    from ._publish_child import N, STATES
+
+    states = trajectory(STATES, n=N)
+    known = {state_digest(s).hexdigest: i for i, s in enumerate(states)}
+    bucket = open_storage(tmp_path / "bucket")
+    seen: list[tuple[int, str]] = []
+    reader = Subscriber(bucket, config=SubscriberConfig(poll_interval=0.02, max_backoff=0.2),
+                        on_update=lambda u: seen.append((u.version, reader.digest.hexdigest)))
+    reader.start()
+    rng = random.Random(7)
+    first = 1
+    progress = []
+
+    def child(last: int) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "tests._publish_child", str(tmp_path / "bucket"), str(first),
+                                 str(last)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    for _ in range(6):
+        proc = child(STATES)
+        assert proc.stdout.readline(), proc.communicate()[1]  # one version committed by this run
+        time.sleep(rng.uniform(0.0, 1.0))  # then a random point: encoding, uploading, committing, collecting
+        proc.kill()
+        proc.wait(timeout=30)
+        manifest = read_manifest(bucket)  # parses: versions consecutive, files listed
+        if manifest is not None:
+            first = known[manifest.latest.state_hash] + 1  # the trainer restarts after the published step
+            progress.append(manifest.latest.version)
+    assert len(set(progress)) >= 3, progress  # the kills fell between versions, not only before the first
+    proc = child(STATES)
+    _, err = proc.communicate(timeout=120)  # the last run publishes the remaining states to the end
+    assert proc.returncode == 0, err
+    manifest = read_manifest(bucket)
+    assert manifest.latest.state_hash == state_digest(states[STATES]).hexdigest
+    assert reader.wait_for(manifest.latest.version, timeout=60), reader.status()
+    reader.close()
+    assert states_equal(reader.state, states[STATES])
+    assert [v for v, _ in seen] == sorted({v for v, _ in seen})  # versions only go up
+    assert all(h in known for _, h in seen)  # every state a reader held was one the trainer published
+    # Crashed attempts left no garbage behind the newest version.
+    leftovers = {f.path for f in bucket.list("versions/")} - manifest.referenced()
+    assert all(version_of_path(p) > manifest.latest.version for p in leftovers), leftovers
