@@ -117,6 +117,8 @@ def test_paused_holds_generation_off(engine) -> None:
 def test_bad_requests_say_what_to_change(engine, model_dir: str) -> None:
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         engine.generate(["a", []])
+    with pytest.raises(ValueError, match=r"prompt 0 has token ids outside the vocabulary \[0, 1024\)"):
+        engine.prompt_logprobs([[5, 1024]])
     with pytest.raises(ValueError, match="prompt 0 has 100 tokens, \\+ 64 to generate is over max_model_len 128"):
         engine.generate([[5] * 100])
     with pytest.raises(ValueError, match="is not a local folder"):

@@ -20,8 +20,9 @@ import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -32,6 +33,7 @@ from .errors import EngineError, UpdateRefusedError
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 Prompt = str | Sequence[int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,8 @@ class EngineConfig:
         model: A local Hugging Face model folder (safetensors weights, config, tokenizer). Engines read
             only this folder, never the Hub.
         dtype: Compute dtype: `auto` (the checkpoint's), `bfloat16`, `float16` or `float32`. The published
-            state keeps its own dtype; updates are cast on the way in. `float32` makes two engines agree
-            to ~1e-5 in logprobs, which the tests rely on.
+            state keeps its own dtype; updates are cast on the way in. `float32` makes vLLM and transformers
+            agree to ~1e-5 in logprobs (in bfloat16 their kernels differ by up to ~1e-1).
         max_model_len: Longest prompt + completion, in tokens.
     """
 
@@ -138,7 +140,7 @@ class Engine(ABC):
             config: The model folder and compute settings.
             version: The version of the weights in the folder.
         """
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
         self.config = config
         self._state = delta.load_state(config.model)
@@ -146,6 +148,7 @@ class Engine(ABC):
         self._lock = threading.RLock()
         self._closed = False
         self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+        self._vocab_size = AutoConfig.from_pretrained(config.model, local_files_only=True).get_text_config().vocab_size
         try:
             eos = GenerationConfig.from_pretrained(config.model, local_files_only=True).eos_token_id
         except OSError:  # the folder has no generation_config.json
@@ -181,13 +184,14 @@ class Engine(ABC):
             One completion per prompt, in order, each stamped with the version that produced it.
 
         Raises:
-            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len.
+            ValueError: an empty prompt, a token id outside the vocabulary, or prompt + max_tokens longer
+                than max_model_len.
             EngineError: the engine is closed or its backend failed.
         """
         params = params or SamplingParams()
         ids = self._token_ids(prompts, params.max_tokens)
         with self._serving():
-            sampled = self._generate(ids, params)
+            sampled = self._backend("generating", self._generate, ids, params)
             version = self._version
         return [Completion(p, s.token_ids, s.logprobs, self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
                            s.finish_reason, version) for p, s in zip(ids, sampled)]
@@ -197,10 +201,13 @@ class Engine(ABC):
 
         Returns:
             Per prompt of n tokens, n - 1 floats (the first token has no context).
+
+        Raises:
+            ValueError, EngineError: as `generate`.
         """
         ids = self._token_ids(prompts, 1)  # backends score a prompt by generating one token after it
         with self._serving():
-            return self._prompt_logprobs(ids)
+            return self._backend("scoring prompts", self._prompt_logprobs, ids)
 
     def update(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
         """Compute with new values of some published tensors from now on, and serve `version`.
@@ -229,12 +236,8 @@ class Engine(ABC):
         if problems:
             raise UpdateRefusedError(version, self._version, problems)
         with self._serving():
-            try:
-                if changed:
-                    self._load(changed)
-            except Exception as e:  # the backend's own errors: report them as ours, with the version
-                raise EngineError(f"loading {len(changed)} tensors for version {version} failed: {e}",
-                                  version=self._version) from e
+            if changed:
+                self._backend(f"loading {len(changed)} tensors of version {version}", self._load, changed)
             for name, tensor in changed.items():
                 if tensor is not self._state[name]:
                     self._state[name].copy_(tensor)
@@ -266,12 +269,22 @@ class Engine(ABC):
                 raise EngineError("the engine is closed; start a new one", version=self._version)
             yield
 
+    def _backend(self, doing: str, method: Callable[..., T], *args: object) -> T:
+        """Call a backend method, its failures raised as EngineError with the version served."""
+        try:
+            return method(*args)
+        except Exception as e:  # whatever the backend raises (vLLM's engine dying, torch errors)
+            raise EngineError(f"{doing} failed while serving version {self._version}: {e}",
+                              version=self._version) from e
+
     def _token_ids(self, prompts: Sequence[Prompt], max_tokens: int) -> list[list[int]]:
         ids = [self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else [int(t) for t in p]
                for p in prompts]
         for i, p in enumerate(ids):
             if not p:
                 raise ValueError(f"prompt {i} is empty; give at least one token")
+            if not all(0 <= t < self._vocab_size for t in p):
+                raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {self._vocab_size})")
             if len(p) + max_tokens > self.config.max_model_len:
                 raise ValueError(f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
                                  f"{self.config.max_model_len}; shorten it, lower max_tokens or raise max_model_len")
