@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,7 @@ from ._kernels import scatter
 from .codecs import Change, get_codec
 from .errors import DeltaFormatError, IntegrityError, StateMismatchError
 from .format import DeltaHeader, read_delta
-from .hashing import StateDigest, state_digest
+from .hashing import StateDigest, digest_with_changes, state_digest
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,15 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     """Parse and validate a delta against `state` without writing anything.
 
     This is the slow half of an apply (it can run in a background thread while the state is still
-    being used); `write_changes` is the fast half.
+    being read; it must not be written meanwhile); `write_changes` is the fast half. The target hash
+    is proven here, on the decoded result, before anything is written: each change carries the
+    digest its tensor will have.
 
     Returns:
         (header, decoded changes, digest of `state` before applying — None for foreign files).
+
+    Raises:
+        IntegrityError: the decoded result does not hash to the header's target.
 
     Raises:
         DeltaFormatError, StateMismatchError: see `apply`.
@@ -75,12 +81,32 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     except ValueError as e:
         raise DeltaFormatError(str(e), path=path) from e
     changes = codec.decode(header.tensors, blobs, state)
+    if not header.foreign:
+        _prove_target(header, changes, state, digest)
     return header, changes, digest
+
+
+def _prove_target(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
+                  before: StateDigest) -> None:
+    """Hash every changed tensor as it will be (nothing written) and compare with the target hash."""
+    def prove(change: Change) -> str:
+        return digest_with_changes(change.name, state[change.name], change.positions, change.values)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for change, digest in zip(changes, pool.map(prove, changes)):
+            change.digest = digest
+    after = StateDigest({**before.tensors, **{c.name: c.digest for c in changes}})
+    if after.hexdigest != header.target_hash:
+        raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
+                             "was written", expected=header.target_hash, actual=after.hexdigest)
 
 
 def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
                   digest: StateDigest | None) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
+
+    The check uses the digests `decode` proved (no re-hashing: the pause is the write alone);
+    changes without them are hashed after writing.
 
     Raises:
         IntegrityError: the result does not hash to the header's target (the state is restored).
@@ -96,7 +122,8 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state), changed)
-    after = digest.updated(state, [c.name for c in changes])
+    proven = {c.name: c.digest for c in changes if c.digest is not None}
+    after = StateDigest({**digest.tensors, **proven}).updated(state, [c.name for c in changes if c.digest is None])
     if after.hexdigest != header.target_hash:
         for flat, positions, old in reversed(undo):
             if positions is None:
@@ -112,9 +139,8 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
           digest: StateDigest | None = None) -> ApplyResult:
     """Apply a delta to `state` in place: everything is validated before the first write.
 
-    Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted); then
-    writes; then checks the target hash, restoring the state if it does not match. On any error the
-    state is exactly as before.
+    Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and
+    the target hash of the decoded result; then writes. On any error the state is exactly as before.
 
     Args:
         state: The reader's tensors (contiguous, CPU); modified in place on success.
@@ -127,7 +153,7 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
     Raises:
         DeltaFormatError: the file is not a valid delta (corrupt, truncated, unknown format version).
         StateMismatchError: the delta is for another state (names, shapes, dtypes, base hash).
-        IntegrityError: the result did not match the target hash (state restored).
+        IntegrityError: the result would not match the target hash (nothing written).
     """
     path = None
     if isinstance(delta, str):

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import xxhash
 
@@ -19,11 +20,41 @@ from ._bits import DTYPE_NAMES, bits
 HASH_PREFIX = "xxh3-128:"
 
 
-def tensor_digest(name: str, tensor: torch.Tensor) -> str:
-    """Digest of one tensor: its name, dtype, shape and bytes."""
+def _hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
     h = xxhash.xxh3_128()
     h.update(f"{name}\0{DTYPE_NAMES[tensor.dtype]}\0{tuple(tensor.shape)}\0".encode())
+    return h
+
+
+def tensor_digest(name: str, tensor: torch.Tensor) -> str:
+    """Digest of one tensor: its name, dtype, shape and bytes."""
+    h = _hasher(name, tensor)
     h.update(memoryview(bits(tensor.detach().cpu().contiguous())).cast("B"))
+    return h.hexdigest()
+
+
+HASH_CHUNK = 1 << 22
+
+
+def digest_with_changes(name: str, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> str:
+    """Digest `tensor` would have with `values` written at `positions`, without writing anything.
+
+    Lets a reader prove a delta's result before touching its state. Positions must be ascending;
+    None means `values` is the whole new tensor. Copies one chunk of the tensor at a time.
+    """
+    h = _hasher(name, tensor)
+    if positions is None:
+        h.update(memoryview(values).cast("B"))
+        return h.hexdigest()
+    flat = bits(tensor)
+    bounds = np.searchsorted(positions, np.arange(0, flat.size + HASH_CHUNK, HASH_CHUNK))
+    for k, lo in enumerate(range(0, flat.size, HASH_CHUNK)):
+        chunk = flat[lo:lo + HASH_CHUNK]
+        a, b = bounds[k], bounds[k + 1]
+        if a < b:
+            chunk = chunk.copy()
+            chunk[positions[a:b] - lo] = values[a:b]
+        h.update(memoryview(chunk).cast("B"))
     return h.hexdigest()
 
 

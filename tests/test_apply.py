@@ -72,12 +72,12 @@ def test_missing_tensor_wrong_dtype_and_shape_are_named(pair):
         delta.apply(state, data)
 
 
-def test_target_hash_mismatch_restores_the_state(pair):
+def test_target_hash_mismatch_is_caught_before_writing(pair):
     old, new = pair
     data = delta.diff(old, new)
     forged = data.replace(delta.state_digest(new).hexdigest.encode(), b"xxh3-128:" + b"0" * 32)
     state = clone(old)
-    with pytest.raises(IntegrityError, match="the state was restored"):
+    with pytest.raises(IntegrityError, match="decodes to a state other than the delta's target; nothing was written"):
         delta.apply(state, forged)
     assert states_equal(state, old)
 
@@ -123,3 +123,14 @@ def test_trl_layout_with_bad_indices_is_rejected(pair):
         assert states_equal(state, old)
     with pytest.raises(DeltaFormatError, match="has indices but no values"):
         delta.apply(clone(old), save({f"{name}.indices": torch.tensor([1], dtype=torch.int32)}))
+
+
+def test_write_changes_rolls_back_changes_that_do_not_hash_as_proven(pair):
+    old, new = pair
+    state = clone(old)
+    header, changes, before = delta.decode(delta.diff(old, new), state)
+    changes[0].values[:] = changes[0].values[::-1].copy()  # tampered after decode proved the digests
+    changes[0].digest = None
+    with pytest.raises(IntegrityError, match="the state was restored"):
+        delta.write_changes(header, changes, state, before)
+    assert states_equal(state, old)

@@ -21,11 +21,13 @@ class Change:
         positions: Flat positions of the changed elements (int64), or None when `values` is the
             whole tensor (dense form).
         values: New bit patterns (unsigned view of the tensor's dtype), one per position.
+        digest: The tensor's digest after the change, once `delta.decode` has proven it.
     """
 
     name: str
     positions: np.ndarray | None
     values: np.ndarray
+    digest: str | None = None
 
 
 class Codec(ABC):
