@@ -3,18 +3,28 @@
     >>> import delta
     >>> data = delta.diff(old_state, new_state, version=2, base_version=1)
     >>> delta.apply(reader_state, data)          # in place, all or nothing
+
+Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (see README).
 """
 
 from .apply import ApplyResult, apply, decode, write_changes
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
-from .errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
+from .errors import (
+    BucketUnreachableError, DeltaError, DeltaFormatError, IntegrityError, NoPathError, PublishError,
+    StateMismatchError, StorageError,
+)
 from .format import DeltaHeader, TensorEntry, read_delta
 from .hashing import StateDigest, state_digest
+from .publish import Publisher, PublisherConfig
 from .state import State, load_state, save_state
+from .storage import Storage, open_storage
+from .subscribe import Subscriber, SubscriberConfig
 
 __all__ = [
-    "CODECS", "DEFAULT_CODEC", "ApplyResult", "DeltaError", "DeltaFormatError", "DeltaHeader", "IntegrityError",
-    "State", "StateDigest", "StateMismatchError", "TensorEntry", "apply", "decode", "diff", "load_state",
-    "read_delta", "save_state", "state_digest", "write_changes",
+    "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "DeltaError", "DeltaFormatError",
+    "DeltaHeader", "IntegrityError", "NoPathError", "PublishError", "Publisher", "PublisherConfig", "State",
+    "StateDigest", "StateMismatchError", "Storage", "StorageError", "Subscriber", "SubscriberConfig", "TensorEntry",
+    "apply", "decode", "diff", "load_state", "open_storage", "read_delta", "save_state", "state_digest",
+    "write_changes",
 ]

@@ -7,21 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import DeltaError
+from .errors import NoPathError
 from .manifest import FileRef, Manifest, VersionEntry
-
-
-class NoPathError(DeltaError, LookupError):
-    """No usable chain of files leads to the target version: every route crosses a bad or missing
-    file. Wait for the next anchor to be published, or publish one (`Publisher.publish(..., anchor=True)`).
-
-    Attributes:
-        target: The version that could not be reached.
-    """
-
-    def __init__(self, message: str, *, target: int) -> None:
-        super().__init__(message)
-        self.target = target
 
 
 @dataclass(frozen=True)

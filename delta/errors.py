@@ -86,3 +86,22 @@ class BucketUnreachableError(StorageError, ConnectionError):
     def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1) -> None:
         super().__init__(message, url=url, path=path)
         self.attempts = attempts
+
+
+class PublishError(DeltaError, RuntimeError):
+    """The publisher's background thread stopped on an error it cannot retry (refused credentials,
+    a full disk, ranks out of step). Nothing after the last committed version was published; create a
+    new `Publisher` (it resumes from the bucket) once the cause is fixed."""
+
+
+class NoPathError(DeltaError, LookupError):
+    """No usable chain of files leads to the target version: every route crosses a bad or missing
+    file. Wait for the next anchor to be published, or publish one (`Publisher.publish(..., anchor=True)`).
+
+    Attributes:
+        target: The version that could not be reached.
+    """
+
+    def __init__(self, message: str, *, target: int) -> None:
+        super().__init__(message)
+        self.target = target

@@ -33,7 +33,7 @@ import torch
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
-from .errors import BucketUnreachableError, DeltaError
+from .errors import BucketUnreachableError, DeltaError, PublishError
 from .hashing import StateDigest, state_digest
 from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
 from .retention import collect_garbage, retain
@@ -43,12 +43,6 @@ from .subscribe import Subscriber
 from ._ranks import Ranks
 
 logger = logging.getLogger(__name__)
-
-
-class PublishError(DeltaError, RuntimeError):
-    """The publisher's background thread stopped on an error it cannot retry (refused credentials,
-    a full disk, ranks out of step). Nothing after the last committed version was published; create a
-    new `Publisher` (it resumes from the bucket) once the cause is fixed."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Publishes states FIRST..LAST of `trajectory(LAST_STATE)` one version each, resum
 from __future__ import annotations
 
 import sys
+import time
 
 from delta.publish import Publisher, PublisherConfig
 
@@ -12,6 +13,7 @@ from ._trainer import trajectory
 
 STATES = 40
 N = 20_000
+STEP_SECONDS = 0.1  # a training step between publishes, so a kill lands after a few versions, not after all
 
 
 def main(bucket: str, first: int, last: int) -> None:
@@ -21,6 +23,7 @@ def main(bucket: str, first: int, last: int) -> None:
             pub.publish(states[i])
             assert pub.flush(timeout=60)
             print(i, pub.last.version, flush=True)
+            time.sleep(STEP_SECONDS)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def test_publisher_killed_at_random_points(tmp_path):
     for _ in range(6):
         proc = child(STATES)
         assert proc.stdout.readline(), proc.communicate()[1]  # one version committed by this run
-        time.sleep(rng.uniform(0.0, 1.0))  # then a random point: encoding, uploading, committing, collecting
+        time.sleep(rng.uniform(0.0, 0.3))  # then a random point: encoding, uploading, committing, collecting
         proc.kill()
         proc.wait(timeout=30)
         manifest = read_manifest(bucket)  # parses: versions consecutive, files listed
