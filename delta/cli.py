@@ -17,6 +17,7 @@ from .apply import apply, decode
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
 from .errors import DeltaError
+from .format import read_delta
 from .inspect import inspect_delta
 from .state import load_state, save_state
 
@@ -38,9 +39,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     data = diff(old, new, codec=args.codec, version=args.version, base_version=args.base_version, progress=True)
     _write_atomic(args.output, data)
-    info = inspect_delta(data)
-    print(f"wrote {args.output}: {len(data):,} bytes, {info.header.changed:,} of {info.header.total:,} elements "
-          f"changed ({100 * info.header.density:.3f}%), {info.bytes_per_changed:.3f} B/changed, codec "
+    header, _ = read_delta(data)  # the header alone: no need to decode the streams again
+    print(f"wrote {args.output}: {len(data):,} bytes, {header.changed:,} of {header.total:,} elements "
+          f"changed ({100 * header.density:.3f}%), {len(data) / max(header.changed, 1):.3f} B/changed, codec "
           f"{args.codec}, {time.perf_counter() - start:.2f} s")
     return 0
 
