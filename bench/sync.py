@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
               + f"  -> worst {block / copy_s:.2f}x the copy (goal <= 1.5x)")
         print(f"[{r['label']}] publish -> reader holds the new state: "
               + ", ".join(f"{t:.2f} s" for t in r["latency"])
-              + f"  (goal <= 1 s local); reader apply pause: " + ", ".join(f"{p * 1e3:.0f} ms" for p in r["pauses"]))
+              + "  (goal <= 1 s local); reader apply pause: " + ", ".join(f"{p * 1e3:.0f} ms" for p in r["pauses"]))
         for h in r["history"]:
             print(f"[{r['label']}]   version {h.version} via {h.via}: fetched {h.bytes_fetched:,} B in {h.fetch_s:.2f} s, "
                   f"decode {h.decode_s:.2f} s, apply pause {h.apply_pause_s * 1e3:.0f} ms")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from delta.hashing import state_digest
 from delta.manifest import read_manifest, version_of_path
