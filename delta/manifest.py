@@ -14,7 +14,7 @@ Layout of a manifest (keys sorted, one JSON object):
      "shards": null | [[tensor names of rank 0], [names of rank 1], ...],
      "versions": [{"version": 7, "kind": "anchor" | "delta", "base_version": 6 | null,
                    "base_hash": "xxh3-128:..." | null, "state_hash": "xxh3-128:...",
-                   "delta": [FILE, ...], "anchor": [FILE, ...]}, ...]}
+                   "delta": [FILE, ...], "anchor": [FILE, ...], "published_at": 1764000000.0 | null}, ...]}
     FILE = {"path": "versions/00000007-1a2b3c4d/delta-r00000.safetensors", "size": 123,
             "sha256": "<hex>", "rank": 0}
 
@@ -69,6 +69,8 @@ class VersionEntry:
         state_hash: State hash after this version (`delta.state_digest(...).hexdigest`).
         delta: Delta files, one per rank (empty for the first version).
         anchor: Anchor shard files (empty for kind "delta").
+        published_at: Unix time at which the trainer handed this state to the publisher, so readers can
+            tell how long publishing and following took (None in manifests written without it).
     """
 
     version: int
@@ -78,6 +80,7 @@ class VersionEntry:
     state_hash: str
     delta: tuple[FileRef, ...] = ()
     anchor: tuple[FileRef, ...] = ()
+    published_at: float | None = None
 
     @property
     def files(self) -> tuple[FileRef, ...]:
@@ -143,7 +146,7 @@ class Manifest:
             "versions": [
                 {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
                  "state_hash": v.state_hash, "delta": [file(f) for f in v.delta],
-                 "anchor": [file(f) for f in v.anchor]}
+                 "anchor": [file(f) for f in v.anchor], "published_at": v.published_at}
                 for v in self.versions
             ],
         }
@@ -170,7 +173,8 @@ class Manifest:
                 VersionEntry(
                     version=int(v["version"]), kind=str(v["kind"]), base_version=v["base_version"],
                     base_hash=v["base_hash"], state_hash=str(v["state_hash"]),
-                    delta=tuple(FileRef(**f) for f in v["delta"]), anchor=tuple(FileRef(**f) for f in v["anchor"]))
+                    delta=tuple(FileRef(**f) for f in v["delta"]), anchor=tuple(FileRef(**f) for f in v["anchor"]),
+                    published_at=None if v.get("published_at") is None else float(v["published_at"]))
                 for v in body["versions"])
             shards = None if body["shards"] is None else tuple(tuple(s) for s in body["shards"])
             manifest = cls(int(body["commit"]), versions, shards)

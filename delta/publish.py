@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -90,6 +90,7 @@ class _Snapshot:
     tensors: State
     anchor: bool
     ready: bool  # the worker may take it (always, for one rank; by collective decision for several)
+    taken_at: float = field(default_factory=time.time)  # when the trainer handed it over (unix time)
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,7 @@ class Publisher:
                 newer = self._pending if self.ranks.world == 1 else None
                 if newer is not None:  # coalesce: retry with the newest state instead
                     self._pending, self._spare = None, snapshot.tensors
-                    snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True)
+                    snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True, newer.taken_at)
             delay = min(self.config.max_retry_delay, delay * 2)
 
     def _publish_one(self, snapshot: _Snapshot) -> None:
@@ -323,7 +324,7 @@ class Publisher:
                   "delta": delta_refs, "anchor": anchor_refs}
         if rank == 0:
             others = self.ranks.collect(self.storage, folder, self.config.commit_timeout)
-            manifest = self._commit(version, [record, *others])
+            manifest = self._commit(version, [record, *others], snapshot.taken_at)
         else:
             self.ranks.submit(self.storage, folder, record)
             manifest = self.ranks.wait_commit(self.storage, version, folder, self.config.commit_timeout)
@@ -345,7 +346,7 @@ class Publisher:
         self.storage.write(path, data)
         return file_ref(path, data, self.ranks.rank)
 
-    def _commit(self, version: int, records: list[dict]) -> Manifest:
+    def _commit(self, version: int, records: list[dict], taken_at: float) -> Manifest:
         """Rank 0: commit `version` made of every rank's record, then apply retention and collect garbage."""
         records = sorted(records, key=lambda r: r["rank"])
         tensors: dict[str, str] = {}
@@ -361,7 +362,8 @@ class Publisher:
         entry = VersionEntry(version=version, kind="anchor" if anchor else "delta",
                              base_version=version - 1 if delta else None,
                              base_hash=prev.state_hash if delta and prev else None,
-                             state_hash=StateDigest(tensors).hexdigest, delta=delta, anchor=anchor)
+                             state_hash=StateDigest(tensors).hexdigest, delta=delta, anchor=anchor,
+                             published_at=taken_at)
         shards = tuple(tuple(r["names"]) for r in records) if len(records) > 1 else None
         current = self._manifest or Manifest(0)
         manifest = write_manifest(self.storage, retain(current.with_version(entry, shards), self.config.keep_anchors))

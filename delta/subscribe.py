@@ -29,6 +29,7 @@ from .anchors import decode_anchor
 from .apply import decode, write_changes
 from .catchup import Step, plan
 from .errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
+from .format import DeltaHeader
 from .hashing import StateDigest, state_digest
 from .manifest import FileRef, Manifest, fetch_verified, read_manifest
 from .state import State, check_same_layout
@@ -112,11 +113,17 @@ class Update:
         version: The version now held.
         changed: Names of the tensors written (every tensor after an anchor).
         stats: How the version went.
+        headers: The headers of the delta files applied (one per rank; empty after an anchor): which
+            tensors changed and how many elements of each.
+        published_at: Unix time the trainer handed this version to its publisher (None if the manifest
+            does not say).
     """
 
     version: int
     changed: tuple[str, ...]
     stats: VersionStats
+    headers: tuple[DeltaHeader, ...] = ()
+    published_at: float | None = None
 
 
 class _BadFiles(DeltaError):
@@ -346,11 +353,13 @@ class Subscriber:
                     for name, tensor in fresh.items():
                         self._state[name].copy_(tensor)
                 changed = tuple(sorted(fresh))
+                headers: tuple[DeltaHeader, ...] = ()
             else:
                 try:
                     digest, changed = self._write_deltas(prepared.payload, entry.state_hash)
                 except IntegrityError as e:
                     raise _BadFiles([f.path for f in prepared.step.files], e) from e
+                headers = tuple(header for header, *_ in prepared.payload)
             self._digest, self._version = digest, entry.version
             pause = time.perf_counter() - start
         stats = VersionStats(entry.version, prepared.step.via, prepared.fetched, prepared.fetch_s, prepared.decode_s,
@@ -358,7 +367,7 @@ class Subscriber:
         self._history.append(stats)
         if self.on_update is not None:
             try:
-                self.on_update(Update(entry.version, changed, stats))
+                self.on_update(Update(entry.version, changed, stats, headers, entry.published_at))
             except Exception:  # the consumer's bug must not stop the follower
                 logger.exception("on_update callback failed for version %d", entry.version)
 
