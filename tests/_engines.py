@@ -18,13 +18,19 @@ VLLM_CPU_HEAD_DIM = 32
 INIT_STD = 0.2
 
 
+#: Whole Wordle games with the tiny byte-level tokenizer take ~1,200 tokens (feedback is ~150 a turn).
+MAX_POSITIONS = 4096
+
+
 def build_model(path: str, seed: int = 0) -> str:
     """`models.build_tiny_qwen3`, re-initialised with 32-wide heads (its own are 16, which vLLM's CPU
-    attention does not run) and `INIT_STD`; same tokenizer, seeded, bf16 weights, tied embeddings."""
+    attention does not run), `INIT_STD` and `MAX_POSITIONS`; same tokenizer, seeded, bf16 weights, tied
+    embeddings."""
     build_tiny_qwen3(path, seed)
     config = Qwen3Config.from_pretrained(path)
     config.head_dim = VLLM_CPU_HEAD_DIM
     config.initializer_range = INIT_STD
+    config.max_position_embeddings = MAX_POSITIONS
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)

@@ -1,0 +1,68 @@
+"""A client of the rollout Space's HTTP API, for trainers (local or remote Spaces alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from .errors import RolloutError
+
+
+class RolloutClient:
+    """Talks to one rollout server.
+
+    Args:
+        url: Base URL, e.g. ``http://127.0.0.1:7862`` or ``https://user-rollout.hf.space``.
+        timeout: Seconds per request (games on a CPU take a while).
+        token: Sent as a bearer token (a private Space needs the owner's HF token).
+    """
+
+    def __init__(self, url: str, timeout: float = 600.0, token: str | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"rollout URL {url!r} must start with http:// or https:// (set --rollout-url or "
+                             "ROLLOUT_URL)")
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+
+    def status(self) -> dict[str, Any]:
+        """`GET /status`: served `version`, `latest_version`, `lag`, `engine`, `last_error`, ..."""
+        return self._call("GET", "/status")
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], **sampling: Any) -> dict[str, Any]:
+        """`POST /generate`: one completion per prompt (`max_tokens`, `temperature`, `top_p`, `seed`, `stop`)."""
+        return self._call("POST", "/generate", {"prompts": [p if isinstance(p, str) else list(p) for p in prompts],
+                                                **sampling})
+
+    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[dict[str, Any]]:
+        """`POST /rollout`: one trajectory per game (`{"seed": s}` or `{"secret": w}`), same order.
+
+        Sampling keywords: `max_tokens` (per reply), `temperature`, `top_p`, `seed`, `max_turns`.
+        """
+        return self._call("POST", "/rollout", {"games": list(games), **sampling})["trajectories"]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as e:
+            raise RolloutError(f"the rollout server at {self.url} did not answer {path}: {e}; check that it "
+                               "runs and that --rollout-url points at it") from e
+        if response.status_code != 200:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise RolloutError(f"the rollout server at {self.url} refused {path} (HTTP {response.status_code}): "
+                               f"{detail}")
+        return response.json()

@@ -1,0 +1,71 @@
+"""A small HTTP client of the Wordle env Space (its OpenEnv-shaped ``/reset``, ``/step``, ``/close``).
+
+The rollout Space plays games through it exactly as any other client would, so the env can run
+anywhere: another process, another machine, a Space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .errors import EnvUnavailableError
+
+
+class EnvClient:
+    """Talks to one env Space. Thread-safe (httpx clients are).
+
+    Args:
+        url: Base URL of the env Space, e.g. ``http://127.0.0.1:7861``.
+        timeout: Seconds per request.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"env URL {url!r} must start with http:// or https:// (set --env-url or ENV_URL)")
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def reset(self, *, seed: int | None = None, secret: str | None = None,
+              weight_version: int | None = None) -> dict[str, Any]:
+        """Start a game; returns the observation (its ``episode_id`` names the game)."""
+        body = {"seed": seed, "secret": secret, "weight_version": weight_version}
+        return self._post("/reset", {k: v for k, v in body.items() if v is not None})["observation"]
+
+    def step(self, episode_id: str, text: str) -> tuple[dict[str, Any], float, bool]:
+        """Play ``text`` as the next move; returns (observation, reward of the move, done)."""
+        reply = self._post("/step", {"episode_id": episode_id, "action": {"guess": text}})
+        return reply["observation"], float(reply["reward"] or 0.0), bool(reply["done"])
+
+    def close_game(self, episode_id: str) -> None:
+        """Drop an unfinished game (best effort: a game the env already dropped is fine)."""
+        try:
+            self._http.post("/close", json={"episode_id": episode_id})
+        except httpx.HTTPError:
+            pass
+
+    def health(self) -> bool:
+        """Whether the env answers ``/health``."""
+        try:
+            return self._http.get("/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.HTTPError as e:
+            raise EnvUnavailableError(f"the env Space at {self.url} did not answer {path}: {e}; "
+                                      "check that it runs and that --env-url points at it") from e
+        if response.status_code != 200:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise EnvUnavailableError(f"the env Space at {self.url} refused {path} "
+                                      f"(HTTP {response.status_code}): {detail}")
+        return response.json()

@@ -1,0 +1,28 @@
+"""The errors the rollout Space raises besides the engines' own (``rollout_space.engines.errors``)."""
+
+from __future__ import annotations
+
+
+class RolloutError(RuntimeError):
+    """Base class of the rollout Space's errors."""
+
+
+class EnvUnavailableError(RolloutError):
+    """The env Space did not answer, or refused a request; the message says which and what to check."""
+
+
+class LimitExceededError(RolloutError, ValueError):
+    """A request asked for more than the server's caps (prompts per batch, tokens, games); nothing ran.
+
+    Attributes:
+        limit: Name of the cap (`max_batch`, `max_tokens`, `max_games`).
+        value: What the request asked for.
+        cap: The server's cap.
+    """
+
+    def __init__(self, limit: str, value: int, cap: int, flag: str) -> None:
+        super().__init__(f"{limit} {value} is over this server's cap of {cap}: split the request, or start the "
+                         f"server with a higher {flag}")
+        self.limit = limit
+        self.value = value
+        self.cap = cap

@@ -1,0 +1,161 @@
+"""Keeps an engine at the trainer's newest published version.
+
+A `delta.Subscriber` follows the bucket in a background thread and writes each version into the
+engine's published state (fetch and decode happen while the engine serves; the state is not what the
+engine computes with); then `Engine.update` pushes the changed tensors to the backend, the only step
+that holds generation off. A bad file or an unreachable bucket leaves the engine serving its last
+good version, and the error shows in `status()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+import delta
+from delta.format import DeltaHeader
+from delta.manifest import read_manifest
+from delta.storage import Storage
+from delta.subscribe import SubscriberConfig, Update
+
+from .engines import Engine
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """How one version reached the engine.
+
+    Attributes:
+        version: The version now served.
+        via: `delta` or `anchor`.
+        bytes_fetched: Bytes read from the bucket for it.
+        fetch_s: Seconds fetching and verifying files (generation went on).
+        decode_s: Seconds decoding and writing the published state (generation went on).
+        pause_s: Seconds generation was held off while the engine loaded the changed tensors.
+        lag_s: Seconds from the trainer handing the version to its publisher to the engine serving it
+            (None if the manifest has no publish time).
+        changed_tensors: How many tensors changed.
+        at: Unix time the engine started serving it.
+    """
+
+    version: int
+    via: str
+    bytes_fetched: int
+    fetch_s: float
+    decode_s: float
+    pause_s: float
+    lag_s: float | None
+    changed_tensors: int
+    at: float
+
+
+class Follower:
+    """Follows a bucket for an engine. `start()` begins, `close()` stops; `status()` reports.
+
+    Args:
+        engine: The engine to keep current; its published state is updated in place.
+        bucket: Bucket URL or open storage.
+        config: Polling settings of the underlying subscriber.
+        history: Sync records kept.
+    """
+
+    def __init__(self, engine: Engine, bucket: str | Storage, config: SubscriberConfig | None = None,
+                 history: int = 200) -> None:
+        self.engine = engine
+        storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
+        version = self._version_of_model(storage)
+        if version is not None:
+            engine.update({}, version)
+        self._subscriber = delta.Subscriber(storage, engine.state, version=version, config=config,
+                                            on_update=self._serve)
+        self._records: deque[SyncRecord] = deque(maxlen=history)
+        self._last_header: DeltaHeader | None = None
+        self._lock = threading.Lock()
+        self._engine_error: str | None = None
+
+    @property
+    def bucket(self) -> str:
+        return self._subscriber.storage.url
+
+    def _version_of_model(self, storage: Storage) -> int | None:
+        """The bucket's version whose state hash is the model's, if any: then no anchor needs fetching.
+
+        An unreachable bucket is not fatal here: the follower starts and keeps retrying.
+        """
+        try:
+            manifest = read_manifest(storage)
+        except (delta.DeltaError, OSError) as e:
+            logger.warning("cannot read the manifest of %s yet (%s); will retry", storage.url, e)
+            return None
+        if manifest is None:
+            return None
+        digest = delta.state_digest(self.engine.state).hexdigest
+        matches = [v.version for v in manifest.versions if v.state_hash == digest]
+        return max(matches) if matches else None
+
+    def start(self) -> None:
+        """Follow the bucket in a background thread."""
+        self._subscriber.start()
+
+    def sync(self) -> int | None:
+        """Catch up now, in the caller's thread; returns the version served (None if the bucket is empty
+        and the model is not one of its versions).
+
+        Raises:
+            delta.DeltaError, OSError: as `delta.Subscriber.sync`; the engine keeps its version.
+        """
+        self._subscriber.sync()
+        return self._subscriber.version
+
+    def close(self) -> None:
+        self._subscriber.close()
+
+    def _serve(self, update: Update) -> None:
+        """Runs in the subscriber's thread after each version is written into the published state."""
+        start = time.perf_counter()
+        try:
+            self.engine.update({n: self.engine.state[n] for n in update.changed}, update.version)
+        except Exception as e:  # the engine refused or broke: keep the error visible, keep following
+            self._engine_error = f"{type(e).__name__}: {e}"
+            logger.exception("engine did not take version %d", update.version)
+            return
+        now = time.time()
+        stats = update.stats
+        record = SyncRecord(update.version, stats.via, stats.bytes_fetched, stats.fetch_s,
+                            stats.decode_s + stats.apply_pause_s, time.perf_counter() - start,
+                            None if update.published_at is None else max(0.0, now - update.published_at),
+                            len(update.changed), now)
+        with self._lock:
+            self._engine_error = None
+            self._records.append(record)
+            if update.headers:
+                self._last_header = _merged(update.headers)
+
+    def records(self) -> list[SyncRecord]:
+        """The latest syncs, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def last_header(self) -> DeltaHeader | None:
+        """The header of the last delta applied (ranks merged), or None (nothing yet, or an anchor)."""
+        with self._lock:
+            return self._last_header
+
+    def status(self) -> dict[str, object]:
+        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`."""
+        status = self._subscriber.status()
+        lag = None if status.latest is None else max(0, status.latest - self.engine.version)
+        return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
+                "last_error": self._engine_error or status.last_error}
+
+
+def _merged(headers: tuple[DeltaHeader, ...]) -> DeltaHeader:
+    """One header listing the tensors of every rank's delta."""
+    if len(headers) == 1:
+        return headers[0]
+    return replace(headers[0], tensors=tuple(t for h in headers for t in h.tensors))

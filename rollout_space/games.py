@@ -1,0 +1,198 @@
+"""Whole multi-turn Wordle games between the served policy and the env Space, returned as trajectories
+in the shape TRL's `GRPOTrainer` takes from a `rollout_func`.
+
+One trajectory is one game: the chat-templated instructions are the prompt; the model's replies and
+the env's feedback between them, token for token as the model saw them, are the completion; the
+`env_mask` tells the trainer which completion tokens the model produced (1) and which came from the
+env (0). All live games advance together: each turn is one batched `generate` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from env_space.rules import MAX_GUESSES
+
+from .engines import Completion, Engine, SamplingParams
+from .env_client import EnvClient
+
+#: Stands for the model's reply while the chat template is rendered, to find the text around a reply.
+_REPLY = "\uE000REPLY\uE000"
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """Which word a game is played on: `secret` if given, else the env's pick from `seed` (random if None).
+    Games with the same seed get the same word, which is how GRPO groups compare like with like."""
+
+    seed: int | None = None
+    secret: str | None = None
+
+
+@dataclass(frozen=True)
+class PlayParams:
+    """How the policy plays.
+
+    Attributes:
+        max_tokens: Most tokens per reply.
+        temperature, top_p: Sampling of each reply (0 is greedy).
+        max_turns: Most replies per game (invalid moves count); the env ends games earlier on its own.
+        seed: Makes the games reproducible for the same weights (turn t samples with seed + t).
+    """
+
+    max_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turns: int = 2 * MAX_GUESSES
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        SamplingParams(self.max_tokens, self.temperature, self.top_p)  # same checks as every sampling
+
+
+@dataclass
+class Trajectory:
+    """One game as a GRPO sample. `to_dict` gives the JSON the rollout API returns.
+
+    Attributes:
+        prompt_ids: The chat-templated instructions, ending with the assistant's turn opening.
+        completion_ids: Every reply and the env's feedback between replies, concatenated.
+        logprobs: Per completion token, its log-probability under the policy (0.0 on env tokens).
+        env_mask: Per completion token, 1 if the model produced it, 0 if the env did.
+        reward: The env's total reward for the game.
+        turn_rewards: The env's reward for each reply.
+        won: Whether the policy found the word.
+        guesses: The word of each reply ("" when the move was invalid).
+        marks: Feedback per valid guess, one of G/Y/X per letter.
+        replies: The text of each reply.
+        secret: The word (empty if the game ended unfinished, before the env revealed it).
+        version: The oldest weight version that produced any reply: a trainer judges staleness on it.
+        versions: The weight version of each reply.
+        episode_id: The env's name for the game.
+        finished: False if the game was cut (max_turns or the model's context length) before the env ended it.
+    """
+
+    prompt_ids: list[int]
+    episode_id: str
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    reward: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)
+    won: bool = False
+    guesses: list[str] = field(default_factory=list)
+    marks: list[str] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    secret: str = ""
+    versions: list[int] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def version(self) -> int:
+        return min(self.versions) if self.versions else -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "version": self.version}
+
+    def _reply(self, completion: Completion) -> None:
+        self.completion_ids += completion.token_ids
+        self.logprobs += completion.logprobs
+        self.env_mask += [1] * len(completion.token_ids)
+        self.replies.append(completion.text)
+        self.versions.append(completion.version)
+
+    def _feedback(self, ids: list[int]) -> None:
+        self.completion_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.env_mask += [0] * len(ids)
+
+    def _observe(self, observation: dict[str, Any], reward: float) -> None:
+        self.turn_rewards.append(reward)
+        self.reward = float(observation["total_reward"])
+        rows = observation["rows"]
+        valid = observation.get("last_move_valid")
+        self.guesses.append(rows[-1]["word"] if valid and rows else "")
+        self.marks = [row["marks"] for row in rows]
+        self.won = bool(observation["won"])
+        self.secret = observation.get("secret") or ""
+
+
+class ChatLayout:
+    """Token ids of the game's text laid out by the model's chat template.
+
+    The feedback after a reply is tokenized on its own and appended after the reply's sampled tokens,
+    so the completion holds exactly the tokens the model saw (re-tokenizing a whole conversation
+    could split the replies differently from how they were sampled).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._templated = getattr(tokenizer, "chat_template", None) is not None
+
+    def prompt(self, message: str) -> list[int]:
+        """The first user message and the opening of the assistant's turn."""
+        if not self._templated:
+            return self._tokenizer.encode(f"User: {message}\nAssistant:", add_special_tokens=False)
+        return list(self._tokenizer.apply_chat_template([{"role": "user", "content": message}],
+                                                        add_generation_prompt=True, tokenize=True,
+                                                        return_dict=False))
+
+    def feedback(self, message: str, reply: Completion) -> list[int]:
+        """What follows a reply: the end of the assistant's turn (unless the reply sampled it), the env's
+        message as a user turn, and the opening of the next assistant turn."""
+        if not self._templated:
+            return self._tokenizer.encode(f"\nUser: {message}\nAssistant:", add_special_tokens=False)
+        text = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": "."}, {"role": "assistant", "content": _REPLY},
+             {"role": "user", "content": message}], add_generation_prompt=True, tokenize=False)
+        after = text[text.index(_REPLY) + len(_REPLY):]
+        if reply.finish_reason == "stop" and reply.token_ids:
+            stop = self._tokenizer.decode(reply.token_ids[-1:])
+            if after.startswith(stop):
+                after = after[len(stop):]
+        return self._tokenizer.encode(after, add_special_tokens=False)
+
+
+def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec],
+               params: PlayParams | None = None) -> list[Trajectory]:
+    """Play each game to its end (or `params.max_turns`) with the engine's current policy.
+
+    Every turn of every live game is one prompt of a single `engine.generate` call; updates of the
+    weights may land between turns, and each reply records the version that produced it.
+
+    Raises:
+        EnvUnavailableError: the env failed; the games started are closed on the env first.
+        EngineError: the engine failed.
+    """
+    params = params or PlayParams()
+    layout = ChatLayout(engine.tokenizer)
+    limit = engine.config.max_model_len
+    live: list[Trajectory] = []
+    try:
+        for spec in games:
+            observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version)
+            live.append(Trajectory(layout.prompt(observation["message"]), observation["episode_id"]))
+        for turn in range(params.max_turns):
+            playing = [g for g in live if not g.finished
+                       and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
+            if not playing:
+                break
+            sampling = SamplingParams(params.max_tokens, params.temperature, params.top_p,
+                                      None if params.seed is None else params.seed + turn)
+            replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
+            for game, reply in zip(playing, replies):
+                game._reply(reply)
+                observation, reward, done = env.step(game.episode_id, reply.text)
+                game._observe(observation, reward)
+                game.finished = done
+                if not done:
+                    game._feedback(layout.feedback(observation["message"], reply))
+    finally:
+        for game in live:
+            if not game.finished:
+                env.close_game(game.episode_id)
+    return live

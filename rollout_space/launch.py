@@ -1,0 +1,74 @@
+"""`python app.py rollout`: flags (defaults from the Space's environment variables) and start-up."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from models import DEFAULT_MODEL
+
+from .engines import ENGINES
+
+logger = logging.getLogger(__name__)
+
+
+def _default_engine() -> str:
+    """vLLM where a GPU is; transformers on CPUs, where vLLM starts in ~1 min and serves a small model no faster."""
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "transformers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rollout role's flags; each defaults to the environment variable a Space would set."""
+    env = os.environ.get
+    parser.add_argument("--bucket", default=env("DELTA_BUCKET", ".cache/bucket"),
+                        help="bucket the trainer publishes to: a folder, s3://..., hf://buckets/NS/NAME "
+                             "(env DELTA_BUCKET; default .cache/bucket)")
+    parser.add_argument("--model", default=env("MODEL", DEFAULT_MODEL),
+                        help=f"model folder or Hub id the trainer started from (env MODEL; default {DEFAULT_MODEL}, "
+                             "offline)")
+    parser.add_argument("--env-url", default=env("ENV_URL", "http://127.0.0.1:7861"),
+                        help="the Wordle env Space (env ENV_URL; default http://127.0.0.1:7861)")
+    parser.add_argument("--engine", choices=ENGINES, default=env("ENGINE") or None,
+                        help="inference engine (env ENGINE; default vllm with a GPU, transformers without)")
+    parser.add_argument("--dtype", default="auto", help="compute dtype: auto, bfloat16, float16, float32")
+    parser.add_argument("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens")
+    parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
+    parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls")
+    parser.add_argument("--showcase-every", type=float, default=60.0,
+                        help="play a game on its own after this many idle seconds, for the UI (0: never)")
+    parser.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
+
+
+def run(args: argparse.Namespace) -> None:
+    """Load the model, start following the bucket, serve until interrupted."""
+    from delta.subscribe import SubscriberConfig
+    from models import resolve_model
+
+    from .engines import EngineConfig, open_engine
+    from .env_client import EnvClient
+    from .follower import Follower
+    from .server import serve
+    from .service import RolloutService, ServiceLimits
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    limits = ServiceLimits(args.max_batch, args.max_tokens, args.max_games, args.showcase_every)
+    kind = args.engine or _default_engine()
+    folder = resolve_model(args.model)
+    logger.info("starting the %s engine on %s", kind, folder)
+    engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len))
+    try:
+        follower = Follower(engine, args.bucket, SubscriberConfig(poll_interval=args.poll_interval))
+        env = EnvClient(args.env_url)
+    except BaseException:
+        engine.close()
+        raise
+    service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
+    logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
+                args.bucket, args.env_url)
+    serve(service, args.host, args.port)

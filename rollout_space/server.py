@@ -1,0 +1,23 @@
+"""The rollout Space process: engine, follower and env client behind one FastAPI app, served by uvicorn."""
+
+from __future__ import annotations
+
+import uvicorn
+from fastapi import FastAPI
+
+from .api import build_api
+from .service import RolloutService
+
+
+def build_app(service: RolloutService) -> FastAPI:
+    """The HTTP API (the UI is mounted at ``/`` on top of it, so ``/status`` etc. stay the API's)."""
+    return build_api(service)
+
+
+def serve(service: RolloutService, host: str, port: int) -> None:
+    """Start following, serve until interrupted, then stop following and close the engine. Blocks."""
+    service.start()
+    try:
+        uvicorn.run(build_app(service), host=host, port=port, log_level="warning")
+    finally:
+        service.close()

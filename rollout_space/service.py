@@ -1,0 +1,197 @@
+"""The rollout Space's core, behind both its HTTP API and its UI: one engine kept current by a follower,
+generation for the trainer within caps, and Wordle games against the env Space."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from delta.format import DeltaHeader
+
+from .engines import Completion, Engine, SamplingParams
+from .engines.base import Prompt
+from .env_client import EnvClient
+from .errors import LimitExceededError, RolloutError
+from .follower import Follower, SyncRecord
+from .games import GameSpec, PlayParams, Trajectory, play_games
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """Caps on one request, so one caller cannot hold the engine for minutes.
+
+    Attributes:
+        max_batch: Prompts per `/generate` call.
+        max_tokens: Tokens per completion (per reply in games).
+        max_games: Games per `/rollout` call.
+        showcase_every: Seconds without any game after which the Space plays one on its own, so its UI
+            always shows the current policy playing (0: never).
+    """
+
+    max_batch: int = 256
+    max_tokens: int = 1024
+    max_games: int = 256
+    showcase_every: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.max_batch, self.max_tokens, self.max_games) < 1:
+            raise ValueError("max_batch, max_tokens and max_games must be at least 1")
+        if self.showcase_every < 0:
+            raise ValueError(f"showcase_every must be >= 0 seconds, got {self.showcase_every}")
+
+
+class RolloutService:
+    """Serves the engine's current version and follows the bucket.
+
+    Args:
+        engine: The engine (owned: `close` closes it).
+        follower: Keeps the engine current; None serves the model as loaded.
+        env: The env Space's client; None refuses games.
+        limits: Request caps.
+        model: What to call the model in `status()`.
+        engine_kind: What to call the engine in `status()`.
+    """
+
+    def __init__(self, engine: Engine, follower: Follower | None, env: EnvClient | None,
+                 limits: ServiceLimits | None = None, *, model: str = "", engine_kind: str = "") -> None:
+        self.engine = engine
+        self.follower = follower
+        self.env = env
+        self.limits = limits or ServiceLimits()
+        self.model = model
+        self.engine_kind = engine_kind or type(engine).__name__
+        self._games: deque[dict[str, Any]] = deque(maxlen=100)
+        self._tokens = 0
+        self._last_game = time.monotonic()
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._showcase: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start following the bucket and, if configured, the showcase games."""
+        if self.follower is not None:
+            self.follower.start()
+        if self.limits.showcase_every > 0 and self.env is not None:
+            self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
+            self._showcase.start()
+
+    def close(self) -> None:
+        """Stop following and playing, close the engine."""
+        self._stop.set()
+        if self.follower is not None:
+            self.follower.close()
+        if self._showcase is not None:
+            self._showcase.join(timeout=60)
+        if self.env is not None:
+            self.env.close()
+        self.engine.close()
+
+    # -- serving -------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, each stamped with the version that produced it.
+
+        Raises:
+            LimitExceededError: more prompts or tokens than the caps.
+            ValueError, EngineError: as `Engine.generate`.
+        """
+        if not prompts:
+            raise ValueError("no prompts given")
+        self._check("max_batch", len(prompts), self.limits.max_batch, "--max-batch")
+        self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
+        completions = self.engine.generate(prompts, params)
+        self._count(sum(len(c.token_ids) for c in completions))
+        return completions
+
+    def play(self, games: Sequence[GameSpec], params: PlayParams | None = None) -> list[Trajectory]:
+        """Play whole games with the current policy (see `games.play_games`).
+
+        Raises:
+            LimitExceededError: more games or tokens per reply than the caps.
+            RolloutError: no env Space configured; EnvUnavailableError: it failed.
+        """
+        params = params or PlayParams()
+        if self.env is None:
+            raise RolloutError("this rollout server has no env Space: start it with --env-url (or ENV_URL)")
+        if not games:
+            raise ValueError("no games given")
+        self._check("max_games", len(games), self.limits.max_games, "--max-games")
+        self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
+        trajectories = play_games(self.engine, self.env, games, params)
+        with self._stats_lock:
+            self._tokens += sum(sum(t.env_mask) for t in trajectories)
+            self._games.extend(t.to_dict() for t in trajectories)
+            self._last_game = time.monotonic()
+        return trajectories
+
+    # -- what the UI and /status show ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """`version` served, `latest_version` in the bucket, `lag`, `engine`, `last_error`, and more."""
+        following = self.follower.status() if self.follower is not None else {}
+        latest = following.get("latest_version")
+        note = None
+        if self.follower is None:
+            note = "no bucket: serving the model as loaded"
+        elif latest is None:
+            note = "the bucket has no version yet: serving the model as given"
+        with self._stats_lock:
+            tokens, games = self._tokens, len(self._games)
+        return {
+            "version": self.engine.version,
+            "latest_version": latest,
+            "lag": following.get("lag"),
+            "engine": self.engine_kind,
+            "model": self.model,
+            "bucket": self.follower.bucket if self.follower is not None else None,
+            "env_url": self.env.url if self.env is not None else None,
+            "last_error": following.get("last_error"),
+            "failures": following.get("failures", 0),
+            "note": note,
+            "syncs": len(self.syncs()),
+            "tokens_served": tokens,
+            "games_played": games,
+        }
+
+    def syncs(self) -> list[SyncRecord]:
+        """The latest versions applied, oldest first."""
+        return self.follower.records() if self.follower is not None else []
+
+    def last_delta(self) -> DeltaHeader | None:
+        """The header of the last delta applied (which tensors changed, how many elements each)."""
+        return self.follower.last_header() if self.follower is not None else None
+
+    def recent_games(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest games played (for the trainer or the showcase), newest first, as trajectory dicts."""
+        with self._stats_lock:
+            return list(self._games)[::-1][:limit]
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _check(self, limit: str, value: int, cap: int, flag: str) -> None:
+        if value > cap:
+            raise LimitExceededError(limit, value, cap, flag)
+
+    def _count(self, tokens: int) -> None:
+        with self._stats_lock:
+            self._tokens += tokens
+
+    def _play_showcase(self) -> None:
+        """Play one game whenever none was played for `showcase_every` seconds."""
+        while not self._stop.wait(1.0):
+            if time.monotonic() - self._last_game < self.limits.showcase_every:
+                continue
+            try:
+                self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)))
+            except Exception as e:  # the env may be down for a while; the Space keeps serving
+                logger.warning("showcase game failed: %s", e)
+                self._last_game = time.monotonic()

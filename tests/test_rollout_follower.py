@@ -1,0 +1,135 @@
+"""An engine following a real local bucket: versions applied, errors visible, last good version kept."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import delta
+from delta.manifest import read_manifest
+from delta.subscribe import SubscriberConfig
+from rollout_space.engines import EngineConfig, SamplingParams, open_engine
+from rollout_space.follower import Follower
+from tests._engines import build_model, step
+
+FAST = SubscriberConfig(poll_interval=0.05, max_backoff=0.2)
+
+
+@pytest.fixture()
+def model(tmp_path):
+    return build_model(str(tmp_path / "model"), seed=1)
+
+
+def _publish(bucket: str, states: list[dict]) -> None:
+    with delta.Publisher(bucket) as publisher:
+        for state in states:
+            publisher.publish(state)
+            publisher.flush()
+
+
+def _wait(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_serves_each_published_version_bit_identical_to_the_trainer(tmp_path, model):
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(model)
+    names = sorted(v0)
+    states = [v0]
+    for i in range(3):
+        states.append(step(states[-1], names[i::2], seed=i))
+    _publish(bucket, states[:1])  # the trainer's version 1 is the model the rollout loads
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        assert engine.version == 1  # recognised by its hash: no anchor fetched
+        follower.start()
+        try:
+            _publish(bucket, states[1:])
+            _wait(lambda: engine.version == 4)
+            manifest = read_manifest(delta.open_storage(bucket))
+            assert delta.state_digest(engine.state).hexdigest == manifest.get(4).state_hash
+            records = follower.records()
+            assert [r.version for r in records][-1] == 4 and all(r.via == "delta" for r in records)
+            last = records[-1]
+            assert last.bytes_fetched > 0 and last.pause_s >= 0 and last.lag_s is not None and last.lag_s >= 0
+            header = follower.last_header()
+            assert header is not None and header.version == 4
+            # The tensors version 4 stepped (norms at 1.0 round back in bf16, so not all of them).
+            changed = {t.name for t in header.tensors if t.changed}
+            assert changed and changed <= set(names[2::2])
+            assert follower.status() == {"latest_version": 4, "lag": 0, "failures": 0, "last_error": None}
+            # What it computes is the published state: same greedy output as an engine loaded from it.
+            prompt = [[5, 6, 7, 8]]
+            params = SamplingParams(max_tokens=6, temperature=0)
+            served = engine.generate(prompt, params)[0]
+            assert served.version == 4
+            fresh_folder = tmp_path / "fresh"
+            _save_as_model(model, states[-1], str(fresh_folder))
+            with open_engine("transformers", EngineConfig(str(fresh_folder))) as fresh:
+                assert fresh.generate(prompt, params)[0].token_ids == served.token_ids
+        finally:
+            follower.close()
+
+
+def test_a_corrupt_version_leaves_the_last_good_one_served_with_the_error_shown(tmp_path, model):
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(model)
+    v1 = step(v0, sorted(v0)[:3], seed=5)
+    _publish(bucket, [v0, v1])
+    manifest = read_manifest(delta.open_storage(bucket))
+    [ref] = manifest.get(2).delta
+    path = os.path.join(bucket, ref.path)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        before = {n: t.clone() for n, t in engine.state.items()}
+        follower = Follower(engine, bucket, FAST)
+        assert engine.version == 1
+        with pytest.raises(delta.DeltaError):
+            follower.sync()
+        assert engine.version == 1
+        assert all(delta.state_digest({n: engine.state[n]}) == delta.state_digest({n: before[n]}) for n in before)
+        assert ref.path in follower.status()["last_error"]
+        assert follower.status()["latest_version"] == 2 and follower.status()["lag"] == 1
+        assert engine.generate([[5, 6]], SamplingParams(max_tokens=2, temperature=0))[0].version == 1
+        follower.close()
+
+
+def test_an_empty_bucket_serves_the_model_as_given(tmp_path, model):
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, str(tmp_path / "empty"), FAST)
+        assert follower.sync() is None
+        assert engine.version == 0
+        assert follower.status() == {"latest_version": None, "lag": None, "failures": 0, "last_error": None}
+        follower.close()
+
+
+def test_a_model_unknown_to_the_bucket_is_replaced_by_the_bucket_state(tmp_path, model):
+    other = build_model(str(tmp_path / "other"), seed=2)
+    bucket = str(tmp_path / "bucket")
+    trainer = delta.load_state(other)
+    _publish(bucket, [trainer, step(trainer, sorted(trainer)[:2], seed=1)])
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        assert engine.version == 0
+        assert follower.sync() == 2 and engine.version == 2
+        assert [r.via for r in follower.records()] == ["anchor", "delta"]
+        manifest = read_manifest(delta.open_storage(bucket))
+        assert delta.state_digest(engine.state).hexdigest == manifest.get(2).state_hash
+        follower.close()
+
+
+def _save_as_model(template: str, state: dict, folder: str) -> None:
+    """A model folder like `template` holding `state`'s weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(template, dtype="auto")
+    model.load_state_dict(state, strict=False)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(template).save_pretrained(folder)

@@ -1,0 +1,83 @@
+"""Whole Wordle games between a tiny policy and a real env server, as GRPO trajectories."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout_space.engines import EngineConfig, open_engine
+from rollout_space.env_client import EnvClient
+from rollout_space.errors import EnvUnavailableError
+from rollout_space.games import GameSpec, PlayParams, play_games
+from tests._engines import build_model
+from tests._env_server import running_server
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    folder = build_model(str(tmp_path_factory.mktemp("model")), seed=3)
+    with open_engine("transformers", EngineConfig(folder, dtype="float32", max_model_len=4096)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def env():
+    with running_server("env") as url:
+        client = EnvClient(url)
+        yield client
+        client.close()
+
+
+def test_trajectories_hold_exactly_the_tokens_the_policy_saw(engine, env):
+    games = play_games(engine, env, [GameSpec(seed=7), GameSpec(seed=7), GameSpec(secret="crane")],
+                       PlayParams(max_tokens=12, temperature=1.0, max_turns=3, seed=1))
+    assert len(games) == 3
+    for game in games:
+        n = len(game.completion_ids)
+        assert len(game.logprobs) == len(game.env_mask) == n > 0
+        assert len(game.replies) == len(game.turn_rewards) == len(game.guesses) == len(game.versions) == 3
+        assert game.version == 0 and game.versions == [0, 0, 0]
+        assert all(lp == 0.0 for lp, m in zip(game.logprobs, game.env_mask) if m == 0)
+        # The env's feedback sits between the replies (a random model never wins in 3 turns).
+        feedback = engine.tokenizer.decode([t for t, m in zip(game.completion_ids, game.env_mask) if m == 0])
+        assert "guess" in feedback.lower()
+        assert "Wordle" in engine.tokenizer.decode(game.prompt_ids)
+        # The model's tokens are scored the same by a fresh pass over prompt + completion: the
+        # trajectory is what the model saw, token for token, so a trainer recomputes the same logprobs.
+        [scores] = engine.prompt_logprobs([game.prompt_ids + game.completion_ids])
+        mine = [s for s, m in zip(scores[len(game.prompt_ids) - 1:], game.env_mask) if m == 1]
+        sampled = [lp for lp, m in zip(game.logprobs, game.env_mask) if m == 1]
+        assert mine == pytest.approx(sampled, abs=1e-4)
+    # The same seed gives the same word (GRPO groups compare games on one word); a secret is played as given.
+    assert not games[0].finished and games[0].secret == ""  # cut by max_turns: the env did not reveal it
+    assert not any(g.won for g in games)
+
+
+def test_finished_games_carry_the_secret_and_the_env_total(engine, env):
+    # max_invalid_moves defaults to a few: a random model's replies end the game as invalid moves.
+    games = play_games(engine, env, [GameSpec(seed=11)], PlayParams(max_tokens=8, max_turns=12, seed=2))
+    [game] = games
+    assert game.finished and game.secret and not game.won
+    assert game.reward == pytest.approx(sum(game.turn_rewards))
+    assert game.to_dict()["version"] == 0 and set(game.to_dict()) >= {
+        "prompt_ids", "completion_ids", "logprobs", "env_mask", "reward", "won", "version", "versions"}
+
+
+def test_same_seed_same_word(engine, env):
+    games = play_games(engine, env, [GameSpec(seed=5), GameSpec(seed=5), GameSpec(seed=6)],
+                       PlayParams(max_tokens=4, max_turns=12, seed=3))
+    assert all(g.finished for g in games)
+    assert games[0].secret == games[1].secret != games[2].secret
+
+
+def test_games_stop_before_the_context_is_full(tmp_path, env):
+    folder = build_model(str(tmp_path), seed=3)
+    with open_engine("transformers", EngineConfig(folder, max_model_len=600)) as small:
+        [game] = play_games(small, env, [GameSpec(seed=11)], PlayParams(max_tokens=8, max_turns=12, seed=2))
+    assert not game.finished and 1 <= len(game.replies) < 6
+    assert len(game.prompt_ids) + len(game.completion_ids) + 8 > 600
+
+
+def test_an_unreachable_env_is_a_clear_error(engine):
+    env = EnvClient("http://127.0.0.1:9", timeout=2)
+    with pytest.raises(EnvUnavailableError, match="did not answer /reset.*--env-url"):
+        play_games(engine, env, [GameSpec(seed=1)])
