@@ -1,0 +1,16 @@
+"""The trainer Space: TRL's GRPO on Wordle, with rollouts from the rollout Space and a delta published
+to the bucket after every optimizer step.
+
+    >>> from trainer_space import TrainerConfig, TrainingSession
+    >>> session = TrainingSession(TrainerConfig(bucket="./bucket", rollout_url="http://127.0.0.1:7862",
+    ...                                         model="/path/to/model"))
+    >>> session.start()          # trains in a background thread; session.status() tells how it goes
+
+`python app.py trainer ...` (or `python -m trainer_space ...`) serves it with its HTTP API and UI.
+Heavy imports (torch, TRL, Gradio) happen inside the modules that need them.
+"""
+
+from .config import TrainerConfig
+from .session import TrainingSession
+
+__all__ = ["TrainerConfig", "TrainingSession"]

@@ -1,0 +1,79 @@
+"""The trainer's settings, one dataclass beside the trainer (as TRL keeps `GRPOConfig` beside `GRPOTrainer`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Everything a training session needs; checked on construction.
+
+    Attributes:
+        bucket: Bucket URL the weights are published to and resumed from (local path, `s3://…`,
+            `hf://buckets/ns/name`).
+        rollout_url: Base URL of the rollout Space that plays the games.
+        model: Local model folder the trainer starts from when the bucket is empty (on resume the
+            bucket's latest state is loaded into it; the folder gives the architecture and tokenizer).
+        env_url: The env Space (shown in the UI; the rollout Space plays against its own env).
+        games_per_step: Games (completions) per optimizer step, `groups_per_step * num_generations`.
+        num_generations: Games per Wordle word: GRPO compares the games of one group, which share a seed.
+        max_steps: Optimizer steps this session runs before it stops.
+        learning_rate: AdamW learning rate. Parameters are bf16 (what is published), so an update moves
+            an element only when it exceeds half its ULP: RL rates below ~1e-6 change almost nothing.
+        max_tokens: Tokens per model turn.
+        max_turns: Guesses per game (Wordle allows 6).
+        temperature: Sampling temperature of the rollouts.
+        max_staleness: Most versions a game's oldest weights may lag the trainer's current version; older
+            games are played again (`stale_retries` times), then dropped from the gradient.
+        stale_retries: Rounds of replaying stale games in one step before the rest are dropped.
+        stale_wait: Seconds to wait before replaying stale games (the rollout catches up meanwhile).
+        publish: Publish a version after every step (off only for benchmarks).
+        anchor_every: Full snapshot every this many versions (see `delta.PublisherConfig`).
+        codec: Delta codec (`delta.CODECS`; None: the default).
+        seed: Seed of the game order and of TRL's sampler.
+        output_dir: Where TRL may write logs (nothing else is saved there: the bucket is the checkpoint).
+    """
+
+    bucket: str
+    rollout_url: str
+    model: str
+    env_url: str | None = None
+    games_per_step: int = 8
+    num_generations: int = 4
+    max_steps: int = 1000
+    learning_rate: float = 1e-5
+    max_tokens: int = 24
+    max_turns: int = 6
+    temperature: float = 1.0
+    max_staleness: int = 2
+    stale_retries: int = 2
+    stale_wait: float = 1.0
+    publish: bool = True
+    anchor_every: int = 50
+    codec: str | None = None
+    seed: int = 0
+    output_dir: str = ".cache/trainer"
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (GRPO compares games of one word), got {self.num_generations}")
+        if self.games_per_step < 1 or self.games_per_step % self.num_generations:
+            raise ValueError(f"games_per_step ({self.games_per_step}) must be a positive multiple of num_generations "
+                             f"({self.num_generations}): each step plays whole groups")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.max_tokens < 1 or not 1 <= self.max_turns <= 6:
+            raise ValueError(f"need max_tokens >= 1 and 1 <= max_turns <= 6, got {self.max_tokens}, {self.max_turns}")
+        if self.max_staleness < 0 or self.stale_retries < 0 or self.stale_wait < 0:
+            raise ValueError("max_staleness, stale_retries and stale_wait must be >= 0, got "
+                             f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
+
+    @property
+    def groups_per_step(self) -> int:
+        """Wordle words per optimizer step."""
+        return self.games_per_step // self.num_generations

@@ -1,0 +1,145 @@
+"""Publishing after every optimizer step, and measuring what each published version cost.
+
+`PublishCallback` hands the state to `delta.Publisher` at the end of every optimizer step; the
+publisher copies it and returns (encoding and upload run in its background thread, and coalesce if
+they fall behind), so a step waits only for the copy. `PayloadLog` watches the bucket from its own
+thread and records, per committed delta, its size with the default codec against what the `raw`
+layout (int32 positions + values, the TRL blog's) and the dense model would have cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import TrainerCallback
+
+import delta
+from delta.manifest import read_manifest
+
+logger = logging.getLogger(__name__)
+
+
+class PublishCallback(TrainerCallback):
+    """Publishes `state` as the next version at the end of every optimizer step.
+
+    Args:
+        publisher: Where versions go (None: count versions without publishing, for benchmarks).
+        state: The published tensors (sharing the model's storage, see `weights.published_state`).
+        version: The version `state` holds now (the bucket's latest on resume, else 0).
+
+    Attributes:
+        version: The trainer's current version: the last one handed to the publisher.
+        copy_s: Seconds the last `publish` call blocked the step (the snapshot copy).
+    """
+
+    def __init__(self, publisher: delta.Publisher | None, state: dict[str, torch.Tensor], version: int) -> None:
+        self.publisher = publisher
+        self.state = state
+        self.version = version
+        self.copy_s = 0.0
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 - TrainerCallback's signature
+        start = time.perf_counter()
+        if self.publisher is not None:
+            self.publisher.publish(self.state)
+        self.copy_s = time.perf_counter() - start
+        self.version += 1
+        return control
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What one committed delta cost, against the alternatives.
+
+    Attributes:
+        version: The version it produces.
+        delta_bytes: Its file(s), as written with the publisher's codec.
+        raw_bytes: The same changes in the `raw` layout: (4 + itemsize) bytes per changed element.
+        dense_bytes: The whole state (what shipping full weights costs).
+        changed: Changed elements.
+        total: Elements in the state.
+        at: Unix time it was measured (shortly after its commit).
+    """
+
+    version: int
+    delta_bytes: int
+    raw_bytes: int
+    dense_bytes: int
+    changed: int
+    total: int
+    at: float
+
+
+def raw_bytes(header: delta.DeltaHeader) -> int:
+    """Data bytes of the `raw` codec for the changes `header` lists (int32 position + value each)."""
+    return sum(e.changed * (4 + getattr(torch, e.dtype).itemsize) for e in header.tensors)
+
+
+class PayloadLog:
+    """Follows a bucket's manifest in a daemon thread and measures each new delta (reads its header only
+    of the file; never decodes). `records` and `latest_header` are read by the UI and status.
+
+    Args:
+        bucket: Bucket URL.
+        dense_bytes: Bytes of the full published state.
+        interval: Seconds between manifest polls.
+    """
+
+    def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000) -> None:
+        self.storage = delta.open_storage(bucket)
+        self.dense_bytes = dense_bytes
+        self.interval = interval
+        self.history = history
+        self.records: list[Payload] = []
+        self.latest_header: delta.DeltaHeader | None = None
+        self._seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="payload-log", daemon=True)
+
+    def start(self) -> PayloadLog:
+        manifest = read_manifest(self.storage)
+        self._seen = manifest.latest.version if manifest and manifest.latest else 0  # measure new versions only
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def poll(self) -> None:
+        """Measure the versions committed since the last poll (deltas only: anchors replace everything)."""
+        manifest = read_manifest(self.storage)
+        if manifest is None:
+            return
+        for entry in manifest.versions:
+            if entry.version <= self._seen:
+                continue
+            self._seen = entry.version
+            if not entry.delta:
+                continue
+            headers = [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
+            self.records.append(Payload(entry.version, sum(f.size for f in entry.delta),
+                                        sum(raw_bytes(h) for h in headers), self.dense_bytes,
+                                        sum(h.changed for h in headers), headers[0].total, time.time()))
+            del self.records[:-self.history]
+            self.latest_header = headers[0] if len(headers) == 1 else _merge(headers)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.poll()
+            except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
+                logger.warning("payload log: %s", e)
+
+
+def _merge(headers: list[delta.DeltaHeader]) -> delta.DeltaHeader:
+    """One header listing the tensors of several ranks' deltas."""
+    from dataclasses import replace
+
+    tensors = tuple(sorted((t for h in headers for t in h.tensors), key=lambda t: t.name))
+    return replace(headers[0], tensors=tensors, changed=sum(h.changed for h in headers))

@@ -1,0 +1,89 @@
+"""TRL's `rollout_func`: play the step's games on the rollout Space and hand GRPO their tokens.
+
+Each trajectory from the rollout Space is a whole multi-turn game: the model's turns and the env's
+feedback concatenated in `completion_ids`, with `env_mask` marking the model's tokens (TRL trains on
+those only) and the env's reward. Games too stale (`TrainerConfig.max_staleness`) are handled so:
+
+1. they are played again on the same seed (the rollout has usually caught up by then), up to
+   `stale_retries` rounds, `stale_wait` seconds apart; each replay is counted;
+2. games still stale after that are *dropped*: counted, and returned with reward None. TRL then
+   leaves them out of the group's mean and std and gives them zero advantage, so they add no gradient.
+   The row stays (TRL needs one completion per prompt), and the group's other games still count.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .config import TrainerConfig
+from .staleness import StalenessCounts, stale_indices, staleness
+from .task import prompt_seed
+
+logger = logging.getLogger(__name__)
+
+
+class WordleRollouts:
+    """A `rollout_func(prompts, trainer) -> dict` for GRPOTrainer, backed by a rollout Space.
+
+    Args:
+        config: Sampling, staleness and turn settings.
+        client: A `rollout_space.client.RolloutClient` (or anything with its `rollout` method).
+        current_version: Returns the trainer's current weight version (what staleness is measured from).
+
+    Attributes:
+        counts: Staleness totals.
+        recent: The latest games accepted (newest last), for the UI.
+    """
+
+    def __init__(self, config: TrainerConfig, client: Any, current_version: Callable[[], int]) -> None:
+        self.config = config
+        self.client = client
+        self.current_version = current_version
+        self.counts = StalenessCounts()
+        self.recent: deque[dict] = deque(maxlen=20)
+
+    def play(self, seeds: list[int]) -> list[dict]:
+        """Play one game per seed on the rollout Space (same seed: same word)."""
+        c = self.config
+        return self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
+                                   temperature=c.temperature, max_turns=c.max_turns)
+
+    def collect(self, seeds: list[int]) -> tuple[list[dict], list[bool]]:
+        """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""
+        c = self.config
+        games = self.play(seeds)
+        stale = stale_indices(games, self.current_version(), c.max_staleness)
+        for _ in range(c.stale_retries):
+            if not stale:
+                break
+            time.sleep(c.stale_wait)
+            self.counts.add(replayed=len(stale))
+            for i, game in zip(stale, self.play([seeds[i] for i in stale])):
+                games[i] = game
+            stale = stale_indices(games, self.current_version(), c.max_staleness)
+        if stale:
+            logger.warning("%d of %d games still more than %d versions stale after %d replays: dropped",
+                           len(stale), len(games), c.max_staleness, c.stale_retries)
+        dropped = [i in set(stale) for i in range(len(games))]
+        now = self.current_version()
+        kept = [g for g, d in zip(games, dropped) if not d]
+        self.counts.add(games=len(kept), dropped=len(stale),
+                        seen=max((staleness(g, now) for g in kept), default=0))
+        self.recent.extend(kept)
+        return games, dropped
+
+    def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
+        games, dropped = self.collect([prompt_seed(p) for p in prompts])
+        return {
+            "prompt_ids": [g["prompt_ids"] for g in games],
+            "completion_ids": [g["completion_ids"] for g in games],
+            "logprobs": [g["logprobs"] for g in games],
+            "env_mask": [g["env_mask"] for g in games],
+            "env_reward": [None if d else float(g["reward"]) for g, d in zip(games, dropped)],
+            "won": [bool(g["won"]) for g in games],
+            "rollout_version": [int(g["version"]) for g in games],
+        }

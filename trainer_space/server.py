@@ -1,0 +1,25 @@
+"""The trainer Space process: the HTTP API with the Gradio UI mounted at ``/``, served by uvicorn."""
+
+from __future__ import annotations
+
+import gradio as gr
+import uvicorn
+from fastapi import FastAPI
+
+from .api import build_api
+from .session import TrainingSession
+from .ui import build_ui
+
+
+def build_app(session: TrainingSession) -> FastAPI:
+    """API routes first, then the UI at ``/`` (so ``/status`` etc. stay the API's)."""
+    return gr.mount_gradio_app(build_api(session), build_ui(session), path="/", ssr_mode=False,
+                               footer_links=["api"])
+
+
+def serve(session: TrainingSession, host: str, port: int) -> None:
+    """Serve until interrupted, then stop training and flush the last version to the bucket. Blocks."""
+    try:
+        uvicorn.run(build_app(session), host=host, port=port, log_level="warning")
+    finally:
+        session.close()

@@ -1,0 +1,60 @@
+"""Wordle as TRL's GRPOTrainer sees it: a dataset of prompts naming game seeds, and reward functions.
+
+The rollout Space builds the real chat prompt and plays the whole game; the trainer's dataset only
+says *which* game. A row's prompt is the string ``wordle-seed:<n>``: TRL hands `rollout_func` the
+prompts (already repeated `num_generations` times in a row), and the seed is read back from them, so
+the games of one GRPO group are played on the same secret word.
+
+Rewards come from the env Space (through the rollout's trajectories, as extra fields): `env_reward`
+is what GRPO optimises; `won` has weight 0 so TRL logs the win rate beside it without training on it.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+PROMPT_PREFIX = "wordle-seed:"
+
+
+def seed_prompt(seed: int) -> str:
+    """The dataset prompt that names the game with `seed`."""
+    return f"{PROMPT_PREFIX}{seed}"
+
+
+def prompt_seed(prompt: Any) -> int:
+    """The seed named by a dataset prompt (see `seed_prompt`).
+
+    Raises:
+        ValueError: the prompt is not one of ours (a dataset from elsewhere was passed to the trainer).
+    """
+    if not isinstance(prompt, str) or not prompt.startswith(PROMPT_PREFIX):
+        raise ValueError(f"prompt {prompt!r} does not name a Wordle game; rows must be {PROMPT_PREFIX}<seed>")
+    return int(prompt[len(PROMPT_PREFIX):])
+
+
+def seed_dataset(rows: int, seed: int = 0) -> Any:
+    """A `datasets.Dataset` of `rows` distinct game seeds in a random order drawn from `seed`.
+
+    Seeds are drawn from a large range, so a resumed session (another `seed`) meets new words.
+    """
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    seeds = rng.sample(range(2**31 - 1), rows)
+    return Dataset.from_dict({"prompt": [seed_prompt(s) for s in seeds]})
+
+
+def env_reward(completions: list, env_reward: list[float | None], **_: Any) -> list[float | None]:
+    """The env's total reward per game; None for a dropped (too stale) game, which TRL leaves out."""
+    return list(env_reward)
+
+
+def won(completions: list, won: list[bool], env_reward: list[float | None], **_: Any) -> list[float | None]:
+    """1.0 for a won game, 0.0 for a lost one (weight 0: logged as the win rate, not trained on)."""
+    return [None if r is None else float(w) for w, r in zip(won, env_reward)]
+
+
+#: Reward functions and their weights in `GRPOConfig.reward_weights`.
+REWARD_FUNCS = (env_reward, won)
+REWARD_WEIGHTS = (1.0, 0.0)
