@@ -1,0 +1,154 @@
+"""Plotly figures of the dashboards: delta sparsity heatmap, sync timeline, training curves.
+
+Pure functions from data to a ``plotly.graph_objects.Figure`` (``gr.Plot`` shows them). Each takes
+plain values or small dataclasses, never a service, so the rollout and trainer UIs share them and
+tests build them from real headers. An empty input gives a figure that says so, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .sparsity import SparsityGrid
+
+HEIGHT = 320
+_MARGIN = {"l": 60, "r": 20, "t": 50, "b": 50}
+#: White for "nothing changed", to dark blue for "everything changed".
+_SCALE = [[0.0, "#f7fbff"], [0.02, "#deebf7"], [0.2, "#9ecae1"], [0.5, "#4292c6"], [1.0, "#08306b"]]
+
+
+class SyncLike(Protocol):
+    """What the timeline reads from one sync (``rollout_space.service.SyncRecord`` has it)."""
+
+    version: int
+    via: str
+    bytes_fetched: int
+    fetch_s: float
+    pause_s: float
+
+
+@dataclass(frozen=True)
+class Series:
+    """One named line: ``y[i]`` at ``x[i]``; ``None`` values leave a gap."""
+
+    name: str
+    x: Sequence[float]
+    y: Sequence[float | None]
+    dash: str | None = None
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 14, "color": "#787c7e"},
+                       xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, xaxis={"visible": False},
+                      yaxis={"visible": False}, template="plotly_white")
+    return fig
+
+
+def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.Figure:
+    """Layers (rows) x tensor kinds (columns), coloured by the fraction of elements that changed.
+
+    Hover shows ``changed / elements`` and the tensor count. A (layer, kind) without tensors is a
+    gap; one whose tensors did not change is 0 (white).
+
+    Args:
+        grid: ``dashboard.sparsity(header, names)``; None draws an empty "no delta yet" figure.
+        title: Defaults to the version and overall density.
+    """
+    if grid is None or not grid.cells:
+        return _empty(title or "Delta sparsity", "No delta applied yet")
+    if title is None:
+        title = (f"Delta v{grid.base_version}→v{grid.version}: {grid.changed:,} of {grid.total:,} "
+                 f"elements changed ({100 * grid.density:.3g}%)")
+    z, text = [], []
+    for row in grid.rows:
+        z_row, text_row = [], []
+        for kind in grid.kinds:
+            cell = grid.cell(row, kind)
+            z_row.append(None if cell is None else cell.density)
+            text_row.append("" if cell is None else
+                            f"{row} · {kind}<br>{cell.changed:,} of {cell.numel:,} changed "
+                            f"({100 * cell.density:.3g}%)<br>{cell.tensors} tensor{'s' * (cell.tensors != 1)}")
+        z.append(z_row)
+        text.append(text_row)
+    top = max((c.density for c in grid.cells.values()), default=0.0)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(grid.kinds), y=list(grid.rows), text=text, hoverinfo="text", hoverongaps=False,
+        colorscale=_SCALE, zmin=0.0, zmax=top or 1.0, xgap=1, ygap=1,
+        colorbar={"title": {"text": "density"}, "tickformat": ".1%"}))
+    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)), margin=_MARGIN,
+                      template="plotly_white", yaxis={"autorange": "reversed", "type": "category"},
+                      xaxis={"type": "category", "tickangle": -35})
+    return fig
+
+
+def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.Figure:
+    """Per version applied: bytes fetched (bars, left axis), fetch time and apply pause (lines, ms).
+
+    Args:
+        syncs: Oldest first (``RolloutService.syncs()``); ``via`` (delta, anchor, ...) shows on hover.
+    """
+    if not syncs:
+        return _empty(title, "No sync yet")
+    versions = [s.version for s in syncs]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=versions, y=[s.bytes_fetched for s in syncs], name="bytes fetched",
+                         marker_color="#9ecae1", customdata=[s.via for s in syncs],
+                         hovertemplate="v%{x} via %{customdata}: %{y:,} bytes<extra></extra>"),
+                  secondary_y=False)
+    for label, values, color in (("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
+                                 ("apply pause (ms)", [1000 * s.pause_s for s in syncs], "#e6550d")):
+        fig.add_trace(go.Scatter(x=versions, y=values, name=label, mode="lines+markers",
+                                 line={"color": color},
+                                 hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>"),
+                      secondary_y=True)
+    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.25}, bargap=0.3)
+    fig.update_xaxes(title_text="version", type="category" if len(versions) < 3 else "linear")
+    fig.update_yaxes(title_text="bytes", secondary_y=False)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=True)
+    return fig
+
+
+def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_title: str = "",
+                log_y: bool = False, y_range: tuple[float, float] | None = None) -> go.Figure:
+    """Named lines on one axis: the building block of the training curves."""
+    if not any(len(s.x) for s in series):
+        return _empty(title, "No data yet")
+    fig = go.Figure()
+    for s in series:
+        fig.add_trace(go.Scatter(x=list(s.x), y=list(s.y), name=s.name, mode="lines+markers",
+                                 line={"dash": s.dash} if s.dash else None, connectgaps=False))
+    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", range=y_range)
+    return fig
+
+
+def reward_curves(steps: Sequence[float], reward: Sequence[float | None],
+                  win_rate: Sequence[float | None] | None = None, title: str = "Reward and win rate") -> go.Figure:
+    """Mean reward per step and, when given, the win rate (fraction of games won) per step."""
+    series = [Series("mean reward", steps, reward)]
+    if win_rate is not None:
+        series.append(Series("win rate", steps, win_rate, dash="dot"))
+    return line_curves(series, title, "step", "reward / win rate")
+
+
+def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
+                   raw_bytes: Sequence[float | None] | None = None, dense_bytes: float | None = None,
+                   codec: str = "default codec", title: str = "Bytes published per step") -> go.Figure:
+    """Bytes per published version: the codec in use, the ``raw`` (TRL layout) size of the same delta
+    and the dense model as a flat line, on a log axis (they differ by orders of magnitude)."""
+    series = [Series(codec, steps, codec_bytes)]
+    if raw_bytes is not None:
+        series.append(Series("raw (int32 + values)", steps, raw_bytes, dash="dash"))
+    if dense_bytes is not None:
+        series.append(Series("dense model", steps, [dense_bytes] * len(steps), dash="dot"))
+    return line_curves(series, title, "step", "bytes", log_y=True)

@@ -1,0 +1,86 @@
+"""HTML of policy games: Wordle boards drawn from rollout trajectories.
+
+Trajectories (the rollout API's JSON, see contract) carry ``guesses`` ("" for an invalid move) and
+``marks`` (one code per valid guess). The tiles use ``env_space.render``'s CSS classes, so a UI that
+loads ``env_space.render.CSS`` draws them like the env Space does. ``hide_letters`` draws colours
+only: how the policy's board is shown to a person still guessing the same word.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from env_space.rules import MAX_GUESSES, WORD_LENGTH
+
+_CLASS = {"G": "green", "Y": "yellow", "X": "gray"}
+
+Trajectory = Mapping[str, Any]
+
+
+def _tile(letter: str, mark: str | None) -> str:
+    cls = f"wordle-tile {_CLASS[mark]}" if mark else "wordle-tile"
+    data = f' data-mark="{mark}"' if mark else ""
+    return f'<div class="{cls}"{data}>{html.escape(letter)}</div>'
+
+
+def rows_html(words: Sequence[str], marks: Sequence[str], total_rows: int = 0, hide_letters: bool = False) -> str:
+    """Scored rows (letters hidden if asked), padded with empty rows up to ``total_rows``."""
+    rows = []
+    for word, code in zip(words, marks, strict=True):
+        letters = [""] * WORD_LENGTH if hide_letters else list(word)
+        rows.append('<div class="wordle-row">' + "".join(_tile(c, m) for c, m in zip(letters, code, strict=True))
+                    + "</div>")
+    empty = '<div class="wordle-row">' + _tile("", None) * WORD_LENGTH + "</div>"
+    return "".join(rows) + empty * max(0, total_rows - len(rows))
+
+
+def scored_words(trajectory: Trajectory) -> list[str]:
+    """The valid guesses of a game, in order (invalid moves are "" in ``guesses``)."""
+    return [g for g in trajectory.get("guesses", []) if g]
+
+
+def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
+    """"won in 3" or "lost (CRANE)", plus invalid moves; the secret only when ``reveal``."""
+    words = scored_words(trajectory)
+    if trajectory.get("won"):
+        text = f"won in {len(words)}"
+    else:
+        secret = str(trajectory.get("secret") or "")
+        text = f"lost ({html.escape(secret.upper())})" if reveal and secret else "lost"
+    invalid = sum(1 for g in trajectory.get("guesses", []) if not g)
+    if invalid:
+        text += f", {invalid} invalid move{'s' * (invalid != 1)}"
+    return text
+
+
+def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_letters: bool = False,
+               testid: str = "policy-board") -> str:
+    """The full 6 x 5 board of one policy game, or of its first ``rows`` scored guesses."""
+    if trajectory is None:
+        inner = rows_html([], [], MAX_GUESSES)
+    else:
+        words, marks = scored_words(trajectory), list(trajectory.get("marks", []))
+        n = len(marks) if rows is None else min(rows, len(marks))
+        inner = rows_html(words[:n], marks[:n], MAX_GUESSES, hide_letters)
+    return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
+
+
+def feed_html(trajectories: Sequence[Trajectory]) -> str:
+    """Recent policy games, newest first: a small board, the weight version and the result each."""
+    if not trajectories:
+        return '<div class="wordle-feed wordle-empty" data-testid="policy-feed">No policy games yet.</div>'
+    games = []
+    for t in trajectories:
+        words, marks = scored_words(t), list(t.get("marks", []))
+        versions = sorted(set(t.get("versions") or [t.get("version")]) - {None})
+        label = ("v?" if not versions else f"v{versions[0]}" if len(versions) == 1
+                 else f"v{versions[0]}–v{versions[-1]}")
+        reward = float(t.get("reward") or 0.0)
+        games.append(
+            '<div class="wordle-game" data-testid="policy-game">'
+            f'<div class="wordle-mini">{rows_html(words, marks, len(words))}</div>'
+            f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
+            f'<span class="wordle-empty">reward {reward:.2f}</span></div></div>')
+    return f'<div class="wordle-feed" data-testid="policy-feed">{"".join(games)}</div>'

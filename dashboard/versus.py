@@ -1,0 +1,120 @@
+""""Play against the policy": a person and the policy on the same secret word, side by side.
+
+Both games take the same env ``seed``, so the env picks the same word for both and neither side
+ever sends it. The person's game goes to the env Space over its HTTP API; the policy's game is a
+callable (the rollout service's ``play``) run on an executor while the person types. The secret
+stays on the server: the env reveals it only when the person's game ends, and the policy's board is
+drawn with colours only until then.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from env_space import render
+from env_space.schema import WordleObservation
+
+from . import games
+
+#: Plays one game with the policy on the env's word for ``seed``; returns the trajectory dict.
+PlayOne = Callable[[int], Mapping[str, Any]]
+
+MAX_SEED = 2**31 - 1
+
+
+class VersusError(RuntimeError):
+    """The env Space refused or did not answer the person's game."""
+
+
+@dataclass(frozen=True)
+class VersusView:
+    """What the UI shows of a match: HTML of both boards and one status line each (Markdown)."""
+
+    human_board: str
+    keyboard: str
+    human_status: str
+    policy_board: str
+    policy_status: str
+
+
+class Match:
+    """One match. Not thread-safe: one visitor's session drives it (keep it in ``gr.State``).
+
+    Args:
+        env_url: Base URL of the env Space.
+        play: Plays the policy's game (see :data:`PlayOne`); runs on ``executor``.
+        executor: Where the policy's game runs (bounded by its workers).
+        seed: The env seed both games share; random when None.
+        timeout: Seconds per env request.
+
+    Raises:
+        VersusError: the env did not start the person's game.
+    """
+
+    def __init__(self, env_url: str, play: PlayOne, executor: Executor, seed: int | None = None,
+                 timeout: float = 30.0) -> None:
+        self.seed = random.randint(0, MAX_SEED) if seed is None else seed
+        self._http = httpx.Client(base_url=env_url.rstrip("/"), timeout=timeout)
+        try:
+            self.human = self._post("/reset", {"seed": self.seed, "max_invalid_moves": None})
+        except VersusError:
+            self._http.close()
+            raise
+        self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed)
+
+    def guess(self, word: str) -> WordleObservation:
+        """Play the person's next word (invalid words are explained and cost nothing)."""
+        if not self.human.done:
+            self.human = self._post("/step", {"episode_id": self.human.episode_id, "action": {"guess": word}})
+        return self.human
+
+    def policy_game(self) -> Mapping[str, Any] | None:
+        """The policy's finished game, or None while it plays. Raises what ``play`` raised."""
+        return self.policy.result() if self.policy.done() else None
+
+    def view(self) -> VersusView:
+        """Both boards: the policy's rows appear as the person plays theirs, in colour only, and in
+        full with the word once the person's game is over."""
+        rows = self.human.rows
+        over = self.human.done
+        failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
+        policy = None if failure or not self.policy.done() else self.policy.result()
+        error = f"{type(failure).__name__}: {failure}" if failure else None
+        if error:
+            policy_status = f"⚠️ The policy could not play: {error}"
+        elif policy is None:
+            policy_status = "The policy is thinking…"
+        elif over:
+            policy_status = f"Policy v{policy.get('version')}: {games.result_text(policy)}."
+        else:
+            shown = min(len(rows), len(policy.get("marks", [])))
+            policy_status = f"Policy v{policy.get('version')} has played; {shown} of its rows shown (colours only)."
+        board = games.board_html(policy, rows=None if over else len(rows), hide_letters=not over)
+        return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
+                          board, policy_status)
+
+    def close(self) -> None:
+        """Drop the person's game if unfinished; the policy's game ends on its own."""
+        if not self.human.done:
+            try:
+                self._http.post("/close", json={"episode_id": self.human.episode_id})
+            except httpx.HTTPError:
+                pass  # the env drops idle games itself
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> WordleObservation:
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.HTTPError as e:
+            raise VersusError(f"the env Space at {self._http.base_url} did not answer {path}: {e}") from e
+        if response.status_code != 200:
+            raise VersusError(f"the env Space refused {path} (HTTP {response.status_code}): {response.text[:300]}")
+        reply = response.json()  # OpenEnv's shape: reward and done sit beside the observation
+        return WordleObservation.model_validate({**reply["observation"], "reward": reply.get("reward"),
+                                                 "done": bool(reply.get("done"))})

@@ -1,0 +1,87 @@
+"""dashboard.figures: the plotly figures hold the numbers they claim, from real delta headers."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from dashboard import NON_LAYER_ROW, sparsity
+from dashboard.figures import (
+    Series,
+    line_curves,
+    payload_curves,
+    reward_curves,
+    sparsity_heatmap,
+    sync_timeline,
+)
+
+from ._dashboard_states import changed_copy, header_of, qwen3_state
+
+
+@dataclass(frozen=True)
+class Sync:
+    """The fields of ``rollout_space.follower.SyncRecord`` the timeline reads."""
+
+    version: int
+    via: str
+    bytes_fetched: int
+    fetch_s: float
+    pause_s: float
+
+
+def _message(fig) -> str:
+    return fig.layout.annotations[0].text
+
+
+def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
+    old = qwen3_state()
+    new = changed_copy(old, {"model.layers.1.self_attn.v_proj.weight": 8, "model.embed_tokens.weight": 3})
+    grid = sparsity(header_of(old, new, version=7), {n: t.shape for n, t in old.items()})
+    fig = sparsity_heatmap(grid)
+
+    (heat,) = fig.data
+    assert heat.type == "heatmap"
+    assert list(heat.y) == list(grid.rows) and list(heat.x) == list(grid.kinds)
+    z = {(r, k): heat.z[i][j] for i, r in enumerate(heat.y) for j, k in enumerate(heat.x)}
+    assert z["layer 1", "v_proj"] == 0.25
+    assert z["layer 0", "v_proj"] == 0.0
+    assert z[NON_LAYER_ROW, "embed_tokens"] == 3 / 256
+    assert z["layer 0", "lm_head"] is None  # no such tensor: a gap, not a zero
+    hover = heat.text[list(heat.y).index("layer 1")][list(heat.x).index("v_proj")]
+    assert hover == "layer 1 · v_proj<br>8 of 32 changed (25%)<br>1 tensor"
+    assert fig.layout.title.text.startswith("Delta v6→v7: 11 of ")
+    assert heat.zmax == 0.25
+    json.loads(fig.to_json())  # what gr.Plot sends to the browser
+
+
+def test_heatmap_without_a_delta_says_so() -> None:
+    assert _message(sparsity_heatmap(None)) == "No delta applied yet"
+
+
+def test_sync_timeline() -> None:
+    syncs = [Sync(1, "anchor", 40_000, 0.020, 0.004), Sync(2, "delta", 900, 0.002, 0.001),
+             Sync(3, "delta", 1_100, 0.003, 0.0015)]
+    fig = sync_timeline(syncs)
+    bars, fetch, pause = fig.data
+    assert list(bars.x) == [1, 2, 3] and list(bars.y) == [40_000, 900, 1_100]
+    assert list(bars.customdata) == ["anchor", "delta", "delta"]
+    assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0]
+    assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5]
+    assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
+    assert pause.yaxis == "y2" and bars.yaxis == "y"
+    assert _message(sync_timeline([])) == "No sync yet"
+
+
+def test_reward_and_payload_curves() -> None:
+    fig = reward_curves([1, 2, 3], [0.1, None, 0.4], [0.0, 0.5, 1.0])
+    reward, win = fig.data
+    assert list(reward.y) == [0.1, None, 0.4] and list(win.y) == [0.0, 0.5, 1.0]
+
+    fig = payload_curves([1, 2], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
+    assert [t.name for t in fig.data] == ["ctx", "raw (int32 + values)", "dense model"]
+    assert list(fig.data[2].y) == [1e6, 1e6]
+    assert fig.layout.yaxis.type == "log"
+    assert [t.name for t in payload_curves([1], [5]).data] == ["default codec"]
+    assert _message(line_curves([Series("a", [], [])], "t")) == "No data yet"
+    assert not math.isnan(fig.data[0].y[0])

@@ -1,0 +1,39 @@
+"""dashboard.games: policy trajectories drawn as Wordle boards."""
+
+from __future__ import annotations
+
+import re
+
+from dashboard import games
+
+GAME = {"guesses": ["slate", "", "crane"], "marks": ["XXGXG", "GGGGG"], "won": True, "secret": "crane",
+        "reward": 1.25, "version": 3, "versions": [3, 4, 4]}
+LOST = {"guesses": ["slate"], "marks": ["XXGXG"], "won": False, "secret": "crane", "reward": 0.1, "version": 5,
+        "versions": [5]}
+
+
+def test_board_shows_rows_and_pads_to_six() -> None:
+    board = games.board_html(GAME)
+    assert board.count('class="wordle-row"') == 6
+    assert re.findall(r'data-mark="(\w)">(\w)<', board) == list(zip("XXGXGGGGGG", "slatecrane", strict=True))
+
+
+def test_hidden_letters_and_partial_rows_keep_the_secret_out() -> None:
+    board = games.board_html(GAME, rows=1, hide_letters=True)
+    assert re.findall(r'data-mark="(\w)">', board) == list("XXGXG")
+    assert "crane" not in board.lower() and "slate" not in board.lower()
+    assert board.count('class="wordle-row"') == 6
+
+
+def test_result_text() -> None:
+    assert games.result_text(GAME) == "won in 2, 1 invalid move"
+    assert games.result_text(LOST) == "lost (CRANE)"
+    assert games.result_text(LOST, reveal=False) == "lost"
+
+
+def test_feed() -> None:
+    feed = games.feed_html([GAME, LOST])
+    assert feed.count('data-testid="policy-game"') == 2
+    assert "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
+    assert "No policy games yet." in games.feed_html([])
+    assert games.board_html(None).count("data-mark") == 0

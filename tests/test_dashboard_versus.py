@@ -1,0 +1,93 @@
+"""dashboard.versus: a person and a policy on the same word, against a real env server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from dashboard.versus import Match, VersusError
+
+from ._env_server import running_server
+
+POLICY_WORDS = ["slate", "crony", "bumph", "wight", "fjord", "vaunt"]
+
+
+@pytest.fixture(scope="module")
+def env_url() -> Iterator[str]:
+    with running_server("env") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool
+
+
+def scripted_policy(env_url: str) -> Any:
+    """A stand-in policy that plays fixed words through the env's HTTP API, as the rollout Space does."""
+
+    def play(seed: int) -> dict[str, Any]:
+        obs = httpx.post(f"{env_url}/reset", json={"seed": seed, "weight_version": 4}).json()["observation"]
+        guesses = []
+        for word in ["zzzzz"] + POLICY_WORDS:
+            reply = httpx.post(f"{env_url}/step", json={"episode_id": obs["episode_id"],
+                                                        "action": {"guess": f"<guess>{word}</guess>"}}).json()
+            obs = reply["observation"]
+            guesses.append(obs["rows"][-1]["word"] if obs["last_move_valid"] else "")
+            if reply["done"]:
+                break
+        return {"guesses": guesses, "marks": [r["marks"] for r in obs["rows"]], "won": obs["won"],
+                "secret": obs["secret"], "reward": obs["total_reward"], "version": 4, "versions": [4]}
+
+    return play
+
+
+def test_same_word_and_no_secret_before_the_end(env_url: str, executor: ThreadPoolExecutor) -> None:
+    match = Match(env_url, scripted_policy(env_url), executor, seed=1234)
+    policy = match.policy.result(timeout=30)
+    secret = policy["secret"]
+    assert len(secret) == 5
+
+    view = match.view()
+    assert "6 guesses left" in view.human_status
+    assert "0 of its rows shown" in view.policy_status and "data-mark" not in view.policy_board
+
+    match.guess("zzzzz")
+    assert "Not accepted" in match.view().human_status
+    first = match.guess("slate")
+    assert len(first.rows) == 1
+    view = match.view()
+    assert view.policy_board.count("data-mark") == 5
+    if not first.done:
+        assert secret not in view.policy_board.lower() + view.policy_status.lower() + view.human_board.lower()
+
+    for word in POLICY_WORDS[1:]:
+        if match.human.done:
+            break
+        match.guess(word)
+    assert match.human.done and match.human.secret == secret  # same seed, same word
+    view = match.view()
+    assert secret.upper() in view.human_status
+    assert view.policy_status.startswith("Policy v4: ")
+    assert ">s<" in view.policy_board and "1 invalid move" in view.policy_status  # letters now shown
+    match.close()
+
+
+def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPoolExecutor) -> None:
+    def broken(seed: int) -> dict[str, Any]:
+        raise RuntimeError("engine down")
+
+    match = Match(env_url, broken, executor)
+    match.policy.exception(timeout=10)
+    assert match.view().policy_status == "⚠️ The policy could not play: RuntimeError: engine down"
+    match.close()
+
+
+def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
+    with pytest.raises(VersusError, match="did not answer /reset"):
+        Match("http://127.0.0.1:9", lambda seed: {}, executor, timeout=2)
