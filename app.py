@@ -1,47 +1,97 @@
-"""One entry point for every Space: ``python app.py ROLE [options]``, or ``SPACE_ROLE=ROLE python app.py``.
+"""One entry point for everything: ``python app.py [ROLE] [options]``.
 
-Roles available now: ``env`` (the Wordle environment: UI and HTTP API on one port).
+- ``python app.py``: all three apps on this machine (env, rollout, trainer on one local bucket) and a
+  landing page at http://127.0.0.1:7860; Ctrl-C stops them. Flags: ``python app.py all --help``.
+- ``python app.py env|rollout|trainer``: one app, which is how each Hugging Face Space starts
+  (a Space sets ``SPACE_ROLE`` instead of the argument). Flags: ``python app.py ROLE --help``.
+
+Every flag defaults to an environment variable (a Space's variables and secrets): DELTA_BUCKET,
+ROLLOUT_URL, ENV_URL, MODEL, ENGINE, OWNER_TOKEN, HF_TOKEN, GRADIO_SERVER_NAME/PORT.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from types import ModuleType
+
+#: Role name -> (module with add_arguments/run, one-line description). Imported only when asked for.
+ROLES: dict[str, tuple[str, str]] = {
+    "env": ("env_space.launch", "the Wordle environment: UI and HTTP API"),
+    "rollout": ("rollout_space.launch", "the inference server: follows the bucket, plays games"),
+    "trainer": ("trainer_space.launch", "TRL GRPO training: publishes deltas to the bucket"),
+    "all": ("launcher.launch", "env + rollout + trainer as three local processes, and a landing page"),
+}
+PROG = "app.py"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    roles = parser.add_subparsers(dest="role", required=True, title="roles")
-    env = roles.add_parser("env", help="the Wordle environment: UI and HTTP API")
-    # Spaces set GRADIO_SERVER_NAME/PORT; locally the default stays on loopback.
-    env.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    env.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    env.add_argument("--max-sessions", type=int, default=1024, help="live games at most (default 1024)")
-    env.add_argument("--session-ttl", type=float, default=600.0, help="idle seconds before a game is dropped")
-    return parser
+def _fail(message: str) -> None:
+    """Print an argparse-style error and exit 2."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _usage() -> str:
+    roles = "\n".join(f"  {name:<8} {text}" for name, (_, text) in ROLES.items())
+    return f"usage: {PROG} [ROLE] [options]\n\n{__doc__}\nroles:\n{roles}\n"
+
+
+def pick_role(argv: list[str], environ: dict[str, str] | os._Environ[str]) -> tuple[str, list[str]]:
+    """The role to run and the arguments left for it.
+
+    The first argument names the role; without one, ``SPACE_ROLE`` does; without that, ``all``.
+
+    Raises:
+        SystemExit: an unknown role (the message says what to set).
+    """
+    names = ", ".join(n for n in ROLES if n != "all")
+    if argv and not argv[0].startswith("-"):
+        role, rest = argv[0], argv[1:]
+        if role not in ROLES:
+            _fail(f"unknown role {role!r}: name one of {names} (e.g. `python {PROG} env`), "
+                  f"or none to run all three; a Space sets the SPACE_ROLE variable instead")
+        return role, rest
+    role = environ.get("SPACE_ROLE", "").strip()
+    if role and role not in ROLES:
+        _fail(f"SPACE_ROLE={role!r} is not a role: set the SPACE_ROLE variable to one of {names}, "
+              f"or unset it to run all three")
+    return role or "all", argv
+
+
+def _load(role: str) -> ModuleType:
+    """Import the role's launch module, turning a missing dependency into an install hint."""
+    module, _ = ROLES[role]
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == module.split(".")[0]:
+            raise
+        _fail(f"the {role} role needs the package {e.name!r}, which is not installed: run "
+              f"`bash scripts/install.sh` (or `pip install -r requirements.txt -c constraints.txt`)")
+        raise  # unreachable: _fail exits
 
 
 def main(argv: list[str]) -> None:
-    parser = _parser()
-    role = os.environ.get("SPACE_ROLE")
-    if role and (not argv or argv[0].startswith("-")):
-        argv = [role, *argv]
-    if not argv:
-        parser.error("no role given: name one, or set SPACE_ROLE; available roles: env")
-    args = parser.parse_args(argv)
+    """Parse the role and its flags, check the settings a Space must give, run the role until stopped."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(_usage(), end="")
+        return
+    role, rest = pick_role(argv, os.environ)
+    launch = _load(role)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {role}", description=ROLES[role][1])
+    launch.add_arguments(parser)
+    args = parser.parse_args(rest)
 
-    from env_space.sessions import SessionLimits
+    from launcher.checks import check_settings
 
-    try:
-        limits = SessionLimits(args.max_sessions, args.session_ttl)
-    except ValueError as e:
-        parser.error(str(e))
-    from env_space.server import serve
-
-    serve(args.host, args.port, limits)
+    errors, warnings = check_settings(role, args, os.environ)
+    for warning in warnings:
+        print(f"{PROG} {role}: warning: {warning}", file=sys.stderr)
+    if errors:
+        parser.error("; ".join(errors))
+    launch.run(args)
 
 
 if __name__ == "__main__":

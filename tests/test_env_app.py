@@ -1,4 +1,4 @@
-"""``app.py``: the role dispatch. Starting a role for real is covered by test_env_server.py."""
+"""``python app.py env``: the env role's flags. Starting it for real is covered by test_env_server.py."""
 
 from __future__ import annotations
 
@@ -11,31 +11,29 @@ import pytest
 from ._env_server import REPO
 
 
-def run_app(*args: str, role: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_app(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPACE_ROLE"}
-    if role is not None:
-        env["SPACE_ROLE"] = role
     return subprocess.run(
-        [sys.executable, "app.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+        [sys.executable, "app.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 
 @pytest.mark.parametrize(
-    ("args", "role", "error"),
+    ("args", "error"),
     [
-        ((), None, "no role given: name one, or set SPACE_ROLE; available roles: env"),
-        (("trainer",), None, "argument role: invalid choice: 'trainer' (choose from 'env')"),
-        ((), "rollout", "argument role: invalid choice: 'rollout' (choose from 'env')"),
-        (("env", "--max-sessions", "0"), None, "max_sessions must be >= 1, got 0"),
-        (("env", "--session-ttl", "-1"), None, "idle_timeout_s must be > 0 seconds, got -1.0"),
+        (("--max-sessions", "0"), "argument --max-sessions: must be >= 1, got 0"),
+        (("--session-ttl", "-1"), "argument --session-ttl: must be > 0 seconds, got -1.0"),
+        (("--port", "x"), "argument --port: invalid int value: 'x'"),
     ],
 )
-def test_bad_invocations_name_the_problem(args: tuple[str, ...], role: str | None, error: str) -> None:
-    result = run_app(*args, role=role)
+def test_bad_env_flags_name_the_flag(args: tuple[str, ...], error: str) -> None:
+    result = run_app("env", *args)
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == f"app.py: error: {error}"
+    assert result.stderr.splitlines()[-1] == f"app.py env: error: {error}"
 
 
-def test_help_lists_the_roles() -> None:
-    result = run_app("--help")
-    assert result.returncode == 0 and "{env}" in result.stdout
+def test_env_help_lists_its_flags() -> None:
+    result = run_app("env", "--help")
+    assert result.returncode == 0
+    for flag in ("--host", "--port", "--max-sessions", "--session-ttl"):
+        assert flag in result.stdout

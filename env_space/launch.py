@@ -1,0 +1,46 @@
+"""`python app.py env`: the Wordle environment's flags (defaults from the Space's environment variables) and start-up."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The env role's flags; host and port default to the variables a Space sets."""
+    env = os.environ.get
+    parser.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="address to listen on (env GRADIO_SERVER_NAME; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")),
+                        help="port to listen on (env GRADIO_SERVER_PORT; default 7860)")
+    parser.add_argument("--max-sessions", type=_at_least_one, default=1024, help="live games at most (default 1024)")
+    parser.add_argument("--session-ttl", type=_positive_seconds, default=600.0,
+                        help="idle seconds before a game is dropped (default 600)")
+
+
+def _at_least_one(text: str) -> int:
+    """An int >= 1, for argparse (its error then names the flag)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    """A float > 0, for argparse (its error then names the flag)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> None:
+    """Serve the UI and the HTTP API on one port until interrupted. Blocks.
+
+    Raises:
+        ValueError: a session limit out of range (the message names the setting).
+    """
+    from .server import serve
+    from .sessions import SessionLimits
+
+    serve(args.host, args.port, SessionLimits(args.max_sessions, args.session_ttl))

@@ -1,0 +1,150 @@
+"""One app as a child process: started in its own process group, health-checked, stopped with bounded waits.
+
+Each child runs ``python -m launcher._guard PARENT_PID python app.py ROLE ...``: the guard asks the
+kernel to SIGTERM it if the launcher dies (even by SIGKILL), then execs the app. Stopping sends
+SIGTERM to the child's whole process group (the app and anything it spawned: vLLM's engine process),
+waits, then SIGKILLs the group, so nothing outlives the launcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from .config import REPO
+
+#: Variables the launcher sets by flags instead; a Space's SPACE_ROLE would also redirect app.py.
+_DROPPED_VARIABLES = ("SPACE_ROLE", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT")
+
+
+class ChildFailed(RuntimeError):
+    """An app exited, or did not get ready in time. Carries the role and the end of its log."""
+
+    def __init__(self, role: str, reason: str, log_tail: str) -> None:
+        super().__init__(f"the {role} app {reason}; the end of its log:\n{log_tail}")
+        self.role = role
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+@dataclass
+class Child:
+    """One app of the all-in-one launch.
+
+    Args:
+        role: ``env``, ``rollout`` or ``trainer``.
+        host / port: Where it listens (loopback by default).
+        args: Its flags besides --host/--port.
+        log_path: File its stdout and stderr are appended to.
+    """
+
+    role: str
+    host: str
+    port: int
+    args: list[str]
+    log_path: str
+    state: str = "waiting"
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def url(self) -> str:
+        """Base URL to reach it (loopback when it listens on every interface)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Its process id (also its process group id), None before start."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Start it in a new session (its own process group). Returns at once. Call from the main thread."""
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_VARIABLES}
+        env["PYTHONUNBUFFERED"] = "1"
+        command = [sys.executable, "-m", "launcher._guard", str(os.getpid()), sys.executable, "app.py", self.role,
+                   *self.args, "--host", self.host, "--port", str(self.port)]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command[4:])}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+        self.state = "starting"
+
+    def returncode(self) -> int | None:
+        """Its exit status, None while it runs (or before start)."""
+        return self._proc.poll() if self._proc else None
+
+    def healthy(self) -> bool:
+        """Whether ``GET /health`` answers 200 now."""
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout_s: float, stop: threading.Event) -> bool:
+        """Block until it is healthy (True) or `stop` is set (False).
+
+        Raises:
+            ChildFailed: it exited, or was not healthy within `timeout_s`.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not stop.is_set():
+            code = self.returncode()
+            if code is not None:
+                self.state = f"exited ({code})"
+                raise ChildFailed(self.role, f"exited with status {code} while starting", self.log_tail())
+            if self.healthy():
+                self.state = "ready"
+                return True
+            if time.monotonic() > deadline:
+                raise ChildFailed(self.role, f"was not ready after {timeout_s:.0f} s (--ready-timeout)",
+                                  self.log_tail())
+            stop.wait(0.5)
+        return False
+
+    def stop(self, timeout_s: float) -> int | None:
+        """SIGTERM its process group, wait up to `timeout_s`, then SIGKILL the group. Idempotent.
+
+        Returns:
+            Its exit status (None if never started). Negative: killed by that signal.
+        """
+        with self._lock:
+            if self._proc is None:
+                return None
+            if self._proc.poll() is None:
+                self.state = "stopping"
+                self._signal_group(signal.SIGTERM)
+                try:
+                    self._proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._signal_group(signal.SIGKILL)
+                    self._proc.wait(timeout=10)
+            # The app is gone; whatever it spawned into its group goes with it.
+            self._signal_group(signal.SIGKILL)
+            self.state = "stopped"
+            return self._proc.returncode
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last `lines` lines of its log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 64_000))
+                text = f.read().decode(errors="replace")
+        except OSError as e:
+            return f"(no log at {self.log_path}: {e})"
+        return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,106 @@
+"""The all-in-one launcher's settings: one dataclass, its flags, and the environment variables behind them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The repository: children run here, and the default bucket and logs live under it.
+REPO = Path(__file__).resolve().parents[1]
+#: Default model name, the same string `models.DEFAULT_MODEL` holds (kept here so --help imports no torch).
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """Where the three apps listen, what they share, and how long the launcher waits for them.
+
+    Args:
+        host: Address every app listens on (loopback by default: nothing is exposed).
+        port: The landing page's port.
+        env_port / rollout_port / trainer_port: The three apps' ports.
+        bucket: The bucket all three share: a folder (default `.cache/bucket` in the repository, so a
+            second start resumes from it), `s3://...` or `hf://buckets/NS/NAME`.
+        model: Model folder or Hub id; the default is the offline SmolLM2-135M-Instruct.
+        engine: Rollout engine, `vllm` or `transformers`; None lets the rollout pick (vllm with a GPU).
+        owner_token: The trainer's control secret; None: the launcher makes one and prints it.
+        logs: Folder of the children's log files (one per app, appended to).
+        ready_timeout_s: Seconds each app may take to answer its health check.
+        stop_timeout_s: Seconds each app gets to exit after SIGTERM before its process group is killed.
+        rollout_args / trainer_args: Extra flags for those two roles (e.g. smaller batches in tests).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    env_port: int = 7861
+    rollout_port: int = 7862
+    trainer_port: int = 7863
+    bucket: str = str(REPO / ".cache" / "bucket")
+    model: str = DEFAULT_MODEL
+    engine: str | None = None
+    owner_token: str | None = None
+    logs: str = str(REPO / ".cache" / "app" / "logs")
+    ready_timeout_s: float = 900.0
+    stop_timeout_s: float = 30.0
+    rollout_args: list[str] = field(default_factory=list)
+    trainer_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = self.ports()
+        for flag, port in ports.items():
+            if not 0 < port < 65536:
+                raise ValueError(f"{flag} must be a port between 1 and 65535, got {port}")
+        if len(set(ports.values())) != len(ports):
+            raise ValueError(f"the four ports must differ, got {ports}: change --port/--env-port/--rollout-port/"
+                             "--trainer-port")
+        if self.ready_timeout_s <= 0 or self.stop_timeout_s <= 0:
+            raise ValueError("--ready-timeout and --stop-timeout must be > 0 seconds")
+
+    def ports(self) -> dict[str, int]:
+        """Flag -> port, for the checks and their messages."""
+        return {"--port": self.port, "--env-port": self.env_port, "--rollout-port": self.rollout_port,
+                "--trainer-port": self.trainer_port}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The launcher's flags; bucket, model, engine and owner token default to the shared variables."""
+    env = os.environ.get
+    d = LauncherConfig()
+    parser.add_argument("--host", default=d.host, help="address all four servers listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=d.port, help="landing page port (default 7860)")
+    parser.add_argument("--env-port", type=int, default=d.env_port, help="Wordle env port (default 7861)")
+    parser.add_argument("--rollout-port", type=int, default=d.rollout_port, help="rollout port (default 7862)")
+    parser.add_argument("--trainer-port", type=int, default=d.trainer_port, help="trainer port (default 7863)")
+    parser.add_argument("--bucket", default=env("DELTA_BUCKET", d.bucket),
+                        help="bucket shared by rollout and trainer (env DELTA_BUCKET; default .cache/bucket in "
+                             "the repository, so a second start resumes)")
+    parser.add_argument("--model", default=env("MODEL", d.model),
+                        help=f"model folder or Hub id (env MODEL; default {d.model}, offline, prepared once)")
+    parser.add_argument("--engine", choices=("vllm", "transformers"), default=env("ENGINE") or None,
+                        help="rollout engine (env ENGINE; default: vllm where CUDA is, transformers on CPU)")
+    parser.add_argument("--owner-token", default=env("OWNER_TOKEN") or None,
+                        help="trainer control secret (env OWNER_TOKEN; default: a new one, printed)")
+    parser.add_argument("--logs", default=d.logs, help="folder of the three apps' logs (default .cache/app/logs)")
+    parser.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s,
+                        help="seconds each app may take to get ready (default 900)")
+    parser.add_argument("--stop-timeout", type=float, default=d.stop_timeout_s,
+                        help="seconds each app gets to exit on Ctrl-C before it is killed (default 30)")
+    parser.add_argument("--rollout-args", default="", help="extra flags for the rollout, one quoted string")
+    parser.add_argument("--trainer-args", default="",
+                        help="extra flags for the trainer, one quoted string (e.g. \"--max-steps 50\")")
+
+
+def config_from_args(args: argparse.Namespace) -> LauncherConfig:
+    """The config from parsed flags (ValueError naming the flag when a value is wrong)."""
+    # The apps run in the repository: folders given relative to the caller's directory become absolute.
+    bucket = args.bucket if "://" in args.bucket else os.path.abspath(args.bucket)
+    model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
+    return LauncherConfig(
+        host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
+        trainer_port=args.trainer_port, bucket=bucket, model=model, engine=args.engine,
+        owner_token=args.owner_token, logs=os.path.abspath(args.logs), ready_timeout_s=args.ready_timeout,
+        stop_timeout_s=args.stop_timeout, rollout_args=shlex.split(args.rollout_args),
+        trainer_args=shlex.split(args.trainer_args))

@@ -1,0 +1,153 @@
+"""The landing page of ``python app.py`` (port 7860): links to the three UIs with their live status.
+
+A small FastAPI app, served by uvicorn in a thread of the launcher: ``GET /`` is a static page that
+polls ``GET /api/status`` every two seconds; that endpoint asks each running app for its own
+``/status`` (rollout, trainer) or ``/health`` (env), with a one-second timeout each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from .children import Child
+
+#: What each card shows from the app's /status, as (key, label).
+SHOWN: dict[str, list[tuple[str, str]]] = {
+    "env": [],
+    "rollout": [("version", "weights version"), ("lag", "versions behind"), ("engine", "engine"),
+                ("syncs", "syncs")],
+    "trainer": [("version", "published version"), ("step", "step"), ("mean_reward", "mean reward"),
+                ("state", "training")],
+}
+TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
+BLURBS = {
+    "env": "Play Wordle yourself; the rollout plays its games here.",
+    "rollout": "Follows the bucket, applies each delta, plays games with the current policy.",
+    "trainer": "Trains on those games and publishes a sparse delta per step to the bucket.",
+}
+
+
+async def _app_status(client: httpx.AsyncClient, child: Child) -> dict[str, Any]:
+    """One card's data: the launcher's view of the process, plus what the app says about itself."""
+    card: dict[str, Any] = {"role": child.role, "title": TITLES[child.role], "blurb": BLURBS[child.role],
+                            "port": child.port, "state": child.state, "fields": []}
+    if child.state != "ready":
+        return card
+    path = "/health" if child.role == "env" else "/status"
+    try:
+        response = await client.get(f"{child.url}{path}", timeout=1.0)
+        response.raise_for_status()
+        status = response.json()
+    except (httpx.HTTPError, ValueError) as e:
+        card["state"] = f"not answering ({type(e).__name__})"
+        return card
+    for key, label in SHOWN[child.role]:
+        value = status.get(key)
+        if isinstance(value, float):
+            value = round(value, 3)
+        card["fields"].append([label, "—" if value is None else value])
+    return card
+
+
+def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
+    """The landing app for these children (their `state` is read live)."""
+    app = FastAPI(title="delta-sync: all three apps")
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return PAGE.replace("{bucket}", bucket)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/api/status")
+    async def status() -> dict[str, Any]:
+        async with httpx.AsyncClient() as client:
+            cards = await asyncio.gather(*(_app_status(client, c) for c in children))
+        return {"bucket": bucket, "apps": list(cards)}
+
+    return app
+
+
+class LandingServer:
+    """uvicorn in a daemon thread; `stop` asks it to exit and waits a bounded time."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        # The launcher owns SIGINT/SIGTERM; uvicorn must not install its own handlers from a thread.
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._thread = threading.Thread(target=self._server.run, name="landing", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start serving; returns once it listens.
+
+        Raises:
+            RuntimeError: it did not start within `timeout_s` (e.g. the port is taken).
+        """
+        self._thread.start()
+        deadline = threading.Event()
+        for _ in range(int(timeout_s / 0.05)):
+            if self._server.started or not self._thread.is_alive():
+                break
+            deadline.wait(0.05)
+        if not self._server.started:
+            raise RuntimeError("the landing page did not start (is its port taken? choose another with --port)")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask it to exit; wait at most `timeout_s`."""
+        self._server.should_exit = True
+        self._thread.join(timeout=timeout_s)
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>delta-sync: Wordle RL, live</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 60rem; padding: 0 1rem; color: #222; }
+ h1 { margin-bottom: .2rem; } .sub { color: #555; margin-top: 0; }
+ .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(17rem, 1fr)); gap: 1rem; }
+ .card { border: 1px solid #ddd; border-radius: .6rem; padding: 1rem; }
+ .card h2 { font-size: 1.15rem; margin: 0 0 .3rem; } .card p { color: #555; margin: .2rem 0 .6rem; }
+ .state { font-weight: 600; } .state.ready { color: #1a7f37; } .state.other { color: #9a6700; }
+ dl { display: grid; grid-template-columns: auto auto; gap: .1rem 1rem; margin: .6rem 0; }
+ dt { color: #555; } dd { margin: 0; font-variant-numeric: tabular-nums; }
+ a.open { display: inline-block; margin-top: .4rem; } code { background: #f4f4f4; padding: 0 .25rem; }
+</style></head>
+<body>
+<h1>delta-sync: a model learns Wordle, live</h1>
+<p class="sub">Three apps on this machine, sharing the bucket <code>{bucket}</code>: the trainer publishes a
+sparse safetensors delta per step, the rollout applies it and plays games against the environment.</p>
+<div class="cards" id="cards"></div>
+<p class="sub" id="updated">Waiting for the first status…</p>
+<script>
+function card(app) {
+  const url = `${location.protocol}//${location.hostname}:${app.port}/`;
+  const cls = app.state === "ready" ? "ready" : "other";
+  const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
+  return `<div class="card" id="card-${app.role}" data-state="${app.state}">
+    <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
+    <div>status: <span class="state ${cls}">${app.state}</span></div>
+    <dl>${fields}</dl><a class="open" href="${url}">open ${url}</a></div>`;
+}
+async function refresh() {
+  try {
+    const status = await (await fetch("/api/status")).json();
+    document.getElementById("cards").innerHTML = status.apps.map(card).join("");
+    document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    document.getElementById("updated").textContent = "The launcher is not answering (stopped?)";
+  }
+}
+refresh(); setInterval(refresh, 2000);
+</script>
+</body></html>
+"""

@@ -1,0 +1,127 @@
+"""``python app.py`` (role ``all``): env, rollout and trainer as three local processes, and a landing page.
+
+Start-up: prepare the model once (progress shown), start env, rollout and trainer one after the
+other, each waiting for the previous one's health, serve the landing page, print the URLs. Ctrl-C or
+SIGTERM stops the trainer first (it finishes publishing), then the rollout, then the env; each gets
+`stop_timeout_s` before its process group is killed. The bucket stays, so the next start resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+import threading
+from types import FrameType
+
+from .children import Child, ChildFailed
+from .config import LauncherConfig, config_from_args
+from .config import add_arguments as _add_arguments
+from .landing import LandingServer, build_app
+from .prepare import PrepareFailed, prepare_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The launcher's flags (see `launcher.config`)."""
+    _add_arguments(parser)
+
+
+def _say(message: str) -> None:
+    print(f"[app] {message}", flush=True)
+
+
+def build_children(config: LauncherConfig, model_folder: str, owner_token: str) -> list[Child]:
+    """The three apps in start order, wired to each other and to the one bucket."""
+    env_url = f"http://127.0.0.1:{config.env_port}"
+    rollout_url = f"http://127.0.0.1:{config.rollout_port}"
+    engine = ["--engine", config.engine] if config.engine else []
+    shared = ["--bucket", config.bucket, "--model", model_folder]
+
+    def log(role: str) -> str:
+        return os.path.join(config.logs, f"{role}.log")
+
+    return [
+        Child("env", config.host, config.env_port, [], log("env")),
+        Child("rollout", config.host, config.rollout_port,
+              [*shared, "--env-url", env_url, *engine, *config.rollout_args], log("rollout")),
+        Child("trainer", config.host, config.trainer_port,
+              [*shared, "--rollout-url", rollout_url, "--env-url", env_url, "--owner-token", owner_token,
+               *config.trainer_args], log("trainer")),
+    ]
+
+
+def _link(config: LauncherConfig, port: int) -> str:
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    return f"http://{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> None:
+    """Start everything, serve until Ctrl-C/SIGTERM or until an app dies, then stop everything. Blocks.
+
+    Exits with status 1 when an app fails to start or dies while running (its log's end is printed).
+    """
+    config = config_from_args(args)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if not stop.is_set():
+            _say(f"{signal.Signals(signum).name}: stopping (again to hurry is not needed: waits are bounded)")
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    owner_token = config.owner_token or secrets.token_urlsafe(12)
+    _say(f"bucket {config.bucket} · logs {config.logs}")
+    _say(f"preparing the model {config.model} (once; later starts reuse it)")
+    try:
+        folder = prepare_model(config.model, stop)
+    except PrepareFailed as e:
+        _say(str(e))
+        raise SystemExit(1) from e
+    if folder is None:
+        return
+    _say(f"model ready: {folder}")
+
+    children = build_children(config, folder, owner_token)
+    landing = LandingServer(build_app(children, config.bucket), config.host, config.port)
+    failed = False
+    try:
+        landing.start()
+        _say(f"landing page: {_link(config, config.port)} (shows each app as it gets ready)")
+        for child in children:
+            _say(f"starting {child.role} on {child.url} (log {child.log_path})")
+            child.start()
+            if not child.wait_ready(config.ready_timeout_s, stop):
+                return
+            _say(f"{child.role} ready")
+        _say("all three apps are ready:")
+        print(f"    landing page  {_link(config, config.port)}", flush=True)
+        for child in children:
+            print(f"    {child.role:<12}  {_link(config, child.port)}", flush=True)
+        print(f"    owner token   {owner_token}   (the trainer's start/pause/stop)", flush=True)
+        _say("Ctrl-C stops all three; the next start resumes from the bucket")
+        while not stop.wait(1.0):
+            for child in children:
+                code = child.returncode()
+                if code is not None:
+                    raise ChildFailed(child.role, f"exited with status {code}", child.log_tail())
+    except ChildFailed as e:
+        failed = True
+        _say(str(e))
+    except RuntimeError as e:  # the landing page could not start
+        failed = True
+        _say(str(e))
+    finally:
+        for child in reversed(children):
+            if child.pid is not None:
+                _say(f"stopping {child.role} (up to {config.stop_timeout_s:.0f} s)")
+                code = child.stop(config.stop_timeout_s)
+                _say(f"{child.role} stopped (exit status {code})")
+        landing.stop()
+    if failed:
+        raise SystemExit(1)
+    _say("all stopped")
+    sys.stdout.flush()

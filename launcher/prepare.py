@@ -1,0 +1,68 @@
+"""The model, prepared once before the apps start, in a child process so the launcher stays light.
+
+``python -m launcher.prepare MODEL`` resolves MODEL with `models.resolve_model` (the offline default is
+converted from its GGUF on first use, with a progress bar on stderr) and prints the folder as its last
+line of stdout. The launcher then hands that folder to the rollout and the trainer, so neither converts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+from .config import REPO
+
+
+class PrepareFailed(RuntimeError):
+    """The model could not be prepared; the message carries the preparer's own error."""
+
+
+def prepare_model(model: str, stop: threading.Event) -> str | None:
+    """A local folder for `model`, converting the offline default on first use (progress on stderr).
+
+    A folder is returned as it is, without a child process. Returns None when `stop` is set first.
+
+    Raises:
+        PrepareFailed: the model is not a folder, the offline wheel is missing, or a Hub id failed.
+    """
+    if os.path.isdir(model):
+        return model
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.prepare", model], cwd=REPO,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stderr (progress bars, errors) passes through as it comes; stdout is the answer.
+    lines: list[str] = []
+
+    def relay() -> None:
+        assert proc.stderr is not None
+        for line in iter(proc.stderr.readline, ""):
+            lines.append(line)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+    relay_thread = threading.Thread(target=relay, daemon=True)
+    relay_thread.start()
+    while proc.poll() is None:
+        if stop.wait(0.2):
+            proc.terminate()
+            proc.wait(timeout=30)
+            return None
+    relay_thread.join(timeout=5)
+    assert proc.stdout is not None
+    out = proc.stdout.read().strip().splitlines()
+    if proc.returncode != 0 or not out:
+        error = next((line.strip() for line in reversed(lines) if line.strip()), f"exit status {proc.returncode}")
+        raise PrepareFailed(f"cannot prepare the model {model!r}: {error}")
+    return out[-1]
+
+
+def main(argv: list[str]) -> None:
+    """Resolve argv[0] to a folder and print it."""
+    from models import resolve_model
+
+    print(resolve_model(argv[0]), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

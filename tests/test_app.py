@@ -1,0 +1,95 @@
+"""``app.py``: picking the role (argument, SPACE_ROLE, none) and the messages for misconfiguration.
+
+Each case runs ``python app.py`` as a subprocess, as a Space or a user would; none gets as far as
+serving (that is tested per role, and by test_app_launcher.py for all three).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ._env_server import REPO
+
+#: Variables a Space or a developer's shell may set that would change what these cases test.
+SCRUBBED = ("SPACE_ROLE", "SPACE_ID", "DELTA_BUCKET", "ROLLOUT_URL", "ENV_URL", "HF_TOKEN", "OWNER_TOKEN")
+
+
+def run_app(*args: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    return subprocess.run([sys.executable, "app.py", *args], cwd=REPO, env={**env, **environ},
+                          capture_output=True, text=True, timeout=120)
+
+
+def last_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    return result.stderr.splitlines()[-1]
+
+
+def test_help_lists_every_role_and_the_variables() -> None:
+    result = run_app("--help")
+    assert result.returncode == 0
+    for text in ("env ", "rollout ", "trainer ", "all ", "SPACE_ROLE", "DELTA_BUCKET", "ROLLOUT_URL"):
+        assert text in result.stdout
+
+
+def test_an_unknown_role_says_which_exist() -> None:
+    assert last_error(run_app("trainr")) == (
+        "app.py: error: unknown role 'trainr': name one of env, rollout, trainer (e.g. `python app.py env`), "
+        "or none to run all three; a Space sets the SPACE_ROLE variable instead")
+
+
+def test_a_bad_space_role_says_what_to_set() -> None:
+    assert last_error(run_app(SPACE_ROLE="web")) == (
+        "app.py: error: SPACE_ROLE='web' is not a role: set the SPACE_ROLE variable to one of env, rollout, "
+        "trainer, or unset it to run all three")
+
+
+def test_space_role_picks_the_role_and_flags_still_apply() -> None:
+    assert last_error(run_app("--max-sessions", "0", SPACE_ROLE="env")) == (
+        "app.py env: error: argument --max-sessions: must be >= 1, got 0")
+
+
+def test_the_argument_wins_over_space_role() -> None:
+    assert last_error(run_app("env", "--max-sessions", "0", SPACE_ROLE="trainer")).startswith("app.py env: error:")
+
+
+def test_a_rollout_space_without_bucket_or_env_url_is_told_what_to_set() -> None:
+    error = last_error(run_app(SPACE_ROLE="rollout", SPACE_ID="someone/wordle-rollout"))
+    assert error == (
+        "app.py rollout: error: set ENV_URL (or --env-url) to the URL of your env Space "
+        "(https://USER-SPACE.hf.space): 'http://127.0.0.1:7861' points back at this machine; "
+        "set DELTA_BUCKET (or --bucket) to shared storage (hf://buckets/NS/NAME or s3://BUCKET/PREFIX): "
+        "the folder '.cache/bucket' is private to this Space and lost when it restarts")
+
+
+def test_a_trainer_space_needs_a_rollout_url_and_a_token_for_hf_buckets(tmp_path: os.PathLike[str]) -> None:
+    result = run_app("trainer", "--bucket", "hf://buckets/someone/wordle", SPACE_ID="someone/wordle-trainer",
+                     HF_HOME=str(tmp_path))  # an empty HF_HOME: no token saved by `hf auth login` either
+    assert last_error(result) == (
+        "app.py trainer: error: set ROLLOUT_URL (or --rollout-url) to the URL of your rollout Space "
+        "(https://USER-SPACE.hf.space): 'http://127.0.0.1:7862' points back at this machine; "
+        "the bucket hf://buckets/someone/wordle needs a Hugging Face token: set the HF_TOKEN secret "
+        "(write access for the trainer, read for rollouts), or run `hf auth login`")
+    assert "warning: OWNER_TOKEN is not set" in result.stderr
+
+
+def test_urls_must_be_http() -> None:
+    assert last_error(run_app("trainer", "--rollout-url", "my-rollout.hf.space")) == (
+        "app.py trainer: error: ROLLOUT_URL (or --rollout-url) must be an http(s) URL such as "
+        "https://USER-SPACE.hf.space, got 'my-rollout.hf.space'")
+
+
+def test_the_launcher_refuses_a_busy_port() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        error = last_error(run_app("all", "--env-port", str(port), "--model", str(REPO)))
+    assert error == (f"app.py all: error: port {port} (--env-port) is in use on 127.0.0.1: stop what runs there "
+                     "(another `python app.py`?) or choose another port")
