@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -33,8 +34,8 @@ class StepRecord:
     Attributes:
         step: Steps this session (all runs).
         version: The version this step produced.
-        reward: Mean env reward of the step's games (dropped ones excluded).
-        win_rate: Fraction of the step's games won.
+        reward: Mean env reward of the step's games (dropped ones excluded; None if all were dropped).
+        win_rate: Fraction of the step's games won (None likewise).
         step_s: Seconds of the whole step (rollouts included).
         publish_s: Seconds `publish` blocked the step (the snapshot copy).
         at: Unix time.
@@ -42,8 +43,8 @@ class StepRecord:
 
     step: int
     version: int
-    reward: float
-    win_rate: float
+    reward: float | None
+    win_rate: float | None
     step_s: float
     publish_s: float
     at: float
@@ -288,7 +289,12 @@ class TrainingSession:
         self.steps += 1
         self.records.append(StepRecord(
             step=self.steps, version=self.callback.version,
-            reward=float(logs.get("rewards/env_reward/mean", logs["reward"])),
-            win_rate=float(logs.get("rewards/won/mean", 0.0)),
+            reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
+            win_rate=_number(logs.get("rewards/won/mean")),
             step_s=end - self._last_step_end, publish_s=self.callback.copy_s, at=time.time()))
         self._last_step_end = now
+
+
+def _number(value: float | None) -> float | None:
+    """A logged mean as a JSON-safe number: TRL logs NaN when every game of the step was dropped."""
+    return None if value is None or math.isnan(value) else float(value)

@@ -1,0 +1,37 @@
+"""Owner-only control: start/pause/stop are refused without the owner's token, over HTTP and in the UI's path."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests._env_server import free_port
+from tests._trainer_stack import role, tiny_model
+from trainer_space import TrainerConfig, TrainingSession
+from trainer_space.session import AccessDenied
+
+
+def test_http_control_needs_the_owner_token(tmp_path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # paused: nothing calls the rollout
+    with role("trainer_space", "--bucket", str(tmp_path / "bucket"), "--model", tiny_model(str(tmp_path / "model")),
+              "--rollout-url", dead, "--paused", "--owner-token", "s3cret") as url:
+        assert httpx.get(f"{url}/status").json()["state"] == "paused"
+        for kwargs in ({"json": {"action": "start"}}, {"json": {"action": "start", "token": "wrong"}},
+                       {"json": {"action": "stop"}, "headers": {"Authorization": "Bearer wrong"}}):
+            r = httpx.post(f"{url}/control", **kwargs)
+            assert r.status_code == 403, r.text
+            assert "owner token" in r.json()["detail"]
+        assert httpx.get(f"{url}/status").json()["state"] == "paused"
+        r = httpx.post(f"{url}/control", json={"action": "stop"}, headers={"Authorization": "Bearer s3cret"})
+        assert (r.status_code, r.json()) == (200, {"state": "stopped"})
+        assert httpx.post(f"{url}/control", json={"action": "reboot", "token": "s3cret"}).status_code == 422
+
+
+def test_without_an_owner_token_nobody_controls(tmp_path) -> None:
+    session = TrainingSession(TrainerConfig(str(tmp_path), "http://127.0.0.1:1", str(tmp_path)), owner_token=None)
+    session.pause()
+    with pytest.raises(AccessDenied, match="no owner token is set"):
+        session.control("start", "anything")
+    with pytest.raises(AccessDenied, match="wrong or missing owner token"):
+        TrainingSession(session.config, owner_token="x").control("start", None)
+    assert session.status()["state"] == "paused"

@@ -1,0 +1,71 @@
+"""The staleness bound and `rollout_func`'s output, against a real rollout server (tiny model, empty bucket)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rollout_space.client import RolloutClient
+from tests._env_server import running_server
+from tests._trainer_stack import role, tiny_model
+from trainer_space import TrainerConfig
+from trainer_space.rollouts import WordleRollouts
+from trainer_space.staleness import StalenessCounts, stale_indices, staleness
+from trainer_space.task import prompt_seed, seed_prompt
+
+
+def test_staleness_is_judged_on_the_oldest_version() -> None:
+    games = [{"version": 7, "versions": [7, 9]}, {"version": 9}, {"version": 10}]
+    assert [staleness(g, 10) for g in games] == [3, 1, 0]
+    assert stale_indices(games, 10, max_staleness=1) == [0]
+    assert stale_indices(games, 10, max_staleness=0) == [0, 1]
+    assert stale_indices(games, 10, max_staleness=3) == []
+    counts = StalenessCounts()
+    counts.add(games=2, dropped=1, seen=1)
+    counts.add(replayed=3, seen=0)
+    assert counts.as_dict() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1}
+
+
+def test_prompts_name_seeds() -> None:
+    assert prompt_seed(seed_prompt(123)) == 123
+    with pytest.raises(ValueError, match="does not name a Wordle game"):
+        prompt_seed("What is the capital of France?")
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutClient]:
+    root = tmp_path_factory.mktemp("rollouts")
+    with running_server("env") as env, role("rollout_space", "--bucket", str(root / "bucket"), "--model",
+                                             tiny_model(str(root / "model")), "--env-url", env, "--engine",
+                                             "transformers", "--showcase-every", "0") as url:
+        with RolloutClient(url) as c:
+            yield c
+
+
+def rollouts(client: RolloutClient, current: int, max_staleness: int) -> WordleRollouts:
+    config = TrainerConfig("unused", client.url, "unused", max_tokens=2, max_turns=1, max_staleness=max_staleness,
+                           stale_retries=1, stale_wait=0.0, games_per_step=4, num_generations=2)
+    return WordleRollouts(config, client, lambda: current)
+
+
+def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> None:
+    served = client.status()["version"]  # the empty bucket: the model as given, version 0
+    rf = rollouts(client, current=served + 1, max_staleness=1)
+    out = rf([seed_prompt(11)] * 2 + [seed_prompt(12)] * 2)
+    assert len(out["prompt_ids"]) == 4 and all(r is not None for r in out["env_reward"])
+    for ids, logprobs, mask in zip(out["completion_ids"], out["logprobs"], out["env_mask"]):
+        assert len(ids) == len(logprobs) == len(mask) and 1 in mask
+    secrets = [g["secret"] for g in list(rf.recent)]
+    assert secrets[0] == secrets[1] and secrets[2] == secrets[3]  # a GRPO group plays one word
+    assert rf.counts.as_dict() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1}
+
+
+def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: RolloutClient) -> None:
+    served = client.status()["version"]
+    rf = rollouts(client, current=served + 2, max_staleness=1)  # the rollout cannot catch up: nothing publishes
+    out = rf([seed_prompt(5)] * 2 + [seed_prompt(6)] * 2)
+    assert out["env_reward"] == [None] * 4  # TRL gives unscorable rows zero advantage: no gradient
+    assert len(out["completion_ids"]) == 4  # one row per prompt still, as TRL needs
+    assert rf.counts.as_dict() == {"games": 0, "replayed": 4, "dropped": 4, "max_seen": 0}
+    assert list(rf.recent) == []
