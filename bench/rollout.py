@@ -1,0 +1,137 @@
+"""Serving while following: tokens per second, apply pause per version, publish-to-serving time.
+
+    python -m bench.rollout [--models tiny smollm2] [--engines transformers vllm] [--seconds 30]
+
+For each model and engine, in one run: generation throughput with nobody publishing (the baseline),
+and the same generation while a publisher emits a new version every `--interval` seconds into a
+local bucket that a `rollout_space.Follower` follows (alternating, so load drift hits both); the ratio, the pause generation saw
+per version (`Engine.update`), and the time from the trainer's `publish` to the engine serving it.
+Updates are sign steps of every weight at `--lr` in fp32, rounded back to bf16 (about what AdamW does
+at an RL learning rate: a few percent of the elements change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import threading
+import time
+
+import torch
+
+import delta
+from delta.subscribe import SubscriberConfig
+from models import build_tiny_qwen3, prepare_smollm2
+from rollout_space.engines import EngineConfig, SamplingParams, open_engine
+from rollout_space.follower import Follower
+
+MODELS = {"tiny": None, "smollm2": prepare_smollm2}
+PROMPTS = ["Let's play Wordle. Make your first guess.", "The capital of France is", "def fibonacci(n):",
+           "Once upon a time"]
+
+
+def _tiny(root: str) -> str:
+    """The tiny Qwen3 with 32-wide heads (vLLM's CPU attention needs >= 32)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    path = build_tiny_qwen3(os.path.join(root, "tiny"), seed=0)
+    config = Qwen3Config.from_pretrained(path)
+    config.head_dim = 32
+    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+    return path
+
+
+def _updates(state: dict[str, torch.Tensor], lr: float, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {n: (w.float() - lr * torch.sign(torch.randn(w.shape, generator=g))).to(w.dtype) for n, w in state.items()}
+
+
+def _generate_for(engine, seconds: float) -> tuple[int, float]:
+    """Generate batches until `seconds` pass; returns (tokens, seconds)."""
+    params = SamplingParams(max_tokens=32, temperature=1.0, seed=0)
+    tokens, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        tokens += sum(len(c.token_ids) for c in engine.generate(PROMPTS * 2, params))
+    return tokens, time.perf_counter() - start
+
+
+def _run(model: str, kind: str, seconds: float, interval: float, lr: float, rounds: int = 4) -> dict:
+    """Alternate `rounds` times between generating with the trainer quiet and with it publishing, so
+    that drift in the machine's load hits both columns alike."""
+    with tempfile.TemporaryDirectory() as bucket:
+        engine = open_engine(kind, EngineConfig(model, max_model_len=512))
+        try:
+            state = {n: t.clone() for n, t in engine.state.items()}
+            publisher = delta.Publisher(bucket)
+            publisher.publish(state)
+            publisher.flush()
+            follower = Follower(engine, bucket, SubscriberConfig(poll_interval=0.05))
+            follower.start()
+            publishing, stop = threading.Event(), threading.Event()
+
+            def trainer() -> None:
+                nonlocal state
+                seed = 0
+                while not stop.wait(interval):
+                    if publishing.is_set():
+                        state = _updates(state, lr, seed)
+                        seed += 1
+                        publisher.publish(state)
+
+            thread = threading.Thread(target=trainer, daemon=True)
+            thread.start()
+            _generate_for(engine, 2.0)  # warm up
+            totals = {False: [0, 0.0], True: [0, 0.0]}
+            for _ in range(rounds):
+                for active in (False, True):
+                    if not active:
+                        publisher.flush()
+                        time.sleep(1.0)  # the last version reaches the engine before the quiet part
+                    publishing.set() if active else publishing.clear()
+                    tokens, spent = _generate_for(engine, seconds / rounds)
+                    totals[active][0] += tokens
+                    totals[active][1] += spent
+            stop.set()
+            thread.join()
+            publisher.close()
+            follower.close()
+            records = [r for r in follower.records() if r.via == "delta"]
+        finally:
+            engine.close()
+    header = follower.last_header()
+    density = (sum(t.changed for t in header.tensors) / sum(t.numel for t in header.tensors)) if header else 0.0
+    return {"base_tps": totals[False][0] / totals[False][1], "tps": totals[True][0] / totals[True][1],
+            "versions": len(records),
+            "pause_ms": statistics.median(r.pause_s for r in records) * 1e3 if records else float("nan"),
+            "lag_s": statistics.median(r.lag_s for r in records if r.lag_s is not None) if records else float("nan"),
+            "mb": statistics.mean(r.bytes_fetched for r in records) / 1e6 if records else 0.0, "density": density}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["tiny", "smollm2"])
+    parser.add_argument("--engines", nargs="+", choices=["transformers", "vllm"], default=["transformers", "vllm"])
+    parser.add_argument("--seconds", type=float, default=30.0, help="generation time per measurement")
+    parser.add_argument("--interval", type=float, default=3.0, help="seconds between published versions")
+    parser.add_argument("--lr", type=float, default=1e-5, help="step size of the synthetic updates")
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; a version every {args.interval:g} s, "
+          f"{args.seconds:g} s of generation per row (8 prompts x 32 tokens per batch)")
+    print(f"{'model':<8} {'engine':<12} {'tok/s idle':>10} {'tok/s following':>15} {'ratio':>6} {'versions':>8} "
+          f"{'density':>8} {'MB/ver':>7} {'pause ms':>9} {'publish->serve s':>17}")
+    with tempfile.TemporaryDirectory() as root:
+        for name in args.models:
+            folder = _tiny(root) if name == "tiny" else MODELS[name]()
+            for kind in args.engines:
+                r = _run(folder, kind, args.seconds, args.interval, args.lr)
+                print(f"{name:<8} {kind:<12} {r['base_tps']:>10.1f} {r['tps']:>15.1f} {r['tps'] / r['base_tps']:>6.2f} "
+                      f"{r['versions']:>8} {r['density']:>8.2%} {r['mb']:>7.2f} {r['pause_ms']:>9.1f} "
+                      f"{r['lag_s']:>17.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""`python app.py rollout` as a user starts it: a real server on a tiny model, a real env, a local bucket."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+import delta
+from delta.manifest import read_manifest
+from rollout_space.client import RolloutClient
+from rollout_space.errors import RolloutError
+from tests._engines import build_model, step
+from tests._env_server import running_server
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rollout")
+    model = build_model(str(root / "model"), seed=4)
+    bucket = str(root / "bucket")
+    state = delta.load_state(model)
+    publisher = delta.Publisher(bucket)
+    publisher.publish(state)
+    publisher.flush()
+    with running_server("env") as env_url, running_server(
+            "rollout", "--bucket", bucket, "--model", model, "--env-url", env_url, "--engine", "transformers",
+            "--max-batch", "4", "--max-tokens", "32", "--poll-interval", "0.1", "--showcase-every", "0",
+            timeout_s=120) as url:
+        with RolloutClient(url, timeout=120) as client:
+            yield {"client": client, "url": url, "publisher": publisher, "state": state, "bucket": bucket}
+    publisher.close()
+
+
+def test_status_says_what_is_served(stack):
+    status = stack["client"].status()
+    assert status["version"] == 1 and status["latest_version"] == 1 and status["lag"] == 0
+    assert status["engine"] == "transformers" and status["last_error"] is None and status["note"] is None
+
+
+def test_generate_returns_ids_logprobs_and_version(stack):
+    reply = stack["client"].generate(["Hello", [5, 6, 7]], max_tokens=5, temperature=0)
+    assert reply["version"] == 1 and len(reply["completions"]) == 2
+    for c in reply["completions"]:
+        assert len(c["token_ids"]) == len(c["logprobs"]) and 1 <= len(c["token_ids"]) <= 5
+        assert c["version"] == 1 and all(lp <= 0 for lp in c["logprobs"])
+    assert reply["completions"][1]["prompt_ids"] == [5, 6, 7]
+
+
+@pytest.mark.parametrize("body, flag", [({"prompts": ["a"] * 5}, "--max-batch"),
+                                        ({"prompts": ["a"], "max_tokens": 33}, "--max-tokens")])
+def test_requests_over_the_caps_are_refused_with_what_to_change(stack, body, flag):
+    response = httpx.post(stack["url"] + "/generate", json=body, timeout=30)
+    assert response.status_code == 413 and flag in response.json()["detail"]
+
+
+def test_bad_requests_are_refused_clearly(stack):
+    response = httpx.post(stack["url"] + "/generate", json={"prompts": [[999999]], "max_tokens": 4}, timeout=30)
+    assert response.status_code == 422 and "vocabulary" in response.json()["detail"]
+    with pytest.raises(RolloutError, match="HTTP 422"):
+        stack["client"].rollout([], max_tokens=4)
+
+
+def test_rollout_plays_whole_games_as_trajectories(stack):
+    trajectories = stack["client"].rollout([{"seed": 3}, {"seed": 3}], max_tokens=6, max_turns=2, seed=1)
+    assert len(trajectories) == 2
+    for t in trajectories:
+        assert len(t["completion_ids"]) == len(t["logprobs"]) == len(t["env_mask"])
+        assert t["version"] == 1 and t["versions"] == [1, 1] and len(t["replies"]) == 2
+
+
+def test_follows_new_versions_while_serving(stack):
+    publisher, state = stack["publisher"], stack["state"]
+    new = step(state, sorted(state)[:4], seed=9)
+    publisher.publish(new)
+    publisher.flush()
+    deadline = time.monotonic() + 60
+    while stack["client"].status()["version"] != 2:
+        assert time.monotonic() < deadline, stack["client"].status()
+        time.sleep(0.1)
+    reply = stack["client"].generate(["Hi"], max_tokens=2)
+    assert reply["version"] == 2
+    manifest = read_manifest(delta.open_storage(stack["bucket"]))
+    assert manifest.latest.state_hash == delta.state_digest(new).hexdigest
