@@ -108,3 +108,28 @@ def test_refused_update_keeps_serving_the_previous_version(engines, bad: dict) -
         vllm.update({"model.embed_tokens.weight": embed, **bad}, version + 1)
     assert vllm.version == version and vllm.prompt_logprobs(PROMPTS) == before
     assert vllm.generate(PROMPTS[:1], GREEDY)[0].version == version
+
+
+def test_both_engines_follow_a_bucket_through_the_rollout_follower(engines, tmp_path) -> None:
+    from delta.subscribe import SubscriberConfig
+    from rollout_space.follower import Follower
+
+    vllm, hf = engines
+    bucket = str(tmp_path / "bucket")
+    published = {n: t.clone() for n, t in vllm.state.items()}
+    names = sorted(published)
+    with delta.Publisher(bucket) as publisher:
+        publisher.publish(published)  # version 1: what both engines hold, recognised by its hash
+        publisher.flush()
+        followers = [Follower(e, bucket, SubscriberConfig(poll_interval=0.05)) for e in engines]
+        assert vllm.version == hf.version == 1
+        for version in (2, 3):
+            published = step(published, names[version::3], seed=100 + version)
+            publisher.publish(published)
+            publisher.flush()
+            before = assert_same(vllm, hf)
+            assert [f.sync() for f in followers] == [version, version]
+            assert largest_change(before, assert_same(vllm, hf)) > 40 * ATOL
+    assert all(r.pause_s > 0 for f in followers for r in f.records())
+    for f in followers:
+        f.close()
