@@ -44,6 +44,7 @@ class Child:
         host / port: Where it listens (loopback by default).
         args: Its flags besides --host/--port.
         log_path: File its stdout and stderr are appended to.
+        environ: Variables set for it on top of the launcher's own (secrets such as OWNER_TOKEN).
     """
 
     role: str
@@ -51,6 +52,7 @@ class Child:
     port: int
     args: list[str]
     log_path: str
+    environ: dict[str, str] = field(default_factory=dict, repr=False)
     state: str = "waiting"
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -70,7 +72,7 @@ class Child:
         """Start it in a new session (its own process group). Returns at once. Call from the main thread."""
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_VARIABLES}
-        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.environ, PYTHONUNBUFFERED="1")
         command = [sys.executable, "-m", "launcher._guard", str(os.getpid()), sys.executable, "app.py", self.role,
                    *self.args, "--host", self.host, "--port", str(self.port)]
         with open(self.log_path, "ab") as log:

@@ -25,7 +25,8 @@ SHOWN: dict[str, list[tuple[str, str]]] = {
     "rollout": [("version", "weights version"), ("lag", "versions behind"), ("engine", "engine"),
                 ("syncs", "syncs")],
     "trainer": [("version", "published version"), ("step", "step"), ("mean_reward", "mean reward"),
-                ("state", "training")],
+                ("state", "training"),
+                ("resumed_from", "resumed from version")],
 }
 TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
 BLURBS = {

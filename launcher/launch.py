@@ -47,8 +47,9 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str) 
         Child("rollout", config.host, config.rollout_port,
               [*shared, "--env-url", env_url, *engine, *config.rollout_args], log("rollout")),
         Child("trainer", config.host, config.trainer_port,
-              [*shared, "--rollout-url", rollout_url, "--env-url", env_url, "--owner-token", owner_token,
-               *config.trainer_args], log("trainer")),
+              [*shared, "--rollout-url", rollout_url, "--env-url", env_url, *config.trainer_args], log("trainer"),
+              # A secret travels in the environment, not in argv where `ps` shows it to every local user.
+              {"OWNER_TOKEN": owner_token}),
     ]
 
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if not stop.is_set():
-            _say(f"{signal.Signals(signum).name}: stopping (again to hurry is not needed: waits are bounded)")
+            _say(f"{signal.Signals(signum).name}: stopping all three (each gets up to {config.stop_timeout_s:.0f} s)")
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)

@@ -1,0 +1,69 @@
+"""``python app.py`` with no role: three apps as processes, a landing page, clean stops, a resuming restart.
+
+Real processes on loopback ports, a tiny model, a temporary bucket. The first start is stopped with
+SIGINT (what Ctrl-C sends; SIGTERM takes the same path, see test_product_browser.py); the second
+launcher is SIGKILLed and its apps must still go away (the kernel's parent-death signal).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._launcher import alive, start_launcher
+from tests._trainer_stack import tiny_model, wait_until
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return tiny_model(str(tmp_path_factory.mktemp("model") / "tiny"))
+
+
+def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str, tmp_path: Path) -> None:
+    bucket, logs = tmp_path / "bucket", tmp_path / "logs"
+    first = start_launcher(model, bucket, logs, tmp_path / "first.out")
+    try:
+        first.wait_ready(300)
+        cards = httpx.get(f"{first.url('landing')}/api/status", timeout=10).json()["apps"]
+        assert [(c["role"], c["state"]) for c in cards] == [("env", "ready"), ("rollout", "ready"), ("trainer", "ready")]
+        assert "delta-sync" in httpx.get(first.url("landing"), timeout=10).text
+        for app in ("env", "rollout", "trainer"):
+            assert httpx.get(f"{first.url(app)}/health", timeout=10).status_code == 200
+        # Training runs and the rollout follows the bucket.
+        wait_until(lambda: first.status("trainer")["version"] >= 2, 180, "two published versions")
+        wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
+        pids = first.app_pids()
+        assert len(pids) >= 3
+        assert first.stop(signal.SIGINT) == 0
+    finally:
+        if first.proc.poll() is None:
+            first.kill()
+    output = first.output()
+    assert "stopping trainer" in output and "all stopped" in output
+    assert alive(pids) == set(), f"processes left after Ctrl-C: {alive(pids)}"
+    for role in ("env", "rollout", "trainer"):
+        assert (logs / f"{role}.log").stat().st_size > 0
+
+    second = start_launcher(model, bucket, logs, tmp_path / "second.out")
+    try:
+        second.wait_ready(300)
+        status = wait_until(lambda: (s := second.status("trainer"))["resumed_from"] is not None and s, 120,
+                            "the trainer to resume")
+        assert status["resumed_from"] >= 2
+        resumed = status["resumed_from"]
+        wait_until(lambda: second.status("trainer")["version"] > resumed, 120, "a version after the resumed one")
+        # Killed with no chance to clean up: the kernel's parent-death signal must stop the apps.
+        pids = second.app_pids()
+        second.proc.kill()
+        second.proc.wait()
+        deadline = time.monotonic() + 60
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        if second.proc.poll() is None:
+            second.kill()
+    assert alive(pids) == set(), f"apps outlived a SIGKILLed launcher: {alive(pids)}"
