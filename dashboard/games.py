@@ -42,10 +42,12 @@ def scored_words(trajectory: Trajectory) -> list[str]:
 
 
 def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
-    """"won in 3" or "lost (CRANE)", plus invalid moves; the secret only when ``reveal``."""
+    """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves; the secret only when ``reveal``."""
     words = scored_words(trajectory)
     if trajectory.get("won"):
         text = f"won in {len(words)}"
+    elif trajectory.get("finished") is False:  # cut by max_turns or the context length
+        text = "unfinished"
     else:
         secret = str(trajectory.get("secret") or "")
         text = f"lost ({html.escape(secret.upper())})" if reveal and secret else "lost"
@@ -79,7 +81,7 @@ def feed_html(trajectories: Sequence[Trajectory]) -> str:
                  else f"v{versions[0]}–v{versions[-1]}")
         reward = float(t.get("reward") or 0.0)
         games.append(
-            '<div class="wordle-game" data-testid="policy-game">'
+            f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(str(t.get("episode_id", "")))}">'
             f'<div class="wordle-mini">{rows_html(words, marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {reward:.2f}</span></div></div>')

@@ -10,7 +10,9 @@ drawn with colours only until then.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
@@ -118,3 +120,53 @@ class Match:
         reply = response.json()  # OpenEnv's shape: reward and done sit beside the observation
         return WordleObservation.model_validate({**reply["observation"], "reward": reply.get("reward"),
                                                  "done": bool(reply.get("done"))})
+
+
+class PrivateGames:
+    """Plays the policy's side of matches and keeps those games out of the public feed.
+
+    A match's policy game lands in the service's recent games (with its secret) as soon as it ends,
+    while the person may still be guessing the same word. ``visible`` filters those games out; while
+    one is still being played it returns None (the caller keeps its last feed), so no game can show
+    between its end and its registration here. Thread-safe.
+
+    Args:
+        play: Plays one policy game on the env's word for a seed; the result has ``episode_id``.
+        limit: How many match games to remember (older ones may show in the feed again).
+    """
+
+    def __init__(self, play: PlayOne, limit: int = 512) -> None:
+        self._play = play
+        self._lock = threading.Lock()
+        self._ids: deque[str] = deque(maxlen=limit)
+        self._in_flight = 0
+        self._changes = 0
+
+    def play(self, seed: int) -> Mapping[str, Any]:
+        """Play one game and remember it as private (the :data:`PlayOne` of a :class:`Match`)."""
+        with self._lock:
+            self._in_flight += 1
+            self._changes += 1
+        game: Mapping[str, Any] | None = None
+        try:
+            game = self._play(seed)
+            return game
+        finally:
+            with self._lock:
+                if game is not None:
+                    self._ids.append(str(game.get("episode_id")))
+                self._in_flight -= 1
+                self._changes += 1
+
+    @property
+    def changes(self) -> int:
+        """Grows on every start and end of a match game: a cheap key for redrawing the feed."""
+        return self._changes
+
+    def visible(self, games: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]] | None:
+        """``games`` without match games; None while a match game is being played."""
+        with self._lock:
+            if self._in_flight:
+                return None
+            hidden = set(self._ids)
+        return [g for g in games if g.get("episode_id") not in hidden]

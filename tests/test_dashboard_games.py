@@ -6,7 +6,7 @@ import re
 
 from dashboard import games
 
-GAME = {"guesses": ["slate", "", "crane"], "marks": ["XXGXG", "GGGGG"], "won": True, "secret": "crane",
+GAME = {"episode_id": "e1", "guesses": ["slate", "", "crane"], "marks": ["XXGXG", "GGGGG"], "won": True, "secret": "crane",
         "reward": 1.25, "version": 3, "versions": [3, 4, 4]}
 LOST = {"guesses": ["slate"], "marks": ["XXGXG"], "won": False, "secret": "crane", "reward": 0.1, "version": 5,
         "versions": [5]}
@@ -29,11 +29,12 @@ def test_result_text() -> None:
     assert games.result_text(GAME) == "won in 2, 1 invalid move"
     assert games.result_text(LOST) == "lost (CRANE)"
     assert games.result_text(LOST, reveal=False) == "lost"
+    assert games.result_text({**LOST, "guesses": ["", ""], "finished": False}) == "unfinished, 2 invalid moves"
 
 
 def test_feed() -> None:
     feed = games.feed_html([GAME, LOST])
     assert feed.count('data-testid="policy-game"') == 2
-    assert "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
+    assert 'data-episode="e1"' in feed and "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
     assert "No policy games yet." in games.feed_html([])
     assert games.board_html(None).count("data-mark") == 0

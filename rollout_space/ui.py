@@ -1,0 +1,186 @@
+"""The rollout Space's Gradio UI: what it serves, how weights reach it, the policy playing, and a
+person playing the policy on the same word.
+
+Wiring only: numbers come from :class:`~rollout_space.service.RolloutService`, figures and boards from
+``dashboard``, the person's board from ``env_space.render``. Mount it with :func:`mount_ui`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import gradio as gr
+from fastapi import FastAPI
+
+from dashboard import games, sparsity
+from dashboard.figures import sparsity_heatmap, sync_timeline
+from dashboard.versus import Match, PrivateGames, VersusError, VersusView
+from env_space import render
+
+from .games import GameSpec, PlayParams
+from .service import RolloutService
+
+CSS = render.CSS + """
+#rollout-status p { margin: 2px 0; }
+.wordle-board[data-testid=policy-board] .wordle-tile:empty { min-height: 52px; }
+"""
+FEED_SIZE = 12
+#: Tokens per policy reply in games the UI starts (the service's own cap may be lower).
+REPLY_TOKENS = 48
+
+
+def status_markdown(status: Mapping[str, Any]) -> str:
+    """The status lines: version served, lag behind the trainer, engine, model, last error."""
+    latest = status.get("latest_version")
+    if latest is None:
+        lag = "the bucket has no version yet"
+    elif status.get("lag"):
+        lag = f"trainer's latest **v{latest}**, {status['lag']} behind"
+    else:
+        lag = f"up to date with the trainer (v{latest})"
+    engine, model = html.escape(str(status.get("engine"))), html.escape(str(status.get("model")))
+    counts = f"{status.get('syncs', 0)} syncs · {status.get('tokens_served', 0):,} tokens served"
+    lines = [f"### Serving **v{status.get('version')}** · {lag}", f"engine **{engine}** · model `{model}` · {counts}"]
+    if status.get("note"):
+        lines.append(f"ℹ️ {html.escape(str(status['note']))}")
+    error = status.get("last_error")
+    lines.append(f"⚠️ last error: {html.escape(str(error))}" if error else "no errors")
+    return "\n\n".join(lines)
+
+
+def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = FEED_SIZE) -> gr.Blocks:
+    """The Blocks app of the rollout Space.
+
+    A ``gr.Timer`` ticks every ``refresh_s`` seconds: it redraws the status line and checks a cheap key
+    (version served, latest game, match games); the figures and the feed are redrawn only when the key
+    moves. Each visitor's match lives in ``gr.State``; its policy game runs on a one-worker executor
+    shared by the visitors of this app.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="versus-policy")
+    params = PlayParams(max_tokens=min(REPLY_TOKENS, service.limits.max_tokens))
+    private = PrivateGames(lambda seed: _as_dict(service.play([GameSpec(seed=seed)], params)[0]))
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def state_shapes() -> dict[str, tuple[int, ...]]:
+        if not shapes:
+            shapes.update({n: tuple(t.shape) for n, t in service.engine.state.items()})
+        return shapes
+
+    def tick() -> tuple[str, tuple]:
+        status = service.status()
+        newest = service.recent_games(1)
+        key = (status["version"], status["syncs"], newest[0].get("episode_id") if newest else None, private.changes)
+        return status_markdown(status), key
+
+    def draw() -> tuple:
+        header = service.last_delta()
+        heatmap = sparsity_heatmap(sparsity(header, state_shapes()) if header is not None else None)
+        shown = private.visible(service.recent_games(feed_size))
+        feed = gr.skip() if shown is None else games.feed_html(shown)
+        return heatmap, sync_timeline(service.syncs()), feed
+
+    def play_one() -> str:
+        try:
+            service.play([GameSpec()], params)
+        except Exception as e:  # noqa: BLE001 - shown to the visitor, the Space keeps serving
+            return f"⚠️ The policy could not play: {html.escape(str(e))}"
+        return ""
+
+    def show(match: Match | None, note: str | None = None) -> tuple:
+        view = match.view() if match is not None else _empty_view(note)
+        return (match, view.human_board, view.keyboard, note or view.human_status, view.policy_board,
+                view.policy_status, "")
+
+    def new_match(current: Match | None) -> tuple:
+        if current is not None:
+            current.close()
+        if service.env is None:
+            return show(None, "⚠️ This rollout server has no env Space (start it with --env-url).")
+        try:
+            return show(Match(service.env.url, private.play, executor))
+        except VersusError as e:
+            return show(None, f"⚠️ {html.escape(str(e))}")
+
+    def guess(text: str, match: Match | None) -> tuple:
+        if match is None:
+            return show(None)
+        if match.human.done:
+            return show(match, "Press **New match** to play again.")
+        try:
+            match.guess(text.strip())
+        except VersusError as e:
+            return show(match, f"⚠️ {html.escape(str(e))}")
+        return show(match)
+
+    def refresh_policy(match: Match | None) -> tuple:
+        if match is None:
+            return gr.skip(), gr.skip()
+        view = match.view()
+        return view.policy_board, view.policy_status
+
+    with gr.Blocks(title="Rollout server", analytics_enabled=False) as demo:
+        seen = gr.State(None)
+        match = gr.State(None, delete_callback=lambda m: m.close() if m is not None else None)
+        gr.Markdown("# Rollout server\nThe latest policy, kept current from the trainer's bucket by sparse deltas.")
+        status = gr.Markdown(status_markdown(service.status()), elem_id="rollout-status")
+        with gr.Row():
+            timeline = gr.Plot(sync_timeline([]), show_label=False, elem_id="rollout-timeline")
+            heatmap = gr.Plot(sparsity_heatmap(None), show_label=False, elem_id="rollout-heatmap")
+        with gr.Row():
+            with gr.Column(scale=1):
+                gr.Markdown("## The policy playing (live)")
+                feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
+                play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
+                play_note = gr.Markdown("")
+            with gr.Column(scale=2):
+                gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
+                            "the colours of its rows as you play yours, and its words once your game is over.")
+                with gr.Row():
+                    with gr.Column():
+                        gr.Markdown("### You")
+                        human_board = gr.HTML(render.board_html([]))
+                        human_status = gr.Markdown("Press **New match** to start.", elem_id="versus-status")
+                        with gr.Row():
+                            box = gr.Textbox(show_label=False, placeholder="Type a 5-letter word, press Enter",
+                                             max_lines=1, scale=3, elem_id="versus-input")
+                            send = gr.Button("Guess", variant="primary", scale=1, elem_id="versus-guess")
+                        keyboard = gr.HTML(render.keyboard_html([]))
+                    with gr.Column():
+                        gr.Markdown("### The policy")
+                        policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")
+                        policy_status = gr.Markdown("", elem_id="versus-policy-status")
+                restart = gr.Button("New match", elem_id="versus-new-match")
+
+        outputs = [match, human_board, keyboard, human_status, policy_board, policy_status, box]
+        restart.click(new_match, match, outputs, api_visibility="private")
+        gr.on([box.submit, send.click], guess, [box, match], outputs, api_visibility="private")
+        play.click(play_one, None, play_note, concurrency_limit=1, api_visibility="private")
+        timer = gr.Timer(refresh_s)
+        timer.tick(tick, None, [status, seen], show_progress="hidden", api_visibility="private")
+        timer.tick(refresh_policy, match, [policy_board, policy_status], show_progress="hidden",
+                   api_visibility="private")
+        seen.change(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
+        demo.load(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
+    return demo
+
+
+def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0) -> FastAPI:
+    """Mount the UI at ``/`` on the rollout API app (its routes, such as ``/status``, stay the API's)."""
+    return gr.mount_gradio_app(app, build_ui(service, refresh_s), path="/", css=CSS, ssr_mode=False,
+                               footer_links=["api"])
+
+
+def _as_dict(trajectory: Any) -> dict[str, Any]:
+    """A trajectory as the API's JSON dict (the service returns dataclasses)."""
+    return trajectory.to_dict() if hasattr(trajectory, "to_dict") else dict(trajectory)
+
+
+def _empty_view(note: str | None) -> VersusView:
+    return VersusView(render.board_html([]), render.keyboard_html([]), note or "Press **New match** to start.",
+                      games.board_html(None), "")
+
+
+__all__: Sequence[str] = ["CSS", "build_ui", "mount_ui", "status_markdown"]

@@ -1,0 +1,160 @@
+"""The rollout Space's UI in a real browser: Playwright drives Debian's chromium against a real rollout
+service (transformers engine on a tiny model, following a local bucket) and a real env server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from playwright.sync_api import Page, expect, sync_playwright
+
+import delta
+from delta.subscribe import SubscriberConfig
+from rollout_space.engines import EngineConfig, open_engine
+from rollout_space.env_client import EnvClient
+from rollout_space.follower import Follower
+from rollout_space.server import build_app
+from rollout_space.service import RolloutService, ServiceLimits
+from rollout_space.ui import mount_ui
+
+from ._engines import build_model, step
+from ._env_server import free_port, running_server
+from .test_env_ui import CHROMIUM, CHROMIUM_ARGS
+
+GUESSES = ["slate", "crony", "bumph", "wight", "fjord", "vaunt"]
+WAIT_MS = 60_000
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yield its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the rollout UI server did not start"
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root: Path = tmp_path_factory.mktemp("rollout-ui")
+    model = build_model(str(root / "model"), seed=5)
+    bucket = str(root / "bucket")
+    state = delta.load_state(model)
+    publisher = delta.Publisher(bucket)
+    publisher.publish(state)
+    assert publisher.flush(timeout=60)
+    engine = open_engine("transformers", EngineConfig(model, "auto", 1024))
+    with running_server("env") as env_url:
+        follower = Follower(engine, bucket, SubscriberConfig(poll_interval=0.1))
+        service = RolloutService(engine, follower, EnvClient(env_url), ServiceLimits(max_tokens=16),
+                                 model="tiny-qwen3", engine_kind="transformers")
+        service.start()
+        try:
+            with serving(mount_ui(build_app(service), service, refresh_s=0.5)) as url:
+                yield {"url": url, "service": service, "publisher": publisher, "state": state}
+        finally:
+            service.close()
+            publisher.close()
+
+
+@pytest.fixture()
+def page(stack: dict[str, Any]) -> Iterator[Page]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/test.sh does it with apt-get)")
+    url = stack["url"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)  # a busy 2-core machine runs a policy game beside the page
+        offsite: list[str] = []
+        page.on("request", lambda r: offsite.append(r.url) if not r.url.startswith(url) else None)
+        page.goto(url)
+        expect(page.locator("#rollout-status")).to_contain_text("Serving v1", timeout=WAIT_MS)
+        yield page
+        browser.close()
+        assert offsite == [], "the page must not fetch anything from outside the server"
+
+
+def test_version_syncs_heatmap_and_policy_games(stack: dict[str, Any], page: Page) -> None:
+    status = page.locator("#rollout-status")
+    expect(status).to_contain_text("up to date with the trainer (v1)")
+    expect(status).to_contain_text("engine transformers")
+    expect(page.locator("#rollout-heatmap")).to_contain_text("No delta applied yet")
+
+    state = stack["state"]
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"]
+    stack["publisher"].publish(step(state, names, seed=3))
+    assert stack["publisher"].flush(timeout=60)
+    expect(status).to_contain_text("Serving v2")
+    heatmap = page.locator("#rollout-heatmap")
+    expect(heatmap).to_contain_text("Delta v1→v2")
+    expect(heatmap.locator(".heatmaplayer image, .hm")).not_to_have_count(0)
+    expect(heatmap).to_contain_text("q_proj")
+    expect(heatmap).to_contain_text("layer 1")
+    expect(page.locator("#rollout-timeline")).to_contain_text("apply pause (ms)")
+
+    page.locator("#rollout-play-one").click()
+    feed = page.locator("[data-testid=policy-feed]")
+    expect(feed.locator("[data-testid=policy-game]")).not_to_have_count(0)
+    expect(feed).to_contain_text("policy v2")
+
+
+def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page: Page) -> None:
+    human = page.locator("#versus-status")
+    policy_status = page.locator("#versus-policy-status")
+    policy_tiles = page.locator("#versus-policy [data-mark]")
+    before = {g["episode_id"] for g in stack["service"].recent_games(100)}
+    page.locator("#versus-new-match").click()
+    expect(human).to_contain_text("6 guesses left")
+    expect(policy_status).to_contain_text("has played", timeout=WAIT_MS)
+
+    box = page.locator("#versus-input textarea, #versus-input input").first
+    box.fill("zzzzz")
+    box.press("Enter")
+    expect(human).to_contain_text("Not accepted: 'zzzzz' is not in the word list.")
+    seen_before_end: list[str] = []
+    for n, word in enumerate(GUESSES, start=1):
+        box.fill(word)
+        box.press("Enter")
+        expect(page.locator("[data-testid=board] [data-mark]")).to_have_count(5 * n)
+        if "The word was" in human.inner_text():
+            break
+        seen_before_end += [page.locator("#versus-policy").inner_html(), page.locator("#rollout-feed").inner_html()]
+        assert all(t.inner_text() == "" for t in policy_tiles.all()), "policy letters shown before the end"
+    expect(human).to_contain_text("The word was")
+    secret = human.locator("strong").inner_text().lower()
+    assert len(secret) == 5
+
+    expect(policy_status).to_contain_text(f"Policy v{stack['service'].status()['version']}: ")
+    mine = [g for g in stack["service"].recent_games(100) if g["episode_id"] not in before]
+    assert len(mine) == 1, "the match played one policy game"
+    assert mine[0]["secret"] in (secret, ""), "same seed, same word ('' when the game was cut by the context)"
+    page.locator("#rollout-play-one").click()  # a public game: the feed is redrawn, the match game stays out
+    feed = page.locator("[data-testid=policy-feed] [data-testid=policy-game]")
+    expect(feed).to_have_count(len(before) + 1)
+    assert feed.locator(f'xpath=self::*[@data-episode="{mine[0]["episode_id"]}"]').count() == 0
+    assert all(secret not in snapshot.lower() for snapshot in seen_before_end)
+    words = [g for g in mine[0]["guesses"] if g]
+    expect(policy_tiles).to_have_count(5 * len(words))
+    if words:
+        assert policy_tiles.first.inner_text().lower() == words[0][0]
+    assert httpx.get(stack["url"] + "/status").json()["engine"] == "transformers"  # the API beside the UI
