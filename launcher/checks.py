@@ -62,6 +62,9 @@ def check_settings(role: str, args: argparse.Namespace, environ: Mapping[str, st
         elif bucket.startswith("hf://") and not _has_hf_token(environ):
             errors.append(f"the bucket {bucket} needs a Hugging Face token: set the HF_TOKEN secret "
                           "(write access for the trainer, read for rollouts), or run `hf auth login`")
+    if role == "all" and on_space:
+        return [("set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs one app "
+                 "(`python app.py` with no role runs all three on your own machine)")], warnings
     if role == "all":
         errors.extend(_launcher_problems(args))
     if role == "trainer" and on_space and not getattr(args, "owner_token", None):

@@ -10,8 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from ._env_server import REPO
 
 #: Variables a Space or a developer's shell may set that would change what these cases test.
@@ -20,7 +18,7 @@ SCRUBBED = ("SPACE_ROLE", "SPACE_ID", "DELTA_BUCKET", "ROLLOUT_URL", "ENV_URL", 
 
 def run_app(*args: str, **environ: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    return subprocess.run([sys.executable, "app.py", *args], cwd=REPO, env={**env, **environ},
+    return subprocess.run([sys.executable, "app.py", *args], check=False, cwd=REPO, env={**env, **environ},
                           capture_output=True, text=True, timeout=120)
 
 
@@ -93,3 +91,9 @@ def test_the_launcher_refuses_a_busy_port() -> None:
         error = last_error(run_app("all", "--env-port", str(port), "--model", str(REPO)))
     assert error == (f"app.py all: error: port {port} (--env-port) is in use on 127.0.0.1: stop what runs there "
                      "(another `python app.py`?) or choose another port")
+
+
+def test_a_space_without_space_role_is_told_to_set_it() -> None:
+    assert last_error(run_app(SPACE_ID="someone/wordle-env")) == (
+        "app.py all: error: set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs "
+        "one app (`python app.py` with no role runs all three on your own machine)")

