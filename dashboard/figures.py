@@ -7,6 +7,7 @@ tests build them from real headers. An empty input gives a figure that says so, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -110,7 +111,8 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                       secondary_y=True)
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25}, bargap=0.3)
-    fig.update_xaxes(title_text="version", type="category" if len(versions) < 3 else "linear")
+    span = max(versions) - min(versions)
+    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)))
     fig.update_yaxes(title_text="bytes", secondary_y=False)
     fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=True)
     return fig

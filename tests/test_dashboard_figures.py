@@ -70,6 +70,7 @@ def test_sync_timeline() -> None:
     assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5]
     assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
     assert pause.yaxis == "y2" and bars.yaxis == "y"
+    assert fig.layout.xaxis.dtick == 1  # whole versions on the axis
     assert _message(sync_timeline([])) == "No sync yet"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from dashboard.versus import Match, VersusError
+from dashboard.versus import Match, PrivateGames, VersusError
 
 from ._env_server import running_server
 
@@ -91,3 +92,31 @@ def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPool
 def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
     with pytest.raises(VersusError, match="did not answer /reset"):
         Match("http://127.0.0.1:9", lambda seed: {}, executor, timeout=2)
+
+
+def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def play(seed: int) -> dict[str, Any]:
+        started.set()
+        release.wait(10)
+        return {"episode_id": f"match-{seed}"}
+
+    private = PrivateGames(play)
+    feed = [{"episode_id": "public"}, {"episode_id": "match-7"}]
+    assert private.visible(feed) == feed and private.changes == 0
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(private.play, 7)
+        assert started.wait(10)
+        assert private.visible(feed) is None and private.changes == 1  # in flight: keep the old feed
+        release.set()
+        assert future.result(timeout=10) == {"episode_id": "match-7"}
+    assert private.visible(feed) == [{"episode_id": "public"}] and private.changes == 2
+
+    def broken(seed: int) -> dict[str, Any]:
+        raise RuntimeError("engine down")
+
+    failing = PrivateGames(broken)
+    with pytest.raises(RuntimeError, match="engine down"):
+        failing.play(1)
+    assert failing.visible(feed) == feed and failing.changes == 2
