@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The main job until the Spaces ship together: real SmolLM2-135M checkpoints from AdamW steps at an
-# RL learning rate, turned into deltas with the TRL layout and with the default codec, applied and
-# verified bit for bit. Installs what it needs first; everything lands in .cache/demo (or $DEMO_DIR).
+# The main job: install, then `python app.py` — the Wordle env, the rollout server and the trainer as
+# three local processes on one bucket (.cache/bucket), a landing page at http://127.0.0.1:7860, the
+# offline SmolLM2-135M-Instruct (converted once). Ctrl-C stops all three; run it again to resume.
+# Arguments go to app.py (e.g. `bash scripts/demo.sh --engine vllm`; see `python app.py all --help`).
+#
+# `bash scripts/demo.sh delta` runs the codec walk-through instead: real SmolLM2-135M checkpoints from
+# AdamW steps at an RL learning rate, turned into deltas with the TRL layout and with the default
+# codec, applied and verified bit for bit; everything lands in .cache/demo (or $DEMO_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+if [ "${1:-}" != "delta" ]; then
+    exec python app.py "$@"
+fi
 out="${DEMO_DIR:-.cache/demo}"
 ckpt="$out/checkpoints"
 mkdir -p "$out"
