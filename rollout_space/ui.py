@@ -20,6 +20,8 @@ from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.versus import Match, PrivateGames, VersusError, VersusView
 from env_space import render
 
+from .engines.errors import EngineError
+from .errors import RolloutError
 from .games import GameSpec, PlayParams
 from .service import RolloutService
 
@@ -85,7 +87,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     def play_one() -> str:
         try:
             service.play([GameSpec()], params)
-        except Exception as e:  # noqa: BLE001 - shown to the visitor, the Space keeps serving
+        except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
             return f"⚠️ The policy could not play: {html.escape(str(e))}"
         return ""
 
