@@ -30,15 +30,16 @@ def prepare_model(model: str, stop: threading.Event) -> str | None:
     if os.path.isdir(model):
         return model
     proc = subprocess.Popen([sys.executable, "-m", "launcher.prepare", model], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # stderr (progress bars, errors) passes through as it comes; stdout is the answer.
-    lines: list[str] = []
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # stderr passes through as it comes, in chunks: progress bars redraw with \r, not newlines.
+    tail = bytearray()
 
     def relay() -> None:
         assert proc.stderr is not None
-        for line in iter(proc.stderr.readline, ""):
-            lines.append(line)
-            sys.stderr.write(line)
+        while chunk := os.read(proc.stderr.fileno(), 4096):
+            tail.extend(chunk)
+            del tail[:-8192]
+            sys.stderr.buffer.write(chunk)
             sys.stderr.flush()
 
     relay_thread = threading.Thread(target=relay, daemon=True)
@@ -50,9 +51,10 @@ def prepare_model(model: str, stop: threading.Event) -> str | None:
             return None
     relay_thread.join(timeout=5)
     assert proc.stdout is not None
-    out = proc.stdout.read().strip().splitlines()
+    out = proc.stdout.read().decode(errors="replace").strip().splitlines()
     if proc.returncode != 0 or not out:
-        error = next((line.strip() for line in reversed(lines) if line.strip()), f"exit status {proc.returncode}")
+        lines = [line.strip() for line in tail.decode(errors="replace").splitlines() if line.strip()]
+        error = lines[-1] if lines else f"exit status {proc.returncode}"
         raise PrepareFailed(f"cannot prepare the model {model!r}: {error}")
     return out[-1]
 
@@ -61,7 +63,12 @@ def main(argv: list[str]) -> None:
     """Resolve argv[0] to a folder and print it."""
     from models import resolve_model
 
-    print(resolve_model(argv[0]), flush=True)
+    try:
+        folder = resolve_model(argv[0])
+    except (FileNotFoundError, RuntimeError) as e:  # the two resolve_model documents; their messages say what to do
+        print(str(e).replace("\n", " "), file=sys.stderr)
+        raise SystemExit(1) from e
+    print(folder, flush=True)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,18 @@ def test_a_space_without_space_role_is_told_to_set_it() -> None:
     assert last_error(run_app(SPACE_ID="someone/wordle-env")) == (
         "app.py all: error: set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs "
         "one app (`python app.py` with no role runs all three on your own machine)")
+
+
+def test_the_launcher_says_why_a_model_cannot_be_prepared() -> None:
+    import socket
+
+    ports = []
+    for _ in range(4):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(str(s.getsockname()[1]))
+    result = run_app("all", "--model", "./no-such-folder", "--port", ports[0], "--env-port", ports[1],
+                     "--rollout-port", ports[2], "--trainer-port", ports[3])
+    assert result.returncode == 1
+    assert ("[app] cannot prepare the model './no-such-folder': model './no-such-folder' is neither a local folder "
+            "nor a Hub id like 'Qwen/Qwen3-0.6B'") in result.stdout

@@ -1,0 +1,131 @@
+"""The whole product in a browser, started as a user starts it: ``python app.py`` (a tiny model here).
+
+Playwright drives Debian's chromium through the landing page and the three UIs: the trainer's
+version number advances and its delta heatmap is drawn, the rollout follows (version, heatmap, a
+policy game), and a person plays a Wordle game to the end in the env UI. Nothing is fetched from
+outside the machine. Then SIGTERM stops everything, leaving no process behind.
+
+Bounded: the launcher gets 300 s to start; every browser wait is at most `WAIT_MS`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from ._launcher import Launch, alive, start_launcher
+from ._trainer_stack import tiny_model, wait_until
+from .test_env_ui import CHROMIUM, CHROMIUM_ARGS, GUESSES, type_guess
+
+WAIT_MS = 90_000  # a 2-core machine trains, serves and draws beside the browser
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    root = tmp_path_factory.mktemp("product")
+    model = tiny_model(str(root / "model"))
+    started = start_launcher(model, root / "bucket", root / "logs", root / "launcher.out")
+    try:
+        started.wait_ready(300)
+        yield started
+        pids = started.app_pids()
+        assert started.stop(signal.SIGTERM) == 0, started.output()
+        assert alive(pids) == set(), f"processes left after SIGTERM: {alive(pids)}"
+    finally:
+        if started.proc.poll() is None:
+            started.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/test.sh does it with apt-get)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture()
+def open_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
+    """Open a URL in a new page; after the test, no page may have fetched anything off this machine."""
+    pages: list[Page] = []
+    offsite: list[str] = []
+
+    def opener(url: str) -> Page:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.set_default_timeout(WAIT_MS)
+        page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1:", "data:", "blob:"))
+                else offsite.append(r.url))
+        page.goto(url)
+        pages.append(page)
+        return page
+
+    expect.set_options(timeout=WAIT_MS)
+    yield opener
+    for page in pages:
+        page.close()
+    assert offsite == [], f"pages fetched from outside the machine: {offsite[:5]}"
+
+
+def shown_version(page: Page, locator: str, pattern: str) -> int:
+    """The version number a UI shows now (-1 while it shows none)."""
+    match = re.search(pattern, page.locator(locator).first.inner_text())
+    return int(match.group(1)) if match else -1
+
+
+def test_landing_page_links_three_live_apps(launch: Launch, open_page: Callable[[str], Page]) -> None:
+    page = open_page(launch.url("landing"))
+    for role in ("env", "rollout", "trainer"):
+        card = page.locator(f"#card-{role}")
+        expect(card).to_have_attribute("data-state", "ready")
+        expect(card.locator("a.open")).to_have_attribute("href", f"{launch.url(role)}/")
+    expect(page.locator("#card-trainer")).to_contain_text("published version")
+    page.locator("#card-env h2 a").click()
+    expect(page.locator("#wordle-status")).to_contain_text("6 guesses left")
+
+
+def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_page: Callable[[str], Page]) -> None:
+    page = open_page(launch.url("trainer"))
+    body = "body"
+    expect(page.locator(body)).to_contain_text(re.compile(r"version \d+ · step"))
+    first = shown_version(page, body, r"version (\d+) · step")
+    wait_until(lambda: shown_version(page, body, r"version (\d+) · step") > first, WAIT_MS / 1000,
+               "the trainer UI's version to advance")
+    expect(page.locator(body)).to_contain_text("Changed elements per layer and kind, version")
+    expect(page.locator(".js-plotly-plot .heatmaplayer")).not_to_have_count(0)
+    expect(page.locator(body)).to_contain_text(re.compile(r"reward -?\d+\.\d\d · v\d+"))  # a policy game
+
+
+def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: Callable[[str], Page]) -> None:
+    page = open_page(launch.url("rollout"))
+    status = "#rollout-status"
+    expect(page.locator(status)).to_contain_text(re.compile(r"Serving v\d+"))
+    first = shown_version(page, status, r"Serving v(\d+)")
+    wait_until(lambda: shown_version(page, status, r"Serving v(\d+)") > first, WAIT_MS / 1000,
+               "the rollout UI's version to advance")
+    heatmap = page.locator("#rollout-heatmap")
+    expect(heatmap).to_contain_text(re.compile(r"Delta v\d+→v\d+"))
+    expect(heatmap.locator(".heatmaplayer image, .hm")).not_to_have_count(0)
+    page.locator("#rollout-play-one").click()
+    expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
+
+
+def test_a_person_plays_a_game_to_the_end(launch: Launch, open_page: Callable[[str], Page]) -> None:
+    page = open_page(launch.url("env"))
+    status = page.locator("#wordle-status")
+    scored = page.locator("[data-testid=board] [data-mark]")
+    expect(status).to_contain_text("6 guesses left")
+    for n, word in enumerate(GUESSES[1:], start=1):
+        type_guess(page, word)
+        expect(scored).to_have_count(5 * n)
+        if "The word was" in status.inner_text():
+            break
+    expect(status).to_contain_text("The word was")
+    assert Path(launch.out).exists()
