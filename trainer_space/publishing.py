@@ -18,6 +18,7 @@ import torch
 from transformers import TrainerCallback
 
 import delta
+from dashboard.payload import raw_bytes
 from delta.manifest import read_manifest
 
 logger = logging.getLogger(__name__)
@@ -32,22 +33,40 @@ class PublishCallback(TrainerCallback):
         version: The version `state` holds now (the bucket's latest on resume, else 0).
 
     Attributes:
-        version: The trainer's current version: the last one handed to the publisher.
         copy_s: Seconds the last `publish` call blocked the step (the snapshot copy).
+        steps: Steps seen.
     """
 
     def __init__(self, publisher: delta.Publisher | None, state: dict[str, torch.Tensor], version: int) -> None:
         self.publisher = publisher
         self.state = state
-        self.version = version
+        self.start_version = version
+        self.steps = 0
         self.copy_s = 0.0
+
+    @property
+    def version(self) -> int:
+        """The version the trainer's weights are at, in the bucket's numbering.
+
+        The last committed version, or the one after it while a snapshot waits or uploads: the
+        publisher coalesces steps when uploads fall behind, so versions count commits, not steps.
+        Without a publisher: the start version plus the steps taken.
+        """
+        if self.publisher is None:
+            return self.start_version + self.steps
+        while True:
+            last = self.publisher.last.version if self.publisher.last is not None else self.start_version
+            committed = self.publisher.flush(timeout=0)  # True: nothing waits or uploads
+            now = self.publisher.last.version if self.publisher.last is not None else self.start_version
+            if now == last:
+                return last if committed else last + 1
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 - TrainerCallback's signature
         start = time.perf_counter()
         if self.publisher is not None:
             self.publisher.publish(self.state)
         self.copy_s = time.perf_counter() - start
-        self.version += 1
+        self.steps += 1
         return control
 
 
@@ -72,11 +91,6 @@ class Payload:
     changed: int
     total: int
     at: float
-
-
-def raw_bytes(header: delta.DeltaHeader) -> int:
-    """Data bytes of the `raw` codec for the changes `header` lists (int32 position + value each)."""
-    return sum(e.changed * (4 + getattr(torch, e.dtype).itemsize) for e in header.tensors)
 
 
 class PayloadLog:

@@ -6,6 +6,8 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from env_space.render import CSS
+
 from .api import build_api
 from .session import TrainingSession
 from .ui import build_ui
@@ -13,7 +15,7 @@ from .ui import build_ui
 
 def build_app(session: TrainingSession) -> FastAPI:
     """API routes first, then the UI at ``/`` (so ``/status`` etc. stay the API's)."""
-    return gr.mount_gradio_app(build_api(session), build_ui(session), path="/", ssr_mode=False,
+    return gr.mount_gradio_app(build_api(session), build_ui(session), path="/", css=CSS, ssr_mode=False,
                                footer_links=["api"])
 
 

@@ -37,6 +37,7 @@ class StepRecord:
         reward: Mean env reward of the step's games (dropped ones excluded; None if all were dropped).
         win_rate: Fraction of the step's games won (None likewise).
         step_s: Seconds of the whole step (rollouts included).
+        cpu_s: CPU seconds this process spent in the step, all threads (the publisher's included).
         publish_s: Seconds `publish` blocked the step (the snapshot copy).
         at: Unix time.
     """
@@ -46,6 +47,7 @@ class StepRecord:
     reward: float | None
     win_rate: float | None
     step_s: float
+    cpu_s: float
     publish_s: float
     at: float
 
@@ -78,9 +80,11 @@ class TrainingSession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._built = False
+        self.publisher: Any = None  # delta.Publisher, once built (None: publishing off)
+        self.payloads: Any = None  # publishing.PayloadLog, likewise
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
-        self._last_step_end = time.perf_counter()
+        self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
 
     # -- control ------------------------------------------------------------------------------------
 
@@ -206,6 +210,7 @@ class TrainingSession:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         import delta
+        from dashboard.payload import dense_bytes
 
         from .publishing import PayloadLog, PublishCallback
         from .rollouts import WordleRollouts
@@ -223,8 +228,7 @@ class TrainingSession:
         if c.publish:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=self.published if version else None)
-            dense = sum(t.numel() * t.element_size() for t in self.published.values())
-            self.payloads = PayloadLog(c.bucket, dense).start()
+            self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
         self.callback = PublishCallback(self.publisher, self.published, version)
         if self._client is None:
             from rollout_space.client import RolloutClient
@@ -263,7 +267,7 @@ class TrainingSession:
             with self._lock:
                 if self.state == "starting":
                     self.state = "running"
-            self._last_step_end = time.perf_counter()
+            self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
         except Exception as e:  # reported through status(); the thread ends
             logger.exception("training stopped on an error")
@@ -276,6 +280,7 @@ class TrainingSession:
     def _on_step_end(self, control: Any) -> None:
         """At the end of each step: honour pause (wait here) and stop."""
         self._step_end = time.perf_counter()
+        self._step_end_cpu = time.process_time()
         if not self._resume.is_set():
             self._resume.wait()
         if self._stop.is_set():
@@ -291,8 +296,9 @@ class TrainingSession:
             step=self.steps, version=self.callback.version,
             reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
-            step_s=end - self._last_step_end, publish_s=self.callback.copy_s, at=time.time()))
-        self._last_step_end = now
+            step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
+            publish_s=self.callback.copy_s, at=time.time()))
+        self._last_step_end, self._last_step_cpu = now, time.process_time()
 
 
 def _number(value: float | None) -> float | None:

@@ -1,18 +1,19 @@
 """The trainer Space's Gradio UI: read-only for visitors; start/pause/stop behind the owner's token.
 
-No business logic here: it reads `TrainingSession` and draws with `dashboard`'s figures. A timer
+No business logic here: it reads `TrainingSession` and draws with `dashboard`'s figures and boards
+(whose tiles need `env_space.render.CSS`, passed by `server.build_app`). A timer
 ticks the cheap part (the status line, and the committed version into per-visitor `gr.State`);
 the plots are redrawn only when that version or the step count changed.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import gradio as gr
 
 from dashboard import sparsity
+from dashboard.games import feed_html
 from dashboard.figures import payload_curves, reward_curves, sparsity_heatmap
 
 from .session import AccessDenied, TrainingSession
@@ -36,27 +37,6 @@ def status_markdown(status: dict[str, Any]) -> str:
     if status.get("error"):
         lines.append(f"**error:** {status['error']}")
     return "\n\n".join(lines)
-
-
-def games_html(games: list[dict]) -> str:
-    """Recent games as small boards: each guess with its marks (G green, Y yellow, X gray)."""
-    if not games:
-        return "<p>No games yet.</p>"
-    colors = {"G": "#6aaa64", "Y": "#c9b458", "X": "#787c7e"}
-    out = []
-    for g in games:
-        rows = []
-        for guess, marks in zip([w for w in g.get("guesses", []) if w], g.get("marks", [])):
-            cells = "".join(f'<span style="display:inline-block;width:1.6em;text-align:center;margin:1px;'
-                            f'color:white;background:{colors.get(m, "#787c7e")}">{html.escape(ch.upper())}</span>'
-                            for ch, m in zip(guess, marks))
-            rows.append(f"<div>{cells}</div>")
-        result = "won" if g.get("won") else "lost"
-        out.append(f'<div style="display:inline-block;vertical-align:top;margin:6px 12px">'
-                   f'<div>{html.escape(str(g.get("secret", "?")).upper())} · {result} · reward '
-                   f'{float(g.get("reward", 0)):.2f} · v{g.get("version")}</div>{"".join(rows) or "(no valid guess)"}'
-                   f'</div>')
-    return "".join(out)
 
 
 def figures(session: TrainingSession) -> tuple[Any, Any, Any]:
@@ -86,7 +66,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
             payload_plot = gr.Plot(label="payload")
         heatmap_plot = gr.Plot(label="sparsity")
         gr.Markdown("### Recent games of the policy")
-        games = gr.HTML(games_html(session.recent_games()))
+        games = gr.HTML(feed_html(session.recent_games()))
         with gr.Accordion("Owner controls", open=False):
             token = gr.Textbox(label="owner token", type="password")
             with gr.Row():
@@ -99,7 +79,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
             if current == last:
                 return text, last, gr.skip(), gr.skip(), gr.skip(), gr.skip()
             rewards, payload, heatmap = figures(session)
-            return text, current, rewards, payload, heatmap, games_html(session.recent_games())
+            return text, current, rewards, payload, heatmap, feed_html(session.recent_games())
 
         outputs = [status, seen, reward_plot, payload_plot, heatmap_plot, games]
         gr.Timer(TICK_S).tick(tick, seen, outputs, show_progress="hidden", queue=False)
