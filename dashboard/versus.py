@@ -64,7 +64,7 @@ class Match:
         self.seed = random.randint(0, MAX_SEED) if seed is None else seed
         self._http = httpx.Client(base_url=env_url.rstrip("/"), timeout=timeout)
         try:
-            self.human = self._post("/reset", {"seed": self.seed, "max_invalid_moves": None})
+            self.human = self._post("/reset", {"seed": self.seed, "max_invalid_moves": None, "human": True})
         except VersusError:
             self._http.close()
             raise

@@ -21,7 +21,7 @@ from .errors import (
     SessionNotFoundError,
     WordleError,
 )
-from .history import player_label
+from .history import HUMAN, player_label
 from .schema import EpisodeRequest, ResetRequest, StepRequest, WordleAction, WordleObservation, step_response
 from .sessions import SessionStore
 
@@ -43,7 +43,7 @@ METADATA = {
 
 def _start(store: SessionStore, request: ResetRequest) -> WordleObservation:
     return store.start(
-        player=player_label(request.weight_version),
+        player=HUMAN if request.human else player_label(request.weight_version),
         seed=request.seed,
         secret=request.secret,
         episode_id=request.episode_id,

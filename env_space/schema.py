@@ -63,6 +63,7 @@ class ResetRequest(BaseModel):
     episode_id: str | None = Field(None, min_length=1, max_length=255, description="Own id for the session")
     secret: str | None = Field(None, description="Play this word instead of a random answer")
     weight_version: int | None = Field(None, ge=0, description="Weight version of the policy playing")
+    human: bool = Field(False, description="A person plays (through another app's UI): recorded as 'human'")
     max_invalid_moves: int | None = Field(
         DEFAULT_MAX_INVALID_MOVES,
         ge=0,

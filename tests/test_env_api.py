@@ -58,6 +58,11 @@ def test_a_game_over_http(url: str) -> None:
     assert stats["policy v7"]["wins"] >= 1 and 0 < stats["policy v7"]["win_rate"] <= 1
 
 
+def test_a_person_playing_through_another_app_is_recorded_as_human(url: str) -> None:
+    obs = httpx.post(f"{url}/reset", json={"human": True, "seed": 3}).json()["observation"]
+    assert obs["player"] == "human"
+
+
 def test_reset_without_a_body_and_invalid_moves(url: str) -> None:
     response = httpx.post(f"{url}/reset")
     assert response.status_code == 200
