@@ -10,8 +10,10 @@ from .service import RolloutService
 
 
 def build_app(service: RolloutService) -> FastAPI:
-    """The HTTP API (the UI is mounted at ``/`` on top of it, so ``/status`` etc. stay the API's)."""
-    return build_api(service)
+    """The HTTP API, and the UI mounted at ``/`` on top of it (so ``/status`` etc. stay the API's)."""
+    from .ui import mount_ui  # Gradio is a heavy import: only a served app needs it
+
+    return mount_ui(build_api(service), service)
 
 
 def serve(service: RolloutService, host: str, port: int) -> None:

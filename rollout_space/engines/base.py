@@ -43,7 +43,7 @@ class EngineConfig:
     Attributes:
         model: A local Hugging Face model folder (safetensors weights, config, tokenizer). Engines read
             only this folder, never the Hub.
-        dtype: Compute dtype: `auto` (the checkpoint's), `bfloat16`, `float16` or `float32`. The published
+        dtype: Compute dtype: `auto` (the checkpoint's; float32 for vLLM on a CPU), `bfloat16`, `float16` or `float32`. The published
             state keeps its own dtype; updates are cast on the way in. `float32` makes vLLM and transformers
             agree to ~1e-5 in logprobs (in bfloat16 their kernels differ by up to ~1e-1).
         max_model_len: Longest prompt + completion, in tokens.

