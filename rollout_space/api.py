@@ -6,6 +6,7 @@ calls, so a long rollout never blocks ``/status``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -89,7 +90,7 @@ def build_api(service: RolloutService) -> FastAPI:
     return app
 
 
-def _handler(code: int):  # noqa: ANN202 - FastAPI's handler signature
+def _handler(code: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handle(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=code)
 

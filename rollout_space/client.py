@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
+from ._http import request_json
 from .errors import RolloutError
 
 
@@ -46,23 +47,12 @@ class RolloutClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> RolloutClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        try:
-            response = self._http.request(method, path, json=body)
-        except httpx.HTTPError as e:
-            raise RolloutError(f"the rollout server at {self.url} did not answer {path}: {e}; check that it "
-                               "runs and that --rollout-url points at it") from e
-        if response.status_code != 200:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            raise RolloutError(f"the rollout server at {self.url} refused {path} (HTTP {response.status_code}): "
-                               f"{detail}")
-        return response.json()
+        return request_json(self._http, method, path, body, what=f"the rollout server at {self.url}",
+                            flag="--rollout-url", error=RolloutError)

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from ._http import request_json
 from .errors import EnvUnavailableError
 
 
@@ -56,16 +57,5 @@ class EnvClient:
         self._http.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self._http.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise EnvUnavailableError(f"the env Space at {self.url} did not answer {path}: {e}; "
-                                      "check that it runs and that --env-url points at it") from e
-        if response.status_code != 200:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            raise EnvUnavailableError(f"the env Space at {self.url} refused {path} "
-                                      f"(HTTP {response.status_code}): {detail}")
-        return response.json()
+        return request_json(self._http, "POST", path, body, what=f"the env Space at {self.url}", flag="--env-url",
+                            error=EnvUnavailableError)

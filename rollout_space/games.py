@@ -151,9 +151,7 @@ class ChatLayout:
              {"role": "user", "content": message}], add_generation_prompt=True, tokenize=False)
         after = text[text.index(_REPLY) + len(_REPLY):]
         if reply.finish_reason == "stop" and reply.token_ids:
-            stop = self._tokenizer.decode(reply.token_ids[-1:])
-            if after.startswith(stop):
-                after = after[len(stop):]
+            after = after.removeprefix(self._tokenizer.decode(reply.token_ids[-1:]))
         return self._tokenizer.encode(after, add_special_tokens=False)
 
 

@@ -192,6 +192,6 @@ class RolloutService:
                 continue
             try:
                 self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)))
-            except Exception as e:  # the env may be down for a while; the Space keeps serving
+            except Exception as e:  # noqa: BLE001 - the env may be down for a while; the Space keeps serving
                 logger.warning("showcase game failed: %s", e)
                 self._last_game = time.monotonic()
