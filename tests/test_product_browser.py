@@ -100,7 +100,8 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
                "the trainer UI's version to advance")
     expect(page.locator(body)).to_contain_text("Changed elements per layer and kind, version")
     expect(page.locator(".js-plotly-plot .heatmaplayer")).not_to_have_count(0)
-    expect(page.locator(body)).to_contain_text(re.compile(r"reward -?\d+\.\d\d · v\d+"))  # a policy game
+    expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
+    expect(page.locator("[data-testid=policy-feed]")).to_contain_text(re.compile(r"policy v\d+"))
 
 
 def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: Callable[[str], Page]) -> None:
