@@ -14,7 +14,7 @@ from ._env_server import REPO
 def run_app(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPACE_ROLE"}
     return subprocess.run(
-        [sys.executable, "app.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "app.py", *args], check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 
