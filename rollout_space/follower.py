@@ -36,9 +36,10 @@ class SyncRecord:
         bytes_fetched: Bytes read from the bucket for it.
         fetch_s: Seconds fetching and verifying files (generation went on).
         decode_s: Seconds decoding and writing the published state (generation went on).
-        pause_s: Seconds generation was held off while the engine loaded the changed tensors.
-        lag_s: Seconds from the trainer handing the version to its publisher to the engine serving it
-            (None if the manifest has no publish time).
+        pause_s: Seconds generation was held off while the engine loaded the changed tensors (not counting
+            the wait for the generation in flight to end, which served the previous version meanwhile).
+        lag_s: Seconds from the trainer handing the version to its publisher to the engine serving it,
+            that wait included (None if the manifest has no publish time).
         changed_tensors: How many tensors changed.
         at: Unix time the engine started serving it.
     """
@@ -117,9 +118,11 @@ class Follower:
 
     def _serve(self, update: Update) -> None:
         """Runs in the subscriber's thread after each version is written into the published state."""
-        start = time.perf_counter()
         try:
-            self.engine.update({n: self.engine.state[n] for n in update.changed}, update.version)
+            with self.engine.paused():  # waits for the generation in flight; from here on it is a pause
+                start = time.perf_counter()
+                self.engine.update({n: self.engine.state[n] for n in update.changed}, update.version)
+                pause = time.perf_counter() - start
         except Exception as e:  # the engine refused or broke: keep the error visible, keep following
             self._engine_error = f"{type(e).__name__}: {e}"
             logger.exception("engine did not take version %d", update.version)
@@ -127,7 +130,7 @@ class Follower:
         now = time.time()
         stats = update.stats
         record = SyncRecord(update.version, stats.via, stats.bytes_fetched, stats.fetch_s,
-                            stats.decode_s + stats.apply_pause_s, time.perf_counter() - start,
+                            stats.decode_s + stats.apply_pause_s, pause,
                             None if update.published_at is None else max(0.0, now - update.published_at),
                             len(update.changed), now)
         with self._lock:
