@@ -55,7 +55,7 @@ def role(package: str, *args: str, timeout_s: float = 120.0, env: dict[str, str]
                 print(f"{package} exited {proc.returncode}:\n{log.read()[-5000:]}", file=sys.stderr)
 
 
-def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):  # noqa: ANN001
+def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):
     """Poll `predicate()` until it returns something truthy (returned); AssertionError after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:

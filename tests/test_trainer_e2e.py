@@ -10,7 +10,6 @@ latest state and the numbering continues.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest

@@ -6,9 +6,9 @@ import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 import delta
+from dashboard.payload import raw_bytes
 from delta.manifest import read_manifest
 from tests._trainer import trajectory
-from dashboard.payload import raw_bytes
 from trainer_space.publishing import PayloadLog, PublishCallback
 
 
@@ -22,8 +22,8 @@ def test_each_step_end_publishes_the_next_version_and_the_payload_log_measures_i
     callback = PublishCallback(publisher, live, version=0)
     args, control = TrainingArguments(str(tmp_path / "out"), report_to="none"), TrainerControl()
     for new in states[1:]:
-        for k in live:
-            live[k].copy_(new[k])
+        for k, t in live.items():
+            t.copy_(new[k])
         callback.on_step_end(args, TrainerState(), control)
         assert callback.version == callback.steps  # committed, or the next while it uploads: the same number
         assert publisher.flush(30)  # a real step lasts longer than publishing: no coalescing here
@@ -52,8 +52,8 @@ def test_versions_follow_the_buckets_numbering_when_publishing_coalesces(tmp_pat
     with delta.Publisher(bucket) as publisher:
         callback = PublishCallback(publisher, live, version=0)
         for new in states[1:]:  # back to back: later snapshots replace a waiting one
-            for k in live:
-                live[k].copy_(new[k])
+            for k, t in live.items():
+                t.copy_(new[k])
             callback.on_step_end(None, None, TrainerControl())
         assert publisher.flush(30)
         latest = read_manifest(delta.open_storage(bucket)).latest

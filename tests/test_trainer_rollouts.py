@@ -38,9 +38,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutClient]:
     root = tmp_path_factory.mktemp("rollouts")
     with running_server("env") as env, role("rollout_space", "--bucket", str(root / "bucket"), "--model",
                                              tiny_model(str(root / "model")), "--env-url", env, "--engine",
-                                             "transformers", "--showcase-every", "0") as url:
-        with RolloutClient(url) as c:
-            yield c
+                                             "transformers", "--showcase-every", "0") as url, RolloutClient(url) as c:
+        yield c
 
 
 def rollouts(client: RolloutClient, current: int, max_staleness: int) -> WordleRollouts:

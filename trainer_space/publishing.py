@@ -61,7 +61,7 @@ class PublishCallback(TrainerCallback):
             if now == last:
                 return last if committed else last + 1
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 - TrainerCallback's signature
+    def on_step_end(self, args, state, control, **kwargs):
         start = time.perf_counter()
         if self.publisher is not None:
             self.publisher.publish(self.state)

@@ -24,7 +24,8 @@ from .config import TrainerConfig
 
 logger = logging.getLogger(__name__)
 
-STATES = ("starting", "running", "paused", "stopped")
+#: What `status()["state"]` says ("running" includes loading the model before the first step).
+STATES = ("running", "paused", "stopped")
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class TrainingSession:
                 return
             if alive:
                 return
-            self.state, self.error = "starting", None
+            self.state, self.error = "running", None
             self._stop.clear()
             self._resume.set()
             self._thread = threading.Thread(target=self._train, name="trainer", daemon=True)
@@ -128,7 +129,7 @@ class TrainingSession:
     def pause(self) -> None:
         """Hold training at the end of the current optimizer step (before any run: hold the start)."""
         with self._lock:
-            if self.state in ("running", "starting") or self._thread is None or not self._thread.is_alive():
+            if self.state == "running" or self._thread is None or not self._thread.is_alive():
                 self._resume.clear()
                 self.state = "paused"
 
@@ -264,9 +265,6 @@ class TrainingSession:
             if not self._built:
                 self._build()
             trainer = self._trainer()
-            with self._lock:
-                if self.state == "starting":
-                    self.state = "running"
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
         except Exception as e:  # reported through status(); the thread ends

@@ -13,8 +13,8 @@ from typing import Any
 import gradio as gr
 
 from dashboard import sparsity
-from dashboard.games import feed_html
 from dashboard.figures import payload_curves, reward_curves, sparsity_heatmap
+from dashboard.games import feed_html
 
 from .session import AccessDenied, TrainingSession
 
@@ -28,10 +28,10 @@ def status_markdown(status: dict[str, Any]) -> str:
     win = status["win_rate"]
     lines = [
         f"**{status['state']}** · version **{status['version']}** · step **{status['step']}** / {status['max_steps']}",
-        f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate "
-        f"{'-' if win is None else f'{100 * win:.0f}%'} · step {status['step_s'] or 0:.1f} s",
-        f"staleness bound {status['max_staleness']} versions: {stale.get('games', 0)} games trained on, "
-        f"{stale.get('replayed', 0)} replayed, {stale.get('dropped', 0)} dropped",
+        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate "
+         f"{'-' if win is None else f'{100 * win:.0f}%'} · step {status['step_s'] or 0:.1f} s"),
+        (f"staleness bound {status['max_staleness']} versions: {stale.get('games', 0)} games trained on, "
+         f"{stale.get('replayed', 0)} replayed, {stale.get('dropped', 0)} dropped"),
         f"bucket `{status['bucket']}` · rollout {status['rollout_url']}",
     ]
     if status.get("error"):
