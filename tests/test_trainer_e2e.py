@@ -35,7 +35,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def train(stack: dict[str, str], steps: int) -> dict:
-    """Run a trainer process for `steps` steps; return its final status (after the last commit)."""
+    """Run a trainer process for `steps` steps; return its final status (after the last commit) with its
+    `/history` under "history"; its UI page must load."""
     with role("trainer_space", "--bucket", stack["bucket"], "--model", stack["model"], "--rollout-url",
               stack["rollout"], "--env-url", stack["env"], "--max-steps", str(steps), *FAST_TRAINING) as url:
         def finished() -> dict | None:
@@ -43,7 +44,16 @@ def train(stack: dict[str, str], steps: int) -> dict:
             assert s["error"] is None, s["error"]
             return s if s["state"] == "stopped" and s["version"] == s["trainer_version"] else None
 
-        return wait_until(finished, 240, f"{steps} steps")
+        status = wait_until(finished, 240, f"{steps} steps")
+
+        def measured() -> dict | None:  # the payload log measures each commit within its poll interval
+            history = httpx.get(f"{url}/history").json()
+            done = history["payloads"] and history["payloads"][-1]["version"] == status["version"]
+            return history if done else None
+
+        status["history"] = wait_until(measured, 15, "the payload log to measure the last version")
+        assert httpx.get(f"{url}/").status_code == 200
+        return status
 
 
 def greedy_logprobs(rollout: str) -> tuple[int, list[int], list[float]]:
@@ -78,6 +88,10 @@ def test_trainer_publishes_rollout_follows_bit_for_bit_and_resume_continues(stac
     assert [v.version for v in manifest.versions] == [1, 2, 3]
     assert manifest.latest.state_hash == first["state_hash"]
     assert first["staleness"]["games"] == 12
+    assert [s["version"] for s in first["history"]["steps"]] == [1, 2, 3]
+    payloads = first["history"]["payloads"]
+    assert [p["version"] for p in payloads] == [2, 3]  # version 1 is an anchor
+    assert all(0 < p["delta_bytes"] < p["raw_bytes"] for p in payloads if p["changed"])
 
     # The rollout serves version 3, and its weights are the bucket's version 3 bit for bit.
     wait_until(lambda: httpx.get(f"{stack['rollout']}/status").json()["version"] == 3, 30, "the rollout at v3")

@@ -20,3 +20,27 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:
     session = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path)))
     assert session.recent_games() == []  # before the first run
+
+
+def test_figures_draw_a_real_delta(tmp_path) -> None:
+    import delta
+    from models import build_tiny_qwen3
+    from tests._engines import step
+    from trainer_space.publishing import PayloadLog
+
+    state = delta.load_state(build_tiny_qwen3(str(tmp_path / "model")))
+    bucket = str(tmp_path / "bucket")
+    with delta.Publisher(bucket) as publisher:
+        publisher.publish(state)
+        assert publisher.flush(30)
+        log = PayloadLog(bucket, 1).start()
+        publisher.publish(step(state, ["model.layers.1.mlp.up_proj.weight", "model.norm.weight"], seed=1, lr=1e-2))
+        assert publisher.flush(30)
+    log.poll()
+    log.close()
+    session = TrainingSession(TrainerConfig(bucket, "http://127.0.0.1:1", str(tmp_path)))
+    session.payloads = log
+    _, payload, heatmap = figures(session)
+    assert list(payload.data[0].x) == [2]  # versions with a delta (1 is the anchor)
+    assert heatmap.layout.title.text == "Changed elements per layer and kind, version 2"
+    assert any(v for row in heatmap.data[0].z for v in row if v)  # the changed cells are drawn
