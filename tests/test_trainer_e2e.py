@@ -87,7 +87,7 @@ def test_trainer_publishes_rollout_follows_bit_for_bit_and_resume_continues(stac
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
     assert [v.version for v in manifest.versions] == [1, 2, 3]
     assert manifest.latest.state_hash == first["state_hash"]
-    assert first["staleness"]["games"] == 12
+    assert first["staleness"]["games"] == 3 * 8
     assert [s["version"] for s in first["history"]["steps"]] == [1, 2, 3]
     payloads = first["history"]["payloads"]
     assert [p["version"] for p in payloads] == [2, 3]  # version 1 is an anchor
