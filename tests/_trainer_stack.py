@@ -76,6 +76,7 @@ def tiny_model(folder: str) -> str:
 
 #: Trainer flags that make a GRPO step take about a second with the tiny model. Two tokens per reply:
 #: a random model then sometimes answers one word (an invalid guess, -0.15) and sometimes more (no
-#: guess, -0.2), so the rewards of most of the 4 groups per step differ and GRPO's advantages, hence the updates, are not zero.
+#: guess, -0.2), so within most of the 4 groups per step the rewards differ and GRPO's advantages, hence
+#: the updates, are not zero.
 FAST_TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "2", "--max-turns", "2",
                  "--learning-rate", "1e-3")
