@@ -150,11 +150,14 @@ class Follower:
             return self._last_header
 
     def status(self) -> dict[str, object]:
-        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`."""
+        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, and `state_hash`: the hash of
+        the state served, as the manifest records it (None before the engine serves a bucket version)."""
         status = self._subscriber.status()
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
+        digest = self._subscriber.digest
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
-                "last_error": self._engine_error or status.last_error}
+                "last_error": self._engine_error or status.last_error,
+                "state_hash": digest.hexdigest if digest is not None else None}
 
 
 def _merged(headers: tuple[DeltaHeader, ...]) -> DeltaHeader:

@@ -136,7 +136,8 @@ class RolloutService:
     # -- what the UI and /status show ------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """`version` served, `latest_version` in the bucket, `lag`, `engine`, `last_error`, and more."""
+        """`version` served, `latest_version` in the bucket, `lag`, `engine`, `last_error`, `state_hash` (of the
+        weights served, comparable with the manifest's), and more."""
         following = self.follower.status() if self.follower is not None else {}
         latest = following.get("latest_version")
         note = None
@@ -155,6 +156,7 @@ class RolloutService:
             "bucket": self.follower.bucket if self.follower is not None else None,
             "env_url": self.env.url if self.env is not None else None,
             "last_error": following.get("last_error"),
+            "state_hash": following.get("state_hash"),
             "failures": following.get("failures", 0),
             "note": note,
             "syncs": len(self.syncs()),

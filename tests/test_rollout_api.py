@@ -82,4 +82,4 @@ def test_follows_new_versions_while_serving(stack):
     reply = stack["client"].generate(["Hi"], max_tokens=2)
     assert reply["version"] == 2
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
-    assert manifest.latest.state_hash == delta.state_digest(new).hexdigest
+    assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status()["state_hash"]
