@@ -101,35 +101,55 @@ def _prove_target(header: DeltaHeader, changes: list[Change], state: MutableMapp
                              "was written", expected=header.target_hash, actual=after.hexdigest)
 
 
+class Rollback:
+    """The old values of every element a write overwrote, so that a failed apply (one file, or the files
+    of several ranks that make one version) can be undone exactly."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+
+    def write(self, flat: np.ndarray, positions: np.ndarray | None, values: np.ndarray) -> None:
+        """Write `values` at `positions` of `flat` (None: the whole tensor), keeping what was there."""
+        if positions is None:
+            self._saved.append((flat, None, flat.copy()))
+            flat[:] = values
+        else:
+            self._saved.append((flat, positions, scatter(flat, positions, values)))
+
+    def restore(self) -> None:
+        """Put every overwritten element back, newest write first; a second call does nothing."""
+        for flat, positions, old in reversed(self._saved):
+            if positions is None:
+                flat[:] = old
+            else:
+                scatter(flat, positions, old)
+        self._saved.clear()
+
+
 def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
-                  digest: StateDigest | None) -> ApplyResult:
+                  digest: StateDigest | None, rollback: Rollback | None = None) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
 
     The check uses the digests `decode` proved (no re-hashing: the pause is the write alone);
     changes without them are hashed after writing.
 
+    Args:
+        rollback: Records the writes (pass one to undo several files' writes together); on a mismatch
+            everything it recorded is restored, earlier files' writes included.
+
     Raises:
         IntegrityError: the result does not hash to the header's target (the state is restored).
     """
-    undo: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+    rollback = rollback if rollback is not None else Rollback()
     for change in changes:
-        flat = bits(state[change.name])
-        if change.positions is None:
-            undo.append((flat, None, flat.copy()))
-            flat[:] = change.values
-        else:
-            undo.append((flat, change.positions, scatter(flat, change.positions, change.values)))
+        rollback.write(bits(state[change.name]), change.positions, change.values)
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state), changed)
     proven = {c.name: c.digest for c in changes if c.digest is not None}
     after = StateDigest({**digest.tensors, **proven}).updated(state, [c.name for c in changes if c.digest is None])
     if after.hexdigest != header.target_hash:
-        for flat, positions, old in reversed(undo):
-            if positions is None:
-                flat[:] = old
-            else:
-                scatter(flat, positions, old)
+        rollback.restore()
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
                              "hash; the state was restored", expected=header.target_hash, actual=after.hexdigest)
     return ApplyResult(header, after, changed)

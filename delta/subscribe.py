@@ -22,11 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ._bits import bits
 from .anchors import decode_anchor
-from .apply import decode, write_changes
+from .apply import Rollback, decode, write_changes
 from .catchup import Step, plan
 from .errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
 from .format import DeltaHeader
@@ -378,13 +375,11 @@ class Subscriber:
             IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
         """
         tensors = dict(self._digest.tensors)
-        undo: list[list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]] = []
+        rollback = Rollback()
         changed: set[str] = set()
         try:
             for header, changes, sub, sub_digest in decoded:
-                if len(decoded) > 1:
-                    undo.append([_saved(bits(self._state[c.name]), c.positions) for c in changes])
-                result = write_changes(header, changes, sub, sub_digest)
+                result = write_changes(header, changes, sub, sub_digest, rollback)
                 tensors.update(result.digest.tensors)
                 changed.update(c.name for c in changes)
             digest = StateDigest(tensors)
@@ -392,16 +387,6 @@ class Subscriber:
                 raise IntegrityError("state after applying does not match the manifest's state hash",
                                      expected=state_hash, actual=digest.hexdigest)
         except IntegrityError:
-            for saved in reversed(undo):
-                for flat, positions, old in saved:
-                    if positions is None:
-                        flat[:] = old
-                    else:
-                        flat[positions] = old
+            rollback.restore()
             raise
         return digest, tuple(sorted(changed))
-
-
-def _saved(flat: np.ndarray, positions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """The old values a write at `positions` (None: the whole tensor) would overwrite."""
-    return flat, positions, (flat.copy() if positions is None else flat[positions].copy())

@@ -134,3 +134,27 @@ def test_write_changes_rolls_back_changes_that_do_not_hash_as_proven(pair):
     with pytest.raises(IntegrityError, match="the state was restored"):
         delta.write_changes(header, changes, state, before)
     assert states_equal(state, old)
+
+
+def test_one_rollback_undoes_the_writes_of_several_files():
+    """A version made of several ranks' files is all or nothing: when the last file's result does not
+    hash as its header says, the earlier files' writes are undone too."""
+    from dataclasses import replace
+
+    from delta.apply import Rollback, decode, write_changes
+
+    g = torch.Generator().manual_seed(0)
+    old = {"a": torch.randn(64, 32, generator=g).to(torch.bfloat16),
+           "b": torch.randn(128, generator=g).to(torch.bfloat16)}
+    new = {n: (t.float() * 1.01).to(torch.bfloat16) for n, t in old.items()}
+    state = clone(old)
+    rollback = Rollback()
+    first = decode(delta.diff({"a": old["a"]}, {"a": new["a"]}), {"a": state["a"]})
+    header, changes, digest = decode(delta.diff({"b": old["b"]}, {"b": new["b"]}), {"b": state["b"]})
+    write_changes(first[0], first[1], {"a": state["a"]}, first[2], rollback)
+    assert not torch.equal(state["a"], old["a"])
+    with pytest.raises(IntegrityError, match="restored"):
+        write_changes(replace(header, target_hash=first[0].target_hash), changes, {"b": state["b"]}, digest, rollback)
+    assert states_equal(state, old)
+    rollback.restore()  # a second restore changes nothing
+    assert states_equal(state, old)
