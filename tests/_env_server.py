@@ -1,4 +1,4 @@
-"""Real env servers for the tests: ``python app.py env`` on a free loopback port."""
+"""Real servers for the tests: ``python app.py ROLE`` on a free loopback port."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0) -> Iterator[str]:
+def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> Iterator[str]:
     """Run ``python app.py *args --port P`` on loopback until ``/health`` answers; yield its URL.
 
     The process is stopped on exit; its output is shown if it dies or never gets ready.
@@ -55,7 +55,10 @@ def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: flo
         finally:
             proc.terminate()
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if proc.returncode not in (0, -15):
+                log.seek(0)
+                print(f"{' '.join(args[:1])} exited {proc.returncode}:\n{log.read()[-5000:]}", file=sys.stderr)

@@ -1,58 +1,9 @@
-"""Real role processes for the trainer tests: env, rollout and trainer servers on loopback ports.
-
-Each role starts through its `<pkg>.launch.add_arguments/run` entry point, exactly what
-`python app.py ROLE` calls, in its own Python process.
-"""
+"""What the trainer tests share: polling, the tiny model, and trainer flags for fast GRPO steps (the
+servers themselves start with `tests._env_server.running_server`, as `python app.py ROLE`)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-
-import httpx
-
-from tests._env_server import REPO, free_port
-
-_RUNNER = ("import argparse, importlib, sys; m = importlib.import_module(sys.argv[1] + '.launch'); "
-           "p = argparse.ArgumentParser(); m.add_arguments(p); m.run(p.parse_args(sys.argv[2:]))")
-
-
-@contextlib.contextmanager
-def role(package: str, *args: str, timeout_s: float = 120.0, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run the role in `package` (`env_space`, `rollout_space`, `trainer_space`) until `/health` answers;
-    yield its URL; terminate it on exit (its log is printed if it dies early or never gets ready)."""
-    port = free_port()
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-c", _RUNNER, package, *args, "--host", "127.0.0.1",
-                                 "--port", str(port)], cwd=REPO, env={**os.environ, **(env or {})},
-                                stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(f"{package} on {url} did not get ready (exit {proc.returncode}):\n{log.read()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                        break
-                time.sleep(0.2)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.returncode not in (0, -15):
-                log.seek(0)
-                print(f"{package} exited {proc.returncode}:\n{log.read()[-5000:]}", file=sys.stderr)
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):

@@ -5,15 +5,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests._env_server import free_port
-from tests._trainer_stack import role, tiny_model
+from tests._env_server import free_port, running_server
+from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.session import AccessDenied
 
 
 def test_http_control_needs_the_owner_token(tmp_path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # paused: nothing calls the rollout
-    with role("trainer_space", "--bucket", str(tmp_path / "bucket"), "--model", tiny_model(str(tmp_path / "model")),
+    with running_server("trainer", "--bucket", str(tmp_path / "bucket"), "--model", tiny_model(str(tmp_path / "model")),
               "--rollout-url", dead, "--paused", "--owner-token", "s3cret") as url:
         assert httpx.get(f"{url}/status").json()["state"] == "paused"
         for kwargs in ({"json": {"action": "start"}}, {"json": {"action": "start", "token": "wrong"}},

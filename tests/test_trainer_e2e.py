@@ -19,7 +19,7 @@ import delta
 from delta.manifest import read_manifest
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from tests._env_server import running_server
-from tests._trainer_stack import FAST_TRAINING, role, tiny_model, wait_until
+from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
 
 PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
 
@@ -28,7 +28,7 @@ PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("stack")
     model, bucket = tiny_model(str(root / "model")), str(root / "bucket")
-    with running_server("env") as env, role("rollout_space", "--bucket", bucket, "--model", model, "--env-url", env,
+    with running_server("env") as env, running_server("rollout", "--bucket", bucket, "--model", model, "--env-url", env,
                                              "--engine", "transformers", "--poll-interval", "0.2",
                                              "--showcase-every", "0") as rollout:
         yield {"model": model, "bucket": bucket, "env": env, "rollout": rollout}
@@ -37,7 +37,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 def train(stack: dict[str, str], steps: int) -> dict:
     """Run a trainer process for `steps` steps; return its final status (after the last commit) with its
     `/history` under "history"; its UI page must load."""
-    with role("trainer_space", "--bucket", stack["bucket"], "--model", stack["model"], "--rollout-url",
+    with running_server("trainer", "--bucket", stack["bucket"], "--model", stack["model"], "--rollout-url",
               stack["rollout"], "--env-url", stack["env"], "--max-steps", str(steps), *FAST_TRAINING) as url:
         def finished() -> dict | None:
             s = httpx.get(f"{url}/status").json()

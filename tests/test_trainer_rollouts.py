@@ -8,7 +8,7 @@ import pytest
 
 from rollout_space.client import RolloutClient
 from tests._env_server import running_server
-from tests._trainer_stack import role, tiny_model
+from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig
 from trainer_space.rollouts import WordleRollouts
 from trainer_space.staleness import StalenessCounts, stale_indices, staleness
@@ -36,7 +36,7 @@ def test_prompts_name_seeds() -> None:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutClient]:
     root = tmp_path_factory.mktemp("rollouts")
-    with running_server("env") as env, role("rollout_space", "--bucket", str(root / "bucket"), "--model",
+    with running_server("env") as env, running_server("rollout", "--bucket", str(root / "bucket"), "--model",
                                              tiny_model(str(root / "model")), "--env-url", env, "--engine",
                                              "transformers", "--showcase-every", "0") as url, RolloutClient(url) as c:
         yield c
