@@ -13,8 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from delta._bits import bits, layout_of
-from delta._kernels import find_changes
+from delta._bits import bits, layout_of, order_key, zigzag
 
 
 def _h(counts: np.ndarray) -> float:
@@ -36,14 +35,17 @@ def conditional_entropy_bits(old: Mapping[str, torch.Tensor], new: Mapping[str, 
     for name in sorted(old):
         a, b = bits(old[name].contiguous()), bits(new[name].contiguous())
         layout = layout_of(old[name].dtype)
-        ch = find_changes(a, b, layout.shift, layout.mask)
-        for c in np.flatnonzero(ch.class_sizes):
-            sizes[(old[name].dtype, int(c))] += int(ch.class_sizes[c])
-        bounds = np.concatenate([[0], np.cumsum(ch.class_changed)])
-        for c in np.flatnonzero(ch.class_changed):
+        classes = (a >> a.dtype.type(layout.shift)) & a.dtype.type(layout.mask)
+        class_sizes = np.bincount(classes, minlength=layout.classes)
+        where = np.flatnonzero(a != b)
+        changed_classes, step_of = classes[where], zigzag(order_key(b[where]) - order_key(a[where]))
+        for c in np.flatnonzero(class_sizes):
+            sizes[(old[name].dtype, int(c))] += int(class_sizes[c])
+        for c in np.unique(changed_classes).tolist():
             key = (old[name].dtype, int(c))
-            changed[key] += int(ch.class_changed[c])
-            values, counts = np.unique(ch.steps[bounds[c]:bounds[c + 1]], return_counts=True)
+            in_class = step_of[changed_classes == c]
+            changed[key] += in_class.size
+            values, counts = np.unique(in_class, return_counts=True)
             steps[key].update(dict(zip(values.tolist(), counts.tolist())))
     total = 0.0
     for key, n in sizes.items():

@@ -67,6 +67,11 @@ def layout_of(dtype: torch.dtype) -> BitLayout:
     return BitLayout(itemsize=itemsize, shift=shift, mask=mask)
 
 
+def classes_of_width(width: int) -> int:
+    """The most context classes any dtype of `width` bits has."""
+    return max((layout_of(d).classes for d in DTYPE_NAMES if layout_of(d).itemsize * 8 == width), default=1)
+
+
 def bits(tensor: torch.Tensor) -> np.ndarray:
     """A flat unsigned-integer numpy view sharing memory with a contiguous CPU tensor."""
     if not tensor.is_contiguous():

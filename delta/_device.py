@@ -1,22 +1,20 @@
-"""The writer's scan in plain torch ops, so tensors on a GPU are diffed where they live.
+"""The writer's chunk scan in plain torch ops, so tensors on a GPU are diffed where they live.
 
-Same result as `_kernels.find_changes` (a test checks them against each other on CPU); only the
-changed elements (positions, ranks, steps) travel to the host. Ranks come from a stable sort of
-the class of every element, which costs a few full-size int64 temporaries on the device.
+Same result as `_kernels.scan_chunk` (a test checks them against each other on CPU). It works on
+one chunk at a time, so its temporaries are chunk-sized whatever the tensor's size, and only the
+changed elements (class, gap, step) travel to the host.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from ._bits import bits, layout_of
-from ._kernels import Changes, find_changes
-
-_INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+_INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _unsigned(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Bit patterns as non-negative int64 values."""
+    """Bit patterns as non-negative int64 values (up to 32 bits wide)."""
     flat = t.reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
@@ -25,58 +23,56 @@ def _unsigned(t: torch.Tensor, width: int) -> torch.Tensor:
     return flat.to(torch.int64) & ((1 << width) - 1)
 
 
-def find_changes_torch(old: torch.Tensor, new: torch.Tensor, context: bool) -> Changes:
-    """`find_changes` for tensors of up to 32 bits on any device; results as host numpy arrays.
+def scan_chunk_torch(old: torch.Tensor, new: torch.Tensor, shift: int, mask: int
+                     ) -> tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """`scan_chunk` of one chunk (flat tensors of up to 32 bits, on any device).
 
-    Args:
-        old, new: Contiguous tensors of the same dtype and shape, on the same device.
-        context: Rank inside the old value's exponent class (True) or use plain positions (False).
+    Returns:
+        (changed count, lowest class, highest class, classes, gaps, zigzag steps) with the arrays
+        on the host, changed elements in position order.
     """
-    layout = layout_of(old.dtype)
-    width = layout.itemsize * 8
+    width = old.element_size() * 8
     if width > 32:
-        raise ValueError(f"device diff supports dtypes up to 32 bits, not {old.dtype}")
-    shift, mask = (layout.shift, layout.mask) if context else (0, 0)
+        raise ValueError(f"the device scan supports dtypes up to 32 bits, not {old.dtype}")
     a, b = _unsigned(old, width), _unsigned(new, width)
     pos = torch.nonzero(a != b).reshape(-1)
+    if pos.numel() == 0:
+        return 0, mask + 1, -1, np.zeros(0, np.uint16), np.zeros(0, np.uint32), np.zeros(0, np.uint64)
     sign, full = 1 << (width - 1), (1 << width) - 1
     ka = torch.where(a[pos] & sign != 0, ~a[pos] & full, a[pos] | sign)
     kb = torch.where(b[pos] & sign != 0, ~b[pos] & full, b[pos] | sign)
     d = (kb - ka) & full
     steps = torch.where(d < sign, 2 * d, 2 * (full - d) + 1)
     if mask == 0:
-        ranks, cls = pos, torch.zeros_like(pos)
-        sizes = torch.tensor([a.numel()], dtype=torch.int64)
+        cls, ranks = torch.zeros_like(pos), pos
     else:
         classes = (a >> shift) & mask
-        sizes = torch.bincount(classes, minlength=mask + 1)
-        starts = torch.cumsum(sizes, 0) - sizes
         order = torch.argsort(classes, stable=True)
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel(), device=order.device)
+        sizes = torch.bincount(classes, minlength=mask + 1)
         cls = classes[pos]
-        ranks = inverse[pos] - starts[cls]
+        ranks = inverse[pos] - (torch.cumsum(sizes, 0) - sizes)[cls]
         del classes, order, inverse
-    group = torch.argsort(cls, stable=True)
-    np_dtype = layout.uint
-    return Changes(
-        positions=pos[group].cpu().numpy(),
-        ranks=ranks[group].cpu().numpy(),
-        steps=steps[group].cpu().numpy().astype(np_dtype),
-        class_changed=torch.bincount(cls, minlength=mask + 1).cpu().numpy(),
-        class_sizes=sizes.cpu().numpy(),
-    )
+    group = torch.argsort(cls, stable=True)  # by class, position order within a class
+    r, c = ranks[group], cls[group]
+    prev = torch.full_like(r, -1)
+    prev[1:] = torch.where(c[1:] == c[:-1], r[:-1], -1)
+    gaps = torch.empty_like(r)
+    gaps[group] = r - prev - 1
+    return (pos.numel(), int(cls.min()), int(cls.max()), cls.cpu().numpy().astype(np.uint16),
+            gaps.cpu().numpy().astype(np.uint32), steps.cpu().numpy().astype(np.uint64))
 
 
-def scan(old: torch.Tensor, new: torch.Tensor, context: bool) -> Changes:
-    """Changed elements of one tensor, scanned where the tensor lives.
-
-    Tensors on an accelerator (up to 32 bits wide) are scanned there with torch ops; everything else
-    with the compiled CPU scan.
-    """
-    if old.device.type != "cpu" and old.element_size() <= 4:
-        return find_changes_torch(old.contiguous(), new.to(old.device).contiguous(), context)
-    old, new = old.cpu().contiguous(), new.cpu().contiguous()
-    layout = layout_of(old.dtype)
-    shift, mask = (layout.shift, layout.mask) if context else (0, 0)
-    return find_changes(bits(old), bits(new), shift, mask)
+def changed_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Flat positions (int64) where the bit patterns differ, computed where `old` lives."""
+    width = old.element_size() * 8
+    if width > 32 and old.device.type != "cpu":
+        old, new = old.cpu(), new.cpu()
+    flat_old = old.detach().contiguous().reshape(-1)
+    flat_new = new.detach().to(old.device).contiguous().reshape(-1)
+    if flat_old.dtype == torch.bool:
+        flat_old, flat_new = flat_old.view(torch.uint8), flat_new.view(torch.uint8)
+    elif flat_old.is_floating_point():
+        flat_old, flat_new = flat_old.view(_INT_OF[width // 8]), flat_new.view(_INT_OF[width // 8])
+    return torch.nonzero(flat_old != flat_new).reshape(-1)

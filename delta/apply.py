@@ -51,7 +51,8 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
 
 
 def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *, path: str | None = None,
-           digest: StateDigest | None = None) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
+           digest: StateDigest | None = None, workers: int | None = None
+           ) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
     """Parse and validate a delta against `state` without writing anything.
 
     This is the slow half of an apply (it can run in a background thread while the state is still
@@ -59,13 +60,14 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     is proven here, on the decoded result, before anything is written: each change carries the
     digest its tensor will have.
 
+    Args:
+        workers: Threads that decode chunks (None: one per core).
+
     Returns:
         (header, decoded changes, digest of `state` before applying — None for foreign files).
 
     Raises:
         IntegrityError: the decoded result does not hash to the header's target.
-
-    Raises:
         DeltaFormatError, StateMismatchError: see `apply`.
     """
     header, blobs = read_delta(data, path)
@@ -80,7 +82,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         codec = get_codec(header.codec)
     except ValueError as e:
         raise DeltaFormatError(str(e), path=path) from e
-    changes = codec.decode(header.tensors, blobs, state)
+    changes = codec.decode(header.tensors, blobs, state, workers)
     if not header.foreign:
         _prove_target(header, changes, state, digest)
     return header, changes, digest
@@ -156,7 +158,7 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
 
 
 def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | str, *,
-          digest: StateDigest | None = None) -> ApplyResult:
+          digest: StateDigest | None = None, workers: int | None = None) -> ApplyResult:
     """Apply a delta to `state` in place: everything is validated before the first write.
 
     Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and
@@ -166,6 +168,7 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         state: The reader's tensors (contiguous, CPU); modified in place on success.
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
+        workers: Threads that decode chunks (None: one per core).
 
     Returns:
         ApplyResult with the new digest.
@@ -180,5 +183,5 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         path = delta
         with open(delta, "rb") as f:
             delta = f.read()
-    header, changes, before = decode(delta, state, path=path, digest=digest)
+    header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers)
     return write_changes(header, changes, state, before)

@@ -19,7 +19,8 @@ def _contiguous(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
          version: int | None = None, base_version: int | None = None, old_digest: StateDigest | None = None,
-         new_digest: StateDigest | None = None, progress: bool = False) -> bytes:
+         new_digest: StateDigest | None = None, progress: bool = False, workers: int | None = None,
+         chunk: int | None = None) -> bytes:
     """Encode what changed from `old` to `new` (bit patterns, element by element) as a delta file.
 
     Both states must hold the same tensor names, shapes and dtypes. Neither is modified. Tensors on
@@ -32,6 +33,8 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         version, base_version: Model versions written into the header.
         old_digest, new_digest: Hashes of the states when the caller already has them (saves a pass).
         progress: Show a progress bar on stderr.
+        workers: Threads that scan and code chunks (None: one per core).
+        chunk: Elements per independently coded chunk (None: 1 Mi); readers take any size.
 
     Returns:
         The bytes of a safetensors file (see README, "The delta format").
@@ -42,7 +45,7 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
     check_same_layout(old, new)
     old, new = _contiguous(old), _contiguous(new)
     chosen = get_codec(codec)
-    entries, blobs = chosen.encode(old, new, sorted(old), progress=progress)
+    entries, blobs = chosen.encode(old, new, sorted(old), progress=progress, workers=workers, chunk=chunk)
     header = DeltaHeader(
         codec=chosen.name, version=version, base_version=base_version,
         changed=sum(e.changed for e in entries), total=sum(t.numel() for t in new.values()),

@@ -22,7 +22,7 @@ from ._bits import bits
 from .errors import DeltaFormatError
 
 FORMAT_NAME = "delta-weights"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 _ST_DTYPES = {
     torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32",
@@ -163,9 +163,11 @@ def read_delta(data: bytes | memoryview, path: str | None = None) -> tuple[Delta
         raise DeltaFormatError(
             f"metadata 'format' is {meta.get('format')!r}, expected {FORMAT_NAME!r}: not a delta file", path=path)
     if meta.get("format_version") != str(FORMAT_VERSION):
+        found = meta.get("format_version")
+        hint = ("it was written by an older `delta` (before chunked coding): publish an anchor with this version "
+                "and follow from there" if found == "1" else "upgrade the `delta` package")
         raise DeltaFormatError(
-            f"format version {meta.get('format_version')!r} is not supported by this reader (supports "
-            f"{FORMAT_VERSION}); upgrade the `delta` package", path=path)
+            f"format version {found!r} is not supported by this reader (supports {FORMAT_VERSION}); {hint}", path=path)
     try:
         tensors = tuple(TensorEntry(name=t["name"], dtype=t["dtype"], shape=tuple(int(d) for d in t["shape"]),
                                     form=t["form"], changed=int(t["changed"])) for t in json.loads(meta["tensors"]))

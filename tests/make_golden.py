@@ -1,4 +1,6 @@
-"""Regenerate tests/data/golden_*: run only when the format version changes on purpose.
+"""Write tests/data/golden_v<FORMAT_VERSION>.*: run only when the format version changes on purpose.
+
+Files of older versions stay: the tests check that they are refused with a clear message.
 
     python -m tests.make_golden
 """
@@ -11,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 import delta
+from delta.format import FORMAT_VERSION
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -34,6 +37,6 @@ if __name__ == "__main__":
     old, new = golden_states()
     save_file(old, os.path.join(HERE, "golden_base.safetensors"))
     for codec in sorted(delta.CODECS):
-        with open(os.path.join(HERE, f"golden_v1.{codec}.delta"), "wb") as f:
+        with open(os.path.join(HERE, f"golden_v{FORMAT_VERSION}.{codec}.delta"), "wb") as f:
             f.write(delta.diff(old, new, codec=codec, version=1, base_version=0))
     print(f"wrote golden files to {HERE}")

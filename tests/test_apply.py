@@ -84,7 +84,7 @@ def test_target_hash_mismatch_is_caught_before_writing(pair):
 
 def test_other_format_version_is_refused_with_upgrade_hint(pair):
     old, new = pair
-    data = delta.diff(old, new).replace(b'"format_version":"1"', b'"format_version":"9"')
+    data = delta.diff(old, new).replace(b'"format_version":"2"', b'"format_version":"9"')
     with pytest.raises(DeltaFormatError, match=r"format version '9' is not supported .*upgrade the `delta` package"):
         delta.apply(clone(old), data)
 

@@ -80,6 +80,25 @@ def test_every_float_dtype_with_adam_like_steps(codec, dtype):
     assert states_equal(state, new)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=state_pairs(), chunk=st.sampled_from([1, 2, 7, 64]), workers=st.sampled_from([1, 3]))
+def test_round_trip_is_bit_exact_across_chunks_and_threads(codec, pair, chunk, workers):
+    """Tiny chunks put chunk edges everywhere; the reader takes the chunk size from the file."""
+    old, new = pair
+    data = delta.diff(old, new, codec=codec, chunk=chunk, workers=workers)
+    assert data == delta.diff(old, new, codec=codec, chunk=chunk, workers=1)
+    state = clone(old)
+    delta.apply(state, data, workers=workers)
+    assert states_equal(state, new)
+
+
+def test_chunk_size_out_of_range_is_refused():
+    old, new = adam_like()
+    with pytest.raises(ValueError, match=r"chunk must be in \[1, 67108864\] elements, got 0"):
+        delta.diff(old, new, chunk=0)
+
+
 def test_empty_delta_applies_and_changes_nothing():
     old, _ = adam_like()
     data = delta.diff(old, old)

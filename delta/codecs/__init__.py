@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ._base import Change, Codec
-from ._sparse import SparseCodec
+from ._base import Change, Codec, default_workers
+from ._chunked import ChunkedCodec
 from ._raw import RawCodec
 
-CODECS: dict[str, Codec] = {c.name: c for c in (SparseCodec(context=True), SparseCodec(context=False), RawCodec())}
+CODECS: dict[str, Codec] = {c.name: c for c in (ChunkedCodec(context=True), ChunkedCodec(context=False), RawCodec())}
 DEFAULT_CODEC = "ctx"
 
 
@@ -18,4 +18,4 @@ def get_codec(name: str) -> Codec:
         raise ValueError(f"unknown codec {name!r}; choose one of {sorted(CODECS)}") from None
 
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "get_codec"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "default_workers", "get_codec"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..format import TensorEntry
 
@@ -38,16 +42,18 @@ class Codec(ABC):
 
     @abstractmethod
     def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor],
-               names: list[str], progress: bool = False) -> tuple[list[TensorEntry], dict[str, torch.Tensor]]:
+               names: list[str], progress: bool = False, workers: int | None = None, chunk: int | None = None
+               ) -> tuple[list[TensorEntry], dict[str, torch.Tensor]]:
         """Encode the changes of `names` (same shape and dtype in both states).
 
         Returns the entries of tensors that changed (unchanged ones are left out) and the blobs to
-        store in the file. Reads both states, modifies neither.
+        store in the file. Reads both states, modifies neither. `workers`: threads (None: one per
+        core); `chunk`: elements per independently coded chunk (None: the codec's default).
         """
 
     @abstractmethod
     def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
-               state: Mapping[str, torch.Tensor]) -> list[Change]:
+               state: Mapping[str, torch.Tensor], workers: int | None = None) -> list[Change]:
         """Decode and validate every change against the reader's `state` (read only).
 
         Raises:
@@ -60,3 +66,38 @@ class Codec(ABC):
 
         Checks the streams' structure like `decode` does, without needing the reader's state.
         """
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """Threads for coding: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int | None, progress: bool, desc: str) -> list[R]:
+    """`[fn(t) for t in tasks]` on `workers` threads (the compiled kernels release the GIL), in order.
+
+    The first exception is raised once every task has finished.
+    """
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    bar = tqdm(total=len(tasks), desc=desc, unit="chunk", disable=not progress)
+    if workers == 1 or len(tasks) <= 1:
+        out = []
+        for t in tasks:
+            out.append(fn(t))
+            bar.update()
+        bar.close()
+        return out
+    with ThreadPoolExecutor(workers, thread_name_prefix="delta-code") as pool:
+        futures = [pool.submit(fn, t) for t in tasks]
+        for f in futures:
+            f.add_done_callback(lambda _: bar.update())
+        try:
+            return [f.result() for f in futures]
+        finally:
+            bar.close()

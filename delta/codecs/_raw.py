@@ -13,7 +13,7 @@ import torch
 from tqdm import tqdm
 
 from .._bits import DTYPE_NAMES, bits
-from .._device import scan
+from .._device import changed_positions
 from ..errors import DeltaFormatError
 from ..format import TensorEntry
 from ._base import Change, Codec
@@ -25,21 +25,21 @@ class RawCodec(Codec):
     name = "raw"
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
-    def encode(self, old, new, names, progress=False):
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None):
         entries, blobs = [], {}
         for name in tqdm(names, desc="diff raw", unit="tensor", disable=not progress):
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
-            pos = scan(old[name], new[name], context=False).positions
-            if pos.size == 0:
+            positions = changed_positions(old[name], new[name])
+            if positions.numel() == 0:
                 continue
-            positions = torch.from_numpy(pos)
-            blobs[f"{name}.indices"] = positions.to(torch.int32)
+            blobs[f"{name}.indices"] = positions.to(torch.int32).cpu()
             blobs[f"{name}.values"] = new[name].reshape(-1)[positions.to(new[name].device)].cpu()
-            entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices", pos.size))
+            entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices",
+                                       positions.numel()))
         return entries, blobs
 
-    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state):
+    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None):
         changes = []
         for entry in entries:
             idx, val = blobs.get(f"{entry.name}.indices"), blobs.get(f"{entry.name}.values")

@@ -1,0 +1,317 @@
+"""A small rANS entropy coder, compiled with numba, that codes one chunk per call without the GIL.
+
+Why our own: the coder must run on every core at once (one chunk per thread, GIL released) and its
+bytes are part of the file format, so the arithmetic is fixed here rather than in a dependency.
+
+The arithmetic (ryg's `rans_word`): a 32-bit state kept in [2**16, 2**32), 16-bit words out,
+probabilities quantised to 2**15. Symbols are pushed in reverse and the words written from the end
+of a buffer, so the decoder reads words front to back. Raw bits (below a value's leading bits) go
+through the same state as uniform symbols of at most 16 bits. A decoder checks it ends on the
+state the encoder started from, with every word consumed: a damaged stream cannot pass unseen.
+
+Values become symbols as follows (`ALPHABET` symbols per model): values below `DIRECT` are symbols
+themselves; a larger value of bit length L is symbol DIRECT + 2**SUB_BITS * (L - bitlen(DIRECT)) +
+(its SUB_BITS bits below the leading one), followed by its remaining L - 1 - SUB_BITS bits raw.
+Symbol `END` closes a class's list of gaps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PROB_BITS = 15
+PROB_SCALE = 1 << PROB_BITS
+DIRECT = 64
+SUB_BITS = 5
+_DIRECT_BITS = DIRECT.bit_length()  # bit length of the smallest bucketed value
+END = DIRECT + ((64 - _DIRECT_BITS + 1) << SUB_BITS)  # after every bucket a 64-bit value can need
+ALPHABET = END + 1
+LUT_BITS = 10
+
+_L = 1 << 16
+
+# Error codes of the decoder (0 is success); `DECODE_ERRORS` says what each means.
+DECODE_ERRORS = {
+    1: "the stream ends early",
+    2: "a class holds more changed elements than the chunk table says",
+    3: "a symbol has no model",
+    4: "a position is beyond the end of its chunk",
+    5: "a step is out of range for the tensor's bit width",
+    6: "the stream has words left over or does not end on its initial state",
+    7: "the chunk holds fewer changed elements than the chunk table says",
+    8: "a position is beyond its class in the reader's tensor",
+}
+
+
+def quantize(counts: np.ndarray) -> np.ndarray:
+    """Frequencies summing to PROB_SCALE, at least 1 for every symbol with a count, 0 otherwise.
+
+    Only the writer calls this (the file stores the frequencies), so the rounding is free to change.
+    """
+    counts = counts.astype(np.int64)
+    present = counts > 0
+    if not present.any():
+        raise ValueError("a model needs at least one symbol")
+    freq = np.where(present, np.maximum(1, counts * PROB_SCALE // counts.sum()), 0)
+    excess = int(freq.sum()) - PROB_SCALE
+    order = np.argsort(-freq, kind="stable")
+    if excess < 0:
+        freq[order[0]] -= excess
+    while excess > 0:  # take from the largest frequencies, never below 1
+        for s in order:
+            if excess == 0:
+                break
+            take = min(excess, int(freq[s]) - 1, max(1, int(freq[s]) // 8))
+            freq[s] -= take
+            excess -= take
+    return freq
+
+
+def tables(freqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative starts (models x ALPHABET + 1) and the decoder's coarse lookup (models x 2**LUT_BITS)."""
+    cum = np.zeros((freqs.shape[0], ALPHABET + 1), np.int64)
+    np.cumsum(freqs, axis=1, out=cum[:, 1:])
+    lut = np.zeros((freqs.shape[0], 1 << LUT_BITS), np.int32)
+    slots = np.arange(1 << LUT_BITS, dtype=np.int64) << (PROB_BITS - LUT_BITS)
+    for m in range(freqs.shape[0]):
+        lut[m] = np.searchsorted(cum[m], slots, side="right") - 1
+    return cum, lut
+
+
+_BITLEN8 = np.array([int(v).bit_length() for v in range(256)], np.int64)
+
+
+@njit(inline="always")
+def _bitlen(v):  # pragma: no cover - compiled
+    n = 0
+    if v >> np.uint64(32):
+        v >>= np.uint64(32)
+        n += 32
+    if v >> np.uint64(16):
+        v >>= np.uint64(16)
+        n += 16
+    if v >> np.uint64(8):
+        v >>= np.uint64(8)
+        n += 8
+    return n + _BITLEN8[v]
+
+
+@njit(inline="always")
+def _symbol(v):  # pragma: no cover - compiled
+    """(symbol, number of raw bits) of a value."""
+    if v < np.uint64(DIRECT):
+        return np.int64(v), 0
+    n = _bitlen(v)
+    nraw = n - 1 - SUB_BITS
+    sub = np.int64((v >> np.uint64(nraw)) & np.uint64((1 << SUB_BITS) - 1))
+    return DIRECT + ((n - _DIRECT_BITS) << SUB_BITS) + sub, nraw
+
+
+@njit(nogil=True, cache=True)
+def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist):  # pragma: no cover - compiled
+    """Add one chunk's symbols to per-class histograms (an END per class in lo..hi)."""
+    for j in range(cls.size):
+        c = cls[j]
+        gap_hist[c, _symbol(np.uint64(gaps[j]))[0]] += 1
+        step_hist[c, _symbol(np.uint64(steps[j] - np.uint64(1)))[0]] += 1
+    for c in range(lo, hi + 1):
+        gap_hist[c, END] += 1
+
+
+@njit(inline="always")
+def _push(x, out, ptr, start, freq):  # pragma: no cover - compiled
+    if x >= (np.uint64(freq) << np.uint64(17)):
+        ptr -= 1
+        out[ptr] = np.uint16(x & np.uint64(0xFFFF))
+        x >>= np.uint64(16)
+    # x < 2**32 and freq <= 2**15: a float64 quotient is never within rounding of the next integer
+    # (it is at least 2**-15 below it), so its floor is exact, and far cheaper than integer division.
+    q = np.uint64(np.float64(x) / np.float64(freq))
+    x = (q << np.uint64(PROB_BITS)) + (x - q * np.uint64(freq)) + np.uint64(start)
+    return x, ptr
+
+
+@njit(inline="always")
+def _push_raw(x, out, ptr, bits, k):  # pragma: no cover - compiled
+    if x >= (np.uint64(1) << np.uint64(32 - k)):
+        ptr -= 1
+        out[ptr] = np.uint16(x & np.uint64(0xFFFF))
+        x >>= np.uint64(16)
+    x = (x << np.uint64(k)) | bits
+    return x, ptr
+
+
+@njit(inline="always")
+def _push_value(x, out, ptr, v, model, freq, cum):  # pragma: no cover - compiled
+    s, nraw = _symbol(v)
+    if nraw:
+        raw = v & ((np.uint64(1) << np.uint64(nraw)) - np.uint64(1))
+        r = nraw
+        while r > 16:  # low pieces first: the decoder takes the top piece first
+            x, ptr = _push_raw(x, out, ptr, raw & np.uint64(0xFFFF), 16)
+            raw >>= np.uint64(16)
+            r -= 16
+        x, ptr = _push_raw(x, out, ptr, raw, r)
+    x, ptr = _push(x, out, ptr, cum[model, s], freq[model, s])
+    return x, ptr
+
+
+@njit(nogil=True, cache=True)
+def _encode_class(x, out, ptr, gaps, steps, gap_model, step_model, freq, cum):  # pragma: no cover - compiled
+    """Push one class's (gap, step) pairs, last first, then nothing else: END is the caller's."""
+    for t in range(gaps.size - 1, -1, -1):
+        x, ptr = _push_value(x, out, ptr, np.uint64(steps[t] - np.uint64(1)), step_model, freq, cum)
+        x, ptr = _push_value(x, out, ptr, np.uint64(gaps[t]), gap_model, freq, cum)
+    return x, ptr
+
+
+@njit(nogil=True, cache=True)
+def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out):  # pragma: no cover
+    """Code one chunk's changes; returns the number of words, which end at the end of `out`.
+
+    Args:
+        cls, gaps, steps: per changed element in position order: its class, the gap from the
+            previous changed element of its class in this chunk (its rank for the first), its
+            zigzag ULP step (>= 1).
+        lo, hi: the lowest and highest class with a change.
+        gap_model, step_model: model index per class.
+        out: room for at least 2 + 10 * len(cls) + (hi - lo + 1) words.
+
+    Decoder order: for each class lo..hi, its (gap, step) pairs in rank order, then END.
+    """
+    n = cls.size
+    nclass = hi - lo + 1
+    start = np.zeros(nclass + 1, np.int64)
+    for j in range(n):
+        start[cls[j] - lo + 1] += 1
+    for k in range(nclass):
+        start[k + 1] += start[k]
+    fill = start[:-1].copy()
+    by_class_gaps = np.empty(n, np.uint32)
+    by_class_steps = np.empty(n, np.uint64)
+    for j in range(n):
+        k = cls[j] - lo
+        by_class_gaps[fill[k]] = gaps[j]
+        by_class_steps[fill[k]] = steps[j]
+        fill[k] += 1
+    x = np.uint64(_L)
+    ptr = out.size
+    for k in range(nclass - 1, -1, -1):
+        c = lo + k
+        m = gap_model[c]
+        x, ptr = _push(x, out, ptr, cum[m, END], freq[m, END])
+        x, ptr = _encode_class(x, out, ptr, by_class_gaps[start[k]:start[k + 1]], by_class_steps[start[k]:start[k + 1]],
+                               m, step_model[c], freq, cum)
+    ptr -= 1
+    out[ptr] = np.uint16(x & np.uint64(0xFFFF))
+    ptr -= 1
+    out[ptr] = np.uint16(x >> np.uint64(16))
+    return out.size - ptr
+
+
+@njit(inline="always")
+def _pop(x, words, pos, model, freq, cum, lut):  # pragma: no cover - compiled
+    """(symbol, state, position, error)."""
+    slot = np.int64(x & np.uint64(PROB_SCALE - 1))
+    s = lut[model, slot >> (PROB_BITS - LUT_BITS)]
+    while cum[model, s + 1] <= slot:
+        s += 1
+    f = freq[model, s]
+    if f == 0:
+        return s, x, pos, 3
+    x = np.uint64(f) * (x >> np.uint64(PROB_BITS)) + np.uint64(slot - cum[model, s])
+    if x < np.uint64(_L):
+        if pos >= words.size:
+            return s, x, pos, 1
+        x = (x << np.uint64(16)) | np.uint64(words[pos])
+        pos += 1
+    return s, x, pos, 0
+
+
+@njit(inline="always")
+def _pop_raw(x, words, pos, k):  # pragma: no cover - compiled
+    bits = x & ((np.uint64(1) << np.uint64(k)) - np.uint64(1))
+    x >>= np.uint64(k)
+    if x < np.uint64(_L):
+        if pos >= words.size:
+            return bits, x, pos, 1
+        x = (x << np.uint64(16)) | np.uint64(words[pos])
+        pos += 1
+    return bits, x, pos, 0
+
+
+@njit(inline="always")
+def _pop_value(x, words, pos, model, freq, cum, lut):  # pragma: no cover - compiled
+    """(value, state, position, error, is END)."""
+    s, x, pos, err = _pop(x, words, pos, model, freq, cum, lut)
+    if err or s == END:
+        return np.uint64(0), x, pos, err, s == END
+    if s < DIRECT:
+        return np.uint64(s), x, pos, 0, False
+    q = s - DIRECT
+    nraw = (q >> SUB_BITS) + _DIRECT_BITS - 1 - SUB_BITS
+    raw, err = np.uint64(0), 0
+    top = nraw - 16 * ((nraw - 1) // 16) if nraw > 0 else 0
+    if top:
+        raw, x, pos, err = _pop_raw(x, words, pos, top)
+    rem = nraw - top
+    while rem > 0 and not err:
+        piece, x, pos, err = _pop_raw(x, words, pos, 16)
+        raw = (raw << np.uint64(16)) | piece
+        rem -= 16
+    v = (np.uint64((1 << SUB_BITS) | (q & ((1 << SUB_BITS) - 1))) << np.uint64(nraw)) | raw
+    return v, x, pos, err, False
+
+
+@njit(nogil=True, cache=True)
+def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, lut, cls, ranks, steps):  # pragma: no cover
+    """Decode one chunk into class-major lists; returns an error code (0: fine).
+
+    Args:
+        size: elements in the chunk (every rank must be below it).
+        width: the tensor's bit width (steps must fit it).
+        cls, ranks, steps: filled, exactly as many as the chunk table says (their length), class by
+            class, ranks ascending within a class.
+    """
+    n = cls.size
+    if words.size < 2:
+        return 1
+    x = (np.uint64(words[0]) << np.uint64(16)) | np.uint64(words[1])
+    pos = 2
+    limit = np.uint64(0xFFFFFFFFFFFFFFFF) if width == 64 else (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+    j = 0
+    for c in range(lo, hi + 1):
+        m, ms = gap_model[c], step_model[c]
+        if m < 0:
+            return 3
+        rank = np.int64(-1)
+        while True:
+            v, x, pos, err, end = _pop_value(x, words, pos, m, freq, cum, lut)
+            if err:
+                return err
+            if end:
+                break
+            if j >= n:
+                return 2
+            if v >= np.uint64(size):
+                return 4
+            rank += np.int64(v) + 1
+            if rank >= size:
+                return 4
+            if ms < 0:
+                return 3
+            v, x, pos, err, end = _pop_value(x, words, pos, ms, freq, cum, lut)
+            if err:
+                return err
+            if end or v >= limit:
+                return 5
+            cls[j] = c
+            ranks[j] = rank
+            steps[j] = v + np.uint64(1)
+            j += 1
+    if j != n:
+        return 7
+    if pos != words.size or x != np.uint64(_L):
+        return 6
+    return 0

@@ -1,0 +1,355 @@
+"""Codecs `ctx` (the default) and `gap`: independent chunks of class-rank gaps and ULP steps under rANS.
+
+Values are stored relative to the old value the reader already holds: the difference of the two bit
+patterns in float order, zigzag folded, so a one-ULP step is a small number.
+
+`ctx` conditions on the old value. After an AdamW step at RL learning rates a bf16 weight changes
+only if the step exceeds half its ULP, which its exponent sets, so the exponent predicts whether an
+element changes and by how many ULPs. Elements are split into classes by the exponent of their old
+value; positions are coded as gaps between *ranks inside the class*, which the reader recovers by
+scanning its own old tensor, and every (kind, width, class) has its own model. `gap` is the same
+with one class: plain position gaps, and decoding touches only the changed elements.
+
+Every tensor is cut into chunks of `chunk` elements (the first value of stream `chunks`); ranks
+restart in each chunk, so chunks are coded and decoded independently, one per thread.
+
+Streams:
+  `models`  zstd uint32: per model, sorted by (kind, width, class): kind (0 gap, 1 step), width,
+            class, k, then k (symbol minus the previous symbol, frequency) pairs; the frequencies
+            of a model sum to 2**15 (see `_rans`).
+  `chunks`  zstd uint32: the chunk size, then per chunk of every changed tensor (tensors in name
+            order): changed elements, rANS words, lowest and highest class with a change.
+  `words`   the chunks' rANS words, uint16 little-endian, one chunk after the other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import _rans
+from .._bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
+from .._device import scan_chunk_torch
+from .._kernels import locate_chunk, scan_chunk
+from ..errors import DeltaFormatError
+from ..format import TensorEntry
+from ._base import Change, Codec, run_tasks
+from ._streams import pack, unpack
+
+CHUNK = 1 << 20
+MAX_CHUNK = 1 << 26
+KINDS = ("gap", "step")
+Key = tuple[int, int, int]  # (kind index, width in bits, class)
+
+
+@dataclass
+class _Scanned:
+    """One chunk's changes, as the writer's scan found them."""
+
+    count: int
+    lo: int
+    hi: int
+    cls: np.ndarray
+    gaps: np.ndarray
+    steps: np.ndarray
+
+
+class _Histograms:
+    """Symbol counts per (width, class), one set per thread, summed at the end."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._all: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []
+        self._lock = threading.Lock()
+
+    def of(self, width: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's histograms for `width` (dtypes of one width share them: `classes` is their most)."""
+        mine = getattr(self._local, "hists", None)
+        if mine is None:
+            mine = self._local.hists = {}
+            with self._lock:
+                self._all.append(mine)
+        if width not in mine:
+            mine[width] = (np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32))
+        return mine[width]
+
+    def total(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for hists in self._all:
+            for width, (g, s) in hists.items():
+                if width in out:
+                    out[width] = (out[width][0] + g, out[width][1] + s)
+                else:
+                    out[width] = (g.copy(), s.copy())
+        return out
+
+
+class _Models:
+    """The models of one delta: frequencies and decoder tables, and which model serves which class."""
+
+    def __init__(self, keys: list[Key], freqs: np.ndarray) -> None:
+        self.keys = keys
+        self.freq = freqs
+        self.cum, self.lut = _rans.tables(freqs) if keys else (np.zeros((0, _rans.ALPHABET + 1), np.int64),
+                                                                np.zeros((0, 1 << _rans.LUT_BITS), np.int32))
+        self.index = {k: i for i, k in enumerate(keys)}
+
+    def of(self, kind: int, width: int, classes: int) -> np.ndarray:
+        """Model index per class (-1: none) for one kind and width."""
+        out = np.full(classes, -1, np.int32)
+        for (k, w, c), i in self.index.items():
+            if k == kind and w == width and c < classes:
+                out[c] = i
+        return out
+
+    @classmethod
+    def build(cls, hists: dict[int, tuple[np.ndarray, np.ndarray]]) -> _Models:
+        keys, rows = [], []
+        for width in sorted(hists):
+            for kind, hist in enumerate(hists[width]):
+                for c in np.flatnonzero(hist.sum(axis=1)).tolist():
+                    keys.append((kind, width, c))
+                    rows.append(_rans.quantize(hist[c]))
+        keys_sorted = sorted(range(len(keys)), key=lambda i: keys[i])
+        freqs = np.array([rows[i] for i in keys_sorted], np.int64).reshape(-1, _rans.ALPHABET)
+        return cls([keys[i] for i in keys_sorted], freqs)
+
+    def to_table(self) -> np.ndarray:
+        table: list[int] = []
+        for (kind, width, c), f in zip(self.keys, self.freq):
+            symbols = np.flatnonzero(f)
+            table += [kind, width, c, symbols.size]
+            table += np.stack([np.diff(symbols, prepend=0), f[symbols]], axis=1).reshape(-1).tolist()
+        return np.asarray(table, np.uint32)
+
+    @classmethod
+    def from_table(cls, data: np.ndarray, classes_by_width: dict[int, int]) -> _Models:
+        keys, rows, at = [], [], 0
+        data = data.astype(np.int64)
+        while at < data.size:
+            if at + 4 > data.size:
+                raise DeltaFormatError("stream 'models' ends early")
+            kind, width, c, k = data[at:at + 4].tolist()
+            at += 4
+            key = (kind, width, c)
+            if kind >= len(KINDS) or width not in classes_by_width or c >= classes_by_width[width]:
+                raise DeltaFormatError(f"stream 'models' has a model for no class of this delta: {key}")
+            if (keys and key <= keys[-1]) or not 1 <= k <= _rans.ALPHABET or at + 2 * k > data.size:
+                raise DeltaFormatError(f"model {key} is malformed")
+            pairs = data[at:at + 2 * k].reshape(-1, 2)
+            at += 2 * k
+            symbols = np.cumsum(pairs[:, 0])
+            if ((pairs[1:, 0] <= 0).any() or symbols[-1] >= _rans.ALPHABET or (pairs[:, 1] <= 0).any()
+                    or int(pairs[:, 1].sum()) != _rans.PROB_SCALE):
+                raise DeltaFormatError(f"model {key} is malformed")
+            row = np.zeros(_rans.ALPHABET, np.int64)
+            row[symbols] = pairs[:, 1]
+            keys.append(key)
+            rows.append(row)
+        return cls(keys, np.array(rows, np.int64).reshape(-1, _rans.ALPHABET))
+
+
+def _chunks_of(numel: int, chunk: int) -> int:
+    return max(1, -(-numel // chunk))
+
+
+class _Scratch(threading.local):
+    """Per-thread buffers for the scan (a chunk's worth), reused across chunks and calls."""
+
+    def take(self, chunk: int, itemsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        bufs = getattr(self, "bufs", None)
+        if bufs is None or bufs[0].size < chunk:
+            bufs = self.bufs = (np.empty(chunk, np.uint16), np.empty(chunk, np.uint32), np.empty(chunk, np.uint64))
+        return bufs
+
+
+_SCRATCH = _Scratch()
+
+
+class ChunkedCodec(Codec):
+    """Class-rank gaps + ULP steps in independent chunks under rANS; `context=False` is `gap` (one class)."""
+
+    def __init__(self, context: bool) -> None:
+        self.context = context
+        self.name = "ctx" if context else "gap"
+        self.description = ("gaps of in-class ranks (class = old exponent) + ULP steps, rANS per class, chunked"
+                            if context else "position gaps + ULP steps, rANS, chunked")
+
+    def _field(self, dtype: torch.dtype) -> tuple[int, int]:
+        layout = layout_of(dtype)
+        return (layout.shift, layout.mask) if self.context else (0, 0)
+
+    # -- encode -----------------------------------------------------------------------------------
+
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None):
+        chunk = CHUNK if chunk is None else chunk
+        if not 1 <= chunk <= MAX_CHUNK:
+            raise ValueError(f"chunk must be in [1, {MAX_CHUNK}] elements, got {chunk}")
+        names = sorted(names)
+        hists = _Histograms()
+        tasks = [(name, k) for name in names for k in range(_chunks_of(old[name].numel(), chunk))]
+        flat = {name: _flat_pair(old[name], new[name]) for name in names}
+
+        def scan(task: tuple[str, int]) -> _Scanned:
+            name, k = task
+            a, b = flat[name]
+            shift, mask = self._field(old[name].dtype)
+            lo, hi = k * chunk, min(a.numel() if isinstance(a, torch.Tensor) else a.size, (k + 1) * chunk)
+            if isinstance(a, torch.Tensor):
+                found = _Scanned(*scan_chunk_torch(a[lo:hi], b[lo:hi], shift, mask))
+            else:
+                cls, gaps, steps = _SCRATCH.take(chunk, a.itemsize)
+                m, cmin, cmax = scan_chunk(a, b, lo, hi, a.dtype.type(shift), a.dtype.type(mask), cls, gaps, steps)
+                found = _Scanned(m, cmin, cmax, cls[:m].copy(), gaps[:m].copy(), steps[:m].copy())
+            if found.count:
+                width = old[name].element_size() * 8
+                gap_hist, step_hist = hists.of(width, classes_of_width(width) if self.context else 1)
+                _rans.count_symbols(found.cls, found.gaps, found.steps, found.lo, found.hi, gap_hist, step_hist)
+            return found
+
+        scanned = run_tasks(scan, tasks, workers, progress, f"diff {self.name}")
+        models = _Models.build(hists.total())
+        by_tensor: dict[str, list[_Scanned]] = defaultdict(list)
+        for (name, _), found in zip(tasks, scanned):
+            by_tensor[name].append(found)
+
+        def code(task: tuple[str, int]) -> np.ndarray:
+            name, k = task
+            found = by_tensor[name][k]
+            if not found.count:
+                return np.zeros(0, np.uint16)
+            width = old[name].element_size() * 8
+            classes = self._field(old[name].dtype)[1] + 1
+            out = np.empty(2 + 10 * found.count + (found.hi - found.lo + 1), np.uint16)
+            n = _rans.encode_chunk(found.cls, found.gaps, found.steps, found.lo, found.hi,
+                                   models.of(0, width, classes), models.of(1, width, classes),
+                                   models.freq, models.cum, out)
+            return out[out.size - n:].copy()
+
+        changed_tasks = [t for t in tasks if sum(f.count for f in by_tensor[t[0]])]
+        words = run_tasks(code, changed_tasks, workers, False, "")
+        entries, rows = [], [chunk]
+        for name in names:
+            n_changed = sum(f.count for f in by_tensor[name])
+            if n_changed:
+                entries.append(TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse",
+                                           n_changed))
+        for (name, k), w in zip(changed_tasks, words):
+            found = by_tensor[name][k]
+            rows += [found.count, w.size, max(found.lo, 0), max(found.hi, 0)]
+        stream = np.concatenate(words).astype("<u2") if words else np.zeros(0, "<u2")
+        blobs = {"models": pack(models.to_table()), "chunks": pack(np.asarray(rows, np.uint32)),
+                 "words": stream.tobytes()}
+        return entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if v else torch.empty(0, dtype=torch.uint8)
+                         for k, v in blobs.items()}
+
+    # -- decode -----------------------------------------------------------------------------------
+
+    def _parse(self, entries: tuple[TensorEntry, ...], blobs) -> tuple[_Models, list[list[tuple]], np.ndarray, int]:
+        """Models, per entry its chunks (count, words start, words end, lo, hi), the words and the chunk size.
+
+        Every count is checked against the tensor sizes and the stream lengths before anything the
+        size of a tensor is allocated.
+        """
+        for e in entries:
+            if e.form != "sparse":
+                raise DeltaFormatError(f"form {e.form!r} is not one of this codec's", tensor=e.name)
+            if e.dtype not in DTYPES_BY_NAME:
+                raise DeltaFormatError(f"dtype {e.dtype!r} is not supported", tensor=e.name)
+            if not 0 < e.changed <= e.numel:
+                raise DeltaFormatError(f"{e.changed} changed elements in a tensor of {e.numel}", tensor=e.name)
+        raw = {k: v.numpy().tobytes() for k, v in blobs.items() if v.dtype == torch.uint8 and v.dim() == 1}
+        if len(raw) != len(blobs):
+            raise DeltaFormatError("every stream must be a 1-D uint8 tensor")
+        if set(raw) != {"models", "chunks", "words"}:
+            raise DeltaFormatError(f"streams are {sorted(raw)}, expected ['chunks', 'models', 'words']")
+        head = unpack(raw["chunks"], np.uint32, None, "chunks", 1 + 4 * sum(e.numel for e in entries))
+        if head.size < 1 or not 1 <= int(head[0]) <= MAX_CHUNK:
+            raise DeltaFormatError(f"chunk size {int(head[0]) if head.size else None} is out of range [1, {MAX_CHUNK}]")
+        chunk = int(head[0])
+        n_chunks = sum(_chunks_of(e.numel, chunk) for e in entries)
+        if head.size != 1 + 4 * n_chunks:
+            raise DeltaFormatError(f"stream 'chunks' holds {head.size - 1} values, the tensors need {4 * n_chunks}")
+        rows = head[1:].reshape(-1, 4).astype(np.int64)
+        if len(raw["words"]) % 2:
+            raise DeltaFormatError("stream 'words' is not a whole number of 16-bit words")
+        words = np.frombuffer(raw["words"], "<u2")
+        classes = {}
+        for e in entries:
+            layout = layout_of(DTYPES_BY_NAME[e.dtype])
+            classes[layout.itemsize * 8] = max(classes.get(layout.itemsize * 8, 1), self._field(DTYPES_BY_NAME[e.dtype])[1] + 1)
+        models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models",
+                                           len(classes) * 2 * max(classes.values(), default=1) * (4 + 2 * _rans.ALPHABET)),
+                                    classes)
+        plan, at, row = [], 0, 0
+        for e in entries:
+            mask = self._field(DTYPES_BY_NAME[e.dtype])[1]
+            chunks = []
+            for k in range(_chunks_of(e.numel, chunk)):
+                count, n_words, lo, hi = rows[row].tolist()
+                row += 1
+                size = min(e.numel, (k + 1) * chunk) - k * chunk
+                if count > size or (count == 0) != (n_words == 0) or (count and not 0 <= lo <= hi <= mask):
+                    raise DeltaFormatError(f"chunk {k} is malformed ({count} changed of {size}, {n_words} words, "
+                                           f"classes {lo}..{hi})", tensor=e.name)
+                chunks.append((count, at, at + n_words, lo, hi))
+                at += n_words
+            if sum(c[0] for c in chunks) != e.changed:
+                raise DeltaFormatError(f"chunks hold {sum(c[0] for c in chunks)} changed elements, the header says "
+                                       f"{e.changed}", tensor=e.name)
+            plan.append(chunks)
+        if at != words.size:
+            raise DeltaFormatError(f"stream 'words' holds {words.size} words, the chunks use {at}")
+        return models, plan, words, chunk
+
+    def decode(self, entries, blobs, state, workers=None):
+        models, plan, words, chunk = self._parse(entries, blobs)
+        changes, tasks = [], []
+        for e, chunks in zip(entries, plan):
+            dtype = DTYPES_BY_NAME[e.dtype]
+            a = bits(state[e.name])
+            change = Change(e.name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
+            changes.append(change)
+            shift, mask = self._field(dtype)
+            width = a.itemsize * 8
+            gap_model, step_model = models.of(0, width, mask + 1), models.of(1, width, mask + 1)
+            offset = 0
+            for k, (count, w0, w1, lo, hi) in enumerate(chunks):
+                if count:
+                    tasks.append((e.name, a, k * chunk, min(a.size, (k + 1) * chunk), count, w0, w1, lo, hi, shift, mask,
+                                  gap_model, step_model, change, offset))
+                offset += count
+
+        def run(task: tuple) -> None:
+            name, a, start, end, count, w0, w1, lo, hi, shift, mask, gap_model, step_model, change, offset = task
+            cls, ranks, steps = np.empty(count, np.uint16), np.empty(count, np.int64), np.empty(count, np.uint64)
+            err = _rans.decode_chunk(words[w0:w1], lo, hi, end - start, a.itemsize * 8, gap_model, step_model,
+                                     models.freq, models.cum, models.lut, cls, ranks, steps)
+            if not err:
+                err = locate_chunk(a, start, end, a.dtype.type(shift), a.dtype.type(mask), cls, ranks, steps,
+                                   change.positions[offset:offset + count], change.values[offset:offset + count])
+            if err:
+                raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
+                                       tensor=name)
+
+        run_tasks(run, tasks, workers, False, "")
+        return changes
+
+    def tensor_bytes(self, entries, blobs):
+        """Each tensor's rANS words, plus its share of the tables by the share of words it holds."""
+        _, plan, _, _ = self._parse(entries, blobs)
+        tables = sum(v.numel() for k, v in blobs.items() if k != "words")
+        own = {e.name: 2 * sum(c[2] - c[1] for c in chunks) for e, chunks in zip(entries, plan)}
+        total = max(1, sum(own.values()))
+        return {name: n + round(tables * n / total) for name, n in own.items()}
+
+
+def _flat_pair(old: torch.Tensor, new: torch.Tensor) -> tuple:
+    """Flat bit views of both tensors: numpy on CPU, torch where they live otherwise."""
+    if old.device.type != "cpu" and old.element_size() <= 4:
+        return old.detach().contiguous().reshape(-1), new.detach().to(old.device).contiguous().reshape(-1)
+    return bits(old.detach().cpu().contiguous()), bits(new.detach().cpu().contiguous())
