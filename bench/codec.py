@@ -1,12 +1,19 @@
-"""Codec benchmark: size and speed of every codec on real checkpoint sequences, against baselines.
+"""Codec benchmark: size and speed of the codecs against their baselines, measured in the same run.
 
-    python -m bench.codec                       # all data sets (generated once, cached)
-    python -m bench.codec --data random-bf16 --steps 2
+    python -m bench.codec                                   # real AdamW pairs (generated once, cached)
+    python -m bench.codec --data smollm2-fp32master --threads 1 2
+    python -m bench.codec --synthetic qwen3-8b --layers 4   # large shapes, streamed tensor by tensor
+    python -m bench.codec --device cuda                     # states on the GPU: the writer scans there
 
-For each data set and each consecutive pair of checkpoints it measures, in the same run:
-density; bytes per changed element for `raw` (TRL layout), zstd over `raw`, `gap`, `ctx` (default)
-and the conditional entropy bound; diff+encode and decode+apply time of `ctx` next to an in-place
-copy of the same state (ratios, and GB/s of state); and the peak extra memory of encoding.
+Per pair and thread count, interleaved and best of --repeat: an in-place copy of the state; the floor
+(`old != new` then `nonzero`, tensor by tensor, where the state lives); diff+encode with the default
+codec (hashing the new state included, as a publisher must); decode+apply onto a copy of the old
+state (hash proof included). Sizes in bytes per changed element for `raw` (TRL's layout), `gap`,
+`ctx` (default) and the conditional entropy bound. Peak extra memory above the states while
+encoding and applying: host (resident set) and GPU (allocator peak), as fractions of the state.
+
+Synthetic shapes are made and measured one tensor at a time (see `_streamed`), so the figures add
+up per tensor: a state of any size fits, and small tensors get no help from their neighbours' threads.
 """
 
 from __future__ import annotations
@@ -15,25 +22,27 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import os
 import platform
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import torch
-import zstandard
 
 import delta
 from delta.hashing import state_digest
 
+from . import _streamed
 from .checkpoints import DATASETS, CheckpointParams, generate_checkpoints
 from .entropy import conditional_entropy_bits
-
 
 DEFAULT_STEPS = 4
 # The 600M-element state: 1.2 GB per step on disk, so 2 steps; lr 5e-7 puts it at ~1% density.
 BIG = {"data": "qwen3-0.6b-shape", "steps": 2, "lr": 5e-7}
+SYNTHETIC_LR = 1e-6
 
 
 def _rss() -> int:
@@ -42,10 +51,18 @@ def _rss() -> int:
 
 
 class PeakMemory:
-    """Samples this process's resident memory in a thread; `extra` is the peak above the start."""
+    """Samples this process's resident memory in a thread (and the GPU allocator's peak): `extra` is
+    the host peak above the start, `gpu_extra` the GPU peak above what was allocated at the start."""
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
 
     def __enter__(self) -> PeakMemory:
         self.start = self.peak = _rss()
+        if self.gpu:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.gpu_start = torch.cuda.memory_allocated()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -59,128 +76,203 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, _rss())
+        self.gpu_extra = torch.cuda.max_memory_allocated() - self.gpu_start if self.gpu else 0
 
     @property
     def extra(self) -> int:
         return self.peak - self.start
 
 
-def _timed(fn, repeat: int = 1):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Callable[[], object], device: str) -> tuple[float, object]:
+    gc.collect()
+    _sync(device)
+    start = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return time.perf_counter() - start, out
+
+
+def _floor(old: dict, new: dict) -> None:
+    """What any diff must do at least: compare every element and list the changed ones."""
+    for k in old:
+        a, b = old[k], new[k]
+        if a.is_floating_point():
+            view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+            a, b = a.view(view), b.view(view)
+        torch.nonzero(a != b)
 
 
 @dataclass
-class PairResult:
+class Row:
+    """One measured pair (or, for synthetic shapes, the sum over all tensors of one state)."""
+
     data: str
     step: int
+    device: str
+    threads: int
     elements: int
     state_bytes: int
     changed: int
-    density: float
     raw: float
-    raw_zstd: float
     gap: float
     ctx: float
     entropy: float
     copy_s: float
+    floor_s: float
     encode_s: float
     apply_s: float
-    apply_gap_s: float
-    encode_extra_bytes: int
+    encode_host_extra: int
+    apply_host_extra: int
+    encode_gpu_extra: int
+
+    def add(self, other: Row) -> Row:
+        """Sums of sizes and times; peaks are the largest."""
+        def w(a: float, b: float) -> float:  # per-changed-element sizes, weighted by changed elements
+            total = self.changed + other.changed
+            return (a * self.changed + b * other.changed) / total if total else 0.0
+        return dataclasses.replace(
+            self, elements=self.elements + other.elements, state_bytes=self.state_bytes + other.state_bytes,
+            changed=self.changed + other.changed, raw=w(self.raw, other.raw), gap=w(self.gap, other.gap),
+            ctx=w(self.ctx, other.ctx), entropy=math.nan,
+            copy_s=self.copy_s + other.copy_s, floor_s=self.floor_s + other.floor_s,
+            encode_s=self.encode_s + other.encode_s, apply_s=self.apply_s + other.apply_s,
+            encode_host_extra=max(self.encode_host_extra, other.encode_host_extra),
+            apply_host_extra=max(self.apply_host_extra, other.apply_host_extra),
+            encode_gpu_extra=max(self.encode_gpu_extra, other.encode_gpu_extra))
 
 
-def measure_pair(name: str, step: int, old: dict, new: dict, repeat: int) -> PairResult:
-    """All figures for one (old, new) pair; the states are not modified."""
+def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, device: str, repeat: int,
+                 entropy: bool = True) -> Row:
+    """All figures for one (old, new) pair on `device` with `threads`; the states are not modified.
+
+    The reader always applies on the host (a copy of `old` there): the writer's side is what runs on
+    the device.
+    """
+    torch.set_num_threads(threads)
+    host_old = {k: v.cpu() for k, v in old.items()}
+    if device == "cuda":
+        old, new = {k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()}
     elements = sum(t.numel() for t in new.values())
     nbytes = sum(t.numel() * t.element_size() for t in new.values())
-    old_digest = state_digest(old)
-    sizes = {}
-    for codec in ("raw", "gap"):
-        sizes[codec] = delta.diff(old, new, codec=codec, old_digest=old_digest)
-    raw_zstd = len(zstandard.ZstdCompressor(level=3).compress(sizes["raw"]))
-    with PeakMemory() as mem:
-        encode_s, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest), repeat)
+    old_digest = state_digest(host_old)
+    sizes = {codec: len(delta.diff(old, new, codec=codec, old_digest=old_digest, new_digest=old_digest,
+                                   workers=threads)) for codec in ("raw", "gap")}
+    scratch = {k: torch.empty_like(v) for k, v in old.items()}
+    reader = {k: torch.empty_like(v) for k, v in host_old.items()}
+    best = {"copy": math.inf, "floor": math.inf, "encode": math.inf, "apply": math.inf}
+    encode_extra = apply_extra = gpu_extra = 0
+    data = b""
+    for _ in range(repeat):  # interleaved, so a busy moment of a shared machine hits every figure alike
+        best["copy"] = min(best["copy"], _timed(lambda: [scratch[k].copy_(old[k]) for k in old], device)[0])
+        best["floor"] = min(best["floor"], _timed(lambda: _floor(old, new), device)[0])
+        with PeakMemory(device == "cuda") as mem:
+            seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
+        best["encode"] = min(best["encode"], seconds)
+        encode_extra, gpu_extra = max(encode_extra, mem.extra), max(gpu_extra, mem.gpu_extra)
+        for k in reader:
+            reader[k].copy_(host_old[k])
+        with PeakMemory(False) as mem:
+            seconds, _ = _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), "cpu")
+        best["apply"] = min(best["apply"], seconds)
+        apply_extra = max(apply_extra, mem.extra)
     header, _ = delta.read_delta(data)
     changed = max(header.changed, 1)
-
-    scratch = {k: torch.empty_like(v) for k, v in old.items()}
-    copy_s, _ = _timed(lambda: [scratch[k].copy_(old[k]) for k in old], repeat)
-
-    def apply_fresh(payload: bytes) -> float:
-        for k in old:
-            scratch[k].copy_(old[k])
-        start = time.perf_counter()
-        delta.apply(scratch, payload, digest=old_digest)
-        return time.perf_counter() - start
-
-    apply_s = min(apply_fresh(data) for _ in range(repeat))
-    apply_gap_s = min(apply_fresh(sizes["gap"]) for _ in range(repeat))
-    entropy = conditional_entropy_bits(old, new) / 8
-    return PairResult(
-        data=name, step=step, elements=elements, state_bytes=nbytes, changed=header.changed,
-        density=header.density, raw=len(sizes["raw"]) / changed, raw_zstd=raw_zstd / changed,
-        gap=len(sizes["gap"]) / changed, ctx=len(data) / changed, entropy=entropy / changed,
-        copy_s=copy_s, encode_s=encode_s, apply_s=apply_s, apply_gap_s=apply_gap_s,
-        encode_extra_bytes=mem.extra)
+    bound = conditional_entropy_bits(host_old, {k: v.cpu() for k, v in new.items()}) / 8 / changed if entropy else math.nan
+    return Row(
+        data=name, step=step, device=device, threads=threads, elements=elements, state_bytes=nbytes,
+        changed=header.changed, raw=sizes["raw"] / changed, gap=sizes["gap"] / changed, ctx=len(data) / changed,
+        entropy=bound, copy_s=best["copy"], floor_s=best["floor"], encode_s=best["encode"], apply_s=best["apply"],
+        encode_host_extra=encode_extra, apply_host_extra=apply_extra, encode_gpu_extra=gpu_extra)
 
 
-def render(results: list[PairResult]) -> str:
-    head = (f"{'data':<20} {'step':>4} {'elements':>12} {'density':>8} | {'raw':>5} {'zstd(raw)':>9} {'gap':>6} "
-            f"{'ctx':>6} {'entropy':>7} {'raw/ctx':>7} | {'copy s':>7} {'enc s':>7} {'enc GB/s':>8} {'enc/copy':>8} "
-            f"{'apply s':>7} {'app GB/s':>8} {'app/copy':>8} {'gap app GB/s':>12} | {'enc extra':>9}")
-    lines = ["bytes per changed element | seconds (best of repeats) | extra memory as a fraction of the state", head,
-             "-" * len(head)]
-    for r in results:
+def render(rows: list[Row]) -> str:
+    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} {'elements':>14} {'density':>8} | {'raw':>5} {'gap':>6} "
+            f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'enc':>6} {'enc/copy':>8} {'apply':>6} "
+            f"{'app/copy':>8} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}")
+    lines = ["sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes), ratios: time / in-place copy "
+             "| extra memory: fraction of the state", head, "-" * len(head)]
+    for r in rows:
         gb = r.state_bytes / 1e9
         lines.append(
-            f"{r.data:<20} {r.step:>4} {r.elements:>12,} {100 * r.density:>7.3f}% | {r.raw:>5.2f} {r.raw_zstd:>9.2f} "
-            f"{r.gap:>6.3f} {r.ctx:>6.3f} {r.entropy:>7.3f} {r.raw / r.ctx:>7.1f} | {r.copy_s:>7.3f} {r.encode_s:>7.3f} "
-            f"{gb / r.encode_s:>8.2f} {r.encode_s / r.copy_s:>8.1f} {r.apply_s:>7.3f} {gb / r.apply_s:>8.2f} "
-            f"{r.apply_s / r.copy_s:>8.1f} {gb / r.apply_gap_s:>12.2f} | {r.encode_extra_bytes / r.state_bytes:>9.2f}")
+            f"{r.data:<20} {r.step:>4} {r.device:>4} {r.threads:>3} {r.elements:>14,} "
+            f"{100 * r.changed / r.elements:>7.3f}% | {r.raw:>5.2f} {r.gap:>6.3f} {r.ctx:>6.3f} {r.entropy:>6.3f} "
+            f"{r.raw / r.ctx:>7.1f} | {gb / r.copy_s:>6.2f} {gb / r.floor_s:>6.2f} {gb / r.encode_s:>6.2f} "
+            f"{r.encode_s / r.copy_s:>8.1f} {gb / r.apply_s:>6.2f} {r.apply_s / r.copy_s:>8.1f} | "
+            f"{r.encode_host_extra / r.state_bytes:>8.2f} {r.apply_host_extra / r.state_bytes:>8.2f} "
+            f"{r.encode_gpu_extra / r.state_bytes:>7.2f}")
     return "\n".join(lines)
 
 
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), python {platform.python_version()}")
+def machine(device: str) -> str:
+    cpu = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    gpu = f", GPU {torch.cuda.get_device_name()}" if device == "cuda" else ""
+    return f"{cpu}{gpu}, torch {torch.__version__}, python {platform.python_version()}"
+
+
+def checkpoint_pairs(names: Iterable[str], steps: int | None, data_dir: str) -> Iterable[tuple[str, int, dict, dict]]:
+    """(data set, step, old, new) for consecutive steps of each cached (or freshly generated) run."""
+    for name in names:
+        params = CheckpointParams(**BIG) if name == BIG["data"] else CheckpointParams(data=name, steps=DEFAULT_STEPS)
+        if steps:
+            params = dataclasses.replace(params, steps=steps)
+        paths = generate_checkpoints(params, os.path.join(data_dir, name)).files
+        old = delta.load_state(paths[0])
+        for step, path in enumerate(paths[1:], start=1):
+            new = delta.load_state(path)
+            yield name, step, old, new
+            old = new
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="*", default=[d for d in DATASETS if d != "tiny-qwen3"],
-                        choices=sorted(DATASETS), help="data sets (default: all but tiny-qwen3)")
+    parser.add_argument("--data", nargs="*", default=None, choices=sorted(DATASETS),
+                        help="checkpoint data sets (default: all but tiny-qwen3, unless --synthetic is given)")
+    parser.add_argument("--synthetic", nargs="*", default=[], choices=sorted(_streamed.SHAPES),
+                        help="large shapes made and measured tensor by tensor")
+    parser.add_argument("--layers", type=int, default=None, help="synthetic shapes: only the first N layers")
     parser.add_argument("--steps", type=int, default=None,
                         help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG['steps']} for {BIG['data']})")
     parser.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "delta-sync", "checkpoints"),
                         help="where the checkpoint sequences are generated once and reused (default %(default)s)")
-    parser.add_argument("--repeat", type=int, default=2, help="timing repeats, best kept")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the states live")
+    parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count() or 1],
+                        help="coding threads to measure (default: one per core)")
+    parser.add_argument("--repeat", type=int, default=3, help="timing repeats, best kept")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
-    print(f"measured on: {machine()}")
-    results = []
-    for name in args.data:
-        params = CheckpointParams(**BIG) if name == BIG["data"] else CheckpointParams(data=name, steps=DEFAULT_STEPS)
-        if args.steps:
-            params = dataclasses.replace(params, steps=args.steps)
-        paths = generate_checkpoints(params, os.path.join(args.data_dir, name)).files
-        states = None
-        for step, (a, b) in enumerate(zip(paths, paths[1:]), start=1):
-            old = delta.load_state(a) if states is None else states
-            new = delta.load_state(b)
-            results.append(measure_pair(name, step, old, new, args.repeat))
-            print(render(results[-1:]).splitlines()[-1], flush=True)
-            states = new
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    names = args.data if args.data is not None else ([] if args.synthetic else
+                                                      [d for d in DATASETS if d != "tiny-qwen3"])
+    print(f"measured on: {machine(args.device)}", flush=True)
+    rows: list[Row] = []
+    for name, step, old, new in checkpoint_pairs(names, args.steps, args.data_dir):
+        for threads in args.threads:
+            rows.append(measure_pair(name, step, old, new, threads=threads, device=args.device, repeat=args.repeat))
+            print(render(rows[-1:]).splitlines()[-1], flush=True)
+    for model in args.synthetic:
+        shapes = _streamed.qwen3_shapes(model, args.layers)
+        label = model if args.layers is None else f"{model}/{args.layers}L"
+        totals: dict[int, Row] = {}
+        for tensor, old, new in _streamed.pairs(shapes, SYNTHETIC_LR):
+            for threads in args.threads:
+                row = measure_pair(label, 2, {tensor: old}, {tensor: new}, threads=threads, device=args.device,
+                                   repeat=args.repeat, entropy=False)
+                totals[threads] = totals[threads].add(row) if threads in totals else row
+            del old, new
+        for threads in args.threads:
+            rows.append(totals[threads])
+            print(render(rows[-1:]).splitlines()[-1], flush=True)
     print()
-    print(render(results))
+    print(render(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "results": [asdict(r) for r in results]}, f, indent=1)
+            json.dump({"machine": machine(args.device), "results": [asdict(r) for r in rows]}, f, indent=1)
 
 
 if __name__ == "__main__":

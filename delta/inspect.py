@@ -51,18 +51,23 @@ class DeltaInfo:
         ]
         rows = sorted(self.tensors, key=lambda t: -t.bytes)
         for t in rows[:limit or None]:
-            lines.append(f"{t.name[-48:]:<48} {t.elements:>12,} {t.changed:>10,} {100 * t.density:>8.3f}% "
+            lines.append(f"{_printable(t.name)[-48:]:<48} {t.elements:>12,} {t.changed:>10,} {100 * t.density:>8.3f}% "
                          f"{t.form:>7} {t.bytes:>10,}")
         if limit and len(rows) > limit:
             lines.append(f"... {len(rows) - limit} more tensors (--limit 0 lists all)")
         return "\n".join(lines)
 
 
+def _printable(name: str) -> str:
+    """`name` with control and other unprintable characters escaped: a terminal shows them, never runs them."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 def inspect_delta(data: bytes | memoryview, path: str | None = None) -> DeltaInfo:
     """Parse a delta and measure each tensor; every stream is decompressed and its length checked.
 
-    Per-tensor bytes are exact for `raw`; for the compact codecs, whose streams are shared by all
-    tensors, they are what each tensor's part costs when compressed alone.
+    Per-tensor bytes are exact for `raw`; for the compact codecs they are the tensor's own coded
+    words plus its share of the tables (models, chunk index) by the share of words it holds.
     """
     header, blobs = read_delta(data, path)
     try:

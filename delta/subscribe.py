@@ -214,7 +214,11 @@ class Subscriber:
                 raise
 
     def start(self) -> None:
-        """Follow the bucket in a daemon thread: poll, catch up, back off on failures."""
+        """Follow the bucket in a daemon thread: poll, catch up, back off on failures.
+
+        No failure ends the thread: each is counted in `status()` (with `last_error`), the version
+        stays where it was, and the step is tried again after a back-off.
+        """
         if self._thread is not None:
             raise RuntimeError("this subscriber is already following; call close() first")
         self._stop.clear()
@@ -254,6 +258,10 @@ class Subscriber:
                     self._catch_up(None)
                     delay = self.config.poll_interval
                 except (DeltaError, OSError) as e:
+                    self._record(e)
+                    delay = min(self.config.max_backoff, delay * 2)
+                except Exception as e:  # anything else (a bug, MemoryError, ...): recorded and retried, never fatal
+                    logger.exception("subscriber on %s: unexpected failure, retrying", self.storage.url)
                     self._record(e)
                     delay = min(self.config.max_backoff, delay * 2)
             self._stop.wait(delay)
@@ -386,7 +394,7 @@ class Subscriber:
             if digest.hexdigest != state_hash:
                 raise IntegrityError("state after applying does not match the manifest's state hash",
                                      expected=state_hash, actual=digest.hexdigest)
-        except IntegrityError:
+        except BaseException:  # a mismatch, or anything that stopped the writes half way: undo them all
             rollback.restore()
             raise
         return digest, tuple(sorted(changed))

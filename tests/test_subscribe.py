@@ -118,3 +118,35 @@ def test_sixteen_readers_follow_fifty_versions_on_s3(rclone_s3):
         r.close()
         assert states_equal(r.state, states[50])
     assert all(r.digest.hexdigest == state_digest(states[50]).hexdigest for r in readers)
+
+
+def test_an_unexpected_failure_is_reported_and_retried_not_fatal(tmp_path, monkeypatch):
+    import delta.subscribe as subscribe
+
+    states = trajectory(3)
+    real, calls = subscribe.decode, []
+
+    def fails_twice(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise MemoryError("no room to decode")
+        return real(*args, **kwargs)
+
+    with Publisher(str(tmp_path)) as pub:
+        for s in states[:2]:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+        reader = Subscriber(str(tmp_path), config=FAST)
+        assert reader.sync() == 2
+        monkeypatch.setattr(subscribe, "decode", fails_twice)
+        reader.start()
+        pub.publish(states[2])
+        assert pub.flush(timeout=60)
+    try:
+        assert reader.wait_for(3, timeout=30), reader.status()
+        status = reader.status()
+        assert status.failures >= 2 and status.last_error == "MemoryError: no room to decode"
+        with reader.lock:
+            assert states_equal(reader.state, states[2])
+    finally:
+        reader.close()

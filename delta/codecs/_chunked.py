@@ -17,8 +17,10 @@ Streams:
   `models`  zstd uint32: per model, sorted by (kind, width, class): kind (0 gap, 1 step), width,
             class, k, then k (symbol minus the previous symbol, frequency) pairs; the frequencies
             of a model sum to 2**15 (see `_rans`).
-  `chunks`  zstd uint32: the chunk size, then per chunk of every changed tensor (tensors in name
-            order): changed elements, rANS words, lowest and highest class with a change.
+  `chunks`  zstd uint32: the chunk size, then per chunk with changes (tensors in name order, chunks
+            ascending): its index in the tensor, changed elements, rANS words (at least 2), lowest
+            and highest class with a change. A tensor's rows end where their counts reach its count,
+            so the table is never larger than a fixed multiple of the words it describes.
   `words`   the chunks' rANS words, uint16 little-endian, one chunk after the other.
 """
 
@@ -230,7 +232,7 @@ class ChunkedCodec(Codec):
                                    models.freq, models.cum, out)
             return out[out.size - n:].copy()
 
-        changed_tasks = [t for t in tasks if sum(f.count for f in by_tensor[t[0]])]
+        changed_tasks = [t for t in tasks if by_tensor[t[0]][t[1]].count]
         words = run_tasks(code, changed_tasks, workers, False, "")
         entries, rows = [], [chunk]
         for name in names:
@@ -240,7 +242,7 @@ class ChunkedCodec(Codec):
                                            n_changed))
         for (name, k), w in zip(changed_tasks, words):
             found = by_tensor[name][k]
-            rows += [found.count, w.size, max(found.lo, 0), max(found.hi, 0)]
+            rows += [k, found.count, w.size, found.lo, found.hi]
         stream = np.concatenate(words).astype("<u2") if words else np.zeros(0, "<u2")
         blobs = {"models": pack(models.to_table()), "chunks": pack(np.asarray(rows, np.uint32)),
                  "words": stream.tobytes()}
@@ -250,7 +252,8 @@ class ChunkedCodec(Codec):
     # -- decode -----------------------------------------------------------------------------------
 
     def _parse(self, entries: tuple[TensorEntry, ...], blobs) -> tuple[_Models, list[list[tuple]], np.ndarray, int]:
-        """Models, per entry its chunks (count, words start, words end, lo, hi), the words and the chunk size.
+        """Models, per entry its chunks with changes (index, count, words start, words end, lo, hi), the words
+        and the chunk size.
 
         Every count is checked against the tensor sizes and the stream lengths before anything the
         size of a tensor is allocated.
@@ -267,17 +270,15 @@ class ChunkedCodec(Codec):
             raise DeltaFormatError("every stream must be a 1-D uint8 tensor")
         if set(raw) != {"models", "chunks", "words"}:
             raise DeltaFormatError(f"streams are {sorted(raw)}, expected ['chunks', 'models', 'words']")
-        head = unpack(raw["chunks"], np.uint32, None, "chunks", 1 + 4 * sum(e.numel for e in entries))
-        if head.size < 1 or not 1 <= int(head[0]) <= MAX_CHUNK:
-            raise DeltaFormatError(f"chunk size {int(head[0]) if head.size else None} is out of range [1, {MAX_CHUNK}]")
-        chunk = int(head[0])
-        n_chunks = sum(_chunks_of(e.numel, chunk) for e in entries)
-        if head.size != 1 + 4 * n_chunks:
-            raise DeltaFormatError(f"stream 'chunks' holds {head.size - 1} values, the tensors need {4 * n_chunks}")
-        rows = head[1:].reshape(-1, 4).astype(np.int64)
         if len(raw["words"]) % 2:
             raise DeltaFormatError("stream 'words' is not a whole number of 16-bit words")
         words = np.frombuffer(raw["words"], "<u2")
+        head = unpack(raw["chunks"], np.uint32, None, "chunks", 1 + 5 * (words.size // 2))
+        if head.size < 1 or not 1 <= int(head[0]) <= MAX_CHUNK or (head.size - 1) % 5:
+            raise DeltaFormatError(f"stream 'chunks' is malformed: chunk size {int(head[0]) if head.size else None} "
+                                   f"(must be in [1, {MAX_CHUNK}]), {head.size - 1} values (a multiple of 5)")
+        chunk = int(head[0])
+        rows = head[1:].reshape(-1, 5).astype(np.int64)
         classes = {}
         for e in entries:
             layout = layout_of(DTYPES_BY_NAME[e.dtype])
@@ -288,22 +289,24 @@ class ChunkedCodec(Codec):
         plan, at, row = [], 0, 0
         for e in entries:
             mask = self._field(DTYPES_BY_NAME[e.dtype])[1]
-            chunks = []
-            for k in range(_chunks_of(e.numel, chunk)):
-                count, n_words, lo, hi = rows[row].tolist()
+            chunks, held, previous = [], 0, -1
+            while held < e.changed:
+                if row >= len(rows):
+                    raise DeltaFormatError(f"stream 'chunks' ends after {held} of {e.changed} changed elements",
+                                           tensor=e.name)
+                k, count, n_words, lo, hi = rows[row].tolist()
                 row += 1
                 size = min(e.numel, (k + 1) * chunk) - k * chunk
-                if count > size or (count == 0) != (n_words == 0) or (count and not 0 <= lo <= hi <= mask):
-                    raise DeltaFormatError(f"chunk {k} is malformed ({count} changed of {size}, {n_words} words, "
+                if (not previous < k < _chunks_of(e.numel, chunk) or not 1 <= count <= min(size, e.changed - held)
+                        or n_words < 2 or not 0 <= lo <= hi <= mask):
+                    raise DeltaFormatError(f"chunk row {row} is malformed (chunk {k}, {count} changed, {n_words} words, "
                                            f"classes {lo}..{hi})", tensor=e.name)
-                chunks.append((count, at, at + n_words, lo, hi))
-                at += n_words
-            if sum(c[0] for c in chunks) != e.changed:
-                raise DeltaFormatError(f"chunks hold {sum(c[0] for c in chunks)} changed elements, the header says "
-                                       f"{e.changed}", tensor=e.name)
+                chunks.append((k, count, at, at + n_words, lo, hi))
+                held, previous, at = held + count, k, at + n_words
             plan.append(chunks)
-        if at != words.size:
-            raise DeltaFormatError(f"stream 'words' holds {words.size} words, the chunks use {at}")
+        if row != len(rows) or at != words.size:
+            raise DeltaFormatError(f"streams 'chunks' and 'words' hold data no tensor uses ({len(rows) - row} rows, "
+                                   f"{words.size - at} words)")
         return models, plan, words, chunk
 
     def decode(self, entries, blobs, state, workers=None):
@@ -318,10 +321,9 @@ class ChunkedCodec(Codec):
             width = a.itemsize * 8
             gap_model, step_model = models.of(0, width, mask + 1), models.of(1, width, mask + 1)
             offset = 0
-            for k, (count, w0, w1, lo, hi) in enumerate(chunks):
-                if count:
-                    tasks.append((e.name, a, k * chunk, min(a.size, (k + 1) * chunk), count, w0, w1, lo, hi, shift, mask,
-                                  gap_model, step_model, change, offset))
+            for k, count, w0, w1, lo, hi in chunks:
+                tasks.append((e.name, a, k * chunk, min(a.size, (k + 1) * chunk), count, w0, w1, lo, hi, shift, mask,
+                              gap_model, step_model, change, offset))
                 offset += count
 
         def run(task: tuple) -> None:
@@ -343,7 +345,7 @@ class ChunkedCodec(Codec):
         """Each tensor's rANS words, plus its share of the tables by the share of words it holds."""
         _, plan, _, _ = self._parse(entries, blobs)
         tables = sum(v.numel() for k, v in blobs.items() if k != "words")
-        own = {e.name: 2 * sum(c[2] - c[1] for c in chunks) for e, chunks in zip(entries, plan)}
+        own = {e.name: 2 * sum(c[3] - c[2] for c in chunks) for e, chunks in zip(entries, plan)}
         total = max(1, sum(own.values()))
         return {name: n + round(tables * n / total) for name, n in own.items()}
 

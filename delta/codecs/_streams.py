@@ -38,7 +38,15 @@ def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int
         raw = b""
     else:
         try:
-            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=limit)
+            declared = zstandard.frame_content_size(bytes(blob[:18]))
+        except zstandard.ZstdError as e:
+            raise DeltaFormatError(f"stream {what!r} is not a zstd frame ({e})") from e
+        # Checked before decompressing: nothing the size of a forged claim is ever allocated.
+        if declared < 0 or declared > limit:
+            raise DeltaFormatError(f"stream {what!r} declares {'no size' if declared < 0 else f'{declared} bytes'}, "
+                                   f"the header allows {'exactly ' if count is not None else 'at most '}{limit}")
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=declared)
         except zstandard.ZstdError as e:
             raise DeltaFormatError(f"stream {what!r} is corrupt ({e})") from e
     if (count is not None and len(raw) != limit) or len(raw) > limit or len(raw) % itemsize:
