@@ -60,6 +60,20 @@ def _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sig
     steps[m] = _step(np.uint64(a[i]), np.uint64(b[i]), sign, full)
 
 
+@njit(inline="always")
+def _visit(a, b, lo, i, lane, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full):  # pragma: no cover
+    """One element on the slow path: record it if it changed, count it in `lane`; returns (m, cmin, cmax)."""
+    c = (a[i] >> shift) & mask
+    if a[i] != b[i]:
+        _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sign, full)
+        cmin = min(cmin, np.int64(c))
+        cmax = max(cmax, np.int64(c))
+        m += 1
+    if mask:
+        lanes[lane * nc + c] += 1
+    return m, cmin, cmax
+
+
 @njit(nogil=True, cache=True)
 def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps):  # pragma: no cover - compiled
     """Changed elements of a[lo:hi] vs b[lo:hi], in position order; returns (count, lowest class, highest class).
@@ -98,24 +112,11 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps):  # pragma: no cover
                     lanes[t * nc + ((x >> np.uint64(t * width + shift)) & mk)] += 1
             continue
         for t in range(per):
-            i = lo + per * k + t
-            c = (a[i] >> shift) & mask
-            if a[i] != b[i]:
-                _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sign, full)
-                cmin = min(cmin, np.int64(c))
-                cmax = max(cmax, np.int64(c))
-                m += 1
-            if mask:
-                lanes[t * nc + c] += 1
+            m, cmin, cmax = _visit(a, b, lo, lo + per * k + t, t, shift, mask, lanes, nc, per, last, cls, gaps, steps,
+                                   m, cmin, cmax, sign, full)
     for i in range(lo + per * words, hi):
-        c = (a[i] >> shift) & mask
-        if a[i] != b[i]:
-            _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sign, full)
-            cmin = min(cmin, np.int64(c))
-            cmax = max(cmax, np.int64(c))
-            m += 1
-        if mask:
-            lanes[c] += 1
+        m, cmin, cmax = _visit(a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax,
+                               sign, full)
     return m, cmin, cmax
 
 

@@ -220,25 +220,26 @@ def _pop(x, words, pos, model, freq, cum, lut):  # pragma: no cover - compiled
     f = freq[model, s]
     if f == 0:
         return s, x, pos, 3
-    x = np.uint64(f) * (x >> np.uint64(PROB_BITS)) + np.uint64(slot - cum[model, s])
+    x, pos, err = _renormalize(np.uint64(f) * (x >> np.uint64(PROB_BITS)) + np.uint64(slot - cum[model, s]), words, pos)
+    return s, x, pos, err
+
+
+@njit(inline="always")
+def _renormalize(x, words, pos):  # pragma: no cover - compiled
+    """Read a word into a state that fell below 2**16: (state, position, error)."""
     if x < np.uint64(_L):
         if pos >= words.size:
-            return s, x, pos, 1
+            return x, pos, 1
         x = (x << np.uint64(16)) | np.uint64(words[pos])
         pos += 1
-    return s, x, pos, 0
+    return x, pos, 0
 
 
 @njit(inline="always")
 def _pop_raw(x, words, pos, k):  # pragma: no cover - compiled
     bits = x & ((np.uint64(1) << np.uint64(k)) - np.uint64(1))
-    x >>= np.uint64(k)
-    if x < np.uint64(_L):
-        if pos >= words.size:
-            return bits, x, pos, 1
-        x = (x << np.uint64(16)) | np.uint64(words[pos])
-        pos += 1
-    return bits, x, pos, 0
+    x, pos, err = _renormalize(x >> np.uint64(k), words, pos)
+    return bits, x, pos, err
 
 
 @njit(inline="always")
