@@ -3,8 +3,8 @@
 Layout (see README, "The delta format"): 8-byte little-endian header length, a JSON header, then
 tensor bytes. Our header metadata carries the format name and version, the codec, model and base
 versions, element counts, base and target state hashes, and a JSON table of the changed tensors.
-Files written by other software in the TRL layout (`{name}.indices` + `{name}.values`, no metadata)
-are read as codec `raw` without hashes.
+Files written by other software (TRL's blog layout and its `sparse_weight_patch` files, see
+`_foreign`) are read as codec `raw` without hashes.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class DeltaHeader:
         base_hash: State hash the delta applies to ('' when unknown).
         target_hash: State hash after applying ('' when unknown).
         tensors: The changed tensors, sorted by name.
-        foreign: True for a TRL-layout file without our metadata.
+        foreign: True for a file written by other software (TRL's layouts): no hashes, no shapes.
     """
 
     codec: str
@@ -158,8 +158,12 @@ def read_delta(data: bytes | memoryview, path: str | None = None) -> tuple[Delta
         raise DeltaFormatError(f"not a valid safetensors file: {e}", path=path) from e
     meta = raw_header.get("__metadata__") or {}
     if meta.get("format") != FORMAT_NAME:
-        if meta.get("format") is None and blobs and all(k.endswith((".indices", ".values")) for k in blobs):
-            return _foreign_header(blobs, path), blobs
+        from . import _foreign  # files from other software; imported here, as it builds on this module
+
+        if _foreign.is_blog_layout(meta, blobs):
+            return _foreign.blog_layout(blobs, path), blobs
+        if meta.get("format") == _foreign.PATCH_FORMAT:
+            return _foreign.sparse_weight_patch(meta, blobs, path)
         raise DeltaFormatError(
             f"metadata 'format' is {meta.get('format')!r}, expected {FORMAT_NAME!r}: not a delta file", path=path)
     if meta.get("format_version") != str(FORMAT_VERSION):
@@ -183,19 +187,3 @@ def read_delta(data: bytes | memoryview, path: str | None = None) -> tuple[Delta
         raise DeltaFormatError(f"tensor table counts {sum(t.changed for t in tensors)} changed elements, "
                                f"the header says {header.changed}", path=path)
     return header, blobs
-
-
-def _foreign_header(blobs: dict[str, torch.Tensor], path: str | None) -> DeltaHeader:
-    """Header for a TRL-layout file: every `{name}.indices` needs its `{name}.values`, and vice versa."""
-    names = sorted({k.rsplit(".", 1)[0] for k in blobs})
-    entries = []
-    for name in names:
-        idx, val = blobs.get(f"{name}.indices"), blobs.get(f"{name}.values")
-        if idx is None or val is None:
-            raise DeltaFormatError(f"has {'indices' if val is None else 'values'} but no "
-                                   f"{'values' if val is None else 'indices'}", path=path, tensor=name)
-        entries.append(TensorEntry(name=name, dtype=str(val.dtype).removeprefix("torch."), shape=(),
-                                   form="indices", changed=idx.numel()))
-    changed = sum(e.changed for e in entries)
-    return DeltaHeader(codec="raw", version=None, base_version=None, changed=changed, total=0,
-                       base_hash="", target_hash="", tensors=tuple(entries), foreign=True)

@@ -99,14 +99,18 @@ class _Models:
         self.cum, self.lut = _rans.tables(freqs) if keys else (np.zeros((0, _rans.ALPHABET + 1), np.int64),
                                                                 np.zeros((0, 1 << _rans.LUT_BITS), np.int32))
         self.index = {k: i for i, k in enumerate(keys)}
+        self._of: dict[tuple[int, int, int], np.ndarray] = {}
 
     def of(self, kind: int, width: int, classes: int) -> np.ndarray:
-        """Model index per class (-1: none) for one kind and width."""
-        out = np.full(classes, -1, np.int32)
-        for (k, w, c), i in self.index.items():
-            if k == kind and w == width and c < classes:
-                out[c] = i
-        return out
+        """Model index per class (-1: none) for one kind and width (read only; shared between threads)."""
+        key = (kind, width, classes)
+        if key not in self._of:
+            out = np.full(classes, -1, np.int32)
+            for (k, w, c), i in self.index.items():
+                if k == kind and w == width and c < classes:
+                    out[c] = i
+            self._of[key] = out
+        return self._of[key]
 
     @classmethod
     def build(cls, hists: dict[int, tuple[np.ndarray, np.ndarray]]) -> _Models:
