@@ -61,6 +61,8 @@ class PublisherConfig:
         max_retry_delay: Longest wait between two retries of a version.
         commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for
             its commit, before the publisher stops with `PublishError`.
+        workers: Threads that encode chunks in the background (None: one per core; fewer leaves
+            cores to training).
     """
 
     anchor_every: int = 50
@@ -70,6 +72,7 @@ class PublisherConfig:
     retry_delay: float = 1.0
     max_retry_delay: float = 30.0
     commit_timeout: float = 600.0
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.anchor_every < 1:
@@ -80,6 +83,8 @@ class PublisherConfig:
             raise ValueError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
             raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
                              f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")
@@ -312,7 +317,8 @@ class Publisher:
         anchor_refs: list[FileRef] = []
         if self._base is not None:
             data = diff(self._base, snapshot.tensors, codec=self.config.codec, version=version,
-                        base_version=version - 1, old_digest=self._base_digest, new_digest=digest)
+                        base_version=version - 1, old_digest=self._base_digest, new_digest=digest,
+                        workers=self.config.workers)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         if anchor:
             shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,

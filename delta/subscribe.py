@@ -44,16 +44,20 @@ class SubscriberConfig:
         max_backoff: Longest wait between polls after failures (doubling from `poll_interval`).
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         history: Per-version statistics kept for `status()`.
+        workers: Threads that decode chunks (None: one per core).
     """
 
     poll_interval: float = 1.0
     max_backoff: float = 30.0
     fetch_threads: int = 4
     history: int = 100
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
             raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
         if self.fetch_threads < 1 or self.history < 1:
             raise ValueError(f"fetch_threads and history must be >= 1, got {self.fetch_threads}, {self.history}")
 
@@ -338,7 +342,7 @@ class Subscriber:
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
             sub_digest = StateDigest({n: self._digest.tensors[n] for n in names})
-            header, changes, _ = decode(data, sub, path=ref.path, digest=sub_digest)
+            header, changes, _ = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.config.workers)
             if manifest.shards is None and header.target_hash != step.entry.state_hash:
                 # One writer: the file's target must be the version's state, checked before any write.
                 raise IntegrityError(f"{ref.path} leads to another state than version {step.entry.version}",

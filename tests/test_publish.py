@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from delta.hashing import state_digest
 from delta.manifest import read_manifest, version_of_path
@@ -154,3 +155,17 @@ def test_publisher_killed_at_random_points(tmp_path):
     # Crashed attempts left no garbage behind the newest version.
     leftovers = {f.path for f in bucket.list("versions/")} - manifest.referenced()
     assert all(version_of_path(p) > manifest.latest.version for p in leftovers), leftovers
+
+
+def test_workers_setting_is_checked_and_used(tmp_path):
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        PublisherConfig(workers=0)
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        SubscriberConfig(workers=0)
+    states = trajectory(3)
+    with Publisher(str(tmp_path), PublisherConfig(workers=1)) as pub:
+        for s in states:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+    reader = Subscriber(str(tmp_path), config=SubscriberConfig(workers=1))
+    assert reader.sync() == len(states) and states_equal(reader.state, states[-1])
