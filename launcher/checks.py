@@ -16,6 +16,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "bucket": ("--bucket", "DELTA_BUCKET"),
     "rollout_url": ("--rollout-url", "ROLLOUT_URL"),
     "env_url": ("--env-url", "ENV_URL"),
+    "device": ("--device", "DEVICE"),
 }
 #: The URL each role needs from another Space (the trainer's ENV_URL only links its UI's games).
 NEEDED_URLS: dict[str, tuple[str, ...]] = {"rollout": ("env_url",), "trainer": ("rollout_url",)}
@@ -62,6 +63,14 @@ def check_settings(role: str, args: argparse.Namespace, environ: Mapping[str, st
         elif bucket.startswith("hf://") and not _has_hf_token(environ):
             errors.append(f"the bucket {bucket} needs a Hugging Face token: set the HF_TOKEN secret "
                           "(write access for the trainer, read for rollouts), or run `hf auth login`")
+    device = getattr(args, "device", None)
+    if device is not None:
+        from models import resolve_device
+
+        try:
+            resolve_device(device)
+        except ValueError as e:
+            errors.append(f"{_name('device')}: {e}")
     if role == "all" and on_space:
         return [("set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs one app "
                  "(`python app.py` with no role runs all three on your own machine)")], warnings

@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from models import DEFAULT_MODEL
+from models import DEFAULT_MODEL, DEVICE_CHOICES
 
 from .engines import ENGINES
 
@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the Wordle env Space (env ENV_URL; default http://127.0.0.1:7861)")
     parser.add_argument("--engine", choices=ENGINES, default=env("ENGINE") or None,
                         help="inference engine (env ENGINE; default vllm with a GPU, transformers without)")
+    parser.add_argument("--device", default=env("DEVICE", "auto"),
+                        help=f"where the transformers engine runs: {', '.join(DEVICE_CHOICES)} or cuda:N (env DEVICE; "
+                             "default auto: the GPU when there is one); vLLM runs on its platform's device")
     parser.add_argument("--dtype", default="auto", help="compute dtype: auto, bfloat16, float16, float32")
     parser.add_argument("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens")
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
@@ -48,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
     from delta.subscribe import SubscriberConfig
-    from models import resolve_model
+    from models import resolve_device, resolve_model
 
     from .engines import EngineConfig, open_engine
     from .env_client import EnvClient
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
     kind = args.engine or _default_engine()
     folder = resolve_model(args.model)
     logger.info("starting the %s engine on %s", kind, folder)
-    engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len))
+    engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len, resolve_device(args.device)))
     try:
         follower = Follower(engine, args.bucket, SubscriberConfig(poll_interval=args.poll_interval))
         env = EnvClient(args.env_url)

@@ -152,6 +152,7 @@ class RolloutService:
             "latest_version": latest,
             "lag": following.get("lag"),
             "engine": self.engine_kind,
+            "device": self.engine.config.device,
             "model": self.model,
             "bucket": self.follower.bucket if self.follower is not None else None,
             "env_url": self.env.url if self.env is not None else None,

@@ -23,9 +23,12 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return build_model(str(tmp_path_factory.mktemp("tiny")))
 
 
-@pytest.fixture
-def engine(model_dir: str):
-    with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=7) as e:
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU"))])
+def engine(model_dir: str, request: pytest.FixtureRequest):
+    """The engine on each device there is: the contract holds on the CPU and on a GPU alike."""
+    config = EngineConfig(model_dir, dtype="float32", max_model_len=128, device=request.param)
+    with open_engine("transformers", config, version=7) as e:
         yield e
 
 
@@ -78,7 +81,8 @@ def test_update_equals_a_fresh_engine_on_the_new_state(engine, model_dir: str, t
 
     fresh_dir = shutil.copytree(model_dir, tmp_path / "v8")
     delta.save_state(new, os.path.join(fresh_dir, "model.safetensors"))
-    with open_engine("transformers", EngineConfig(str(fresh_dir), dtype="float32", max_model_len=128)) as fresh:
+    config = EngineConfig(str(fresh_dir), dtype="float32", max_model_len=128, device=engine.config.device)
+    with open_engine("transformers", config) as fresh:
         after = engine.prompt_logprobs(PROMPTS)
         assert after == fresh.prompt_logprobs(PROMPTS)
     assert after != before

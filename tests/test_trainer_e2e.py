@@ -84,6 +84,7 @@ def bucket_state(bucket: str, version: int) -> dict[str, torch.Tensor]:
 def test_trainer_publishes_rollout_follows_bit_for_bit_and_resume_continues(stack: dict[str, str]) -> None:
     first = train(stack, 3)
     assert (first["version"], first["step"], first["resumed_from"]) == (3, 3, None)
+    assert first["device"] == "cpu" and httpx.get(f"{stack['rollout']}/status").json()["device"] == "cpu"
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
     assert [v.version for v in manifest.versions] == [1, 2, 3]
     assert manifest.latest.state_hash == first["state_hash"]

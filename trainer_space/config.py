@@ -19,8 +19,11 @@ class TrainerConfig:
         games_per_step: Games (completions) per optimizer step, `groups_per_step * num_generations`.
         num_generations: Games per Wordle word: GRPO compares the games of one group, which share a seed.
         max_steps: Optimizer steps this session runs before it stops.
-        learning_rate: AdamW learning rate. Parameters are bf16 (what is published), so an update moves
-            an element only when it exceeds half its ULP: RL rates below ~1e-6 change almost nothing.
+        learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
+            element changes once the updates since it last changed add up to half its ULP.
+        device: Torch device of the master weights, the optimizer state and the published state (`cpu`,
+            `cuda`, `cuda:N`; `models.resolve_device` turns `auto` into one). On a GPU the forward and
+            backward passes run under bf16 autocast.
         max_tokens: Tokens per model turn.
         max_turns: Guesses per game (Wordle allows 6).
         temperature: Sampling temperature of the rollouts.
@@ -43,6 +46,7 @@ class TrainerConfig:
     num_generations: int = 4
     max_steps: int = 1000
     learning_rate: float = 1e-5
+    device: str = "cpu"
     max_tokens: int = 24
     max_turns: int = 6
     temperature: float = 1.0
@@ -70,6 +74,8 @@ class TrainerConfig:
         if self.max_staleness < 0 or self.stale_retries < 0 or self.stale_wait < 0:
             raise ValueError("max_staleness, stale_retries and stale_wait must be >= 0, got "
                              f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")
+        if self.device != "cpu" and not (self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be cpu, cuda or cuda:N (resolve auto first), got {self.device!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from models import DEFAULT_MODEL
+from models import DEFAULT_MODEL, DEVICE_CHOICES
 
 from .config import TrainerConfig
 
@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the rollout's model")
     parser.add_argument("--owner-token", default=env("OWNER_TOKEN") or None,
                         help="secret that start/pause/stop need (env OWNER_TOKEN; unset: nobody controls it)")
+    parser.add_argument("--device", default=env("DEVICE", "auto"),
+                        help=f"where the weights train: {', '.join(DEVICE_CHOICES)} or cuda:N (env DEVICE; default auto: "
+                             "the GPU when there is one)")
     parser.add_argument("--paused", action="store_true", help="do not start training on launch")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps per run")
     parser.add_argument("--games-per-step", type=int, default=defaults.games_per_step,
@@ -45,10 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, model_folder: str) -> TrainerConfig:
     """The session's config from parsed flags (ValueError with the flag to change when invalid)."""
+    from models import resolve_device
+
     return TrainerConfig(
         bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, max_tokens=args.max_tokens, max_turns=args.max_turns,
+        learning_rate=args.learning_rate, device=resolve_device(args.device), max_tokens=args.max_tokens, max_turns=args.max_turns,
         max_staleness=args.max_staleness, seed=args.seed)
 
 

@@ -1,7 +1,7 @@
 """Publishing after every optimizer step, and measuring what each published version cost.
 
-`PublishCallback` hands the state to `delta.Publisher` at the end of every optimizer step; the
-publisher copies it and returns (encoding and upload run in its background thread, and coalesce if
+`PublishCallback` casts the master weights into the published state and hands it to `delta.Publisher`
+at the end of every optimizer step, on the weights' device; the publisher copies it and returns (encoding and upload run in its background thread, and coalesce if
 they fall behind), so a step waits only for the copy. `PayloadLog` watches the bucket from its own
 thread and records, per committed delta, its size with the default codec against what the `raw`
 layout (int32 positions + values, the TRL blog's) and the dense model would have cost.
@@ -21,6 +21,8 @@ import delta
 from dashboard.payload import raw_bytes
 from delta.manifest import read_manifest
 
+from .weights import cast_into
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,17 +31,21 @@ class PublishCallback(TrainerCallback):
 
     Args:
         publisher: Where versions go (None: count versions without publishing, for benchmarks).
-        state: The published tensors (sharing the model's storage, see `weights.published_state`).
+        state: The published tensors (see `weights.published_state`).
         version: The version `state` holds now (the bucket's latest on resume, else 0).
+        master: The weights the optimizer updates, cast into `state` before each publish (None: `state`
+            shares their storage already).
 
     Attributes:
-        copy_s: Seconds the last `publish` call blocked the step (the snapshot copy).
+        copy_s: Seconds the last publish blocked the step (the cast and the snapshot copy).
         steps: Steps seen.
     """
 
-    def __init__(self, publisher: delta.Publisher | None, state: dict[str, torch.Tensor], version: int) -> None:
+    def __init__(self, publisher: delta.Publisher | None, state: dict[str, torch.Tensor], version: int,
+                 master: dict[str, torch.Tensor] | None = None) -> None:
         self.publisher = publisher
         self.state = state
+        self.master = master
         self.start_version = version
         self.steps = 0
         self.copy_s = 0.0
@@ -63,6 +69,8 @@ class PublishCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         start = time.perf_counter()
+        if self.master is not None:
+            cast_into(self.state, self.master)
         if self.publisher is not None:
             self.publisher.publish(self.state)
         self.copy_s = time.perf_counter() - start

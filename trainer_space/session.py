@@ -175,6 +175,7 @@ class TrainingSession:
         `version` is the last version committed to the bucket and `state_hash` its hash; `trainer_version`
         the version of the weights in memory (ahead while a publish is in flight). After a resume,
         `resumed_from` is the bucket version loaded and `resumed_hash` the hash of the weights after loading.
+        `device` is where the weights train (`cpu`, `cuda`).
         """
         last = self.records[-1] if self.records else None
         return {
@@ -196,6 +197,7 @@ class TrainingSession:
             "rollout_url": self.config.rollout_url,
             "env_url": self.config.env_url,
             "model": self.config.model,
+            "device": self.config.device,
             "error": self.error,
         }
 
@@ -215,14 +217,18 @@ class TrainingSession:
 
         from .publishing import PayloadLog, PublishCallback
         from .rollouts import WordleRollouts
-        from .weights import published_state, resume
+        from .weights import cast_into, master_tensors, published_state, resume
 
         c = self.config
         self.tokenizer = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.bfloat16, local_files_only=True)
-        self.published = published_state(self.model, c.model)
+        # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
+        self.model = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32, local_files_only=True)
+        self.model.to(c.device)
+        self.master = master_tensors(self.model, c.model)
+        self.published = published_state(self.master, c.model)
         version = resume(self.published, c.bucket)
         if version:  # the proof that the weights are the bucket's, bit for bit (see `status`)
+            cast_into(self.master, self.published)
             self.resumed_from, self.resumed_hash = version, delta.state_digest(self.published).hexdigest
         self.publisher = None
         self.payloads = None
@@ -230,7 +236,7 @@ class TrainingSession:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=self.published if version else None)
             self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
-        self.callback = PublishCallback(self.publisher, self.published, version)
+        self.callback = PublishCallback(self.publisher, self.published, version, master=self.master)
         if self._client is None:
             from rollout_space.client import RolloutClient
 
@@ -251,7 +257,7 @@ class TrainingSession:
             per_device_train_batch_size=c.games_per_step, gradient_accumulation_steps=1,
             num_generations=c.num_generations, max_completion_length=c.max_tokens * c.max_turns * 4,
             temperature=c.temperature, reward_weights=list(REWARD_WEIGHTS), beta=0.0,
-            use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to="none",
+            use_cpu=c.device == "cpu", bf16=c.device != "cpu", logging_steps=1, save_strategy="no", report_to="none",
             disable_tqdm=True, seed=c.seed, data_seed=c.seed, dataloader_num_workers=0,
         )
         rows = max(c.max_steps * c.groups_per_step, 1)

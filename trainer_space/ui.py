@@ -32,7 +32,7 @@ def status_markdown(status: dict[str, Any]) -> str:
          f"{'-' if win is None else f'{100 * win:.0f}%'} · step {status['step_s'] or 0:.1f} s"),
         (f"staleness bound {status['max_staleness']} versions: {stale.get('games', 0)} games trained on, "
          f"{stale.get('replayed', 0)} replayed, {stale.get('dropped', 0)} dropped"),
-        f"bucket `{status['bucket']}` · rollout {status['rollout_url']}",
+        f"training on **{status.get('device')}** · bucket `{status['bucket']}` · rollout {status['rollout_url']}",
     ]
     if status.get("error"):
         lines.append(f"**error:** {status['error']}")

@@ -1,14 +1,14 @@
-"""The published state: which of the model's tensors go to the bucket, and resuming from the bucket.
+"""The published state: which of the model's tensors go to the bucket, in which dtype, and resuming.
 
-The published state has the names, shapes and dtypes of the model folder's safetensors files — what
-a rollout engine loads and follows — so a tied `lm_head.weight` (absent from the files) is not
-published twice. Its tensors share storage with the model's parameters: the optimizer's in-place
-updates show through without copying.
+The trainer keeps fp32 *master* weights (the optimizer's updates smaller than half a bf16 ULP add up
+instead of being lost) and publishes their cast to the checkpoint's dtypes: the names, shapes and
+dtypes of the model folder's safetensors files — what a rollout engine loads and follows — so a tied
+`lm_head.weight` (absent from the files) is not published twice. The published tensors live on the
+master weights' device; `cast_into` refreshes them after each optimizer step, in place.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
@@ -20,37 +20,54 @@ from delta.manifest import read_manifest
 logger = logging.getLogger(__name__)
 
 
-def checkpoint_names(folder: str) -> list[str]:
-    """Tensor names stored in a model folder's safetensors files (sharded or not)."""
+def checkpoint_dtypes(folder: str) -> dict[str, torch.dtype]:
+    """Name -> dtype of every tensor in a model folder's safetensors files (sharded or not)."""
     from safetensors import safe_open
 
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            return sorted(json.load(f)["weight_map"])
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     if not files:
         raise FileNotFoundError(f"no .safetensors files in model folder {folder!r}")
-    names: list[str] = []
+    dtypes: dict[str, torch.dtype] = {}
     for name in files:
         with safe_open(os.path.join(folder, name), "pt") as f:
-            names.extend(f.keys())
-    return sorted(names)
+            for key in f.keys():
+                code = f.get_slice(key).get_dtype()
+                if code not in _DTYPES:
+                    raise ValueError(f"{folder}/{name}: tensor {key} is {code}; the trainer publishes "
+                                     f"{sorted(_DTYPES)} tensors")
+                dtypes[key] = _DTYPES[code]
+    return dict(sorted(dtypes.items()))
 
 
-def published_state(model: torch.nn.Module, folder: str) -> dict[str, torch.Tensor]:
-    """The model's tensors under the checkpoint's names, sharing the parameters' storage.
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+
+def master_tensors(model: torch.nn.Module, folder: str) -> dict[str, torch.Tensor]:
+    """The model's parameters under the checkpoint's names, sharing their storage (the master weights).
 
     Raises:
         ValueError: a checkpoint tensor has no counterpart in the model (it renames weights).
     """
     params = model.state_dict(keep_vars=False)
-    names = checkpoint_names(folder)
+    names = list(checkpoint_dtypes(folder))
     missing = [n for n in names if n not in params]
     if missing:
         raise ValueError(f"the model has no tensor named {missing[:3]} (of {len(missing)} in {folder}); "
                          "the trainer publishes under the checkpoint's names, so they must match")
     return {n: params[n].detach() for n in names}
+
+
+def published_state(master: dict[str, torch.Tensor], folder: str) -> dict[str, torch.Tensor]:
+    """New tensors holding `master` cast to the checkpoint's dtypes, on the master weights' device."""
+    dtypes = checkpoint_dtypes(folder)
+    return {n: t.to(dtypes[n], copy=True) for n, t in master.items()}
+
+
+@torch.no_grad()
+def cast_into(dst: dict[str, torch.Tensor], src: dict[str, torch.Tensor]) -> None:
+    """Copy each tensor of `src` into `dst`'s tensor of that name, in place (rounding to nearest even)."""
+    for name, tensor in dst.items():
+        tensor.copy_(src[name])
 
 
 def resume(state: dict[str, torch.Tensor], bucket: str) -> int:

@@ -47,11 +47,14 @@ class EngineConfig:
             state keeps its own dtype; updates are cast on the way in. `float32` makes vLLM and transformers
             agree to ~1e-5 in logprobs (in bfloat16 their kernels differ by up to ~1e-1).
         max_model_len: Longest prompt + completion, in tokens.
+        device: Where the transformers engine runs the model (`cpu`, `cuda`, `cuda:N`; `models.resolve_device`
+            turns `auto` into one). vLLM chooses its own device: its platform's.
     """
 
     model: str
     dtype: str = "auto"
     max_model_len: int = 2048
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if not os.path.isdir(self.model):

@@ -1,4 +1,4 @@
-"""The plain transformers engine: the model in this process on the CPU, for small machines and fast tests."""
+"""The plain transformers engine: the model in this process (CPU or one GPU), for small machines and fast tests."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class TransformersEngine(Engine):
         super().__init__(config, version=version)
         model = AutoModelForCausalLM.from_pretrained(
             config.model, dtype=DTYPES[config.dtype] or "auto", local_files_only=True)
-        model.eval()
+        model.to(config.device).eval()
         # Sample with our parameters only: the folder's generation defaults (top_k, penalties) would
         # make this engine sample differently from vLLM.
         model.generation_config = GenerationConfig(pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id)
@@ -46,11 +46,13 @@ class TransformersEngine(Engine):
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
         pad = self._pad_id()
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # left padded
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        device = self.config.device
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)  # left padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         greedy = params.temperature == 0
         stops = self._stops(params)
-        with torch.random.fork_rng(devices=[], enabled=params.seed is not None):
+        gpus = [device] if device != "cpu" else []
+        with torch.random.fork_rng(devices=gpus, enabled=params.seed is not None):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
@@ -71,8 +73,9 @@ class TransformersEngine(Engine):
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
         pad = self._pad_id()
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts])  # right padded: causal, so harmless
-        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
+        device = self.config.device
+        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts], device=device)  # right padded: causal
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts], device=device)
         logits = self._model(input_ids=ids, attention_mask=mask).logits.float()
         scores = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         return [row[: len(p) - 1] for row, p in zip(scores.tolist(), prompts)]
