@@ -1,7 +1,7 @@
 """What publishing costs the trainer, and a bounded real training run.
 
     python -m bench.trainer overhead [--model PATH] [--triples 4] [--warmup 2] [--games 4]
-    python -m bench.trainer run [--minutes 12] [--png docs/training.png]
+    python -m bench.trainer run [--minutes 12] [--device auto] [--seed 0] [--png docs/training.png]
 
 `overhead`: GRPO step time with a delta published after a step, and without, interleaved in one run.
 
@@ -15,9 +15,11 @@ interleaving keeps it honest on a shared machine whose load drifts between runs.
 for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a step.
 
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
-local bucket with SmolLM2-135M-Instruct, for `--minutes`; then the trainer's `/history` is saved to
-bench/out/training.json and drawn (reward and win rate per step; bytes per version: the default codec,
-`raw`, the dense model) to `--png`.
+local bucket with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
+needed, so a GPU machine runs it from a shell); then the trainer's `/history` is saved to
+bench/out/training.json with a summary (mean reward and win rate over the first and the last
+`--window` steps) and drawn (reward and win rate per step; bytes per version: the default codec, `raw`,
+the dense model) to `--png`.
 """
 
 from __future__ import annotations
@@ -132,10 +134,11 @@ def real_run(args: argparse.Namespace) -> None:
     roles = {
         "env": [],
         "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
-                    "--showcase-every", "0"],
+                    "--showcase-every", "0", "--device", args.device],
         "trainer": ["--bucket", bucket, "--model", model, "--rollout-url", url["rollout"], "--env-url", url["env"],
                     "--games-per-step", str(args.games), "--num-generations", "4", "--max-tokens", "24",
-                    "--max-turns", str(args.max_turns), "--learning-rate", str(args.lr), "--max-steps", "100000"],
+                    "--max-turns", str(args.max_turns), "--learning-rate", str(args.lr), "--max-steps", "100000",
+                    "--device", args.device, "--seed", str(args.seed)],
     }
     procs = []
     with open(os.path.join(root, "roles.log"), "w") as logs:
@@ -161,6 +164,8 @@ def real_run(args: argparse.Namespace) -> None:
                 p.wait(60)
     history["command"] = "python -m bench.trainer run " + " ".join(sys.argv[2:])
     history["minutes"] = args.minutes
+    history["summary"] = summary(history["steps"], args.window)
+    print(json.dumps(history["summary"], indent=1))
     os.makedirs("bench/out", exist_ok=True)
     with open("bench/out/training.json", "w") as f:
         json.dump(history, f, indent=1)
@@ -183,6 +188,18 @@ def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> N
         time.sleep(1)
 
 
+def summary(steps: list[dict], window: int) -> dict:
+    """Mean reward and win rate over the first and the last `window` steps (steps with no games left out)."""
+    def mean(rows: list[dict], key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.fmean(values) if values else None
+
+    first, last = steps[:window], steps[-window:]
+    return {"steps": len(steps), "window": window,
+            **{f"{k}_{edge}": mean(rows, k) for k in ("reward", "win_rate") for edge, rows in
+               (("first", first), ("last", last))}}
+
+
 def plot(history: dict, png: str) -> None:
     """Reward / win rate per step and bytes per version, side by side, with the command in the title."""
     import matplotlib
@@ -196,7 +213,7 @@ def plot(history: dict, png: str) -> None:
     left.plot(x, [s["reward"] for s in steps], "o-", label="mean env reward per step")
     left.plot(x, [s["win_rate"] for s in steps], "s--", label="win rate")
     left.set_xlabel("optimizer step")
-    left.set_title("GRPO on Wordle, SmolLM2-135M-Instruct (CPU)")
+    left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({history['status'].get('device', 'cpu')})")
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     v = [p["version"] for p in payloads]
     right.semilogy(v, [p["delta_bytes"] for p in payloads], "o-", label="published delta (default codec)")
@@ -226,6 +243,9 @@ def main() -> None:
     r.add_argument("--games", type=int, default=8, help="games per step (groups of 4)")
     r.add_argument("--max-turns", type=int, default=3)
     r.add_argument("--lr", type=float, default=2e-5)
+    r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
+    r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
+    r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")
     r.add_argument("--png", default="docs/training.png")
     args = parser.parse_args()
     (overhead if args.mode == "overhead" else real_run)(args)
