@@ -67,7 +67,8 @@ class RolloutService:
         self.limits = limits or ServiceLimits()
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
-        self._games: deque[dict[str, Any]] = deque(maxlen=100)
+        self._games: deque[dict[str, Any]] = deque(maxlen=100)  # the latest, for the UI
+        self._played = 0  # every game, for /status
         self._tokens = 0
         self._last_game = time.monotonic()
         self._stats_lock = threading.Lock()
@@ -130,6 +131,7 @@ class RolloutService:
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
             self._games.extend(t.to_dict() for t in trajectories)
+            self._played += len(trajectories)
             self._last_game = time.monotonic()
         return trajectories
 
@@ -146,7 +148,7 @@ class RolloutService:
         elif latest is None:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
-            tokens, games = self._tokens, len(self._games)
+            tokens, games = self._tokens, self._played
         return {
             "version": self.engine.version,
             "latest_version": latest,

@@ -83,3 +83,9 @@ def test_follows_new_versions_while_serving(stack):
     assert reply["version"] == 2
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
     assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status()["state_hash"]
+
+
+def test_games_played_counts_every_game_not_only_those_kept_for_the_ui(stack):
+    before = stack["client"].status()["games_played"]
+    stack["client"].rollout([{"seed": s} for s in range(120)], max_tokens=1, max_turns=1, seed=1)
+    assert stack["client"].status()["games_played"] == before + 120
