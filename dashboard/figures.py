@@ -89,20 +89,37 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.
     return fig
 
 
+def size_text(n: float) -> str:
+    """Bytes for a person: "269 MB", "1.1 MB", "880 B" (decimal units, as file sizes are shown)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.Figure:
-    """Per version applied: bytes fetched (bars, left axis), fetch time and apply pause (lines, ms).
+    """Per version applied: bytes fetched (bars, log axis), fetch time and apply pause (lines, ms).
+
+    Anchors (full copies) and deltas are separate series in their own colours, each bar labelled with
+    its size: on a linear axis the first full copy (hundreds of MB) would flatten every later delta
+    (about 1 MB) to nothing.
 
     Args:
-        syncs: Oldest first (``RolloutService.syncs()``); ``via`` (delta, anchor, ...) shows on hover.
+        syncs: Oldest first (``RolloutService.syncs()``); ``via`` is ``anchor`` or ``delta``.
     """
     if not syncs:
         return _empty(title, "No sync yet")
     versions = [s.version for s in syncs]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=versions, y=[s.bytes_fetched for s in syncs], name="bytes fetched",
-                         marker_color="#9ecae1", customdata=[s.via for s in syncs],
-                         hovertemplate="v%{x} via %{customdata}: %{y:,} bytes<extra></extra>"),
-                  secondary_y=False)
+    for via, name, color in (("anchor", "anchor (full copy)", "#08306b"), ("delta", "delta", "#6baed6")):
+        shown = [s for s in syncs if (s.via == "anchor") == (via == "anchor")]
+        if not shown:
+            continue
+        fig.add_trace(go.Bar(x=[s.version for s in shown], y=[max(1, s.bytes_fetched) for s in shown], name=name,
+                             marker_color=color, text=[size_text(s.bytes_fetched) for s in shown],
+                             textposition="outside", cliponaxis=False,
+                             hovertemplate=f"v%{{x}} {name}: %{{text}}<extra></extra>"),
+                      secondary_y=False)
     for label, values, color in (("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
                                  ("apply pause (ms)", [1000 * s.pause_s for s in syncs], "#e6550d")):
         fig.add_trace(go.Scatter(x=versions, y=values, name=label, mode="lines+markers",
@@ -110,11 +127,11 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                                  hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>"),
                       secondary_y=True)
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.25}, bargap=0.3)
+                      legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
     span = max(versions) - min(versions)
     fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)))
-    fig.update_yaxes(title_text="bytes", secondary_y=False)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=True)
+    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, secondary_y=True)
     return fig
 
 

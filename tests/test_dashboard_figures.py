@@ -59,17 +59,20 @@ def test_heatmap_without_a_delta_says_so() -> None:
     assert _message(sparsity_heatmap(None)) == "No delta applied yet"
 
 
-def test_sync_timeline() -> None:
-    syncs = [Sync(1, "anchor", 40_000, 0.020, 0.004), Sync(2, "delta", 900, 0.002, 0.001),
-             Sync(3, "delta", 1_100, 0.003, 0.0015)]
+def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
+    syncs = [Sync(1, "anchor", 269_000_000, 0.020, 0.004), Sync(2, "delta", 900, 0.002, 0.001),
+             Sync(3, "delta", 1_100_000, 0.003, 0.0015), Sync(4, "anchor", 269_000_000, 0.02, 0.004)]
     fig = sync_timeline(syncs)
-    bars, fetch, pause = fig.data
-    assert list(bars.x) == [1, 2, 3] and list(bars.y) == [40_000, 900, 1_100]
-    assert list(bars.customdata) == ["anchor", "delta", "delta"]
-    assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0]
-    assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5]
+    anchors, deltas, fetch, pause = fig.data
+    assert (anchors.name, deltas.name) == ("anchor (full copy)", "delta")
+    assert list(anchors.x) == [1, 4] and list(deltas.x) == [2, 3]
+    assert list(deltas.y) == [900, 1_100_000] and list(deltas.text) == ["900 B", "1.1 MB"]
+    assert list(anchors.text) == ["269 MB", "269 MB"]
+    assert fig.layout.yaxis.type == "log"  # a 1 MB delta stays visible beside a 269 MB anchor
+    assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0, 20.0]
+    assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5, 4.0]
     assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
-    assert pause.yaxis == "y2" and bars.yaxis == "y"
+    assert pause.yaxis == "y2" and deltas.yaxis == "y"
     assert fig.layout.xaxis.dtick == 1  # whole versions on the axis
     assert _message(sync_timeline([])) == "No sync yet"
 
