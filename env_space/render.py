@@ -33,6 +33,9 @@ CSS = """
 .wordle-mini .wordle-row { grid-template-columns: repeat(5, 16px); gap: 2px; }
 .wordle-mini .wordle-tile { width: 16px; height: 16px; font-size: 10px; border-width: 1px; }
 .wordle-empty { color: #787c7e; }
+.wordle-moves { margin: 4px 0 0; padding: 0; list-style: none; font: 12px/1.4 ui-monospace, monospace; }
+.wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 420px; }
+.wordle-move.invalid { color: #a33; }
 """
 
 
@@ -88,22 +91,50 @@ def status_text(observation: WordleObservation | None) -> str:
     return left
 
 
+def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_moves: int,
+                 reveal: bool = True) -> str:
+    """The one wording of a game's result ("won in 3", "lost (CRANE), 2 invalid moves", "unfinished"),
+    used by the env's feed and the rollout's alike, from the env's own counts."""
+    if won:
+        text = f"won in {guesses}"
+    elif not finished:
+        text = "unfinished"
+    else:
+        text = f"lost ({html.escape(secret.upper())})" if reveal and secret else "lost"
+    if invalid_moves:
+        text += f", {invalid_moves} invalid move{'s' if invalid_moves != 1 else ''}"
+    return text
+
+
+def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70) -> str:
+    """What the player wrote for each move, one line each: the word it scored or "invalid", then its
+    text with whitespace collapsed, escaped and cut at ``chars`` (the whole kept text on hover)."""
+    if not replies:
+        return ""
+    lines = []
+    for n, (reply, guess) in enumerate(zip(replies, guesses, strict=True), start=1):
+        flat = " ".join(reply.split())
+        shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
+        verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
+        lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
+                     f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}</li>")
+    return f'<ol class="wordle-moves" data-testid="moves">{"".join(lines)}</ol>'
+
+
 def feed_html(records: Sequence[GameRecord], now: float | None = None) -> str:
-    """Recent policy games: small boards, who played, the result and how long ago."""
+    """Recent policy games: small boards, who played, the result, how long ago and each move's text."""
     if not records:
         return '<div class="wordle-feed wordle-empty" data-testid="feed">No policy games yet.</div>'
     now = time.time() if now is None else now
     games = []
     for r in records:
-        result = f"won in {len(r.words)}" if r.won else f"lost ({html.escape(r.secret.upper())})"
-        if r.invalid_moves:
-            result += f", {r.invalid_moves} invalid move{'s' if r.invalid_moves != 1 else ''}"
+        result = outcome_text(r.won, r.finished, r.secret, len(r.words), r.invalid_moves)
         ago = max(0, int(now - r.finished_at))
         games.append(
             '<div class="wordle-game">'
             f'<div class="wordle-mini">{_rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
-            f'<span class="wordle-empty">{ago}s ago</span></div></div>'
+            f'<span class="wordle-empty">{ago}s ago</span>{moves_html(r.replies, r.guesses)}</div></div>'
         )
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 

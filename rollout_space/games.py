@@ -67,6 +67,7 @@ class Trajectory:
         turn_rewards: The env's reward for each reply.
         won: Whether the policy found the word.
         guesses: The word of each reply ("" when the move was invalid).
+        invalid_moves: The env's count of invalid moves (the env is the one record of a game's result).
         marks: Feedback per valid guess, one of G/Y/X per letter.
         replies: The text of each reply.
         secret: The word (empty if the game ended unfinished, before the env revealed it).
@@ -87,6 +88,7 @@ class Trajectory:
     guesses: list[str] = field(default_factory=list)
     marks: list[str] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
+    invalid_moves: int = 0
     secret: str = ""
     versions: list[int] = field(default_factory=list)
     finished: bool = False
@@ -118,6 +120,7 @@ class Trajectory:
         self.guesses.append(rows[-1]["word"] if valid and rows else "")
         self.marks = [row["marks"] for row in rows]
         self.won = bool(observation["won"])
+        self.invalid_moves = int(observation["invalid_moves"])
         self.secret = observation.get("secret") or ""
 
 

@@ -54,13 +54,19 @@ def test_feed_lists_policy_games_newest_first() -> None:
     games = [
         GameRecord("a", "policy v7", ("slate", "crane"), ("XXGXG", "GGGGG"), True, "crane", 0, 1.7, 100.0),
         GameRecord("b", "policy v6", ("fjord",) * 6, ("XXXYX",) * 6, False, "crane", 2, -0.1, 90.0),
-        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0),
+        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0, replies=("<i>" + "x " * 60,),
+                   guesses=("",)),
+        GameRecord("d", "policy v5", (), (), False, "", 6, -0.6, 90.0, finished=False),
     ]
     html = feed_html(games, now=130.0)
     assert html.index("policy v7") < html.index("policy v6")
     assert "won in 2" in html and "30s ago" in html
     assert "lost (CRANE), 2 invalid moves" in html and "40s ago" in html
     assert "lost (&lt;B&gt;), 1 invalid move<" in html  # escaped
+    assert "unfinished, 6 invalid moves" in html
+    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)</li>', html)
+    assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 31 + "x..."  # what the model wrote, cut
+    assert move.group(1).startswith("&lt;i&gt;x x")  # the whole text on hover
 
 
 def test_stats_rows_and_win_rate_curve() -> None:
