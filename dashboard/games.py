@@ -68,7 +68,7 @@ def feed_html(trajectories: Sequence[Trajectory]) -> str:
     if not trajectories:
         return '<div class="wordle-feed wordle-empty" data-testid="policy-feed">No policy games yet.</div>'
     games = []
-    for t in trajectories:
+    for i, t in enumerate(trajectories):
         words, marks = scored_words(t), list(t.get("marks", []))
         versions = sorted(set(t.get("versions") or [t.get("version")]) - {None})
         label = ("v?" if not versions else f"v{versions[0]}" if len(versions) == 1
@@ -79,5 +79,5 @@ def feed_html(trajectories: Sequence[Trajectory]) -> str:
             f'<div class="wordle-mini">{rows_html(words, marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {reward:.2f}</span>'
-            f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [])}</div></div>')
+            f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [], open_=i == 0)}</div></div>')
     return f'<div class="wordle-feed" data-testid="policy-feed">{"".join(games)}</div>'

@@ -89,7 +89,7 @@ class Match:
         policy = None if failure or not self.policy.done() else self.policy.result()
         error = f"{type(failure).__name__}: {failure}" if failure else None
         if error:
-            policy_status = f"⚠️ The policy could not play: {error}"
+            policy_status = f"The policy could not play: {error}"
         elif policy is None:
             policy_status = "The policy is thinking…"
         elif over:

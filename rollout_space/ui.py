@@ -29,7 +29,7 @@ CSS = render.CSS + """
 #rollout-status p { margin: 2px 0; }
 .wordle-board[data-testid=policy-board] .wordle-tile:empty { min-height: 52px; }
 """
-FEED_SIZE = 12
+FEED_SIZE = 8
 #: Tokens per policy reply in games the UI starts (the service's own cap may be lower).
 REPLY_TOKENS = 48
 
@@ -47,9 +47,9 @@ def status_markdown(status: Mapping[str, Any]) -> str:
     counts = f"{status.get('syncs', 0)} syncs · {status.get('tokens_served', 0):,} tokens served"
     lines = [f"### Serving **v{status.get('version')}** · {lag}", f"engine **{engine}** · model `{model}` · {counts}"]
     if status.get("note"):
-        lines.append(f"ℹ️ {html.escape(str(status['note']))}")
+        lines.append(f"note: {html.escape(str(status['note']))}")
     error = status.get("last_error")
-    lines.append(f"⚠️ last error: {html.escape(str(error))}" if error else "no errors")
+    lines.append(f"**last error:** {html.escape(str(error))}" if error else "no errors")
     return "\n\n".join(lines)
 
 
@@ -88,7 +88,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         try:
             service.play([GameSpec()], params)
         except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
-            return f"⚠️ The policy could not play: {html.escape(str(e))}"
+            return f"The policy could not play: {html.escape(str(e))}"
         return ""
 
     def show(match: Match | None, note: str | None = None) -> tuple:
@@ -100,11 +100,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         if current is not None:
             current.close()
         if service.env is None:
-            return show(None, "⚠️ This rollout server has no env Space (start it with --env-url).")
+            return show(None, "This rollout server has no env Space (start it with --env-url).")
         try:
             return show(Match(service.env.url, private.play, executor))
         except VersusError as e:
-            return show(None, f"⚠️ {html.escape(str(e))}")
+            return show(None, f"Could not start a match: {html.escape(str(e))}")
 
     def guess(text: str, match: Match | None) -> tuple:
         if match is None:
@@ -114,7 +114,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         try:
             match.guess(text.strip())
         except VersusError as e:
-            return show(match, f"⚠️ {html.escape(str(e))}")
+            return show(match, f"The env did not take the guess: {html.escape(str(e))}")
         return show(match)
 
     def refresh_policy(match: Match | None) -> tuple:
@@ -149,7 +149,8 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                             box = gr.Textbox(show_label=False, placeholder="Type a 5-letter word, press Enter",
                                              max_lines=1, scale=3, elem_id="versus-input")
                             send = gr.Button("Guess", variant="primary", scale=1, elem_id="versus-guess")
-                        keyboard = gr.HTML(render.keyboard_html([]))
+                        keyboard = gr.HTML(render.keyboard_html([]),
+                                           js_on_load=render.keyboard_js("versus-input", "versus-guess"))
                     with gr.Column():
                         gr.Markdown("### The policy")
                         policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")

@@ -43,6 +43,7 @@ def scripted_policy(env_url: str) -> Any:
             if reply["done"]:
                 break
         return {"guesses": guesses, "marks": [r["marks"] for r in obs["rows"]], "won": obs["won"],
+                "invalid_moves": obs["invalid_moves"],
                 "secret": obs["secret"], "reward": obs["total_reward"], "version": 4, "versions": [4]}
 
     return play
@@ -85,7 +86,7 @@ def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPool
 
     match = Match(env_url, broken, executor)
     match.policy.exception(timeout=10)
-    assert match.view().policy_status == "⚠️ The policy could not play: RuntimeError: engine down"
+    assert match.view().policy_status == "The policy could not play: RuntimeError: engine down"
     match.close()
 
 
