@@ -62,11 +62,11 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
 
 
-def feed_html(trajectories: Sequence[Trajectory]) -> str:
+def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -> str:
     """Recent policy games, newest first: a small board, the weight version, the result and what the
     model wrote for each move."""
     if not trajectories:
-        return '<div class="wordle-feed wordle-empty" data-testid="policy-feed">No policy games yet.</div>'
+        return f'<div class="wordle-feed wordle-empty" data-testid="{testid}">No policy games yet.</div>'
     games = []
     for i, t in enumerate(trajectories):
         words, marks = scored_words(t), list(t.get("marks", []))
@@ -80,4 +80,4 @@ def feed_html(trajectories: Sequence[Trajectory]) -> str:
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {reward:.2f}</span>'
             f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [], open_=i == 0)}</div></div>')
-    return f'<div class="wordle-feed" data-testid="policy-feed">{"".join(games)}</div>'
+    return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -63,7 +63,12 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="versus-policy")
     params = PlayParams(max_tokens=min(REPLY_TOKENS, service.limits.max_tokens))
-    private = PrivateGames(lambda seed: _as_dict(service.play([GameSpec(seed=seed)], params)[0]))
+
+    def play_match_game(seed: int, progress: Any) -> dict[str, Any]:
+        games_so_far = service.play([GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].to_dict()))
+        return _as_dict(games_so_far[0])
+
+    private = PrivateGames(play_match_game)
     shapes: dict[str, tuple[int, ...]] = {}
 
     def state_shapes() -> dict[str, tuple[int, ...]]:
@@ -86,10 +91,10 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
     def play_one() -> str:
         try:
-            service.play([GameSpec()], params)
+            [game] = service.play([GameSpec()], params)
         except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
-            return f"The policy could not play: {html.escape(str(e))}"
-        return ""
+            return f"<p>The policy could not play: {html.escape(str(e))}</p>"
+        return "<p><b>The game you started:</b></p>" + games.feed_html([_as_dict(game)], testid="played-game")
 
     def show(match: Match | None, note: str | None = None) -> tuple:
         view = match.view() if match is not None else _empty_view(note)
@@ -136,7 +141,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                 gr.Markdown("## The policy playing (live)")
                 feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
                 play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
-                play_note = gr.Markdown("")
+                play_note = gr.HTML("", elem_id="rollout-played")
             with gr.Column(scale=2):
                 gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
                             "the colours of its rows as you play yours, and its words once your game is over.")
