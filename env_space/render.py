@@ -177,5 +177,7 @@ def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """(weight version, win rate) of every versioned policy, by version: the learning curve."""
-    return sorted([s.weight_version, round(s.win_rate, 3)] for s in stats if s.weight_version is not None)
+    """("vN", win rate) of every versioned policy, by version: the learning curve. Versions are labels,
+    so the chart's axis shows whole versions only (a numeric axis would tick at 4.5)."""
+    points = sorted((s.weight_version, round(s.win_rate, 3)) for s in stats if s.weight_version is not None)
+    return [[f"v{version}", rate] for version, rate in points]

@@ -48,11 +48,12 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
         except SessionNotFoundError:
             return show(None, "This game expired while idle. Press **New game**.")
 
-    def draw_feed() -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    def draw_feed() -> tuple[str, gr.LinePlot, pd.DataFrame]:
         stats = store.history.stats()
+        curve = render.win_rate_curve(stats)
         return (
             render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
-            pd.DataFrame(render.win_rate_curve(stats), columns=render.CURVE_HEADERS),
+            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[v for v, _ in curve]),
             pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
         )
 

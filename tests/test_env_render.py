@@ -78,6 +78,6 @@ def test_stats_rows_and_win_rate_curve() -> None:
     ]
     assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
     assert win_rate_curve(stats) == [
-        [2, 0.333],
-        [10, 0.75],
-    ]  # by version, people and unknown versions left out
+        ["v2", 0.333],
+        ["v10", 0.75],
+    ]  # by version (labels: whole versions on the axis), people and unknown versions left out
