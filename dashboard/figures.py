@@ -1,4 +1,4 @@
-"""Plotly figures of the dashboards: delta sparsity heatmap, sync timeline, training curves.
+"""Plotly figures of the dashboards: delta sparsity heatmap, sync timeline, learning and payload curves.
 
 Pure functions from data to a ``plotly.graph_objects.Figure`` (``gr.Plot`` shows them). Each takes
 plain values or small dataclasses, never a service, so the rollout and trainer UIs share them and
@@ -15,6 +15,7 @@ from typing import Protocol
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .smoothing import SMOOTHING, ema
 from .sparsity import SparsityGrid
 
 HEIGHT = 320
@@ -151,13 +152,39 @@ def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_t
     return fig
 
 
-def reward_curves(steps: Sequence[float], reward: Sequence[float | None],
-                  win_rate: Sequence[float | None] | None = None, title: str = "Reward and win rate") -> go.Figure:
-    """Mean reward per step and, when given, the win rate (fraction of games won) per step."""
-    series = [Series("mean reward", steps, reward)]
-    if win_rate is not None:
-        series.append(Series("win rate", steps, win_rate, dash="dot"))
-    return line_curves(series, title, "step", "reward / win rate")
+@dataclass(frozen=True)
+class Metric:
+    """One panel of :func:`learning_curves`: a value per point of the x axis (None: no value)."""
+
+    name: str
+    values: Sequence[float | None]
+    y_range: tuple[float, float] | None = None
+
+
+def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str = "step",
+                    title: str = "Is it learning?", smoothing: float = SMOOTHING) -> go.Figure:
+    """One panel per metric, sharing the x axis: each step as a faint point and its exponential
+    moving average (``dashboard.smoothing.ema`` with weight ``smoothing``) as a line."""
+    if not len(x):
+        return _empty(title, "No training step yet")
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[m.name for m in metrics])
+    for row, m in enumerate(metrics, start=1):
+        fig.add_trace(go.Scatter(x=list(x), y=list(m.values), name=f"{m.name} (each step)", mode="markers",
+                                 marker={"color": "#9ecae1", "size": 6}, showlegend=row == 1,
+                                 legendgroup="raw", hovertemplate=f"%{{y:.3f}}<extra>{m.name}</extra>"),
+                      row=row, col=1)
+        fig.add_trace(go.Scatter(x=list(x), y=ema(m.values, smoothing), name=f"smoothed (EMA {smoothing})",
+                                 mode="lines", line={"color": "#08306b", "width": 2}, connectgaps=True,
+                                 showlegend=row == 1, legendgroup="ema",
+                                 hovertemplate=f"%{{y:.3f}}<extra>{m.name}, smoothed</extra>"),
+                      row=row, col=1)
+        if m.y_range is not None:
+            fig.update_yaxes(range=m.y_range, row=row, col=1)
+    fig.update_layout(title=title, height=HEIGHT + 140 * (len(metrics) - 1), margin=_MARGIN,
+                      template="plotly_white", legend={"orientation": "h", "y": -0.12})
+    fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
+    return fig
 
 
 def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from dashboard import NON_LAYER_ROW, sparsity
 from dashboard.figures import (
+    Metric,
     Series,
+    learning_curves,
     line_curves,
     payload_curves,
-    reward_curves,
     sparsity_heatmap,
     sync_timeline,
 )
@@ -77,10 +78,16 @@ def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
     assert _message(sync_timeline([])) == "No sync yet"
 
 
-def test_reward_and_payload_curves() -> None:
-    fig = reward_curves([1, 2, 3], [0.1, None, 0.4], [0.0, 0.5, 1.0])
-    reward, win = fig.data
-    assert list(reward.y) == [0.1, None, 0.4] and list(win.y) == [0.0, 0.5, 1.0]
+def test_learning_and_payload_curves() -> None:
+    fig = learning_curves([1, 2, 3], [Metric("mean reward", [0.1, None, 0.4]),
+                                      Metric("win rate", [0.0, 0.5, 1.0], (0.0, 1.0))], smoothing=0.5)
+    reward, reward_ema, win, win_ema = fig.data
+    assert list(reward.y) == [0.1, None, 0.4] and list(win.y) == [0.0, 0.5, 1.0]  # every step, as points
+    assert reward.mode == "markers" and reward_ema.mode == "lines"
+    assert [round(v, 6) for v in win_ema.y] == [0.0, round(0.25 / 0.75, 6), round(0.625 / 0.875, 6)]
+    assert reward_ema.y[1] is None and win.yaxis == "y2" and tuple(fig.layout.yaxis2.range) == (0.0, 1.0)
+    assert [a.text for a in fig.layout.annotations] == ["mean reward", "win rate"]
+    assert _message(learning_curves([], [Metric("mean reward", [])])) == "No training step yet"
 
     fig = payload_curves([1, 2], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
     assert [t.name for t in fig.data] == ["ctx", "raw (int32 + values)", "dense model"]
