@@ -170,7 +170,7 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[m.name for m in metrics])
     for row, m in enumerate(metrics, start=1):
-        fig.add_trace(go.Scatter(x=list(x), y=list(m.values), name=f"{m.name} (each step)", mode="markers",
+        fig.add_trace(go.Scatter(x=list(x), y=list(m.values), name="each step", mode="markers",
                                  marker={"color": "#9ecae1", "size": 6}, showlegend=row == 1,
                                  legendgroup="raw", hovertemplate=f"%{{y:.3f}}<extra>{m.name}</extra>"),
                       row=row, col=1)

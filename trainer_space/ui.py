@@ -21,6 +21,7 @@ from .session import AccessDenied, StepRecord, TrainingSession
 
 TICK_S = 2.0
 FEED_SIZE = 8
+_RATE_RANGE = (-0.05, 1.05)  # 0 % and 100 % points stay inside the panel
 
 
 def status_markdown(status: dict[str, Any]) -> str:
@@ -54,8 +55,8 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
         start = records[0].at - records[0].step_s
         x = [(r.at - start) / 60 for r in records]
     metrics = [Metric("mean reward", [r.reward for r in records]),
-               Metric("win rate", [r.win_rate for r in records], (0.0, 1.0)),
-               Metric("valid-guess rate", [r.valid_rate for r in records], (0.0, 1.0))]
+               Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
+               Metric("valid-guess rate", [r.valid_rate for r in records], _RATE_RANGE)]
     return learning_curves(x, metrics, x_title=x_axis)
 
 
