@@ -19,6 +19,7 @@ from dashboard import games, sparsity
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.versus import Match, PrivateGames, VersusError, VersusView
 from env_space import render
+from env_space.mount import mount_ui as _mount
 
 from .engines.errors import EngineError
 from .errors import RolloutError
@@ -177,8 +178,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
 def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0) -> FastAPI:
     """Mount the UI at ``/`` on the rollout API app (its routes, such as ``/status``, stay the API's)."""
-    return gr.mount_gradio_app(app, build_ui(service, refresh_s), path="/", css=CSS, ssr_mode=False,
-                               footer_links=["api"])
+    return _mount(app, build_ui(service, refresh_s), CSS)
 
 
 def _as_dict(trajectory: Any) -> dict[str, Any]:

@@ -119,3 +119,9 @@ def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page
     table = page.locator("#wordle-stats")
     expect(table).to_contain_text("policy v5\n1\n1\n1")
     expect(table).to_contain_text("policy v6\n1\n0\n0")
+
+
+def test_the_status_announcer_gets_words_not_raw_i18n_keys(url: str) -> None:
+    """Gradio's screen-reader status region said "common.complete"; the page now carries the words."""
+    translations = httpx.get(f"{url}/config", timeout=30).json()["i18n_translations"]["en"]
+    assert translations["common.complete"] == "Complete" and translations["common.error"] == "Error"
