@@ -29,7 +29,7 @@ CSS = """
   font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center; cursor: pointer;
   user-select: none; }
 .wordle-key.wide { min-width: 52px; font-size: 11px; }
-.wordle-feed { display: grid; gap: 10px; }
+.wordle-feed { display: grid; grid-template-columns: minmax(0, 1fr); gap: 10px; }
 .wordle-game { display: flex; gap: 12px; align-items: flex-start; }
 .wordle-mini { display: grid; gap: 2px; min-width: 88px; }
 .wordle-mini .wordle-row { grid-template-columns: repeat(5, 16px); gap: 2px; }
@@ -37,7 +37,8 @@ CSS = """
 .wordle-empty { color: #787c7e; }
 .wordle-moves-box summary { cursor: pointer; font-size: 12px; color: #555; }
 .wordle-moves { margin: 4px 0 0; padding: 0; list-style: none; font: 12px/1.4 ui-monospace, monospace; }
-.wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 420px; }
+.wordle-game > div:last-child { min-width: 0; flex: 1; overflow: hidden; }
+.wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
 .wordle-move.invalid { color: #a33; }
 """
 
