@@ -112,13 +112,14 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
         return _empty(title, "No sync yet")
     versions = [s.version for s in syncs]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for via, name, color in (("anchor", "anchor (full copy)", "#08306b"), ("delta", "delta", "#6baed6")):
+    for via, name, color, angle in (("anchor", "anchor (full copy)", "#08306b", 0), ("delta", "delta", "#6baed6", -90)):
         shown = [s for s in syncs if (s.via == "anchor") == (via == "anchor")]
         if not shown:
             continue
         fig.add_trace(go.Bar(x=[s.version for s in shown], y=[max(1, s.bytes_fetched) for s in shown], name=name,
-                             marker_color=color, text=[size_text(s.bytes_fetched) for s in shown],
-                             textposition="outside", cliponaxis=False,
+                             width=0.7, marker_color=color, text=[size_text(s.bytes_fetched) for s in shown],
+                             textposition="outside", textangle=angle, textfont={"size": 11},
+                             constraintext="none", cliponaxis=False,
                              hovertemplate=f"v%{{x}} {name}: %{{text}}<extra></extra>"),
                       secondary_y=False)
     for label, values, color in (("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
@@ -130,9 +131,13 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
     span = max(versions) - min(versions)
-    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)))
-    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, secondary_y=True)
+    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)),
+                     range=[min(versions) - 0.6, max(versions) + 0.6])
+    sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
+    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False,
+                     range=[math.log10(min(sizes)) - 1, math.log10(max(sizes)) + 0.5])
+    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5,
+                     secondary_y=True)
     return fig
 
 

@@ -70,6 +70,7 @@ def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
     assert list(deltas.y) == [900, 1_100_000] and list(deltas.text) == ["900 B", "1.1 MB"]
     assert list(anchors.text) == ["269 MB", "269 MB"]
     assert fig.layout.yaxis.type == "log"  # a 1 MB delta stays visible beside a 269 MB anchor
+    assert fig.layout.yaxis.range[0] < math.log10(900) < math.log10(269e6) < fig.layout.yaxis.range[1]
     assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0, 20.0]
     assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5, 4.0]
     assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
