@@ -89,7 +89,7 @@ class Match:
 
     def view(self) -> VersusView:
         """Both boards: the policy's rows appear as the person plays theirs, in colour only, and in
-        full with the word once the person's game is over."""
+        full with the word and what it wrote for each move once the person's game is over."""
         rows = self.human.rows
         over = self.human.done
         failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
@@ -107,6 +107,8 @@ class Match:
             shown = min(len(rows), len(policy.get("marks", [])))
             policy_status = f"Policy v{policy.get('version')} has played; {shown} of its rows shown (colours only)."
         board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
+        if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
+            board += render.moves_html(policy.get("replies") or [], policy.get("guesses") or [], open_=True)
         return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
                           board, policy_status)
 

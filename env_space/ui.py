@@ -75,7 +75,8 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
                         elem_id="wordle-input",
                     )
                     send = gr.Button("Guess", variant="primary", scale=1, elem_id="wordle-guess")
-                keyboard = gr.HTML(render.keyboard_html([]), js_on_load=render.keyboard_js("wordle-input", "wordle-guess"))
+                keyboard = gr.HTML(render.keyboard_html([]),
+                                   js_on_load=render.keyboard_js("wordle-input", "wordle-guess"))
                 restart = gr.Button("New game", elem_id="wordle-new-game")
             with gr.Column(scale=1):
                 gr.Markdown("## Policy games (live)")

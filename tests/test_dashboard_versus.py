@@ -35,7 +35,8 @@ def scripted_policy(env_url: str) -> Any:
     def play(seed: int, progress: Any) -> dict[str, Any]:
         obs = httpx.post(f"{env_url}/reset", json={"seed": seed, "weight_version": 4}).json()["observation"]
         guesses = []
-        for word in ["zzzzz"] + POLICY_WORDS:
+        moves = ["zzzzz"] + POLICY_WORDS
+        for word in moves:
             reply = httpx.post(f"{env_url}/step", json={"episode_id": obs["episode_id"],
                                                         "action": {"guess": f"<guess>{word}</guess>"}}).json()
             obs = reply["observation"]
@@ -44,7 +45,7 @@ def scripted_policy(env_url: str) -> Any:
             if reply["done"]:
                 break
         return {"guesses": guesses, "marks": [r["marks"] for r in obs["rows"]], "won": obs["won"],
-                "invalid_moves": obs["invalid_moves"],
+                "invalid_moves": obs["invalid_moves"], "replies": [f"<guess>{w}</guess>" for w in moves[:len(guesses)]],
                 "secret": obs["secret"], "reward": obs["total_reward"], "version": 4, "versions": [4]}
 
     return play
@@ -78,6 +79,7 @@ def test_same_word_and_no_secret_before_the_end(env_url: str, executor: ThreadPo
     assert secret.upper() in view.human_status
     assert view.policy_status.startswith("Policy v4: ")
     assert ">s<" in view.policy_board and "1 invalid move" in view.policy_status  # letters now shown
+    assert "1. invalid: &lt;guess&gt;zzzzz&lt;/guess&gt;" in view.policy_board  # and what it wrote
     match.close()
 
 
