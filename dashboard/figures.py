@@ -1,4 +1,4 @@
-"""Plotly figures of the dashboards: delta sparsity heatmap, sync timeline, training curves.
+"""Plotly figures of the dashboards: delta sparsity heatmap, sync timeline, learning and payload curves.
 
 Pure functions from data to a ``plotly.graph_objects.Figure`` (``gr.Plot`` shows them). Each takes
 plain values or small dataclasses, never a service, so the rollout and trainer UIs share them and
@@ -15,6 +15,7 @@ from typing import Protocol
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .smoothing import SMOOTHING, ema
 from .sparsity import SparsityGrid
 
 HEIGHT = 320
@@ -89,20 +90,38 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.
     return fig
 
 
+def size_text(n: float) -> str:
+    """Bytes for a person: "269 MB", "1.1 MB", "880 B" (decimal units, as file sizes are shown)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.Figure:
-    """Per version applied: bytes fetched (bars, left axis), fetch time and apply pause (lines, ms).
+    """Per version applied: bytes fetched (bars, log axis), fetch time and apply pause (lines, ms).
+
+    Anchors (full copies) and deltas are separate series in their own colours, each bar labelled with
+    its size: on a linear axis the first full copy (hundreds of MB) would flatten every later delta
+    (about 1 MB) to nothing.
 
     Args:
-        syncs: Oldest first (``RolloutService.syncs()``); ``via`` (delta, anchor, ...) shows on hover.
+        syncs: Oldest first (``RolloutService.syncs()``); ``via`` is ``anchor`` or ``delta``.
     """
     if not syncs:
         return _empty(title, "No sync yet")
     versions = [s.version for s in syncs]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=versions, y=[s.bytes_fetched for s in syncs], name="bytes fetched",
-                         marker_color="#9ecae1", customdata=[s.via for s in syncs],
-                         hovertemplate="v%{x} via %{customdata}: %{y:,} bytes<extra></extra>"),
-                  secondary_y=False)
+    for via, name, color, angle in (("anchor", "anchor (full copy)", "#08306b", 0), ("delta", "delta", "#6baed6", -90)):
+        shown = [s for s in syncs if (s.via == "anchor") == (via == "anchor")]
+        if not shown:
+            continue
+        fig.add_trace(go.Bar(x=[s.version for s in shown], y=[max(1, s.bytes_fetched) for s in shown], name=name,
+                             width=0.7, marker_color=color, text=[size_text(s.bytes_fetched) for s in shown],
+                             textposition="outside", textangle=angle, textfont={"size": 11},
+                             constraintext="none", cliponaxis=False,
+                             hovertemplate=f"v%{{x}} {name}: %{{text}}<extra></extra>"),
+                      secondary_y=False)
     for label, values, color in (("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
                                  ("apply pause (ms)", [1000 * s.pause_s for s in syncs], "#e6550d")):
         fig.add_trace(go.Scatter(x=versions, y=values, name=label, mode="lines+markers",
@@ -110,11 +129,15 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                                  hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>"),
                       secondary_y=True)
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.25}, bargap=0.3)
+                      legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
     span = max(versions) - min(versions)
-    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)))
-    fig.update_yaxes(title_text="bytes", secondary_y=False)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=True)
+    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)),
+                     range=[min(versions) - 0.6, max(versions) + 0.6])
+    sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
+    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False,
+                     range=[math.log10(min(sizes)) - 1, math.log10(max(sizes)) + 0.5])
+    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5,
+                     secondary_y=True)
     return fig
 
 
@@ -134,13 +157,39 @@ def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_t
     return fig
 
 
-def reward_curves(steps: Sequence[float], reward: Sequence[float | None],
-                  win_rate: Sequence[float | None] | None = None, title: str = "Reward and win rate") -> go.Figure:
-    """Mean reward per step and, when given, the win rate (fraction of games won) per step."""
-    series = [Series("mean reward", steps, reward)]
-    if win_rate is not None:
-        series.append(Series("win rate", steps, win_rate, dash="dot"))
-    return line_curves(series, title, "step", "reward / win rate")
+@dataclass(frozen=True)
+class Metric:
+    """One panel of :func:`learning_curves`: a value per point of the x axis (None: no value)."""
+
+    name: str
+    values: Sequence[float | None]
+    y_range: tuple[float, float] | None = None
+
+
+def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str = "step",
+                    title: str = "Is it learning?", smoothing: float = SMOOTHING) -> go.Figure:
+    """One panel per metric, sharing the x axis: each step as a faint point and its exponential
+    moving average (``dashboard.smoothing.ema`` with weight ``smoothing``) as a line."""
+    if not len(x):
+        return _empty(title, "No training step yet")
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[m.name for m in metrics])
+    for row, m in enumerate(metrics, start=1):
+        fig.add_trace(go.Scatter(x=list(x), y=list(m.values), name="each step", mode="markers",
+                                 marker={"color": "#9ecae1", "size": 6}, showlegend=row == 1,
+                                 legendgroup="raw", hovertemplate=f"%{{y:.3f}}<extra>{m.name}</extra>"),
+                      row=row, col=1)
+        fig.add_trace(go.Scatter(x=list(x), y=ema(m.values, smoothing), name=f"smoothed (EMA {smoothing})",
+                                 mode="lines", line={"color": "#08306b", "width": 2}, connectgaps=True,
+                                 showlegend=row == 1, legendgroup="ema",
+                                 hovertemplate=f"%{{y:.3f}}<extra>{m.name}, smoothed</extra>"),
+                      row=row, col=1)
+        if m.y_range is not None:
+            fig.update_yaxes(range=m.y_range, row=row, col=1)
+    fig.update_layout(title=title, height=HEIGHT + 140 * (len(metrics) - 1), margin=_MARGIN,
+                      template="plotly_white", legend={"orientation": "h", "y": -0.12})
+    fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
+    return fig
 
 
 def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],

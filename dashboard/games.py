@@ -12,6 +12,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from env_space import render
 from env_space.rules import MAX_GUESSES, WORD_LENGTH
 
 _CLASS = {"G": "green", "Y": "yellow", "X": "gray"}
@@ -42,19 +43,11 @@ def scored_words(trajectory: Trajectory) -> list[str]:
 
 
 def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
-    """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves; the secret only when ``reveal``."""
-    words = scored_words(trajectory)
-    if trajectory.get("won"):
-        text = f"won in {len(words)}"
-    elif trajectory.get("finished") is False:  # cut by max_turns or the context length
-        text = "unfinished"
-    else:
-        secret = str(trajectory.get("secret") or "")
-        text = f"lost ({html.escape(secret.upper())})" if reveal and secret else "lost"
-    invalid = sum(1 for g in trajectory.get("guesses", []) if not g)
-    if invalid:
-        text += f", {invalid} invalid move{'s' * (invalid != 1)}"
-    return text
+    """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves: the env's feed wording and counts
+    (``env_space.render.outcome_text``); the secret only when ``reveal``."""
+    return render.outcome_text(bool(trajectory.get("won")), trajectory.get("finished") is not False,
+                               str(trajectory.get("secret") or ""), len(scored_words(trajectory)),
+                               int(trajectory.get("invalid_moves") or 0), reveal)
 
 
 def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_letters: bool = False,
@@ -69,12 +62,13 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
 
 
-def feed_html(trajectories: Sequence[Trajectory]) -> str:
-    """Recent policy games, newest first: a small board, the weight version and the result each."""
+def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -> str:
+    """Recent policy games, newest first: a small board, the weight version, the result and what the
+    model wrote for each move."""
     if not trajectories:
-        return '<div class="wordle-feed wordle-empty" data-testid="policy-feed">No policy games yet.</div>'
+        return f'<div class="wordle-feed wordle-empty" data-testid="{testid}">No policy games yet.</div>'
     games = []
-    for t in trajectories:
+    for i, t in enumerate(trajectories):
         words, marks = scored_words(t), list(t.get("marks", []))
         versions = sorted(set(t.get("versions") or [t.get("version")]) - {None})
         label = ("v?" if not versions else f"v{versions[0]}" if len(versions) == 1
@@ -84,5 +78,6 @@ def feed_html(trajectories: Sequence[Trajectory]) -> str:
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(str(t.get("episode_id", "")))}">'
             f'<div class="wordle-mini">{rows_html(words, marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
-            f'<span class="wordle-empty">reward {reward:.2f}</span></div></div>')
-    return f'<div class="wordle-feed" data-testid="policy-feed">{"".join(games)}</div>'
+            f'<span class="wordle-empty">reward {reward:.2f}</span>'
+            f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [], open_=i == 0)}</div></div>')
+    return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -24,8 +24,11 @@ from env_space.schema import WordleObservation
 
 from . import games
 
-#: Plays one game with the policy on the env's word for ``seed``; returns the trajectory dict.
-PlayOne = Callable[[int], Mapping[str, Any]]
+#: Receives the policy's game so far (a trajectory dict) after each of its turns.
+Progress = Callable[[Mapping[str, Any]], None]
+#: Plays one game with the policy on the env's word for ``seed``, reporting each turn to the
+#: :data:`Progress` it is given; returns the trajectory dict.
+PlayOne = Callable[[int, Progress], Mapping[str, Any]]
 
 MAX_SEED = 2**31 - 1
 
@@ -68,7 +71,11 @@ class Match:
         except VersusError:
             self._http.close()
             raise
-        self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed)
+        self._so_far: Mapping[str, Any] | None = None
+        self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed, self._progress)
+
+    def _progress(self, game: Mapping[str, Any]) -> None:
+        self._so_far = game  # one reference swapped from the policy's thread; the UI reads it
 
     def guess(self, word: str) -> WordleObservation:
         """Play the person's next word (invalid words are explained and cost nothing)."""
@@ -82,22 +89,26 @@ class Match:
 
     def view(self) -> VersusView:
         """Both boards: the policy's rows appear as the person plays theirs, in colour only, and in
-        full with the word once the person's game is over."""
+        full with the word and what it wrote for each move once the person's game is over."""
         rows = self.human.rows
         over = self.human.done
         failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
         policy = None if failure or not self.policy.done() else self.policy.result()
         error = f"{type(failure).__name__}: {failure}" if failure else None
         if error:
-            policy_status = f"⚠️ The policy could not play: {error}"
+            policy_status = f"The policy could not play: {error}"
         elif policy is None:
-            policy_status = "The policy is thinking…"
+            turns = len(self._so_far.get("replies", [])) if self._so_far else 0
+            policy_status = (f"The policy is thinking: {turns} move{'s' * (turns != 1)} made so far..." if turns
+                             else "The policy is thinking about its first move...")
         elif over:
             policy_status = f"Policy v{policy.get('version')}: {games.result_text(policy)}."
         else:
             shown = min(len(rows), len(policy.get("marks", [])))
             policy_status = f"Policy v{policy.get('version')} has played; {shown} of its rows shown (colours only)."
-        board = games.board_html(policy, rows=None if over else len(rows), hide_letters=not over)
+        board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
+        if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
+            board += render.moves_html(policy.get("replies") or [], policy.get("guesses") or [], open_=True)
         return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
                           board, policy_status)
 
@@ -142,14 +153,14 @@ class PrivateGames:
         self._in_flight = 0
         self._changes = 0
 
-    def play(self, seed: int) -> Mapping[str, Any]:
+    def play(self, seed: int, progress: Progress) -> Mapping[str, Any]:
         """Play one game and remember it as private (the :data:`PlayOne` of a :class:`Match`)."""
         with self._lock:
             self._in_flight += 1
             self._changes += 1
         game: Mapping[str, Any] | None = None
         try:
-            game = self._play(seed)
+            game = self._play(seed, progress)
             return game
         finally:
             with self._lock:

@@ -6,7 +6,7 @@ import time
 
 from . import prompt
 from .errors import GameOverError, InvalidSecretError
-from .history import GameRecord
+from .history import MAX_REPLY_CHARS, GameRecord
 from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward, progress
 from .rules import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, encode, is_win, score
 from .schema import GuessRow, WordleObservation
@@ -56,6 +56,8 @@ class WordleGame:
         self._last_reward: float | None = None
         self._last_error: str | None = None
         self._message = prompt.INSTRUCTIONS
+        self._replies: list[str] = []
+        self._guesses: list[str] = []
 
     @property
     def won(self) -> bool:
@@ -80,6 +82,8 @@ class WordleGame:
         self._steps += 1
         parsed = prompt.parse_guess(text)
         error = parsed.error or self._words.check(parsed.word or "")
+        self._replies.append(text[:MAX_REPLY_CHARS])
+        self._guesses.append("" if error is not None else parsed.word or "")
         if error is not None:
             self._invalid += 1
             self._last_error = error
@@ -125,7 +129,7 @@ class WordleGame:
         )
 
     def record(self) -> GameRecord:
-        """The game as the history keeps it."""
+        """The game as the history keeps it (``finished`` False while it is still live)."""
         return GameRecord(
             episode_id=self.episode_id,
             player=self.player,
@@ -136,4 +140,7 @@ class WordleGame:
             invalid_moves=self._invalid,
             total_reward=round(self._total, 6),
             finished_at=time.time(),
+            finished=self.done,
+            replies=tuple(self._replies),
+            guesses=tuple(self._guesses),
         )

@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass
 
 HUMAN = "human"
+#: Characters of each move's text a record keeps (a reply can be 1000 tokens; the feed shows a line).
+MAX_REPLY_CHARS = 240
 POLICY = "policy"
 
 
@@ -42,6 +44,12 @@ class GameRecord:
     total_reward: float
     finished_at: float
     """Unix time."""
+    finished: bool = True
+    """False for a policy game its client closed before the env ended it (cut at its turn limit)."""
+    replies: tuple[str, ...] = ()
+    """What the player sent for each move, invalid ones included (cut at ``MAX_REPLY_CHARS``)."""
+    guesses: tuple[str, ...] = ()
+    """The word each move scored, ``""`` for an invalid move."""
 
     @property
     def is_policy(self) -> bool:

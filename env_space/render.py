@@ -26,13 +26,20 @@ CSS = """
 .wordle-keyboard { display: grid; gap: 6px; justify-items: center; margin-top: 8px; }
 .wordle-keyrow { display: flex; gap: 5px; }
 .wordle-key { min-width: 30px; padding: 10px 4px; border-radius: 4px; background: #d3d6da; color: #1a1a1b;
-  font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center; }
-.wordle-feed { display: grid; gap: 10px; max-height: 520px; overflow-y: auto; }
-.wordle-game { display: flex; gap: 12px; align-items: center; }
+  font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center; cursor: pointer;
+  user-select: none; }
+.wordle-key.wide { min-width: 52px; font-size: 11px; }
+.wordle-feed { display: grid; grid-template-columns: minmax(0, 1fr); gap: 10px; }
+.wordle-game { display: flex; gap: 12px; align-items: flex-start; }
 .wordle-mini { display: grid; gap: 2px; min-width: 88px; }
 .wordle-mini .wordle-row { grid-template-columns: repeat(5, 16px); gap: 2px; }
 .wordle-mini .wordle-tile { width: 16px; height: 16px; font-size: 10px; border-width: 1px; }
 .wordle-empty { color: #787c7e; }
+.wordle-moves-box summary { cursor: pointer; font-size: 12px; color: #555; }
+.wordle-moves { margin: 4px 0 0; padding: 0; list-style: none; font: 12px/1.4 ui-monospace, monospace; }
+.wordle-game > div:last-child { min-width: 0; flex: 1; overflow: hidden; }
+.wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
+.wordle-move.invalid { color: #a33; }
 """
 
 
@@ -61,16 +68,37 @@ def board_html(rows: Sequence[GuessRow]) -> str:
 
 
 def keyboard_html(rows: Sequence[GuessRow]) -> str:
-    """A QWERTY keyboard coloured with the best mark known for each letter."""
+    """A QWERTY keyboard coloured with the best mark known for each letter, with enter and back keys
+    (:func:`keyboard_js` makes them type)."""
     states = letter_states((r.word, decode(r.marks)) for r in rows)
     keys = []
-    for row in _KEY_ROWS:
+    for n, row in enumerate(_KEY_ROWS):
         cells = "".join(
             f'<div class="wordle-key {_CLASS[states[c]] if c in states else ""}" data-key="{c}">{c}</div>'
             for c in row
         )
+        if n == len(_KEY_ROWS) - 1:
+            cells = (f'<div class="wordle-key wide" data-key="enter">enter</div>{cells}'
+                     '<div class="wordle-key wide" data-key="back">back</div>')
         keys.append(f'<div class="wordle-keyrow">{cells}</div>')
     return f'<div class="wordle-keyboard" data-testid="keyboard">{"".join(keys)}</div>'
+
+
+def keyboard_js(input_id: str, guess_id: str) -> str:
+    """``js_on_load`` of the keyboard's ``gr.HTML``: a key types its letter into the textbox with
+    ``elem_id`` ``input_id`` (five letters at most), back deletes one, enter presses ``guess_id``.
+    One listener on the component, so it keeps working when the keyboard is redrawn."""
+    return f"""
+element.addEventListener('click', (event) => {{
+  const key = event.target.closest('[data-key]');
+  const box = document.querySelector('#{input_id} textarea, #{input_id} input');
+  if (!key || !box) return;
+  const k = key.dataset.key;
+  if (k === 'enter') {{ document.querySelector('#{guess_id}').click(); return; }}
+  box.value = k === 'back' ? box.value.slice(0, -1) : (box.value + k).slice(0, {WORD_LENGTH});
+  box.dispatchEvent(new Event('input', {{ bubbles: true }}));
+}});
+"""
 
 
 def status_text(observation: WordleObservation | None) -> str:
@@ -80,30 +108,62 @@ def status_text(observation: WordleObservation | None) -> str:
     if observation.done:
         secret = (observation.secret or "").upper()
         if observation.won:
-            return f"🎉 You won in {len(observation.rows)}! The word was **{secret}**."
+            return f"You won in {len(observation.rows)}! The word was **{secret}**."
         return f"Game over. The word was **{secret}**."
     left = f"{observation.guesses_left} guess{'es' if observation.guesses_left != 1 else ''} left."
     if observation.error:
-        return f"⚠️ Not accepted: {html.escape(observation.error)}. {left}"
+        return f"Not accepted: {html.escape(observation.error)}. {left}"
     return left
 
 
+def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_moves: int,
+                 reveal: bool = True) -> str:
+    """The one wording of a game's result ("won in 3", "lost (CRANE), 2 invalid moves", "unfinished"),
+    used by the env's feed and the rollout's alike, from the env's own counts."""
+    if won:
+        text = f"won in {guesses}"
+    elif not finished:
+        text = "unfinished"
+    else:
+        text = f"lost ({html.escape(secret.upper())})" if reveal and secret else "lost"
+    if invalid_moves:
+        text += f", {invalid_moves} invalid move{'s' if invalid_moves != 1 else ''}"
+    return text
+
+
+def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False) -> str:
+    """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
+    the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
+    as "?", escaped and cut at ``chars`` (the whole kept text on hover)."""
+    if not replies:
+        return ""
+    lines = []
+    for n, (reply, guess) in enumerate(zip(replies, guesses, strict=True), start=1):
+        flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
+        shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
+        verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
+        lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
+                     f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}</li>")
+    count = f"{len(replies)} move{'s' if len(replies) != 1 else ''}"
+    return (f'<details class="wordle-moves-box"{" open" if open_ else ""}><summary>what it wrote ({count})'
+            f'</summary><ol class="wordle-moves" data-testid="moves">{"".join(lines)}</ol></details>')
+
+
 def feed_html(records: Sequence[GameRecord], now: float | None = None) -> str:
-    """Recent policy games: small boards, who played, the result and how long ago."""
+    """Recent policy games: small boards, who played, the result, how long ago and each move's text
+    (open for the newest game). The whole list shows, so no entry is cut by a scroll box."""
     if not records:
         return '<div class="wordle-feed wordle-empty" data-testid="feed">No policy games yet.</div>'
     now = time.time() if now is None else now
     games = []
-    for r in records:
-        result = f"won in {len(r.words)}" if r.won else f"lost ({html.escape(r.secret.upper())})"
-        if r.invalid_moves:
-            result += f", {r.invalid_moves} invalid move{'s' if r.invalid_moves != 1 else ''}"
+    for i, r in enumerate(records):
+        result = outcome_text(r.won, r.finished, r.secret, len(r.words), r.invalid_moves)
         ago = max(0, int(now - r.finished_at))
         games.append(
             '<div class="wordle-game">'
             f'<div class="wordle-mini">{_rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
-            f'<span class="wordle-empty">{ago}s ago</span></div></div>'
+            f'<span class="wordle-empty">{ago}s ago</span>{moves_html(r.replies, r.guesses, open_=i == 0)}</div></div>'
         )
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
@@ -118,5 +178,7 @@ def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """(weight version, win rate) of every versioned policy, by version: the learning curve."""
-    return sorted([s.weight_version, round(s.win_rate, 3)] for s in stats if s.weight_version is not None)
+    """("vN", win rate) of every versioned policy, by version: the learning curve. Versions are labels,
+    so the chart's axis shows whole versions only (a numeric axis would tick at 4.5)."""
+    points = sorted((s.weight_version, round(s.win_rate, 3)) for s in stats if s.weight_version is not None)
+    return [[f"v{version}", rate] for version, rate in points]

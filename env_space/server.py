@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
 from .api import build_api
 from .history import GameHistory
+from .mount import mount_ui
 from .render import CSS
 from .sessions import DEFAULT_LIMITS, SessionLimits, SessionStore
 from .ui import build_ui
@@ -18,7 +18,7 @@ def build_app(limits: SessionLimits = DEFAULT_LIMITS) -> FastAPI:
     """API routes first, then the UI mounted at ``/`` (so ``/reset``, ``/health``... stay the API's)."""
     store = SessionStore(load_word_lists(), GameHistory(), limits)
     app = build_api(store)
-    return gr.mount_gradio_app(app, build_ui(store), path="/", css=CSS, ssr_mode=False, footer_links=["api"])
+    return mount_ui(app, build_ui(store), CSS)
 
 
 def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS) -> None:

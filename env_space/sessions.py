@@ -141,17 +141,25 @@ class SessionStore:
             return self._live(episode_id).observe()
 
     def close(self, episode_id: str) -> None:
-        """Drop a live game without recording it, freeing its slot.
+        """End a live game early, freeing its slot. A policy game that made moves is recorded as
+        unfinished (a rollout cut it at its turn limit), so the env's feed and the rollout's show the
+        same games with the same result; a person's abandoned game is not recorded.
 
         Raises:
             SessionNotFoundError: when no live game has this id.
         """
-        if not self.discard(episode_id):
+        with self._lock:
+            self._sweep()
+            entry = self._games.pop(episode_id, None)
+        if entry is None:
             raise SessionNotFoundError(episode_id)
+        record = entry[0].record()
+        if record.is_policy and record.replies:
+            self.history.add(record)
 
     def discard(self, episode_id: str) -> bool:
-        """Like :meth:`close`, for callers that do not care whether the game was still live
-        (it may have finished or expired). Returns whether a game was dropped."""
+        """Drop a live game without recording it, for callers that do not care whether it was still
+        live (it may have finished or expired). Returns whether a game was dropped."""
         with self._lock:
             self._sweep()
             return self._games.pop(episode_id, None) is not None

@@ -12,7 +12,7 @@ from .history import HUMAN
 from .schema import WordleObservation
 from .sessions import SessionStore
 
-FEED_SIZE = 12
+FEED_SIZE = 8
 
 
 def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
@@ -38,7 +38,7 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
         try:
             return show(store.start(player=HUMAN, max_invalid_moves=None))
         except ServerFullError as e:
-            return show(None, f"⚠️ {e}")
+            return show(None, f"Could not start a game: {e}")
 
     def guess(text: str, current: WordleObservation | None) -> tuple:
         if current is None or current.done:
@@ -46,13 +46,14 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
         try:
             return show(store.step(current.episode_id, text))
         except SessionNotFoundError:
-            return show(None, "⏱️ This game expired while idle. Press **New game**.")
+            return show(None, "This game expired while idle. Press **New game**.")
 
-    def draw_feed() -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    def draw_feed() -> tuple[str, gr.LinePlot, pd.DataFrame]:
         stats = store.history.stats()
+        curve = render.win_rate_curve(stats)
         return (
             render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
-            pd.DataFrame(render.win_rate_curve(stats), columns=render.CURVE_HEADERS),
+            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[v for v, _ in curve]),
             pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
         )
 
@@ -74,7 +75,8 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
                         elem_id="wordle-input",
                     )
                     send = gr.Button("Guess", variant="primary", scale=1, elem_id="wordle-guess")
-                keyboard = gr.HTML(render.keyboard_html([]))
+                keyboard = gr.HTML(render.keyboard_html([]),
+                                   js_on_load=render.keyboard_js("wordle-input", "wordle-guess"))
                 restart = gr.Button("New game", elem_id="wordle-new-game")
             with gr.Column(scale=1):
                 gr.Markdown("## Policy games (live)")

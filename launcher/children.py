@@ -150,3 +150,15 @@ class Child:
         except OSError as e:
             return f"(no log at {self.log_path}: {e})"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def exit_text(code: int | None) -> str:
+    """How a stopped app ended, in words: SIGTERM is how the launcher asks an app to stop, so an app it
+    ended is "stopped", not a failure with a negative exit status."""
+    if code in (0, None, -signal.SIGTERM):
+        return "stopped"
+    if code == -signal.SIGKILL:
+        return "killed (it did not stop in time)"
+    if code < 0:
+        return f"ended by signal {-code}"
+    return f"stopped (exit status {code})"

@@ -16,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from .children import Child, ChildFailed
+from .children import Child, ChildFailed, exit_text
 from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> None:
             if child.pid is not None:
                 _say(f"stopping {child.role} (up to {config.stop_timeout_s:.0f} s)")
                 code = child.stop(config.stop_timeout_s)
-                _say(f"{child.role} stopped (exit status {code})")
+                _say(f"{child.role} {exit_text(code)}")
         landing.stop()
     if failed:
         raise SystemExit(1)

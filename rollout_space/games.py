@@ -9,7 +9,7 @@ env (0). All live games advance together: each turn is one batched `generate` ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ class Trajectory:
         turn_rewards: The env's reward for each reply.
         won: Whether the policy found the word.
         guesses: The word of each reply ("" when the move was invalid).
+        invalid_moves: The env's count of invalid moves (the env is the one record of a game's result).
         marks: Feedback per valid guess, one of G/Y/X per letter.
         replies: The text of each reply.
         secret: The word (empty if the game ended unfinished, before the env revealed it).
@@ -87,6 +88,7 @@ class Trajectory:
     guesses: list[str] = field(default_factory=list)
     marks: list[str] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
+    invalid_moves: int = 0
     secret: str = ""
     versions: list[int] = field(default_factory=list)
     finished: bool = False
@@ -118,6 +120,7 @@ class Trajectory:
         self.guesses.append(rows[-1]["word"] if valid and rows else "")
         self.marks = [row["marks"] for row in rows]
         self.won = bool(observation["won"])
+        self.invalid_moves = int(observation["invalid_moves"])
         self.secret = observation.get("secret") or ""
 
 
@@ -155,12 +158,14 @@ class ChatLayout:
         return self._tokenizer.encode(after, add_special_tokens=False)
 
 
-def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec],
-               params: PlayParams | None = None) -> list[Trajectory]:
+def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params: PlayParams | None = None,
+               on_turn: Callable[[Sequence[Trajectory]], None] | None = None) -> list[Trajectory]:
     """Play each game to its end (or `params.max_turns`) with the engine's current policy.
 
     Every turn of every live game is one prompt of a single `engine.generate` call; updates of the
-    weights may land between turns, and each reply records the version that produced it.
+    weights may land between turns, and each reply records the version that produced it. `on_turn`,
+    if given, sees the games after each turn (still being played: read, do not keep), so a UI can
+    show a game as it goes.
 
     Raises:
         EnvUnavailableError: the env failed; the games started are closed on the env first.
@@ -189,6 +194,8 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec],
                 game.finished = done
                 if not done:
                     game._feedback(layout.feedback(observation["message"], reply))
+            if on_turn is not None:
+                on_turn(live)
     finally:
         for game in live:
             if not game.finished:

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,8 @@ class RolloutService:
         self.limits = limits or ServiceLimits()
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
-        self._games: deque[dict[str, Any]] = deque(maxlen=100)
+        self._games: deque[dict[str, Any]] = deque(maxlen=100)  # the latest, for the UI
+        self._played = 0  # every game, for /status
         self._tokens = 0
         self._last_game = time.monotonic()
         self._stats_lock = threading.Lock()
@@ -112,8 +113,9 @@ class RolloutService:
         self._count(sum(len(c.token_ids) for c in completions))
         return completions
 
-    def play(self, games: Sequence[GameSpec], params: PlayParams | None = None) -> list[Trajectory]:
-        """Play whole games with the current policy (see `games.play_games`).
+    def play(self, games: Sequence[GameSpec], params: PlayParams | None = None,
+             on_turn: Callable[[Sequence[Trajectory]], None] | None = None) -> list[Trajectory]:
+        """Play whole games with the current policy (see `games.play_games`, which calls `on_turn`).
 
         Raises:
             LimitExceededError: more games or tokens per reply than the caps.
@@ -126,10 +128,11 @@ class RolloutService:
             raise ValueError("no games given")
         self._check("max_games", len(games), self.limits.max_games, "--max-games")
         self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
-        trajectories = play_games(self.engine, self.env, games, params)
+        trajectories = play_games(self.engine, self.env, games, params, on_turn)
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
             self._games.extend(t.to_dict() for t in trajectories)
+            self._played += len(trajectories)
             self._last_game = time.monotonic()
         return trajectories
 
@@ -146,7 +149,7 @@ class RolloutService:
         elif latest is None:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
-            tokens, games = self._tokens, len(self._games)
+            tokens, games = self._tokens, self._played
         return {
             "version": self.engine.version,
             "latest_version": latest,

@@ -19,6 +19,7 @@ from dashboard import games, sparsity
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.versus import Match, PrivateGames, VersusError, VersusView
 from env_space import render
+from env_space.mount import mount_ui as _mount
 
 from .engines.errors import EngineError
 from .errors import RolloutError
@@ -29,7 +30,7 @@ CSS = render.CSS + """
 #rollout-status p { margin: 2px 0; }
 .wordle-board[data-testid=policy-board] .wordle-tile:empty { min-height: 52px; }
 """
-FEED_SIZE = 12
+FEED_SIZE = 8
 #: Tokens per policy reply in games the UI starts (the service's own cap may be lower).
 REPLY_TOKENS = 48
 
@@ -48,9 +49,9 @@ def status_markdown(status: Mapping[str, Any]) -> str:
     counts = f"{status.get('syncs', 0)} syncs · {status.get('tokens_served', 0):,} tokens served"
     lines = [f"### Serving **v{status.get('version')}** · {lag}", f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
     if status.get("note"):
-        lines.append(f"ℹ️ {html.escape(str(status['note']))}")
+        lines.append(f"note: {html.escape(str(status['note']))}")
     error = status.get("last_error")
-    lines.append(f"⚠️ last error: {html.escape(str(error))}" if error else "no errors")
+    lines.append(f"**last error:** {html.escape(str(error))}" if error else "no errors")
     return "\n\n".join(lines)
 
 
@@ -64,7 +65,12 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="versus-policy")
     params = PlayParams(max_tokens=min(REPLY_TOKENS, service.limits.max_tokens))
-    private = PrivateGames(lambda seed: _as_dict(service.play([GameSpec(seed=seed)], params)[0]))
+
+    def play_match_game(seed: int, progress: Any) -> dict[str, Any]:
+        games_so_far = service.play([GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].to_dict()))
+        return _as_dict(games_so_far[0])
+
+    private = PrivateGames(play_match_game)
     shapes: dict[str, tuple[int, ...]] = {}
 
     def state_shapes() -> dict[str, tuple[int, ...]]:
@@ -87,10 +93,10 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
     def play_one() -> str:
         try:
-            service.play([GameSpec()], params)
+            [game] = service.play([GameSpec()], params)
         except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
-            return f"⚠️ The policy could not play: {html.escape(str(e))}"
-        return ""
+            return f"<p>The policy could not play: {html.escape(str(e))}</p>"
+        return "<p><b>The game you started:</b></p>" + games.feed_html([_as_dict(game)], testid="played-game")
 
     def show(match: Match | None, note: str | None = None) -> tuple:
         view = match.view() if match is not None else _empty_view(note)
@@ -101,11 +107,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         if current is not None:
             current.close()
         if service.env is None:
-            return show(None, "⚠️ This rollout server has no env Space (start it with --env-url).")
+            return show(None, "This rollout server has no env Space (start it with --env-url).")
         try:
             return show(Match(service.env.url, private.play, executor))
         except VersusError as e:
-            return show(None, f"⚠️ {html.escape(str(e))}")
+            return show(None, f"Could not start a match: {html.escape(str(e))}")
 
     def guess(text: str, match: Match | None) -> tuple:
         if match is None:
@@ -115,7 +121,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         try:
             match.guess(text.strip())
         except VersusError as e:
-            return show(match, f"⚠️ {html.escape(str(e))}")
+            return show(match, f"The env did not take the guess: {html.escape(str(e))}")
         return show(match)
 
     def refresh_policy(match: Match | None) -> tuple:
@@ -137,7 +143,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                 gr.Markdown("## The policy playing (live)")
                 feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
                 play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
-                play_note = gr.Markdown("")
+                play_note = gr.HTML("", elem_id="rollout-played")
             with gr.Column(scale=2):
                 gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
                             "the colours of its rows as you play yours, and its words once your game is over.")
@@ -150,7 +156,8 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                             box = gr.Textbox(show_label=False, placeholder="Type a 5-letter word, press Enter",
                                              max_lines=1, scale=3, elem_id="versus-input")
                             send = gr.Button("Guess", variant="primary", scale=1, elem_id="versus-guess")
-                        keyboard = gr.HTML(render.keyboard_html([]))
+                        keyboard = gr.HTML(render.keyboard_html([]),
+                                           js_on_load=render.keyboard_js("versus-input", "versus-guess"))
                     with gr.Column():
                         gr.Markdown("### The policy")
                         policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")
@@ -172,8 +179,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
 def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0) -> FastAPI:
     """Mount the UI at ``/`` on the rollout API app (its routes, such as ``/status``, stay the API's)."""
-    return gr.mount_gradio_app(app, build_ui(service, refresh_s), path="/", css=CSS, ssr_mode=False,
-                               footer_links=["api"])
+    return _mount(app, build_ui(service, refresh_s), CSS)
 
 
 def _as_dict(trajectory: Any) -> dict[str, Any]:

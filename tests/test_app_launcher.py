@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from launcher.children import exit_text
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -44,6 +45,7 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
             first.kill()
     output = first.output()
     assert "stopping trainer" in output and "all stopped" in output
+    assert "trainer stopped" in output and "exit status" not in output  # SIGTERM is a clean stop
     assert alive(pids) == set(), f"processes left after Ctrl-C: {alive(pids)}"
     for role in ("env", "rollout", "trainer"):
         assert (logs / f"{role}.log").stat().st_size > 0
@@ -67,3 +69,9 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         if second.proc.poll() is None:
             second.kill()
     assert alive(pids) == set(), f"apps outlived a SIGKILLed launcher: {alive(pids)}"
+
+
+def test_exit_text_calls_the_launchers_own_sigterm_a_clean_stop() -> None:
+    assert exit_text(-signal.SIGTERM) == exit_text(0) == "stopped"
+    assert exit_text(-signal.SIGKILL) == "killed (it did not stop in time)"
+    assert exit_text(3) == "stopped (exit status 3)"

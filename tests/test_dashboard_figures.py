@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from dashboard import NON_LAYER_ROW, sparsity
 from dashboard.figures import (
+    Metric,
     Series,
+    learning_curves,
     line_curves,
     payload_curves,
-    reward_curves,
     sparsity_heatmap,
     sync_timeline,
 )
@@ -59,25 +60,35 @@ def test_heatmap_without_a_delta_says_so() -> None:
     assert _message(sparsity_heatmap(None)) == "No delta applied yet"
 
 
-def test_sync_timeline() -> None:
-    syncs = [Sync(1, "anchor", 40_000, 0.020, 0.004), Sync(2, "delta", 900, 0.002, 0.001),
-             Sync(3, "delta", 1_100, 0.003, 0.0015)]
+def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
+    syncs = [Sync(1, "anchor", 269_000_000, 0.020, 0.004), Sync(2, "delta", 900, 0.002, 0.001),
+             Sync(3, "delta", 1_100_000, 0.003, 0.0015), Sync(4, "anchor", 269_000_000, 0.02, 0.004)]
     fig = sync_timeline(syncs)
-    bars, fetch, pause = fig.data
-    assert list(bars.x) == [1, 2, 3] and list(bars.y) == [40_000, 900, 1_100]
-    assert list(bars.customdata) == ["anchor", "delta", "delta"]
-    assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0]
-    assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5]
+    anchors, deltas, fetch, pause = fig.data
+    assert (anchors.name, deltas.name) == ("anchor (full copy)", "delta")
+    assert list(anchors.x) == [1, 4] and list(deltas.x) == [2, 3]
+    assert list(deltas.y) == [900, 1_100_000] and list(deltas.text) == ["900 B", "1.1 MB"]
+    assert list(anchors.text) == ["269 MB", "269 MB"]
+    assert fig.layout.yaxis.type == "log"  # a 1 MB delta stays visible beside a 269 MB anchor
+    assert fig.layout.yaxis.range[0] < math.log10(900) < math.log10(269e6) < fig.layout.yaxis.range[1]
+    assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0, 20.0]
+    assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5, 4.0]
     assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
-    assert pause.yaxis == "y2" and bars.yaxis == "y"
+    assert pause.yaxis == "y2" and deltas.yaxis == "y"
     assert fig.layout.xaxis.dtick == 1  # whole versions on the axis
     assert _message(sync_timeline([])) == "No sync yet"
 
 
-def test_reward_and_payload_curves() -> None:
-    fig = reward_curves([1, 2, 3], [0.1, None, 0.4], [0.0, 0.5, 1.0])
-    reward, win = fig.data
-    assert list(reward.y) == [0.1, None, 0.4] and list(win.y) == [0.0, 0.5, 1.0]
+def test_learning_and_payload_curves() -> None:
+    fig = learning_curves([1, 2, 3], [Metric("mean reward", [0.1, None, 0.4]),
+                                      Metric("win rate", [0.0, 0.5, 1.0], (0.0, 1.0))], smoothing=0.5)
+    reward, reward_ema, win, win_ema = fig.data
+    assert list(reward.y) == [0.1, None, 0.4] and list(win.y) == [0.0, 0.5, 1.0]  # every step, as points
+    assert reward.mode == "markers" and reward_ema.mode == "lines"
+    assert [round(v, 6) for v in win_ema.y] == [0.0, round(0.25 / 0.75, 6), round(0.625 / 0.875, 6)]
+    assert reward_ema.y[1] is None and win.yaxis == "y2" and tuple(fig.layout.yaxis2.range) == (0.0, 1.0)
+    assert [a.text for a in fig.layout.annotations] == ["mean reward", "win rate"]
+    assert _message(learning_curves([], [Metric("mean reward", [])])) == "No training step yet"
 
     fig = payload_curves([1, 2], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
     assert [t.name for t in fig.data] == ["ctx", "raw (int32 + values)", "dense model"]

@@ -7,7 +7,8 @@ import re
 from dashboard import games
 
 GAME = {"episode_id": "e1", "guesses": ["slate", "", "crane"], "marks": ["XXGXG", "GGGGG"], "won": True, "secret": "crane",
-        "reward": 1.25, "version": 3, "versions": [3, 4, 4]}
+        "reward": 1.25, "version": 3, "versions": [3, 4, 4], "invalid_moves": 1,
+        "replies": ["<guess>slate</guess>", "hmm <b>no</b>", "<guess>crane</guess>"]}
 LOST = {"guesses": ["slate"], "marks": ["XXGXG"], "won": False, "secret": "crane", "reward": 0.1, "version": 5,
         "versions": [5]}
 
@@ -29,7 +30,8 @@ def test_result_text() -> None:
     assert games.result_text(GAME) == "won in 2, 1 invalid move"
     assert games.result_text(LOST) == "lost (CRANE)"
     assert games.result_text(LOST, reveal=False) == "lost"
-    assert games.result_text({**LOST, "guesses": ["", ""], "finished": False}) == "unfinished, 2 invalid moves"
+    cut = {**LOST, "guesses": ["", ""], "finished": False, "invalid_moves": 2}
+    assert games.result_text(cut) == "unfinished, 2 invalid moves"
 
 
 def test_feed() -> None:
@@ -37,4 +39,5 @@ def test_feed() -> None:
     assert feed.count('data-testid="policy-game"') == 2
     assert 'data-episode="e1"' in feed and "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
     assert "No policy games yet." in games.feed_html([])
+    assert "2. invalid: hmm &lt;b&gt;no&lt;/b&gt;</li>" in feed  # what the model wrote, escaped
     assert games.board_html(None).count("data-mark") == 0

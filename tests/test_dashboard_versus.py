@@ -32,17 +32,20 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 def scripted_policy(env_url: str) -> Any:
     """A stand-in policy that plays fixed words through the env's HTTP API, as the rollout Space does."""
 
-    def play(seed: int) -> dict[str, Any]:
+    def play(seed: int, progress: Any) -> dict[str, Any]:
         obs = httpx.post(f"{env_url}/reset", json={"seed": seed, "weight_version": 4}).json()["observation"]
         guesses = []
-        for word in ["zzzzz"] + POLICY_WORDS:
+        moves = ["zzzzz"] + POLICY_WORDS
+        for word in moves:
             reply = httpx.post(f"{env_url}/step", json={"episode_id": obs["episode_id"],
                                                         "action": {"guess": f"<guess>{word}</guess>"}}).json()
             obs = reply["observation"]
             guesses.append(obs["rows"][-1]["word"] if obs["last_move_valid"] else "")
+            progress({"guesses": list(guesses), "marks": [r["marks"] for r in obs["rows"]], "replies": guesses})
             if reply["done"]:
                 break
         return {"guesses": guesses, "marks": [r["marks"] for r in obs["rows"]], "won": obs["won"],
+                "invalid_moves": obs["invalid_moves"], "replies": [f"<guess>{w}</guess>" for w in moves[:len(guesses)]],
                 "secret": obs["secret"], "reward": obs["total_reward"], "version": 4, "versions": [4]}
 
     return play
@@ -76,28 +79,52 @@ def test_same_word_and_no_secret_before_the_end(env_url: str, executor: ThreadPo
     assert secret.upper() in view.human_status
     assert view.policy_status.startswith("Policy v4: ")
     assert ">s<" in view.policy_board and "1 invalid move" in view.policy_status  # letters now shown
+    assert "1. invalid: &lt;guess&gt;zzzzz&lt;/guess&gt;" in view.policy_board  # and what it wrote
+    match.close()
+
+
+def test_the_policy_side_shows_its_moves_as_they_come(env_url: str, executor: ThreadPoolExecutor) -> None:
+    """While the policy plays, the person sees how far it got and its rows in colour only."""
+    two_moves, finish = threading.Event(), threading.Event()
+
+    def slow(seed: int, progress: Any) -> dict[str, Any]:
+        progress({"replies": ["<guess>zzzzz</guess>"], "guesses": [""], "marks": []})
+        progress({"replies": ["<guess>zzzzz</guess>", "<guess>slate</guess>"], "guesses": ["", "slate"],
+                  "marks": ["XXXXX"]})
+        two_moves.set()
+        finish.wait(10)
+        return {"guesses": ["", "slate"], "marks": ["XXXXX"], "won": False, "version": 1, "invalid_moves": 1}
+
+    match = Match(env_url, slow, executor)
+    assert two_moves.wait(10)
+    view = match.view()
+    assert view.policy_status == "The policy is thinking: 2 moves made so far..."
+    match.guess("crane")
+    assert match.view().policy_board.count('data-mark="X"') == 5 and "slate" not in match.view().policy_board
+    finish.set()
+    match.policy.result(timeout=10)
     match.close()
 
 
 def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPoolExecutor) -> None:
-    def broken(seed: int) -> dict[str, Any]:
+    def broken(seed: int, progress: Any) -> dict[str, Any]:
         raise RuntimeError("engine down")
 
     match = Match(env_url, broken, executor)
     match.policy.exception(timeout=10)
-    assert match.view().policy_status == "⚠️ The policy could not play: RuntimeError: engine down"
+    assert match.view().policy_status == "The policy could not play: RuntimeError: engine down"
     match.close()
 
 
 def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
     with pytest.raises(VersusError, match="did not answer /reset"):
-        Match("http://127.0.0.1:9", lambda seed: {}, executor, timeout=2)
+        Match("http://127.0.0.1:9", lambda seed, progress: {}, executor, timeout=2)
 
 
 def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> None:
     started, release = threading.Event(), threading.Event()
 
-    def play(seed: int) -> dict[str, Any]:
+    def play(seed: int, progress: Any) -> dict[str, Any]:
         started.set()
         release.wait(10)
         return {"episode_id": f"match-{seed}"}
@@ -106,17 +133,17 @@ def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> Non
     feed = [{"episode_id": "public"}, {"episode_id": "match-7"}]
     assert private.visible(feed) == feed and private.changes == 0
     with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(private.play, 7)
+        future = pool.submit(private.play, 7, print)
         assert started.wait(10)
         assert private.visible(feed) is None and private.changes == 1  # in flight: keep the old feed
         release.set()
         assert future.result(timeout=10) == {"episode_id": "match-7"}
     assert private.visible(feed) == [{"episode_id": "public"}] and private.changes == 2
 
-    def broken(seed: int) -> dict[str, Any]:
+    def broken(seed: int, progress: Any) -> dict[str, Any]:
         raise RuntimeError("engine down")
 
     failing = PrivateGames(broken)
     with pytest.raises(RuntimeError, match="engine down"):
-        failing.play(1)
+        failing.play(1, print)
     assert failing.visible(feed) == feed and failing.changes == 2

@@ -83,6 +83,7 @@ def test_record_says_who_played_and_how() -> None:
         1,
     )
     assert rec.total_reward == game.observe().total_reward
+    assert (rec.finished, rec.replies, rec.guesses) == (True, ("xyzzy", "<guess>crane</guess>"), ("", "crane"))
 
 
 def test_bad_settings_are_refused() -> None:

@@ -28,7 +28,7 @@ def test_keyboard_shows_the_best_mark_per_letter() -> None:
     assert 'class="wordle-key green" data-key="s"' in html
     assert 'class="wordle-key gray" data-key="l"' in html
     assert 'class="wordle-key " data-key="q"' in html
-    assert html.count("data-key=") == 26
+    assert html.count("data-key=") == 26 + 2  # letters, enter and back
 
 
 def test_status_text_for_a_person() -> None:
@@ -36,7 +36,7 @@ def test_status_text_for_a_person() -> None:
     assert status_text(None) == "Press **New game** to start."
     assert status_text(WordleObservation(**base)) == "5 guesses left."
     bad = WordleObservation(**base, error="'xyzzy' is not in the word list")
-    assert status_text(bad) == "⚠️ Not accepted: &#x27;xyzzy&#x27; is not in the word list. 5 guesses left."
+    assert status_text(bad) == "Not accepted: &#x27;xyzzy&#x27; is not in the word list. 5 guesses left."
     won = WordleObservation(
         **{**base, "guesses_left": 4},
         rows=rows(("slate", "XXXXX"), ("crane", "GGGGG")),
@@ -44,7 +44,7 @@ def test_status_text_for_a_person() -> None:
         done=True,
         secret="crane",
     )
-    assert status_text(won) == "🎉 You won in 2! The word was **CRANE**."
+    assert status_text(won) == "You won in 2! The word was **CRANE**."
     lost = WordleObservation(**{**base, "guesses_left": 0}, done=True, secret="crane")
     assert status_text(lost) == "Game over. The word was **CRANE**."
 
@@ -54,13 +54,19 @@ def test_feed_lists_policy_games_newest_first() -> None:
     games = [
         GameRecord("a", "policy v7", ("slate", "crane"), ("XXGXG", "GGGGG"), True, "crane", 0, 1.7, 100.0),
         GameRecord("b", "policy v6", ("fjord",) * 6, ("XXXYX",) * 6, False, "crane", 2, -0.1, 90.0),
-        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0),
+        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0, replies=("<i>" + "x " * 60,),
+                   guesses=("",)),
+        GameRecord("d", "policy v5", (), (), False, "", 6, -0.6, 90.0, finished=False),
     ]
     html = feed_html(games, now=130.0)
     assert html.index("policy v7") < html.index("policy v6")
     assert "won in 2" in html and "30s ago" in html
     assert "lost (CRANE), 2 invalid moves" in html and "40s ago" in html
     assert "lost (&lt;B&gt;), 1 invalid move<" in html  # escaped
+    assert "unfinished, 6 invalid moves" in html
+    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)</li>', html)
+    assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 31 + "x..."  # what the model wrote, cut
+    assert move.group(1).startswith("&lt;i&gt;x x")  # the whole text on hover
 
 
 def test_stats_rows_and_win_rate_curve() -> None:
@@ -72,6 +78,6 @@ def test_stats_rows_and_win_rate_curve() -> None:
     ]
     assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
     assert win_rate_curve(stats) == [
-        [2, 0.333],
-        [10, 0.75],
-    ]  # by version, people and unknown versions left out
+        ["v2", 0.333],
+        ["v10", 0.75],
+    ]  # by version (labels: whole versions on the axis), people and unknown versions left out

@@ -78,7 +78,22 @@ def test_close_discard_and_own_ids() -> None:
     with pytest.raises(SessionNotFoundError):
         store.close("mine")
     assert store.discard("mine") is False
-    assert store.history.finished == 0  # closed games are not recorded
+    assert store.history.finished == 0  # a person's closed game is not recorded
+
+
+def test_a_policy_game_cut_by_its_client_is_recorded_as_unfinished() -> None:
+    store, _ = make_store()
+    silent = store.start(player="policy v2").episode_id
+    store.close(silent)  # no move made: nothing to show
+    eid = store.start(player="policy v2", secret="crane").episode_id
+    store.step(eid, "I think <guess>zzzzz</guess>")
+    store.step(eid, "<guess>slate</guess>")
+    store.close(eid)
+    [record] = store.history.recent()
+    assert (record.episode_id, record.finished, record.won, record.invalid_moves) == (eid, False, False, 1)
+    assert record.replies == ("I think <guess>zzzzz</guess>", "<guess>slate</guess>")
+    assert record.guesses == ("", "slate")
+    assert store.history.stats()[0].games == 1
 
 
 def test_seed_and_secret_choose_the_word() -> None:

@@ -90,6 +90,20 @@ def test_a_person_plays_a_game_to_the_end(url: str, page: Page) -> None:
     assert humans and humans[0]["games"] >= 1
 
 
+def test_the_on_screen_keyboard_types_deletes_and_guesses(url: str, page: Page) -> None:
+    status = page.locator("#wordle-status")
+    expect(status).to_contain_text("6 guesses left")
+    keys = page.locator("[data-testid=keyboard]")
+    for key in "slatx":
+        keys.locator(f"[data-key={key}]").click()
+    keys.locator("[data-key=back]").click()
+    keys.locator("[data-key=e]").click()
+    expect(page.locator("#wordle-input textarea, #wordle-input input").first).to_have_value("slate")
+    keys.locator("[data-key=enter]").click()
+    expect(page.locator("[data-testid=board] [data-mark]")).to_have_count(5)
+    expect(status).to_contain_text("5 guesses left")
+
+
 def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page) -> None:
     for version, moves in [(5, ["<guess>slate</guess>", "<guess>crane</guess>"]), (6, ["??"])]:
         eid = httpx.post(
@@ -105,3 +119,9 @@ def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page
     table = page.locator("#wordle-stats")
     expect(table).to_contain_text("policy v5\n1\n1\n1")
     expect(table).to_contain_text("policy v6\n1\n0\n0")
+
+
+def test_the_status_announcer_gets_words_not_raw_i18n_keys(url: str) -> None:
+    """Gradio's screen-reader status region said "common.complete"; the page now carries the words."""
+    translations = httpx.get(f"{url}/config", timeout=30).json()["i18n_translations"]["en"]
+    assert translations["common.complete"] == "Complete" and translations["common.error"] == "Error"

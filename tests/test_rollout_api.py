@@ -29,7 +29,8 @@ def stack(tmp_path_factory):
             "--max-batch", "4", "--max-tokens", "32", "--poll-interval", "0.1", "--showcase-every", "0",
             timeout_s=120) as url:
         with RolloutClient(url, timeout=120) as client:
-            yield {"client": client, "url": url, "publisher": publisher, "state": state, "bucket": bucket}
+            yield {"client": client, "url": url, "publisher": publisher, "state": state, "bucket": bucket,
+                   "env_url": env_url}
     publisher.close()
 
 
@@ -83,3 +84,21 @@ def test_follows_new_versions_while_serving(stack):
     assert reply["version"] == 2
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
     assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status()["state_hash"]
+
+
+def test_games_played_counts_every_game_not_only_those_kept_for_the_ui(stack):
+    before = stack["client"].status()["games_played"]
+    stack["client"].rollout([{"seed": s} for s in range(120)], max_tokens=1, max_turns=1, seed=1)
+    assert stack["client"].status()["games_played"] == before + 120
+
+
+def test_the_env_and_the_rollout_keep_one_record_of_each_game(stack):
+    """A game the rollout cuts at its turn limit is "unfinished" on both sides, with the env's counts."""
+    trajectories = stack["client"].rollout([{"seed": 5}, {"seed": 6}], max_tokens=4, max_turns=2, seed=2)
+    recorded = {g["episode_id"]: g for g in httpx.get(stack["env_url"] + "/games", params={"limit": 50},
+                                                      timeout=30).json()}
+    for t in trajectories:
+        env = recorded[t["episode_id"]]
+        assert (env["won"], env["finished"], env["invalid_moves"]) == (t["won"], t["finished"], t["invalid_moves"])
+        assert list(env["replies"]) == [r[:240] for r in t["replies"]]
+        assert list(env["guesses"]) == t["guesses"]

@@ -113,7 +113,12 @@ def test_version_syncs_heatmap_and_policy_games(stack: dict[str, Any], page: Pag
     expect(page.locator("#rollout-timeline")).to_contain_text("apply pause (ms)")
 
     page.locator("#rollout-play-one").click()
+    played = page.locator("[data-testid=played-game] [data-testid=policy-game]")
+    expect(played).to_have_count(1)  # the game the button started, shown beside it
+    expect(played).to_contain_text("what it wrote")
+    episode = played.get_attribute("data-episode")
     feed = page.locator("[data-testid=policy-feed]")
+    expect(feed.locator(f"[data-episode='{episode}']")).to_have_count(1)
     expect(feed.locator("[data-testid=policy-game]")).not_to_have_count(0)
     expect(feed).to_contain_text("policy v2")
 

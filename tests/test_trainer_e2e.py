@@ -90,6 +90,7 @@ def test_trainer_publishes_rollout_follows_bit_for_bit_and_resume_continues(stac
     assert manifest.latest.state_hash == first["state_hash"]
     assert first["staleness"]["games"] == 3 * 8
     assert [s["version"] for s in first["history"]["steps"]] == [1, 2, 3]
+    assert all(0 <= s["valid_rate"] <= 1 and 0 <= s["win_rate"] <= 1 for s in first["history"]["steps"])  # TRL logged them
     payloads = first["history"]["payloads"]
     assert [p["version"] for p in payloads] == [2, 3]  # version 1 is an anchor
     assert all(0 < p["delta_bytes"] < p["raw_bytes"] for p in payloads if p["changed"])

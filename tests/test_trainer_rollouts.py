@@ -10,9 +10,9 @@ from rollout_space.client import RolloutClient
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig
-from trainer_space.rollouts import WordleRollouts
+from trainer_space.rollouts import WordleRollouts, valid_share
 from trainer_space.staleness import StalenessCounts, stale_indices, staleness
-from trainer_space.task import prompt_seed, seed_prompt
+from trainer_space.task import REWARD_FUNCS, REWARD_WEIGHTS, prompt_seed, seed_prompt, valid_guesses
 
 
 def test_staleness_is_judged_on_the_oldest_version() -> None:
@@ -25,6 +25,13 @@ def test_staleness_is_judged_on_the_oldest_version() -> None:
     counts.add(games=2, dropped=1, seen=1)
     counts.add(replayed=3, seen=0)
     assert counts.as_dict() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1}
+
+
+def test_valid_guesses_is_a_logged_share_of_env_accepted_moves() -> None:
+    assert valid_share({"guesses": ["", "crane", "", "slate"]}) == 0.5 and valid_share({"guesses": []}) == 0.0
+    assert valid_guesses([None] * 3, valid_share=[0.5, 1.0, 0.0], env_reward=[0.2, None, -1.0]) == [0.5, None, 0.0]
+    assert dict(zip([f.__name__ for f in REWARD_FUNCS], REWARD_WEIGHTS)) == {
+        "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0}  # only the env's reward is trained on
 
 
 def test_prompts_name_seeds() -> None:
@@ -58,6 +65,8 @@ def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> N
     secrets = [g["secret"] for g in list(rf.recent)]
     assert secrets[0] == secrets[1] and secrets[2] == secrets[3]  # a GRPO group plays one word
     assert rf.counts.as_dict() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1}
+    shares = [sum(1 for w in g["guesses"] if w) / len(g["guesses"]) for g in rf.recent]
+    assert out["valid_share"] == shares  # the env's verdict on each move, per game
 
 
 def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: RolloutClient) -> None:

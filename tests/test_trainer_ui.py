@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from trainer_space import TrainerConfig, TrainingSession
-from trainer_space.ui import build_ui, figures, status_markdown
+from trainer_space.session import StepRecord
+from trainer_space.ui import X_AXES, build_ui, figures, learning_figure, status_markdown
 
 
 def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
@@ -13,8 +14,19 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     assert isinstance(build_ui(session), gr.Blocks)
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
-    rewards, payload, heatmap = figures(session)  # no data yet: figures that say so, no error
-    assert all(f.layout.title.text for f in (rewards, payload, heatmap))
+    learning, payload, heatmap = figures(session)  # no data yet: figures that say so, no error
+    assert all(f.layout.title.text for f in (learning, payload, heatmap))
+
+
+def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
+    records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
+                          step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n) for n in (1, 2, 3)]
+    by_step = learning_figure(records)
+    assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate"]
+    assert list(by_step.data[0].x) == [1, 2, 3] and list(by_step.data[4].y) == [0.2, 0.4, 0.6000000000000001]
+    by_time = learning_figure(records, X_AXES[1])
+    assert list(by_time.data[0].x) == [0.5, 1.0, 1.5]  # minutes since the first step began
+    assert by_time.layout.xaxis3.title.text == "wall time (minutes)"
 
 
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:

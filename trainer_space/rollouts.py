@@ -85,5 +85,12 @@ class WordleRollouts:
             "env_mask": [g["env_mask"] for g in games],
             "env_reward": [None if d else float(g["reward"]) for g, d in zip(games, dropped)],
             "won": [bool(g["won"]) for g in games],
+            "valid_share": [valid_share(g) for g in games],
             "rollout_version": [int(g["version"]) for g in games],
         }
+
+
+def valid_share(game: dict) -> float:
+    """The share of a game's moves the env scored as valid guesses (its `guesses` hold "" for the others)."""
+    moves = game.get("guesses") or []
+    return sum(1 for g in moves if g) / len(moves) if moves else 0.0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from env_space.mount import mount_ui
 from env_space.render import CSS
 
 from .api import build_api
@@ -15,8 +15,7 @@ from .ui import build_ui
 
 def build_app(session: TrainingSession) -> FastAPI:
     """API routes first, then the UI at ``/`` (so ``/status`` etc. stay the API's)."""
-    return gr.mount_gradio_app(build_api(session), build_ui(session), path="/", css=CSS, ssr_mode=False,
-                               footer_links=["api"])
+    return mount_ui(build_api(session), build_ui(session), CSS)
 
 
 def serve(session: TrainingSession, host: str, port: int) -> None:

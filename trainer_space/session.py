@@ -37,6 +37,7 @@ class StepRecord:
         version: The version this step produced.
         reward: Mean env reward of the step's games (dropped ones excluded; None if all were dropped).
         win_rate: Fraction of the step's games won (None likewise).
+        valid_rate: Mean share of a game's moves the env scored as valid guesses (None likewise).
         step_s: Seconds of the whole step (rollouts included).
         cpu_s: CPU seconds this process spent in the step, all threads (the publisher's included).
         publish_s: Seconds `publish` blocked the step (the snapshot copy).
@@ -47,6 +48,7 @@ class StepRecord:
     version: int
     reward: float | None
     win_rate: float | None
+    valid_rate: float | None
     step_s: float
     cpu_s: float
     publish_s: float
@@ -190,6 +192,7 @@ class TrainingSession:
             "max_steps": self.config.max_steps,
             "mean_reward": last.reward if last else None,
             "win_rate": last.win_rate if last else None,
+            "valid_rate": last.valid_rate if last else None,
             "step_s": last.step_s if last else None,
             "max_staleness": self.config.max_staleness,
             "staleness": self.rollouts.counts.as_dict() if self._built else None,
@@ -300,6 +303,7 @@ class TrainingSession:
             step=self.steps, version=self.callback.version,
             reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
+            valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
             publish_s=self.callback.copy_s, at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()

@@ -6,7 +6,8 @@ prompts (already repeated `num_generations` times in a row), and the seed is rea
 the games of one GRPO group are played on the same secret word.
 
 Rewards come from the env Space (through the rollout's trajectories, as extra fields): `env_reward`
-is what GRPO optimises; `won` has weight 0 so TRL logs the win rate beside it without training on it.
+is what GRPO optimises; `won` and `valid_guesses` have weight 0, so TRL logs the win rate and the share
+of moves the env accepted as valid guesses beside it, per step, without training on them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def won(completions: list, won: list[bool], env_reward: list[float | None], **_:
     return [None if r is None else float(w) for w, r in zip(won, env_reward)]
 
 
+def valid_guesses(completions: list, valid_share: list[float], env_reward: list[float | None],
+                  **_: Any) -> list[float | None]:
+    """The share of a game's moves the env scored as valid guesses (weight 0: logged, not trained on)."""
+    return [None if r is None else float(v) for v, r in zip(valid_share, env_reward)]
+
+
 #: Reward functions and their weights in `GRPOConfig.reward_weights`.
-REWARD_FUNCS = (env_reward, won)
-REWARD_WEIGHTS = (1.0, 0.0)
+REWARD_FUNCS = (env_reward, won, valid_guesses)
+REWARD_WEIGHTS = (1.0, 0.0, 0.0)

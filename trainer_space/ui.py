@@ -8,17 +8,20 @@ the plots are redrawn only when that version or the step count changed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gradio as gr
 
 from dashboard import sparsity
-from dashboard.figures import payload_curves, reward_curves, sparsity_heatmap
+from dashboard.figures import Metric, learning_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 
-from .session import AccessDenied, TrainingSession
+from .session import AccessDenied, StepRecord, TrainingSession
 
 TICK_S = 2.0
+FEED_SIZE = 8
+_RATE_RANGE = (-0.05, 1.05)  # 0 % and 100 % points stay inside the panel
 
 
 def status_markdown(status: dict[str, Any]) -> str:
@@ -28,8 +31,8 @@ def status_markdown(status: dict[str, Any]) -> str:
     win = status["win_rate"]
     lines = [
         f"**{status['state']}** · version **{status['version']}** · step **{status['step']}** / {status['max_steps']}",
-        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate "
-         f"{'-' if win is None else f'{100 * win:.0f}%'} · step {status['step_s'] or 0:.1f} s"),
+        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(win)} · valid guesses "
+         f"{_percent(status.get('valid_rate'))} · step {status['step_s'] or 0:.1f} s"),
         (f"staleness bound {status['max_staleness']} versions: {stale.get('games', 0)} games trained on, "
          f"{stale.get('replayed', 0)} replayed, {stale.get('dropped', 0)} dropped"),
         f"training on **{status.get('device')}** · bucket `{status['bucket']}` · rollout {status['rollout_url']}",
@@ -39,11 +42,27 @@ def status_markdown(status: dict[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
-def figures(session: TrainingSession) -> tuple[Any, Any, Any]:
-    """Reward/win-rate curves, payload curves and the latest delta's sparsity heatmap."""
-    records = list(session.records)
-    steps = [r.step for r in records]
-    rewards = reward_curves(steps, [r.reward for r in records], [r.win_rate for r in records])
+#: The x axes the learning curves offer (the radio's choices).
+X_AXES = ("step", "wall time (minutes)")
+
+
+def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> Any:
+    """Reward, win rate and valid-guess rate per step, raw and smoothed, against steps or against
+    minutes since the first step began (all from the env's scores of the games trained on)."""
+    if x_axis == X_AXES[0] or not records:
+        x: list[float] = [r.step for r in records]
+    else:
+        start = records[0].at - records[0].step_s
+        x = [(r.at - start) / 60 for r in records]
+    metrics = [Metric("mean reward", [r.reward for r in records]),
+               Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
+               Metric("valid-guess rate", [r.valid_rate for r in records], _RATE_RANGE)]
+    return learning_curves(x, metrics, x_title=x_axis)
+
+
+def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any]:
+    """Learning curves, payload curves and the latest delta's sparsity heatmap."""
+    learning = learning_figure(list(session.records), x_axis)
     payloads = list(session.payloads.records) if session.payloads is not None else []
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
@@ -52,7 +71,7 @@ def figures(session: TrainingSession) -> tuple[Any, Any, Any]:
     header = session.payloads.latest_header if session.payloads is not None else None
     title = f"Changed elements per layer and kind, version {header.version}" if header else None
     heatmap = sparsity_heatmap(sparsity(header) if header else None, title)
-    return rewards, payload, heatmap
+    return learning, payload, heatmap
 
 
 def build_ui(session: TrainingSession) -> gr.Blocks:
@@ -62,28 +81,34 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
         status = gr.Markdown(status_markdown(session.status()))
         seen = gr.State(None)
         with gr.Row():
-            reward_plot = gr.Plot(label="reward")
+            with gr.Column(scale=2):
+                x_axis = gr.Radio(list(X_AXES), value=X_AXES[0], label="x axis", elem_id="trainer-x-axis")
+                learning_plot = gr.Plot(label="learning", elem_id="trainer-learning")
+            with gr.Column(scale=1):
+                gr.Markdown("### The policy's latest games (trained on)")
+                games = gr.HTML(feed_html(session.recent_games(FEED_SIZE)), elem_id="trainer-games")
+        with gr.Row():
             payload_plot = gr.Plot(label="payload")
-        heatmap_plot = gr.Plot(label="sparsity")
-        gr.Markdown("### Recent games of the policy")
-        games = gr.HTML(feed_html(session.recent_games()))
+            heatmap_plot = gr.Plot(label="sparsity")
         with gr.Accordion("Owner controls", open=False):
             token = gr.Textbox(label="owner token", type="password")
             with gr.Row():
                 buttons = {a: gr.Button(a) for a in ("start", "pause", "stop")}
             message = gr.Markdown()
 
-        def tick(last: Any) -> tuple:
+        def tick(last: Any, axis: str) -> tuple:
             current = (session.version, session.steps)
             text = status_markdown(session.status())
             if current == last:
                 return text, last, gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            rewards, payload, heatmap = figures(session)
-            return text, current, rewards, payload, heatmap, feed_html(session.recent_games())
+            learning, payload, heatmap = figures(session, axis)
+            return text, current, learning, payload, heatmap, feed_html(session.recent_games(FEED_SIZE))
 
-        outputs = [status, seen, reward_plot, payload_plot, heatmap_plot, games]
-        gr.Timer(TICK_S).tick(tick, seen, outputs, show_progress="hidden", queue=False)
-        demo.load(tick, seen, outputs, show_progress="hidden")
+        outputs = [status, seen, learning_plot, payload_plot, heatmap_plot, games]
+        gr.Timer(TICK_S).tick(tick, [seen, x_axis], outputs, show_progress="hidden", queue=False)
+        demo.load(tick, [seen, x_axis], outputs, show_progress="hidden")
+        x_axis.change(lambda axis: learning_figure(list(session.records), axis), x_axis, learning_plot,
+                      show_progress="hidden", api_visibility="private")
 
         for action, button in buttons.items():
             def press(tok: str, action: str = action) -> str:
@@ -94,3 +119,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
 
             button.click(press, token, message, api_visibility="private")
     return demo
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.0f}%"
