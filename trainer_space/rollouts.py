@@ -50,7 +50,7 @@ class WordleRollouts:
         """Play one game per seed on the rollout Space (same seed: same word)."""
         c = self.config
         return self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
-                                   temperature=c.temperature, max_turns=c.max_turns)
+                                   temperature=c.temperature, max_turns=c.max_turns, reply_prefix=c.reply_prefix)
 
     def collect(self, seeds: list[int]) -> tuple[list[dict], list[bool]]:
         """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""
