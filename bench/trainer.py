@@ -16,10 +16,11 @@ for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a s
 
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
 local bucket with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
-needed, so a GPU machine runs it from a shell); then the trainer's `/history` is saved to
-bench/out/training.json with a summary (mean reward and win rate over the first and the last
-`--window` steps) and drawn (reward and win rate per step; bytes per version: the default codec, `raw`,
-the dense model) to `--png`.
+needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
+unless `--games`, `--max-tokens`, `--max-turns` or `--lr` say otherwise; then the trainer's `/history`
+is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
+first and the last `--window` steps) and drawn (those three per step; bytes per version: the default
+codec, `raw`, the dense model) to `--png`.
 """
 
 from __future__ import annotations
@@ -136,9 +137,9 @@ def real_run(args: argparse.Namespace) -> None:
         "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
                     "--showcase-every", "0", "--device", args.device],
         "trainer": ["--bucket", bucket, "--model", model, "--rollout-url", url["rollout"], "--env-url", url["env"],
-                    "--games-per-step", str(args.games), "--num-generations", "4", "--max-tokens", "24",
-                    "--max-turns", str(args.max_turns), "--learning-rate", str(args.lr), "--max-steps", "100000",
-                    "--device", args.device, "--seed", str(args.seed)],
+                    "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
+                    *_given({"--games-per-step": args.games, "--max-tokens": args.max_tokens,
+                             "--max-turns": args.max_turns, "--learning-rate": args.lr})],
     }
     procs = []
     with open(os.path.join(root, "roles.log"), "w") as logs:
@@ -152,7 +153,8 @@ def real_run(args: argparse.Namespace) -> None:
                 time.sleep(10)
                 status = httpx.get(f"{url['trainer']}/status", timeout=10).json()
                 print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status['step']} version {status['version']} "
-                      f"reward {status['mean_reward']} win {status['win_rate']} error {status['error']}", flush=True)
+                      f"reward {status['mean_reward']} win {status['win_rate']} valid {status['valid_rate']} "
+                      f"error {status['error']}", flush=True)
                 if status["error"]:
                     break
             history = httpx.get(f"{url['trainer']}/history", timeout=10).json()
@@ -166,11 +168,16 @@ def real_run(args: argparse.Namespace) -> None:
     history["minutes"] = args.minutes
     history["summary"] = summary(history["steps"], args.window)
     print(json.dumps(history["summary"], indent=1))
-    os.makedirs("bench/out", exist_ok=True)
-    with open("bench/out/training.json", "w") as f:
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as f:
         json.dump(history, f, indent=1)
     plot(history, args.png)
-    print(f"saved bench/out/training.json and {args.png}")
+    print(f"saved {args.json} and {args.png}")
+
+
+def _given(flags: dict[str, object]) -> list[str]:
+    """The flags given a value; the others are left to the trainer's defaults (what `python app.py` runs)."""
+    return [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
 
 
 def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> None:
@@ -189,14 +196,15 @@ def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> N
 
 
 def summary(steps: list[dict], window: int) -> dict:
-    """Mean reward and win rate over the first and the last `window` steps (steps with no games left out)."""
+    """Mean reward, win rate and valid-guess rate over the first and the last `window` steps (steps with no
+    games left out)."""
     def mean(rows: list[dict], key: str) -> float | None:
         values = [r[key] for r in rows if r.get(key) is not None]
         return statistics.fmean(values) if values else None
 
     first, last = steps[:window], steps[-window:]
     return {"steps": len(steps), "window": window,
-            **{f"{k}_{edge}": mean(rows, k) for k in ("reward", "win_rate") for edge, rows in
+            **{f"{k}_{edge}": mean(rows, k) for k in ("reward", "win_rate", "valid_rate") for edge, rows in
                (("first", first), ("last", last))}}
 
 
@@ -212,9 +220,10 @@ def plot(history: dict, png: str) -> None:
     x = [s["step"] for s in steps]
     left.plot(x, [s["reward"] for s in steps], "o-", label="mean env reward per step")
     left.plot(x, [s["win_rate"] for s in steps], "s--", label="win rate")
+    left.plot(x, [s["valid_rate"] for s in steps], "^:", label="valid-guess rate")
     left.set_xlabel("optimizer step")
     left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({history['status'].get('device', 'cpu')})")
-    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
     v = [p["version"] for p in payloads]
     right.semilogy(v, [p["delta_bytes"] for p in payloads], "o-", label="published delta (default codec)")
     right.semilogy(v, [p["raw_bytes"] for p in payloads], "s--", label="raw: int32 positions + bf16 values")
@@ -240,13 +249,15 @@ def main() -> None:
     r = modes.add_parser("run", help="a bounded real training run, drawn to a PNG")
     r.add_argument("--model", default=None, help="model folder (default: the offline SmolLM2-135M-Instruct)")
     r.add_argument("--minutes", type=float, default=12.0)
-    r.add_argument("--games", type=int, default=8, help="games per step (groups of 4)")
-    r.add_argument("--max-turns", type=int, default=3)
-    r.add_argument("--lr", type=float, default=2e-5)
+    r.add_argument("--games", type=int, default=None, help="games per step, groups of 4 (default: the trainer's)")
+    r.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: the trainer's)")
+    r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
+    r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")
     r.add_argument("--png", default="docs/training.png")
+    r.add_argument("--json", default="bench/out/training.json", help="where the history and summary go")
     args = parser.parse_args()
     (overhead if args.mode == "overhead" else real_run)(args)
 

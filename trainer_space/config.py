@@ -22,12 +22,15 @@ class TrainerConfig:
         num_generations: Games per Wordle word: GRPO compares the games of one group, which share a seed.
         max_steps: Optimizer steps this session runs before it stops.
         learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
-            element changes once the updates since it last changed add up to half its ULP.
+            element changes once the updates since it last changed add up to half its ULP. 5e-5 moves
+            SmolLM2-135M's valid-guess rate within ~10 steps of 8 games (docs/training.md).
         device: Torch device of the master weights, the optimizer state and the published state (`cpu`,
             `cuda`, `cuda:N`; `models.resolve_device` turns `auto` into one). On a GPU the forward and
             backward passes run under bf16 autocast.
-        max_tokens: Tokens per model turn.
-        max_turns: Guesses per game (Wordle allows 6).
+        max_tokens: Tokens per model turn (a tagged guess takes ~6).
+        max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
+            cut short as unfinished). 3 by default: each turn generates over the whole conversation
+            again, so on a CPU a step of 6-turn games takes about twice as long.
         temperature: Sampling temperature of the rollouts.
         reply_prefix: Text that opens each of the policy's replies, written for it and never trained on
             (see `rollout_space.games.PlayParams`; default the guess's opening tag); "" lets the model write
@@ -50,10 +53,10 @@ class TrainerConfig:
     games_per_step: int = 8
     num_generations: int = 4
     max_steps: int = 1000
-    learning_rate: float = 1e-5
+    learning_rate: float = 5e-5
     device: str = "cpu"
-    max_tokens: int = 24
-    max_turns: int = 6
+    max_tokens: int = 16
+    max_turns: int = 3
     temperature: float = 1.0
     reply_prefix: str = OPEN_TAG
     max_staleness: int = 2
