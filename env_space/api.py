@@ -3,7 +3,7 @@
 per connection exactly like OpenEnv's ``EnvClient`` expects; plus ``/health``, ``/schema``,
 ``/metadata``, a minimal ``/mcp``, and this Space's ``/stats`` and ``/games``.
 
-Who may do what: a caller with the env token (``Authorization: Bearer <ENV_TOKEN>``, on the HTTP
+Who may do what (with a token set; without one the env is open, as before): a caller with the env token (``Authorization: Bearer <ENV_TOKEN>``, on the HTTP
 requests or on the WebSocket's opening request) plays in the reserved pool and may say which policy
 plays (``weight_version``). Anyone else is an anonymous visitor: their games are people's games, in
 the public pool under per-address caps (429 past them), and a ``weight_version`` from them is
@@ -65,7 +65,8 @@ class Access:
     """Who may call the env and how callers are told apart.
 
     Attributes:
-        token: The env token (``--token``/``ENV_TOKEN``); None: every caller is anonymous.
+        token: The env token (``--token``/``ENV_TOKEN``). None: an open env, as for a private local run,
+            where every caller is treated as a token holder (no caps, labels allowed).
         trust_forwarded: Take the caller's address from the proxy's ``X-Forwarded-For`` (on a Space).
     """
 
@@ -74,7 +75,7 @@ class Access:
 
     def client(self, headers: Mapping[str, str], peer: str | None) -> str | None:
         """None for a token holder, else the anonymous caller's address (the key of its caps)."""
-        if token_matches(bearer_token(headers), self.token):
+        if self.token is None or token_matches(bearer_token(headers), self.token):
             return None
         return client_address(headers, peer, self.trust_forwarded)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 
@@ -54,6 +55,10 @@ def run(args: argparse.Namespace) -> None:
     from .server import serve
     from .sessions import SessionLimits
 
+    if not args.token:
+        logging.getLogger(__name__).warning(
+            "no env token (--token / ENV_TOKEN): every caller may fill the sessions and label games as the "
+            "policy's; set one on a public Space (python app.py and spaces/deploy.py do)")
     limits = SessionLimits(args.max_sessions, args.session_ttl, args.public_sessions, args.per_client,
                            args.public_ttl)
     # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.

@@ -6,6 +6,11 @@ import hmac
 from collections.abc import Mapping
 
 
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``token`` to another app (none without a token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def bearer_token(headers: Mapping[str, str]) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, None without one."""
     value = headers.get("authorization") or ""
