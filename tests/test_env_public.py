@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +46,9 @@ def test_one_address_gets_a_few_games_then_429_with_retry_after(url: str) -> Non
         trusted = client.post("/reset", json={"weight_version": 3}, headers=AUTH)
         assert trusted.status_code == 200 and trusted.json()["observation"]["player"] == "policy v3"
         _close_all(client, [*mine, trusted.json()["observation"]["episode_id"]])
-        assert client.post("/reset").status_code == 200  # a closed game frees the slot
+        again = client.post("/reset")  # a closed game frees the slot
+        assert again.status_code == 200
+        _close_all(client, [again.json()["observation"]["episode_id"]])
 
 
 def test_a_full_public_pool_answers_503_with_retry_after_and_spares_the_token_pool(url: str) -> None:
@@ -61,6 +64,25 @@ def test_a_full_public_pool_answers_503_with_retry_after_and_spares_the_token_po
         assert response.status_code == 503 and int(response.headers["retry-after"]) >= 1
         assert client.post("/reset", headers=AUTH).status_code == 200  # the rollout still plays
         _close_all(client, ids)
+
+
+def test_1050_anonymous_resets_leave_the_token_holders_games_alone(url: str) -> None:
+    answers: Counter[int] = Counter()
+    opened: list[str] = []
+    for n in range(30):  # 30 visitors (loopback peers), 35 resets each
+        with httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address=f"127.0.1.{n + 1}")) as peer:
+            for _ in range(35):
+                response = peer.post("/reset")
+                answers[response.status_code] += 1
+                if response.status_code == 200:
+                    opened.append(response.json()["observation"]["episode_id"])
+                else:
+                    assert int(response.headers["retry-after"]) >= 1
+    assert answers[200] == PUBLIC and answers[429] + answers[503] == 1050 - PUBLIC, answers
+    with httpx.Client(base_url=url) as client:
+        trusted = [client.post("/reset", json={"weight_version": 2}, headers=AUTH) for _ in range(2)]
+        assert [r.json()["observation"]["player"] for r in trusted] == ["policy v2"] * 2
+        _close_all(client, [*opened, *(r.json()["observation"]["episode_id"] for r in trusted)])
 
 
 def test_anonymous_visitors_cannot_label_games_as_the_policy(url: str) -> None:
