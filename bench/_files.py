@@ -1,13 +1,14 @@
 """Writing bf16 states as safetensors files, whole or streamed tensor by tensor, always atomically."""
 
 import json
-import os
 import struct
 from collections.abc import Mapping
 from typing import BinaryIO
 
 import torch
 from safetensors.torch import save_file
+
+from delta.atomic import atomic_path
 
 #: `format: pt` lets a step file stand in for a model folder's model.safetensors.
 FILE_METADATA = {"format": "pt"}
@@ -21,17 +22,16 @@ def step_file_name(step: int) -> str:
 
 def save_state(state: Mapping[str, torch.Tensor], path: str) -> None:
     """Write a whole state with safetensors; a crash leaves no file at `path`, never a torn one."""
-    tmp = path + ".tmp"
-    save_file({name: t.contiguous() for name, t in state.items()}, tmp, metadata=FILE_METADATA)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({name: t.contiguous() for name, t in state.items()}, str(tmp), metadata=FILE_METADATA)
 
 
 class StreamingWriter:
     """Writes one safetensors file tensor by tensor, so a state larger than memory can be produced.
 
     The header is computed from the shapes up front; tensors must then be written in `shapes` order.
-    Use it as a context manager: data goes to `path + ".tmp"`, which is renamed to `path` on a clean
-    exit once every tensor arrived, and deleted if the block raises.
+    Use it as a context manager: data goes to a temporary file (`delta.atomic.atomic_path`) that replaces
+    `path` on a clean exit once every tensor arrived, and is deleted if the block raises.
     """
 
     def __init__(self, path: str, shapes: Mapping[str, tuple[int, ...]], dtype: torch.dtype) -> None:
@@ -48,7 +48,8 @@ class StreamingWriter:
             offset += size
         encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
         encoded += b" " * (-len(encoded) % 8)  # the data section starts 8-byte aligned
-        self._file: BinaryIO = open(path + ".tmp", "wb")
+        self._atomic = atomic_path(path)
+        self._file: BinaryIO = open(self._atomic.__enter__(), "wb")
         self._file.write(struct.pack("<Q", len(encoded)) + encoded)
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
@@ -65,11 +66,10 @@ class StreamingWriter:
     def __enter__(self) -> "StreamingWriter":
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._file.close()
-        if exc_type is None and self._next == len(self._order):
-            os.replace(self.path + ".tmp", self.path)
-            return
-        os.remove(self.path + ".tmp")
-        if exc_type is None:
-            raise ValueError(f"{self.path}: {len(self._order) - self._next} tensors were never written")
+        if exc_type is None and self._next < len(self._order):
+            exc = ValueError(f"{self.path}: {len(self._order) - self._next} tensors were never written")
+            self._atomic.__exit__(ValueError, exc, None)  # removes the temporary file
+            raise exc
+        self._atomic.__exit__(exc_type, exc, tb)  # replaces `path` only when nothing failed

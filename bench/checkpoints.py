@@ -28,6 +28,8 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from delta.atomic import write_atomic
+
 from ._files import step_file_name
 
 RUN_FILE = "run.json"
@@ -236,10 +238,7 @@ def generate_checkpoints(params: CheckpointParams, out_dir: str) -> CheckpointRu
         "seconds": round(seconds, 2),
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
     }
-    tmp = os.path.join(out_dir, RUN_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, os.path.join(out_dir, RUN_FILE))
+    write_atomic(os.path.join(out_dir, RUN_FILE), json.dumps(record, indent=2).encode())
     files = [os.path.join(out_dir, n) for n in names]
     return CheckpointRun(out_dir, params, files, elements, changed, record["seconds"])
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from delta._bits import bits, layout_of, order_key, zigzag
+from delta.bits import bits, layout_of, order_key, zigzag
 
 
 def _h(counts: np.ndarray) -> float:

@@ -13,28 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from env_space import render
-from env_space.rules import MAX_GUESSES, WORD_LENGTH
-
-_CLASS = {"G": "green", "Y": "yellow", "X": "gray"}
+from env_space.rules import MAX_GUESSES
 
 Trajectory = Mapping[str, Any]
-
-
-def _tile(letter: str, mark: str | None) -> str:
-    cls = f"wordle-tile {_CLASS[mark]}" if mark else "wordle-tile"
-    data = f' data-mark="{mark}"' if mark else ""
-    return f'<div class="{cls}"{data}>{html.escape(letter)}</div>'
-
-
-def rows_html(words: Sequence[str], marks: Sequence[str], total_rows: int = 0, hide_letters: bool = False) -> str:
-    """Scored rows (letters hidden if asked), padded with empty rows up to ``total_rows``."""
-    rows = []
-    for word, code in zip(words, marks, strict=True):
-        letters = [""] * WORD_LENGTH if hide_letters else list(word)
-        rows.append('<div class="wordle-row">' + "".join(_tile(c, m) for c, m in zip(letters, code, strict=True))
-                    + "</div>")
-    empty = '<div class="wordle-row">' + _tile("", None) * WORD_LENGTH + "</div>"
-    return "".join(rows) + empty * max(0, total_rows - len(rows))
 
 
 def scored_words(trajectory: Trajectory) -> list[str]:
@@ -54,11 +35,11 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
                testid: str = "policy-board") -> str:
     """The full 6 x 5 board of one policy game, or of its first ``rows`` scored guesses."""
     if trajectory is None:
-        inner = rows_html([], [], MAX_GUESSES)
+        inner = render.rows_html([], [], MAX_GUESSES)
     else:
         words, marks = scored_words(trajectory), list(trajectory.get("marks", []))
         n = len(marks) if rows is None else min(rows, len(marks))
-        inner = rows_html(words[:n], marks[:n], MAX_GUESSES, hide_letters)
+        inner = render.rows_html(words[:n], marks[:n], MAX_GUESSES, hide_letters)
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
 
 
@@ -76,7 +57,7 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -
         reward = float(t.get("reward") or 0.0)
         games.append(
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(str(t.get("episode_id", "")))}">'
-            f'<div class="wordle-mini">{rows_html(words, marks, len(words))}</div>'
+            f'<div class="wordle-mini">{render.rows_html(words, marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {reward:.2f}</span>'
             f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [], open_=i == 0)}</div></div>')

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 
 from delta import DeltaHeader
-from delta._bits import DTYPES_BY_NAME
+from delta.bits import DTYPES_BY_NAME
 
 _POSITION_BYTES = 4  # int32
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ._bits import DTYPE_NAMES
+from .bits import DTYPE_NAMES
 from .errors import DeltaFormatError
 from .format import DeltaHeader, TensorEntry
 

@@ -6,7 +6,7 @@ value's exponent field), the gap to the previous changed element of the same cla
 (how many elements of that class lie between them) and their ULP step; the reader, who holds the
 same old tensor, turns ranks back into positions and steps back into values.
 
-A ULP step is the difference of the two bit patterns in float order (see `_bits.order_key`),
+A ULP step is the difference of the two bit patterns in float order (see `bits.order_key`),
 zigzag folded so small steps of either sign are small numbers.
 """
 

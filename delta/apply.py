@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._bits import DTYPE_NAMES, bits
+from .bits import DTYPE_NAMES, bits
 from ._kernels import scatter
 from .codecs import Change, get_codec
 from .errors import DeltaFormatError, IntegrityError, StateMismatchError

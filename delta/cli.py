@@ -8,25 +8,18 @@ credentials come from the usual AWS environment variables.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 from . import __name__ as _pkg
 from .apply import apply, decode
+from .atomic import write_atomic
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
 from .errors import DeltaError
 from .format import read_delta
 from .inspect import inspect_delta
 from .state import load_state, save_state
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _read(path: str) -> bytes:
@@ -38,7 +31,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     old, new = load_state(args.old), load_state(args.new)
     start = time.perf_counter()
     data = diff(old, new, codec=args.codec, version=args.version, base_version=args.base_version, progress=True)
-    _write_atomic(args.output, data)
+    write_atomic(args.output, data)
     header, _ = read_delta(data)  # the header alone: no need to decode the streams again
     print(f"wrote {args.output}: {len(data):,} bytes, {header.changed:,} of {header.total:,} elements "
           f"changed ({100 * header.density:.3f}%), {len(data) / max(header.changed, 1):.3f} B/changed, codec "

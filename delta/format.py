@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 
-from ._bits import bits
+from .bits import bits
 
 from .errors import DeltaFormatError
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import xxhash
 
-from ._bits import DTYPE_NAMES, bits
+from .bits import DTYPE_NAMES, bits
 
 HASH_PREFIX = "xxh3-128:"
 

@@ -10,6 +10,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .atomic import atomic_path
 from .errors import DeltaFormatError, StateMismatchError
 
 State = dict[str, torch.Tensor]
@@ -44,14 +45,9 @@ def load_state(path: str) -> State:
 
 
 def save_state(state: Mapping[str, torch.Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
-    """Write a state as one safetensors file, atomically (temporary file, then rename)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        save_file({k: v.contiguous() for k, v in state.items()}, tmp, metadata=metadata)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write a state as one safetensors file, atomically and durably (`delta.atomic`)."""
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata=metadata)
 
 
 def check_same_layout(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor]) -> None:

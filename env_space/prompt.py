@@ -12,6 +12,9 @@ from .rules import MAX_GUESSES, WORD_LENGTH, Mark
 _MARK_WORDS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
 _MARK_TILES = {Mark.GREEN: "🟩", Mark.YELLOW: "🟨", Mark.GRAY: "⬛"}
 
+#: The tag a guess opens with. A player may write it for a model (see `rollout_space.games.PlayParams`).
+OPEN_TAG = "<guess>"
+
 INSTRUCTIONS = f"""Let's play Wordle. Find the secret {WORD_LENGTH}-letter English word in at most \
 {MAX_GUESSES} guesses.
 After each guess you get feedback for every letter:

@@ -43,27 +43,27 @@ CSS = """
 """
 
 
-def _tile(letter: str, mark: Mark | None) -> str:
+def _tile(letter: str, mark: Mark | str | None) -> str:
     cls = f"wordle-tile {_CLASS[mark]}" if mark else "wordle-tile"
-    data = f' data-mark="{mark.value}"' if mark else ""
+    data = f' data-mark="{Mark(mark).value}"' if mark else ""
     return f'<div class="{cls}"{data}>{html.escape(letter)}</div>'
 
 
-def _rows_html(words: Sequence[str], marks: Sequence[str], total_rows: int) -> str:
-    rows = [
-        '<div class="wordle-row">'
-        + "".join(_tile(c, m) for c, m in zip(w, decode(code), strict=True))
-        + "</div>"
-        for w, code in zip(words, marks, strict=True)
-    ]
+def rows_html(words: Sequence[str], marks: Sequence[str], total_rows: int = 0, hide_letters: bool = False) -> str:
+    """Scored rows (marks as G/Y/X codes; letters hidden if asked: colours only), padded with empty rows
+    up to `total_rows`. The one drawing of Wordle rows: the env's boards and feed, the policy's games."""
+    rows = []
+    for word, code in zip(words, marks, strict=True):
+        letters = [""] * WORD_LENGTH if hide_letters else list(word)
+        tiles = "".join(_tile(c, m) for c, m in zip(letters, decode(code), strict=True))
+        rows.append(f'<div class="wordle-row">{tiles}</div>')
     empty = '<div class="wordle-row">' + _tile("", None) * WORD_LENGTH + "</div>"
-    rows += [empty] * (total_rows - len(rows))
-    return "".join(rows)
+    return "".join(rows) + empty * max(0, total_rows - len(rows))
 
 
 def board_html(rows: Sequence[GuessRow]) -> str:
     """The 6 x 5 grid of a game, scored tiles coloured, unused rows empty."""
-    inner = _rows_html([r.word for r in rows], [r.marks for r in rows], MAX_GUESSES)
+    inner = rows_html([r.word for r in rows], [r.marks for r in rows], MAX_GUESSES)
     return f'<div class="wordle-board" data-testid="board">{inner}</div>'
 
 
@@ -161,7 +161,7 @@ def feed_html(records: Sequence[GameRecord], now: float | None = None) -> str:
         ago = max(0, int(now - r.finished_at))
         games.append(
             '<div class="wordle-game">'
-            f'<div class="wordle-mini">{_rows_html(r.words, r.marks, len(r.words))}</div>'
+            f'<div class="wordle-mini">{rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
             f'<span class="wordle-empty">{ago}s ago</span>{moves_html(r.replies, r.guesses, open_=i == 0)}</div></div>'
         )

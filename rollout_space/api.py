@@ -68,6 +68,8 @@ class RolloutRequest(_Sampling):
     games: list[GameRequest] = Field(min_length=1, max_length=MAX_PROMPTS)
     max_tokens: int = Field(48, ge=1, le=MAX_TOKENS, description="Most tokens per reply")
     max_turns: int = Field(PlayParams.max_turns, ge=1, le=64, description="Most replies per game")
+    reply_prefix: str = Field(PlayParams.reply_prefix, max_length=64,
+                              description="Text that opens every reply, written for the policy (never sampled)")
 
 
 _STATUS = {LimitExceededError: 413, EnvUnavailableError: 502, EngineError: 503, RolloutError: 409, ValueError: 422}
@@ -118,7 +120,8 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
     @app.post("/rollout", dependencies=[Depends(trainer_only)])
     async def rollout(request: RolloutRequest) -> dict[str, Any]:
         """Whole Wordle games, one trajectory each, in the shape of TRL's `rollout_func` output."""
-        params = PlayParams(request.max_tokens, request.temperature, request.top_p, request.max_turns, request.seed)
+        params = PlayParams(request.max_tokens, request.temperature, request.top_p, request.max_turns, request.seed,
+                            request.reply_prefix)
         games = [GameSpec(g.seed, g.secret) for g in request.games]
         trajectories = await run(engine_pool, partial(service.play, games, params))
         return {"trajectories": [t.to_dict() for t in trajectories]}

@@ -42,7 +42,7 @@ class RolloutClient:
     def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[dict[str, Any]]:
         """`POST /rollout`: one trajectory per game (`{"seed": s}` or `{"secret": w}`), same order.
 
-        Sampling keywords: `max_tokens` (per reply), `temperature`, `top_p`, `seed`, `max_turns`.
+        Sampling keywords: `max_tokens` (per reply), `temperature`, `top_p`, `seed`, `max_turns`, `reply_prefix`.
         """
         return self._call("POST", "/rollout", {"games": list(games), **sampling})["trajectories"]
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from env_space.prompt import OPEN_TAG
 from env_space.rules import MAX_GUESSES
 
 from .engines import Completion, Engine, SamplingParams
@@ -20,6 +21,11 @@ from .env_client import EnvClient
 
 #: Stands for the model's reply while the chat template is rendered, to find the text around a reply.
 _REPLY = "\uE000REPLY\uE000"
+
+#: What opens each of the policy's replies by default, written for it: small models (SmolLM2-135M) asked to
+#: "write your guess inside <guess></guess> tags" almost never write the tag within a reply's tokens,
+#: so every game scores the same and GRPO has no gradient; opened with the tag, they name a word.
+REPLY_PREFIX = OPEN_TAG
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class PlayParams:
         temperature, top_p: Sampling of each reply (0 is greedy).
         max_turns: Most replies per game (invalid moves count); the env ends games earlier on its own.
         seed: Makes the games reproducible for the same weights (turn t samples with seed + t).
+        reply_prefix: Text that opens every reply, written for the policy: it is part of what the model
+            sees and of the move the env scores, never sampled (env_mask 0 in the trajectory, so never
+            trained on). "" lets the model write the whole reply.
     """
 
     max_tokens: int = 48
@@ -47,6 +56,7 @@ class PlayParams:
     top_p: float = 1.0
     max_turns: int = 2 * MAX_GUESSES
     seed: int | None = None
+    reply_prefix: str = REPLY_PREFIX
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -59,7 +69,7 @@ class Trajectory:
     """One game as a GRPO sample. `to_dict` gives the JSON the rollout API returns.
 
     Attributes:
-        prompt_ids: The chat-templated instructions, ending with the assistant's turn opening.
+        prompt_ids: The chat-templated instructions, ending with the assistant's turn opening (and the reply prefix).
         completion_ids: Every reply and the env's feedback between replies, concatenated.
         logprobs: Per completion token, its log-probability under the policy (0.0 on env tokens).
         env_mask: Per completion token, 1 if the model produced it, 0 if the env did.
@@ -69,7 +79,7 @@ class Trajectory:
         guesses: The word of each reply ("" when the move was invalid).
         invalid_moves: The env's count of invalid moves (the env is the one record of a game's result).
         marks: Feedback per valid guess, one of G/Y/X per letter.
-        replies: The text of each reply.
+        replies: The text of each reply, its `reply_prefix` included (the move the env scored).
         secret: The word (empty if the game ended unfinished, before the env revealed it).
         version: The oldest weight version that produced any reply: a trainer judges staleness on it.
         versions: The weight version of each reply.
@@ -100,11 +110,11 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "version": self.version}
 
-    def _reply(self, completion: Completion) -> None:
+    def _reply(self, completion: Completion, prefix: str) -> None:
         self.completion_ids += completion.token_ids
         self.logprobs += completion.logprobs
         self.env_mask += [1] * len(completion.token_ids)
-        self.replies.append(completion.text)
+        self.replies.append(prefix + completion.text)
         self.versions.append(completion.version)
 
     def _feedback(self, ids: list[int]) -> None:
@@ -157,6 +167,10 @@ class ChatLayout:
             after = after.removeprefix(self._tokenizer.decode(reply.token_ids[-1:]))
         return self._tokenizer.encode(after, add_special_tokens=False)
 
+    def text(self, text: str) -> list[int]:
+        """Plain text inside a turn (a reply's prefix), no special tokens added."""
+        return self._tokenizer.encode(text, add_special_tokens=False) if text else []
+
 
 def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params: PlayParams | None = None,
                on_turn: Callable[[Sequence[Trajectory]], None] | None = None) -> list[Trajectory]:
@@ -174,11 +188,12 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     params = params or PlayParams()
     layout = ChatLayout(engine.tokenizer)
     limit = engine.config.max_model_len
+    prefix, prefix_ids = params.reply_prefix, layout.text(params.reply_prefix)
     live: list[Trajectory] = []
     try:
         for spec in games:
             observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version)
-            live.append(Trajectory(layout.prompt(observation["message"]), observation["episode_id"]))
+            live.append(Trajectory(layout.prompt(observation["message"]) + prefix_ids, observation["episode_id"]))
         for turn in range(params.max_turns):
             playing = [g for g in live if not g.finished
                        and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
@@ -188,12 +203,12 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
                                       None if params.seed is None else params.seed + turn)
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
             for game, reply in zip(playing, replies):
-                game._reply(reply)
-                observation, reward, done = env.step(game.episode_id, reply.text)
+                game._reply(reply, prefix)
+                observation, reward, done = env.step(game.episode_id, prefix + reply.text)
                 game._observe(observation, reward)
                 game.finished = done
                 if not done:
-                    game._feedback(layout.feedback(observation["message"], reply))
+                    game._feedback(layout.feedback(observation["message"], reply) + prefix_ids)
             if on_turn is not None:
                 on_turn(live)
     finally:

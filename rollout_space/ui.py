@@ -49,7 +49,8 @@ def status_markdown(status: Mapping[str, Any]) -> str:
     engine, model = html.escape(str(status.get("engine"))), html.escape(str(status.get("model")))
     device = html.escape(str(status.get("device")))
     counts = f"{status.get('syncs', 0)} syncs · {status.get('tokens_served', 0):,} tokens served"
-    lines = [f"### Serving **v{status.get('version')}** · {lag}", f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
+    lines = [f"### Serving **v{status.get('version')}** · {lag}",
+             f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
     if status.get("note"):
         lines.append(f"note: {html.escape(str(status['note']))}")
     error = status.get("last_error")

@@ -25,9 +25,10 @@ def tiny_model(folder: str) -> str:
     return build_tiny_qwen3(folder, seed=0)
 
 
-#: Trainer flags that make a GRPO step take about a second with the tiny model. Two tokens per reply:
-#: a random model then sometimes answers one word (an invalid guess, -0.15) and sometimes more (no
-#: guess, -0.2), so within most of the 4 groups per step the rewards differ and GRPO's advantages, hence
-#: the updates, are not zero.
+#: Trainer flags that make a GRPO step take about a second with the tiny model. Two tokens per reply,
+#: written by the model from the start (no reply prefix): a random model then sometimes answers one word
+#: (an invalid guess, -0.15) and sometimes more (no guess, -0.2), so within most of the 4 groups per step
+#: the rewards differ and GRPO's advantages, hence the updates, are not zero. (Opened with "<guess>", a
+#: random model's two tokens are nearly always one invalid guess: equal rewards, no update to check.)
 FAST_TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "2", "--max-turns", "2",
-                 "--learning-rate", "1e-3")
+                 "--learning-rate", "1e-3", "--reply-prefix", "")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import delta
-from delta._bits import DTYPE_NAMES, bits, layout_of
+from delta.bits import DTYPE_NAMES, bits, layout_of
 from delta._device import scan_chunk_torch
 from delta._kernels import scan_chunk
 

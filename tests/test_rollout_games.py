@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from rollout_space.engines import EngineConfig, open_engine
@@ -50,6 +51,22 @@ def test_trajectories_hold_exactly_the_tokens_the_policy_saw(engine, env):
     # The same seed gives the same word (GRPO groups compare games on one word); a secret is played as given.
     assert not games[0].finished and games[0].secret == ""  # cut by max_turns: the env did not reveal it
     assert not any(g.won for g in games)
+
+
+def test_each_reply_opens_with_the_prefix_written_for_the_policy(engine, env):
+    opened, free = (play_games(engine, env, [GameSpec(secret="crane")],
+                               PlayParams(max_tokens=6, max_turns=2, seed=4, reply_prefix=prefix))[0]
+                    for prefix in ("<guess>", ""))
+    tokens = engine.tokenizer
+    assert tokens.decode(opened.prompt_ids).endswith("<guess>") and not tokens.decode(free.prompt_ids).endswith("<guess>")
+    assert all(r.startswith("<guess>") for r in opened.replies) and len(opened.replies) == 2
+    # The prefix is the player's, not the model's: after each feedback it is env tokens (mask 0), and the
+    # move the env scored (its record of the game) is prefix + what the model sampled.
+    feedback = tokens.decode([t for t, m in zip(opened.completion_ids, opened.env_mask) if m == 0])
+    assert feedback.endswith("<guess>")
+    records = httpx.get(f"{env.url}/games", params={"limit": 200}).json()
+    [record] = [g for g in records if g["episode_id"] == opened.episode_id]
+    assert list(record["replies"]) == opened.replies
 
 
 def test_finished_games_carry_the_secret_and_the_env_total(engine, env):

@@ -29,7 +29,7 @@ from delta.storage import (
 )
 from delta.storage._fsspec import parse_s3_url
 from delta.storage._hf import parse_hf_bucket_url
-from delta.storage._local import TMP_PREFIX
+from delta.atomic import TMP_PREFIX
 from tests.rclone_server import RcloneS3Server
 
 # Retries that give up in well under a second, so failure tests stay fast.

@@ -6,7 +6,7 @@ to the bucket after every optimizer step.
     ...                                         model="/path/to/model"))
     >>> session.start()          # trains in a background thread; session.status() tells how it goes
 
-`python app.py trainer ...` (or `python -m trainer_space ...`) serves it with its HTTP API and UI.
+`python app.py trainer ...` (the one entry point, with the launcher's checks) serves it with its HTTP API and UI.
 Heavy imports (torch, TRL, Gradio) happen inside the modules that need them.
 """
 

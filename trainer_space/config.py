@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from env_space.prompt import OPEN_TAG
+
 
 @dataclass(frozen=True)
 class TrainerConfig:
@@ -27,6 +29,9 @@ class TrainerConfig:
         max_tokens: Tokens per model turn.
         max_turns: Guesses per game (Wordle allows 6).
         temperature: Sampling temperature of the rollouts.
+        reply_prefix: Text that opens each of the policy's replies, written for it and never trained on
+            (see `rollout_space.games.PlayParams`; default the guess's opening tag); "" lets the model write
+            the whole reply.
         max_staleness: Most versions a game's oldest weights may lag the trainer's current version; older
             games are played again (`stale_retries` times), then dropped from the gradient.
         stale_retries: Rounds of replaying stale games in one step before the rest are dropped.
@@ -55,6 +60,7 @@ class TrainerConfig:
     max_tokens: int = 24
     max_turns: int = 6
     temperature: float = 1.0
+    reply_prefix: str = OPEN_TAG
     max_staleness: int = 2
     stale_retries: int = 2
     stale_wait: float = 1.0

@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per model turn")
     parser.add_argument("--max-turns", type=int, default=defaults.max_turns, help="guesses per game")
+    parser.add_argument("--reply-prefix", default=defaults.reply_prefix,
+                        help=f"text that opens each reply, written for the policy (default {defaults.reply_prefix!r}; "
+                             "'' lets the model write it all)")
     parser.add_argument("--max-staleness", type=int, default=defaults.max_staleness,
                         help="most versions a game's weights may lag the trainer's")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -55,7 +58,8 @@ def config_from_args(args: argparse.Namespace, model_folder: str) -> TrainerConf
     return TrainerConfig(
         bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, device=resolve_device(args.device), max_tokens=args.max_tokens, max_turns=args.max_turns,
+        learning_rate=args.learning_rate, device=resolve_device(args.device), max_tokens=args.max_tokens,
+        max_turns=args.max_turns, reply_prefix=args.reply_prefix,
         max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token)
 
 

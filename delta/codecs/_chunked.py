@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .. import _rans
-from .._bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
+from ..bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
 from .._device import scan_chunk_torch
 from .._kernels import locate_chunk, scan_chunk
 from ..errors import DeltaFormatError

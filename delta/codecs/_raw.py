@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._bits import DTYPE_NAMES, bits
+from ..bits import DTYPE_NAMES, bits
 from .._device import changed_positions
 from ..errors import DeltaFormatError
 from ..format import TensorEntry

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..atomic import TMP_PREFIX, write_atomic
 from ..errors import StorageError
 from ._base import Failure, RetryPolicy, Storage, StoredFile
 
-# Files being written are named like this until they are renamed into place; listings hide them.
-TMP_PREFIX = ".delta-tmp-"
 
 
 class LocalStorage(Storage):
@@ -53,18 +51,7 @@ class LocalStorage(Storage):
         if target.name.startswith(TMP_PREFIX):
             raise ValueError(f"invalid bucket path {path!r}: names starting with {TMP_PREFIX!r} are reserved")
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}")
-        # O_EXCL on a fresh random name; mode 0o666 lets the umask decide, as for any new file.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)  # only still there when something failed before the rename
-        _fsync_directory(target.parent)
+        write_atomic(target, data)
 
     def _list(self, folder: str) -> Iterator[StoredFile]:
         for directory, _, names in os.walk(self.root / folder):
@@ -82,11 +69,3 @@ class LocalStorage(Storage):
         for path in paths:
             (self.root / path).unlink(missing_ok=True)
 
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename inside `directory` durable across a power loss."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

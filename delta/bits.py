@@ -1,5 +1,7 @@
 """Bit-level views of tensors: what "changed" means and what the reader can predict from an old value.
 
+Public, for tools that read deltas and states at the bit level (dashboards, benchmarks).
+
 Every comparison in `delta` is on bit patterns, never on float values, so -0/+0, NaN payloads and
 subnormals are ordinary values. A tensor of any dtype is seen as unsigned integers of its width.
 """
