@@ -146,7 +146,9 @@ def main(argv: list[str]) -> None:
     for p in plans:
         hidden = {k: "***" for k in p.secrets}
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
-    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}")
+    rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
+    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
+          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}")
     if not args.dry_run:
         deploy(plans, bucket, token)
 

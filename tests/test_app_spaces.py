@@ -63,6 +63,7 @@ def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
     assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'ENV_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
     assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
     assert "bucket hf://buckets/Alice/wordle-deltas" in out
+    assert "rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): " in out
 
 
 def test_out_assembles_each_space_from_tracked_files(tmp_path: Path) -> None:
