@@ -125,6 +125,7 @@ def real_run(args: argparse.Namespace) -> None:
 
     import httpx
 
+    from launcher.tokens import new_tokens, role_environ
     from models import resolve_model
 
     model = resolve_model(args.model)
@@ -142,11 +143,13 @@ def real_run(args: argparse.Namespace) -> None:
                              "--max-turns": args.max_turns, "--learning-rate": args.lr})],
     }
     procs = []
+    tokens = new_tokens()  # the apps' tokens, as `python app.py` makes them
     with open(os.path.join(root, "roles.log"), "w") as logs:
         try:
             for name, flags in roles.items():
                 procs.append(subprocess.Popen([sys.executable, "app.py", name, *flags, "--port", str(ports[name])],
-                                              stdout=logs, stderr=subprocess.STDOUT))
+                                              stdout=logs, stderr=subprocess.STDOUT,
+                                              env={**os.environ, **role_environ(name, tokens)}))
                 _wait_healthy(url[name], procs[-1], logs.name)
             start = time.monotonic()
             while time.monotonic() - start < 60 * args.minutes:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from env_space import render
+from webguard import auth_headers
 from env_space.schema import WordleObservation
 
 from . import games
@@ -35,6 +36,10 @@ MAX_SEED = 2**31 - 1
 
 class VersusError(RuntimeError):
     """The env Space refused or did not answer the person's game."""
+
+
+class MatchClosed(RuntimeError):
+    """Raised into the policy's game at its next turn once its match was closed: the game stops there."""
 
 
 @dataclass(frozen=True)
@@ -57,15 +62,18 @@ class Match:
         executor: Where the policy's game runs (bounded by its workers).
         seed: The env seed both games share; random when None.
         timeout: Seconds per env request.
+        token: The env token, so the person's game is played in the env's reserved pool (the rollout
+            caps its visitors itself).
 
     Raises:
         VersusError: the env did not start the person's game.
     """
 
     def __init__(self, env_url: str, play: PlayOne, executor: Executor, seed: int | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, token: str | None = None) -> None:
         self.seed = random.randint(0, MAX_SEED) if seed is None else seed
-        self._http = httpx.Client(base_url=env_url.rstrip("/"), timeout=timeout)
+        self._closed = False
+        self._http = httpx.Client(base_url=env_url.rstrip("/"), timeout=timeout, headers=auth_headers(token))
         try:
             self.human = self._post("/reset", {"seed": self.seed, "max_invalid_moves": None, "human": True})
         except VersusError:
@@ -75,6 +83,8 @@ class Match:
         self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed, self._progress)
 
     def _progress(self, game: Mapping[str, Any]) -> None:
+        if self._closed:
+            raise MatchClosed("the match was closed: its policy game stops here")
         self._so_far = game  # one reference swapped from the policy's thread; the UI reads it
 
     def guess(self, word: str) -> WordleObservation:
@@ -92,6 +102,9 @@ class Match:
         full with the word and what it wrote for each move once the person's game is over."""
         rows = self.human.rows
         over = self.human.done
+        if self.policy.cancelled():
+            return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
+                              games.board_html(None), "This match was closed.")
         failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
         policy = None if failure or not self.policy.done() else self.policy.result()
         error = f"{type(failure).__name__}: {failure}" if failure else None
@@ -113,7 +126,10 @@ class Match:
                           board, policy_status)
 
     def close(self) -> None:
-        """Drop the person's game if unfinished; the policy's game ends on its own."""
+        """Drop the person's game if unfinished, and the policy's: a queued one never starts, a running
+        one stops at its next turn (its env game is closed as it stops)."""
+        self._closed = True
+        self.policy.cancel()
         if not self.human.done:
             try:
                 self._http.post("/close", json={"episode_id": self.human.episode_id})

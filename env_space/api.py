@@ -1,19 +1,31 @@
 """The HTTP API, following OpenEnv's conventions so its clients connect: ``POST /reset``,
 ``POST /step`` and ``GET /state`` carry the session's ``episode_id``; ``WS /ws`` holds one session
 per connection exactly like OpenEnv's ``EnvClient`` expects; plus ``/health``, ``/schema``,
-``/metadata``, and this Space's ``/stats`` and ``/games``."""
+``/metadata``, a minimal ``/mcp``, and this Space's ``/stats`` and ``/games``.
+
+Who may do what (with a token set; without one the env is open, as before): a caller with the env token (``Authorization: Bearer <ENV_TOKEN>``, on the HTTP
+requests or on the WebSocket's opening request) plays in the reserved pool and may say which policy
+plays (``weight_version``). Anyone else is an anonymous visitor: their games are people's games, in
+the public pool under per-address caps (429 past them), and a ``weight_version`` from them is
+refused with 403."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.requests import HTTPConnection
+
+from webguard import bearer_token, client_address, error_summary, guard_app, loads_strict, token_matches
 
 from .errors import (
+    ClientLimitError,
+    ForbiddenError,
     GameOverError,
     InvalidSecretError,
     ServerFullError,
@@ -22,10 +34,16 @@ from .errors import (
     WordleError,
 )
 from .history import HUMAN, player_label
+from .mcp import add_mcp
 from .schema import EpisodeRequest, ResetRequest, StepRequest, WordleAction, WordleObservation, step_response
 from .sessions import SessionStore
 
+#: Largest request body: an action is at most 32 K characters, so this leaves ample room.
+MAX_BODY_BYTES = 256 * 1024
+
 _STATUS = {
+    ClientLimitError: 429,
+    ForbiddenError: 403,
     ServerFullError: 503,
     SessionNotFoundError: 404,
     SessionExistsError: 409,
@@ -33,7 +51,8 @@ _STATUS = {
     InvalidSecretError: 422,
 }
 # OpenEnv's WebSocket error codes.
-_WS_CODE = {ServerFullError: "CAPACITY_REACHED", InvalidSecretError: "VALIDATION_ERROR"}
+_WS_CODE = {ServerFullError: "CAPACITY_REACHED", ClientLimitError: "CAPACITY_REACHED",
+            InvalidSecretError: "VALIDATION_ERROR", ForbiddenError: "FORBIDDEN"}
 METADATA = {
     "name": "wordle",
     "description": "Wordle: find a 5-letter word in 6 guesses from green/yellow/gray feedback.",
@@ -41,25 +60,55 @@ METADATA = {
 }
 
 
-def _start(store: SessionStore, request: ResetRequest) -> WordleObservation:
+@dataclass(frozen=True)
+class Access:
+    """Who may call the env and how callers are told apart.
+
+    Attributes:
+        token: The env token (``--token``/``ENV_TOKEN``). None: an open env, as for a private local run,
+            where every caller is treated as a token holder (no caps, labels allowed).
+        trust_forwarded: Take the caller's address from the proxy's ``X-Forwarded-For`` (on a Space).
+    """
+
+    token: str | None = None
+    trust_forwarded: bool = False
+
+    def client(self, headers: Mapping[str, str], peer: str | None) -> str | None:
+        """None for a token holder, else the anonymous caller's address (the key of its caps)."""
+        if self.token is None or token_matches(bearer_token(headers), self.token):
+            return None
+        return client_address(headers, peer, self.trust_forwarded)
+
+
+def _start(store: SessionStore, request: ResetRequest, client: str | None) -> WordleObservation:
+    if client is not None and request.weight_version is not None:
+        raise ForbiddenError("weight_version needs the env token (Authorization: Bearer <ENV_TOKEN>); "
+                             "anonymous games are recorded as a person's: leave weight_version out")
     return store.start(
-        player=HUMAN if request.human else player_label(request.weight_version),
+        player=HUMAN if request.human or client is not None else player_label(request.weight_version),
         seed=request.seed,
         secret=request.secret,
         episode_id=request.episode_id,
         max_invalid_moves=request.max_invalid_moves,
+        client=client,
     )
 
 
-def build_api(store: SessionStore) -> FastAPI:
+def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
     """A FastAPI app serving the games of ``store`` (the UI can be mounted on it afterwards)."""
-    app = FastAPI(title="Wordle environment", version=METADATA["version"])
+    access = access or Access()
+    app = guard_app(FastAPI(title="Wordle environment", version=METADATA["version"]), MAX_BODY_BYTES)
 
     @app.exception_handler(WordleError)
     async def _wordle_error(_: Request, exc: WordleError) -> JSONResponse:
+        retry = getattr(exc, "retry_after", None)
         return JSONResponse(
-            {"detail": str(exc), "error": type(exc).__name__}, status_code=_STATUS.get(type(exc), 400)
+            {"detail": str(exc), "error": type(exc).__name__}, status_code=_STATUS.get(type(exc), 400),
+            headers={"Retry-After": str(retry)} if retry is not None else None,
         )
+
+    def caller(request: HTTPConnection) -> str | None:
+        return access.client(request.headers, request.client.host if request.client else None)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -75,9 +124,9 @@ def build_api(store: SessionStore) -> FastAPI:
         return {"action": WordleAction.model_json_schema(), "observation": observation, "state": observation}
 
     @app.post("/reset")
-    async def reset(request: ResetRequest | None = None) -> dict[str, Any]:
+    async def reset(http: Request, request: ResetRequest | None = None) -> dict[str, Any]:
         """Start a game. The observation's ``episode_id`` names the session for later calls."""
-        return step_response(_start(store, request or ResetRequest()))
+        return step_response(_start(store, request or ResetRequest(), caller(http)))
 
     @app.post("/step")
     async def step(request: StepRequest) -> dict[str, Any]:
@@ -103,14 +152,21 @@ def build_api(store: SessionStore) -> FastAPI:
         """The latest finished games, newest first."""
         return [asdict(r) for r in store.history.recent(limit, policy_only)]
 
+    add_mcp(app, METADATA["name"], METADATA["version"])
+
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
-        """OpenEnv's session protocol: messages ``reset``, ``step``, ``state``, ``close``."""
+        """OpenEnv's session protocol: messages ``reset``, ``step``, ``state``, ``close`` (JSON text)."""
         await websocket.accept()
-        session = _WsSession(store)
+        session = _WsSession(store, caller(websocket))
         try:
             while True:
-                reply, stop = session.handle(await websocket.receive_text())
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                reply, stop = (session.handle(text) if text is not None else
+                               (_ws_error("INVALID_JSON", "send JSON text frames, not binary ones"), False))
                 await websocket.send_text(json.dumps(reply))
                 if stop:
                     await websocket.close()
@@ -126,28 +182,31 @@ def build_api(store: SessionStore) -> FastAPI:
 class _WsSession:
     """The game of one WebSocket connection; a new ``reset`` replaces it, disconnecting drops it."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, client: str | None) -> None:
         self._store = store
+        self._client = client
         self._episode_id: str | None = None
 
     def handle(self, raw: str) -> tuple[dict[str, Any], bool]:
         """Answer one message: (reply, whether the connection should close). Never raises."""
         try:
-            message = json.loads(raw)
+            message = loads_strict(raw)
             if not isinstance(message, dict):
                 return _ws_error("INVALID_JSON", "a message must be a JSON object"), False
             return self._dispatch(message.get("type"), message.get("data") or {})
         except json.JSONDecodeError as e:
-            return _ws_error("INVALID_JSON", f"invalid JSON: {e}"), False
+            return _ws_error("INVALID_JSON", f"invalid JSON: {e.msg}"), False
         except ValidationError as e:
-            return _ws_error("VALIDATION_ERROR", str(e)), False
+            return _ws_error("VALIDATION_ERROR", json.dumps(error_summary(e.errors()))), False
         except WordleError as e:
             return _ws_error(_WS_CODE.get(type(e), "SESSION_ERROR"), str(e)), False
 
     def _dispatch(self, kind: Any, data: Any) -> tuple[dict[str, Any], bool]:
         if kind == "reset":
             self.close()
-            observation = _start(self._store, ResetRequest.model_validate(data))
+            if not isinstance(data, dict):
+                return _ws_error("VALIDATION_ERROR", "'data' must be a JSON object"), False
+            observation = _start(self._store, ResetRequest.model_validate(data), self._client)
             self._episode_id = observation.episode_id
             return {"type": "observation", "data": step_response(observation)}, False
         if kind == "close":

@@ -8,11 +8,16 @@ class WordleError(Exception):
 
 
 class ServerFullError(WordleError):
-    """No free session slot: the server already runs its maximum number of games."""
+    """No free session slot: the server already runs its maximum number of games.
 
-    def __init__(self, active: int, limit: int) -> None:
+    Attributes:
+        retry_after: Seconds until the idlest game expires and frees a slot (HTTP ``Retry-After``).
+    """
+
+    def __init__(self, active: int, limit: int, retry_after: int = 1) -> None:
         self.active = active
         self.limit = limit
+        self.retry_after = retry_after
         super().__init__(
             f"server full: {active} of {limit} game sessions are in use; finish or close a game, "
             "or retry when an idle session expires"
@@ -52,3 +57,24 @@ class GameOverError(WordleError):
     def __init__(self, episode_id: str) -> None:
         self.episode_id = episode_id
         super().__init__(f"game {episode_id!r} is over; start a new one with reset")
+
+
+class ClientLimitError(WordleError):
+    """One client (by address) already runs as many live games as an anonymous visitor may.
+
+    Attributes:
+        retry_after: Seconds until that client's idlest game expires (HTTP ``Retry-After``).
+    """
+
+    def __init__(self, active: int, limit: int, retry_after: int) -> None:
+        self.active = active
+        self.limit = limit
+        self.retry_after = retry_after
+        super().__init__(
+            f"too many live games from your address: {active} of {limit}; finish or close one (POST /close), "
+            f"or retry in {retry_after} s when an idle one expires"
+        )
+
+
+class ForbiddenError(WordleError, PermissionError):
+    """An anonymous client asked for what only the env token allows (a policy's weight version)."""

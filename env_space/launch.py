@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 
@@ -13,9 +14,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (env GRADIO_SERVER_NAME; default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")),
                         help="port to listen on (env GRADIO_SERVER_PORT; default 7860)")
-    parser.add_argument("--max-sessions", type=_at_least_one, default=1024, help="live games at most (default 1024)")
+    parser.add_argument("--token", default=env("ENV_TOKEN") or None,
+                        help="secret the rollout sends (env ENV_TOKEN): its games get their own reserved pool and "
+                             "may name the policy's weight version; unset: every caller is anonymous")
+    parser.add_argument("--max-sessions", type=_at_least_one, default=1024,
+                        help="live games of token holders at most (default 1024)")
     parser.add_argument("--session-ttl", type=_positive_seconds, default=600.0,
-                        help="idle seconds before a game is dropped (default 600)")
+                        help="idle seconds before a token holder's game is dropped (default 600)")
+    parser.add_argument("--public-sessions", type=_at_least_one, default=256,
+                        help="live games of anonymous visitors at most, all together (default 256)")
+    parser.add_argument("--per-client", type=_at_least_one, default=4,
+                        help="live games of one anonymous visitor (by address) at most (default 4)")
+    parser.add_argument("--public-ttl", type=_positive_seconds, default=180.0,
+                        help="idle seconds before an anonymous visitor's game is dropped (default 180)")
 
 
 def _at_least_one(text: str) -> int:
@@ -40,7 +51,15 @@ def run(args: argparse.Namespace) -> None:
     Raises:
         ValueError: a session limit out of range (the message names the setting).
     """
+    from .api import Access
     from .server import serve
     from .sessions import SessionLimits
 
-    serve(args.host, args.port, SessionLimits(args.max_sessions, args.session_ttl))
+    if not args.token:
+        logging.getLogger(__name__).warning(
+            "no env token (--token / ENV_TOKEN): every caller may fill the sessions and label games as the "
+            "policy's; set one on a public Space (python app.py and spaces/deploy.py do)")
+    limits = SessionLimits(args.max_sessions, args.session_ttl, args.public_sessions, args.per_client,
+                           args.public_ttl)
+    # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.
+    serve(args.host, args.port, limits, Access(args.token, trust_forwarded=bool(os.environ.get("SPACE_ID"))))

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from webguard import MAX_INT63
+
 from .rules import DEFAULT_MAX_INVALID_MOVES
 
 MAX_ACTION_CHARS = 32_768
@@ -24,7 +26,7 @@ class WordleAction(_Strict):
         max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'"
     )
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description="Ignored; OpenEnv's Action base class sends it"
+        default_factory=dict, max_length=32, description="Ignored; OpenEnv's Action base class sends it"
     )
 
 
@@ -59,14 +61,17 @@ class ResetRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    seed: int | None = Field(None, ge=0, description="Picks the secret reproducibly")
+    seed: int | None = Field(None, ge=0, le=MAX_INT63, description="Picks the secret reproducibly")
     episode_id: str | None = Field(None, min_length=1, max_length=255, description="Own id for the session")
-    secret: str | None = Field(None, description="Play this word instead of a random answer")
-    weight_version: int | None = Field(None, ge=0, description="Weight version of the policy playing")
+    secret: str | None = Field(None, max_length=32, description="Play this word instead of a random answer")
+    weight_version: int | None = Field(
+        None, ge=0, le=MAX_INT63, description="Weight version of the policy playing (needs the env token)"
+    )
     human: bool = Field(False, description="A person plays (through another app's UI): recorded as 'human'")
     max_invalid_moves: int | None = Field(
         DEFAULT_MAX_INVALID_MOVES,
         ge=0,
+        le=1000,
         description="Invalid moves tolerated before the game is lost; null: no limit",
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uvicorn
 from fastapi import FastAPI
 
-from .api import build_api
+from .api import MAX_BODY_BYTES, Access, build_api
 from .history import GameHistory
 from .mount import mount_ui
 from .render import CSS
@@ -14,13 +14,14 @@ from .ui import build_ui
 from .words import load_word_lists
 
 
-def build_app(limits: SessionLimits = DEFAULT_LIMITS) -> FastAPI:
+def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> FastAPI:
     """API routes first, then the UI mounted at ``/`` (so ``/reset``, ``/health``... stay the API's)."""
+    access = access or Access()
     store = SessionStore(load_word_lists(), GameHistory(), limits)
-    app = build_api(store)
-    return mount_ui(app, build_ui(store), CSS)
+    app = build_api(store, access)
+    return mount_ui(app, build_ui(store, access.trust_forwarded), CSS)
 
 
-def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS) -> None:
+def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> None:
     """Serve until interrupted. Blocks."""
-    uvicorn.run(build_app(limits), host=host, port=port, log_level="warning")
+    uvicorn.run(build_app(limits, access), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES)

@@ -1,18 +1,20 @@
-"""Bounded game sessions: at most ``max_sessions`` live games, each dropped after ``idle_timeout_s``
-without a move. Finished games leave at once and go to the history (who played, and the result)."""
+"""Bounded game sessions in two pools: token holders' games (``max_sessions``, dropped after
+``idle_timeout_s`` without a move) and anonymous visitors' (``public_sessions``, at most ``per_client``
+per address, dropped sooner). Finished games leave at once and go to the history (who played, and the
+result)."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ServerFullError, SessionExistsError, SessionNotFoundError
+from .errors import SessionExistsError, SessionNotFoundError
 from .game import WordleGame
 from .history import GameHistory
+from .pool import SessionPool
 from .rewards import DEFAULT_REWARDS, RewardConfig
 from .rules import DEFAULT_MAX_INVALID_MOVES
 from .schema import WordleObservation
@@ -21,18 +23,27 @@ from .words import WordLists
 
 @dataclass(frozen=True)
 class SessionLimits:
-    """How many games may run at once and how long an idle one is kept."""
+    """How many games may run at once and how long an idle one is kept, for the env token's holders
+    (the rollout's games) and, separately, for anonymous visitors, so these can never crowd out those."""
 
     max_sessions: int = 1024
-    """Live games at most; one more is refused with ServerFullError (HTTP 503)."""
+    """Live games of token holders (and in-process callers) at most; one more is refused (HTTP 503)."""
     idle_timeout_s: float = 600.0
-    """A game with no move for this long is dropped and its slot freed."""
+    """A token holder's game with no move for this long is dropped and its slot freed."""
+    public_sessions: int = 256
+    """Live games of anonymous visitors at most, all of them together (HTTP 503 past it)."""
+    per_client: int = 4
+    """Live games of one anonymous visitor (by address) at most (HTTP 429 past it)."""
+    public_idle_s: float = 180.0
+    """An anonymous visitor's game with no move for this long is dropped."""
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1:
-            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
-        if self.idle_timeout_s <= 0:
-            raise ValueError(f"idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
+        for name in ("max_sessions", "public_sessions", "per_client"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "public_idle_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
 
 
 DEFAULT_LIMITS = SessionLimits()
@@ -64,17 +75,16 @@ class SessionStore:
         self.history = history
         self.limits = limits
         self._rewards = rewards
-        self._clock = clock
         self._lock = threading.Lock()
-        # Least recently used first, so expired games sit at the front.
-        self._games: OrderedDict[str, tuple[WordleGame, float]] = OrderedDict()
+        self._trusted = SessionPool(limits.max_sessions, limits.idle_timeout_s, None, clock)
+        self._public = SessionPool(limits.public_sessions, limits.public_idle_s, limits.per_client, clock)
 
     @property
     def active(self) -> int:
-        """Live games right now (expired ones are swept first)."""
+        """Live games right now, both pools (expired ones are swept first)."""
         with self._lock:
             self._sweep()
-            return len(self._games)
+            return len(self._trusted) + len(self._public)
 
     def start(
         self,
@@ -84,6 +94,7 @@ class SessionStore:
         secret: str | None = None,
         episode_id: str | None = None,
         max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
+        client: str | None = None,
     ) -> WordleObservation:
         """Start a game and return its first observation (the instructions).
 
@@ -93,9 +104,12 @@ class SessionStore:
             secret: play this allowed word instead of a random answer.
             episode_id: the session id to use; a fresh UUID when None.
             max_invalid_moves: see :class:`~env_space.game.WordleGame`.
+            client: an anonymous visitor's address: the game goes to the public pool, under its
+                per-client cap; None for token holders and in-process callers.
 
         Raises:
-            ServerFullError: when ``max_sessions`` games are live.
+            ServerFullError: when the game's pool is full.
+            ClientLimitError: when ``client`` already has ``per_client`` live games.
             SessionExistsError: when ``episode_id`` is already live.
             InvalidSecretError: when ``secret`` is not an allowed word.
         """
@@ -108,13 +122,13 @@ class SessionStore:
             max_invalid_moves=max_invalid_moves,
             rewards=self._rewards,
         )
+        pool = self._trusted if client is None else self._public
         with self._lock:
             self._sweep()
-            if episode_id in self._games:
+            if episode_id in self._trusted or episode_id in self._public:
                 raise SessionExistsError(episode_id)
-            if len(self._games) >= self.limits.max_sessions:
-                raise ServerFullError(len(self._games), self.limits.max_sessions)
-            self._games[episode_id] = (game, self._clock())
+            pool.admit(client)
+            pool.add(episode_id, game, client)
         return game.observe()
 
     def step(self, episode_id: str, text: str) -> WordleObservation:
@@ -124,13 +138,12 @@ class SessionStore:
             SessionNotFoundError: when no live game has this id.
         """
         with self._lock:
-            game = self._live(episode_id)
+            game, pool = self._live(episode_id)
             observation = game.step(text)
             if game.done:
-                del self._games[episode_id]
+                pool.pop(episode_id)
             else:
-                self._games[episode_id] = (game, self._clock())
-                self._games.move_to_end(episode_id)
+                pool.touch(episode_id)
         if observation.done:
             self.history.add(game.record())
         return observation
@@ -138,7 +151,7 @@ class SessionStore:
     def observe(self, episode_id: str) -> WordleObservation:
         """The current observation of a live game (does not count as activity)."""
         with self._lock:
-            return self._live(episode_id).observe()
+            return self._live(episode_id)[0].observe()
 
     def close(self, episode_id: str) -> None:
         """End a live game early, freeing its slot. A policy game that made moves is recorded as
@@ -150,10 +163,10 @@ class SessionStore:
         """
         with self._lock:
             self._sweep()
-            entry = self._games.pop(episode_id, None)
-        if entry is None:
+            game = self._trusted.pop(episode_id) or self._public.pop(episode_id)
+        if game is None:
             raise SessionNotFoundError(episode_id)
-        record = entry[0].record()
+        record = game.record()
         if record.is_policy and record.replies:
             self.history.add(record)
 
@@ -162,19 +175,16 @@ class SessionStore:
         live (it may have finished or expired). Returns whether a game was dropped."""
         with self._lock:
             self._sweep()
-            return self._games.pop(episode_id, None) is not None
+            return (self._trusted.pop(episode_id) or self._public.pop(episode_id)) is not None
 
-    def _live(self, episode_id: str) -> WordleGame:
+    def _live(self, episode_id: str) -> tuple[WordleGame, SessionPool]:
         self._sweep()
-        try:
-            return self._games[episode_id][0]
-        except KeyError:
-            raise SessionNotFoundError(episode_id) from None
+        for pool in (self._trusted, self._public):
+            game = pool.get(episode_id)
+            if game is not None:
+                return game, pool
+        raise SessionNotFoundError(episode_id)
 
     def _sweep(self) -> None:
-        deadline = self._clock() - self.limits.idle_timeout_s
-        while self._games:
-            _, (_, last_move) = next(iter(self._games.items()))
-            if last_move > deadline:
-                break
-            self._games.popitem(last=False)
+        self._trusted.sweep()
+        self._public.sweep()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from webguard import client_address
+
 from . import render
-from .errors import ServerFullError, SessionNotFoundError
+from .errors import ClientLimitError, ServerFullError, SessionNotFoundError
 from .history import HUMAN
 from .schema import WordleObservation
 from .sessions import SessionStore
@@ -15,8 +17,11 @@ from .sessions import SessionStore
 FEED_SIZE = 8
 
 
-def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
+def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: float = 2.0) -> gr.Blocks:
     """The Blocks app; mount it on the API app (see ``env_space.server``).
+
+    Visitors' games go to the store's public pool, under its per-address cap (the address from the
+    proxy's ``X-Forwarded-For`` when ``trust_forwarded``).
 
     Each visitor's game (its last observation, episode id included) lives in ``gr.State``. A ``gr.Timer``
     polls only the history's finished-games counter; the feed and the plot are redrawn when it moves.
@@ -32,12 +37,13 @@ def build_ui(store: SessionStore, refresh_s: float = 2.0) -> gr.Blocks:
             "",
         )
 
-    def new_game(current: WordleObservation | None) -> tuple:
+    def new_game(current: WordleObservation | None, request: gr.Request) -> tuple:
         if current is not None and not current.done:
             store.discard(current.episode_id)
+        client = client_address(request.headers, request.client.host if request.client else None, trust_forwarded)
         try:
-            return show(store.start(player=HUMAN, max_invalid_moves=None))
-        except ServerFullError as e:
+            return show(store.start(player=HUMAN, max_invalid_moves=None, client=client))
+        except (ServerFullError, ClientLimitError) as e:
             return show(None, f"Could not start a game: {e}")
 
     def guess(text: str, current: WordleObservation | None) -> tuple:

@@ -21,6 +21,7 @@ from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
 from .prepare import PrepareFailed, prepare_model
+from .tokens import new_tokens, role_environ
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +33,10 @@ def _say(message: str) -> None:
     print(f"[app] {message}", flush=True)
 
 
-def build_children(config: LauncherConfig, model_folder: str, owner_token: str) -> list[Child]:
-    """The three apps in start order, wired to each other and to the one bucket."""
+def build_children(config: LauncherConfig, model_folder: str, owner_token: str,
+                   tokens: dict[str, str]) -> list[Child]:
+    """The three apps in start order, wired to each other and to the one bucket, each holding the
+    tokens it checks or sends (`tokens.new_tokens()`)."""
     env_url = f"http://127.0.0.1:{config.env_port}"
     rollout_url = f"http://127.0.0.1:{config.rollout_port}"
     engine = ["--engine", config.engine] if config.engine else []
@@ -43,13 +46,14 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str) 
         return os.path.join(config.logs, f"{role}.log")
 
     return [
-        Child("env", config.host, config.env_port, [], log("env")),
+        Child("env", config.host, config.env_port, [], log("env"), role_environ("env", tokens)),
         Child("rollout", config.host, config.rollout_port,
-              [*shared, "--env-url", env_url, *engine, *config.rollout_args], log("rollout")),
+              [*shared, "--env-url", env_url, *engine, *config.rollout_args], log("rollout"),
+              role_environ("rollout", tokens)),
         Child("trainer", config.host, config.trainer_port,
               [*shared, "--rollout-url", rollout_url, "--env-url", env_url, *config.trainer_args], log("trainer"),
               # A secret travels in the environment, not in argv where `ps` shows it to every local user.
-              {"OWNER_TOKEN": owner_token}),
+              {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)}),
     ]
 
 
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> None:
         return
     _say(f"model ready: {folder}")
 
-    children = build_children(config, folder, owner_token)
+    tokens = new_tokens()
+    children = build_children(config, folder, owner_token, tokens)
     landing = LandingServer(build_app(children, config.bucket), config.host, config.port)
     failed = False
     try:
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> None:
         for child in children:
             print(f"    {child.role:<12}  {_link(config, child.port)}", flush=True)
         print(f"    owner token   {owner_token}   (the trainer's start/pause/stop)", flush=True)
+        print(f"    rollout token {tokens['ROLLOUT_TOKEN']}   (the rollout's /generate and /rollout)", flush=True)
         _say("Ctrl-C stops all three; the next start resumes from the bucket")
         while not stop.wait(1.0):
             for child in children:

@@ -7,6 +7,8 @@ from typing import Any, Self
 
 import httpx
 
+from webguard import auth_headers
+
 from ._http import request_json
 from .errors import RolloutError
 
@@ -17,7 +19,8 @@ class RolloutClient:
     Args:
         url: Base URL, e.g. ``http://127.0.0.1:7862`` or ``https://user-rollout.hf.space``.
         timeout: Seconds per request (games on a CPU take a while).
-        token: Sent as a bearer token (a private Space needs the owner's HF token).
+        token: The rollout token (``ROLLOUT_TOKEN``), sent as a bearer token: a rollout server started
+            with ``--token`` refuses ``/generate`` and ``/rollout`` without it.
     """
 
     def __init__(self, url: str, timeout: float = 600.0, token: str | None = None) -> None:
@@ -25,8 +28,7 @@ class RolloutClient:
             raise ValueError(f"rollout URL {url!r} must start with http:// or https:// (set --rollout-url or "
                              "ROLLOUT_URL)")
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
     def status(self) -> dict[str, Any]:
         """`GET /status`: served `version`, `latest_version`, `lag`, `engine`, `last_error`, ..."""

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from webguard import auth_headers
+
 from ._http import request_json
 from .errors import EnvUnavailableError
 
@@ -20,13 +22,16 @@ class EnvClient:
     Args:
         url: Base URL of the env Space, e.g. ``http://127.0.0.1:7861``.
         timeout: Seconds per request.
+        token: The env token, sent as a bearer token: the env then plays these games in its reserved
+            pool and records them as the policy's (without it, an env with a token refuses them).
     """
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, token: str | None = None) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"env URL {url!r} must start with http:// or https:// (set --env-url or ENV_URL)")
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        self.token = token
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
     def reset(self, *, seed: int | None = None, secret: str | None = None,
               weight_version: int | None = None) -> dict[str, Any]:

@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "offline)")
     parser.add_argument("--env-url", default=env("ENV_URL", "http://127.0.0.1:7861"),
                         help="the Wordle env Space (env ENV_URL; default http://127.0.0.1:7861)")
+    parser.add_argument("--token", default=env("ROLLOUT_TOKEN") or None,
+                        help="secret /generate and /rollout require as a bearer token (env ROLLOUT_TOKEN; the "
+                             "trainer's --rollout-token); unset: anyone may call them")
+    parser.add_argument("--env-token", default=env("ENV_TOKEN") or None,
+                        help="the env's token, sent on this server's games (env ENV_TOKEN; the env's --token)")
     parser.add_argument("--engine", choices=ENGINES, default=env("ENGINE") or None,
                         help="inference engine (env ENGINE; default vllm with a GPU, transformers without)")
     parser.add_argument("--device", default=env("DEVICE", "auto"),
@@ -67,11 +72,15 @@ def run(args: argparse.Namespace) -> None:
     engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len, resolve_device(args.device)))
     try:
         follower = Follower(engine, args.bucket, SubscriberConfig(poll_interval=args.poll_interval))
-        env = EnvClient(args.env_url)
+        env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:
         engine.close()
         raise
     service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)
-    serve(service, args.host, args.port)
+    if not args.token:
+        logger.warning("no rollout token (--token / ROLLOUT_TOKEN): anyone may call /generate and /rollout; set one "
+                       "on a public Space (python app.py and spaces/deploy.py do)")
+    # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.
+    serve(service, args.host, args.port, args.token, trust_forwarded=bool(os.environ.get("SPACE_ID")))

@@ -19,6 +19,7 @@ from .env_client import EnvClient
 from .errors import LimitExceededError, RolloutError
 from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, Trajectory, play_games
+from .priority import BehindTrainer, TrainerFirst
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class RolloutService:
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._showcase: threading.Thread | None = None
+        self._gate = TrainerFirst()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -99,7 +101,8 @@ class RolloutService:
     # -- serving -------------------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt, each stamped with the version that produced it.
+        """One completion per prompt, each stamped with the version that produced it. A trainer's call:
+        public games wait while it runs.
 
         Raises:
             LimitExceededError: more prompts or tokens than the caps.
@@ -109,13 +112,17 @@ class RolloutService:
             raise ValueError("no prompts given")
         self._check("max_batch", len(prompts), self.limits.max_batch, "--max-batch")
         self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
-        completions = self.engine.generate(prompts, params)
+        with self._gate.trainer():
+            completions = self.engine.generate(prompts, params)
         self._count(sum(len(c.token_ids) for c in completions))
         return completions
 
     def play(self, games: Sequence[GameSpec], params: PlayParams | None = None,
-             on_turn: Callable[[Sequence[Trajectory]], None] | None = None) -> list[Trajectory]:
+             on_turn: Callable[[Sequence[Trajectory]], None] | None = None, *, public: bool = False) -> list[Trajectory]:
         """Play whole games with the current policy (see `games.play_games`, which calls `on_turn`).
+
+        The trainer's games (``public=False``) keep public play waiting while they run; public games
+        (the UI's, the showcase's) wait before each turn until no trainer request runs.
 
         Raises:
             LimitExceededError: more games or tokens per reply than the caps.
@@ -128,7 +135,11 @@ class RolloutService:
             raise ValueError("no games given")
         self._check("max_games", len(games), self.limits.max_games, "--max-games")
         self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
-        trajectories = play_games(self.engine, self.env, games, params, on_turn)
+        if public:
+            trajectories = play_games(BehindTrainer(self.engine, self._gate), self.env, games, params, on_turn)
+        else:
+            with self._gate.trainer():
+                trajectories = play_games(self.engine, self.env, games, params, on_turn)
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
             self._games.extend(t.to_dict() for t in trajectories)
@@ -197,7 +208,7 @@ class RolloutService:
             if time.monotonic() - self._last_game < self.limits.showcase_every:
                 continue
             try:
-                self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)))
+                self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
             except Exception as e:  # noqa: BLE001 - the env may be down for a while; the Space keeps serving
                 logger.warning("showcase game failed: %s", e)
                 self._last_game = time.monotonic()

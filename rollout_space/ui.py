@@ -20,10 +20,12 @@ from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.versus import Match, PrivateGames, VersusError, VersusView
 from env_space import render
 from env_space.mount import mount_ui as _mount
+from webguard import client_address
 
 from .engines.errors import EngineError
 from .errors import RolloutError
 from .games import GameSpec, PlayParams
+from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
 
 CSS = render.CSS + """
@@ -56,19 +58,29 @@ def status_markdown(status: Mapping[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
-def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = FEED_SIZE) -> gr.Blocks:
+def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = FEED_SIZE,
+             trust_forwarded: bool = False, public: PublicPlay | None = None) -> gr.Blocks:
     """The Blocks app of the rollout Space.
 
     A ``gr.Timer`` ticks every ``refresh_s`` seconds: it redraws the status line and checks a cheap key
     (version served, latest game, match games); the figures and the feed are redrawn only when the key
     moves. Each visitor's match lives in ``gr.State``; its policy game runs on a one-worker executor
-    shared by the visitors of this app.
+    shared by the visitors of this app, whose queue ``public`` bounds (per visitor address, taken from
+    the proxy's ``X-Forwarded-For`` when ``trust_forwarded``, and in all). Visitors' games wait for the
+    trainer's requests before each turn.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="versus-policy")
     params = PlayParams(max_tokens=min(REPLY_TOKENS, service.limits.max_tokens))
+    public = public or PublicPlay()
+
+    def visitor(request: gr.Request | None) -> str:
+        if request is None:
+            return "unknown"
+        return client_address(request.headers, request.client.host if request.client else None, trust_forwarded)
 
     def play_match_game(seed: int, progress: Any) -> dict[str, Any]:
-        games_so_far = service.play([GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].to_dict()))
+        games_so_far = service.play([GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].to_dict()),
+                                    public=True)
         return _as_dict(games_so_far[0])
 
     private = PrivateGames(play_match_game)
@@ -92,11 +104,18 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         feed = gr.skip() if shown is None else games.feed_html(shown)
         return heatmap, sync_timeline(service.syncs()), feed
 
-    def play_one() -> str:
+    def play_one(request: gr.Request) -> str:
+        client = visitor(request)
         try:
-            [game] = service.play([GameSpec()], params)
+            public.acquire(client)
+        except PublicLimitError as e:
+            return f"<p>{html.escape(str(e))}</p>"
+        try:
+            [game] = service.play([GameSpec()], params, public=True)
         except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
             return f"<p>The policy could not play: {html.escape(str(e))}</p>"
+        finally:
+            public.release(client)
         return "<p><b>The game you started:</b></p>" + games.feed_html([_as_dict(game)], testid="played-game")
 
     def show(match: Match | None, note: str | None = None) -> tuple:
@@ -104,15 +123,23 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         return (match, view.human_board, view.keyboard, note or view.human_status, view.policy_board,
                 view.policy_status, "")
 
-    def new_match(current: Match | None) -> tuple:
+    def new_match(current: Match | None, request: gr.Request) -> tuple:
         if current is not None:
-            current.close()
+            current.close()  # its queued policy game is dropped, a running one stops at its next turn
         if service.env is None:
             return show(None, "This rollout server has no env Space (start it with --env-url).")
+        client = visitor(request)
         try:
-            return show(Match(service.env.url, private.play, executor))
-        except VersusError as e:
+            public.acquire(client)
+        except PublicLimitError as e:
             return show(None, f"Could not start a match: {html.escape(str(e))}")
+        try:
+            match = Match(service.env.url, private.play, executor, token=service.env.token)
+        except VersusError as e:
+            public.release(client)
+            return show(None, f"Could not start a match: {html.escape(str(e))}")
+        match.policy.add_done_callback(lambda _: public.release(client))
+        return show(match)
 
     def guess(text: str, match: Match | None) -> tuple:
         if match is None:
@@ -178,9 +205,9 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     return demo
 
 
-def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0) -> FastAPI:
+def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0, trust_forwarded: bool = False) -> FastAPI:
     """Mount the UI at ``/`` on the rollout API app (its routes, such as ``/status``, stay the API's)."""
-    return _mount(app, build_ui(service, refresh_s), CSS)
+    return _mount(app, build_ui(service, refresh_s, trust_forwarded=trust_forwarded), CSS)
 
 
 def _as_dict(trajectory: Any) -> dict[str, Any]:

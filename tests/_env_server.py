@@ -24,12 +24,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> Iterator[str]:
+def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0,
+                   port: int | None = None) -> Iterator[str]:
     """Run ``python app.py *args --port P`` on loopback until ``/health`` answers; yield its URL.
 
-    The process is stopped on exit; its output is shown if it dies or never gets ready.
+    The process is stopped on exit; its output is shown if it dies or never gets ready. ``port``: P
+    (default a free one), given to start a server again where its callers expect it.
     """
-    port = free_port()
+    port = port or free_port()
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
             [sys.executable, "app.py", *args, "--host", "127.0.0.1", "--port", str(port)],

@@ -6,6 +6,7 @@ Used by test_app_launcher.py and test_product_browser.py.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def start_launcher(model: str, bucket: Path, logs: Path, out: Path, *extra: str)
             "--port", str(ports["landing"]), "--env-port", str(ports["env"]),
             "--rollout-port", str(ports["rollout"]), "--trainer-port", str(ports["trainer"]),
             "--engine", "transformers", "--ready-timeout", "240", "--stop-timeout", "20",
-            "--trainer-args", " ".join(FAST_TRAINING), *extra]
+            "--trainer-args", shlex.join(FAST_TRAINING), *extra]
     with open(out, "wb") as f:
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
     return Launch(proc, out, ports)

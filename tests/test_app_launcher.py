@@ -15,6 +15,9 @@ import httpx
 import pytest
 
 from launcher.children import exit_text
+from launcher.config import LauncherConfig
+from launcher.launch import build_children
+from launcher.tokens import new_tokens
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -34,6 +37,8 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         assert "delta-sync" in httpx.get(first.url("landing"), timeout=10).text
         for app in ("env", "rollout", "trainer"):
             assert httpx.get(f"{first.url(app)}/health", timeout=10).status_code == 200
+        # The apps hold their tokens: the trainer's rollouts pass, an anonymous caller's are refused.
+        assert httpx.post(f"{first.url('rollout')}/generate", json={"prompts": ["hi"]}, timeout=10).status_code == 401
         # Training runs and the rollout follows the bucket.
         wait_until(lambda: first.status("trainer")["version"] >= 2, 180, "two published versions")
         wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
@@ -44,7 +49,7 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         if first.proc.poll() is None:
             first.kill()
     output = first.output()
-    assert "stopping trainer" in output and "all stopped" in output
+    assert "stopping trainer" in output and "all stopped" in output and "rollout token" in output
     assert "trainer stopped" in output and "exit status" not in output  # SIGTERM is a clean stop
     assert alive(pids) == set(), f"processes left after Ctrl-C: {alive(pids)}"
     for role in ("env", "rollout", "trainer"):
@@ -75,3 +80,12 @@ def test_exit_text_calls_the_launchers_own_sigterm_a_clean_stop() -> None:
     assert exit_text(-signal.SIGTERM) == exit_text(0) == "stopped"
     assert exit_text(-signal.SIGKILL) == "killed (it did not stop in time)"
     assert exit_text(3) == "stopped (exit status 3)"
+
+
+def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> None:
+    env, rollout, trainer = build_children(LauncherConfig(), "/models/tiny", "owner", new_tokens())
+    assert env.environ["ENV_TOKEN"] == rollout.environ["ENV_TOKEN"]
+    assert rollout.environ["ROLLOUT_TOKEN"] == trainer.environ["ROLLOUT_TOKEN"] != env.environ["ENV_TOKEN"]
+    assert set(env.environ) == {"ENV_TOKEN"} and set(trainer.environ) == {"OWNER_TOKEN", "ROLLOUT_TOKEN"}
+    assert not any(v in " ".join(c.args) for c in (env, rollout, trainer) for v in rollout.environ.values())
+    assert new_tokens()["ENV_TOKEN"] != env.environ["ENV_TOKEN"]  # fresh for every start

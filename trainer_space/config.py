@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from env_space.prompt import OPEN_TAG
 
@@ -44,6 +44,11 @@ class TrainerConfig:
         codec: Delta codec (`delta.CODECS`; None: the default).
         seed: Seed of the game order and of TRL's sampler.
         output_dir: Where TRL may write logs (nothing else is saved there: the bucket is the checkpoint).
+        retry_wait: Seconds before retrying a rollout request that failed (the rollout or its env down or
+            refusing); doubled after each failure in a row, up to `retry_max_wait`. Training waits, it does
+            not stop: the state stays `running` and `status()` shows the last error.
+        retry_max_wait: Longest wait between two retries.
+        rollout_token: The rollout Space's token (its `--token`), sent as a bearer token; None: none sent.
     """
 
     bucket: str
@@ -67,6 +72,9 @@ class TrainerConfig:
     codec: str | None = None
     seed: int = 0
     output_dir: str = ".cache/trainer"
+    retry_wait: float = 1.0
+    retry_max_wait: float = 10.0
+    rollout_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -85,6 +93,8 @@ class TrainerConfig:
                              f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")
         if self.device != "cpu" and not (self.device == "cuda" or self.device.startswith("cuda:")):
             raise ValueError(f"device must be cpu, cuda or cuda:N (resolve auto first), got {self.device!r}")
+        if not 0 < self.retry_wait <= self.retry_max_wait:
+            raise ValueError(f"need 0 < retry_wait <= retry_max_wait, got {self.retry_wait}, {self.retry_max_wait}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
 

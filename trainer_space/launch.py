@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(env DELTA_BUCKET; default .cache/bucket)")
     parser.add_argument("--rollout-url", default=env("ROLLOUT_URL", "http://127.0.0.1:7862"),
                         help="the rollout Space that plays the games (env ROLLOUT_URL)")
+    parser.add_argument("--rollout-token", default=env("ROLLOUT_TOKEN") or None,
+                        help="the rollout Space's token, sent with every request (env ROLLOUT_TOKEN; its --token)")
     parser.add_argument("--env-url", default=env("ENV_URL", "http://127.0.0.1:7861"),
                         help="the Wordle env Space, linked from the UI (env ENV_URL)")
     parser.add_argument("--model", default=env("MODEL", DEFAULT_MODEL),
@@ -58,7 +60,7 @@ def config_from_args(args: argparse.Namespace, model_folder: str) -> TrainerConf
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
         learning_rate=args.learning_rate, device=resolve_device(args.device), max_tokens=args.max_tokens,
         max_turns=args.max_turns, reply_prefix=args.reply_prefix,
-        max_staleness=args.max_staleness, seed=args.seed)
+        max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token)
 
 
 def run(args: argparse.Namespace) -> None:

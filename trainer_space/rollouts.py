@@ -14,16 +14,23 @@ those only) and the env's reward. Games too stale (`TrainerConfig.max_staleness`
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from rollout_space.errors import RolloutError
 
 from .config import TrainerConfig
 from .staleness import StalenessCounts, stale_indices, staleness
 from .task import prompt_seed
 
 logger = logging.getLogger(__name__)
+
+
+class RolloutsStopped(RuntimeError):
+    """The session was stopped while waiting to retry a failed rollout request: the run ends cleanly."""
 
 
 class WordleRollouts:
@@ -33,24 +40,50 @@ class WordleRollouts:
         config: Sampling, staleness and turn settings.
         client: A `rollout_space.client.RolloutClient` (or anything with its `rollout` method).
         current_version: Returns the trainer's current weight version (what staleness is measured from).
+        stop: Set when the session stops: ends the wait between retries.
 
     Attributes:
         counts: Staleness totals.
         recent: The latest games accepted (newest last), for the UI.
+        last_error: The last failed rollout request, with its time (kept after recovery, for the UI).
+        failing: Failed requests in a row right now (0 once a request succeeds).
     """
 
-    def __init__(self, config: TrainerConfig, client: Any, current_version: Callable[[], int]) -> None:
+    def __init__(self, config: TrainerConfig, client: Any, current_version: Callable[[], int],
+                 stop: threading.Event | None = None) -> None:
         self.config = config
         self.client = client
         self.current_version = current_version
         self.counts = StalenessCounts()
         self.recent: deque[dict] = deque(maxlen=20)
+        self.last_error: str | None = None
+        self.failing = 0
+        self._stop = stop or threading.Event()
 
     def play(self, seeds: list[int]) -> list[dict]:
-        """Play one game per seed on the rollout Space (same seed: same word)."""
+        """Play one game per seed on the rollout Space (same seed: same word), retrying with backoff while
+        the rollout (or its env) fails.
+
+        Raises:
+            RolloutsStopped: the session stopped while waiting to retry.
+        """
         c = self.config
-        return self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
-                                   temperature=c.temperature, max_turns=c.max_turns, reply_prefix=c.reply_prefix)
+        wait = c.retry_wait
+        while True:
+            try:
+                games = self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
+                                            temperature=c.temperature, max_turns=c.max_turns,
+                                            reply_prefix=c.reply_prefix)
+            except RolloutError as e:
+                self.failing += 1
+                self.last_error = f"{time.strftime('%H:%M:%S')} {e}"
+                logger.warning("rollout request failed (%d in a row), retrying in %.0f s: %s", self.failing, wait, e)
+                if self._stop.wait(wait):
+                    raise RolloutsStopped("stopped while waiting to retry the rollout") from e
+                wait = min(2 * wait, c.retry_max_wait)
+                continue
+            self.failing = 0
+            return games
 
     def collect(self, seeds: list[int]) -> tuple[list[dict], list[bool]]:
         """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""

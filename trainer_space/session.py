@@ -11,7 +11,6 @@ Threads: the training thread runs `train()`; the publisher and the payload log h
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import threading
@@ -20,7 +19,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from webguard import token_matches
+
 from .config import TrainerConfig
+from .rollouts import RolloutsStopped
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class TrainingSession:
         """Raise AccessDenied unless `token` is the owner's (constant-time comparison)."""
         if not self._owner_token:
             raise AccessDenied("no owner token is set for this trainer (--owner-token / OWNER_TOKEN): control is off")
-        if not token or not hmac.compare_digest(token.encode(), self._owner_token.encode()):
+        if not token_matches(token, self._owner_token):
             raise AccessDenied("wrong or missing owner token")
 
     def control(self, action: str, token: str | None) -> str:
@@ -202,6 +204,8 @@ class TrainingSession:
             "model": self.config.model,
             "device": self.config.device,
             "error": self.error,
+            "rollout_error": self.rollouts.last_error if self._built else None,
+            "rollout_failing": self.rollouts.failing if self._built else 0,
         }
 
     def recent_games(self, limit: int = 10) -> list[dict]:
@@ -243,8 +247,8 @@ class TrainingSession:
         if self._client is None:
             from rollout_space.client import RolloutClient
 
-            self._client = RolloutClient(c.rollout_url)
-        self.rollouts = WordleRollouts(c, self._client, lambda: self.callback.version)
+            self._client = RolloutClient(c.rollout_url, token=c.rollout_token)
+        self.rollouts = WordleRollouts(c, self._client, lambda: self.callback.version, self._stop)
         self._built = True
 
     def _trainer(self) -> Any:
@@ -276,6 +280,8 @@ class TrainingSession:
             trainer = self._trainer()
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
+        except RolloutsStopped:
+            logger.info("stopped while waiting for the rollout")
         except Exception as e:  # reported through status(); the thread ends
             logger.exception("training stopped on an error")
             self.error = f"{type(e).__name__}: {e}"

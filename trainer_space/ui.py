@@ -8,6 +8,7 @@ the plots are redrawn only when that version or the step count changed.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,10 @@ def status_markdown(status: dict[str, Any]) -> str:
     ]
     if status.get("error"):
         lines.append(f"**error:** {status['error']}")
+    if status.get("rollout_error"):
+        failing = status.get("rollout_failing") or 0
+        state = f"retrying ({failing} failed in a row)" if failing else "recovered"
+        lines.append(f"**last rollout error** ({state}): {html.escape(str(status['rollout_error']))}")
     return "\n\n".join(lines)
 
 
