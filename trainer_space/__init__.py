@@ -11,6 +11,6 @@ Heavy imports (torch, TRL, Gradio) happen inside the modules that need them.
 """
 
 from .config import TrainerConfig
-from .session import TrainingSession
+from .session import TrainerState, TrainingSession
 
-__all__ = ["TrainerConfig", "TrainingSession"]
+__all__ = ["TrainerConfig", "TrainerState", "TrainingSession"]

@@ -17,10 +17,10 @@ class SessionCallback(TrainerCallback):
         self.session = session
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.session._on_step_end(control)
+        self.session.on_step_end(control)
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> Any:
         if logs:
-            self.session._on_log(logs)
+            self.session.on_log(logs)
         return control

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from webguard import token_matches
@@ -26,8 +27,18 @@ from .rollouts import RolloutsStopped
 
 logger = logging.getLogger(__name__)
 
-#: What `status()["state"]` says ("running" includes loading the model before the first step).
-STATES = ("running", "paused", "stopped")
+class TrainerState(str, Enum):
+    """What `status()["state"]` says (a str, so it reads and serialises as its value)."""
+
+    RUNNING = "running"
+    """Training, or loading the model before the first step, or waiting out a failing rollout."""
+    PAUSED = "paused"
+    """Held at the end of a step (or before the first) until `start`."""
+    STOPPED = "stopped"
+    """Not running: never started, stopped by the owner, done, or ended by an error (`error`)."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ class TrainingSession:
         self.config = config
         self._owner_token = owner_token
         self._client = client
-        self.state = "stopped"
+        self.state: TrainerState = TrainerState.STOPPED
         self.error: str | None = None
         self.steps = 0
         self.records: deque[StepRecord] = deque(maxlen=10_000)
@@ -100,7 +111,7 @@ class TrainingSession:
         if not token_matches(token, self._owner_token):
             raise AccessDenied("wrong or missing owner token")
 
-    def control(self, action: str, token: str | None) -> str:
+    def control(self, action: str, token: str | None) -> TrainerState:
         """`start`, `pause` or `stop` for the owner; returns the new state.
 
         Raises:
@@ -118,13 +129,13 @@ class TrainingSession:
         """Run (resume when paused); a no-op while running. Returns at once; training is in a thread."""
         with self._lock:
             alive = self._thread is not None and self._thread.is_alive()
-            if self.state == "paused" and alive:
-                self.state = "running"
+            if self.state == TrainerState.PAUSED and alive:
+                self.state = TrainerState.RUNNING
                 self._resume.set()
                 return
             if alive:
                 return
-            self.state, self.error = "running", None
+            self.state, self.error = TrainerState.RUNNING, None
             self._stop.clear()
             self._resume.set()
             self._thread = threading.Thread(target=self._train, name="trainer", daemon=True)
@@ -133,9 +144,9 @@ class TrainingSession:
     def pause(self) -> None:
         """Hold training at the end of the current optimizer step (before any run: hold the start)."""
         with self._lock:
-            if self.state == "running" or self._thread is None or not self._thread.is_alive():
+            if self.state == TrainerState.RUNNING or self._thread is None or not self._thread.is_alive():
                 self._resume.clear()
-                self.state = "paused"
+                self.state = TrainerState.PAUSED
 
     def stop(self) -> None:
         """End the run at the end of the current step (a paused run ends at once)."""
@@ -143,7 +154,7 @@ class TrainingSession:
             self._stop.set()
             self._resume.set()
             if self._thread is None or not self._thread.is_alive():
-                self.state = "stopped"
+                self.state = TrainerState.STOPPED
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the training thread to end; True if it did."""
@@ -287,10 +298,12 @@ class TrainingSession:
             self.error = f"{type(e).__name__}: {e}"
         finally:
             with self._lock:
-                self.state = "stopped"
+                self.state = TrainerState.STOPPED
                 self._resume.set()
 
-    def _on_step_end(self, control: Any) -> None:
+    # -- hooks (`callbacks.SessionCallback` calls them from TRL's loop) -------------------------------
+
+    def on_step_end(self, control: Any) -> None:
         """At the end of each step: honour pause (wait here) and stop."""
         self._step_end = time.perf_counter()
         self._step_end_cpu = time.process_time()
@@ -299,7 +312,8 @@ class TrainingSession:
         if self._stop.is_set():
             control.should_training_stop = True
 
-    def _on_log(self, logs: dict[str, float]) -> None:
+    def on_log(self, logs: dict[str, float]) -> None:
+        """Each step's TRL log (the one holding "reward") becomes a `StepRecord`."""
         if "reward" not in logs:
             return
         now = time.perf_counter()
