@@ -1,8 +1,8 @@
 """Dashboard pieces shared by the rollout and trainer UIs: delta sparsity per layer and tensor kind,
 payload sizes per layout, plotly figures (``dashboard.figures``), Wordle boards of policy
-trajectories (``dashboard.games``) and the "play against the policy" match (``dashboard.versus``).
+trajectories (``dashboard.games``). (Matches against the policy are the rollout's: ``rollout_space.versus``.)
 
-Pure functions of data the Spaces already hold, so they are unit-tested without Gradio and reused
+They only draw: pure functions of data the Spaces already hold, so they are unit-tested without Gradio and reused
 by every UI. Nothing here imports Gradio; ``plotly`` is imported by ``figures`` only.
 """
 

@@ -34,10 +34,17 @@ class EnvClient:
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
     def reset(self, *, seed: int | None = None, secret: str | None = None,
-              weight_version: int | None = None) -> dict[str, Any]:
-        """Start a game; returns the observation (its ``episode_id`` names the game)."""
+              weight_version: int | None = None, human: bool = False) -> dict[str, Any]:
+        """Start a game; returns the observation (its ``episode_id`` names the game).
+
+        ``human``: a person plays it (a match against the policy): the env records it as a person's
+        game, and invalid moves never end it.
+        """
         body = {"seed": seed, "secret": secret, "weight_version": weight_version}
-        return self._post("/reset", {k: v for k, v in body.items() if v is not None})["observation"]
+        body = {k: v for k, v in body.items() if v is not None}
+        if human:
+            body |= {"human": True, "max_invalid_moves": None}
+        return self._post("/reset", body)["observation"]
 
     def step(self, episode_id: str, text: str) -> tuple[dict[str, Any], float, bool]:
         """Play ``text`` as the next move; returns (observation, reward of the move, done)."""

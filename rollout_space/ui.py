@@ -17,7 +17,6 @@ from fastapi import FastAPI
 
 from dashboard import games, sparsity
 from dashboard.figures import sparsity_heatmap, sync_timeline
-from dashboard.versus import Match, PrivateGames, VersusError, VersusView
 from env_space import render
 from env_space.mount import mount_ui as _mount
 from webguard import client_address
@@ -27,6 +26,7 @@ from .errors import RolloutError
 from .games import GameSpec, PlayParams
 from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
+from .versus import Match, PrivateGames, VersusError, VersusView
 
 CSS = render.CSS + """
 #rollout-status p { margin: 2px 0; }
@@ -134,7 +134,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         except PublicLimitError as e:
             return show(None, f"Could not start a match: {html.escape(str(e))}")
         try:
-            match = Match(service.env.url, private.play, executor, token=service.env.token)
+            match = Match(service.env, private.play, executor)
         except VersusError as e:
             public.release(client)
             return show(None, f"Could not start a match: {html.escape(str(e))}")

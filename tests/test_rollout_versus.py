@@ -1,4 +1,4 @@
-"""dashboard.versus: a person and a policy on the same word, against a real env server."""
+"""rollout_space.versus: a person and a policy on the same word, against a real env server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dashboard.versus import Match, PrivateGames, VersusError
+from rollout_space.env_client import EnvClient
+from rollout_space.versus import Match, PrivateGames, VersusError
 
 from ._env_server import running_server
 
@@ -21,6 +22,13 @@ POLICY_WORDS = ["slate", "crony", "bumph", "wight", "fjord", "vaunt"]
 def env_url() -> Iterator[str]:
     with running_server("env") as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def env(env_url: str) -> Iterator[EnvClient]:
+    client = EnvClient(env_url)
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +59,8 @@ def scripted_policy(env_url: str) -> Any:
     return play
 
 
-def test_same_word_and_no_secret_before_the_end(env_url: str, executor: ThreadPoolExecutor) -> None:
-    match = Match(env_url, scripted_policy(env_url), executor, seed=1234)
+def test_same_word_and_no_secret_before_the_end(env_url: str, env: EnvClient, executor: ThreadPoolExecutor) -> None:
+    match = Match(env, scripted_policy(env_url), executor, seed=1234)
     policy = match.policy.result(timeout=30)
     secret = policy["secret"]
     assert len(secret) == 5
@@ -83,7 +91,7 @@ def test_same_word_and_no_secret_before_the_end(env_url: str, executor: ThreadPo
     match.close()
 
 
-def test_the_policy_side_shows_its_moves_as_they_come(env_url: str, executor: ThreadPoolExecutor) -> None:
+def test_the_policy_side_shows_its_moves_as_they_come(env: EnvClient, executor: ThreadPoolExecutor) -> None:
     """While the policy plays, the person sees how far it got and its rows in colour only."""
     two_moves, finish = threading.Event(), threading.Event()
 
@@ -95,7 +103,7 @@ def test_the_policy_side_shows_its_moves_as_they_come(env_url: str, executor: Th
         finish.wait(10)
         return {"guesses": ["", "slate"], "marks": ["XXXXX"], "won": False, "version": 1, "invalid_moves": 1}
 
-    match = Match(env_url, slow, executor)
+    match = Match(env, slow, executor)
     assert two_moves.wait(10)
     view = match.view()
     assert view.policy_status == "The policy is thinking: 2 moves made so far..."
@@ -106,11 +114,11 @@ def test_the_policy_side_shows_its_moves_as_they_come(env_url: str, executor: Th
     match.close()
 
 
-def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPoolExecutor) -> None:
+def test_a_failing_policy_is_shown_not_raised(env: EnvClient, executor: ThreadPoolExecutor) -> None:
     def broken(seed: int, progress: Any) -> dict[str, Any]:
         raise RuntimeError("engine down")
 
-    match = Match(env_url, broken, executor)
+    match = Match(env, broken, executor)
     match.policy.exception(timeout=10)
     assert match.view().policy_status == "The policy could not play: RuntimeError: engine down"
     match.close()
@@ -118,7 +126,7 @@ def test_a_failing_policy_is_shown_not_raised(env_url: str, executor: ThreadPool
 
 def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
     with pytest.raises(VersusError, match="did not answer /reset"):
-        Match("http://127.0.0.1:9", lambda seed, progress: {}, executor, timeout=2)
+        Match(EnvClient("http://127.0.0.1:9", timeout=2), lambda seed, progress: {}, executor)
 
 
 def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> None:

@@ -1,7 +1,8 @@
 """"Play against the policy": a person and the policy on the same secret word, side by side.
 
 Both games take the same env ``seed``, so the env picks the same word for both and neither side
-ever sends it. The person's game goes to the env Space over its HTTP API; the policy's game is a
+ever sends it. The person's game goes to the env Space through the rollout's `EnvClient` (with its
+env token: the env's reserved pool; the rollout caps its visitors itself); the policy's game is a
 callable (the rollout service's ``play``) run on an executor while the person types. The secret
 stays on the server: the env reveals it only when the person's game ends, and the policy's board is
 drawn with colours only until then.
@@ -17,13 +18,13 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from env_space import render
-from webguard import auth_headers
 from env_space.schema import WordleObservation
 
-from . import games
+from dashboard import games
+
+from .env_client import EnvClient
+from .errors import EnvUnavailableError
 
 #: Receives the policy's game so far (a trajectory dict) after each of its turns.
 Progress = Callable[[Mapping[str, Any]], None]
@@ -57,28 +58,23 @@ class Match:
     """One match. Not thread-safe: one visitor's session drives it (keep it in ``gr.State``).
 
     Args:
-        env_url: Base URL of the env Space.
+        env: The env Space's client (shared; matches never close it).
         play: Plays the policy's game (see :data:`PlayOne`); runs on ``executor``.
         executor: Where the policy's game runs (bounded by its workers).
         seed: The env seed both games share; random when None.
-        timeout: Seconds per env request.
-        token: The env token, so the person's game is played in the env's reserved pool (the rollout
-            caps its visitors itself).
 
     Raises:
         VersusError: the env did not start the person's game.
     """
 
-    def __init__(self, env_url: str, play: PlayOne, executor: Executor, seed: int | None = None,
-                 timeout: float = 30.0, token: str | None = None) -> None:
+    def __init__(self, env: EnvClient, play: PlayOne, executor: Executor, seed: int | None = None) -> None:
         self.seed = random.randint(0, MAX_SEED) if seed is None else seed
         self._closed = False
-        self._http = httpx.Client(base_url=env_url.rstrip("/"), timeout=timeout, headers=auth_headers(token))
+        self._env = env
         try:
-            self.human = self._post("/reset", {"seed": self.seed, "max_invalid_moves": None, "human": True})
-        except VersusError:
-            self._http.close()
-            raise
+            self.human = WordleObservation.model_validate({**env.reset(seed=self.seed, human=True), "done": False})
+        except EnvUnavailableError as e:
+            raise VersusError(str(e)) from e
         self._so_far: Mapping[str, Any] | None = None
         self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed, self._progress)
 
@@ -90,7 +86,12 @@ class Match:
     def guess(self, word: str) -> WordleObservation:
         """Play the person's next word (invalid words are explained and cost nothing)."""
         if not self.human.done:
-            self.human = self._post("/step", {"episode_id": self.human.episode_id, "action": {"guess": word}})
+            try:
+                observation, reward, done = self._env.step(self.human.episode_id, word)
+            except EnvUnavailableError as e:
+                raise VersusError(str(e)) from e
+            # OpenEnv's shape: reward and done sit beside the observation
+            self.human = WordleObservation.model_validate({**observation, "reward": reward, "done": done})
         return self.human
 
     def policy_game(self) -> Mapping[str, Any] | None:
@@ -131,22 +132,7 @@ class Match:
         self._closed = True
         self.policy.cancel()
         if not self.human.done:
-            try:
-                self._http.post("/close", json={"episode_id": self.human.episode_id})
-            except httpx.HTTPError:
-                pass  # the env drops idle games itself
-        self._http.close()
-
-    def _post(self, path: str, body: dict[str, Any]) -> WordleObservation:
-        try:
-            response = self._http.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise VersusError(f"the env Space at {self._http.base_url} did not answer {path}: {e}") from e
-        if response.status_code != 200:
-            raise VersusError(f"the env Space refused {path} (HTTP {response.status_code}): {response.text[:300]}")
-        reply = response.json()  # OpenEnv's shape: reward and done sit beside the observation
-        return WordleObservation.model_validate({**reply["observation"], "reward": reply.get("reward"),
-                                                 "done": bool(reply.get("done"))})
+            self._env.close_game(self.human.episode_id)  # best effort: the env drops idle games itself
 
 
 class PrivateGames:
