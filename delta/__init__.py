@@ -17,13 +17,14 @@ from .errors import (
 from .format import DeltaHeader, TensorEntry, read_delta
 from .hashing import StateDigest, state_digest
 from .publish import Publisher, PublisherConfig
+from .retry import RetryPolicy
 from .state import State, load_state, save_state
 from .storage import Storage, open_storage
 from .subscribe import Subscriber, SubscriberConfig
 
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "IntegrityError", "NoPathError", "PublishError", "Publisher", "PublisherConfig", "State",
+    "DeltaHeader", "IntegrityError", "NoPathError", "PublishError", "Publisher", "PublisherConfig", "RetryPolicy", "State",
     "StateDigest", "StateMismatchError", "Storage", "StorageError", "Subscriber", "SubscriberConfig", "TensorEntry",
     "apply", "decode", "diff", "load_state", "open_storage", "read_delta", "save_state", "state_digest",
     "write_changes",

@@ -37,6 +37,7 @@ from .errors import BucketUnreachableError, DeltaError, PublishError
 from .hashing import StateDigest, state_digest
 from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
 from .retention import collect_garbage, retain
+from .retry import RetryPolicy
 from .state import State
 from .storage import Storage, open_storage
 from .subscribe import Subscriber
@@ -56,8 +57,8 @@ class PublisherConfig:
         max_shard_bytes: Largest anchor shard file (a single larger tensor gets a file of its own).
         codec: Delta codec (`delta.CODECS`).
         retry_delay: Seconds before the first retry of a version whose upload failed (the bucket was
-            unreachable after the storage's own retries); doubles up to `max_retry_delay`. Retried
-            until it succeeds or `close` gives up.
+            unreachable after the storage's own retries); doubles up to `max_retry_delay`, with jitter
+            (`delta.retry.RetryPolicy`). Retried until it succeeds or `close` gives up.
         max_retry_delay: Longest wait between two retries of a version.
         commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for
             its commit, before the publisher stops with `PublishError`.
@@ -288,12 +289,15 @@ class Publisher:
                 self._cond.notify_all()
 
     def _publish_with_retries(self, snapshot: _Snapshot) -> None:
-        delay = self.config.retry_delay
+        policy = RetryPolicy(None, self.config.retry_delay, self.config.max_retry_delay)
+        failures = 0
         while True:
             try:
                 self._publish_one(snapshot)
                 return
             except BucketUnreachableError as e:
+                failures += 1
+                delay = policy.delay(failures)
                 logger.warning("version %d not published (%s); retrying in %.1f s", self._next_version, e, delay)
             with self._cond:
                 self._cond.wait_for(lambda: self._closing, delay)
@@ -304,7 +308,6 @@ class Publisher:
                 if newer is not None:  # coalesce: retry with the newest state instead
                     self._pending, self._spare = None, snapshot.tensors
                     snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True, newer.taken_at)
-            delay = min(self.config.max_retry_delay, delay * 2)
 
     def _publish_one(self, snapshot: _Snapshot) -> None:
         start = time.monotonic()

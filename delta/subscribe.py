@@ -29,6 +29,7 @@ from .errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchE
 from .format import DeltaHeader
 from .hashing import StateDigest, state_digest
 from .manifest import FileRef, Manifest, fetch_verified, read_manifest
+from .retry import RetryPolicy
 from .state import State, check_same_layout
 from .storage import Storage, open_storage
 
@@ -41,7 +42,8 @@ class SubscriberConfig:
 
     Attributes:
         poll_interval: Seconds between manifest polls while up to date.
-        max_backoff: Longest wait between polls after failures (doubling from `poll_interval`).
+        max_backoff: Longest wait between polls after failures (doubling from `poll_interval`, with
+            jitter: `delta.retry.RetryPolicy`).
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         history: Per-version statistics kept for `status()`.
         workers: Threads that decode chunks (None: one per core).
@@ -255,20 +257,21 @@ class Subscriber:
     # -- the loop --------------------------------------------------------------------------------
 
     def _follow(self) -> None:
-        delay = self.config.poll_interval
+        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
+        failures = 0
         while not self._stop.is_set():
             with self._sync_lock:
                 try:
                     self._catch_up(None)
-                    delay = self.config.poll_interval
+                    failures = 0
                 except (DeltaError, OSError) as e:
                     self._record(e)
-                    delay = min(self.config.max_backoff, delay * 2)
+                    failures += 1
                 except Exception as e:  # anything else (a bug, MemoryError, ...): recorded and retried, never fatal
                     logger.exception("subscriber on %s: unexpected failure, retrying", self.storage.url)
                     self._record(e)
-                    delay = min(self.config.max_backoff, delay * 2)
-            self._stop.wait(delay)
+                    failures += 1
+            self._stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
 
     def _record(self, error: BaseException) -> None:
         self._failures += 1

@@ -45,8 +45,9 @@ class TrainerConfig:
         seed: Seed of the game order and of TRL's sampler.
         output_dir: Where TRL may write logs (nothing else is saved there: the bucket is the checkpoint).
         retry_wait: Seconds before retrying a rollout request that failed (the rollout or its env down or
-            refusing); doubled after each failure in a row, up to `retry_max_wait`. Training waits, it does
-            not stop: the state stays `running` and `status()` shows the last error.
+            refusing); doubled after each failure in a row, up to `retry_max_wait`, with jitter
+            (`delta.retry.RetryPolicy`). Training waits, it does not stop: the state stays `running`
+            and `status()` shows the last error.
         retry_max_wait: Longest wait between two retries.
         rollout_token: The rollout Space's token (its `--token`), sent as a bearer token; None: none sent.
     """

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from delta.retry import RetryPolicy
 from rollout_space.errors import RolloutError
 
 from .config import TrainerConfig
@@ -68,7 +69,7 @@ class WordleRollouts:
             RolloutsStopped: the session stopped while waiting to retry.
         """
         c = self.config
-        wait = c.retry_wait
+        policy = RetryPolicy(None, c.retry_wait, c.retry_max_wait)
         while True:
             try:
                 games = self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
@@ -77,10 +78,10 @@ class WordleRollouts:
             except RolloutError as e:
                 self.failing += 1
                 self.last_error = f"{time.strftime('%H:%M:%S')} {e}"
-                logger.warning("rollout request failed (%d in a row), retrying in %.0f s: %s", self.failing, wait, e)
+                wait = policy.delay(self.failing)
+                logger.warning("rollout request failed (%d in a row), retrying in %.1f s: %s", self.failing, wait, e)
                 if self._stop.wait(wait):
                     raise RolloutsStopped("stopped while waiting to retry the rollout") from e
-                wait = min(2 * wait, c.retry_max_wait)
                 continue
             self.failing = 0
             return games

@@ -15,7 +15,8 @@ import os
 from typing import Any
 
 from ..errors import BucketUnreachableError, StorageError
-from ._base import RetryPolicy, Storage, StoredFile, check_path
+from ..retry import RetryPolicy
+from ._base import Storage, StoredFile, check_path
 from ._fsspec import S3Storage
 from ._hf import HfBucketStorage
 from ._local import LocalStorage

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import random
 import re
 import time
 from abc import ABC, abstractmethod
@@ -21,6 +20,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from ..errors import BucketUnreachableError, StorageError
+from ..retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -42,39 +42,6 @@ class StoredFile:
 
     path: str
     size: int
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a storage call is retried when the bucket cannot be reached (`BucketUnreachableError`).
-
-    Other failures (missing file, refused credentials) are never retried. The waits double from
-    `first_delay` up to `max_delay`, each shortened by a random factor in [0.5, 1] so that many readers
-    do not come back at the same instant. With the defaults a call gives up after about 8 s of waiting
-    plus the time of its 5 attempts.
-
-    Attributes:
-        attempts: How many times a call is tried in all; 1 disables retries.
-        first_delay: Seconds to wait before the second attempt.
-        max_delay: Longest wait between two attempts, in seconds.
-    """
-
-    attempts: int = 5
-    first_delay: float = 0.5
-    max_delay: float = 4.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"RetryPolicy.attempts must be at least 1 (1 = no retry), got {self.attempts}")
-        if self.first_delay < 0 or self.max_delay < 0:
-            raise ValueError(
-                "RetryPolicy delays must be >= 0 seconds, "
-                f"got first_delay={self.first_delay}, max_delay={self.max_delay}"
-            )
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return min(self.max_delay, self.first_delay * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -197,10 +164,10 @@ class Storage(ABC):
                 failure = self._classify(error)
                 if failure is None:
                     raise
-                if failure.kind is BucketUnreachableError and attempt < self.retry.attempts:
+                if failure.kind is BucketUnreachableError and self.retry.retries_after(attempt):
                     wait = self.retry.delay(attempt)
                     logger.warning(
-                        "%s %s: %s; attempt %d of %d, retrying in %.1f s",
+                        "%s %s: %s; attempt %d of %s, retrying in %.1f s",
                         operation, self._where(path), failure.reason, attempt, self.retry.attempts, wait,
                     )
                     time.sleep(wait)

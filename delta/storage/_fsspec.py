@@ -9,7 +9,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..errors import BucketUnreachableError, StorageError
-from ._base import Failure, RetryPolicy, Storage, StoredFile, import_backend
+from ..retry import RetryPolicy
+from ._base import Failure, Storage, StoredFile, import_backend
 
 T = TypeVar("T")
 

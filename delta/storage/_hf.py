@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BucketUnreachableError, StorageError
-from ._base import Failure, RetryPolicy, Storage, StoredFile, import_backend
+from ..retry import RetryPolicy
+from ._base import Failure, Storage, StoredFile, import_backend
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

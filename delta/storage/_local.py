@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..atomic import TMP_PREFIX, write_atomic
 from ..errors import StorageError
-from ._base import Failure, RetryPolicy, Storage, StoredFile
+from ..retry import RetryPolicy
+from ._base import Failure, Storage, StoredFile
 
 
 
