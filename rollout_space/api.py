@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from webguard import MAX_INT63, bearer_token, guard_app, token_matches
 
-from .engines import EngineError, SamplingParams
+from .engines import EngineError, PromptError, SamplingParams
 from .errors import EnvUnavailableError, LimitExceededError, RolloutError
 from .games import GameSpec, PlayParams
 from .service import RolloutService
@@ -72,7 +72,9 @@ class RolloutRequest(_Sampling):
                               description="Text that opens every reply, written for the policy (never sampled)")
 
 
-_STATUS = {LimitExceededError: 413, EnvUnavailableError: 502, EngineError: 503, RolloutError: 409, ValueError: 422}
+#: The errors a request can cause, and their answers. Anything else is a bug: a 500, logged with its
+#: traceback (never a 4xx that would blame the caller).
+_STATUS = {LimitExceededError: 413, PromptError: 422, EnvUnavailableError: 502, EngineError: 503, RolloutError: 409}
 
 
 def build_api(service: RolloutService, token: str | None = None) -> FastAPI:

@@ -102,3 +102,18 @@ def test_the_env_and_the_rollout_keep_one_record_of_each_game(stack):
         assert (env["won"], env["finished"], env["invalid_moves"]) == (t["won"], t["finished"], t["invalid_moves"])
         assert list(env["replies"]) == [r[:240] for r in t["replies"]]
         assert list(env["guesses"]) == t["guesses"]
+
+
+def test_a_bug_is_a_500_not_a_bad_request():
+    """A ValueError from a bug (not one of the request errors the API maps) must not blame the caller."""
+    from fastapi.testclient import TestClient
+
+    from rollout_space.api import build_api
+
+    class Broken:
+        def generate(self, prompts, params):
+            raise ValueError("an internal bug")
+
+    with TestClient(build_api(Broken()), raise_server_exceptions=False) as client:
+        response = client.post("/generate", json={"prompts": ["hello"], "max_tokens": 4})
+    assert response.status_code == 500 and "an internal bug" not in response.text

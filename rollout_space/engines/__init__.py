@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .base import Completion, Engine, EngineConfig, SamplingParams
-from .errors import EngineError, UpdateRefusedError
+from .errors import EngineError, PromptError, UpdateRefusedError
 
 ENGINES = ("transformers", "vllm")
 
@@ -40,5 +40,5 @@ def open_engine(kind: str, config: EngineConfig, *, version: int = 0, **options:
     raise ValueError(f"unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")
 
 
-__all__ = ["ENGINES", "Completion", "Engine", "EngineConfig", "EngineError", "SamplingParams", "UpdateRefusedError",
-           "open_engine"]
+__all__ = ["ENGINES", "Completion", "Engine", "EngineConfig", "EngineError", "PromptError", "SamplingParams",
+           "UpdateRefusedError", "open_engine"]

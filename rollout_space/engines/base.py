@@ -28,7 +28,7 @@ import torch
 
 import delta
 
-from .errors import EngineError, UpdateRefusedError
+from .errors import EngineError, PromptError, UpdateRefusedError
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -199,7 +199,7 @@ class Engine(ABC):
             One completion per prompt, in order, each stamped with the version that produced it.
 
         Raises:
-            ValueError: an empty prompt, a token id outside the vocabulary, or prompt + max_tokens longer
+            PromptError: an empty prompt, a token id outside the vocabulary, or prompt + max_tokens longer
                 than max_model_len.
             EngineError: the engine is closed or its backend failed.
         """
@@ -218,7 +218,7 @@ class Engine(ABC):
             Per prompt of n tokens, n - 1 floats (the first token has no context).
 
         Raises:
-            ValueError, EngineError: as `generate`.
+            PromptError, EngineError: as `generate`.
         """
         ids = self._token_ids(prompts, 1)  # backends score a prompt by generating one token after it
         with self._serving():
@@ -297,11 +297,11 @@ class Engine(ABC):
                for p in prompts]
         for i, p in enumerate(ids):
             if not p:
-                raise ValueError(f"prompt {i} is empty; give at least one token")
+                raise PromptError(f"prompt {i} is empty; give at least one token")
             if not all(0 <= t < self._vocab_size for t in p):
-                raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {self._vocab_size})")
+                raise PromptError(f"prompt {i} has token ids outside the vocabulary [0, {self._vocab_size})")
             if len(p) + max_tokens > self.config.max_model_len:
-                raise ValueError(f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
+                raise PromptError(f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
                                  f"{self.config.max_model_len}; shorten it, lower max_tokens or raise max_model_len")
         return ids
 

@@ -15,6 +15,11 @@ class EngineError(RuntimeError):
         self.version = version
 
 
+class PromptError(ValueError):
+    """A prompt the engine cannot take (empty, token ids outside the vocabulary, or too long for
+    `max_model_len` with the tokens asked for); nothing was generated."""
+
+
 class UpdateRefusedError(ValueError):
     """An update was refused before anything was changed: the engine still serves its previous version.
 
