@@ -6,7 +6,8 @@
   (a Space sets ``SPACE_ROLE`` instead of the argument). Flags: ``python app.py ROLE --help``.
 
 Every flag defaults to an environment variable (a Space's variables and secrets): DELTA_BUCKET,
-ROLLOUT_URL, ENV_URL, MODEL, ENGINE, OWNER_TOKEN, HF_TOKEN, GRADIO_SERVER_NAME/PORT.
+ROLLOUT_URL, ENV_URL, MODEL, ENGINE, DEVICE, OWNER_TOKEN, ENV_TOKEN, ROLLOUT_TOKEN, HF_TOKEN,
+GRADIO_SERVER_NAME/PORT; the shared ones are defined once, in ``settings.py``.
 """
 
 from __future__ import annotations

@@ -6,15 +6,13 @@ import argparse
 import logging
 import os
 
+import settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The env role's flags; host and port default to the variables a Space sets."""
-    env = os.environ.get
-    parser.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"),
-                        help="address to listen on (env GRADIO_SERVER_NAME; default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")),
-                        help="port to listen on (env GRADIO_SERVER_PORT; default 7860)")
-    parser.add_argument("--token", default=env("ENV_TOKEN") or None,
+    settings.add_server_arguments(parser)
+    parser.add_argument("--token", default=settings.ENV_TOKEN.value(),
                         help="secret the rollout sends (env ENV_TOKEN): its games get their own reserved pool and "
                              "may name the policy's weight version; unset: every caller is anonymous")
     parser.add_argument("--max-sessions", type=_at_least_one, default=1024,

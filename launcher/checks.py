@@ -11,12 +11,12 @@ import argparse
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
-#: argparse destination -> (flag, environment variable) of the settings checked here.
-SETTINGS: dict[str, tuple[str, str]] = {
-    "bucket": ("--bucket", "DELTA_BUCKET"),
-    "rollout_url": ("--rollout-url", "ROLLOUT_URL"),
-    "env_url": ("--env-url", "ENV_URL"),
-    "device": ("--device", "DEVICE"),
+import settings
+
+#: argparse destination -> the shared setting checked here.
+SETTINGS: dict[str, settings.Setting] = {
+    "bucket": settings.BUCKET, "rollout_url": settings.ROLLOUT_URL, "env_url": settings.ENV_URL,
+    "device": settings.DEVICE,
 }
 #: The URL each role needs from another Space (the trainer's ENV_URL only links its UI's games).
 NEEDED_URLS: dict[str, tuple[str, ...]] = {"rollout": ("env_url",), "trainer": ("rollout_url",)}
@@ -24,8 +24,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1"}
 
 
 def _name(dest: str) -> str:
-    flag, variable = SETTINGS[dest]
-    return f"{variable} (or {flag})"
+    setting = SETTINGS[dest]
+    return f"{setting.variable} (or {setting.flag})"
 
 
 def _is_remote_bucket(url: str) -> bool:

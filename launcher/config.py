@@ -8,10 +8,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import settings
+
 #: The repository: children run here, and the default bucket and logs live under it.
 REPO = Path(__file__).resolve().parents[1]
-#: Default model name, the same string `models.DEFAULT_MODEL` holds (kept here so --help imports no torch).
-DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,13 @@ class LauncherConfig:
         rollout_args / trainer_args: Extra flags for those two roles (e.g. smaller batches in tests).
     """
 
-    host: str = "127.0.0.1"
-    port: int = 7860
+    host: str = settings.DEFAULT_HOST
+    port: int = settings.DEFAULT_PORT
     env_port: int = 7861
     rollout_port: int = 7862
     trainer_port: int = 7863
-    bucket: str = str(REPO / ".cache" / "bucket")
-    model: str = DEFAULT_MODEL
+    bucket: str = str(REPO / settings.DEFAULT_BUCKET)
+    model: str = settings.DEFAULT_MODEL
     engine: str | None = None
     owner_token: str | None = None
     logs: str = str(REPO / ".cache" / "app" / "logs")
@@ -67,22 +67,17 @@ class LauncherConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The launcher's flags; bucket, model, engine and owner token default to the shared variables."""
-    env = os.environ.get
     d = LauncherConfig()
     parser.add_argument("--host", default=d.host, help="address all four servers listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=d.port, help="landing page port (default 7860)")
     parser.add_argument("--env-port", type=int, default=d.env_port, help="Wordle env port (default 7861)")
     parser.add_argument("--rollout-port", type=int, default=d.rollout_port, help="rollout port (default 7862)")
     parser.add_argument("--trainer-port", type=int, default=d.trainer_port, help="trainer port (default 7863)")
-    parser.add_argument("--bucket", default=env("DELTA_BUCKET", d.bucket),
-                        help="bucket shared by rollout and trainer (env DELTA_BUCKET; default .cache/bucket in "
-                             "the repository, so a second start resumes)")
-    parser.add_argument("--model", default=env("MODEL", d.model),
-                        help=f"model folder or Hub id (env MODEL; default {d.model}, offline, prepared once)")
-    parser.add_argument("--engine", choices=("vllm", "transformers"), default=env("ENGINE") or None,
-                        help="rollout engine (env ENGINE; default: vllm where CUDA is, transformers on CPU)")
-    parser.add_argument("--owner-token", default=env("OWNER_TOKEN") or None,
-                        help="trainer control secret (env OWNER_TOKEN; default: a new one, printed)")
+    settings.BUCKET.add_to(parser, "bucket shared by rollout and trainer (in the repository, so a second start "
+                                   "resumes)")
+    settings.MODEL.add_to(parser, "model folder or Hub id (offline default, prepared once)")
+    settings.ENGINE.add_to(parser)
+    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: a new one, printed)")
     parser.add_argument("--logs", default=d.logs, help="folder of the three apps' logs (default .cache/app/logs)")
     parser.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s,
                         help="seconds each app may take to get ready (default 900)")
@@ -96,7 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> LauncherConfig:
     """The config from parsed flags (ValueError naming the flag when a value is wrong)."""
     # The apps run in the repository: folders given relative to the caller's directory become absolute.
-    bucket = args.bucket if "://" in args.bucket else os.path.abspath(args.bucket)
+    # The default bucket lives in the repository wherever the command is run from.
+    bucket = (LauncherConfig.bucket if args.bucket == settings.DEFAULT_BUCKET
+              else args.bucket if "://" in args.bucket else os.path.abspath(args.bucket))
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
     return LauncherConfig(
         host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,

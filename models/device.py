@@ -7,8 +7,7 @@ slow surprise on the CPU.
 
 from __future__ import annotations
 
-#: The values `--device` / `DEVICE` accept besides an indexed GPU such as `cuda:1`.
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+from settings import DEVICE_CHOICES  # the values `--device` / `DEVICE` accept besides `cuda:N`
 
 
 def resolve_device(name: str | None = None) -> str:

