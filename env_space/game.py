@@ -92,12 +92,10 @@ class WordleGame:
         else:
             word = parsed.word or ""
             marks = score(word, self.secret)
-            repeated = any(row.word == word for row in self._rows)
             self._rows.append(GuessRow(word=word, marks=encode(marks)))
             self._last_error = None
             self._last_reward = guess_reward(
-                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards,
-                repeated=repeated,
+                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards
             )
             self._best_progress = max(self._best_progress, progress(marks))
             self._won = is_win(marks)

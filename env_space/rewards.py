@@ -5,7 +5,6 @@ reward = format + validity + progress + win, where
 - format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
             ``no_guess`` when no guess could be found at all;
 - validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word;
-- repeat:   ``repeated`` when a legal guess repeats an earlier guess of the game (it learns nothing);
 - progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
             p = (greens + yellows / 2) / 5. This is potential-based shaping: over a game it adds up
             to at most ``progress_weight``, so playing longer never earns more;
@@ -40,14 +39,12 @@ class RewardConfig:
     """Nothing that looks like a guess."""
     invalid_word: float = -0.1
     """A guess with the wrong length, non-letters, or not in the word list."""
-    repeated: float = -0.1
-    """A legal guess already made in this game: it cannot tell anything new."""
 
     def __post_init__(self) -> None:
         if self.win <= 0 or self.speed < 0 or self.progress_weight < 0:
             raise ValueError("win must be > 0, speed and progress_weight >= 0")
-        if max(self.untagged, self.no_guess, self.invalid_word, self.repeated) > 0:
-            raise ValueError("untagged, no_guess, invalid_word and repeated are penalties: use values <= 0")
+        if max(self.untagged, self.no_guess, self.invalid_word) > 0:
+            raise ValueError("untagged, no_guess and invalid_word are penalties: use values <= 0")
 
 
 DEFAULT_REWARDS = RewardConfig()
@@ -78,8 +75,6 @@ def guess_reward(
     guesses_left: int,
     tagged: bool,
     config: RewardConfig = DEFAULT_REWARDS,
-    *,
-    repeated: bool = False,
 ) -> float:
     """Reward of a legal, scored guess.
 
@@ -88,9 +83,8 @@ def guess_reward(
         best_progress_before: the best :func:`progress` of earlier guesses in the game (0 at first).
         guesses_left: guesses still unused after this one.
         tagged: whether the guess was inside <guess></guess>.
-        repeated: whether the game already had this guess.
     """
-    reward = format_reward(True, tagged, config) + (config.repeated if repeated else 0.0)
+    reward = format_reward(True, tagged, config)
     reward += config.progress_weight * max(0.0, progress(marks) - best_progress_before)
     if is_win(marks):
         reward += config.win + config.speed * guesses_left

@@ -50,14 +50,6 @@ def test_invalid_moves_do_not_use_a_guess_but_are_penalised() -> None:
     assert obs.reward == pytest.approx(0.2 - 0.05)  # untagged
 
 
-def test_a_repeated_guess_uses_a_guess_and_is_penalised() -> None:
-    game = new_game()
-    assert game.step("<guess>slate</guess>").reward == pytest.approx(0.2)
-    again = game.step("<guess>SLATE</guess>")  # legal (Wordle allows it), but it tells nothing new
-    assert again.last_move_valid and again.guesses_left == 4 and again.reward == pytest.approx(-0.1)
-    assert game.step("<guess>slant</guess>").reward == 0.0  # no new progress, no repeat: nothing
-
-
 def test_six_wrong_guesses_lose() -> None:
     game = new_game()
     for _ in range(5):

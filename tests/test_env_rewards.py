@@ -33,7 +33,6 @@ def test_guess_reward_pays_only_new_progress() -> None:
     assert guess_reward(decode("GYXXX"), 0.3, 4, tagged=True) == 0.0  # no better than before
     assert guess_reward(decode("XXXXX"), 0.3, 4, tagged=True) == 0.0  # never negative
     assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=False) == pytest.approx(0.10)
-    assert guess_reward(decode("GYXXX"), 0.3, 4, tagged=True, repeated=True) == pytest.approx(-0.1)
 
 
 def test_win_pays_more_for_fewer_guesses() -> None:
