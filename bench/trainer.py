@@ -131,7 +131,7 @@ def real_run(args: argparse.Namespace) -> None:
     model = resolve_model(args.model)
     root = tempfile.mkdtemp(prefix="training-run-")
     bucket = os.path.join(root, "bucket")
-    ports = {"env": 7871, "rollout": 7872, "trainer": 7873}
+    ports = {role: _free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
     url = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     roles = {
         "env": [],
@@ -166,7 +166,12 @@ def real_run(args: argparse.Namespace) -> None:
         finally:
             for p in reversed(procs):
                 p.terminate()
-                p.wait(60)
+            for p in reversed(procs):  # every process is stopped, even when one is slow to exit
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
     history["command"] = "python -m bench.trainer run " + " ".join(sys.argv[2:])
     history["minutes"] = args.minutes
     history["summary"] = summary(history["steps"], args.window)
@@ -183,18 +188,28 @@ def _given(flags: dict[str, object]) -> list[str]:
     return [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited before it was ready; see {log}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"{url} did not start; see {log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not start within {timeout_s:.0f} s; see {log}")
         time.sleep(1)
 
 
