@@ -1,6 +1,7 @@
 """The settings the apps share, each defined once: its flag, the environment variable a Space sets
-for it, its default and what it is. `python app.py`, the three roles and the Spaces' deploy script
-read them from here, so a default or a variable name cannot drift between them.
+for it, its default and what it is. The three roles (`python app.py env|rollout|trainer`, as a Space
+runs them), the launcher (`python app.py`) and its checks read them from here, so a default or a
+variable name cannot drift between them.
 
 Kept free of heavy imports (no torch): ``python app.py --help`` must be instant.
 """

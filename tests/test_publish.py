@@ -18,7 +18,7 @@ from delta.subscribe import Subscriber, SubscriberConfig
 
 from ._states import states_equal
 from ._trainer import trajectory
-from .rclone_server import free_port
+from ._env_server import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -27,6 +27,7 @@ from .rollouts import RolloutsStopped
 
 logger = logging.getLogger(__name__)
 
+
 class TrainerState(str, Enum):
     """What `status()["state"]` says (a str, so it reads and serialises as its value)."""
 
