@@ -125,7 +125,7 @@ def real_run(args: argparse.Namespace) -> None:
 
     import httpx
 
-    from launcher.tokens import new_tokens, role_environ
+    from launcher.tokens import launch_tokens, role_environ
     from models import resolve_model
     from tests._env_server import free_port
 
@@ -144,7 +144,7 @@ def real_run(args: argparse.Namespace) -> None:
                              "--max-turns": args.max_turns, "--learning-rate": args.lr})],
     }
     procs = []
-    tokens = new_tokens()  # the apps' tokens, as `python app.py` makes them
+    tokens = launch_tokens({})  # fresh tokens for the apps, as `python app.py` makes them
     with open(os.path.join(root, "roles.log"), "w") as logs:
         try:
             for name, flags in roles.items():

@@ -21,7 +21,7 @@ from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
 from .prepare import PrepareFailed, prepare_model
-from .tokens import new_tokens, role_environ
+from .tokens import launch_tokens, role_environ
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def _say(message: str) -> None:
 def build_children(config: LauncherConfig, model_folder: str, owner_token: str,
                    tokens: dict[str, str]) -> list[Child]:
     """The three apps in start order, wired to each other and to the one bucket, each holding the
-    tokens it checks or sends (`tokens.new_tokens()`)."""
+    tokens it checks or sends (`tokens.launch_tokens()`)."""
     env_url = f"http://127.0.0.1:{config.env_port}"
     rollout_url = f"http://127.0.0.1:{config.rollout_port}"
     engine = ["--engine", config.engine] if config.engine else []
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
         return
     _say(f"model ready: {folder}")
 
-    tokens = new_tokens()
+    tokens = launch_tokens()
     children = build_children(config, folder, owner_token, tokens)
     landing = LandingServer(build_app(children, config.bucket), config.host, config.port)
     failed = False

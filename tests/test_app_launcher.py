@@ -17,7 +17,7 @@ import pytest
 from launcher.children import exit_text
 from launcher.config import LauncherConfig
 from launcher.launch import build_children
-from launcher.tokens import new_tokens
+from launcher.tokens import launch_tokens
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -83,9 +83,15 @@ def test_exit_text_calls_the_launchers_own_sigterm_a_clean_stop() -> None:
 
 
 def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> None:
-    env, rollout, trainer = build_children(LauncherConfig(), "/models/tiny", "owner", new_tokens())
+    env, rollout, trainer = build_children(LauncherConfig(), "/models/tiny", "owner", launch_tokens({}))
     assert env.environ["ENV_TOKEN"] == rollout.environ["ENV_TOKEN"]
     assert rollout.environ["ROLLOUT_TOKEN"] == trainer.environ["ROLLOUT_TOKEN"] != env.environ["ENV_TOKEN"]
     assert set(env.environ) == {"ENV_TOKEN"} and set(trainer.environ) == {"OWNER_TOKEN", "ROLLOUT_TOKEN"}
     assert not any(v in " ".join(c.args) for c in (env, rollout, trainer) for v in rollout.environ.values())
-    assert new_tokens()["ENV_TOKEN"] != env.environ["ENV_TOKEN"]  # fresh for every start
+    assert launch_tokens({})["ENV_TOKEN"] != env.environ["ENV_TOKEN"]  # fresh for every start...
+
+
+def test_tokens_set_beforehand_are_kept() -> None:
+    """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
+    tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})
+    assert tokens["ROLLOUT_TOKEN"] == "mine" and len(tokens["ENV_TOKEN"]) >= 24
