@@ -2,9 +2,12 @@
 
 A `delta.Subscriber` follows the bucket in a background thread and writes each version into the
 engine's published state (fetch and decode happen while the engine serves; the state is not what the
-engine computes with); then `Engine.update` pushes the changed tensors to the backend, the only step
-that holds generation off. A bad file or an unreachable bucket leaves the engine serving its last
-good version, and the error shows in `status()`.
+engine computes with). A loader thread then waits for the batch in flight to end and pushes the
+changed tensors to the backend with `Engine.update`, the only step that holds generation off.
+Versions that arrive during one batch are loaded together after it, as one update to the newest:
+the subscriber never waits for the engine, so a long batch does not hold the next versions back.
+A bad file or an unreachable bucket leaves the engine serving its last good version, and the error
+shows in `status()`.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ class SyncRecord:
         bytes_fetched: Bytes read from the bucket for it.
         fetch_s: Seconds fetching and verifying files (generation went on).
         decode_s: Seconds decoding and writing the published state (generation went on).
-        pause_s: Seconds generation was held off while the engine loaded the changed tensors (not counting
-            the wait for the generation in flight to end, which served the previous version meanwhile).
+        wait_s: Seconds the decoded version waited for the generation in flight to end (which served the
+            previous version meanwhile).
+        pause_s: Seconds generation was held off while the engine loaded the changed tensors (after that wait).
         lag_s: Seconds from the trainer handing the version to its publisher to the engine serving it,
-            that wait included (None if the manifest has no publish time).
+            that wait included (None if the manifest has no publish time); `lag_s - wait_s` is what
+            publishing, fetching, decoding and loading cost.
         changed_tensors: How many tensors changed.
         at: Unix time the engine started serving it.
     """
@@ -49,6 +54,7 @@ class SyncRecord:
     bytes_fetched: int
     fetch_s: float
     decode_s: float
+    wait_s: float
     pause_s: float
     lag_s: float | None
     changed_tensors: int
@@ -73,15 +79,26 @@ class Follower:
         if version is not None:
             engine.update({}, version)
         self._subscriber = delta.Subscriber(storage, engine.state, version=version, config=config,
-                                            on_update=self._serve)
+                                            on_update=self._queue)
         self._records: deque[SyncRecord] = deque(maxlen=history)
         self._last_header: DeltaHeader | None = None
         self._lock = threading.Lock()
         self._engine_error: str | None = None
+        # Versions decoded into the state and not yet loaded into the engine, with when each arrived.
+        self._pending: list[tuple[Update, float]] = []
+        self._arrived = threading.Condition()
+        self._closing = False
+        self._loader = threading.Thread(target=self._load_forever, name="follower-load", daemon=True)
 
     @property
     def bucket(self) -> str:
         return self._subscriber.storage.url
+
+    @property
+    def decoded_version(self) -> int | None:
+        """The version written into the published state: ahead of `engine.version` while the engine
+        finishes the batch in flight (None before the first)."""
+        return self._subscriber.version
 
     def _version_of_model(self, storage: Storage) -> int | None:
         """The bucket's version whose state hash is the model's, if any: then no anchor needs fetching.
@@ -100,7 +117,8 @@ class Follower:
         return max(matches) if matches else None
 
     def start(self) -> None:
-        """Follow the bucket in a background thread."""
+        """Follow the bucket in a background thread, and load what it decodes in another."""
+        self._loader.start()
         self._subscriber.start()
 
     def sync(self) -> int | None:
@@ -108,36 +126,86 @@ class Follower:
         and the model is not one of its versions).
 
         Raises:
-            delta.DeltaError, OSError: as `delta.Subscriber.sync`; the engine keeps its version.
+            delta.DeltaError, OSError: as `delta.Subscriber.sync`; the engine serves the last version
+                reached before the error.
         """
-        self._subscriber.sync()
+        try:
+            self._subscriber.sync()
+        finally:
+            self._load_pending()
         return self._subscriber.version
 
     def close(self) -> None:
+        """Stop following; a version decoded but not loaded yet is dropped."""
         self._subscriber.close()
+        with self._arrived:
+            self._closing = True
+            self._arrived.notify_all()
+        if self._loader.is_alive():
+            self._loader.join()
 
-    def _serve(self, update: Update) -> None:
-        """Runs in the subscriber's thread after each version is written into the published state."""
-        try:
-            with self.engine.paused():  # waits for the generation in flight; from here on it is a pause
-                start = time.perf_counter()
-                self.engine.update({n: self.engine.state[n] for n in update.changed}, update.version)
-                pause = time.perf_counter() - start
-        except Exception as e:  # the engine refused or broke: keep the error visible, keep following
-            self._engine_error = f"{type(e).__name__}: {e}"
-            logger.exception("engine did not take version %d", update.version)
-            return
+    def _queue(self, update: Update) -> None:
+        """Runs in the subscriber's thread after each version is written into the published state: hand
+        it to the loader and go on polling and decoding (never wait for the batch in flight here)."""
+        with self._arrived:
+            self._pending.append((update, time.perf_counter()))
+            self._arrived.notify_all()
+
+    def _load_forever(self) -> None:
+        """The loader thread: load each batch of queued versions once the generation in flight ends."""
+        while True:
+            with self._arrived:
+                self._arrived.wait_for(lambda: self._pending or self._closing)
+                if self._closing:
+                    return
+            self._load_pending()
+
+    def _load_pending(self) -> None:
+        """Load every queued version into the engine in one update: the union of their changed tensors,
+        read from the state at the newest of them.
+
+        Holds generation off (waiting for the batch in flight) and the subscriber's writes (its lock),
+        so the engine reads a state that is exactly the newest queued version. A version written but
+        not queued yet (its subscriber is between the two) is waited for: it is the newest.
+        """
+        with self.engine.paused(), self._subscriber.lock:  # the batch in flight ends; then a pause
+            taken = self._take_pending()
+            if not taken:
+                return
+            start = time.perf_counter()
+            newest = taken[-1][0]
+            names = sorted({n for update, _ in taken for n in update.changed})
+            try:
+                self.engine.update({n: self.engine.state[n] for n in names}, newest.version)
+            except Exception as e:  # the engine refused or broke: keep the error visible, keep following
+                self._engine_error = f"{type(e).__name__}: {e}"
+                logger.exception("engine did not take version %d", newest.version)
+                return
+            pause = time.perf_counter() - start
         now = time.time()
-        stats = update.stats
-        record = SyncRecord(update.version, stats.via, stats.bytes_fetched, stats.fetch_s,
-                            stats.decode_s + stats.apply_pause_s, pause,
-                            None if update.published_at is None else max(0.0, now - update.published_at),
-                            len(update.changed), now)
+        records = []
+        for update, arrived in taken:
+            stats = update.stats
+            records.append(SyncRecord(update.version, stats.via, stats.bytes_fetched, stats.fetch_s,
+                                      stats.decode_s + stats.apply_pause_s, max(0.0, start - arrived), pause,
+                                      None if update.published_at is None else max(0.0, now - update.published_at),
+                                      len(update.changed), now))
         with self._lock:
             self._engine_error = None
-            self._records.append(record)
-            if update.headers:
-                self._last_header = _merged(update.headers)
+            self._records.extend(records)
+            if newest.headers:
+                self._last_header = _merged(newest.headers)
+
+    def _take_pending(self) -> list[tuple[Update, float]]:
+        """The queued versions, once the newest of them is the version the state holds (call holding the
+        subscriber's lock, so no write comes in between); empty when there are none or on close."""
+        with self._arrived:
+            while self._pending and self._pending[-1][0].version != self._subscriber.version:
+                if self._closing:
+                    return []
+                self._arrived.wait(0.05)  # its subscriber is between writing it and queueing it
+            taken, self._pending = self._pending, []
+            return taken
 
     def records(self) -> list[SyncRecord]:
         """The latest syncs, oldest first."""

@@ -57,6 +57,7 @@ def test_serves_each_published_version_bit_identical_to_the_trainer(tmp_path, mo
             assert [r.version for r in records][-1] == 4 and all(r.via == "delta" for r in records)
             last = records[-1]
             assert last.bytes_fetched > 0 and last.pause_s >= 0 and last.lag_s is not None and last.lag_s >= 0
+            assert 0 <= last.wait_s <= last.lag_s  # the wait for the batch in flight is part of the lag
             header = follower.last_header()
             assert header is not None and header.version == 4
             # The tensors version 4 stepped (norms at 1.0 round back in bf16, so not all of them).
@@ -135,3 +136,38 @@ def _save_as_model(template: str, state: dict, folder: str) -> None:
     model.load_state_dict(state, strict=False)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(template).save_pretrained(folder)
+
+
+def test_versions_that_arrive_during_a_batch_are_served_together_right_after_it(tmp_path, model):
+    """The subscriber keeps decoding while the engine is busy; the engine then jumps to the newest
+    version in one load (not one batch per version, which falls behind whenever versions come faster)."""
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(model)
+    names = sorted(v0)
+    states = [v0]
+    for i in range(3):
+        states.append(step(states[-1], names[i::3], seed=10 + i))
+    _publish(bucket, states[:1])
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        follower.start()
+        try:
+            with engine.paused():  # a batch in flight
+                _publish(bucket, states[1:])
+                _wait(lambda: follower.decoded_version == 4)
+                assert engine.version == 1 and follower.records() == []
+            _wait(lambda: engine.version == 4)
+            records = follower.records()
+            assert [r.version for r in records] == [2, 3, 4]
+            assert len({r.at for r in records}) == 1 and len({r.pause_s for r in records}) == 1  # one load
+            assert records[0].wait_s >= records[-1].wait_s >= 0
+            manifest = read_manifest(delta.open_storage(bucket))
+            assert delta.state_digest(engine.state).hexdigest == manifest.get(4).state_hash
+            # What it computes with is version 4 in every tensor that any of the three versions changed.
+            fresh_folder = tmp_path / "fresh"
+            _save_as_model(model, states[-1], str(fresh_folder))
+            prompt, params = [[5, 6, 7, 8]], SamplingParams(max_tokens=6, temperature=0)
+            with open_engine("transformers", EngineConfig(str(fresh_folder))) as fresh:
+                assert fresh.generate(prompt, params)[0].token_ids == engine.generate(prompt, params)[0].token_ids
+        finally:
+            follower.close()
