@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
-    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls")
+    parser.add_argument("--poll-interval", type=float, default=None,
+                        help="seconds between bucket polls (default: delta.SubscriberConfig's, 1 s)")
     parser.add_argument("--showcase-every", type=float, default=60.0,
                         help="play a game on its own after this many idle seconds, for the UI (0: never)")
     settings.add_server_arguments(parser)
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> None:
     logger.info("starting the %s engine on %s", kind, folder)
     engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len, resolve_device(args.device)))
     try:
-        follower = Follower(engine, args.bucket, SubscriberConfig(poll_interval=args.poll_interval))
+        polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
+        follower = Follower(engine, args.bucket, polling)
         env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:
         engine.close()
