@@ -135,3 +135,26 @@ def test_bad_requests_say_what_to_change(engine, model_dir: str) -> None:
     engine.close()
     with pytest.raises(EngineError, match="the engine is closed"):
         engine.generate(["a"])
+
+
+def test_close_ends_a_generation_in_flight(model_dir: str) -> None:
+    """A server told to stop does not wait out a long batch: the generation ends at its next token and
+    the caller gets an EngineError, not a cut completion."""
+    engine = open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=2048))
+    outcome: list[object] = []
+
+    def generate() -> None:
+        try:
+            outcome.append(engine.generate(["Once"] * 16, SamplingParams(max_tokens=2000, temperature=1.0, seed=0)))
+        except EngineError as e:
+            outcome.append(e)
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    threading.Event().wait(1.0)  # 16 x 2,000 tokens take a minute or more here: still generating
+    engine.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert isinstance(outcome[0], EngineError) and "closed while generating" in str(outcome[0])
+    with pytest.raises(EngineError, match="closed"):
+        engine.generate(["Once"], SamplingParams(max_tokens=1))

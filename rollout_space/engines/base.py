@@ -162,6 +162,9 @@ class Engine(ABC):
         self._version = version
         self._lock = threading.RLock()
         self._closed = False
+        #: Set by `interrupt` (and `close`, before it waits for the call in flight): backends that can
+        #: end a generation early (transformers) check it, so a server stops within seconds when told to.
+        self._closing = threading.Event()
         self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
         self._vocab_size = AutoConfig.from_pretrained(config.model, local_files_only=True).get_text_config().vocab_size
         try:
@@ -208,6 +211,8 @@ class Engine(ABC):
         with self._serving():
             sampled = self._backend("generating", self._generate, ids, params)
             version = self._version
+            if self._closing.is_set():  # cut short by `close`: not a completion to hand out
+                raise EngineError("the engine was closed while generating", version=version)
         return [Completion(p, s.token_ids, s.logprobs, self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
                            s.finish_reason, version) for p, s in zip(ids, sampled)]
 
@@ -264,8 +269,19 @@ class Engine(ABC):
         with self._serving():
             yield
 
+    def interrupt(self) -> None:
+        """End the generation in flight early where the backend allows it, and refuse new calls with
+        EngineError: the first half of `close`, which never waits (a server calls it when told to exit,
+        so requests in flight are answered instead of cancelled)."""
+        self._closing.set()
+
     def close(self) -> None:
-        """Stop the backend and free its memory; later calls raise EngineError. Safe to call twice."""
+        """Stop the backend and free its memory; later calls raise EngineError. Safe to call twice.
+
+        A generation in flight ends early where the backend allows it (transformers: at its next
+        token) and raises EngineError; otherwise `close` waits for it.
+        """
+        self.interrupt()
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -280,7 +296,7 @@ class Engine(ABC):
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:
         with self._lock:
-            if self._closed:
+            if self._closed or self._closing.is_set():
                 raise EngineError("the engine is closed; start a new one", version=self._version)
             yield
 

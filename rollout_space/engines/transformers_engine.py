@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 import torch
+from transformers import StoppingCriteria
 
 from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
 
@@ -58,7 +60,8 @@ class TransformersEngine(Engine):
             sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
             out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
                                        eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
-                                       output_logits=True, **sampling)
+                                       output_logits=True, stopping_criteria=[_UntilSet(self._closing)],
+                                       **sampling)
         new = out.sequences[:, width:]
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw logits: before temperature/top-p
         sampled = logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1)
@@ -87,3 +90,13 @@ class TransformersEngine(Engine):
 
     def _close(self) -> None:
         del self._model, self._params
+
+
+class _UntilSet(StoppingCriteria):
+    """Ends every sequence of a generation once `event` is set (the engine is closing)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
