@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
-from types import ModuleType
+from types import FrameType, ModuleType
 
 #: Role name -> (module with add_arguments/run, one-line description). Imported only when asked for.
 ROLES: dict[str, tuple[str, str]] = {
@@ -74,6 +75,19 @@ def _load(role: str) -> ModuleType:
         raise  # unreachable: _fail exits
 
 
+def _unwind_on_sigterm() -> None:
+    """Make SIGTERM (a Space restarting, the launcher stopping an app) end a role as Ctrl-C does, through
+    its cleanup: the trainer flushes its last version to the bucket, the rollout closes its engine.
+
+    uvicorn catches the signal while it serves and raises it again once it has shut down; left to its
+    default action, that ends the process on the spot, skipping every ``finally``.
+    """
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str]) -> None:
     """Parse the role and its flags, check the settings a Space must give, run the role until stopped."""
     if argv[:1] in (["-h"], ["--help"]):
@@ -92,6 +106,8 @@ def main(argv: list[str]) -> None:
         print(f"{PROG} {role}: warning: {warning}", file=sys.stderr)
     if errors:
         parser.error("; ".join(errors))
+    if role != "all":  # the launcher handles its own signals (it stops its three apps)
+        _unwind_on_sigterm()
     launch.run(args)
 
 

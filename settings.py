@@ -28,6 +28,9 @@ DEFAULT_ROLLOUT_URL = "http://127.0.0.1:7862"
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 #: The rollout's inference engines (`rollout_space.engines`).
 ENGINES = ("transformers", "vllm")
+#: Seconds a server lets requests in flight finish after SIGTERM before it cancels them and closes
+#: (a rollout batch on a CPU can run for minutes; the launcher kills an app after 30 s).
+SHUTDOWN_GRACE_S = 5
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uvicorn
 from fastapi import FastAPI
 
+import settings
+
 from .api import MAX_BODY_BYTES, Access, build_api
 from .history import GameHistory
 from .mount import mount_ui
@@ -24,4 +26,5 @@ def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = No
 
 def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> None:
     """Serve until interrupted. Blocks."""
-    uvicorn.run(build_app(limits, access), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES)
+    uvicorn.run(build_app(limits, access), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES,
+                timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)

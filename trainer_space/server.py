@@ -5,6 +5,8 @@ from __future__ import annotations
 import uvicorn
 from fastapi import FastAPI
 
+import settings
+
 from env_space.mount import mount_ui
 from env_space.render import CSS
 
@@ -21,6 +23,7 @@ def build_app(session: TrainingSession) -> FastAPI:
 def serve(session: TrainingSession, host: str, port: int) -> None:
     """Serve until interrupted, then stop training and flush the last version to the bucket. Blocks."""
     try:
-        uvicorn.run(build_app(session), host=host, port=port, log_level="warning")
+        uvicorn.run(build_app(session), host=host, port=port, log_level="warning",
+                    timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)
     finally:
         session.close()
