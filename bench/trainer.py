@@ -8,7 +8,7 @@
 Runs the trainer Space's own `TrainingSession` (TRL's GRPOTrainer, the publish callback, a local bucket)
 on a fixed batch of games replayed every step (prompt and completion token ids of Wordle-game length,
 rewards that differ within each group), so every step does the same training work. The publisher is
-called every third step only (`EveryThird`): in each triple, the first step pays the snapshot copy, the
+called every third step only (`EveryThird`, the session's `wrap_publisher`): in each triple, the first step pays the snapshot copy, the
 second runs beside the background encode and upload (on the same cores), the third is clean. The ratio
 (first + second) / (2 x third), median over triples, is what publishing after every step costs; the
 interleaving keeps it honest on a shared machine whose load drifts between runs. A real step also waits
@@ -32,9 +32,11 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 
 import torch
 
+import delta
 from trainer_space import TrainerConfig, TrainingSession
 
 
@@ -46,7 +48,7 @@ class ReplayedGames:
         self.vocab, self.prompt_len, self.completion_len = vocab, prompt_len, completion_len
         self.batch: dict[int, dict] = {}
 
-    def rollout(self, games: list[dict], **_: object) -> list[dict]:
+    def rollout(self, games: Sequence[dict], **_: object) -> list[dict]:
         out = []
         for i, g in enumerate(games):
             if i not in self.batch:
@@ -67,10 +69,10 @@ class EveryThird:
     """Publishes at the end of every third step only, so each triple of steps holds one with the copy,
     one with the background encode and upload running beside it, and one clean step to compare with."""
 
-    def __init__(self, publisher: object, warmup: int) -> None:
+    def __init__(self, publisher: delta.Publisher, warmup: int) -> None:
         self.publisher, self.warmup, self.calls = publisher, warmup, 0
 
-    def publish(self, state: dict) -> None:
+    def publish(self, state: Mapping[str, torch.Tensor]) -> None:
         self.calls += 1  # = the step number; warm-up steps all publish (the first is the anchor)
         if self.calls <= self.warmup or (self.calls - self.warmup) % 3 == 1:
             self.publisher.publish(state)
@@ -94,9 +96,8 @@ def overhead(args: argparse.Namespace) -> None:
                            num_generations=4, max_steps=steps, learning_rate=args.lr, max_staleness=10**9,
                            output_dir=os.path.join(bucket, "out"))
     vocab = AutoConfig.from_pretrained(model).vocab_size
-    session = TrainingSession(config, client=ReplayedGames(vocab, prompt_len=120, completion_len=120))
-    session._build()  # the benchmark swaps the publisher's schedule before the run
-    session.callback.publisher = EveryThird(session.publisher, args.warmup)
+    session = TrainingSession(config, client=ReplayedGames(vocab, prompt_len=120, completion_len=120),
+                              wrap_publisher=lambda publisher: EveryThird(publisher, args.warmup))
     session.start()
     session.wait()
     if session.error:

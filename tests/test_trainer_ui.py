@@ -45,24 +45,23 @@ def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:
 
 
 def test_figures_draw_a_real_delta(tmp_path) -> None:
-    import delta
     from models import build_tiny_qwen3
     from tests._engines import step
-    from trainer_space.publishing import PayloadLog
+    from tests._trainer_stack import wait_until
 
-    state = delta.load_state(build_tiny_qwen3(str(tmp_path / "model")))
-    bucket = str(tmp_path / "bucket")
-    with delta.Publisher(bucket) as publisher:
-        publisher.publish(state)
-        assert publisher.flush(30)
-        log = PayloadLog(bucket, 1).start()
-        publisher.publish(step(state, ["model.layers.1.mlp.up_proj.weight", "model.norm.weight"], seed=1, lr=1e-2))
-        assert publisher.flush(30)
-    log.poll()
-    log.close()
-    session = TrainingSession(TrainerConfig(bucket, "http://127.0.0.1:1", str(tmp_path)))
-    session.payloads = log
-    _, payload, heatmap = figures(session)
+    model = build_tiny_qwen3(str(tmp_path / "model"))
+    session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), "http://127.0.0.1:1", model))
+    parts = session.load()  # an empty bucket: the session's payload log measures from version 1 on
+    try:
+        parts.publisher.publish(parts.published)
+        assert parts.publisher.flush(30)
+        parts.publisher.publish(step(parts.published, ["model.layers.1.mlp.up_proj.weight", "model.norm.weight"],
+                                     seed=1, lr=1e-2))
+        assert parts.publisher.flush(30)
+        wait_until(lambda: session.payloads.records, 15, "the payload log to measure version 2")
+        _, payload, heatmap = figures(session)
+    finally:
+        session.close()
     assert list(payload.data[0].x) == [2]  # versions with a delta (1 is the anchor)
     assert heatmap.layout.title.text == "Changed elements per layer and kind, version 2"
     assert any(v for row in heatmap.data[0].z for v in row if v)  # the changed cells are drawn

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import TrainerCallback
@@ -20,10 +22,23 @@ from transformers import TrainerCallback
 import delta
 from dashboard.payload import raw_bytes
 from delta.manifest import read_manifest
+from delta.publish import PublishedVersion
 
 from .weights import cast_into
 
 logger = logging.getLogger(__name__)
+
+
+class VersionPublisher(Protocol):
+    """What `PublishCallback` publishes through: a `delta.Publisher`, or a wrapper of one (a benchmark's
+    schedule, see `TrainingSession`'s `wrap_publisher`)."""
+
+    @property
+    def last(self) -> PublishedVersion | None: ...
+
+    def publish(self, state: Mapping[str, torch.Tensor]) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> bool: ...
 
 
 class PublishCallback(TrainerCallback):
@@ -41,7 +56,7 @@ class PublishCallback(TrainerCallback):
         steps: Steps seen.
     """
 
-    def __init__(self, publisher: delta.Publisher | None, state: dict[str, torch.Tensor], version: int,
+    def __init__(self, publisher: VersionPublisher | None, state: dict[str, torch.Tensor], version: int,
                  master: dict[str, torch.Tensor] | None = None) -> None:
         self.publisher = publisher
         self.state = state

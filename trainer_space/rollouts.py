@@ -17,8 +17,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from delta.retry import RetryPolicy
 from rollout_space.errors import RolloutError
@@ -34,12 +34,19 @@ class RolloutsStopped(RuntimeError):
     """The session was stopped while waiting to retry a failed rollout request: the run ends cleanly."""
 
 
+class RolloutSource(Protocol):
+    """What the rollout function needs of the rollout Space: `rollout_space.client.RolloutClient`'s `rollout`
+    (tests and benchmarks pass stand-ins). Raises `rollout_space.errors.RolloutError` when a request fails."""
+
+    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[dict[str, Any]]: ...
+
+
 class WordleRollouts:
     """A `rollout_func(prompts, trainer) -> dict` for GRPOTrainer, backed by a rollout Space.
 
     Args:
         config: Sampling, staleness and turn settings.
-        client: A `rollout_space.client.RolloutClient` (or anything with its `rollout` method).
+        client: Plays the games: a `rollout_space.client.RolloutClient` or a stand-in.
         current_version: Returns the trainer's current weight version (what staleness is measured from).
         stop: Set when the session stops: ends the wait between retries.
 
@@ -50,7 +57,7 @@ class WordleRollouts:
         failing: Failed requests in a row right now (0 once a request succeeds).
     """
 
-    def __init__(self, config: TrainerConfig, client: Any, current_version: Callable[[], int],
+    def __init__(self, config: TrainerConfig, client: RolloutSource, current_version: Callable[[], int],
                  stop: threading.Event | None = None) -> None:
         self.config = config
         self.client = client

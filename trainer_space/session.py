@@ -1,12 +1,18 @@
 """A training session: TRL's GRPOTrainer in a background thread, controlled by start / pause / stop.
 
-The session owns the model, the publisher and the rollout function across runs: `start` after a
-`stop` begins a new `GRPOTrainer.train()` on the same weights (the optimizer's moments start afresh,
-as on a restart; the bucket holds weights, not optimizer state). Pausing waits at the end of an
-optimizer step, after its version was handed to the publisher.
+The session holds what a run trains and publishes with, `parts.TrainerParts` (the model, resumed from
+the bucket, the publisher, the payload log, the publish callback and the rollout function), once loaded,
+and keeps it across runs: `start` after a `stop` begins a new `GRPOTrainer.train()` on the same weights
+(the optimizer's moments start afresh, as on a restart; the bucket holds weights, not optimizer state).
+Pausing waits at the end of an optimizer step, after its version was handed to the publisher.
 
-Threads: the training thread runs `train()`; the publisher and the payload log have their own;
-`status`, `history` and the control methods are called from the HTTP and UI threads.
+Loading happens in the training thread, at the first `start` (`load` does it in the caller's thread
+instead): the constructor returns at once, so the server and UI come up while a model loads, which
+takes minutes for a big one on a GPU. Until then `parts` is None and `status` says so (`trainer_version`
+and `staleness` None, `version` 0).
+
+Threads: the training thread loads the parts and runs `train()`; the publisher and the payload log have
+their own; `status`, `history` and the control methods are called from the HTTP and UI threads.
 """
 
 from __future__ import annotations
@@ -16,14 +22,21 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webguard import token_matches
 
 from .config import TrainerConfig
-from .rollouts import RolloutsStopped
+from .rollouts import RolloutSource, RolloutsStopped
+
+if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
+    import delta
+
+    from .parts import TrainerParts
+    from .publishing import PayloadLog, VersionPublisher
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +93,28 @@ class TrainingSession:
         config: Settings.
         owner_token: The secret that start/pause/stop need. None: control is refused to everyone
             (the session then only runs what it was launched to run).
-        client: The rollout client (default: `rollout_space.client.RolloutClient(config.rollout_url)`).
+        client: Plays the games (default: `rollout_space.client.RolloutClient(config.rollout_url)`).
+        wrap_publisher: Wraps the publisher that the publish callback calls after each step, e.g. to
+            publish on a benchmark's schedule (see `parts.TrainerParts`); None: the publisher itself.
+
+    Attributes:
+        parts: The loaded model, publisher and rollout function; None until loaded (see the module docstring).
+        state, error: What `status` reports.
+        steps: Steps this session (all runs).
+        records: One `StepRecord` per step, oldest first.
     """
 
-    def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: Any = None) -> None:
+    def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: RolloutSource | None = None,
+                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None) -> None:
+        if client is None:
+            from rollout_space.client import RolloutClient
+
+            client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
         self._owner_token = owner_token
         self._client = client
+        self._wrap_publisher = wrap_publisher
+        self.parts: TrainerParts | None = None
         self.state: TrainerState = TrainerState.STOPPED
         self.error: str | None = None
         self.steps = 0
@@ -96,11 +124,7 @@ class TrainingSession:
         self._resume.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._built = False
-        self.publisher: Any = None  # delta.Publisher, once built (None: publishing off)
-        self.payloads: Any = None  # publishing.PayloadLog, likewise
-        self.resumed_from: int | None = None
-        self.resumed_hash: str | None = None
+        self._load_lock = threading.Lock()
         self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
 
     # -- control ------------------------------------------------------------------------------------
@@ -168,22 +192,22 @@ class TrainingSession:
         """Stop, wait for the run, flush the last version to the bucket and stop the helper threads."""
         self.stop()
         self.wait(timeout)
-        if self._built:
-            if self.publisher is not None:
-                self.publisher.close(timeout)
-            if self.payloads is not None:
-                self.payloads.close()
+        if self.parts is not None:
+            self.parts.close(timeout)
 
     # -- what the UI and the API read ----------------------------------------------------------------
 
     @property
     def version(self) -> int:
-        """The last version committed to the bucket (0 before any)."""
-        if not self._built:
-            return 0
-        if self.publisher is None:  # publishing off: the version the trainer's weights are at
-            return self.callback.version
-        return self.publisher.last.version if self.publisher.last is not None else 0
+        """The last version committed to the bucket (0 before any, and until loaded)."""
+        parts = self.parts
+        return parts.version if parts is not None else 0
+
+    @property
+    def payloads(self) -> PayloadLog | None:
+        """What each committed delta cost (None until loaded, or with publishing off)."""
+        parts = self.parts
+        return parts.payloads if parts is not None else None
 
     def status(self) -> dict[str, Any]:
         """The `/status` JSON: state, versions, step, latest reward and win rate, staleness counts.
@@ -191,17 +215,18 @@ class TrainingSession:
         `version` is the last version committed to the bucket and `state_hash` its hash; `trainer_version`
         the version of the weights in memory (ahead while a publish is in flight). After a resume,
         `resumed_from` is the bucket version loaded and `resumed_hash` the hash of the weights after loading.
-        `device` is where the weights train (`cpu`, `cuda`).
+        `device` is where the weights train (`cpu`, `cuda`). Until the model is loaded, the values that come
+        from it are None (`rollout_failing` 0, `version` 0).
         """
+        parts = self.parts  # read once: the training thread sets it
         last = self.records[-1] if self.records else None
         return {
             "state": self.state,
             "version": self.version,
-            "trainer_version": self.callback.version if self._built else None,
-            "state_hash": self.publisher.last.state_hash if self._built and self.publisher and self.publisher.last
-            else None,
-            "resumed_from": self.resumed_from,
-            "resumed_hash": self.resumed_hash,
+            "trainer_version": parts.callback.version if parts else None,
+            "state_hash": parts.state_hash if parts else None,
+            "resumed_from": parts.resumed_from if parts else None,
+            "resumed_hash": parts.resumed_hash if parts else None,
             "step": self.steps,
             "max_steps": self.config.max_steps,
             "mean_reward": last.reward if last else None,
@@ -209,62 +234,43 @@ class TrainingSession:
             "valid_rate": last.valid_rate if last else None,
             "step_s": last.step_s if last else None,
             "max_staleness": self.config.max_staleness,
-            "staleness": self.rollouts.counts.as_dict() if self._built else None,
+            "staleness": parts.rollouts.counts.as_dict() if parts else None,
             "bucket": self.config.bucket,
             "rollout_url": self.config.rollout_url,
             "env_url": self.config.env_url,
             "model": self.config.model,
             "device": self.config.device,
             "error": self.error,
-            "rollout_error": self.rollouts.last_error if self._built else None,
-            "rollout_failing": self.rollouts.failing if self._built else 0,
+            "rollout_error": parts.rollouts.last_error if parts else None,
+            "rollout_failing": parts.rollouts.failing if parts else 0,
         }
 
     def recent_games(self, limit: int = 10) -> list[dict]:
         """The latest games the trainer trained on, newest first."""
-        return list(self.rollouts.recent)[::-1][:limit] if self._built else []
+        parts = self.parts
+        return list(parts.rollouts.recent)[::-1][:limit] if parts else []
 
     # -- the training thread -------------------------------------------------------------------------
 
-    def _build(self) -> None:
-        """Load the model (and the bucket's latest state into it), the publisher and the rollout function."""
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def load(self) -> TrainerParts:
+        """Load the model (and the bucket's latest state into it), the publisher and the rollout function
+        into `parts`, in the calling thread, and return them; the loaded parts at once if loaded before.
 
-        import delta
-        from dashboard.payload import dense_bytes
+        Blocks while loading (seconds to minutes); `start` calls it from the training thread, so only a
+        caller who wants the model before the first run (or its errors raised) needs it.
 
-        from .publishing import PayloadLog, PublishCallback
-        from .rollouts import WordleRollouts
-        from .weights import cast_into, master_tensors, published_state, resume
+        Raises:
+            As `parts.TrainerParts` (the model folder or the bucket cannot be loaded).
+        """
+        with self._load_lock:
+            if self.parts is None:
+                from .parts import TrainerParts
 
-        c = self.config
-        self.tokenizer = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
-        # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
-        self.model = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32, local_files_only=True)
-        self.model.to(c.device)
-        self.master = master_tensors(self.model, c.model)
-        self.published = published_state(self.master, c.model)
-        version = resume(self.published, c.bucket)
-        if version:  # the proof that the weights are the bucket's, bit for bit (see `status`)
-            cast_into(self.master, self.published)
-            self.resumed_from, self.resumed_hash = version, delta.state_digest(self.published).hexdigest
-        self.publisher = None
-        self.payloads = None
-        if c.publish:
-            pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
-            self.publisher = delta.Publisher(c.bucket, pconfig, base_state=self.published if version else None)
-            self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
-        self.callback = PublishCallback(self.publisher, self.published, version, master=self.master)
-        if self._client is None:
-            from rollout_space.client import RolloutClient
+                self.parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher)
+            return self.parts
 
-            self._client = RolloutClient(c.rollout_url, token=c.rollout_token)
-        self.rollouts = WordleRollouts(c, self._client, lambda: self.callback.version, self._stop)
-        self._built = True
-
-    def _trainer(self) -> Any:
-        """A GRPOTrainer for one run of `max_steps` steps on the session's model."""
+    def _trainer(self, parts: TrainerParts) -> Any:
+        """A GRPOTrainer for one run of `max_steps` steps on the loaded model."""
         from trl import GRPOConfig, GRPOTrainer
 
         from .callbacks import SessionCallback
@@ -280,16 +286,14 @@ class TrainingSession:
             disable_tqdm=True, seed=c.seed, data_seed=c.seed, dataloader_num_workers=0,
         )
         rows = max(c.max_steps * c.groups_per_step, 1)
-        dataset = seed_dataset(rows, seed=c.seed + self.callback.version)
-        return GRPOTrainer(model=self.model, reward_funcs=list(REWARD_FUNCS), args=args, train_dataset=dataset,
-                           processing_class=self.tokenizer, rollout_func=self.rollouts,
-                           callbacks=[self.callback, SessionCallback(self)])
+        dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
+        return GRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args, train_dataset=dataset,
+                           processing_class=parts.tokenizer, rollout_func=parts.rollouts,
+                           callbacks=[parts.callback, SessionCallback(self)])
 
     def _train(self) -> None:
         try:
-            if not self._built:
-                self._build()
-            trainer = self._trainer()
+            trainer = self._trainer(self.load())
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
         except RolloutsStopped:
@@ -317,16 +321,18 @@ class TrainingSession:
         """Each step's TRL log (the one holding "reward") becomes a `StepRecord`."""
         if "reward" not in logs:
             return
+        parts = self.parts
+        assert parts is not None, "a run's hooks are called after `load`"
         now = time.perf_counter()
         end = getattr(self, "_step_end", now)
         self.steps += 1
         self.records.append(StepRecord(
-            step=self.steps, version=self.callback.version,
+            step=self.steps, version=parts.callback.version,
             reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
-            publish_s=self.callback.copy_s, at=time.time()))
+            publish_s=parts.callback.copy_s, at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()
 
 

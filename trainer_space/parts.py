@@ -1,0 +1,102 @@
+"""What a GRPO run trains and publishes with, loaded: the model, its weights resumed from the bucket, the
+publisher, the payload log, the publish callback and the rollout function.
+
+Building `TrainerParts` does all the loading, in the calling thread, and blocks meanwhile: seconds for a
+small model on a CPU, minutes for a big one on a GPU. `TrainingSession` builds it in its training thread
+(or in `load`), so its server and UI answer while a model loads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+import delta
+from dashboard.payload import dense_bytes
+
+from .config import TrainerConfig
+from .publishing import PayloadLog, PublishCallback, VersionPublisher
+from .rollouts import RolloutSource, WordleRollouts
+from .weights import cast_into, master_tensors, published_state, resume
+
+
+class TrainerParts:
+    """The loaded model and everything built around it, kept across a session's runs.
+
+    Args:
+        config: Settings (model folder, device, bucket, publishing, rollout sampling).
+        client: Plays the games (the rollout Space's client, or a stand-in).
+        stop: Set when the session stops: ends the rollout function's wait between retries.
+        wrap_publisher: Wraps the publisher that `callback` calls after each step (a benchmark publishing
+            on a schedule); `close` still closes the publisher itself. None: the callback calls it directly.
+            Not called when publishing is off.
+
+    Attributes:
+        tokenizer: The model folder's tokenizer.
+        model: The model, loaded as fp32 on `config.device`; the optimizer trains it.
+        master: The model's parameters under the checkpoint's names, sharing their storage (the fp32
+            master weights).
+        published: Their cast to the checkpoint's dtypes: what goes to the bucket (`weights.published_state`).
+        resumed_from: The bucket version loaded (None: the bucket was empty; the weights are the folder's).
+        resumed_hash: The hash of `published` after resuming, the proof that the weights are the bucket's
+            bit for bit (None likewise).
+        publisher: Publishes to `config.bucket` in its own thread (None: `config.publish` is off).
+        payloads: Measures each committed delta, in its own thread (None likewise).
+        callback: Casts `master` into `published` and publishes it at the end of every optimizer step.
+        rollouts: GRPOTrainer's `rollout_func`.
+
+    Raises:
+        OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
+        delta.StateMismatchError: the bucket holds another model.
+        delta.DeltaError: the bucket cannot be read.
+    """
+
+    def __init__(self, config: TrainerConfig, client: RolloutSource, stop: threading.Event,
+                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None) -> None:
+        c = config
+        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
+        # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32,
+                                                                           local_files_only=True)
+        self.model.to(c.device)
+        self.master = master_tensors(self.model, c.model)
+        self.published = published_state(self.master, c.model)
+        version = resume(self.published, c.bucket)
+        self.resumed_from: int | None = None
+        self.resumed_hash: str | None = None
+        if version:
+            cast_into(self.master, self.published)
+            self.resumed_from, self.resumed_hash = version, delta.state_digest(self.published).hexdigest
+        self.publisher: delta.Publisher | None = None
+        self.payloads: PayloadLog | None = None
+        if c.publish:
+            pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
+            self.publisher = delta.Publisher(c.bucket, pconfig, base_state=self.published if version else None)
+            self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
+        sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
+        self.callback = PublishCallback(sink, self.published, version, master=self.master)
+        self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
+
+    @property
+    def version(self) -> int:
+        """The last version committed to the bucket (0 before any); without a publisher, the version the
+        weights are at."""
+        if self.publisher is None:
+            return self.callback.version
+        return self.publisher.last.version if self.publisher.last is not None else 0
+
+    @property
+    def state_hash(self) -> str | None:
+        """The hash of the last committed version (None before any, or without a publisher)."""
+        last = self.publisher.last if self.publisher is not None else None
+        return last.state_hash if last is not None else None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush the last version to the bucket and stop the publisher's and the payload log's threads."""
+        if self.publisher is not None:
+            self.publisher.close(timeout)
+        if self.payloads is not None:
+            self.payloads.close()
