@@ -293,7 +293,11 @@ class TrainingSession:
 
     def _train(self) -> None:
         try:
-            trainer = self._trainer(self.load())
+            parts = self.load()
+            self._resume.wait()  # paused while the model loaded: hold before the first step
+            if self._stop.is_set():  # stopped meanwhile: no run
+                return
+            trainer = self._trainer(parts)
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
         except RolloutsStopped:
