@@ -35,6 +35,7 @@ import time
 
 import torch
 
+from rollout_space.messages import Trajectory
 from trainer_space import TrainerConfig, TrainingSession
 
 
@@ -44,21 +45,20 @@ class ReplayedGames:
     def __init__(self, vocab: int, prompt_len: int, completion_len: int, seed: int = 0) -> None:
         self.rng = random.Random(seed)
         self.vocab, self.prompt_len, self.completion_len = vocab, prompt_len, completion_len
-        self.batch: dict[int, dict] = {}
+        self.batch: dict[int, Trajectory] = {}
 
-    def rollout(self, games: list[dict], **_: object) -> list[dict]:
+    def rollout(self, games: list[dict], **_: object) -> list[Trajectory]:
         out = []
         for i, g in enumerate(games):
             if i not in self.batch:
                 r = self.rng
                 mask = [1 if (t // 30) % 2 == 0 else 0 for t in range(self.completion_len)]  # model/env turns
-                self.batch[i] = {
-                    "prompt_ids": [r.randrange(self.vocab) for _ in range(self.prompt_len)],
-                    "completion_ids": [r.randrange(self.vocab) for _ in range(self.completion_len)],
-                    "logprobs": [-1.0] * self.completion_len, "env_mask": mask,
-                    "reward": r.uniform(-1, 1), "won": False, "version": 0, "secret": "crane",
-                    "guesses": [], "marks": [],
-                }
+                self.batch[i] = Trajectory(
+                    prompt_ids=[r.randrange(self.vocab) for _ in range(self.prompt_len)], episode_id=f"replayed-{i}",
+                    completion_ids=[r.randrange(self.vocab) for _ in range(self.completion_len)],
+                    logprobs=[-1.0] * self.completion_len, env_mask=mask,
+                    reward=r.uniform(-1, 1), secret="crane", versions=[0],
+                )
             out.append(self.batch[i])
         return out
 

@@ -2,7 +2,7 @@
 
 Rollouts run on their own schedule: a rollout server applies each published version when it has
 fetched it, so a game may have been played (partly) by weights several optimizer steps old. A game
-is judged on the OLDEST version it used (`trajectory["version"]`). What `rollout_func` does with the
+is judged on the OLDEST version it used (`Trajectory.version`). What `rollout_func` does with the
 stale ones is in `rollouts.py`; this module only decides and counts.
 """
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from rollout_space.messages import Trajectory
 
-def staleness(trajectory: dict, current_version: int) -> int:
+
+def staleness(trajectory: Trajectory, current_version: int) -> int:
     """Versions between the trainer's current weights and the oldest weights that played the game."""
-    return current_version - int(trajectory["version"])
+    return current_version - trajectory.version
 
 
-def stale_indices(trajectories: list[dict], current_version: int, max_staleness: int) -> list[int]:
+def stale_indices(trajectories: list[Trajectory], current_version: int, max_staleness: int) -> list[int]:
     """Positions of the games more than `max_staleness` versions behind `current_version`."""
     return [i for i, t in enumerate(trajectories) if staleness(t, current_version) > max_staleness]
 
