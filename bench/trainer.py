@@ -37,7 +37,9 @@ from collections.abc import Mapping, Sequence
 import torch
 
 import delta
+from rollout_space.messages import RolloutStatus, Trajectory
 from trainer_space import TrainerConfig, TrainingSession
+from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
 
 
 class ReplayedGames:
@@ -46,21 +48,20 @@ class ReplayedGames:
     def __init__(self, vocab: int, prompt_len: int, completion_len: int, seed: int = 0) -> None:
         self.rng = random.Random(seed)
         self.vocab, self.prompt_len, self.completion_len = vocab, prompt_len, completion_len
-        self.batch: dict[int, dict] = {}
+        self.batch: dict[int, Trajectory] = {}
 
-    def rollout(self, games: Sequence[dict], **_: object) -> list[dict]:
+    def rollout(self, games: Sequence[dict], **_: object) -> list[Trajectory]:
         out = []
         for i, g in enumerate(games):
             if i not in self.batch:
                 r = self.rng
                 mask = [1 if (t // 30) % 2 == 0 else 0 for t in range(self.completion_len)]  # model/env turns
-                self.batch[i] = {
-                    "prompt_ids": [r.randrange(self.vocab) for _ in range(self.prompt_len)],
-                    "completion_ids": [r.randrange(self.vocab) for _ in range(self.completion_len)],
-                    "logprobs": [-1.0] * self.completion_len, "env_mask": mask,
-                    "reward": r.uniform(-1, 1), "won": False, "version": 0, "secret": "crane",
-                    "guesses": [], "marks": [],
-                }
+                self.batch[i] = Trajectory(
+                    prompt_ids=[r.randrange(self.vocab) for _ in range(self.prompt_len)], episode_id=f"replayed-{i}",
+                    completion_ids=[r.randrange(self.vocab) for _ in range(self.completion_len)],
+                    logprobs=[-1.0] * self.completion_len, env_mask=mask,
+                    reward=r.uniform(-1, 1), secret="crane", versions=[0],
+                )
             out.append(self.batch[i])
         return out
 
@@ -156,15 +157,15 @@ def real_run(args: argparse.Namespace) -> None:
             start = time.monotonic()
             while time.monotonic() - start < 60 * args.minutes:
                 time.sleep(10)
-                status = httpx.get(f"{url['trainer']}/status", timeout=10).json()
-                print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status['step']} version {status['version']} "
-                      f"reward {status['mean_reward']} win {status['win_rate']} valid {status['valid_rate']} "
-                      f"error {status['error']}", flush=True)
-                if status["error"]:
+                status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
+                print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
+                      f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
+                      f"error {status.error}", flush=True)
+                if status.error:
                     break
-            history = httpx.get(f"{url['trainer']}/history", timeout=10).json()
-            history["status"] = httpx.get(f"{url['trainer']}/status", timeout=10).json()
-            history["rollout"] = httpx.get(f"{url['rollout']}/status", timeout=10).json()
+            history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
+            status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
+            rollout = RolloutStatus.model_validate_json(httpx.get(f"{url['rollout']}/status", timeout=10).content)
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -174,14 +175,15 @@ def real_run(args: argparse.Namespace) -> None:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-    history["command"] = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    history["minutes"] = args.minutes
-    history["summary"] = summary(history["steps"], args.window)
-    print(json.dumps(history["summary"], indent=1))
+    command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
+    results = summary(history.steps, args.window)
+    print(json.dumps(results, indent=1))
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump(history, f, indent=1)
-    plot(history, args.png)
+        json.dump({**history.model_dump(mode="json"), "status": status.model_dump(mode="json"),
+                   "rollout": rollout.model_dump(mode="json"), "command": command, "minutes": args.minutes,
+                   "summary": results}, f, indent=1)
+    plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
     print(f"saved {args.json} and {args.png}")
 
 
@@ -207,44 +209,46 @@ def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> N
         time.sleep(1)
 
 
-def summary(steps: list[dict], window: int) -> dict:
+def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
     """Mean reward, win rate and valid-guess rate over the first and the last `window` steps (steps with no
     games left out)."""
-    def mean(rows: list[dict], key: str) -> float | None:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        return statistics.fmean(values) if values else None
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known else None
 
     first, last = steps[:window], steps[-window:]
     return {"steps": len(steps), "window": window,
-            **{f"{k}_{edge}": mean(rows, k) for k in ("reward", "win_rate", "valid_rate") for edge, rows in
-               (("first", first), ("last", last))}}
+            "reward_first": mean([s.reward for s in first]), "reward_last": mean([s.reward for s in last]),
+            "win_rate_first": mean([s.win_rate for s in first]), "win_rate_last": mean([s.win_rate for s in last]),
+            "valid_rate_first": mean([s.valid_rate for s in first]),
+            "valid_rate_last": mean([s.valid_rate for s in last])}
 
 
-def plot(history: dict, png: str) -> None:
+def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     """Reward / win rate per step and bytes per version, side by side, with the command in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps, payloads = history["steps"], history["payloads"]
+    steps, payloads = history.steps, history.payloads
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
-    x = [s["step"] for s in steps]
-    left.plot(x, [s["reward"] for s in steps], "o-", label="mean env reward per step")
-    left.plot(x, [s["win_rate"] for s in steps], "s--", label="win rate")
-    left.plot(x, [s["valid_rate"] for s in steps], "^:", label="valid-guess rate")
+    x = [s.step for s in steps]
+    left.plot(x, [s.reward for s in steps], "o-", label="mean env reward per step")
+    left.plot(x, [s.win_rate for s in steps], "s--", label="win rate")
+    left.plot(x, [s.valid_rate for s in steps], "^:", label="valid-guess rate")
     left.set_xlabel("optimizer step")
-    left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({history['status'].get('device', 'cpu')})")
+    left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({device})")
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
-    v = [p["version"] for p in payloads]
-    right.semilogy(v, [p["delta_bytes"] for p in payloads], "o-", label="published delta (default codec)")
-    right.semilogy(v, [p["raw_bytes"] for p in payloads], "s--", label="raw: int32 positions + bf16 values")
-    right.semilogy(v, [p["dense_bytes"] for p in payloads], ":", label="dense bf16 model")
+    v = [p.version for p in payloads]
+    right.semilogy(v, [p.delta_bytes for p in payloads], "o-", label="published delta (default codec)")
+    right.semilogy(v, [p.raw_bytes for p in payloads], "s--", label="raw: int32 positions + bf16 values")
+    right.semilogy(v, [p.dense_bytes for p in payloads], ":", label="dense bf16 model")
     right.set_xlabel("version")
     right.set_ylabel("bytes")
     right.set_title("Bytes per published version")
     right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8)
-    fig.suptitle(f"{history['command']}  ({history['minutes']} min, {len(steps)} steps)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

@@ -1,7 +1,7 @@
 """HTML of policy games: Wordle boards drawn from rollout trajectories.
 
-Trajectories (the rollout API's JSON, see contract) carry ``guesses`` ("" for an invalid move) and
-``marks`` (one code per valid guess). The tiles use ``env_space.render``'s CSS classes, so a UI that
+Trajectories (`rollout_space.messages.Trajectory`, what the rollout API sends) carry ``guesses`` ("" for
+an invalid move) and ``marks`` (one code per valid guess). The tiles use ``env_space.render``'s CSS classes, so a UI that
 loads ``env_space.render.CSS`` draws them like the env Space does. ``hide_letters`` draws colours
 only: how the policy's board is shown to a person still guessing the same word.
 """
@@ -9,26 +9,23 @@ only: how the policy's board is shown to a person still guessing the same word.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from env_space import render
 from env_space.rules import MAX_GUESSES
-
-Trajectory = Mapping[str, Any]
+from rollout_space.messages import Trajectory
 
 
 def scored_words(trajectory: Trajectory) -> list[str]:
     """The valid guesses of a game, in order (invalid moves are "" in ``guesses``)."""
-    return [g for g in trajectory.get("guesses", []) if g]
+    return [g for g in trajectory.guesses if g]
 
 
 def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
     """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves: the env's feed wording and counts
     (``env_space.render.outcome_text``); the secret only when ``reveal``."""
-    return render.outcome_text(bool(trajectory.get("won")), trajectory.get("finished") is not False,
-                               str(trajectory.get("secret") or ""), len(scored_words(trajectory)),
-                               int(trajectory.get("invalid_moves") or 0), reveal)
+    return render.outcome_text(trajectory.won, trajectory.finished, trajectory.secret, len(scored_words(trajectory)),
+                               trajectory.invalid_moves, reveal)
 
 
 def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_letters: bool = False,
@@ -37,7 +34,7 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
     if trajectory is None:
         inner = render.rows_html([], [], MAX_GUESSES)
     else:
-        words, marks = scored_words(trajectory), list(trajectory.get("marks", []))
+        words, marks = scored_words(trajectory), trajectory.marks
         n = len(marks) if rows is None else min(rows, len(marks))
         inner = render.rows_html(words[:n], marks[:n], MAX_GUESSES, hide_letters)
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
@@ -50,15 +47,14 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -
         return f'<div class="wordle-feed wordle-empty" data-testid="{testid}">No policy games yet.</div>'
     games = []
     for i, t in enumerate(trajectories):
-        words, marks = scored_words(t), list(t.get("marks", []))
-        versions = sorted(set(t.get("versions") or [t.get("version")]) - {None})
+        words = scored_words(t)
+        versions = sorted(set(t.versions))
         label = ("v?" if not versions else f"v{versions[0]}" if len(versions) == 1
                  else f"v{versions[0]}–v{versions[-1]}")
-        reward = float(t.get("reward") or 0.0)
         games.append(
-            f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(str(t.get("episode_id", "")))}">'
-            f'<div class="wordle-mini">{render.rows_html(words, marks, len(words))}</div>'
+            f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(t.episode_id)}">'
+            f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
-            f'<span class="wordle-empty">reward {reward:.2f}</span>'
-            f'{render.moves_html(t.get("replies") or [], t.get("guesses") or [], open_=i == 0)}</div></div>')
+            f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
+            f'{render.moves_html(t.replies, t.guesses, open_=i == 0)}</div></div>')
     return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -10,11 +10,11 @@ from .errors import (
     WordleError,
 )
 from .game import WordleGame
-from .history import HUMAN, GameHistory, GameRecord, PlayerStats, player_label
+from .history import GameHistory
 from .prompt import INSTRUCTIONS, ParsedGuess, parse_guess
 from .rewards import DEFAULT_REWARDS, RewardConfig
 from .rules import MAX_GUESSES, WORD_LENGTH, Mark, letter_states, score
-from .schema import WordleAction, WordleObservation
+from .schema import HUMAN, GameRecord, PlayerStats, WordleAction, WordleObservation, player_label
 from .sessions import SessionLimits, SessionStore
 from .words import WordLists, load_word_lists
 

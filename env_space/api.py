@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Query, Request, WebSocket, WebSocketDisconnect
@@ -33,9 +33,20 @@ from .errors import (
     SessionNotFoundError,
     WordleError,
 )
-from .history import HUMAN, player_label
 from .mcp import add_mcp
-from .schema import EpisodeRequest, ResetRequest, StepRequest, WordleAction, WordleObservation, step_response
+from .schema import (
+    HUMAN,
+    CloseResponse,
+    EpisodeRequest,
+    GameRecord,
+    PlayerStats,
+    ResetRequest,
+    StepRequest,
+    StepResponse,
+    WordleAction,
+    WordleObservation,
+    player_label,
+)
 from .sessions import SessionStore
 
 #: Largest request body: an action is at most 32 K characters, so this leaves ample room.
@@ -124,33 +135,33 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
         return {"action": WordleAction.model_json_schema(), "observation": observation, "state": observation}
 
     @app.post("/reset")
-    async def reset(http: Request, request: ResetRequest | None = None) -> dict[str, Any]:
+    async def reset(http: Request, request: ResetRequest | None = None) -> StepResponse:
         """Start a game. The observation's ``episode_id`` names the session for later calls."""
-        return step_response(_start(store, request or ResetRequest(), caller(http)))
+        return StepResponse.of(_start(store, request or ResetRequest(), caller(http)))
 
     @app.post("/step")
-    async def step(request: StepRequest) -> dict[str, Any]:
-        return step_response(store.step(request.episode_id, request.action.guess))
+    async def step(request: StepRequest) -> StepResponse:
+        return StepResponse.of(store.step(request.episode_id, request.action.guess))
 
     @app.get("/state")
-    async def state(episode_id: str = Query(min_length=1, max_length=255)) -> dict[str, Any]:
-        return store.observe(episode_id).model_dump()
+    async def state(episode_id: str = Query(min_length=1, max_length=255)) -> WordleObservation:
+        return store.observe(episode_id)
 
     @app.post("/close")
-    async def close(request: EpisodeRequest) -> dict[str, Any]:
+    async def close(request: EpisodeRequest) -> CloseResponse:
         """Drop an unfinished game early (idle games are dropped anyway after the timeout)."""
         store.close(request.episode_id)
-        return {"episode_id": request.episode_id, "closed": True}
+        return CloseResponse(episode_id=request.episode_id, closed=True)
 
     @app.get("/stats")
-    async def stats() -> list[dict[str, Any]]:
+    async def stats() -> list[PlayerStats]:
         """Games, wins and win rate per player (``human``, ``policy vN``)."""
-        return [{**asdict(s), "win_rate": s.win_rate} for s in store.history.stats()]
+        return store.history.stats()
 
     @app.get("/games")
-    async def games(limit: int = Query(20, ge=1, le=200), policy_only: bool = False) -> list[dict[str, Any]]:
+    async def games(limit: int = Query(20, ge=1, le=200), policy_only: bool = False) -> list[GameRecord]:
         """The latest finished games, newest first."""
-        return [asdict(r) for r in store.history.recent(limit, policy_only)]
+        return store.history.recent(limit, policy_only)
 
     add_mcp(app, METADATA["name"], METADATA["version"])
 
@@ -208,7 +219,7 @@ class _WsSession:
                 return _ws_error("VALIDATION_ERROR", "'data' must be a JSON object"), False
             observation = _start(self._store, ResetRequest.model_validate(data), self._client)
             self._episode_id = observation.episode_id
-            return {"type": "observation", "data": step_response(observation)}, False
+            return {"type": "observation", "data": StepResponse.of(observation).model_dump()}, False
         if kind == "close":
             return {"type": "closed", "data": {}}, True
         if kind not in ("step", "state"):
@@ -219,7 +230,7 @@ class _WsSession:
             return _ws_error("SESSION_ERROR", "no game yet: send a 'reset' message first"), False
         if kind == "step":
             observation = self._store.step(self._episode_id, WordleAction.model_validate(data).guess)
-            return {"type": "observation", "data": step_response(observation)}, False
+            return {"type": "observation", "data": StepResponse.of(observation).model_dump()}, False
         return {"type": "state", "data": self._store.observe(self._episode_id).model_dump()}, False
 
     def close(self) -> None:

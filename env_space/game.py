@@ -6,10 +6,9 @@ import time
 
 from . import prompt
 from .errors import GameOverError, InvalidSecretError
-from .history import MAX_REPLY_CHARS, GameRecord
 from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward, progress
 from .rules import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, encode, is_win, score
-from .schema import GuessRow, WordleObservation
+from .schema import MAX_REPLY_CHARS, GameRecord, GuessRow, WordleObservation
 from .words import WordLists
 
 

@@ -7,9 +7,8 @@ import html
 import time
 from collections.abc import Sequence
 
-from .history import GameRecord, PlayerStats
 from .rules import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
-from .schema import GuessRow, WordleObservation
+from .schema import GameRecord, GuessRow, PlayerStats, WordleObservation
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}

@@ -1,11 +1,12 @@
 """Wire types, shaped like OpenEnv's: an action, an observation that carries ``done`` and
-``reward``, and the request bodies of the HTTP API."""
+``reward``, the request bodies of the HTTP API, and its answers (the step response, finished games
+and win rates per player, whose ``player`` labels are defined here too)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from webguard import MAX_INT63
 
@@ -13,6 +14,27 @@ from .rules import DEFAULT_MAX_INVALID_MOVES
 
 MAX_ACTION_CHARS = 32_768
 """Longest model output accepted as one action; the parser only needs the end of a reply."""
+MAX_REPLY_CHARS = 240
+"""Characters of each move's text a `GameRecord` keeps (a reply can be 1000 tokens; the feed shows a line)."""
+HUMAN = "human"
+POLICY = "policy"
+_PLAYER = "'human', 'policy vN' (weight version N) or 'policy'"
+
+
+def weight_version_of(player: str) -> int | None:
+    """The N of ``"policy vN"``; None for people and for policies of unknown version."""
+    version = player.removeprefix(f"{POLICY} v")
+    return int(version) if version != player and version.isdigit() else None
+
+
+def player_label(weight_version: int | None) -> str:
+    """``"policy vN"`` for a policy at weight version N; plain ``"policy"`` when the client did not
+    say which version played."""
+    if weight_version is None:
+        return POLICY
+    if weight_version < 0:
+        raise ValueError(f"weight_version must be >= 0, got {weight_version}")
+    return f"{POLICY} v{weight_version}"
 
 
 class _Strict(BaseModel):
@@ -37,11 +59,12 @@ class GuessRow(_Strict):
     marks: str = Field(description="One code per letter: G green, Y yellow, X gray, e.g. 'GYXXG'")
 
 
-class WordleObservation(_Strict):
-    """What a player sees after reset or a move."""
+class StepObservation(_Strict):
+    """An observation as ``/reset`` and ``/step`` send it: OpenEnv's step response carries the move's
+    ``reward`` and ``done`` beside it (`StepResponse`), not in it."""
 
     episode_id: str
-    player: str = Field(description="'human', 'policy vN' (weight version N) or 'policy'")
+    player: str = Field(description=_PLAYER)
     message: str = Field(description="Text for the player: the instructions, then feedback on each move")
     rows: list[GuessRow] = Field(default_factory=list)
     guesses_left: int
@@ -52,6 +75,11 @@ class WordleObservation(_Strict):
     won: bool = False
     secret: str | None = Field(None, description="Revealed once the game is over")
     total_reward: float = 0.0
+
+
+class WordleObservation(StepObservation):
+    """What a player sees after reset or a move."""
+
     done: bool = False
     reward: float | None = Field(None, description="Reward of the last move; None after reset")
 
@@ -91,10 +119,71 @@ class EpisodeRequest(BaseModel):
     episode_id: str = Field(min_length=1, max_length=255)
 
 
-def step_response(observation: WordleObservation) -> dict[str, Any]:
-    """OpenEnv's response shape: ``{"observation": {...}, "reward": r, "done": d}``."""
-    return {
-        "observation": observation.model_dump(exclude={"reward", "done"}),
-        "reward": observation.reward,
-        "done": observation.done,
-    }
+class StepResponse(BaseModel):
+    """The answer of ``POST /reset`` and ``POST /step`` (OpenEnv's shape)."""
+
+    observation: StepObservation
+    reward: float | None = Field(description="Reward of the move; None after reset")
+    done: bool
+
+    @classmethod
+    def of(cls, observation: WordleObservation) -> StepResponse:
+        """The response for `observation`: its reward and done beside it."""
+        return cls(observation=observation, reward=observation.reward, done=observation.done)
+
+    def merged(self) -> WordleObservation:
+        """The observation with its reward and done in it, as ``GET /state`` answers."""
+        return WordleObservation.model_validate({**self.observation.model_dump(), "reward": self.reward,
+                                                 "done": self.done})
+
+
+class CloseResponse(BaseModel):
+    """The answer of ``POST /close``."""
+
+    episode_id: str
+    closed: bool
+
+
+class GameRecord(BaseModel):
+    """One finished game, as ``GET /games`` lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    episode_id: str
+    player: str = Field(description=_PLAYER)
+    words: tuple[str, ...] = Field(description="Scored guesses in order")
+    marks: tuple[str, ...] = Field(description="Feedback codes such as 'GYXXG', one per scored guess")
+    won: bool
+    secret: str
+    invalid_moves: int
+    total_reward: float
+    finished_at: float = Field(description="Unix time")
+    finished: bool = Field(True, description="False for a policy game its client closed before the env ended it "
+                                             "(cut at its turn limit)")
+    replies: tuple[str, ...] = Field((), description="What the player sent for each move, invalid ones included "
+                                                     f"(cut at {MAX_REPLY_CHARS} characters)")
+    guesses: tuple[str, ...] = Field((), description="The word each move scored, '' for an invalid move")
+
+    @property
+    def is_policy(self) -> bool:
+        return self.player != HUMAN
+
+
+class PlayerStats(BaseModel):
+    """Games and wins of one player label, over the whole life of the server (``GET /stats``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    player: str = Field(description=_PLAYER)
+    games: int
+    wins: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def win_rate(self) -> float:
+        """Wins per game (0 before any)."""
+        return self.wins / self.games if self.games else 0.0
+
+    @property
+    def weight_version(self) -> int | None:
+        return weight_version_of(self.player)

@@ -99,7 +99,7 @@ class SessionStore:
         """Start a game and return its first observation (the instructions).
 
         Args:
-            player: who plays, for the history: ``"human"`` or :func:`~env_space.history.player_label`.
+            player: who plays, for the history: ``"human"`` or :func:`~env_space.schema.player_label`.
             seed: picks the secret reproducibly; ignored when ``secret`` is given.
             secret: play this allowed word instead of a random answer.
             episode_id: the session id to use; a fresh UUID when None.

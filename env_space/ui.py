@@ -10,8 +10,7 @@ from webguard import client_address
 
 from . import render
 from .errors import ClientLimitError, ServerFullError, SessionNotFoundError
-from .history import HUMAN
-from .schema import WordleObservation
+from .schema import HUMAN, WordleObservation
 from .sessions import SessionStore
 
 FEED_SIZE = 8

@@ -2,7 +2,9 @@
 
 A small FastAPI app, served by uvicorn in a thread of the launcher: ``GET /`` is a static page that
 polls ``GET /api/status`` every two seconds; that endpoint asks each running app for its own
-``/status`` (rollout, trainer) or ``/health`` (env), with a one-second timeout each.
+``/status`` (rollout, trainer) or ``/health`` (env), with a one-second timeout each, and reads the
+status with the app's own message (`RolloutStatus`, `TrainerStatus`): an app that answers something
+else gets a card saying so.
 """
 
 from __future__ import annotations
@@ -16,18 +18,13 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
+
+from rollout_space.messages import RolloutStatus
+from trainer_space.messages import TrainerStatus
 
 from .children import Child
 
-#: What each card shows from the app's /status, as (key, label).
-SHOWN: dict[str, list[tuple[str, str]]] = {
-    "env": [],
-    "rollout": [("version", "weights version"), ("lag", "versions behind"), ("engine", "engine"),
-                ("syncs", "syncs")],
-    "trainer": [("version", "published version"), ("step", "step"), ("mean_reward", "mean reward"),
-                ("state", "training"),
-                ("resumed_from", "resumed from version")],
-}
 TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
 BLURBS = {
     "env": "Play Wordle yourself; the rollout plays its games here.",
@@ -46,16 +43,37 @@ async def _app_status(client: httpx.AsyncClient, child: Child) -> dict[str, Any]
     try:
         response = await client.get(f"{child.url}{path}", timeout=1.0)
         response.raise_for_status()
-        status = response.json()
-    except (httpx.HTTPError, ValueError) as e:
+        fields = shown(child.role, response.content)
+    except httpx.HTTPError as e:
         card["state"] = f"not answering ({type(e).__name__})"
         return card
-    for key, label in SHOWN[child.role]:
-        value = status.get(key)
+    except ValidationError as e:
+        wrong = e.error_count()
+        card["state"] = f"answering something other than its status ({wrong} field{'s' * (wrong != 1)} wrong)"
+        return card
+    for label, value in fields:
         if isinstance(value, float):
             value = round(value, 3)
         card["fields"].append([label, "—" if value is None else value])
     return card
+
+
+def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
+    """What a card shows of an app's status (JSON), as (label, value) pairs; the env's card shows none (it is
+    asked for its health only).
+
+    Raises:
+        ValidationError: `status` is not the app's status message.
+    """
+    if role == "rollout":
+        rollout = RolloutStatus.model_validate_json(status)
+        return [("weights version", rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
+                ("syncs", rollout.syncs)]
+    if role == "trainer":
+        trainer = TrainerStatus.model_validate_json(status)
+        return [("published version", trainer.version), ("step", trainer.step), ("mean reward", trainer.mean_reward),
+                ("training", str(trainer.state)), ("resumed from version", trainer.resumed_from)]
+    return []
 
 
 def build_app(children: Sequence[Child], bucket: str) -> FastAPI:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
+
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None, *, what: str,
-                 flag: str, error: type[Exception]) -> Any:
-    """`method path` with a JSON body; the answer's JSON.
+                 flag: str, error: type[Exception], answer: type[Answer]) -> Answer:
+    """`method path` with a JSON body; the answer parsed as `answer`.
 
     Args:
         what: The other side, for messages ("the env Space at http://...").
         flag: The setting that points at it ("--env-url"), named when it does not answer.
-        error: Raised on failure.
+        error: Raised on failure: no answer, an HTTP error, or an answer that is not an `answer`.
+        answer: The model of the answer.
     """
     try:
         response = http.request(method, path, json=body)
@@ -22,8 +26,15 @@ def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any
         raise error(f"{what} did not answer {path}: {e}; check that it runs and that {flag} points at it") from e
     if response.status_code != 200:
         try:
-            detail = response.json().get("detail", response.text)
+            refusal = response.json()
         except ValueError:
-            detail = response.text
+            refusal = None
+        detail = refusal.get("detail", response.text) if isinstance(refusal, dict) else response.text
         raise error(f"{what} refused {path} (HTTP {response.status_code}): {detail}")
-    return response.json()
+    try:
+        return answer.model_validate_json(response.content)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        raise error(f"{what} answered {path} with something that is not a {answer.__name__} ({where}: "
+                    f"{first['msg']}); check that {flag} points at this project's app, of the same version") from e

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -23,6 +23,7 @@ from webguard import MAX_INT63, bearer_token, guard_app, token_matches
 from .engines import EngineError, PromptError, SamplingParams
 from .errors import EnvUnavailableError, LimitExceededError, RolloutError
 from .games import GameSpec, PlayParams
+from .messages import GenerateResponse, RolloutResponse, RolloutStatus
 from .service import RolloutService
 
 #: Largest request body: 256 prompts of 2,048 token ids as JSON fit in well under this.
@@ -104,29 +105,26 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/status")
-    async def status() -> dict[str, Any]:
+    async def status() -> RolloutStatus:
         """Served `version`, `latest_version` in the bucket, `lag`, `engine`, `last_error`, ..."""
         return await run(status_pool, service.status)
 
     @app.post("/generate", dependencies=[Depends(trainer_only)])
-    async def generate(request: GenerateRequest) -> dict[str, Any]:
+    async def generate(request: GenerateRequest) -> GenerateResponse:
         """One completion per prompt: token ids, sampled logprobs, and the weight version of each."""
         params = SamplingParams(request.max_tokens, request.temperature, request.top_p, request.seed,
                                 tuple(request.stop or ()))
         completions = await run(engine_pool, partial(service.generate, request.prompts, params))
-        return {"version": min(c.version for c in completions),
-                "completions": [{"prompt_ids": c.prompt_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
-                                 "text": c.text, "finish_reason": c.finish_reason, "version": c.version}
-                                for c in completions]}
+        return GenerateResponse(version=min(c.version for c in completions), completions=completions)
 
     @app.post("/rollout", dependencies=[Depends(trainer_only)])
-    async def rollout(request: RolloutRequest) -> dict[str, Any]:
+    async def rollout(request: RolloutRequest) -> RolloutResponse:
         """Whole Wordle games, one trajectory each, in the shape of TRL's `rollout_func` output."""
         params = PlayParams(request.max_tokens, request.temperature, request.top_p, request.max_turns, request.seed,
                             request.reply_prefix)
         games = [GameSpec(g.seed, g.secret) for g in request.games]
         trajectories = await run(engine_pool, partial(service.play, games, params))
-        return {"trajectories": [t.to_dict() for t in trajectories]}
+        return RolloutResponse(trajectories=trajectories)
 
     return app
 

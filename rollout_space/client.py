@@ -9,8 +9,9 @@ import httpx
 
 from webguard import auth_headers
 
-from ._http import request_json
+from ._http import Answer, request_json
 from .errors import RolloutError
+from .messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
 
 class RolloutClient:
@@ -30,21 +31,21 @@ class RolloutClient:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RolloutStatus:
         """`GET /status`: served `version`, `latest_version`, `lag`, `engine`, `last_error`, ..."""
-        return self._call("GET", "/status")
+        return self._call("GET", "/status", None, RolloutStatus)
 
-    def generate(self, prompts: Sequence[str | Sequence[int]], **sampling: Any) -> dict[str, Any]:
+    def generate(self, prompts: Sequence[str | Sequence[int]], **sampling: Any) -> GenerateResponse:
         """`POST /generate`: one completion per prompt (`max_tokens`, `temperature`, `top_p`, `seed`, `stop`)."""
         return self._call("POST", "/generate", {"prompts": [p if isinstance(p, str) else list(p) for p in prompts],
-                                                **sampling})
+                                                **sampling}, GenerateResponse)
 
-    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[dict[str, Any]]:
+    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[Trajectory]:
         """`POST /rollout`: one trajectory per game (`{"seed": s}` or `{"secret": w}`), same order.
 
         Sampling keywords: `max_tokens` (per reply), `temperature`, `top_p`, `seed`, `max_turns`, `reply_prefix`.
         """
-        return self._call("POST", "/rollout", {"games": list(games), **sampling})["trajectories"]
+        return self._call("POST", "/rollout", {"games": list(games), **sampling}, RolloutResponse).trajectories
 
     def close(self) -> None:
         self._http.close()
@@ -55,6 +56,6 @@ class RolloutClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None, answer: type[Answer]) -> Answer:
         return request_json(self._http, method, path, body, what=f"the rollout server at {self.url}",
-                            flag="--rollout-url", error=RolloutError)
+                            flag="--rollout-url", error=RolloutError, answer=answer)

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from env_space.schema import StepResponse, WordleObservation
 from webguard import auth_headers
 
 from ._http import request_json
@@ -34,7 +35,7 @@ class EnvClient:
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
     def reset(self, *, seed: int | None = None, secret: str | None = None,
-              weight_version: int | None = None, human: bool = False) -> dict[str, Any]:
+              weight_version: int | None = None, human: bool = False) -> WordleObservation:
         """Start a game; returns the observation (its ``episode_id`` names the game).
 
         ``human``: a person plays it (a match against the policy): the env records it as a person's
@@ -44,12 +45,11 @@ class EnvClient:
         body = {k: v for k, v in body.items() if v is not None}
         if human:
             body |= {"human": True, "max_invalid_moves": None}
-        return self._post("/reset", body)["observation"]
+        return self._post("/reset", body)
 
-    def step(self, episode_id: str, text: str) -> tuple[dict[str, Any], float, bool]:
-        """Play ``text`` as the next move; returns (observation, reward of the move, done)."""
-        reply = self._post("/step", {"episode_id": episode_id, "action": {"guess": text}})
-        return reply["observation"], float(reply["reward"] or 0.0), bool(reply["done"])
+    def step(self, episode_id: str, text: str) -> WordleObservation:
+        """Play ``text`` as the next move; returns the observation, with the move's ``reward`` and ``done``."""
+        return self._post("/step", {"episode_id": episode_id, "action": {"guess": text}})
 
     def close_game(self, episode_id: str) -> None:
         """Drop an unfinished game (best effort: a game the env already dropped is fine)."""
@@ -68,6 +68,8 @@ class EnvClient:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return request_json(self._http, "POST", path, body, what=f"the env Space at {self.url}", flag="--env-url",
-                            error=EnvUnavailableError)
+    def _post(self, path: str, body: dict[str, Any]) -> WordleObservation:
+        """A step response of the env (``/reset``, ``/step``), its reward and done put in the observation."""
+        reply = request_json(self._http, "POST", path, body, what=f"the env Space at {self.url}", flag="--env-url",
+                             error=EnvUnavailableError, answer=StepResponse)
+        return reply.merged()

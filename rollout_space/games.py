@@ -10,14 +10,16 @@ env (0). All live games advance together: each turn is one batched `generate` ca
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from env_space.prompt import OPEN_TAG
 from env_space.rules import MAX_GUESSES
+from env_space.schema import WordleObservation
 
 from .engines import Completion, Engine, SamplingParams
 from .env_client import EnvClient
+from .messages import Trajectory
 
 #: Stands for the model's reply while the chat template is rendered, to find the text around a reply.
 _REPLY = "\uE000REPLY\uE000"
@@ -62,76 +64,6 @@ class PlayParams:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         SamplingParams(self.max_tokens, self.temperature, self.top_p)  # same checks as every sampling
-
-
-@dataclass
-class Trajectory:
-    """One game as a GRPO sample. `to_dict` gives the JSON the rollout API returns.
-
-    Attributes:
-        prompt_ids: The chat-templated instructions, ending with the assistant's turn opening (and the reply prefix).
-        completion_ids: Every reply and the env's feedback between replies, concatenated.
-        logprobs: Per completion token, its log-probability under the policy (0.0 on env tokens).
-        env_mask: Per completion token, 1 if the model produced it, 0 if the env did.
-        reward: The env's total reward for the game.
-        turn_rewards: The env's reward for each reply.
-        won: Whether the policy found the word.
-        guesses: The word of each reply ("" when the move was invalid).
-        invalid_moves: The env's count of invalid moves (the env is the one record of a game's result).
-        marks: Feedback per valid guess, one of G/Y/X per letter.
-        replies: The text of each reply, its `reply_prefix` included (the move the env scored).
-        secret: The word (empty if the game ended unfinished, before the env revealed it).
-        version: The oldest weight version that produced any reply: a trainer judges staleness on it.
-        versions: The weight version of each reply.
-        episode_id: The env's name for the game.
-        finished: False if the game was cut (max_turns or the model's context length) before the env ended it.
-    """
-
-    prompt_ids: list[int]
-    episode_id: str
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    reward: float = 0.0
-    turn_rewards: list[float] = field(default_factory=list)
-    won: bool = False
-    guesses: list[str] = field(default_factory=list)
-    marks: list[str] = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)
-    invalid_moves: int = 0
-    secret: str = ""
-    versions: list[int] = field(default_factory=list)
-    finished: bool = False
-
-    @property
-    def version(self) -> int:
-        return min(self.versions) if self.versions else -1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "version": self.version}
-
-    def _reply(self, completion: Completion, prefix: str) -> None:
-        self.completion_ids += completion.token_ids
-        self.logprobs += completion.logprobs
-        self.env_mask += [1] * len(completion.token_ids)
-        self.replies.append(prefix + completion.text)
-        self.versions.append(completion.version)
-
-    def _feedback(self, ids: list[int]) -> None:
-        self.completion_ids += ids
-        self.logprobs += [0.0] * len(ids)
-        self.env_mask += [0] * len(ids)
-
-    def _observe(self, observation: dict[str, Any], reward: float) -> None:
-        self.turn_rewards.append(reward)
-        self.reward = float(observation["total_reward"])
-        rows = observation["rows"]
-        valid = observation.get("last_move_valid")
-        self.guesses.append(rows[-1]["word"] if valid and rows else "")
-        self.marks = [row["marks"] for row in rows]
-        self.won = bool(observation["won"])
-        self.invalid_moves = int(observation["invalid_moves"])
-        self.secret = observation.get("secret") or ""
 
 
 class ChatLayout:
@@ -193,7 +125,8 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     try:
         for spec in games:
             observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version)
-            live.append(Trajectory(layout.prompt(observation["message"]) + prefix_ids, observation["episode_id"]))
+            live.append(Trajectory(prompt_ids=layout.prompt(observation.message) + prefix_ids,
+                                   episode_id=observation.episode_id))
         for turn in range(params.max_turns):
             playing = [g for g in live if not g.finished
                        and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
@@ -203,12 +136,11 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
                                       None if params.seed is None else params.seed + turn)
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
             for game, reply in zip(playing, replies):
-                game._reply(reply, prefix)
-                observation, reward, done = env.step(game.episode_id, prefix + reply.text)
-                game._observe(observation, reward)
-                game.finished = done
-                if not done:
-                    game._feedback(layout.feedback(observation["message"], reply) + prefix_ids)
+                _reply(game, reply, prefix)
+                observation = env.step(game.episode_id, prefix + reply.text)
+                _observe(game, observation)
+                if not observation.done:
+                    _feedback(game, layout.feedback(observation.message, reply) + prefix_ids)
             if on_turn is not None:
                 on_turn(live)
     finally:
@@ -216,3 +148,32 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
             if not game.finished:
                 env.close_game(game.episode_id)
     return live
+
+
+def _reply(game: Trajectory, completion: Completion, prefix: str) -> None:
+    """Append the policy's reply: its tokens are the model's (mask 1), with their logprobs and version."""
+    game.completion_ids += completion.token_ids
+    game.logprobs += completion.logprobs
+    game.env_mask += [1] * len(completion.token_ids)
+    game.replies.append(prefix + completion.text)
+    game.versions.append(completion.version)
+
+
+def _feedback(game: Trajectory, ids: list[int]) -> None:
+    """Append the env's tokens between two replies (mask 0, logprob 0)."""
+    game.completion_ids += ids
+    game.logprobs += [0.0] * len(ids)
+    game.env_mask += [0] * len(ids)
+
+
+def _observe(game: Trajectory, observation: WordleObservation) -> None:
+    """Take the env's verdict on the last reply: the env keeps the one record of a game's result."""
+    game.turn_rewards.append(observation.reward or 0.0)
+    game.reward = observation.total_reward
+    rows = observation.rows
+    game.guesses.append(rows[-1].word if observation.last_move_valid and rows else "")
+    game.marks = [row.marks for row in rows]
+    game.won = observation.won
+    game.invalid_moves = observation.invalid_moves
+    game.secret = observation.secret or ""
+    game.finished = observation.done

@@ -9,7 +9,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from delta.format import DeltaHeader
 
@@ -18,7 +17,8 @@ from .engines.base import Prompt
 from .env_client import EnvClient
 from .errors import LimitExceededError, RolloutError
 from .follower import Follower, SyncRecord
-from .games import GameSpec, PlayParams, Trajectory, play_games
+from .games import GameSpec, PlayParams, play_games
+from .messages import RolloutStatus, Trajectory
 from .priority import BehindTrainer, TrainerFirst
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class RolloutService:
         self.limits = limits or ServiceLimits()
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
-        self._games: deque[dict[str, Any]] = deque(maxlen=100)  # the latest, for the UI
+        self._games: deque[Trajectory] = deque(maxlen=100)  # the latest, for the UI
         self._played = 0  # every game, for /status
         self._tokens = 0
         self._last_game = time.monotonic()
@@ -142,16 +142,16 @@ class RolloutService:
                 trajectories = play_games(self.engine, self.env, games, params, on_turn)
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
-            self._games.extend(t.to_dict() for t in trajectories)
+            self._games.extend(trajectories)
             self._played += len(trajectories)
             self._last_game = time.monotonic()
         return trajectories
 
     # -- what the UI and /status show ------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        """`version` served, `latest_version` in the bucket, `lag`, `engine`, `last_error`, `state_hash` (of the
-        weights served, comparable with the manifest's), and more."""
+    def status(self) -> RolloutStatus:
+        """What ``GET /status`` answers: the version served, the bucket's latest, the lag, the engine, the last
+        error, the hash of the weights served (comparable with the manifest's), and more."""
         following = self.follower.status() if self.follower is not None else {}
         latest = following.get("latest_version")
         note = None
@@ -161,23 +161,23 @@ class RolloutService:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
             tokens, games = self._tokens, self._played
-        return {
-            "version": self.engine.version,
-            "latest_version": latest,
-            "lag": following.get("lag"),
-            "engine": self.engine_kind,
-            "device": self.engine.config.device,
-            "model": self.model,
-            "bucket": self.follower.bucket if self.follower is not None else None,
-            "env_url": self.env.url if self.env is not None else None,
-            "last_error": following.get("last_error"),
-            "state_hash": following.get("state_hash"),
-            "failures": following.get("failures", 0),
-            "note": note,
-            "syncs": len(self.syncs()),
-            "tokens_served": tokens,
-            "games_played": games,
-        }
+        return RolloutStatus(
+            version=self.engine.version,
+            latest_version=latest,
+            lag=following.get("lag"),
+            engine=self.engine_kind,
+            device=self.engine.config.device,
+            model=self.model,
+            bucket=self.follower.bucket if self.follower is not None else None,
+            env_url=self.env.url if self.env is not None else None,
+            last_error=following.get("last_error"),
+            state_hash=following.get("state_hash"),
+            failures=following.get("failures", 0),
+            note=note,
+            syncs=len(self.syncs()),
+            tokens_served=tokens,
+            games_played=games,
+        )
 
     def syncs(self) -> list[SyncRecord]:
         """The latest versions applied, oldest first."""
@@ -187,8 +187,8 @@ class RolloutService:
         """The header of the last delta applied (which tensors changed, how many elements each)."""
         return self.follower.last_header() if self.follower is not None else None
 
-    def recent_games(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The latest games played (for the trainer or the showcase), newest first, as trajectory dicts."""
+    def recent_games(self, limit: int = 20) -> list[Trajectory]:
+        """The latest games played (for the trainer or the showcase), newest first (finished: read, do not change)."""
         with self._stats_lock:
             return list(self._games)[::-1][:limit]
 

@@ -8,7 +8,7 @@ Wiring only: numbers come from :class:`~rollout_space.service.RolloutService`, f
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +24,7 @@ from webguard import client_address
 from .engines.errors import EngineError
 from .errors import RolloutError
 from .games import GameSpec, PlayParams
+from .messages import RolloutStatus, Trajectory
 from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
 from .versus import Match, PrivateGames, VersusError, VersusView
@@ -37,24 +38,23 @@ FEED_SIZE = 8
 REPLY_TOKENS = 48
 
 
-def status_markdown(status: Mapping[str, Any]) -> str:
+def status_markdown(status: RolloutStatus) -> str:
     """The status lines: version served, lag behind the trainer, engine, model, last error."""
-    latest = status.get("latest_version")
+    latest = status.latest_version
     if latest is None:
         lag = "the bucket has no version yet"
-    elif status.get("lag"):
-        lag = f"trainer's latest **v{latest}**, {status['lag']} behind"
+    elif status.lag:
+        lag = f"trainer's latest **v{latest}**, {status.lag} behind"
     else:
         lag = f"up to date with the trainer (v{latest})"
-    engine, model = html.escape(str(status.get("engine"))), html.escape(str(status.get("model")))
-    device = html.escape(str(status.get("device")))
-    counts = f"{status.get('syncs', 0)} syncs · {status.get('tokens_served', 0):,} tokens served"
-    lines = [f"### Serving **v{status.get('version')}** · {lag}",
+    engine, model, device = html.escape(status.engine), html.escape(status.model), html.escape(status.device)
+    counts = f"{status.syncs} syncs · {status.tokens_served:,} tokens served"
+    lines = [f"### Serving **v{status.version}** · {lag}",
              f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
-    if status.get("note"):
-        lines.append(f"note: {html.escape(str(status['note']))}")
-    error = status.get("last_error")
-    lines.append(f"**last error:** {html.escape(str(error))}" if error else "no errors")
+    if status.note:
+        lines.append(f"note: {html.escape(status.note)}")
+    error = status.last_error
+    lines.append(f"**last error:** {html.escape(error)}" if error else "no errors")
     return "\n\n".join(lines)
 
 
@@ -78,10 +78,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
             return "unknown"
         return client_address(request.headers, request.client.host if request.client else None, trust_forwarded)
 
-    def play_match_game(seed: int, progress: Any) -> dict[str, Any]:
-        games_so_far = service.play([GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].to_dict()),
-                                    public=True)
-        return _as_dict(games_so_far[0])
+    def play_match_game(seed: int, progress: Any) -> Trajectory:
+        # the game goes on in this thread: the match gets a copy of it after each turn
+        [game] = service.play([GameSpec(seed=seed)], params,
+                              on_turn=lambda live: progress(live[0].model_copy(deep=True)), public=True)
+        return game
 
     private = PrivateGames(play_match_game)
     shapes: dict[str, tuple[int, ...]] = {}
@@ -94,7 +95,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     def tick() -> tuple[str, tuple]:
         status = service.status()
         newest = service.recent_games(1)
-        key = (status["version"], status["syncs"], newest[0].get("episode_id") if newest else None, private.changes)
+        key = (status.version, status.syncs, newest[0].episode_id if newest else None, private.changes)
         return status_markdown(status), key
 
     def draw() -> tuple:
@@ -116,7 +117,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
             return f"<p>The policy could not play: {html.escape(str(e))}</p>"
         finally:
             public.release(client)
-        return "<p><b>The game you started:</b></p>" + games.feed_html([_as_dict(game)], testid="played-game")
+        return "<p><b>The game you started:</b></p>" + games.feed_html([game], testid="played-game")
 
     def show(match: Match | None, note: str | None = None) -> tuple:
         view = match.view() if match is not None else _empty_view(note)
@@ -208,11 +209,6 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0, trust_forwarded: bool = False) -> FastAPI:
     """Mount the UI at ``/`` on the rollout API app (its routes, such as ``/status``, stay the API's)."""
     return _mount(app, build_ui(service, refresh_s, trust_forwarded=trust_forwarded), CSS)
-
-
-def _as_dict(trajectory: Any) -> dict[str, Any]:
-    """A trajectory as the API's JSON dict (the service returns dataclasses)."""
-    return trajectory.to_dict() if hasattr(trajectory, "to_dict") else dict(trajectory)
 
 
 def _empty_view(note: str | None) -> VersusView:

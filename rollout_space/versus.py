@@ -13,10 +13,9 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any
 
 from dashboard import games
 from env_space import render
@@ -24,12 +23,13 @@ from env_space.schema import WordleObservation
 
 from .env_client import EnvClient
 from .errors import EnvUnavailableError
+from .messages import Trajectory
 
-#: Receives the policy's game so far (a trajectory dict) after each of its turns.
-Progress = Callable[[Mapping[str, Any]], None]
+#: Receives the policy's game so far (a copy it may keep) after each of its turns.
+Progress = Callable[[Trajectory], None]
 #: Plays one game with the policy on the env's word for ``seed``, reporting each turn to the
-#: :data:`Progress` it is given; returns the trajectory dict.
-PlayOne = Callable[[int, Progress], Mapping[str, Any]]
+#: :data:`Progress` it is given; returns the finished trajectory.
+PlayOne = Callable[[int, Progress], Trajectory]
 
 MAX_SEED = 2**31 - 1
 
@@ -71,13 +71,13 @@ class Match:
         self._closed = False
         self._env = env
         try:
-            self.human = WordleObservation.model_validate({**env.reset(seed=self.seed, human=True), "done": False})
+            self.human = env.reset(seed=self.seed, human=True)
         except EnvUnavailableError as e:
             raise VersusError(str(e)) from e
-        self._so_far: Mapping[str, Any] | None = None
-        self.policy: Future[Mapping[str, Any]] = executor.submit(play, self.seed, self._progress)
+        self._so_far: Trajectory | None = None
+        self.policy: Future[Trajectory] = executor.submit(play, self.seed, self._progress)
 
-    def _progress(self, game: Mapping[str, Any]) -> None:
+    def _progress(self, game: Trajectory) -> None:
         if self._closed:
             raise MatchClosed("the match was closed: its policy game stops here")
         self._so_far = game  # one reference swapped from the policy's thread; the UI reads it
@@ -86,14 +86,12 @@ class Match:
         """Play the person's next word (invalid words are explained and cost nothing)."""
         if not self.human.done:
             try:
-                observation, reward, done = self._env.step(self.human.episode_id, word)
+                self.human = self._env.step(self.human.episode_id, word)
             except EnvUnavailableError as e:
                 raise VersusError(str(e)) from e
-            # OpenEnv's shape: reward and done sit beside the observation
-            self.human = WordleObservation.model_validate({**observation, "reward": reward, "done": done})
         return self.human
 
-    def policy_game(self) -> Mapping[str, Any] | None:
+    def policy_game(self) -> Trajectory | None:
         """The policy's finished game, or None while it plays. Raises what ``play`` raised."""
         return self.policy.result() if self.policy.done() else None
 
@@ -111,17 +109,17 @@ class Match:
         if error:
             policy_status = f"The policy could not play: {error}"
         elif policy is None:
-            turns = len(self._so_far.get("replies", [])) if self._so_far else 0
+            turns = len(self._so_far.replies) if self._so_far else 0
             policy_status = (f"The policy is thinking: {turns} move{'s' * (turns != 1)} made so far..." if turns
                              else "The policy is thinking about its first move...")
         elif over:
-            policy_status = f"Policy v{policy.get('version')}: {games.result_text(policy)}."
+            policy_status = f"Policy v{policy.version}: {games.result_text(policy)}."
         else:
-            shown = min(len(rows), len(policy.get("marks", [])))
-            policy_status = f"Policy v{policy.get('version')} has played; {shown} of its rows shown (colours only)."
+            shown = min(len(rows), len(policy.marks))
+            policy_status = f"Policy v{policy.version} has played; {shown} of its rows shown (colours only)."
         board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
         if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
-            board += render.moves_html(policy.get("replies") or [], policy.get("guesses") or [], open_=True)
+            board += render.moves_html(policy.replies, policy.guesses, open_=True)
         return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
                           board, policy_status)
 
@@ -154,19 +152,19 @@ class PrivateGames:
         self._in_flight = 0
         self._changes = 0
 
-    def play(self, seed: int, progress: Progress) -> Mapping[str, Any]:
+    def play(self, seed: int, progress: Progress) -> Trajectory:
         """Play one game and remember it as private (the :data:`PlayOne` of a :class:`Match`)."""
         with self._lock:
             self._in_flight += 1
             self._changes += 1
-        game: Mapping[str, Any] | None = None
+        game: Trajectory | None = None
         try:
             game = self._play(seed, progress)
             return game
         finally:
             with self._lock:
                 if game is not None:
-                    self._ids.append(str(game.get("episode_id")))
+                    self._ids.append(game.episode_id)
                 self._in_flight -= 1
                 self._changes += 1
 
@@ -175,10 +173,10 @@ class PrivateGames:
         """Grows on every start and end of a match game: a cheap key for redrawing the feed."""
         return self._changes
 
-    def visible(self, games: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]] | None:
+    def visible(self, games: Sequence[Trajectory]) -> list[Trajectory] | None:
         """``games`` without match games; None while a match game is being played."""
         with self._lock:
             if self._in_flight:
                 return None
             hidden = set(self._ids)
-        return [g for g in games if g.get("episode_id") not in hidden]
+        return [g for g in games if g.episode_id not in hidden]

@@ -1,4 +1,4 @@
-"""Real servers for the tests: ``python app.py ROLE`` on a free loopback port."""
+"""Real servers for the tests: ``python app.py ROLE`` on a free loopback port, or an app in a thread."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +68,22 @@ def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: flo
             if proc.returncode not in (0, -15):
                 log.seek(0)
                 print(f"{' '.join(args[:1])} exited {proc.returncode}:\n{log.read()[-5000:]}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Serve ``app`` (ASGI) with uvicorn on a free loopback port in a thread; yield its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the app's server did not start"
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

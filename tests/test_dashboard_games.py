@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 from dashboard import games
+from rollout_space.messages import Trajectory
 
-GAME = {"episode_id": "e1", "guesses": ["slate", "", "crane"], "marks": ["XXGXG", "GGGGG"], "won": True, "secret": "crane",
-        "reward": 1.25, "version": 3, "versions": [3, 4, 4], "invalid_moves": 1,
-        "replies": ["<guess>slate</guess>", "hmm <b>no</b>", "<guess>crane</guess>"]}
-LOST = {"guesses": ["slate"], "marks": ["XXGXG"], "won": False, "secret": "crane", "reward": 0.1, "version": 5,
-        "versions": [5]}
+GAME = Trajectory(prompt_ids=[1], episode_id="e1", guesses=["slate", "", "crane"], marks=["XXGXG", "GGGGG"], won=True,
+                  secret="crane", reward=1.25, versions=[3, 4, 4], invalid_moves=1, finished=True,
+                  replies=["<guess>slate</guess>", "hmm <b>no</b>", "<guess>crane</guess>"])
+LOST = Trajectory(prompt_ids=[1], episode_id="e2", guesses=["slate"], marks=["XXGXG"], secret="crane", reward=0.1,
+                  versions=[5], replies=["<guess>slate</guess>"], finished=True)
 
 
 def test_board_shows_rows_and_pads_to_six() -> None:
@@ -30,7 +31,7 @@ def test_result_text() -> None:
     assert games.result_text(GAME) == "won in 2, 1 invalid move"
     assert games.result_text(LOST) == "lost (CRANE)"
     assert games.result_text(LOST, reveal=False) == "lost"
-    cut = {**LOST, "guesses": ["", ""], "finished": False, "invalid_moves": 2}
+    cut = LOST.model_copy(update={"guesses": ["", ""], "finished": False, "invalid_moves": 2})
     assert games.result_text(cut) == "unfinished, 2 invalid moves"
 
 

@@ -15,6 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from env_space.rules import encode, score
+from env_space.schema import CloseResponse, GameRecord, PlayerStats, StepResponse, WordleObservation
 from env_space.words import load_word_lists
 
 from ._env_server import running_server
@@ -63,6 +64,35 @@ def test_a_game_over_http(url: str) -> None:
     assert any(g["episode_id"] == eid and g["player"] == "policy v7" and g["won"] for g in games)
     stats = {s["player"]: s for s in httpx.get(f"{url}/stats").json()}
     assert stats["policy v7"]["wins"] >= 1 and 0 < stats["policy v7"]["win_rate"] <= 1
+
+
+def test_every_answer_is_its_typed_message(url: str) -> None:
+    """The OpenAPI schema names each route's model, and what the server sends holds exactly that model's
+    keys: a route drifting from its model fails here."""
+    paths = httpx.get(f"{url}/openapi.json").json()["paths"]
+    models = {("/reset", "post"): StepResponse, ("/step", "post"): StepResponse, ("/state", "get"): WordleObservation,
+              ("/close", "post"): CloseResponse, ("/games", "get"): GameRecord, ("/stats", "get"): PlayerStats}
+    for (path, method), model in models.items():
+        schema = paths[path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema.get("items", schema) == {"$ref": f"#/components/schemas/{model.__name__}"}, path
+
+    def keys(model: type) -> set[str]:
+        return set(model.model_json_schema(mode="serialization")["properties"])
+
+    started = reset(url, secret="crane", weight_version=8).json()
+    eid = started["observation"]["episode_id"]
+    moved = step(url, eid, "<guess>crane</guess>").json()
+    for answer in (started, moved):
+        assert set(answer) == keys(StepResponse) == {"observation", "reward", "done"}
+        assert set(answer["observation"]) == keys(WordleObservation) - {"reward", "done"}  # OpenEnv's shape
+    assert StepResponse.model_validate(moved).merged().won
+    second = reset(url, weight_version=8).json()["observation"]["episode_id"]
+    assert set(httpx.get(f"{url}/state", params={"episode_id": second}).json()) == keys(WordleObservation)
+    assert CloseResponse.model_validate(httpx.post(f"{url}/close", json={"episode_id": second}).json()).closed
+    [game] = [g for g in httpx.get(f"{url}/games", params={"limit": 200}).json() if g["episode_id"] == eid]
+    assert set(game) == keys(GameRecord) and GameRecord.model_validate(game).won
+    stats = httpx.get(f"{url}/stats").json()
+    assert all(set(s) == keys(PlayerStats) for s in stats) and "win_rate" in keys(PlayerStats)
 
 
 def test_a_person_playing_through_another_app_is_recorded_as_human(url: str) -> None:

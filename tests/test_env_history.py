@@ -2,11 +2,13 @@ import threading
 
 import pytest
 
-from env_space.history import HUMAN, GameHistory, GameRecord, PlayerStats, player_label, weight_version_of
+from env_space.history import GameHistory
+from env_space.schema import HUMAN, GameRecord, PlayerStats, player_label, weight_version_of
 
 
 def record(player: str, won: bool, n: int = 0) -> GameRecord:
-    return GameRecord(f"e{n}", player, ("crane",), ("GGGGG" if won else "XXXXX",), won, "crane", 0, 1.0, 0.0)
+    return GameRecord(episode_id=f"e{n}", player=player, words=("crane",), marks=("GGGGG" if won else "XXXXX",), won=won,
+                      secret="crane", invalid_moves=0, total_reward=1.0, finished_at=0.0)
 
 
 def test_player_label_and_back() -> None:
@@ -18,7 +20,7 @@ def test_player_label_and_back() -> None:
         None,
         None,
     ]
-    assert PlayerStats("policy v12", 1, 0).weight_version == 12
+    assert PlayerStats(player="policy v12", games=1, wins=0).weight_version == 12
     with pytest.raises(ValueError, match="weight_version must be >= 0"):
         player_label(-1)
 
@@ -34,13 +36,13 @@ def test_stats_by_player_sorted_by_version() -> None:
     ]:
         history.add(record(player, won))
     assert history.stats() == [
-        PlayerStats(HUMAN, 1, 1),
-        PlayerStats("policy v2", 2, 1),
-        PlayerStats("policy v10", 1, 1),
-        PlayerStats("policy", 1, 0),
+        PlayerStats(player=HUMAN, games=1, wins=1),
+        PlayerStats(player="policy v2", games=2, wins=1),
+        PlayerStats(player="policy v10", games=1, wins=1),
+        PlayerStats(player="policy", games=1, wins=0),
     ]
     assert history.stats()[1].win_rate == 0.5
-    assert PlayerStats("policy v1", 0, 0).win_rate == 0.0
+    assert PlayerStats(player="policy v1", games=0, wins=0).win_rate == 0.0
 
 
 def test_recent_is_bounded_newest_first_but_counts_everything() -> None:
@@ -64,4 +66,4 @@ def test_concurrent_adds_are_all_counted() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert history.finished == 4000 and history.stats() == [PlayerStats("policy v1", 4000, 4000)]
+    assert history.finished == 4000 and history.stats() == [PlayerStats(player="policy v1", games=4000, wins=4000)]

@@ -1,8 +1,7 @@
 import re
 
-from env_space.history import GameRecord, PlayerStats
 from env_space.render import board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve
-from env_space.schema import GuessRow, WordleObservation
+from env_space.schema import GameRecord, GuessRow, PlayerStats, WordleObservation
 
 
 def rows(*pairs: tuple[str, str]) -> list[GuessRow]:
@@ -52,11 +51,14 @@ def test_status_text_for_a_person() -> None:
 def test_feed_lists_policy_games_newest_first() -> None:
     assert "No policy games yet." in feed_html([])
     games = [
-        GameRecord("a", "policy v7", ("slate", "crane"), ("XXGXG", "GGGGG"), True, "crane", 0, 1.7, 100.0),
-        GameRecord("b", "policy v6", ("fjord",) * 6, ("XXXYX",) * 6, False, "crane", 2, -0.1, 90.0),
-        GameRecord("c", "policy v5", (), (), False, "<b>", 1, -0.2, 90.0, replies=("<i>" + "x " * 60,),
-                   guesses=("",)),
-        GameRecord("d", "policy v5", (), (), False, "", 6, -0.6, 90.0, finished=False),
+        GameRecord(episode_id="a", player="policy v7", words=("slate", "crane"), marks=("XXGXG", "GGGGG"), won=True,
+                   secret="crane", invalid_moves=0, total_reward=1.7, finished_at=100.0),
+        GameRecord(episode_id="b", player="policy v6", words=("fjord",) * 6, marks=("XXXYX",) * 6, won=False,
+                   secret="crane", invalid_moves=2, total_reward=-0.1, finished_at=90.0),
+        GameRecord(episode_id="c", player="policy v5", words=(), marks=(), won=False, secret="<b>", invalid_moves=1,
+                   total_reward=-0.2, finished_at=90.0, replies=("<i>" + "x " * 60,), guesses=("",)),
+        GameRecord(episode_id="d", player="policy v5", words=(), marks=(), won=False, secret="", invalid_moves=6,
+                   total_reward=-0.6, finished_at=90.0, finished=False),
     ]
     html = feed_html(games, now=130.0)
     assert html.index("policy v7") < html.index("policy v6")
@@ -71,10 +73,10 @@ def test_feed_lists_policy_games_newest_first() -> None:
 
 def test_stats_rows_and_win_rate_curve() -> None:
     stats = [
-        PlayerStats("human", 2, 2),
-        PlayerStats("policy v10", 4, 3),
-        PlayerStats("policy v2", 3, 1),
-        PlayerStats("policy", 1, 1),
+        PlayerStats(player="human", games=2, wins=2),
+        PlayerStats(player="policy v10", games=4, wins=3),
+        PlayerStats(player="policy v2", games=3, wins=1),
+        PlayerStats(player="policy", games=1, wins=1),
     ]
     assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
     assert win_rate_curve(stats) == [

@@ -11,8 +11,9 @@ import delta
 from delta.manifest import read_manifest
 from rollout_space.client import RolloutClient
 from rollout_space.errors import RolloutError
+from rollout_space.messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 from tests._engines import build_model, step
-from tests._env_server import running_server
+from tests._env_server import running_server, serving
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +37,48 @@ def stack(tmp_path_factory):
 
 def test_status_says_what_is_served(stack):
     status = stack["client"].status()
-    assert status["version"] == 1 and status["latest_version"] == 1 and status["lag"] == 0
-    assert status["engine"] == "transformers" and status["last_error"] is None and status["note"] is None
+    assert status.version == 1 and status.latest_version == 1 and status.lag == 0
+    assert status.engine == "transformers" and status.last_error is None and status.note is None
+
+
+def test_every_answer_is_its_typed_message(stack):
+    """/docs names each route's model, the JSON holds exactly its keys, and the client returns the models: a
+    route drifting from its model fails here."""
+    paths = httpx.get(stack["url"] + "/openapi.json", timeout=30).json()["paths"]
+    for path, method, model in [("/status", "get", RolloutStatus), ("/generate", "post", GenerateResponse),
+                                ("/rollout", "post", RolloutResponse)]:
+        schema = paths[path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, path
+
+    def keys(model: type) -> set[str]:
+        return set(model.model_json_schema(mode="serialization")["properties"])
+
+    assert set(httpx.get(stack["url"] + "/status", timeout=30).json()) == keys(RolloutStatus)
+    [game] = httpx.post(stack["url"] + "/rollout", json={"games": [{"seed": 1}], "max_tokens": 2, "max_turns": 1},
+                        timeout=120).json()["trajectories"]
+    assert set(game) == keys(Trajectory) and "version" in game  # the computed oldest version is sent too
+    assert isinstance(stack["client"].status(), RolloutStatus)
+    assert isinstance(stack["client"].generate(["Hi"], max_tokens=1), GenerateResponse)
+    assert all(isinstance(t, Trajectory) for t in stack["client"].rollout([{"seed": 1}], max_tokens=1, max_turns=1))
+
+
+def test_an_answer_that_is_not_the_message_is_a_clear_error():
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    app.get("/status")(lambda: {"version": "three"})
+    with serving(app) as url, RolloutClient(url) as client, pytest.raises(
+            RolloutError, match="answered /status with something that is not a RolloutStatus .*--rollout-url"):
+        client.status()
 
 
 def test_generate_returns_ids_logprobs_and_version(stack):
     reply = stack["client"].generate(["Hello", [5, 6, 7]], max_tokens=5, temperature=0)
-    assert reply["version"] == 1 and len(reply["completions"]) == 2
-    for c in reply["completions"]:
-        assert len(c["token_ids"]) == len(c["logprobs"]) and 1 <= len(c["token_ids"]) <= 5
-        assert c["version"] == 1 and all(lp <= 0 for lp in c["logprobs"])
-    assert reply["completions"][1]["prompt_ids"] == [5, 6, 7]
+    assert reply.version == 1 and len(reply.completions) == 2
+    for c in reply.completions:
+        assert len(c.token_ids) == len(c.logprobs) and 1 <= len(c.token_ids) <= 5
+        assert c.version == 1 and all(lp <= 0 for lp in c.logprobs)
+    assert reply.completions[1].prompt_ids == [5, 6, 7]
 
 
 @pytest.mark.parametrize("body, flag", [({"prompts": ["a"] * 5}, "--max-batch"),
@@ -67,8 +99,8 @@ def test_rollout_plays_whole_games_as_trajectories(stack):
     trajectories = stack["client"].rollout([{"seed": 3}, {"seed": 3}], max_tokens=6, max_turns=2, seed=1)
     assert len(trajectories) == 2
     for t in trajectories:
-        assert len(t["completion_ids"]) == len(t["logprobs"]) == len(t["env_mask"])
-        assert t["version"] == 1 and t["versions"] == [1, 1] and len(t["replies"]) == 2
+        assert len(t.completion_ids) == len(t.logprobs) == len(t.env_mask)
+        assert t.version == 1 and t.versions == [1, 1] and len(t.replies) == 2
 
 
 def test_follows_new_versions_while_serving(stack):
@@ -77,19 +109,19 @@ def test_follows_new_versions_while_serving(stack):
     publisher.publish(new)
     publisher.flush()
     deadline = time.monotonic() + 60
-    while stack["client"].status()["version"] != 2:
+    while stack["client"].status().version != 2:
         assert time.monotonic() < deadline, stack["client"].status()
         time.sleep(0.1)
     reply = stack["client"].generate(["Hi"], max_tokens=2)
-    assert reply["version"] == 2
+    assert reply.version == 2
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
-    assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status()["state_hash"]
+    assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status().state_hash
 
 
 def test_games_played_counts_every_game_not_only_those_kept_for_the_ui(stack):
-    before = stack["client"].status()["games_played"]
+    before = stack["client"].status().games_played
     stack["client"].rollout([{"seed": s} for s in range(120)], max_tokens=1, max_turns=1, seed=1)
-    assert stack["client"].status()["games_played"] == before + 120
+    assert stack["client"].status().games_played == before + 120
 
 
 def test_the_env_and_the_rollout_keep_one_record_of_each_game(stack):
@@ -98,10 +130,10 @@ def test_the_env_and_the_rollout_keep_one_record_of_each_game(stack):
     recorded = {g["episode_id"]: g for g in httpx.get(stack["env_url"] + "/games", params={"limit": 50},
                                                       timeout=30).json()}
     for t in trajectories:
-        env = recorded[t["episode_id"]]
-        assert (env["won"], env["finished"], env["invalid_moves"]) == (t["won"], t["finished"], t["invalid_moves"])
-        assert list(env["replies"]) == [r[:240] for r in t["replies"]]
-        assert list(env["guesses"]) == t["guesses"]
+        env = recorded[t.episode_id]
+        assert (env["won"], env["finished"], env["invalid_moves"]) == (t.won, t.finished, t.invalid_moves)
+        assert list(env["replies"]) == [r[:240] for r in t.replies]
+        assert list(env["guesses"]) == t.guesses
 
 
 def test_a_bug_is_a_500_not_a_bad_request():

@@ -75,7 +75,7 @@ def test_finished_games_carry_the_secret_and_the_env_total(engine, env):
     [game] = games
     assert game.finished and game.secret and not game.won
     assert game.reward == pytest.approx(sum(game.turn_rewards))
-    assert game.to_dict()["version"] == 0 and set(game.to_dict()) >= {
+    assert game.model_dump()["version"] == 0 and set(game.model_dump()) >= {
         "prompt_ids", "completion_ids", "logprobs", "env_mask", "reward", "won", "version", "versions"}
 
 

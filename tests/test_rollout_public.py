@@ -41,9 +41,9 @@ def test_the_trainers_routes_answer_401_without_the_token(stack: dict[str, Any],
 def test_with_the_token_games_are_the_policys_in_the_env(stack: dict[str, Any]) -> None:
     with RolloutClient(stack["url"], timeout=120, token=TOKENS["ROLLOUT_TOKEN"]) as client:
         [game] = client.rollout([{"seed": 8}], max_tokens=2, max_turns=1)
-        assert client.generate(["hi"], max_tokens=2)["completions"][0]["token_ids"]
+        assert client.generate(["hi"], max_tokens=2).completions[0].token_ids
     recorded = {g["episode_id"]: g for g in httpx.get(stack["env"] + "/games", params={"limit": 200}).json()}
-    assert recorded[game["episode_id"]]["player"] == f"policy v{game['version']}"  # sent with the env token
+    assert recorded[game.episode_id]["player"] == f"policy v{game.version}"  # sent with the env token
     with RolloutClient(stack["url"], timeout=30, token="wrong") as client, pytest.raises(RolloutError, match="401"):
         client.rollout([{"seed": 8}], max_tokens=2)
 

@@ -3,17 +3,13 @@ service (transformers engine on a tiny model, following a local bucket) and a re
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from playwright.sync_api import Page, expect, sync_playwright
 
 import delta
@@ -26,30 +22,11 @@ from rollout_space.service import RolloutService, ServiceLimits
 from rollout_space.ui import mount_ui
 
 from ._engines import build_model, step
-from ._env_server import free_port, running_server
+from ._env_server import running_server, serving
 from .test_env_ui import CHROMIUM, CHROMIUM_ARGS
 
 GUESSES = ["slate", "crony", "bumph", "wight", "fjord", "vaunt"]
 WAIT_MS = 60_000
-
-
-@contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yield its URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the rollout UI server did not start"
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +104,7 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     human = page.locator("#versus-status")
     policy_status = page.locator("#versus-policy-status")
     policy_tiles = page.locator("#versus-policy [data-mark]")
-    before = {g["episode_id"] for g in stack["service"].recent_games(100)}
+    before = {g.episode_id for g in stack["service"].recent_games(100)}
     page.locator("#versus-new-match").click()
     expect(human).to_contain_text("6 guesses left")
     expect(policy_status).to_contain_text("has played", timeout=WAIT_MS)
@@ -149,16 +126,16 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     secret = human.locator("strong").inner_text().lower()
     assert len(secret) == 5
 
-    expect(policy_status).to_contain_text(f"Policy v{stack['service'].status()['version']}: ")
-    mine = [g for g in stack["service"].recent_games(100) if g["episode_id"] not in before]
+    expect(policy_status).to_contain_text(f"Policy v{stack['service'].status().version}: ")
+    mine = [g for g in stack["service"].recent_games(100) if g.episode_id not in before]
     assert len(mine) == 1, "the match played one policy game"
-    assert mine[0]["secret"] in (secret, ""), "same seed, same word ('' when the game was cut by the context)"
+    assert mine[0].secret in (secret, ""), "same seed, same word ('' when the game was cut by the context)"
     page.locator("#rollout-play-one").click()  # a public game: the feed is redrawn, the match game stays out
     feed = page.locator("[data-testid=policy-feed] [data-testid=policy-game]")
     expect(feed).to_have_count(len(before) + 1)
-    assert feed.locator(f'xpath=self::*[@data-episode="{mine[0]["episode_id"]}"]').count() == 0
+    assert feed.locator(f'xpath=self::*[@data-episode="{mine[0].episode_id}"]').count() == 0
     assert all(secret not in snapshot.lower() for snapshot in seen_before_end)
-    words = [g for g in mine[0]["guesses"] if g]
+    words = [g for g in mine[0].guesses if g]
     expect(policy_tiles).to_have_count(5 * len(words))
     if words:
         assert policy_tiles.first.inner_text().lower() == words[0][0]

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 
 from rollout_space.env_client import EnvClient
+from rollout_space.messages import Trajectory
 from rollout_space.versus import Match, PrivateGames, VersusError
 
 from ._env_server import running_server
@@ -37,32 +37,37 @@ def executor() -> Iterator[ThreadPoolExecutor]:
         yield pool
 
 
-def scripted_policy(env_url: str) -> Any:
+def game(episode_id: str = "e", **fields: Any) -> Trajectory:
+    """A policy game as a stand-in policy reports it (no tokens: the match reads only the moves)."""
+    return Trajectory(prompt_ids=[0], episode_id=episode_id, **fields)
+
+
+def scripted_policy(env: EnvClient) -> Any:
     """A stand-in policy that plays fixed words through the env's HTTP API, as the rollout Space does."""
 
-    def play(seed: int, progress: Any) -> dict[str, Any]:
-        obs = httpx.post(f"{env_url}/reset", json={"seed": seed, "weight_version": 4}).json()["observation"]
-        guesses = []
-        moves = ["zzzzz"] + POLICY_WORDS
-        for word in moves:
-            reply = httpx.post(f"{env_url}/step", json={"episode_id": obs["episode_id"],
-                                                        "action": {"guess": f"<guess>{word}</guess>"}}).json()
-            obs = reply["observation"]
-            guesses.append(obs["rows"][-1]["word"] if obs["last_move_valid"] else "")
-            progress({"guesses": list(guesses), "marks": [r["marks"] for r in obs["rows"]], "replies": guesses})
-            if reply["done"]:
+    def play(seed: int, progress: Any) -> Trajectory:
+        obs = env.reset(seed=seed, weight_version=4)
+        played = game(obs.episode_id)
+        for word in ["zzzzz"] + POLICY_WORDS:
+            obs = env.step(obs.episode_id, f"<guess>{word}</guess>")
+            played.replies.append(f"<guess>{word}</guess>")
+            played.guesses.append(obs.rows[-1].word if obs.last_move_valid else "")
+            played.versions.append(4)
+            played.marks = [r.marks for r in obs.rows]
+            played.won, played.invalid_moves, played.finished = obs.won, obs.invalid_moves, obs.done
+            played.secret, played.reward = obs.secret or "", obs.total_reward
+            progress(played.model_copy(deep=True))
+            if obs.done:
                 break
-        return {"guesses": guesses, "marks": [r["marks"] for r in obs["rows"]], "won": obs["won"],
-                "invalid_moves": obs["invalid_moves"], "replies": [f"<guess>{w}</guess>" for w in moves[:len(guesses)]],
-                "secret": obs["secret"], "reward": obs["total_reward"], "version": 4, "versions": [4]}
+        return played
 
     return play
 
 
-def test_same_word_and_no_secret_before_the_end(env_url: str, env: EnvClient, executor: ThreadPoolExecutor) -> None:
-    match = Match(env, scripted_policy(env_url), executor, seed=1234)
+def test_same_word_and_no_secret_before_the_end(env: EnvClient, executor: ThreadPoolExecutor) -> None:
+    match = Match(env, scripted_policy(env), executor, seed=1234)
     policy = match.policy.result(timeout=30)
-    secret = policy["secret"]
+    secret = policy.secret
     assert len(secret) == 5
 
     view = match.view()
@@ -95,13 +100,12 @@ def test_the_policy_side_shows_its_moves_as_they_come(env: EnvClient, executor: 
     """While the policy plays, the person sees how far it got and its rows in colour only."""
     two_moves, finish = threading.Event(), threading.Event()
 
-    def slow(seed: int, progress: Any) -> dict[str, Any]:
-        progress({"replies": ["<guess>zzzzz</guess>"], "guesses": [""], "marks": []})
-        progress({"replies": ["<guess>zzzzz</guess>", "<guess>slate</guess>"], "guesses": ["", "slate"],
-                  "marks": ["XXXXX"]})
+    def slow(seed: int, progress: Any) -> Trajectory:
+        progress(game(replies=["<guess>zzzzz</guess>"], guesses=[""]))
+        progress(game(replies=["<guess>zzzzz</guess>", "<guess>slate</guess>"], guesses=["", "slate"], marks=["XXXXX"]))
         two_moves.set()
         finish.wait(10)
-        return {"guesses": ["", "slate"], "marks": ["XXXXX"], "won": False, "version": 1, "invalid_moves": 1}
+        return game(guesses=["", "slate"], marks=["XXXXX"], versions=[1, 1], invalid_moves=1)
 
     match = Match(env, slow, executor)
     assert two_moves.wait(10)
@@ -115,7 +119,7 @@ def test_the_policy_side_shows_its_moves_as_they_come(env: EnvClient, executor: 
 
 
 def test_a_failing_policy_is_shown_not_raised(env: EnvClient, executor: ThreadPoolExecutor) -> None:
-    def broken(seed: int, progress: Any) -> dict[str, Any]:
+    def broken(seed: int, progress: Any) -> Trajectory:
         raise RuntimeError("engine down")
 
     match = Match(env, broken, executor)
@@ -126,29 +130,29 @@ def test_a_failing_policy_is_shown_not_raised(env: EnvClient, executor: ThreadPo
 
 def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
     with pytest.raises(VersusError, match="did not answer /reset"):
-        Match(EnvClient("http://127.0.0.1:9", timeout=2), lambda seed, progress: {}, executor)
+        Match(EnvClient("http://127.0.0.1:9", timeout=2), lambda seed, progress: game(), executor)
 
 
 def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> None:
     started, release = threading.Event(), threading.Event()
 
-    def play(seed: int, progress: Any) -> dict[str, Any]:
+    def play(seed: int, progress: Any) -> Trajectory:
         started.set()
         release.wait(10)
-        return {"episode_id": f"match-{seed}"}
+        return game(f"match-{seed}")
 
     private = PrivateGames(play)
-    feed = [{"episode_id": "public"}, {"episode_id": "match-7"}]
+    feed = [game("public"), game("match-7")]
     assert private.visible(feed) == feed and private.changes == 0
     with ThreadPoolExecutor(max_workers=1) as pool:
         future = pool.submit(private.play, 7, print)
         assert started.wait(10)
         assert private.visible(feed) is None and private.changes == 1  # in flight: keep the old feed
         release.set()
-        assert future.result(timeout=10) == {"episode_id": "match-7"}
-    assert private.visible(feed) == [{"episode_id": "public"}] and private.changes == 2
+        assert future.result(timeout=10) == game("match-7")
+    assert private.visible(feed) == [game("public")] and private.changes == 2
 
-    def broken(seed: int, progress: Any) -> dict[str, Any]:
+    def broken(seed: int, progress: Any) -> Trajectory:
         raise RuntimeError("engine down")
 
     failing = PrivateGames(broken)

@@ -8,7 +8,8 @@ import pytest
 
 from tests._env_server import free_port, running_server
 from tests._trainer_stack import tiny_model
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, TrainerState, TrainingSession
+from trainer_space.messages import ControlResponse, TrainerHistory, TrainerStatus
 from trainer_space.session import AccessDenied
 
 
@@ -32,6 +33,23 @@ def test_http_control_needs_the_owner_token(tmp_path) -> None:
         assert httpx.post(f"{url}/control", content=b'{"action": NaN}', headers=json_body).status_code == 422
 
 
+def test_every_answer_is_its_typed_message(tmp_path) -> None:
+    """/docs names each route's model and the JSON holds exactly its keys: a route drifting from its model
+    fails here."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    with running_server("trainer", "--bucket", str(tmp_path / "bucket"), "--model", tiny_model(str(tmp_path / "model")),
+                        "--rollout-url", dead, "--paused", "--owner-token", "s3cret") as url:
+        paths = httpx.get(f"{url}/openapi.json").json()["paths"]
+        for path, method, model in [("/status", "get", TrainerStatus), ("/history", "get", TrainerHistory),
+                                    ("/control", "post", ControlResponse)]:
+            schema = paths[path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, path
+        status = httpx.get(f"{url}/status").json()
+        assert set(status) == set(TrainerStatus.model_fields)
+        assert TrainerStatus.model_validate(status).state is TrainerState.PAUSED
+        assert TrainerHistory.model_validate(httpx.get(f"{url}/history").json()) == TrainerHistory(steps=[], payloads=[])
+
+
 def test_without_an_owner_token_nobody_controls(tmp_path) -> None:
     session = TrainingSession(TrainerConfig(str(tmp_path), "http://127.0.0.1:1", str(tmp_path)), owner_token=None)
     session.pause()
@@ -39,4 +57,4 @@ def test_without_an_owner_token_nobody_controls(tmp_path) -> None:
         session.control("start", "anything")
     with pytest.raises(AccessDenied, match="wrong or missing owner token"):
         TrainingSession(session.config, owner_token="x").control("start", None)
-    assert session.status()["state"] == "paused"
+    assert session.status().state == "paused"

@@ -20,6 +20,7 @@ from delta.manifest import read_manifest
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from tests._env_server import running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
+from trainer_space.messages import Payload, Staleness, StepRecord
 
 PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
 
@@ -52,6 +53,10 @@ def train(stack: dict[str, str], steps: int) -> dict:
             return history if done else None
 
         status["history"] = wait_until(measured, 15, "the payload log to measure the last version")
+        # a trained session's answers hold exactly their messages' keys (the typed-message tests see them empty)
+        assert set(status["staleness"]) == set(Staleness.model_fields)
+        assert set(status["history"]["steps"][-1]) == set(StepRecord.model_fields)
+        assert set(status["history"]["payloads"][-1]) == set(Payload.model_fields)
         assert httpx.get(f"{url}/").status_code == 200
         return status
 

@@ -38,7 +38,7 @@ class Counting:
 
 def test_status_reads_not_loaded_until_load_then_the_loaded_model(tmp_path) -> None:
     session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), NO_ROLLOUT, tiny_model(str(tmp_path / "m"))))
-    before = session.status()
+    before = session.status().model_dump()
     assert session.parts is None and session.payloads is None and session.recent_games() == []
     assert [before[k] for k in ("version", "trainer_version", "state_hash", "resumed_from", "staleness",
                                 "rollout_error", "rollout_failing")] == [0, None, None, None, None, None, 0]
@@ -46,7 +46,7 @@ def test_status_reads_not_loaded_until_load_then_the_loaded_model(tmp_path) -> N
     try:
         assert session.load() is parts is session.parts  # loaded once
         assert session.payloads is parts.payloads is not None
-        after = session.status()
+        after = session.status().model_dump()
         assert after.keys() == before.keys()
         assert [after[k] for k in ("version", "trainer_version", "state_hash", "resumed_from", "resumed_hash",
                                    "rollout_failing")] == [0, 0, None, None, None, 0]
@@ -72,7 +72,7 @@ def test_load_resumes_from_the_bucket_and_the_callback_publishes_through_the_wra
     session = TrainingSession(TrainerConfig(bucket, NO_ROLLOUT, model), wrap_publisher=wrap)
     parts = session.load()
     try:
-        status = session.status()
+        status = session.status().model_dump()
         assert (status["resumed_from"], status["version"], status["trainer_version"]) == (1, 1, 1)
         assert status["resumed_hash"] == status["state_hash"] == read_manifest(delta.open_storage(bucket)).latest.state_hash
         assert torch.equal(parts.published[name].view(torch.int16), stored[name].view(torch.int16))
@@ -83,7 +83,7 @@ def test_load_resumes_from_the_bucket_and_the_callback_publishes_through_the_wra
             parts.master[name].add_(0.1)  # an optimizer step
         parts.callback.on_step_end(None, None, TrainerControl())
         assert wrapper.calls == 1 and parts.publisher.flush(30)
-        assert (session.version, session.status()["trainer_version"]) == (2, 2)
+        assert (session.version, session.status().trainer_version) == (2, 2)
     finally:
         session.close()
 
@@ -98,5 +98,5 @@ def test_with_publishing_off_nothing_is_wrapped_and_versions_count_steps(tmp_pat
     parts = session.load()
     assert parts.publisher is None and parts.payloads is None and parts.callback.publisher is None
     parts.callback.on_step_end(None, None, TrainerControl())
-    assert (session.version, session.status()["state_hash"]) == (1, None)
+    assert (session.version, session.status().state_hash) == (1, None)
     session.close()

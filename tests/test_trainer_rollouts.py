@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from rollout_space.client import RolloutClient
+from rollout_space.messages import Trajectory
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig
@@ -15,8 +16,12 @@ from trainer_space.staleness import StalenessCounts, stale_indices, staleness
 from trainer_space.task import REWARD_FUNCS, REWARD_WEIGHTS, prompt_seed, seed_prompt, valid_guesses
 
 
+def game(**fields: object) -> Trajectory:
+    return Trajectory(prompt_ids=[1], episode_id="e", **fields)
+
+
 def test_staleness_is_judged_on_the_oldest_version() -> None:
-    games = [{"version": 7, "versions": [7, 9]}, {"version": 9}, {"version": 10}]
+    games = [game(versions=[7, 9]), game(versions=[9]), game(versions=[10, 10])]
     assert [staleness(g, 10) for g in games] == [3, 1, 0]
     assert stale_indices(games, 10, max_staleness=1) == [0]
     assert stale_indices(games, 10, max_staleness=0) == [0, 1]
@@ -24,11 +29,11 @@ def test_staleness_is_judged_on_the_oldest_version() -> None:
     counts = StalenessCounts()
     counts.add(games=2, dropped=1, seen=1)
     counts.add(replayed=3, seen=0)
-    assert counts.as_dict() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1}
+    assert counts.totals().model_dump() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1}
 
 
 def test_valid_guesses_is_a_logged_share_of_env_accepted_moves() -> None:
-    assert valid_share({"guesses": ["", "crane", "", "slate"]}) == 0.5 and valid_share({"guesses": []}) == 0.0
+    assert valid_share(game(guesses=["", "crane", "", "slate"])) == 0.5 and valid_share(game()) == 0.0
     assert valid_guesses([None] * 3, valid_share=[0.5, 1.0, 0.0], env_reward=[0.2, None, -1.0]) == [0.5, None, 0.0]
     assert dict(zip([f.__name__ for f in REWARD_FUNCS], REWARD_WEIGHTS)) == {
         "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0}  # only the env's reward is trained on
@@ -56,24 +61,24 @@ def rollouts(client: RolloutClient, current: int, max_staleness: int) -> WordleR
 
 
 def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> None:
-    served = client.status()["version"]  # the empty bucket: the model as given, version 0
+    served = client.status().version  # the empty bucket: the model as given, version 0
     rf = rollouts(client, current=served + 1, max_staleness=1)
     out = rf([seed_prompt(11)] * 2 + [seed_prompt(12)] * 2)
     assert len(out["prompt_ids"]) == 4 and all(r is not None for r in out["env_reward"])
     for ids, logprobs, mask in zip(out["completion_ids"], out["logprobs"], out["env_mask"]):
         assert len(ids) == len(logprobs) == len(mask) and 1 in mask
-    secrets = [g["secret"] for g in list(rf.recent)]
+    secrets = [g.secret for g in rf.recent]
     assert secrets[0] == secrets[1] and secrets[2] == secrets[3]  # a GRPO group plays one word
-    assert rf.counts.as_dict() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1}
-    shares = [sum(1 for w in g["guesses"] if w) / len(g["guesses"]) for g in rf.recent]
+    assert rf.counts.totals().model_dump() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1}
+    shares = [sum(1 for w in g.guesses if w) / len(g.guesses) for g in rf.recent]
     assert out["valid_share"] == shares  # the env's verdict on each move, per game
 
 
 def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: RolloutClient) -> None:
-    served = client.status()["version"]
+    served = client.status().version
     rf = rollouts(client, current=served + 2, max_staleness=1)  # the rollout cannot catch up: nothing publishes
     out = rf([seed_prompt(5)] * 2 + [seed_prompt(6)] * 2)
     assert out["env_reward"] == [None] * 4  # TRL gives unscorable rows zero advantage: no gradient
     assert len(out["completion_ids"]) == 4  # one row per prompt still, as TRL needs
-    assert rf.counts.as_dict() == {"games": 0, "replayed": 4, "dropped": 4, "max_seen": 0}
+    assert rf.counts.totals().model_dump() == {"games": 0, "replayed": 4, "dropped": 4, "max_seen": 0}
     assert list(rf.recent) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from trainer_space import TrainerConfig, TrainingSession
-from trainer_space.session import StepRecord
+from trainer_space.messages import StepRecord
 from trainer_space.ui import X_AXES, build_ui, figures, learning_figure, status_markdown
 
 
@@ -20,12 +20,13 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
 
 def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> None:
     status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
-    status.update(state="running", rollout_error="09:00:00 the rollout server refused /rollout (HTTP 502): <env>",
-                  rollout_failing=3)
+    status = status.model_copy(update={
+        "state": "running", "rollout_error": "09:00:00 the rollout server refused /rollout (HTTP 502): <env>",
+        "rollout_failing": 3})
     text = status_markdown(status)
     assert "**running**" in text and "**last rollout error** (retrying (3 failed in a row)):" in text
     assert "(HTTP 502): &lt;env&gt;" in text
-    assert "**last rollout error** (recovered)" in status_markdown({**status, "rollout_failing": 0})
+    assert "**last rollout error** (recovered)" in status_markdown(status.model_copy(update={"rollout_failing": 0}))
 
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:

@@ -10,7 +10,24 @@ to the bucket after every optimizer step.
 Heavy imports (torch, TRL, Gradio) happen inside the modules that need them.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .config import TrainerConfig
-from .session import TrainerState, TrainingSession
+from .messages import TrainerState
+
+if TYPE_CHECKING:
+    from .session import TrainingSession
 
 __all__ = ["TrainerConfig", "TrainerState", "TrainingSession"]
+
+
+def __getattr__(name: str) -> Any:
+    """`TrainingSession` is imported on first use: the session module loads torch, and `trainer_space.messages`
+    (read by the launcher's landing page) must not."""
+    if name == "TrainingSession":
+        from .session import TrainingSession
+
+        return TrainingSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

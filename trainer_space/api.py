@@ -6,8 +6,7 @@ Reading is open to everyone; ``POST /control`` (start, pause, stop) needs the ow
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from webguard import bearer_token, guard_app
 
+from .messages import ControlResponse, TrainerHistory, TrainerStatus
 from .session import AccessDenied, TrainingSession
 
 #: Largest request body: control requests are a few bytes (the UI's Gradio calls are small too).
@@ -39,20 +39,20 @@ def build_api(session: TrainingSession) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/status")
-    def status() -> dict[str, Any]:
+    def status() -> TrainerStatus:
         return session.status()
 
     @app.get("/history")
-    def history() -> dict[str, Any]:
+    def history() -> TrainerHistory:
         payloads = session.payloads.records if session.payloads is not None else []
-        return {"steps": [asdict(r) for r in session.records], "payloads": [asdict(p) for p in payloads]}
+        return TrainerHistory(steps=list(session.records), payloads=list(payloads))
 
-    @app.post("/control")
-    def control(request: ControlRequest, http: Request) -> JSONResponse:
+    @app.post("/control", response_model=ControlResponse, responses={403: {"description": "Not the owner's token"}})
+    def control(request: ControlRequest, http: Request) -> ControlResponse | JSONResponse:
         try:
             state = session.control(request.action, request.token or bearer_token(http.headers))
         except AccessDenied as e:
             return JSONResponse({"detail": str(e)}, status_code=403)
-        return JSONResponse({"state": state})
+        return ControlResponse(state=state)
 
     return app

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -24,6 +23,7 @@ from dashboard.payload import raw_bytes
 from delta.manifest import read_manifest
 from delta.publish import PublishedVersion
 
+from .messages import Payload
 from .weights import cast_into
 
 logger = logging.getLogger(__name__)
@@ -93,29 +93,6 @@ class PublishCallback(TrainerCallback):
         return control
 
 
-@dataclass(frozen=True)
-class Payload:
-    """What one committed delta cost, against the alternatives.
-
-    Attributes:
-        version: The version it produces.
-        delta_bytes: Its file(s), as written with the publisher's codec.
-        raw_bytes: The same changes in the `raw` layout: (4 + itemsize) bytes per changed element.
-        dense_bytes: The whole state (what shipping full weights costs).
-        changed: Changed elements.
-        total: Elements in the state.
-        at: Unix time it was measured (shortly after its commit).
-    """
-
-    version: int
-    delta_bytes: int
-    raw_bytes: int
-    dense_bytes: int
-    changed: int
-    total: int
-    at: float
-
-
 class PayloadLog:
     """Follows a bucket's manifest in a daemon thread and measures each new delta (reads its header only
     of the file; never decodes). `records` and `latest_header` are read by the UI and status.
@@ -160,9 +137,10 @@ class PayloadLog:
             if not entry.delta:
                 continue
             headers = [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
-            self.records.append(Payload(entry.version, sum(f.size for f in entry.delta),
-                                        sum(raw_bytes(h) for h in headers), self.dense_bytes,
-                                        sum(h.changed for h in headers), headers[0].total, time.time()))
+            self.records.append(Payload(version=entry.version, delta_bytes=sum(f.size for f in entry.delta),
+                                        raw_bytes=sum(raw_bytes(h) for h in headers), dense_bytes=self.dense_bytes,
+                                        changed=sum(h.changed for h in headers), total=headers[0].total,
+                                        at=time.time()))
             del self.records[:-self.history]
             self.latest_header = headers[0] if len(headers) == 1 else _merge(headers)
 

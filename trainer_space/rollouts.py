@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from delta.retry import RetryPolicy
 from rollout_space.errors import RolloutError
+from rollout_space.messages import Trajectory
 
 from .config import TrainerConfig
 from .staleness import StalenessCounts, stale_indices, staleness
@@ -38,7 +39,7 @@ class RolloutSource(Protocol):
     """What the rollout function needs of the rollout Space: `rollout_space.client.RolloutClient`'s `rollout`
     (tests and benchmarks pass stand-ins). Raises `rollout_space.errors.RolloutError` when a request fails."""
 
-    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[dict[str, Any]]: ...
+    def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[Trajectory]: ...
 
 
 class WordleRollouts:
@@ -63,12 +64,12 @@ class WordleRollouts:
         self.client = client
         self.current_version = current_version
         self.counts = StalenessCounts()
-        self.recent: deque[dict] = deque(maxlen=20)
+        self.recent: deque[Trajectory] = deque(maxlen=20)
         self.last_error: str | None = None
         self.failing = 0
         self._stop = stop or threading.Event()
 
-    def play(self, seeds: list[int]) -> list[dict]:
+    def play(self, seeds: list[int]) -> list[Trajectory]:
         """Play one game per seed on the rollout Space (same seed: same word), retrying with backoff while
         the rollout (or its env) fails.
 
@@ -93,7 +94,7 @@ class WordleRollouts:
             self.failing = 0
             return games
 
-    def collect(self, seeds: list[int]) -> tuple[list[dict], list[bool]]:
+    def collect(self, seeds: list[int]) -> tuple[list[Trajectory], list[bool]]:
         """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""
         c = self.config
         games = self.play(seeds)
@@ -118,20 +119,21 @@ class WordleRollouts:
         return games, dropped
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
+        """TRL's `rollout_func` output, a dict of columns: the one place trajectories become plain lists."""
         games, dropped = self.collect([prompt_seed(p) for p in prompts])
         return {
-            "prompt_ids": [g["prompt_ids"] for g in games],
-            "completion_ids": [g["completion_ids"] for g in games],
-            "logprobs": [g["logprobs"] for g in games],
-            "env_mask": [g["env_mask"] for g in games],
-            "env_reward": [None if d else float(g["reward"]) for g, d in zip(games, dropped)],
-            "won": [bool(g["won"]) for g in games],
+            "prompt_ids": [g.prompt_ids for g in games],
+            "completion_ids": [g.completion_ids for g in games],
+            "logprobs": [g.logprobs for g in games],
+            "env_mask": [g.env_mask for g in games],
+            "env_reward": [None if d else g.reward for g, d in zip(games, dropped)],
+            "won": [g.won for g in games],
             "valid_share": [valid_share(g) for g in games],
-            "rollout_version": [int(g["version"]) for g in games],
+            "rollout_version": [g.version for g in games],
         }
 
 
-def valid_share(game: dict) -> float:
+def valid_share(game: Trajectory) -> float:
     """The share of a game's moves the env scored as valid guesses (its `guesses` hold "" for the others)."""
-    moves = game.get("guesses") or []
+    moves = game.guesses
     return sum(1 for g in moves if g) / len(moves) if moves else 0.0

@@ -23,13 +23,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from rollout_space.messages import Trajectory
 from webguard import token_matches
 
 from .config import TrainerConfig
+from .messages import StepRecord, TrainerState, TrainerStatus
 from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
@@ -39,47 +39,6 @@ if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, 
     from .publishing import PayloadLog, VersionPublisher
 
 logger = logging.getLogger(__name__)
-
-
-class TrainerState(str, Enum):
-    """What `status()["state"]` says (a str, so it reads and serialises as its value)."""
-
-    RUNNING = "running"
-    """Training, or loading the model before the first step, or waiting out a failing rollout."""
-    PAUSED = "paused"
-    """Held at the end of a step (or before the first) until `start`."""
-    STOPPED = "stopped"
-    """Not running: never started, stopped by the owner, done, or ended by an error (`error`)."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One optimizer step, as the UI plots it.
-
-    Attributes:
-        step: Steps this session (all runs).
-        version: The version this step produced.
-        reward: Mean env reward of the step's games (dropped ones excluded; None if all were dropped).
-        win_rate: Fraction of the step's games won (None likewise).
-        valid_rate: Mean share of a game's moves the env scored as valid guesses (None likewise).
-        step_s: Seconds of the whole step (rollouts included).
-        cpu_s: CPU seconds this process spent in the step, all threads (the publisher's included).
-        publish_s: Seconds `publish` blocked the step (the snapshot copy).
-        at: Unix time.
-    """
-
-    step: int
-    version: int
-    reward: float | None
-    win_rate: float | None
-    valid_rate: float | None
-    step_s: float
-    cpu_s: float
-    publish_s: float
-    at: float
 
 
 class AccessDenied(PermissionError):
@@ -209,8 +168,8 @@ class TrainingSession:
         parts = self.parts
         return parts.payloads if parts is not None else None
 
-    def status(self) -> dict[str, Any]:
-        """The `/status` JSON: state, versions, step, latest reward and win rate, staleness counts.
+    def status(self) -> TrainerStatus:
+        """What ``GET /status`` answers: state, versions, step, latest reward and win rate, staleness counts.
 
         `version` is the last version committed to the bucket and `state_hash` its hash; `trainer_version`
         the version of the weights in memory (ahead while a publish is in flight). After a resume,
@@ -220,32 +179,32 @@ class TrainingSession:
         """
         parts = self.parts  # read once: the training thread sets it
         last = self.records[-1] if self.records else None
-        return {
-            "state": self.state,
-            "version": self.version,
-            "trainer_version": parts.callback.version if parts else None,
-            "state_hash": parts.state_hash if parts else None,
-            "resumed_from": parts.resumed_from if parts else None,
-            "resumed_hash": parts.resumed_hash if parts else None,
-            "step": self.steps,
-            "max_steps": self.config.max_steps,
-            "mean_reward": last.reward if last else None,
-            "win_rate": last.win_rate if last else None,
-            "valid_rate": last.valid_rate if last else None,
-            "step_s": last.step_s if last else None,
-            "max_staleness": self.config.max_staleness,
-            "staleness": parts.rollouts.counts.as_dict() if parts else None,
-            "bucket": self.config.bucket,
-            "rollout_url": self.config.rollout_url,
-            "env_url": self.config.env_url,
-            "model": self.config.model,
-            "device": self.config.device,
-            "error": self.error,
-            "rollout_error": parts.rollouts.last_error if parts else None,
-            "rollout_failing": parts.rollouts.failing if parts else 0,
-        }
+        return TrainerStatus(
+            state=self.state,
+            version=self.version,
+            trainer_version=parts.callback.version if parts else None,
+            state_hash=parts.state_hash if parts else None,
+            resumed_from=parts.resumed_from if parts else None,
+            resumed_hash=parts.resumed_hash if parts else None,
+            step=self.steps,
+            max_steps=self.config.max_steps,
+            mean_reward=last.reward if last else None,
+            win_rate=last.win_rate if last else None,
+            valid_rate=last.valid_rate if last else None,
+            step_s=last.step_s if last else None,
+            max_staleness=self.config.max_staleness,
+            staleness=parts.rollouts.counts.totals() if parts else None,
+            bucket=self.config.bucket,
+            rollout_url=self.config.rollout_url,
+            env_url=self.config.env_url,
+            model=self.config.model,
+            device=self.config.device,
+            error=self.error,
+            rollout_error=parts.rollouts.last_error if parts else None,
+            rollout_failing=parts.rollouts.failing if parts else 0,
+        )
 
-    def recent_games(self, limit: int = 10) -> list[dict]:
+    def recent_games(self, limit: int = 10) -> list[Trajectory]:
         """The latest games the trainer trained on, newest first."""
         parts = self.parts
         return list(parts.rollouts.recent)[::-1][:limit] if parts else []

@@ -18,32 +18,32 @@ from dashboard import sparsity
 from dashboard.figures import Metric, learning_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 
-from .session import AccessDenied, StepRecord, TrainingSession
+from .messages import Staleness, StepRecord, TrainerStatus
+from .session import AccessDenied, TrainingSession
 
 TICK_S = 2.0
 FEED_SIZE = 8
 _RATE_RANGE = (-0.05, 1.05)  # 0 % and 100 % points stay inside the panel
 
 
-def status_markdown(status: dict[str, Any]) -> str:
+def status_markdown(status: TrainerStatus) -> str:
     """One status block from `session.status()`."""
-    stale = status.get("staleness") or {}
-    reward = status["mean_reward"]
-    win = status["win_rate"]
+    stale = status.staleness or Staleness()
+    reward = status.mean_reward
     lines = [
-        f"**{status['state']}** · version **{status['version']}** · step **{status['step']}** / {status['max_steps']}",
-        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(win)} · valid guesses "
-         f"{_percent(status.get('valid_rate'))} · step {status['step_s'] or 0:.1f} s"),
-        (f"staleness bound {status['max_staleness']} versions: {stale.get('games', 0)} games trained on, "
-         f"{stale.get('replayed', 0)} replayed, {stale.get('dropped', 0)} dropped"),
-        f"training on **{status.get('device')}** · bucket `{status['bucket']}` · rollout {status['rollout_url']}",
+        f"**{status.state}** · version **{status.version}** · step **{status.step}** / {status.max_steps}",
+        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
+         f"guesses {_percent(status.valid_rate)} · step {status.step_s or 0:.1f} s"),
+        (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
+         f"{stale.replayed} replayed, {stale.dropped} dropped"),
+        f"training on **{status.device}** · bucket `{status.bucket}` · rollout {status.rollout_url}",
     ]
-    if status.get("error"):
-        lines.append(f"**error:** {status['error']}")
-    if status.get("rollout_error"):
-        failing = status.get("rollout_failing") or 0
+    if status.error:
+        lines.append(f"**error:** {status.error}")
+    if status.rollout_error:
+        failing = status.rollout_failing
         state = f"retrying ({failing} failed in a row)" if failing else "recovered"
-        lines.append(f"**last rollout error** ({state}): {html.escape(str(status['rollout_error']))}")
+        lines.append(f"**last rollout error** ({state}): {html.escape(status.rollout_error)}")
     return "\n\n".join(lines)
 
 

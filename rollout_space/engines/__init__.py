@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import settings
 
-from .base import Completion, Engine, EngineConfig, SamplingParams
+from ..messages import Completion
+from .base import Engine, EngineConfig, SamplingParams
 from .errors import EngineError, PromptError, UpdateRefusedError
 
 ENGINES = settings.ENGINES  # the names `open_engine` takes

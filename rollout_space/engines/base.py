@@ -28,6 +28,7 @@ import torch
 
 import delta
 
+from ..messages import Completion
 from .errors import EngineError, PromptError, UpdateRefusedError
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -104,28 +105,6 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One generated completion.
-
-    Attributes:
-        prompt_ids: The prompt's token ids.
-        token_ids: The sampled token ids, the stop token included when generation stopped on one.
-        logprobs: Per sampled token, its log-probability under the model's raw distribution
-            (log_softmax of the logits, before temperature or top-p): what an RL trainer compares with.
-        text: `token_ids` decoded, special tokens skipped.
-        finish_reason: `stop` (a stop token was sampled) or `length` (max_tokens or max_model_len reached).
-        version: The weight version that produced every token of it.
-    """
-
-    prompt_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: str
-    version: int
 
 
 @dataclass(frozen=True)
@@ -213,8 +192,9 @@ class Engine(ABC):
             version = self._version
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
-        return [Completion(p, s.token_ids, s.logprobs, self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
-                           s.finish_reason, version) for p, s in zip(ids, sampled)]
+        return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
+                           text=self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                           finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled)]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
         """Log-probability of each prompt token given the ones before it (for tests and scoring).
