@@ -115,17 +115,17 @@ def _run(model: str, kind: str, seconds: float, interval: float, lr: float, poll
             records = [r for r in follower.records() if r.via == "delta"]
         finally:
             engine.close()
+    timed = [r for r in records if r.lag_s is not None]  # the manifest said when each was published
     header = follower.last_header()
     density = (sum(t.changed for t in header.tensors) / sum(t.numel for t in header.tensors)) if header else 0.0
     return {"base_tps": totals[False][0] / totals[False][1], "tps": totals[True][0] / totals[True][1],
             "versions": len(records),
-            "pause_ms": statistics.median(r.pause_s for r in records) * 1e3 if records else float("nan"),
-            "lag_s": _median([r.lag_s for r in records if r.lag_s is not None]),
-            "ready_s": _median([r.lag_s - r.wait_s for r in records if r.lag_s is not None]),
+            "pause_ms": _median([r.pause_s for r in records]) * 1e3,
+            "lag_s": _median([r.lag_s for r in timed]),
+            "ready_s": _median([r.lag_s - r.wait_s for r in timed]),
             # Where the lag goes: the trainer's hand-off to the version being found in the bucket (encode,
             # upload, the poll's wait), then fetch, decode, the batch in flight and the engine's load.
-            "found_s": _median([r.lag_s - r.wait_s - r.pause_s - r.fetch_s - r.decode_s
-                                for r in records if r.lag_s is not None]),
+            "found_s": _median([r.lag_s - r.wait_s - r.pause_s - r.fetch_s - r.decode_s for r in timed]),
             "fetch_s": _median([r.fetch_s for r in records]), "decode_s": _median([r.decode_s for r in records]),
             "wait_s": _median([r.wait_s for r in records]),
             "mb": statistics.mean(r.bytes_fetched for r in records) / 1e6 if records else 0.0, "density": density}

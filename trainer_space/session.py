@@ -181,7 +181,7 @@ class TrainingSession:
         last = self.records[-1] if self.records else None
         return TrainerStatus(
             state=self.state,
-            version=self.version,
+            version=parts.version if parts else 0,
             trainer_version=parts.callback.version if parts else None,
             state_hash=parts.state_hash if parts else None,
             resumed_from=parts.resumed_from if parts else None,

@@ -276,7 +276,7 @@ class Engine(ABC):
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:
         with self._lock:
-            if self._closed or self._closing.is_set():
+            if self._closing.is_set():  # set by `interrupt`, and always before `_closed`
                 raise EngineError("the engine is closed; start a new one", version=self._version)
             yield
 
