@@ -9,9 +9,14 @@ from pydantic import BaseModel, ValidationError
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
+#: Statuses that say the request itself is wrong (a token, a cap, a route or a body the server does not
+#: take): asking again cannot succeed. Anything else (408, 409, 429, 5xx) may pass on a later try.
+REFUSALS = frozenset({400, 401, 403, 404, 405, 413, 422})
+
 
 def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None, *, what: str,
-                 flag: str, error: type[Exception], answer: type[Answer]) -> Answer:
+                 flag: str, error: type[Exception], answer: type[Answer],
+                 refused: type[Exception] | None = None) -> Answer:
     """`method path` with a JSON body; the answer parsed as `answer`.
 
     Args:
@@ -19,6 +24,8 @@ def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any
         flag: The setting that points at it ("--env-url"), named when it does not answer.
         error: Raised on failure: no answer, an HTTP error, or an answer that is not an `answer`.
         answer: The model of the answer.
+        refused: Raised instead of `error` for a status in `REFUSALS` (default: `error`), so callers that
+            retry can tell a request that will never pass from a server that is down.
     """
     try:
         response = http.request(method, path, json=body)
@@ -30,7 +37,8 @@ def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any
         except ValueError:
             refusal = None
         detail = refusal.get("detail", response.text) if isinstance(refusal, dict) else response.text
-        raise error(f"{what} refused {path} (HTTP {response.status_code}): {detail}")
+        kind = refused if refused is not None and response.status_code in REFUSALS else error
+        raise kind(f"{what} refused {path} (HTTP {response.status_code}): {detail}")
     try:
         return answer.model_validate_json(response.content)
     except ValidationError as e:

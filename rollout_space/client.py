@@ -10,12 +10,13 @@ import httpx
 from webguard import auth_headers
 
 from ._http import Answer, request_json
-from .errors import RolloutError
+from .errors import RolloutError, RolloutRefusedError
 from .messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
 
 class RolloutClient:
-    """Talks to one rollout server.
+    """Talks to one rollout server. Its methods raise `RolloutRefusedError` when the server refuses the
+    request itself (token, caps, route) and `RolloutError` for any other failure.
 
     Args:
         url: Base URL, e.g. ``http://127.0.0.1:7862`` or ``https://user-rollout.hf.space``.
@@ -58,4 +59,4 @@ class RolloutClient:
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None, answer: type[Answer]) -> Answer:
         return request_json(self._http, method, path, body, what=f"the rollout server at {self.url}",
-                            flag="--rollout-url", error=RolloutError, answer=answer)
+                            flag="--rollout-url", error=RolloutError, answer=answer, refused=RolloutRefusedError)

@@ -7,6 +7,11 @@ class RolloutError(RuntimeError):
     """Base class of the rollout Space's errors."""
 
 
+class RolloutRefusedError(RolloutError):
+    """The rollout server refused the request itself (a wrong or missing token, a request over its caps,
+    a route it does not have): sending it again cannot succeed, so callers do not retry it."""
+
+
 class EnvUnavailableError(RolloutError):
     """The env Space did not answer, or refused a request; the message says which and what to check."""
 

@@ -1,6 +1,7 @@
 """The rollout as an anonymous visitor meets it, on real servers on loopback (tiny model, env and
-rollout with their tokens, as `python app.py` starts them): the trainer's routes need the token,
-input is bounded, and /health and /status answer while generate calls queue on the engine."""
+rollout with their tokens, as `python app.py` starts them): the trainer's routes need the token (a
+trainer with a wrong one stops at once, saying so), input is bounded, and /health and /status answer
+while generate calls queue on the engine."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import httpx
 import pytest
 
 from rollout_space.client import RolloutClient
-from rollout_space.errors import RolloutError
+from rollout_space.errors import RolloutRefusedError
 from tests._env_server import running_server
-from tests._trainer_stack import tiny_model
+from tests._trainer_stack import tiny_model, wait_until
+from trainer_space import TrainerConfig, TrainerState, TrainingSession
 
 TOKENS = {"ENV_TOKEN": "env-secret", "ROLLOUT_TOKEN": "rollout-secret"}
 
@@ -25,7 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with running_server("env", env={"ENV_TOKEN": TOKENS["ENV_TOKEN"]}) as env, running_server(
             "rollout", "--bucket", str(root / "bucket"), "--model", tiny_model(str(root / "model")), "--env-url", env,
             "--engine", "transformers", "--showcase-every", "0", "--max-tokens", "64", env=TOKENS) as url:
-        yield {"url": url, "env": env}
+        yield {"url": url, "env": env, "model": str(root / "model")}
 
 
 @pytest.mark.parametrize("path, body", [("/generate", {"prompts": ["hi"], "max_tokens": 2}),
@@ -44,8 +46,25 @@ def test_with_the_token_games_are_the_policys_in_the_env(stack: dict[str, Any]) 
         assert client.generate(["hi"], max_tokens=2).completions[0].token_ids
     recorded = {g["episode_id"]: g for g in httpx.get(stack["env"] + "/games", params={"limit": 200}).json()}
     assert recorded[game.episode_id]["player"] == f"policy v{game.version}"  # sent with the env token
-    with RolloutClient(stack["url"], timeout=30, token="wrong") as client, pytest.raises(RolloutError, match="401"):
+    with RolloutClient(stack["url"], timeout=30, token="wrong") as client, pytest.raises(RolloutRefusedError,
+                                                                                        match="401"):
         client.rollout([{"seed": 8}], max_tokens=2)
+
+
+def test_a_trainer_with_a_wrong_token_stops_at_once_and_says_which(stack: dict[str, Any], tmp_path) -> None:
+    """A wrong token cannot start working later: the run ends on the first refusal (no retry loop), and
+    status says what to set."""
+    config = TrainerConfig(str(tmp_path / "bucket"), stack["url"], stack["model"], rollout_token="wrong",
+                           games_per_step=2, num_generations=2, max_tokens=2, max_turns=1, retry_wait=0.1)
+    session = TrainingSession(config)
+    session.start()
+    try:
+        status = wait_until(lambda: (s := session.status()).state is TrainerState.STOPPED and s, 120,
+                            "the run to stop on the refusal")
+    finally:
+        session.close()
+    assert status.error.startswith("RolloutRefusedError") and "HTTP 401" in status.error
+    assert "ROLLOUT_TOKEN" in status.error and status.rollout_failing == 1 and status.step == 0
 
 
 @pytest.mark.parametrize("body", [

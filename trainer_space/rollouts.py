@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from delta.retry import RetryPolicy
-from rollout_space.errors import RolloutError
+from rollout_space.errors import RolloutError, RolloutRefusedError
 from rollout_space.messages import Trajectory
 
 from .config import TrainerConfig
@@ -75,6 +75,8 @@ class WordleRollouts:
 
         Raises:
             RolloutsStopped: the session stopped while waiting to retry.
+            RolloutRefusedError: the rollout refused the request itself (a wrong token, a request over its
+                caps): no retry, since the same request would be refused again.
         """
         c = self.config
         policy = RetryPolicy(None, c.retry_wait, c.retry_max_wait)
@@ -86,6 +88,8 @@ class WordleRollouts:
             except RolloutError as e:
                 self.failing += 1
                 self.last_error = f"{time.strftime('%H:%M:%S')} {e}"
+                if isinstance(e, RolloutRefusedError):
+                    raise
                 wait = policy.delay(self.failing)
                 logger.warning("rollout request failed (%d in a row), retrying in %.1f s: %s", self.failing, wait, e)
                 if self._stop.wait(wait):

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rollout_space.errors import RolloutRefusedError
 from rollout_space.messages import Trajectory
 from webguard import token_matches
 
@@ -261,6 +262,9 @@ class TrainingSession:
             trainer.train()
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
+        except RolloutRefusedError as e:  # a setting to fix (token, caps), not a bug: no traceback
+            logger.error("training stopped: %s", e)
+            self.error = f"{type(e).__name__}: {e}"
         except Exception as e:  # reported through status(); the thread ends
             logger.exception("training stopped on an error")
             self.error = f"{type(e).__name__}: {e}"
