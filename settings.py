@@ -28,9 +28,16 @@ DEFAULT_ROLLOUT_URL = "http://127.0.0.1:7862"
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 #: The rollout's inference engines (`rollout_space.engines`).
 ENGINES = ("transformers", "vllm")
+#: Seconds the launcher gives each app to exit after SIGTERM before it kills the app's process group.
+STOP_TIMEOUT_S = 30
 #: Seconds a server lets requests in flight finish after SIGTERM before it cancels them and closes
-#: (a rollout batch on a CPU can run for minutes; the launcher kills an app after 30 s).
+#: (a rollout batch on a CPU can run for minutes).
 SHUTDOWN_GRACE_S = 5
+#: Seconds a stopping trainer waits for the step in flight (one takes a minute or more on a CPU) before
+#: leaving it unfinished, and then for its last finished version to reach the bucket. With the
+#: server's grace they fit inside STOP_TIMEOUT_S, so a stop never kills the trainer mid-upload.
+TRAINER_STEP_WAIT_S = 10
+TRAINER_FLUSH_S = 12
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class LauncherConfig:
     owner_token: str | None = None
     logs: str = str(REPO / ".cache" / "app" / "logs")
     ready_timeout_s: float = 900.0
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: float = settings.STOP_TIMEOUT_S
     rollout_args: list[str] = field(default_factory=list)
     trainer_args: list[str] = field(default_factory=list)
 
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s,
                         help="seconds each app may take to get ready (default 900)")
     parser.add_argument("--stop-timeout", type=float, default=d.stop_timeout_s,
-                        help="seconds each app gets to exit on Ctrl-C before it is killed (default 30)")
+                        help=f"seconds each app gets to exit on Ctrl-C before it is killed (default {d.stop_timeout_s:g})")
     parser.add_argument("--rollout-args", default="", help="extra flags for the rollout, one quoted string")
     parser.add_argument("--trainer-args", default="",
                         help="extra flags for the trainer, one quoted string (e.g. \"--max-steps 50\")")

@@ -94,9 +94,11 @@ class TrainerParts:
         last = self.publisher.last if self.publisher is not None else None
         return last.state_hash if last is not None else None
 
-    def close(self, timeout: float | None = None) -> None:
-        """Flush the last version to the bucket and stop the publisher's and the payload log's threads."""
-        if self.publisher is not None:
-            self.publisher.close(timeout)
-        if self.payloads is not None:
-            self.payloads.close()
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush the last version to the bucket and stop the publisher's and the payload log's threads;
+        True if that version was committed within `timeout` seconds (or nothing was to be)."""
+        try:
+            return self.publisher.close(timeout) if self.publisher is not None else True
+        finally:
+            if self.payloads is not None:
+                self.payloads.close()

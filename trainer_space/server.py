@@ -26,4 +26,4 @@ def serve(session: TrainingSession, host: str, port: int) -> None:
         uvicorn.run(build_app(session), host=host, port=port, log_level="warning",
                     timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)
     finally:
-        session.close()
+        session.close(step_wait=settings.TRAINER_STEP_WAIT_S, flush_timeout=settings.TRAINER_FLUSH_S)

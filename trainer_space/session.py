@@ -148,12 +148,24 @@ class TrainingSession:
             return not self._thread.is_alive()
         return True
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop, wait for the run, flush the last version to the bucket and stop the helper threads."""
+    def close(self, step_wait: float = 60.0, flush_timeout: float = 60.0) -> None:
+        """Stop, wait for the run, flush the last version to the bucket and stop the helper threads.
+
+        Args:
+            step_wait: Seconds to wait for the step in flight to end; after that it is left unfinished (its
+                thread ends with the process) and the last finished version is flushed.
+            flush_timeout: Seconds to wait for that version to be committed.
+        """
         self.stop()
-        self.wait(timeout)
-        if self.parts is not None:
-            self.parts.close(timeout)
+        finished = self.wait(step_wait)
+        parts = self.parts
+        if parts is None:
+            return
+        if not finished:
+            logger.warning("the step in flight did not end within %.0f s: left unfinished; flushing version %d",
+                           step_wait, parts.callback.version)
+        if not parts.close(flush_timeout):
+            logger.warning("version %d was not committed within %.0f s", parts.callback.version, flush_timeout)
 
     # -- what the UI and the API read ----------------------------------------------------------------
 
