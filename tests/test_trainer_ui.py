@@ -29,6 +29,18 @@ def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> 
     assert "**last rollout error** (recovered)" in status_markdown(status.model_copy(update={"rollout_failing": 0}))
 
 
+def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
+    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    refusal = "the rollout server at http://r refused /rollout (HTTP 401): send Bearer <ROLLOUT_TOKEN>"
+    text = status_markdown(status.model_copy(update={
+        "state": "stopped", "error": f"RolloutRefusedError: {refusal}", "rollout_error": f"09:00:00 {refusal}",
+        "rollout_failing": 1}))
+    assert "**error:** RolloutRefusedError:" in text and "Bearer &lt;ROLLOUT_TOKEN&gt;" in text  # not an HTML tag
+    assert "retrying" not in text and "last rollout error" not in text  # said once, not as a retry
+    other = status.model_copy(update={"state": "stopped", "rollout_error": "09:00:00 HTTP 502", "rollout_failing": 2})
+    assert "**last rollout error** (the run stopped): 09:00:00 HTTP 502" in status_markdown(other)
+
+
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
                           step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n) for n in (1, 2, 3)]

@@ -18,7 +18,7 @@ from dashboard import sparsity
 from dashboard.figures import Metric, learning_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 
-from .messages import Staleness, StepRecord, TrainerStatus
+from .messages import Staleness, StepRecord, TrainerState, TrainerStatus
 from .session import AccessDenied, TrainingSession
 
 TICK_S = 2.0
@@ -39,11 +39,17 @@ def status_markdown(status: TrainerStatus) -> str:
         f"training on **{status.device}** · bucket `{status.bucket}` · rollout {status.rollout_url}",
     ]
     if status.error:
-        lines.append(f"**error:** {status.error}")
-    if status.rollout_error:
+        lines.append(f"**error:** {html.escape(status.error)}")
+    rollout_error = status.rollout_error
+    if rollout_error and not (status.error and rollout_error.split(" ", 1)[-1] in status.error):  # said just above
         failing = status.rollout_failing
-        state = f"retrying ({failing} failed in a row)" if failing else "recovered"
-        lines.append(f"**last rollout error** ({state}): {html.escape(status.rollout_error)}")
+        if not failing:
+            state = "recovered"
+        elif status.state == TrainerState.STOPPED:
+            state = "the run stopped"
+        else:
+            state = f"retrying ({failing} failed in a row)"
+        lines.append(f"**last rollout error** ({state}): {html.escape(rollout_error)}")
     return "\n\n".join(lines)
 
 
