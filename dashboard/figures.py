@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -130,9 +130,7 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                       secondary_y=True)
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
-    span = max(versions) - min(versions)
-    fig.update_xaxes(title_text="version", tickformat="d", dtick=max(1, math.ceil(span / 10)),
-                     range=[min(versions) - 0.6, max(versions) + 0.6])
+    fig.update_xaxes(title_text="version", range=[min(versions) - 0.6, max(versions) + 0.6], **_whole_ticks(versions))
     sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
     fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False,
                      range=[math.log10(min(sizes)) - 1, math.log10(max(sizes)) + 0.5])
@@ -141,9 +139,16 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
     return fig
 
 
+def _whole_ticks(x: Sequence[float]) -> dict[str, Any]:
+    """x-axis settings for counts (steps, versions): ticks on whole numbers only (no "step 1.5"), ~10 at most."""
+    span = max(x) - min(x) if len(x) else 0
+    return {"tickformat": "d", "dtick": max(1, math.ceil(span / 10))}
+
+
 def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_title: str = "",
-                log_y: bool = False, y_range: tuple[float, float] | None = None) -> go.Figure:
-    """Named lines on one axis: the building block of the training curves."""
+                log_y: bool = False, y_range: tuple[float, float] | None = None, whole_x: bool = False) -> go.Figure:
+    """Named lines on one axis: the building block of the training curves. `whole_x`: x counts steps or
+    versions, ticked on whole numbers."""
     if not any(len(s.x) for s in series):
         return _empty(title, "No data yet")
     fig = go.Figure()
@@ -152,7 +157,7 @@ def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_t
                                  line={"dash": s.dash} if s.dash else None, connectgaps=False))
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25})
-    fig.update_xaxes(title_text=x_title)
+    fig.update_xaxes(title_text=x_title, **(_whole_ticks([v for s in series for v in s.x]) if whole_x else {}))
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", range=y_range)
     return fig
 
@@ -167,9 +172,10 @@ class Metric:
 
 
 def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str = "step",
-                    title: str = "Is it learning?", smoothing: float = SMOOTHING) -> go.Figure:
+                    title: str = "Is it learning?", smoothing: float = SMOOTHING, whole_x: bool = True) -> go.Figure:
     """One panel per metric, sharing the x axis: each step as a faint point and its exponential
-    moving average (``dashboard.smoothing.ema`` with weight ``smoothing``) as a line."""
+    moving average (``dashboard.smoothing.ema`` with weight ``smoothing``) as a line. `whole_x`: x counts
+    steps, ticked on whole numbers (False for time)."""
     if not len(x):
         return _empty(title, "No training step yet")
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
@@ -189,12 +195,15 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
     fig.update_layout(title=title, height=HEIGHT + 140 * (len(metrics) - 1), margin=_MARGIN,
                       template="plotly_white", legend={"orientation": "h", "y": -0.12})
     fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
+    if whole_x:
+        fig.update_xaxes(**_whole_ticks(x))
     return fig
 
 
 def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
                    raw_bytes: Sequence[float | None] | None = None, dense_bytes: float | None = None,
-                   codec: str = "default codec", title: str = "Bytes published per step") -> go.Figure:
+                   codec: str = "default codec", title: str = "Bytes published per step",
+                   x_title: str = "version") -> go.Figure:
     """Bytes per published version: the codec in use, the ``raw`` (TRL layout) size of the same delta
     and the dense model as a flat line, on a log axis (they differ by orders of magnitude)."""
     series = [Series(codec, steps, codec_bytes)]
@@ -202,4 +211,4 @@ def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
         series.append(Series("raw (int32 + values)", steps, raw_bytes, dash="dash"))
     if dense_bytes is not None:
         series.append(Series("dense model", steps, [dense_bytes] * len(steps), dash="dot"))
-    return line_curves(series, title, "step", "bytes", log_y=True)
+    return line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)

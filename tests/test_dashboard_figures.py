@@ -89,10 +89,13 @@ def test_learning_and_payload_curves() -> None:
     assert reward_ema.y[1] is None and win.yaxis == "y2" and tuple(fig.layout.yaxis2.range) == (0.0, 1.0)
     assert [a.text for a in fig.layout.annotations] == ["mean reward", "win rate"]
     assert _message(learning_curves([], [Metric("mean reward", [])])) == "No training step yet"
+    assert (fig.layout.xaxis2.dtick, fig.layout.xaxis2.tickformat) == (1, "d")  # no "step 1.5"
+    assert learning_curves([0.5, 1.7], [Metric("r", [0, 1])], whole_x=False).layout.xaxis.dtick is None  # minutes
 
     fig = payload_curves([1, 2], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
     assert [t.name for t in fig.data] == ["ctx", "raw (int32 + values)", "dense model"]
     assert list(fig.data[2].y) == [1e6, 1e6]
+    assert (fig.layout.xaxis.title.text, fig.layout.xaxis.dtick) == ("version", 1)
     assert fig.layout.yaxis.type == "log"
     assert [t.name for t in payload_curves([1], [5]).data] == ["default codec"]
     assert _message(line_curves([Series("a", [], [])], "t")) == "No data yet"

@@ -68,7 +68,7 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
     metrics = [Metric("mean reward", [r.reward for r in records]),
                Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
                Metric("valid-guess rate", [r.valid_rate for r in records], _RATE_RANGE)]
-    return learning_curves(x, metrics, x_title=x_axis)
+    return learning_curves(x, metrics, x_title=x_axis, whole_x=x_axis == X_AXES[0])
 
 
 def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any]:
@@ -78,7 +78,6 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
                              codec=session.config.codec or "default codec (ctx)")
-    payload.update_xaxes(title_text="version")
     header = session.payloads.latest_header if session.payloads is not None else None
     title = f"Changed elements per layer and kind, version {header.version}" if header else None
     heatmap = sparsity_heatmap(sparsity(header) if header else None, title)
