@@ -16,8 +16,8 @@ class WordleGame:
     """A single game against a fixed secret, usable without any server.
 
     Not thread-safe: callers serialise moves (the session store holds a lock). Invalid moves
-    (no guess found, not an allowed word) do not use up a guess, but each costs a penalty, and the
-    game is lost at the first invalid move beyond ``max_invalid_moves`` (None: no limit).
+    (no guess found, not an allowed word, a word already guessed) do not use up a guess, but each costs
+    a penalty, and the game is lost at the first invalid move beyond ``max_invalid_moves`` (None: no limit).
 
     Example:
         >>> game = WordleGame("crane", load_word_lists(), episode_id="e1", player="human")
@@ -80,7 +80,7 @@ class WordleGame:
             raise GameOverError(self.episode_id)
         self._steps += 1
         parsed = prompt.parse_guess(text)
-        error = parsed.error or self._words.check(parsed.word or "")
+        error = parsed.error or self._words.check(parsed.word or "") or self._repeated(parsed.word or "")
         self._replies.append(text[:MAX_REPLY_CHARS])
         self._guesses.append("" if error is not None else parsed.word or "")
         if error is not None:
@@ -107,6 +107,12 @@ class WordleGame:
         )
         self._message = "\n".join(lines)
         return self.observe()
+
+    def _repeated(self, word: str) -> str | None:
+        """A word already on the board tells nothing new, so it is refused like any invalid move: a person
+        keeps the row, and a policy that writes one word every turn (small models copy the instructions'
+        example) is penalised for it instead of scoring it as a valid guess."""
+        return f"{word.upper()} was already guessed" if any(row.word == word for row in self._rows) else None
 
     def observe(self) -> WordleObservation:
         """The current observation; the secret shows only once the game is over."""

@@ -4,7 +4,8 @@ reward = format + validity + progress + win, where
 
 - format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
             ``no_guess`` when no guess could be found at all;
-- validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word;
+- validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word, or was
+            already guessed in this game;
 - progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
             p = (greens + yellows / 2) / 5. This is potential-based shaping: over a game it adds up
             to at most ``progress_weight``, so playing longer never earns more;
@@ -38,7 +39,7 @@ class RewardConfig:
     no_guess: float = -0.2
     """Nothing that looks like a guess."""
     invalid_word: float = -0.1
-    """A guess with the wrong length, non-letters, or not in the word list."""
+    """A guess with the wrong length, non-letters, not in the word list, or already guessed."""
 
     def __post_init__(self) -> None:
         if self.win <= 0 or self.speed < 0 or self.progress_weight < 0:

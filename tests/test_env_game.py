@@ -3,6 +3,7 @@ import pytest
 from env_space.errors import GameOverError, InvalidSecretError
 from env_space.game import WordleGame
 from env_space.prompt import INSTRUCTIONS
+from env_space.rewards import DEFAULT_REWARDS
 from env_space.words import load_word_lists
 
 
@@ -50,14 +51,27 @@ def test_invalid_moves_do_not_use_a_guess_but_are_penalised() -> None:
     assert obs.reward == pytest.approx(0.2 - 0.05)  # untagged
 
 
+WRONG = ("fjord", "pique", "bumpy", "whisk", "glyph", "vexed")  # six allowed words, none of them a secret here
+
+
 def test_six_wrong_guesses_lose() -> None:
     game = new_game()
-    for _ in range(5):
-        assert not game.step("<guess>fjord</guess>").done
-    obs = game.step("<guess>fjord</guess>")
+    for word in WRONG[:5]:
+        assert not game.step(f"<guess>{word}</guess>").done
+    obs = game.step(f"<guess>{WRONG[5]}</guess>")
     assert obs.done and not obs.won and obs.guesses_left == 0 and obs.secret == "crane"
     assert obs.message.endswith("Game over (no guesses left): the word was CRANE.")
-    assert game.record().words == ("fjord",) * 6 and not game.record().won
+    assert game.record().words == WRONG and not game.record().won
+
+
+def test_a_word_already_guessed_is_an_invalid_move() -> None:
+    game = new_game()
+    first = game.step("<guess>fjord</guess>")
+    again = game.step("<guess>FJORD</guess>")
+    assert first.last_move_valid and not again.last_move_valid and again.error == "FJORD was already guessed"
+    assert again.reward == pytest.approx(DEFAULT_REWARDS.invalid_word) and again.guesses_left == first.guesses_left
+    assert again.message.startswith("Invalid move: FJORD was already guessed.")
+    assert game.record().words == ("fjord",) and game.record().invalid_moves == 1
 
 
 def test_too_many_invalid_moves_lose() -> None:
