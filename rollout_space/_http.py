@@ -9,9 +9,10 @@ from pydantic import BaseModel, ValidationError
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
-#: Statuses that say the request itself is wrong (a token, a cap, a route or a body the server does not
-#: take): asking again cannot succeed. Anything else (408, 409, 429, 5xx) may pass on a later try.
-REFUSALS = frozenset({400, 401, 403, 404, 405, 413, 422})
+#: Statuses that say the request itself is wrong (a token, a cap, a body the server does not take): asking
+#: again cannot succeed. Anything else may pass on a later try: 408, 409, 429, 5xx, and 404 too, which a
+#: hosting proxy may answer while a Space restarts.
+REFUSALS = frozenset({400, 401, 403, 413, 422})
 
 
 def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None, *, what: str,

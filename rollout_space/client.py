@@ -16,7 +16,7 @@ from .messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajecto
 
 class RolloutClient:
     """Talks to one rollout server. Its methods raise `RolloutRefusedError` when the server refuses the
-    request itself (token, caps, route) and `RolloutError` for any other failure.
+    request itself (token, caps, body) and `RolloutError` for any other failure.
 
     Args:
         url: Base URL, e.g. ``http://127.0.0.1:7862`` or ``https://user-rollout.hf.space``.

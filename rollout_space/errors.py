@@ -8,8 +8,8 @@ class RolloutError(RuntimeError):
 
 
 class RolloutRefusedError(RolloutError):
-    """The rollout server refused the request itself (a wrong or missing token, a request over its caps,
-    a route it does not have): sending it again cannot succeed, so callers do not retry it."""
+    """The rollout server refused the request itself (a wrong or missing token, a request over its caps or
+    malformed): sending it again cannot succeed, so callers do not retry it."""
 
 
 class EnvUnavailableError(RolloutError):
