@@ -19,7 +19,8 @@ local bucket with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer
 needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
 unless `--games`, `--max-tokens`, `--max-turns` or `--lr` say otherwise; then the trainer's `/history`
 is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
-first and the last `--window` steps) and drawn (those three per step; bytes per version: the default
+first and the last `--window` steps; how many different words the policy's last 40 games scored) and
+those games (what the policy wrote), and drawn (those three per step; bytes per version: the default
 codec, `raw`, the dense model) to `--png`.
 """
 
@@ -35,8 +36,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 import torch
+from pydantic import TypeAdapter
 
 import delta
+from env_space.schema import GameRecord
 from rollout_space.messages import RolloutStatus, Trajectory
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
@@ -166,6 +169,8 @@ def real_run(args: argparse.Namespace) -> None:
             history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
             status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
             rollout = RolloutStatus.model_validate_json(httpx.get(f"{url['rollout']}/status", timeout=10).content)
+            games = _GAMES.validate_json(httpx.get(f"{url['env']}/games", params={"limit": LAST_GAMES, "policy_only": True},
+                                                   timeout=10).content)
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -176,15 +181,25 @@ def real_run(args: argparse.Namespace) -> None:
                     p.kill()
                     p.wait()
     command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    results = summary(history.steps, args.window)
+    results = {**summary(history.steps, args.window), "distinct_words_last_games": len({w for g in games for w in g.words})}
+    print(f"the policy's last {len(games)} games (newest first):")
+    for g in games[:8]:
+        first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
+        print(f"  {g.player}: {' '.join(g.words).upper() or '(no valid guess)'}, {g.invalid_moves} invalid, "
+              f"reward {g.total_reward:+.2f}{first}")
     print(json.dumps(results, indent=1))
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({**history.model_dump(mode="json"), "status": status.model_dump(mode="json"),
                    "rollout": rollout.model_dump(mode="json"), "command": command, "minutes": args.minutes,
-                   "summary": results}, f, indent=1)
+                   "summary": results, "last_games": [g.model_dump(mode="json") for g in games]}, f, indent=1)
     plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
     print(f"saved {args.json} and {args.png}")
+
+
+#: The policy's latest games (from the env) kept in the JSON, to show what it writes by the end.
+LAST_GAMES = 40
+_GAMES = TypeAdapter(list[GameRecord])
 
 
 def _given(flags: dict[str, object]) -> list[str]:
@@ -230,6 +245,7 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps, payloads = history.steps, history.payloads
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
@@ -248,6 +264,8 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     right.set_ylabel("bytes")
     right.set_title("Bytes per published version")
     right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8)
+    for axis in (left, right):  # steps and versions are counts: no "2.5"
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
