@@ -14,6 +14,7 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     assert isinstance(build_ui(session), gr.Blocks)
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
+    assert "valid guesses - · step -" in text  # no step yet: no made-up 0.0 s
     learning, payload, heatmap = figures(session)  # no data yet: figures that say so, no error
     assert all(f.layout.title.text for f in (learning, payload, heatmap))
 

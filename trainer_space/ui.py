@@ -33,7 +33,7 @@ def status_markdown(status: TrainerStatus) -> str:
     lines = [
         f"**{status.state}** · version **{status.version}** · step **{status.step}** / {status.max_steps}",
         (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
-         f"guesses {_percent(status.valid_rate)} · step {status.step_s or 0:.1f} s"),
+         f"guesses {_percent(status.valid_rate)} · step {'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
          f"{stale.replayed} replayed, {stale.dropped} dropped"),
         f"training on **{status.device}** · bucket `{status.bucket}` · rollout {status.rollout_url}",
