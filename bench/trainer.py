@@ -8,8 +8,8 @@
 Runs the trainer Space's own `TrainingSession` (TRL's GRPOTrainer, the publish callback, a local bucket)
 on a fixed batch of games replayed every step (prompt and completion token ids of Wordle-game length,
 rewards that differ within each group), so every step does the same training work. The publisher is
-called every third step only (`EveryThird`, the session's `wrap_publisher`): in each triple, the first step pays the snapshot copy, the
-second runs beside the background encode and upload (on the same cores), the third is clean. The ratio
+called every third step only (`EveryThird`, the session's `wrap_publisher`): in each triple, the first
+step pays the snapshot copy, the second runs beside the background encode and upload (on the same cores), the third is clean. The ratio
 (first + second) / (2 x third), median over triples, is what publishing after every step costs; the
 interleaving keeps it honest on a shared machine whose load drifts between runs. A real step also waits
 for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a step.
@@ -169,8 +169,8 @@ def real_run(args: argparse.Namespace) -> None:
             history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
             status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
             rollout = RolloutStatus.model_validate_json(httpx.get(f"{url['rollout']}/status", timeout=10).content)
-            games = _GAMES.validate_json(httpx.get(f"{url['env']}/games", params={"limit": LAST_GAMES, "policy_only": True},
-                                                   timeout=10).content)
+            games = _GAMES.validate_json(httpx.get(f"{url['env']}/games", timeout=10,
+                                                   params={"limit": LAST_GAMES, "policy_only": True}).content)
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -181,7 +181,8 @@ def real_run(args: argparse.Namespace) -> None:
                     p.kill()
                     p.wait()
     command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    results = {**summary(history.steps, args.window), "distinct_words_last_games": len({w for g in games for w in g.words})}
+    results = {**summary(history.steps, args.window),
+               "distinct_words_last_games": len({w for g in games for w in g.words})}
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""

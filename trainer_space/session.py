@@ -274,11 +274,11 @@ class TrainingSession:
             trainer.train()
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
-        except RolloutRefusedError as e:  # a setting to fix (token, caps), not a bug: no traceback
-            logger.error("training stopped: %s", e)
-            self.error = f"{type(e).__name__}: {e}"
         except Exception as e:  # reported through status(); the thread ends
-            logger.exception("training stopped on an error")
+            if isinstance(e, RolloutRefusedError):  # a setting to fix (token, caps), not a bug: no traceback
+                logger.error("training stopped: %s", e)
+            else:
+                logger.exception("training stopped on an error")
             self.error = f"{type(e).__name__}: {e}"
         finally:
             with self._lock:
