@@ -21,9 +21,8 @@ DEFAULT_BUCKET = ".cache/bucket"
 #: Where each role's server listens unless told otherwise (a Space sets GRADIO_SERVER_NAME/PORT).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
-#: The local addresses `python app.py` gives the env and the rollout.
+#: The local address `python app.py` gives the env.
 DEFAULT_ENV_URL = "http://127.0.0.1:7861"
-DEFAULT_ROLLOUT_URL = "http://127.0.0.1:7862"
 #: The values `--device` / `DEVICE` accept besides an indexed GPU such as `cuda:1`.
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 #: The rollout's inference engines (`rollout_space.engines`).
@@ -84,7 +83,9 @@ DEVICE = Setting("--device", "DEVICE", "auto",
 ENGINE = Setting("--engine", "ENGINE", None, "rollout engine (unset: vllm where CUDA is, transformers on CPUs)",
                  choices=ENGINES)
 ENV_URL = Setting("--env-url", "ENV_URL", DEFAULT_ENV_URL, "the Wordle env Space")
-ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", DEFAULT_ROLLOUT_URL, "the rollout Space that plays the games")
+ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", None,
+                      "request mode: the one rollout Space asked for each step's games (unset: the fleet, any number "
+                      "of rollout servers handing games in through the bucket)")
 OWNER_TOKEN = Setting("--owner-token", "OWNER_TOKEN", None, "secret that the trainer's start/pause/stop need")
 ENV_TOKEN = Setting("--env-token", "ENV_TOKEN", None, "the env's token, sent on the policy's games")
 ROLLOUT_TOKEN = Setting("--rollout-token", "ROLLOUT_TOKEN", None, "the rollout's token, sent with every request")

@@ -41,6 +41,7 @@ class Child:
 
     Args:
         role: ``env``, ``rollout`` or ``trainer``.
+        name: What to call it (its log, its card): the role, or ``rollout-2`` for a second rollout server.
         host / port: Where it listens (loopback by default).
         args: Its flags besides --host/--port.
         log_path: File its stdout and stderr are appended to.
@@ -53,9 +54,13 @@ class Child:
     args: list[str]
     log_path: str
     environ: dict[str, str] = field(default_factory=dict, repr=False)
+    name: str = ""
     state: str = "waiting"
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.role
 
     @property
     def url(self) -> str:
@@ -104,12 +109,12 @@ class Child:
             code = self.returncode()
             if code is not None:
                 self.state = f"exited ({code})"
-                raise ChildFailed(self.role, f"exited with status {code} while starting", self.log_tail())
+                raise ChildFailed(self.name, f"exited with status {code} while starting", self.log_tail())
             if self.healthy():
                 self.state = "ready"
                 return True
             if time.monotonic() > deadline:
-                raise ChildFailed(self.role, f"was not ready after {timeout_s:.0f} s (--ready-timeout)",
+                raise ChildFailed(self.name, f"was not ready after {timeout_s:.0f} s (--ready-timeout)",
                                   self.log_tail())
             stop.wait(0.5)
         return False

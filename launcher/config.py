@@ -21,7 +21,9 @@ class LauncherConfig:
     Args:
         host: Address every app listens on (loopback by default: nothing is exposed).
         port: The landing page's port.
-        env_port / rollout_port / trainer_port: The three apps' ports.
+        env_port / rollout_port / trainer_port: The three apps' ports; further rollout servers listen on
+            the ports after the trainer's (`rollout_ports`).
+        rollouts: Rollout servers to start, all on the one bucket (the fleet).
         bucket: The bucket all three share: a folder (default `.cache/bucket` in the repository, so a
             second start resumes from it), `s3://...` or `hf://buckets/NS/NAME`.
         model: Model folder or Hub id; the default is the offline SmolLM2-135M-Instruct.
@@ -38,6 +40,7 @@ class LauncherConfig:
     env_port: int = 7861
     rollout_port: int = 7862
     trainer_port: int = 7863
+    rollouts: int = 1
     bucket: str = str(REPO / settings.DEFAULT_BUCKET)
     model: str = settings.DEFAULT_MODEL
     engine: str | None = None
@@ -49,6 +52,8 @@ class LauncherConfig:
     trainer_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not 1 <= self.rollouts <= 16:
+            raise ValueError(f"--rollouts must be between 1 and 16, got {self.rollouts}")
         ports = self.ports()
         for flag, port in ports.items():
             if not 0 < port < 65536:
@@ -59,10 +64,16 @@ class LauncherConfig:
         if self.ready_timeout_s <= 0 or self.stop_timeout_s <= 0:
             raise ValueError("--ready-timeout and --stop-timeout must be > 0 seconds")
 
+    @property
+    def rollout_ports(self) -> list[int]:
+        """The rollout servers' ports: `rollout_port`, then the ports after the trainer's."""
+        return [self.rollout_port] + [self.trainer_port + i for i in range(1, self.rollouts)]
+
     def ports(self) -> dict[str, int]:
         """Flag -> port, for the checks and their messages."""
+        extra = {f"--rollouts (server {i + 2})": p for i, p in enumerate(self.rollout_ports[1:])}
         return {"--port": self.port, "--env-port": self.env_port, "--rollout-port": self.rollout_port,
-                "--trainer-port": self.trainer_port}
+                "--trainer-port": self.trainer_port, **extra}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-port", type=int, default=d.env_port, help="Wordle env port (default 7861)")
     parser.add_argument("--rollout-port", type=int, default=d.rollout_port, help="rollout port (default 7862)")
     parser.add_argument("--trainer-port", type=int, default=d.trainer_port, help="trainer port (default 7863)")
+    parser.add_argument("--rollouts", type=int, default=d.rollouts,
+                        help="rollout servers to start on the one bucket (default 1); the second and later listen "
+                             "on the ports after the trainer's")
     settings.BUCKET.add_to(parser, "bucket shared by rollout and trainer (in the repository, so a second start "
                                    "resumes)")
     settings.MODEL.add_to(parser, "model folder or Hub id (offline default, prepared once)")
@@ -97,7 +111,7 @@ def config_from_args(args: argparse.Namespace) -> LauncherConfig:
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
     return LauncherConfig(
         host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
-        trainer_port=args.trainer_port, bucket=bucket, model=model, engine=args.engine,
+        trainer_port=args.trainer_port, rollouts=args.rollouts, bucket=bucket, model=model, engine=args.engine,
         owner_token=args.owner_token, logs=os.path.abspath(args.logs), ready_timeout_s=args.ready_timeout,
         stop_timeout_s=args.stop_timeout, rollout_args=shlex.split(args.rollout_args),
         trainer_args=shlex.split(args.trainer_args))

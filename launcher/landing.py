@@ -35,8 +35,9 @@ BLURBS = {
 
 async def _app_status(client: httpx.AsyncClient, child: Child) -> dict[str, Any]:
     """One card's data: the launcher's view of the process, plus what the app says about itself."""
-    card: dict[str, Any] = {"role": child.role, "title": TITLES[child.role], "blurb": BLURBS[child.role],
-                            "port": child.port, "state": child.state, "fields": []}
+    title = TITLES[child.role] + (f" · {child.name}" if child.name != child.role else "")
+    card: dict[str, Any] = {"role": child.role, "name": child.name, "title": title, "blurb": BLURBS[child.role],
+                            "port": child.port, "state": child.state, "fields": [], "fleet": []}
     if child.state != "ready":
         return card
     path = "/health" if child.role == "env" else "/status"
@@ -44,6 +45,7 @@ async def _app_status(client: httpx.AsyncClient, child: Child) -> dict[str, Any]
         response = await client.get(f"{child.url}{path}", timeout=1.0)
         response.raise_for_status()
         fields = shown(child.role, response.content)
+        card["fleet"] = fleet_rows(child.role, response.content)
     except httpx.HTTPError as e:
         card["state"] = f"not answering ({type(e).__name__})"
         return card
@@ -71,9 +73,20 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
                 ("syncs", rollout.syncs)]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)
+        training = str(trainer.state)
+        if trainer.waiting_for_rollouts:
+            training += f", waiting for rollouts ({trainer.groups_ready} of {trainer.groups_needed} groups ready)"
         return [("published version", trainer.version), ("step", trainer.step), ("mean reward", trainer.mean_reward),
-                ("training", str(trainer.state)), ("resumed from version", trainer.resumed_from)]
+                ("training", training), ("resumed from version", trainer.resumed_from)]
     return []
+
+
+def fleet_rows(role: str, status: bytes) -> list[list[Any]]:
+    """The trainer card's fleet table: one row per rollout server (id, version, games/min, seen, state)."""
+    if role != "trainer":
+        return []
+    return [[s.id, s.version, round(s.games_per_min, 1), f"{s.last_seen_s:.0f} s ago", s.state]
+            for s in TrainerStatus.model_validate_json(status).fleet]
 
 
 def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
@@ -140,6 +153,8 @@ PAGE = """<!doctype html>
  dl { display: grid; grid-template-columns: auto auto; gap: .1rem 1rem; margin: .6rem 0; }
  dt { color: #555; } dd { margin: 0; font-variant-numeric: tabular-nums; }
  a.open { display: inline-block; margin-top: .4rem; } code { background: #f4f4f4; padding: 0 .25rem; }
+ table.fleet { border-collapse: collapse; font-size: .85rem; margin-top: .4rem; }
+ table.fleet th, table.fleet td { border-bottom: 1px solid #eee; padding: .1rem .4rem; text-align: left; }
 </style></head>
 <body>
 <h1>delta-sync: a model learns Wordle, live</h1>
@@ -152,10 +167,14 @@ function card(app) {
   const url = `${location.protocol}//${location.hostname}:${app.port}/`;
   const cls = app.state === "ready" ? "ready" : "other";
   const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
-  return `<div class="card" id="card-${app.role}" data-state="${app.state}">
+  const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
+  const fleet = app.role !== "trainer" ? "" : (app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
+    <table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th><th>state</th></tr>
+    ${rows}</table>` : "<div>rollout fleet: no heartbeat in the bucket yet</div>");
+  return `<div class="card" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>
-    <dl>${fields}</dl><a class="open" href="${url}">open ${url}</a></div>`;
+    <dl>${fields}</dl>${fleet}<a class="open" href="${url}">open ${url}</a></div>`;
 }
 async function refresh() {
   try {

@@ -34,24 +34,29 @@ def _say(message: str) -> None:
 
 
 def build_children(config: LauncherConfig, model_folder: str, owner_token: str,
-                   tokens: dict[str, str]) -> list[Child]:
-    """The three apps in start order, wired to each other and to the one bucket, each holding the
-    tokens it checks or sends (`tokens.launch_tokens()`)."""
+                 tokens: dict[str, str]) -> list[Child]:
+    """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or
+    sends (`tokens.launch_tokens()`). The trainer and the rollout servers share only the bucket: the
+    rollout servers play games continuously and hand them in there (the fleet); the trainer needs no
+    rollout URL."""
     env_url = f"http://127.0.0.1:{config.env_port}"
-    rollout_url = f"http://127.0.0.1:{config.rollout_port}"
     engine = ["--engine", config.engine] if config.engine else []
     shared = ["--bucket", config.bucket, "--model", model_folder]
 
-    def log(role: str) -> str:
-        return os.path.join(config.logs, f"{role}.log")
+    def log(name: str) -> str:
+        return os.path.join(config.logs, f"{name}.log")
 
+    rollouts = []
+    for i, port in enumerate(config.rollout_ports):
+        name = "rollout" if i == 0 else f"rollout-{i + 1}"
+        rollouts.append(Child("rollout", config.host, port,
+                              [*shared, "--env-url", env_url, "--server-id", name, *engine, *config.rollout_args],
+                              log(name), role_environ("rollout", tokens), name=name))
     return [
         Child("env", config.host, config.env_port, [], log("env"), role_environ("env", tokens)),
-        Child("rollout", config.host, config.rollout_port,
-              [*shared, "--env-url", env_url, *engine, *config.rollout_args], log("rollout"),
-              role_environ("rollout", tokens)),
-        Child("trainer", config.host, config.trainer_port,
-              [*shared, "--rollout-url", rollout_url, "--env-url", env_url, *config.trainer_args], log("trainer"),
+        *rollouts,
+        Child("trainer", config.host, config.trainer_port, [*shared, "--env-url", env_url, *config.trainer_args],
+              log("trainer"),
               # A secret travels in the environment, not in argv where `ps` shows it to every local user.
               {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)}),
     ]
@@ -98,15 +103,15 @@ def run(args: argparse.Namespace) -> None:
         landing.start()
         _say(f"landing page: {_link(config, config.port)} (shows each app as it gets ready)")
         for child in children:
-            _say(f"starting {child.role} on {child.url} (log {child.log_path})")
+            _say(f"starting {child.name} on {child.url} (log {child.log_path})")
             child.start()
             if not child.wait_ready(config.ready_timeout_s, stop):
                 return
-            _say(f"{child.role} ready")
+            _say(f"{child.name} ready")
         _say("all three apps are ready:")
         print(f"    landing page  {_link(config, config.port)}", flush=True)
         for child in children:
-            print(f"    {child.role:<12}  {_link(config, child.port)}", flush=True)
+            print(f"    {child.name:<12}  {_link(config, child.port)}", flush=True)
         print(f"    owner token   {owner_token}   (the trainer's start/pause/stop)", flush=True)
         print(f"    rollout token {tokens['ROLLOUT_TOKEN']}   (the rollout's /generate and /rollout)", flush=True)
         _say("Ctrl-C stops all three; the next start resumes from the bucket")
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> None:
             for child in children:
                 code = child.returncode()
                 if code is not None:
-                    raise ChildFailed(child.role, f"exited with status {code}", child.log_tail())
+                    raise ChildFailed(child.name, f"exited with status {code}", child.log_tail())
     except ChildFailed as e:
         failed = True
         _say(str(e))
@@ -124,9 +129,9 @@ def run(args: argparse.Namespace) -> None:
     finally:
         for child in reversed(children):
             if child.pid is not None:
-                _say(f"stopping {child.role} (up to {config.stop_timeout_s:.0f} s)")
+                _say(f"stopping {child.name} (up to {config.stop_timeout_s:.0f} s)")
                 code = child.stop(config.stop_timeout_s)
-                _say(f"{child.role} {exit_text(code)}")
+                _say(f"{child.name} {exit_text(code)}")
         landing.stop()
     if failed:
         raise SystemExit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 
 import settings
 
@@ -37,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
     parser.add_argument("--poll-interval", type=float, default=None,
                         help="seconds between bucket polls (default: delta.SubscriberConfig's, 1 s)")
+    parser.add_argument("--server-id", default=os.environ.get("ROLLOUT_ID") or None,
+                        help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)")
+    parser.add_argument("--no-produce", action="store_true",
+                        help="play no games for the fleet: answer /generate and /rollout requests only")
     parser.add_argument("--showcase-every", type=float, default=60.0,
                         help="play a game on its own after this many idle seconds, for the UI (0: never)")
     settings.add_server_arguments(parser)
@@ -49,7 +54,10 @@ def run(args: argparse.Namespace) -> None:
 
     from .engines import EngineConfig, open_engine
     from .env_client import EnvClient
+    from wire.fleet_bucket import FleetBucket
+
     from .follower import Follower
+    from .producer import server_id_from
     from .server import serve
     from .service import RolloutService, ServiceLimits
 
@@ -67,6 +75,10 @@ def run(args: argparse.Namespace) -> None:
         engine.close()
         raise
     service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
+    if not args.no_produce:
+        server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
+        service.attach_producer(FleetBucket(args.bucket), server_id)
+        logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)
     if not args.token:

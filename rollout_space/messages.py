@@ -9,7 +9,11 @@ with no copy into another shape. The request bodies are in `api`. Pydantic only:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field
+
+from wire.trajectory import Trajectory
+
+__all__ = ["Completion", "GenerateResponse", "RolloutResponse", "RolloutStatus", "Trajectory"]
 
 
 class RolloutStatus(BaseModel):
@@ -32,6 +36,10 @@ class RolloutStatus(BaseModel):
     syncs: int = Field(description="Versions applied and remembered for the UI's timeline")
     tokens_served: int = Field(description="Tokens generated since the start (the model's own, in games)")
     games_played: int
+    server_id: str | None = Field(None, description="Its name in the fleet (None: it plays no games for the fleet)")
+    fleet_state: str | None = Field(None, description="producing, full (back-pressure), paused, no run or error")
+    fleet_run: str | None = Field(None, description="The fleet run it produces for")
+    groups_written: int = Field(0, description="Game groups handed in through the bucket since it started")
 
 
 class Completion(BaseModel):
@@ -56,42 +64,6 @@ class GenerateResponse(BaseModel):
 
     version: int = Field(description="The oldest weight version among the completions")
     completions: list[Completion]
-
-
-class Trajectory(BaseModel):
-    """One whole game as a GRPO sample, in the shape TRL's `GRPOTrainer` takes from a `rollout_func`.
-
-    `games.play_games` fills it turn by turn (so it is not frozen); once returned it is not changed.
-    """
-
-    prompt_ids: list[int] = Field(description="The chat-templated instructions, ending with the assistant's turn "
-                                              "opening (and the reply prefix)")
-    episode_id: str = Field(description="The env's name for the game")
-    completion_ids: list[int] = Field([], description="Every reply and the env's feedback between replies, "
-                                                      "concatenated, token for token as the model saw them")
-    logprobs: list[float] = Field([], description="Per completion token, its log-probability under the policy "
-                                                  "(0.0 on env tokens)")
-    env_mask: list[int] = Field([], description="Per completion token, 1 if the model produced it, 0 if the env did")
-    reward: float = Field(0.0, description="The env's total reward for the game")
-    turn_rewards: list[float] = Field([], description="The env's reward for each reply")
-    won: bool = Field(False, description="Whether the policy found the word")
-    guesses: list[str] = Field([], description="The word of each reply ('' when the move was invalid)")
-    marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
-    replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
-                                               "env scored)")
-    invalid_moves: int = Field(0, description="The env's count of invalid moves (the env is the one record of a "
-                                              "game's result)")
-    secret: str = Field("", description="The word ('' if the game ended unfinished, before the env revealed it)")
-    versions: list[int] = Field([], description="The weight version of each reply")
-    finished: bool = Field(False, description="False if the game was cut (max_turns or the model's context "
-                                              "length) before the env ended it")
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def version(self) -> int:
-        """The oldest weight version that produced any reply (-1 before the first): a trainer judges staleness
-        on it."""
-        return min(self.versions) if self.versions else -1
 
 
 class RolloutResponse(BaseModel):

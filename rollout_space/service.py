@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from delta.format import DeltaHeader
+from wire.fleet_bucket import FleetBucket
 
 from .engines import Completion, Engine, SamplingParams
 from .engines.base import Prompt
@@ -20,6 +21,7 @@ from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, play_games
 from .messages import RolloutStatus, Trajectory
 from .priority import BehindTrainer, TrainerFirst
+from .producer import GroupProducer
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class RolloutService:
     Args:
         engine: The engine (owned: `close` closes it).
         follower: Keeps the engine current; None serves the model as loaded.
+        producer: Plays game groups for the fleet through the bucket (`attach_producer`); None: only
+            requests.
         env: The env Space's client; None refuses games.
         limits: Request caps.
         model: What to call the model in `status()`.
@@ -76,20 +80,32 @@ class RolloutService:
         self._stop = threading.Event()
         self._showcase: threading.Thread | None = None
         self._gate = TrainerFirst()
+        self.producer: GroupProducer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
+    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0) -> GroupProducer:
+        """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`), with the
+        trainer's priority over public games; returns the producer."""
+        self.producer = GroupProducer(lambda specs, params: self.play(specs, params), lambda: self.engine.version,
+                                      bucket, server_id, poll_s=poll_s)
+        return self.producer
+
     def start(self) -> None:
-        """Start following the bucket and, if configured, the showcase games."""
+        """Start following the bucket, producing games for the fleet and, if configured, the showcase games."""
         if self.follower is not None:
             self.follower.start()
+        if self.producer is not None:
+            self.producer.start()
         if self.limits.showcase_every > 0 and self.env is not None:
             self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
             self._showcase.start()
 
     def close(self) -> None:
-        """Stop following and playing, close the engine."""
+        """Stop following and playing, close the engine (which ends a batch in flight at its next token)."""
         self._stop.set()
+        if self.producer is not None:
+            self.producer.stop()
         if self.follower is not None:
             self.follower.close()
         if self._showcase is not None:
@@ -97,6 +113,8 @@ class RolloutService:
         if self.env is not None:
             self.env.close()
         self.engine.close()
+        if self.producer is not None:
+            self.producer.close()
 
     # -- serving -------------------------------------------------------------------------------------
 
@@ -161,6 +179,7 @@ class RolloutService:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
             tokens, games = self._tokens, self._played
+        producer = self.producer
         return RolloutStatus(
             version=self.engine.version,
             latest_version=latest,
@@ -177,6 +196,10 @@ class RolloutService:
             syncs=len(self.syncs()),
             tokens_served=tokens,
             games_played=games,
+            server_id=producer.server_id if producer is not None else None,
+            fleet_state=str(producer.state) if producer is not None else None,
+            fleet_run=producer.run_id if producer is not None else None,
+            groups_written=producer.groups_written if producer is not None else 0,
         )
 
     def syncs(self) -> list[SyncRecord]:

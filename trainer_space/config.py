@@ -14,7 +14,9 @@ class TrainerConfig:
     Attributes:
         bucket: Bucket URL the weights are published to and resumed from (local path, `s3://…`,
             `hf://buckets/ns/name`).
-        rollout_url: Base URL of the rollout Space that plays the games.
+        rollout_url: Base URL of the one rollout Space asked for each step's games (request mode); None: the
+            fleet, where any number of rollout servers play continuously and hand their games in through the
+            bucket (`fleet.py`).
         model: Local model folder the trainer starts from when the bucket is empty (on resume the
             bucket's latest state is loaded into it; the folder gives the architecture and tokenizer).
         env_url: The env Space (shown in the UI; the rollout Space plays against its own env).
@@ -36,7 +38,12 @@ class TrainerConfig:
             (see `rollout_space.games.PlayParams`; default the guess's opening tag); "" lets the model write
             the whole reply.
         max_staleness: Most versions a game's oldest weights may lag the trainer's current version; older
-            games are played again (`stale_retries` times), then dropped from the gradient.
+            games are played again (`stale_retries` times, request mode) or dropped (fleet), and counted.
+        max_pending_groups: Fleet back-pressure: the rollout servers stop producing while this many groups
+            wait in the bucket; None: `groups_per_step * max(1, max_staleness)`, what the staleness bound
+            can use.
+        importance_cap: Upper bound of a token's importance weight (current policy / sampler), as TRL's
+            `vllm_importance_sampling_clip_max` (`offpolicy.py`).
         stale_retries: Rounds of replaying stale games in one step before the rest are dropped.
         stale_wait: Seconds to wait before replaying stale games (the rollout catches up meanwhile).
         publish: Publish a version after every step (off only for benchmarks).
@@ -53,7 +60,7 @@ class TrainerConfig:
     """
 
     bucket: str
-    rollout_url: str
+    rollout_url: str | None
     model: str
     env_url: str | None = None
     games_per_step: int = 8
@@ -66,6 +73,8 @@ class TrainerConfig:
     temperature: float = 1.0
     reply_prefix: str = OPEN_TAG
     max_staleness: int = 2
+    max_pending_groups: int | None = None
+    importance_cap: float = 3.0
     stale_retries: int = 2
     stale_wait: float = 1.0
     publish: bool = True
@@ -96,8 +105,22 @@ class TrainerConfig:
             raise ValueError(f"device must be cpu, cuda or cuda:N (resolve auto first), got {self.device!r}")
         if not 0 < self.retry_wait <= self.retry_max_wait:
             raise ValueError(f"need 0 < retry_wait <= retry_max_wait, got {self.retry_wait}, {self.retry_max_wait}")
+        if self.max_pending_groups is not None and self.max_pending_groups < 1:
+            raise ValueError(f"max_pending_groups must be >= 1, got {self.max_pending_groups}")
+        if not self.importance_cap >= 1:
+            raise ValueError(f"importance_cap must be >= 1, got {self.importance_cap}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
+
+    @property
+    def fleet(self) -> bool:
+        """Games come from the fleet through the bucket (no rollout URL given)."""
+        return self.rollout_url is None
+
+    @property
+    def pending_groups(self) -> int:
+        """The back-pressure bound the rollout servers are told (see `max_pending_groups`)."""
+        return self.max_pending_groups or self.groups_per_step * max(1, self.max_staleness)
 
     @property
     def groups_per_step(self) -> int:

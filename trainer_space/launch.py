@@ -12,7 +12,7 @@ from .config import TrainerConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The trainer role's flags; each of the first ones defaults to the environment variable a Space sets."""
-    defaults = TrainerConfig("", "", "")
+    defaults = TrainerConfig("", None, "")
     settings.BUCKET.add_to(parser, "bucket to publish to and resume from: a folder, s3://..., hf://buckets/NS/NAME")
     settings.ROLLOUT_URL.add_to(parser)
     settings.ROLLOUT_TOKEN.add_to(parser, "the rollout Space's token, sent with every request (its --token)")
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> None:
         session.pause()
     else:
         session.start()
-    logging.getLogger(__name__).info("trainer on http://%s:%d (bucket %s, rollout %s)", args.host, args.port,
-                                     args.bucket, args.rollout_url)
+    games = f"rollout {args.rollout_url}" if args.rollout_url else "games from the fleet through the bucket"
+    logging.getLogger(__name__).info("trainer on http://%s:%d (bucket %s, %s)", args.host, args.port, args.bucket,
+                                     games)
     serve(session, args.host, args.port)

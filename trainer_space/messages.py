@@ -36,6 +36,24 @@ class Staleness(BaseModel):
     replayed: int = Field(0, description="Stale games played again (each replay counted once)")
     dropped: int = Field(0, description="Games still stale after the replays: kept out of the gradient")
     max_seen: int = Field(0, description="Largest staleness of an accepted game, in versions")
+    refused: int = Field(0, description="Game groups refused (fleet): from another run, torn, corrupt or invalid")
+
+
+class FleetServer(BaseModel):
+    """One rollout server of the fleet, as its last heartbeat in the bucket says."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    version: int = Field(description="The weight version it serves")
+    games_per_min: float = Field(description="Games it wrote per minute, recently")
+    last_seen_s: float = Field(description="Seconds since its heartbeat last changed (on the trainer's clock)")
+    state: str = Field(description="producing, full (back-pressure), paused, no run, error, or gone (silent for "
+                                   "longer than the trainer waits)")
+    idle_share: float = Field(description="Share of its time with nothing to play")
+    groups_written: int
+    run_id: str | None
+    last_error: str | None
 
 
 class TrainerStatus(BaseModel):
@@ -56,10 +74,18 @@ class TrainerStatus(BaseModel):
     valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses, "
                                                  "last step")
     step_s: float | None = Field(description="Seconds of the last step, rollouts included")
-    max_staleness: int = Field(description="Versions a game may lag the trainer before it is replayed")
+    max_staleness: int = Field(description="Versions a game may lag the trainer before it is replayed (request "
+                                          "mode) or dropped (fleet)")
     staleness: Staleness | None = Field(description="None before the model is loaded")
     bucket: str
-    rollout_url: str
+    mode: str = Field(description="fleet (games from any number of rollout servers, through the bucket) or request "
+                                  "(POST /rollout to one rollout server)")
+    rollout_url: str | None = Field(description="The rollout server asked for games (request mode); None in a fleet")
+    run_id: str | None = Field(description="The fleet run this trainer process writes (None in request mode)")
+    waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
+    groups_ready: int = Field(description="Valid, fresh groups waiting in the bucket, as last seen (fleet)")
+    groups_needed: int = Field(description="Groups one step takes")
+    fleet: list[FleetServer] = Field(description="The rollout servers whose heartbeats are in the bucket (fleet)")
     env_url: str | None
     model: str
     device: str = Field(description="Where the weights train (cpu, cuda)")
@@ -67,6 +93,11 @@ class TrainerStatus(BaseModel):
     rollout_error: str | None = Field(description="The last failed rollout request, with its time (kept after "
                                                   "recovery)")
     rollout_failing: int = Field(description="Failed rollout requests in a row now (0 once one succeeds)")
+
+
+#: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
+#: ``{IMPORTANCE_METRIC}/mean``, ``/min``, ``/max``.
+IMPORTANCE_METRIC = "sampling/importance_sampling_ratio"
 
 
 class StepRecord(BaseModel):
@@ -85,6 +116,13 @@ class StepRecord(BaseModel):
     cpu_s: float = Field(description="CPU seconds this process spent in the step, all threads (the publisher's "
                                      "included)")
     publish_s: float = Field(description="Seconds publish() blocked the step (the snapshot copy)")
+    wait_s: float | None = Field(None, description="Seconds the step waited for game groups (fleet)")
+    staleness: dict[int, int] = Field({}, description="Versions behind the trainer -> games trained on (fleet)")
+    dropped: int = Field(0, description="Games dropped as too stale while this step gathered its groups")
+    ratio_mean: float | None = Field(None, description="Mean importance weight of the step's model tokens "
+                                                       "(current policy / sampler, truncated)")
+    ratio_min: float | None = Field(None, description="Smallest importance weight")
+    ratio_max: float | None = Field(None, description="Largest importance weight (at most the cap)")
     at: float = Field(description="Unix time")
 
 

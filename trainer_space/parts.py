@@ -19,6 +19,7 @@ from dashboard.payload import dense_bytes
 
 from .config import TrainerConfig
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
+from .fleet import FleetRollouts, FleetRun
 from .rollouts import RolloutSource, WordleRollouts
 from .weights import cast_into, master_tensors, published_state, resume
 
@@ -28,8 +29,9 @@ class TrainerParts:
 
     Args:
         config: Settings (model folder, device, bucket, publishing, rollout sampling).
-        client: Plays the games (the rollout Space's client, or a stand-in).
-        stop: Set when the session stops: ends the rollout function's wait between retries.
+        client: Plays the games in request mode (the rollout Space's client, or a stand-in); None in a fleet.
+        stop: Set when the session stops: ends the rollout function's wait between retries, or for groups.
+        fleet: The fleet's run (a fleet: `config.rollout_url` is None).
         wrap_publisher: Wraps the publisher that `callback` calls after each step (a benchmark publishing
             on a schedule); `close` still closes the publisher itself. None: the callback calls it directly.
             Not called when publishing is off.
@@ -46,7 +48,7 @@ class TrainerParts:
         publisher: Publishes to `config.bucket` in its own thread (None: `config.publish` is off).
         payloads: Measures each committed delta, in its own thread (None likewise).
         callback: Casts `master` into `published` and publishes it at the end of every optimizer step.
-        rollouts: GRPOTrainer's `rollout_func`.
+        rollouts: GRPOTrainer's `rollout_func`: `WordleRollouts` (request mode) or `FleetRollouts`.
 
     Raises:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
@@ -54,8 +56,9 @@ class TrainerParts:
         delta.DeltaError: the bucket cannot be read.
     """
 
-    def __init__(self, config: TrainerConfig, client: RolloutSource, stop: threading.Event,
-                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None) -> None:
+    def __init__(self, config: TrainerConfig, client: RolloutSource | None, stop: threading.Event,
+                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
+                 fleet: FleetRun | None = None) -> None:
         c = config
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
         # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
@@ -78,7 +81,13 @@ class TrainerParts:
             self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, self.published, version, master=self.master)
-        self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
+        self.rollouts: WordleRollouts | FleetRollouts
+        if fleet is not None:
+            self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop)
+        elif client is not None:
+            self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
+        else:
+            raise ValueError("request mode needs a rollout client (config.rollout_url), a fleet its bucket and run")
 
     @property
     def version(self) -> int:

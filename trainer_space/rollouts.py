@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from delta.retry import RetryPolicy
 from rollout_space.errors import RolloutError, RolloutRefusedError
-from rollout_space.messages import Trajectory
+from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .staleness import StalenessCounts, stale_indices, staleness
@@ -123,18 +123,24 @@ class WordleRollouts:
         return games, dropped
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
-        """TRL's `rollout_func` output, a dict of columns: the one place trajectories become plain lists."""
+        """TRL's `rollout_func` output, a dict of columns (see `trajectory_columns`)."""
         games, dropped = self.collect([prompt_seed(p) for p in prompts])
-        return {
-            "prompt_ids": [g.prompt_ids for g in games],
-            "completion_ids": [g.completion_ids for g in games],
-            "logprobs": [g.logprobs for g in games],
-            "env_mask": [g.env_mask for g in games],
-            "env_reward": [None if d else g.reward for g, d in zip(games, dropped)],
-            "won": [g.won for g in games],
-            "valid_share": [valid_share(g) for g in games],
-            "rollout_version": [g.version for g in games],
-        }
+        return trajectory_columns(games, dropped)
+
+
+def trajectory_columns(games: list[Trajectory], dropped: list[bool]) -> dict[str, list]:
+    """TRL's `rollout_func` output for `games`, a dict of columns: the one place trajectories become plain
+    lists. A dropped game keeps its row (TRL needs one per prompt) with reward None: no gradient."""
+    return {
+        "prompt_ids": [g.prompt_ids for g in games],
+        "completion_ids": [g.completion_ids for g in games],
+        "logprobs": [g.logprobs for g in games],
+        "env_mask": [g.env_mask for g in games],
+        "env_reward": [None if d else g.reward for g, d in zip(games, dropped)],
+        "won": [g.won for g in games],
+        "valid_share": [valid_share(g) for g in games],
+        "rollout_version": [g.version for g in games],
+    }
 
 
 def valid_share(game: Trajectory) -> float:

@@ -26,11 +26,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rollout_space.errors import RolloutRefusedError
-from rollout_space.messages import Trajectory
 from webguard import token_matches
+from wire.fleet import RunState
+from wire.fleet_bucket import FleetBucket
+from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
-from .messages import StepRecord, TrainerState, TrainerStatus
+from .fleet import FleetMonitor, FleetRollouts, FleetRun
+from .messages import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
 from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
@@ -53,7 +56,9 @@ class TrainingSession:
         config: Settings.
         owner_token: The secret that start/pause/stop need. None: control is refused to everyone
             (the session then only runs what it was launched to run).
-        client: Plays the games (default: `rollout_space.client.RolloutClient(config.rollout_url)`).
+        client: Plays the games in request mode (default: `rollout_space.client.RolloutClient(config.rollout_url)`);
+            not used in a fleet (`config.rollout_url` None), where the session writes the run's state to the
+            bucket (`fleet.FleetRun`) at every start, pause and stop, and reads the servers' heartbeats.
         wrap_publisher: Wraps the publisher that the publish callback calls after each step, e.g. to
             publish on a benchmark's schedule (see `parts.TrainerParts`); None: the publisher itself.
 
@@ -66,7 +71,13 @@ class TrainingSession:
 
     def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: RolloutSource | None = None,
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None) -> None:
-        if client is None:
+        self.fleet_run: FleetRun | None = None
+        self.monitor: FleetMonitor | None = None
+        if config.fleet:
+            bucket = FleetBucket(config.bucket)
+            self.fleet_run = FleetRun(config, bucket)
+            self.monitor = FleetMonitor(bucket).start()
+        elif client is None:
             from rollout_space.client import RolloutClient
 
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
@@ -116,11 +127,13 @@ class TrainingSession:
             alive = self._thread is not None and self._thread.is_alive()
             if self.state == TrainerState.PAUSED and alive:
                 self.state = TrainerState.RUNNING
+                self._announce(RunState.RUNNING)
                 self._resume.set()
                 return
             if alive:
                 return
             self.state, self.error = TrainerState.RUNNING, None
+            self._announce(RunState.RUNNING)
             self._stop.clear()
             self._resume.set()
             self._thread = threading.Thread(target=self._train, name="trainer", daemon=True)
@@ -132,12 +145,14 @@ class TrainingSession:
             if self.state == TrainerState.RUNNING or self._thread is None or not self._thread.is_alive():
                 self._resume.clear()
                 self.state = TrainerState.PAUSED
+                self._announce(RunState.PAUSED)
 
     def stop(self) -> None:
         """End the run at the end of the current step (a paused run ends at once)."""
         with self._lock:
             self._stop.set()
             self._resume.set()
+            self._announce(RunState.STOPPED)
             if self._thread is None or not self._thread.is_alive():
                 self.state = TrainerState.STOPPED
 
@@ -158,6 +173,8 @@ class TrainingSession:
         """
         self.stop()
         finished = self.wait(step_wait)
+        if self.monitor is not None:
+            self.monitor.close()
         parts = self.parts
         if parts is None:
             return
@@ -192,6 +209,7 @@ class TrainingSession:
         """
         parts = self.parts  # read once: the training thread sets it
         last = self.records[-1] if self.records else None
+        fleet = parts.rollouts if parts is not None and isinstance(parts.rollouts, FleetRollouts) else None
         return TrainerStatus(
             state=self.state,
             version=parts.version if parts else 0,
@@ -208,7 +226,13 @@ class TrainingSession:
             max_staleness=self.config.max_staleness,
             staleness=parts.rollouts.counts.totals() if parts else None,
             bucket=self.config.bucket,
+            mode="fleet" if self.config.fleet else "request",
             rollout_url=self.config.rollout_url,
+            run_id=self.fleet_run.run_id if self.fleet_run is not None else None,
+            waiting_for_rollouts=fleet.waiting if fleet is not None else False,
+            groups_ready=fleet.ready if fleet is not None else 0,
+            groups_needed=self.config.groups_per_step,
+            fleet=self.monitor.servers() if self.monitor is not None else [],
             env_url=self.config.env_url,
             model=self.config.model,
             device=self.config.device,
@@ -238,14 +262,16 @@ class TrainingSession:
             if self.parts is None:
                 from .parts import TrainerParts
 
-                self.parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher)
+                self.parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher,
+                                          self.fleet_run)
             return self.parts
 
     def _trainer(self, parts: TrainerParts) -> Any:
         """A GRPOTrainer for one run of `max_steps` steps on the loaded model."""
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig
 
         from .callbacks import SessionCallback
+        from .offpolicy import OffPolicyGRPOTrainer
         from .task import REWARD_FUNCS, REWARD_WEIGHTS, seed_dataset
 
         c = self.config
@@ -259,9 +285,10 @@ class TrainingSession:
         )
         rows = max(c.max_steps * c.groups_per_step, 1)
         dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
-        return GRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args, train_dataset=dataset,
-                           processing_class=parts.tokenizer, rollout_func=parts.rollouts,
-                           callbacks=[parts.callback, SessionCallback(self)])
+        return OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
+                                    train_dataset=dataset, processing_class=parts.tokenizer,
+                                    rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
+                                    importance_cap=c.importance_cap)
 
     def _train(self) -> None:
         try:
@@ -283,7 +310,15 @@ class TrainingSession:
         finally:
             with self._lock:
                 self.state = TrainerState.STOPPED
+                self._announce(RunState.STOPPED)
                 self._resume.set()
+
+    def _announce(self, state: RunState) -> None:
+        """Tell the fleet the run's state (fleet mode); a failed write is logged and sent again at the next
+        step end or while a step waits for groups."""
+        if self.fleet_run is not None:
+            version = self.parts.callback.version if self.parts is not None else 0
+            self.fleet_run.send(state, version)
 
     # -- hooks (`callbacks.SessionCallback` calls them from TRL's loop) -------------------------------
 
@@ -291,6 +326,8 @@ class TrainingSession:
         """At the end of each step: honour pause (wait here) and stop."""
         self._step_end = time.perf_counter()
         self._step_end_cpu = time.process_time()
+        if self.fleet_run is not None:  # again, with the new version (and in case the last write failed)
+            self._announce(self.fleet_run.state)
         if not self._resume.is_set():
             self._resume.wait()
         if self._stop.is_set():
@@ -304,6 +341,7 @@ class TrainingSession:
         assert parts is not None, "a run's hooks are called after `load`"
         now = time.perf_counter()
         end = getattr(self, "_step_end", now)
+        fleet = parts.rollouts.last_step if isinstance(parts.rollouts, FleetRollouts) else None
         self.steps += 1
         self.records.append(StepRecord(
             step=self.steps, version=parts.callback.version,
@@ -311,7 +349,10 @@ class TrainingSession:
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
-            publish_s=parts.callback.copy_s, at=time.time()))
+            publish_s=parts.callback.copy_s, wait_s=fleet.waited_s if fleet else None,
+            staleness=fleet.staleness if fleet else {}, dropped=fleet.dropped if fleet else 0,
+            ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
+            ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()
 
 

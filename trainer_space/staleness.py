@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from rollout_space.messages import Trajectory
+from wire.trajectory import Trajectory
 
 from .messages import Staleness
 
@@ -33,11 +33,12 @@ class StalenessCounts:
         self._lock = threading.Lock()
         self._totals = Staleness()
 
-    def add(self, *, games: int = 0, replayed: int = 0, dropped: int = 0, seen: int = 0) -> None:
+    def add(self, *, games: int = 0, replayed: int = 0, dropped: int = 0, seen: int = 0, refused: int = 0) -> None:
         with self._lock:
             t = self._totals
             self._totals = Staleness(games=t.games + games, replayed=t.replayed + replayed,
-                                     dropped=t.dropped + dropped, max_seen=max(t.max_seen, seen))
+                                     dropped=t.dropped + dropped, max_seen=max(t.max_seen, seen),
+                                     refused=t.refused + refused)
 
     def totals(self) -> Staleness:
         """The totals so far (a consistent snapshot)."""

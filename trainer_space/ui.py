@@ -15,10 +15,10 @@ from typing import Any
 import gradio as gr
 
 from dashboard import sparsity
-from dashboard.figures import Metric, learning_curves, payload_curves, sparsity_heatmap
+from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 
-from .messages import Staleness, StepRecord, TrainerState, TrainerStatus
+from .messages import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 from .session import AccessDenied, TrainingSession
 
 TICK_S = 2.0
@@ -34,10 +34,13 @@ def status_markdown(status: TrainerStatus) -> str:
         f"**{status.state}** · version **{status.version}** · step **{status.step}** / {status.max_steps}",
         (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
          f"guesses {_percent(status.valid_rate)} · step {'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
-        (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
-         f"{stale.replayed} replayed, {stale.dropped} dropped"),
-        f"training on **{status.device}** · bucket `{status.bucket}` · rollout {status.rollout_url}",
+        _staleness_line(status, stale),
+        f"training on **{status.device}** · bucket `{status.bucket}` · " + (
+            f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
+            else f"games from the rollout at {status.rollout_url}"),
     ]
+    if status.waiting_for_rollouts:
+        lines.insert(1, f"**waiting for rollouts**: {status.groups_ready} of {status.groups_needed} groups ready")
     if status.error:
         lines.append(f"**error:** {html.escape(status.error)}")
     rollout_error = status.rollout_error
@@ -51,6 +54,44 @@ def status_markdown(status: TrainerStatus) -> str:
             state = f"retrying ({failing} failed in a row)"
         lines.append(f"**last rollout error** ({state}): {html.escape(rollout_error)}")
     return "\n\n".join(lines)
+
+
+def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
+    """How stale the games trained on were, and what was done with the rest."""
+    if status.mode == "fleet":
+        return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
+                f"{stale.max_seen} versions behind), {stale.dropped} dropped as too stale, {stale.refused} groups "
+                "refused (another run, torn or invalid)")
+    return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
+            f"{stale.replayed} replayed, {stale.dropped} dropped")
+
+
+def fleet_html(servers: Sequence[FleetServer]) -> str:
+    """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of."""
+    if not servers:
+        return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
+        f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
+        f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
+    return ("<table><tr><th>server</th><th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
+            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table>")
+
+
+def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
+    """Per step: the importance weights of its model tokens (mean, min, max) and its games' mean staleness."""
+    steps = [r.step for r in records]
+
+    def mean_staleness(r: StepRecord) -> float | None:
+        games = sum(r.staleness.values())
+        return sum(int(k) * n for k, n in r.staleness.items()) / games if games else None
+
+    series = [Series("weight mean", steps, [r.ratio_mean for r in records]),
+              Series("weight min", steps, [r.ratio_min for r in records], "dot"),
+              Series("weight max", steps, [r.ratio_max for r in records], "dot"),
+              Series("mean staleness (versions)", steps, [mean_staleness(r) for r in records], "dash")]
+    return line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
+                       whole_x=True)
 
 
 #: The x axes the learning curves offer (the radio's choices).
@@ -71,9 +112,10 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
     return learning_curves(x, metrics, x_title=x_axis, whole_x=x_axis == X_AXES[0])
 
 
-def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any]:
-    """Learning curves, payload curves and the latest delta's sparsity heatmap."""
-    learning = learning_figure(list(session.records), x_axis)
+def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any, Any]:
+    """Learning curves, payload curves, the latest delta's sparsity heatmap and the off-policy figure."""
+    records = list(session.records)
+    learning = learning_figure(records, x_axis)
     payloads = list(session.payloads.records) if session.payloads is not None else []
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
@@ -81,7 +123,7 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
     header = session.payloads.latest_header if session.payloads is not None else None
     title = f"Changed elements per layer and kind, version {header.version}" if header else None
     heatmap = sparsity_heatmap(sparsity(header) if header else None, title)
-    return learning, payload, heatmap
+    return learning, payload, heatmap, offpolicy_figure(records)
 
 
 def build_ui(session: TrainingSession) -> gr.Blocks:
@@ -100,6 +142,12 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
         with gr.Row():
             payload_plot = gr.Plot(label="payload")
             heatmap_plot = gr.Plot(label="sparsity")
+        with gr.Row():
+            with gr.Column(scale=1):
+                gr.Markdown("### Rollout fleet (heartbeats in the bucket)")
+                fleet = gr.HTML(fleet_html(session.status().fleet), elem_id="trainer-fleet")
+            with gr.Column(scale=1):
+                offpolicy_plot = gr.Plot(label="off-policy", elem_id="trainer-offpolicy")
         with gr.Accordion("Owner controls", open=False):
             token = gr.Textbox(label="owner token", type="password")
             with gr.Row():
@@ -108,13 +156,15 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
 
         def tick(last: Any, axis: str) -> tuple:
             current = (session.version, session.steps)
-            text = status_markdown(session.status())
+            now = session.status()
+            text, servers = status_markdown(now), fleet_html(now.fleet)
             if current == last:
-                return text, last, gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            learning, payload, heatmap = figures(session, axis)
-            return text, current, learning, payload, heatmap, feed_html(session.recent_games(FEED_SIZE))
+                return text, servers, last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            learning, payload, heatmap, offpolicy = figures(session, axis)
+            return (text, servers, current, learning, payload, heatmap, offpolicy,
+                    feed_html(session.recent_games(FEED_SIZE)))
 
-        outputs = [status, seen, learning_plot, payload_plot, heatmap_plot, games]
+        outputs = [status, fleet, seen, learning_plot, payload_plot, heatmap_plot, offpolicy_plot, games]
         gr.Timer(TICK_S).tick(tick, [seen, x_axis], outputs, show_progress="hidden", queue=False)
         demo.load(tick, [seen, x_axis], outputs, show_progress="hidden")
         x_axis.change(lambda axis: learning_figure(list(session.records), axis), x_axis, learning_plot,

@@ -1,0 +1,204 @@
+"""The rollout server's side of the fleet: play groups of games continuously and hand them in through the
+bucket (`wire.fleet`), so the trainer never waits on one server and needs no address of any.
+
+`GroupProducer` reads the run the trainer wrote (``fleet/run.json``) and, while it runs, plays batches of
+groups with whatever weights the follower has loaded: a group is `num_generations` games on one seed,
+the games of a batch advance together (one `generate` per turn). Each finished group is one file,
+committed whole, with the weight version of every reply and the sampler's logprobs. It stops producing
+while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
+(back-pressure: more would only go stale), and starts again by itself. A heartbeat thread writes the
+server's state every few seconds. Killed at any moment, a server loses only the batch it was playing:
+nothing it wrote is ever half a file.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from delta.errors import StorageError
+from delta.retry import RetryPolicy
+from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
+from wire.fleet_bucket import FleetBucket
+from wire.trajectory import Trajectory
+
+from .engines.errors import EngineError
+from .errors import RolloutError
+from .games import GameSpec, PlayParams
+
+logger = logging.getLogger(__name__)
+
+#: Seconds of history behind `games_per_min`.
+RATE_WINDOW_S = 300.0
+
+
+def server_id_from(text: str) -> str:
+    """A valid server id from any text (a host name, a Space id): other characters become '-'."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "-", text).strip("-_")[:64]
+    return cleaned or "rollout"
+
+
+class GroupProducer:
+    """Plays and writes game groups while the run asks for them. Threads: a producer and a heartbeat.
+
+    Args:
+        play: Plays whole games with the current policy (`RolloutService.play`, trainer priority).
+        version: The weight version served now.
+        bucket: The fleet's bucket (the one the weights are published to).
+        server_id: This server's name in the fleet (its heartbeat file).
+        poll_s: Seconds between looks at the run while there is nothing to play.
+        heartbeat_s: Seconds between heartbeats.
+
+    Attributes:
+        state: What it does now; `last_error`: the last failure, with its time.
+        groups_written, games_written: Since it started.
+    """
+
+    def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
+                 bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0) -> None:
+        self.play = play
+        self.version = version
+        self.bucket = bucket
+        self.server_id = server_id
+        self.boot = uuid.uuid4().hex[:8]
+        self.poll_s = poll_s
+        self.heartbeat_s = heartbeat_s
+        self.state = ServerState.NO_RUN
+        self.run_id: str | None = None
+        self.last_error: str | None = None
+        self.groups_written = 0
+        self.games_written = 0
+        self._seq = 0
+        self._beat = 0
+        self._started = time.monotonic()
+        self._busy_s = 0.0
+        self._written: deque[tuple[float, int]] = deque()  # (monotonic time, games) per batch written
+        self._rng = random.SystemRandom()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._failures = 0
+        self._retry = RetryPolicy(None, poll_s, 30.0)
+
+    def start(self) -> GroupProducer:
+        self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
+                         threading.Thread(target=self._heartbeats, name="fleet-heartbeat", daemon=True)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask both threads to stop, without waiting (a batch in flight ends when the engine is interrupted
+        or finishes)."""
+        self._stop.set()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop both threads and wait for them."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- what the heartbeat says -----------------------------------------------------------------------
+
+    def games_per_min(self) -> float:
+        now = time.monotonic()
+        while self._written and now - self._written[0][0] > RATE_WINDOW_S:
+            self._written.popleft()
+        span = min(RATE_WINDOW_S, now - self._started)
+        return 60.0 * sum(n for _, n in self._written) / span if span > 0 else 0.0
+
+    def idle_share(self) -> float:
+        elapsed = time.monotonic() - self._started
+        return max(0.0, 1.0 - self._busy_s / elapsed) if elapsed > 0 else 1.0
+
+    def heartbeat(self) -> Heartbeat:
+        self._beat += 1
+        return Heartbeat(server_id=self.server_id, boot=self.boot, beat=self._beat, run_id=self.run_id,
+                         state=self.state, version=self.version(), games_per_min=self.games_per_min(),
+                         groups_written=self.groups_written, idle_share=self.idle_share(),
+                         last_error=self.last_error[:2000] if self.last_error else None, updated_at=time.time())
+
+    # -- the threads -----------------------------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        while True:
+            try:
+                self.bucket.write_heartbeat(self.heartbeat())
+            except (OSError, StorageError) as e:
+                logger.warning("could not write this server's heartbeat: %s", e)
+            if self._stop.wait(self.heartbeat_s):
+                return
+
+    def _produce(self) -> None:
+        while not self._stop.is_set():
+            try:
+                wait = self.step()
+            except (OSError, StorageError, RolloutError, EngineError, FleetMessageError) as e:
+                if self._stop.is_set():  # the engine was closed under the batch: the server is stopping
+                    return
+                wait = self._failed(e)
+            except Exception as e:  # noqa: BLE001 - an engine or env failure must not end production for good
+                logger.exception("producing games failed")
+                wait = self._failed(e)
+            if wait:
+                self._stop.wait(wait)
+
+    def _failed(self, error: Exception) -> float:
+        self._failures += 1
+        self.state = ServerState.ERROR
+        self.last_error = f"{time.strftime('%H:%M:%S')} {type(error).__name__}: {error}"
+        wait = self._retry.delay(self._failures)
+        logger.warning("producing games failed (%d in a row), retrying in %.1f s: %s", self._failures, wait, error)
+        return wait
+
+    def step(self) -> float:
+        """Look at the run once; play and write one batch of groups if it asks for them. Returns the seconds
+        to wait before the next look (0 after a batch)."""
+        run = self.bucket.read_run()
+        if run is None:
+            self.state, self.run_id = ServerState.NO_RUN, None
+            return self.poll_s
+        self.run_id = run.run_id
+        if run.state != RunState.RUNNING:
+            self.state = ServerState.PAUSED
+            return self.poll_s
+        pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
+        room = run.max_pending_groups - pending
+        if room <= 0:
+            self.state = ServerState.FULL
+            return self.poll_s
+        self.state = ServerState.PRODUCING
+        self._play_batch(run, min(room, run.groups_per_step))
+        self._failures = 0
+        return 0.0
+
+    def _play_batch(self, run: RunSettings, groups: int) -> None:
+        seeds = [self._rng.randrange(2**31 - 1) for _ in range(groups)]
+        specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
+        s = run.sampling
+        params = PlayParams(max_tokens=s.max_tokens, temperature=s.temperature, max_turns=s.max_turns,
+                            reply_prefix=s.reply_prefix)
+        start = time.monotonic()
+        try:
+            games = self.play(specs, params)
+        finally:
+            self._busy_s += time.monotonic() - start
+        played_s = time.monotonic() - start
+        now = self.bucket.read_run()
+        if now is None or now.run_id != run.run_id:  # a new trainer run started meanwhile: these games are not its
+            logger.info("the run changed while a batch played: %d games left unwritten", len(games))
+            return
+        g = run.num_generations
+        for i, seed in enumerate(seeds):
+            group = GameGroup(run_id=run.run_id, server_id=self.server_id, boot=self.boot, seq=self._seq, seed=seed,
+                              games=games[i * g:(i + 1) * g], played_s=played_s, created_at=time.time())
+            self.bucket.write_group(group)
+            self._seq += 1
+            self.groups_written += 1
+            self.games_written += g
+        self._written.append((time.monotonic(), groups * g))

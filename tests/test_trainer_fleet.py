@@ -1,0 +1,163 @@
+"""The trainer's side of the fleet against real buckets (a folder, and S3 through `rclone serve s3`): groups
+taken oldest first and deleted, stale ones dropped, bad ones refused, nothing used twice, a wait that
+ends when groups arrive or the session stops, and the heartbeats read into the fleet table."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from delta.retry import RetryPolicy
+from delta.storage import open_storage
+from tests.test_wire_fleet import group
+from trainer_space.config import TrainerConfig
+from trainer_space.fleet import GONE_AFTER_S, FleetMonitor, FleetRollouts, FleetRun
+from trainer_space.rollouts import RolloutsStopped
+from wire.fleet import GameGroup, Heartbeat, RunState, ServerState, encode, group_path
+from wire.fleet_bucket import FleetBucket
+
+CONFIG = TrainerConfig(bucket="unused", rollout_url=None, model="unused", games_per_step=4, num_generations=2,
+                       max_staleness=1)
+
+
+@pytest.fixture(params=["local", "s3"])
+def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> FleetBucket:
+    if request.param == "local":
+        return FleetBucket(str(tmp_path / "bucket"))
+    server = request.getfixturevalue("rclone_s3")
+    return FleetBucket(open_storage("s3://fleet-test", **server.storage_options()))
+
+
+def rollouts(bucket: FleetBucket, version: list[int], stop: threading.Event | None = None) -> FleetRollouts:
+    run = FleetRun(CONFIG, bucket, run_id="run-1")
+    assert run.send(RunState.RUNNING, version[0])
+    return FleetRollouts(CONFIG, run, lambda: version[0], stop)
+
+
+def written(bucket: FleetBucket, g: GameGroup) -> GameGroup:
+    bucket.write_group(g)
+    return g
+
+
+def test_a_step_takes_the_oldest_groups_and_each_group_once(bucket: FleetBucket) -> None:
+    version = [3]
+    fleet = rollouts(bucket, version)
+    groups = [written(bucket, group(seq=i, version=v)) for i, v in enumerate([3, 2, 3, 2])]
+    first = fleet.take(2)
+    assert [g.seq for g in first] == [1, 3]  # version 2 before version 3
+    assert {f.path for f in bucket.list_groups()} == {groups[0].path, groups[2].path}  # taken ones deleted
+    assert fleet.last_step.staleness == {1: 4}
+    second = fleet.take(2)
+    assert [g.seq for g in second] == [0, 2]
+    assert bucket.list_groups() == []
+    assert fleet.counts.totals().games == 8 and fleet.histogram == {1: 4, 0: 4}
+
+
+def test_stale_groups_are_dropped_and_bad_ones_refused_never_trained_on(bucket: FleetBucket) -> None:
+    version = [5]
+    fleet = rollouts(bucket, version)
+    fresh = [written(bucket, group(seq=i, version=4)) for i in range(2)]
+    written(bucket, group(seq=2, version=3))  # 2 versions behind, bound 1: dropped
+    written(bucket, group(run="run-0", seq=3, version=5))  # an earlier trainer process's run
+    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 4), encode(group(seq=4))[:100])  # torn
+    edited = encode(group(seq=5)).replace(b'"reward":0.25', b'"reward":1.25', 1)
+    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 5), edited)  # corrupt
+    bucket.write_group(group(seq=6, version=5, games=3))  # not the run's group size
+    taken = fleet.take(2)
+    assert [g.seq for g in taken] == [0, 1] == [g.seq for g in fresh]
+    totals = fleet.counts.totals()
+    assert (totals.games, totals.dropped, totals.refused) == (4, 2, 4)
+    assert fleet.last_step.dropped == 2 and fleet.last_step.refused == 4
+    assert bucket.list_groups() == []  # everything judged is deleted
+
+
+def test_a_step_waits_for_its_groups_and_says_so(bucket: FleetBucket) -> None:
+    version = [0]
+    fleet = rollouts(bucket, version)
+    written(bucket, group(seq=0, version=0))
+    result: list[list[GameGroup]] = []
+    waiter = threading.Thread(target=lambda: result.append(fleet.take(2)))
+    waiter.start()
+    deadline = time.monotonic() + 20
+    while not (fleet.waiting and fleet.ready == 1):
+        assert time.monotonic() < deadline, "the step never said it waits with one group ready"
+        time.sleep(0.05)
+    written(bucket, group(seq=1, version=0))
+    waiter.join(20)
+    assert [g.seq for g in result[0]] == [0, 1] and not fleet.waiting
+    assert fleet.last_step.waited_s > 0
+
+
+def test_a_stop_ends_the_wait(tmp_path: Path) -> None:
+    stop = threading.Event()
+    fleet = rollouts(FleetBucket(str(tmp_path / "b")), [0], stop)
+    threading.Timer(0.3, stop.set).start()
+    with pytest.raises(RolloutsStopped):
+        fleet.take(1)
+
+
+def test_a_group_whose_delete_failed_is_not_used_again(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"))
+    fleet = rollouts(bucket, [0])
+    g = written(bucket, group(seq=0, version=0))
+    written(bucket, group(seq=1, version=0))
+
+    def failing_delete(paths: list[str]) -> None:
+        raise OSError("the bucket refused the delete")
+
+    real_delete, bucket.delete = bucket.delete, failing_delete
+    fleet.take(1)
+    assert g.path in {f.path for f in bucket.list_groups()}  # still there
+    bucket.delete = real_delete
+    written(bucket, group(seq=2, version=0))
+    second = fleet.take(2)
+    assert g.path not in {x.path for x in second}
+    assert {f.path for f in bucket.list_groups()} == set()  # the failed delete was done on the next look
+
+
+def test_the_run_settings_tell_the_servers_the_trainer_s_settings(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"))
+    run = FleetRun(CONFIG, bucket)
+    assert run.send(RunState.PAUSED, 7)
+    settings = bucket.read_run()
+    assert (settings.run_id, settings.state, settings.trainer_version) == (run.run_id, RunState.PAUSED, 7)
+    assert (settings.num_generations, settings.groups_per_step, settings.max_pending_groups) == (2, 2, 2)
+    assert settings.sampling.max_tokens == CONFIG.max_tokens and settings.sampling.reply_prefix == CONFIG.reply_prefix
+
+
+def test_an_unreachable_bucket_leaves_the_run_unsent_until_a_later_try(rclone_s3) -> None:
+    bucket = FleetBucket(open_storage("s3://fleet-test", retry=RetryPolicy(attempts=1), **rclone_s3.storage_options()))
+    run = FleetRun(CONFIG, bucket)
+    rclone_s3.stop()
+    try:
+        assert not run.send(RunState.RUNNING, 1)
+        assert run.unsent and "fleet-test" in (run.last_error or "")
+    finally:
+        rclone_s3.start()
+    run.resend()
+    assert not run.unsent and bucket.read_run().state == RunState.RUNNING
+
+
+def test_the_monitor_lists_each_server_and_marks_a_silent_one_gone(tmp_path: Path, monkeypatch) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"))
+    clock = [1000.0]
+    monkeypatch.setattr("trainer_space.fleet.time.monotonic", lambda: clock[0])
+    monitor = FleetMonitor(bucket)
+
+    def beat(server: str, n: int) -> None:
+        bucket.write_heartbeat(Heartbeat(server_id=server, boot="b", beat=n, run_id="run-1",
+                                         state=ServerState.PRODUCING, version=4, games_per_min=12.5, groups_written=n,
+                                         idle_share=0.1, updated_at=0.0))
+
+    beat("a", 1)
+    beat("b", 1)
+    monitor.refresh()
+    assert [(s.id, s.state, s.version) for s in monitor.servers()] == [("a", "producing", 4), ("b", "producing", 4)]
+    clock[0] += GONE_AFTER_S + 1
+    beat("a", 2)  # a keeps beating, b went silent
+    monitor.refresh()
+    assert {s.id: s.state for s in monitor.servers()} == {"a": "producing", "b": "gone"}
+    assert {s.id: s.last_seen_s for s in monitor.servers()}["b"] > GONE_AFTER_S

@@ -1,0 +1,86 @@
+"""The fleet's area of the bucket, beside the weights: read and write the messages of `wire.fleet`.
+
+Atomicity is the storage backend's: a local folder writes a temporary file and renames it, S3 and
+Hugging Face buckets replace an object whole on upload. So a reader sees a message whole or not at
+all; `decode` still checks each one (its hash, every field), since a bucket is shared and files can
+be damaged or crafted. Who writes and who deletes:
+
+| file | written by | deleted by |
+|---|---|---|
+| ``fleet/run.json`` | the trainer, at each change of state | nobody (replaced) |
+| ``fleet/groups/*.json`` | a rollout server, once per group | the trainer: taken, too stale, or refused |
+| ``fleet/servers/*.json`` | each rollout server, every few seconds | the trainer, once silent for an hour |
+"""
+
+from __future__ import annotations
+
+from delta.storage import Storage, StoredFile, open_storage
+
+from .fleet import (
+    GROUPS_PREFIX, RUN_PATH, SERVERS_PREFIX, FleetMessageError, GameGroup, Heartbeat, RunSettings, decode, encode,
+    server_path,
+)
+
+
+class FleetBucket:
+    """The fleet's files in one bucket. Every method blocks on the bucket; instances may be shared
+    between threads (the storage is).
+
+    Args:
+        bucket: A bucket URL (as `delta.open_storage` takes) or an open `Storage`.
+
+    Raises (every method): as `delta.storage.Storage` (FileNotFoundError is handled where a file may be
+    missing), and `wire.fleet.FleetMessageError` for a file that is not a valid message.
+    """
+
+    def __init__(self, bucket: str | Storage) -> None:
+        self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
+
+    @property
+    def url(self) -> str:
+        return self.storage.url
+
+    # -- the run (the trainer writes, the servers read) -----------------------------------------------
+
+    def write_run(self, run: RunSettings) -> None:
+        self.storage.write(RUN_PATH, encode(run))
+
+    def read_run(self) -> RunSettings | None:
+        """The run settings, or None while no trainer has written any."""
+        try:
+            data = self.storage.read(RUN_PATH)
+        except FileNotFoundError:
+            return None
+        return decode(data, RunSettings, RUN_PATH)
+
+    # -- groups (the servers write, the trainer reads and deletes) -------------------------------------
+
+    def write_group(self, group: GameGroup) -> str:
+        """Commit one group; returns its path."""
+        self.storage.write(group.path, encode(group))
+        return group.path
+
+    def list_groups(self) -> list[StoredFile]:
+        """Every group file in the bucket, of any run, sorted by path."""
+        return self.storage.list(GROUPS_PREFIX)
+
+    def read_group(self, path: str) -> GameGroup:
+        """The group at `path`, checked; FileNotFoundError when it was deleted meanwhile."""
+        group = decode(self.storage.read(path), GameGroup, path)
+        if group.path != path:
+            raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand")
+        return group
+
+    def delete(self, paths: list[str]) -> None:
+        self.storage.delete(paths)
+
+    # -- heartbeats (each server writes its own, the trainer reads them all) ---------------------------
+
+    def write_heartbeat(self, beat: Heartbeat) -> None:
+        self.storage.write(server_path(beat.server_id), encode(beat))
+
+    def list_heartbeats(self) -> list[StoredFile]:
+        return self.storage.list(SERVERS_PREFIX)
+
+    def read_heartbeat(self, path: str) -> Heartbeat:
+        return decode(self.storage.read(path), Heartbeat, path)

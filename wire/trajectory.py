@@ -1,0 +1,45 @@
+"""One whole Wordle game as a GRPO sample: what the rollout Space plays and the trainer trains on.
+
+It crosses between the apps twice: in the rollout's ``POST /rollout`` answer (request mode) and inside
+the game groups the rollout servers write to the bucket (`wire.fleet`). Pydantic only: light to import.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, computed_field
+
+
+class Trajectory(BaseModel):
+    """One whole game as a GRPO sample, in the shape TRL's `GRPOTrainer` takes from a `rollout_func`.
+
+    `games.play_games` fills it turn by turn (so it is not frozen); once returned it is not changed.
+    """
+
+    prompt_ids: list[int] = Field(description="The chat-templated instructions, ending with the assistant's turn "
+                                              "opening (and the reply prefix)")
+    episode_id: str = Field(description="The env's name for the game")
+    completion_ids: list[int] = Field([], description="Every reply and the env's feedback between replies, "
+                                                      "concatenated, token for token as the model saw them")
+    logprobs: list[float] = Field([], description="Per completion token, its log-probability under the policy "
+                                                  "(0.0 on env tokens)")
+    env_mask: list[int] = Field([], description="Per completion token, 1 if the model produced it, 0 if the env did")
+    reward: float = Field(0.0, description="The env's total reward for the game")
+    turn_rewards: list[float] = Field([], description="The env's reward for each reply")
+    won: bool = Field(False, description="Whether the policy found the word")
+    guesses: list[str] = Field([], description="The word of each reply ('' when the move was invalid)")
+    marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
+    replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
+                                               "env scored)")
+    invalid_moves: int = Field(0, description="The env's count of invalid moves (the env is the one record of a "
+                                              "game's result)")
+    secret: str = Field("", description="The word ('' if the game ended unfinished, before the env revealed it)")
+    versions: list[int] = Field([], description="The weight version of each reply")
+    finished: bool = Field(False, description="False if the game was cut (max_turns or the model's context "
+                                              "length) before the env ended it")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def version(self) -> int:
+        """The oldest weight version that produced any reply (-1 before the first): a trainer judges staleness
+        on it."""
+        return min(self.versions) if self.versions else -1
