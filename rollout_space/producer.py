@@ -198,6 +198,7 @@ class GroupProducer:
             group = GameGroup(run_id=run.run_id, server_id=self.server_id, boot=self.boot, seq=self._seq, seed=seed,
                               games=games[i * g:(i + 1) * g], played_s=played_s, created_at=time.time())
             self.bucket.write_group(group)
+            logger.info("wrote group %s (%d games, version %d)", group.path, g, group.version)
             self._seq += 1
             self.groups_written += 1
             self.games_written += g

@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,47 +28,71 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0,
-                   port: int | None = None) -> Iterator[str]:
-    """Run ``python app.py *args --port P`` on loopback until ``/health`` answers; yield its URL.
+@dataclass
+class App:
+    """A running ``python app.py ROLE``: its URL, its process and the file its output goes to."""
 
-    The process is stopped on exit; its output is shown if it dies or never gets ready. ``port``: P
-    (default a free one), given to start a server again where its callers expect it.
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def running_app(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0, port: int | None = None,
+                log: Path | None = None) -> Iterator[App]:
+    """Run ``python app.py *args --port P`` on loopback until ``/health`` answers; yield it as an `App`.
+
+    The process is stopped on exit (SIGTERM, then SIGKILL after 30 s; a test may have killed it already);
+    its output is shown if it dies or never gets ready, or exits with an error. ``port``: P (default a free
+    one), given to start a server again where its callers expect it. ``log``: where its output goes (default
+    a temporary file).
     """
     port = port or free_port()
-    with tempfile.TemporaryFile("w+") as log:
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "app.log"
+        out = stack.enter_context(open(log, "w+"))
         proc = subprocess.Popen(
             [sys.executable, "app.py", *args, "--host", "127.0.0.1", "--port", str(port)],
             cwd=REPO,
             env={**os.environ, **(env or {})},
-            stdout=log,
+            stdout=out,
             stderr=subprocess.STDOUT,
         )
-        url = f"http://127.0.0.1:{port}"
+        app = App(f"http://127.0.0.1:{port}", proc, log)
         try:
             deadline = time.monotonic() + timeout_s
             while True:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
                     raise RuntimeError(
-                        f"server on {url} did not get ready (exit {proc.returncode}):\n{log.read()}"
+                        f"server on {app.url} did not get ready (exit {proc.returncode}):\n{app.output()}"
                     )
                 with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                    if httpx.get(f"{app.url}/health", timeout=1.0).status_code == 200:
                         break
                 time.sleep(0.1)
-            yield url
+            yield app
         finally:
-            proc.terminate()
+            if proc.poll() is None:
+                proc.terminate()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            if proc.returncode not in (0, -15):
-                log.seek(0)
-                print(f"{' '.join(args[:1])} exited {proc.returncode}:\n{log.read()[-5000:]}", file=sys.stderr)
+            if proc.returncode not in (0, -15, -9):
+                print(f"{' '.join(args[:1])} exited {proc.returncode}:\n{app.output()[-5000:]}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def running_server(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0,
+                   port: int | None = None) -> Iterator[str]:
+    """`running_app`, yielding only its URL."""
+    with running_app(*args, env=env, timeout_s=timeout_s, port=port) as app:
+        yield app.url
 
 
 @contextlib.contextmanager

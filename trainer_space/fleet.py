@@ -100,6 +100,7 @@ class StepRollouts:
     """What the last step took from the fleet, for its `StepRecord`."""
 
     waited_s: float = 0.0
+    groups: list[str] = field(default_factory=list)
     staleness: dict[int, int] = field(default_factory=dict)
     dropped: int = 0
     refused: int = 0
@@ -171,6 +172,7 @@ class FleetRollouts:
         for group in oldest:
             del self._queue[group.path]
             self._done.add(group.path)
+            step.groups.append(group.path)
             step.staleness[now - group.version] = step.staleness.get(now - group.version, 0) + len(group.games)
         self._delete([g.path for g in oldest])
         self.ready = len(self._queue)
@@ -217,6 +219,8 @@ class FleetRollouts:
             self._queue[f.path] = group
         for path, group in list(self._queue.items()):
             if now - group.version > self.config.max_staleness:
+                logger.info("dropped group %s: %d versions behind, the bound is %d", path, now - group.version,
+                            self.config.max_staleness)
                 del self._queue[path]
                 self._done.add(path)
                 discard.append(path)

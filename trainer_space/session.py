@@ -350,6 +350,7 @@ class TrainingSession:
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
             publish_s=parts.callback.copy_s, wait_s=fleet.waited_s if fleet else None,
+            groups=fleet.groups if fleet else [],
             staleness=fleet.staleness if fleet else {}, dropped=fleet.dropped if fleet else 0,
             ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
             ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))

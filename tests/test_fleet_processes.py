@@ -1,0 +1,145 @@
+"""The fleet with real processes: an env, rollout servers and a trainer that share nothing but a bucket (a
+folder, and S3 through `rclone serve s3`). No trainer flag names a rollout server.
+
+The long test goes through a run as an operator would see it: two servers produce, one is killed with
+SIGKILL mid-run and a third joins late; a torn file, a file from another run and a group older than the
+staleness bound are dropped into the bucket; the run is paused (nothing produced, nothing published) and
+stopped. Then every group any server logged as written is accounted for exactly once: trained on, dropped
+as stale, or still waiting in the bucket; no group was trained on twice; every step's games were within
+the staleness bound and every step has its importance weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._env_server import running_app, running_server
+from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
+from tests.test_wire_fleet import group
+from wire.fleet import encode, group_path
+from wire.fleet_bucket import FleetBucket
+
+ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
+
+
+def status(url: str) -> dict:
+    return httpx.get(f"{url}/status", timeout=10).json()
+
+
+def history(url: str) -> dict:
+    return httpx.get(f"{url}/history", timeout=10).json()
+
+
+def written_groups(*logs: str) -> list[str]:
+    """The groups the rollout servers logged as committed."""
+    return [m for log in logs for m in re.findall(r"wrote group (fleet/groups/\S+\.json)", log)]
+
+
+def test_a_fleet_survives_a_killed_server_a_late_one_bad_files_and_a_pause(tmp_path: Path) -> None:
+    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
+    fleet_bucket = FleetBucket(bucket)
+    shared = ("--bucket", bucket, "--model", model)
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+
+        def rollout(name: str):
+            return stack.enter_context(running_app("rollout", *shared, "--env-url", env, "--server-id", name,
+                                                   *ROLLOUT_FLAGS, log=tmp_path / f"{name}.log"))
+
+        a, b = rollout("a"), rollout("b")
+        trainer = stack.enter_context(running_app(
+            "trainer", *shared, "--env-url", env, "--max-steps", "1000", "--owner-token", "owner",
+            "--max-staleness", "1", *FAST_TRAINING, log=tmp_path / "trainer.log"))
+        t = trainer.url
+
+        def fleet() -> dict[str, dict]:
+            return {s["id"]: s for s in status(t)["fleet"]}
+
+        # both servers produce; steps consume from both
+        wait_until(lambda: status(t)["step"] >= 3, 240, "three steps")
+        wait_until(lambda: {x["state"] for x in fleet().values()} <= {"producing", "full"} and len(fleet()) == 2, 30,
+                   "both servers in the fleet table")
+        assert status(t)["mode"] == "fleet" and status(t)["rollout_url"] is None
+        run_id = status(t)["run_id"]
+
+        # SIGKILL one server while it plays; the trainer goes on with the other
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait(10)
+        killed_at = status(t)["step"]
+        wait_until(lambda: status(t)["step"] >= killed_at + 3, 240, "three steps after the kill")
+
+        # bad files: torn, another run's, and a group older than the bound (version 0)
+        fleet_bucket.storage.write(group_path(run_id, "crafted", "b00t", 0), encode(group(run=run_id))[:200])
+        fleet_bucket.write_group(group(run="19990101-000000-deadbeef", seq=1))
+        stale = group(run=run_id, seq=2, version=0).model_copy(update={"server_id": "crafted"})
+        fleet_bucket.write_group(stale)
+        wait_until(lambda: status(t)["staleness"]["refused"] >= 2 and status(t)["staleness"]["dropped"] >= 2, 120,
+                   "the bad files refused and the stale group dropped")
+
+        # a server that joins late is used
+        c = rollout("c")
+        wait_until(lambda: any(p.split(".")[1] == "c" for s in history(t)["steps"] for p in s["groups"]),
+                   240, "a step trained on the late server's games")
+        assert wait_until(lambda: fleet().get("b", {}).get("state") == "gone", 60, "the killed server shown as gone")
+
+        # paused: the servers stop producing and the trainer publishes nothing
+        assert httpx.post(f"{t}/control", json={"action": "pause", "token": "owner"}).status_code == 200
+        wait_until(lambda: status(t)["state"] == "paused", 120, "the trainer to pause at a step end")
+        wait_until(lambda: all(status(u)["fleet_state"] == "paused" for u in (a.url, c.url)), 30, "servers paused")
+        time.sleep(2)  # a batch that was in flight at the pause is written by now
+        before = ([status(u)["groups_written"] for u in (a.url, c.url)], status(t)["version"])
+        time.sleep(5)
+        assert ([status(u)["groups_written"] for u in (a.url, c.url)], status(t)["version"]) == before
+
+        # stop everything: the trainer first, then the servers, and account for every group
+        assert httpx.post(f"{t}/control", json={"action": "stop", "token": "owner"}).status_code == 200
+        wait_until(lambda: status(t)["state"] == "stopped", 60, "the trainer to stop")
+        steps = history(t)["steps"]
+        for app in (a, c):
+            app.proc.terminate()
+            app.proc.wait(30)
+        trainer_log = trainer.output()
+        logs = [x.output() for x in (a, b, c)]
+
+    written = written_groups(*logs)
+    trained = [p for s in steps for p in s["groups"]]
+    dropped = re.findall(r"dropped group (fleet/groups/\S+\.json)", trainer_log)
+    left = [f.path for f in fleet_bucket.list_groups()]
+    assert len(trained) == len(set(trained)), "a group was trained on twice"
+    accounted = set(trained) | (set(dropped) - {stale.path}) | set(left)
+    assert set(written) <= accounted, f"committed groups lost: {sorted(set(written) - accounted)}"
+    # only the killed server may have committed a group and died before it logged it
+    assert all(p.split(".")[1] == "b" for p in accounted - set(written)) and len(accounted - set(written)) <= 1
+    assert not set(trained) & (set(dropped) | set(left))
+    assert stale.path in dropped and stale.path not in trained
+    assert all(not p.split("/")[-1].startswith("19990101") for p in trained)
+    assert {p.split(".")[1] for p in trained} == {"a", "b", "c"}
+    for s in steps:
+        assert all(int(k) <= 1 for k in s["staleness"]), s
+        assert s["ratio_mean"] is not None and 0 < s["ratio_min"] <= s["ratio_mean"] <= s["ratio_max"] <= 3.0, s
+        assert len(s["groups"]) == 4 and sum(s["staleness"].values()) == 8
+
+
+@pytest.mark.parametrize("where", ["s3"])
+def test_a_fleet_trains_through_s3(tmp_path: Path, rclone_s3, where: str) -> None:
+    model = tiny_model(str(tmp_path / "model"))
+    bucket = "s3://fleet-run/demo"
+    with running_server("env") as env, \
+            running_app("rollout", "--bucket", bucket, "--model", model, "--env-url", env, "--server-id", "s3-server",
+                        *ROLLOUT_FLAGS, env=rclone_s3.env()) as rollout, \
+            running_app("trainer", "--bucket", bucket, "--model", model, "--env-url", env, "--max-steps", "3",
+                        *FAST_TRAINING, env=rclone_s3.env()) as trainer:
+        final = wait_until(lambda: (s := status(trainer.url))["state"] == "stopped" and s["step"] == 3 and s, 300,
+                           "three steps through S3")
+        assert final["error"] is None and final["version"] >= 1
+        assert [s["id"] for s in final["fleet"]] == ["s3-server"]
+        steps = history(trainer.url)["steps"]
+        assert all(s["groups"] and s["ratio_mean"] is not None for s in steps)
+        assert status(rollout.url)["version"] >= 1
