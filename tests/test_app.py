@@ -64,9 +64,14 @@ def test_a_rollout_space_without_bucket_or_env_url_is_told_what_to_set() -> None
         "the folder '.cache/bucket' is private to this Space and lost when it restarts")
 
 
-def test_a_trainer_space_needs_a_rollout_url_and_a_token_for_hf_buckets(tmp_path: os.PathLike[str]) -> None:
-    result = run_app("trainer", "--bucket", "hf://buckets/someone/wordle", SPACE_ID="someone/wordle-trainer",
-                     HF_HOME=str(tmp_path))  # an empty HF_HOME: no token saved by `hf auth login` either
+def test_a_trainer_space_needs_a_token_for_hf_buckets_and_a_remote_rollout_url_if_one(tmp_path: os.PathLike[str]) -> None:
+    fleet = run_app("trainer", "--bucket", "hf://buckets/someone/wordle", SPACE_ID="someone/wordle-trainer",
+                    HF_HOME=str(tmp_path))  # an empty HF_HOME: no token saved by `hf auth login` either
+    assert last_error(fleet) == (  # the fleet: no rollout URL needed, only the bucket
+        "app.py trainer: error: the bucket hf://buckets/someone/wordle needs a Hugging Face token: set the HF_TOKEN "
+        "secret (write access for the trainer, read for rollouts), or run `hf auth login`")
+    result = run_app("trainer", "--bucket", "hf://buckets/someone/wordle", "--rollout-url", "http://127.0.0.1:7862",
+                     SPACE_ID="someone/wordle-trainer", HF_HOME=str(tmp_path))
     assert last_error(result) == (
         "app.py trainer: error: set ROLLOUT_URL (or --rollout-url) to the URL of your rollout Space "
         "(https://USER-SPACE.hf.space): 'http://127.0.0.1:7862' points back at this machine; "

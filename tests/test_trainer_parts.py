@@ -50,7 +50,7 @@ def test_status_reads_not_loaded_until_load_then_the_loaded_model(tmp_path) -> N
         assert after.keys() == before.keys()
         assert [after[k] for k in ("version", "trainer_version", "state_hash", "resumed_from", "resumed_hash",
                                    "rollout_failing")] == [0, 0, None, None, None, 0]
-        assert after["staleness"] == {"games": 0, "replayed": 0, "dropped": 0, "max_seen": 0}
+        assert after["staleness"] == {"games": 0, "replayed": 0, "dropped": 0, "max_seen": 0, "refused": 0}
         assert {t.dtype for t in parts.master.values()} == {torch.float32}  # fp32 master weights
         assert {t.dtype for t in parts.published.values()} == {torch.bfloat16}  # the checkpoint's dtype
     finally:

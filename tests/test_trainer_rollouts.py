@@ -29,7 +29,7 @@ def test_staleness_is_judged_on_the_oldest_version() -> None:
     counts = StalenessCounts()
     counts.add(games=2, dropped=1, seen=1)
     counts.add(replayed=3, seen=0)
-    assert counts.totals().model_dump() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1}
+    assert counts.totals().model_dump() == {"games": 2, "replayed": 3, "dropped": 1, "max_seen": 1, "refused": 0}
 
 
 def test_valid_guesses_is_a_logged_share_of_env_accepted_moves() -> None:
@@ -69,7 +69,7 @@ def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> N
         assert len(ids) == len(logprobs) == len(mask) and 1 in mask
     secrets = [g.secret for g in rf.recent]
     assert secrets[0] == secrets[1] and secrets[2] == secrets[3]  # a GRPO group plays one word
-    assert rf.counts.totals().model_dump() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1}
+    assert rf.counts.totals().model_dump() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1, "refused": 0}
     shares = [sum(1 for w in g.guesses if w) / len(g.guesses) for g in rf.recent]
     assert out["valid_share"] == shares  # the env's verdict on each move, per game
 
@@ -80,5 +80,5 @@ def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: Roll
     out = rf([seed_prompt(5)] * 2 + [seed_prompt(6)] * 2)
     assert out["env_reward"] == [None] * 4  # TRL gives unscorable rows zero advantage: no gradient
     assert len(out["completion_ids"]) == 4  # one row per prompt still, as TRL needs
-    assert rf.counts.totals().model_dump() == {"games": 0, "replayed": 4, "dropped": 4, "max_seen": 0}
+    assert rf.counts.totals().model_dump() == {"games": 0, "replayed": 4, "dropped": 4, "max_seen": 0, "refused": 0}
     assert list(rf.recent) == []

@@ -15,8 +15,31 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
     assert "valid guesses - · step -" in text  # no step yet: no made-up 0.0 s
-    learning, payload, heatmap = figures(session)  # no data yet: figures that say so, no error
-    assert all(f.layout.title.text for f in (learning, payload, heatmap))
+    learning, payload, heatmap, offpolicy = figures(session)  # no data yet: figures that say so, no error
+    assert all(f.layout.title.text for f in (learning, payload, heatmap, offpolicy))
+
+
+def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> None:
+    from trainer_space.messages import FleetServer, StepRecord
+    from trainer_space.ui import fleet_html, offpolicy_figure
+
+    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
+    try:
+        status = session.status().model_copy(update={"waiting_for_rollouts": True, "groups_ready": 1})
+        text = status_markdown(status)
+        assert f"games from the rollout fleet through the bucket (run `{session.fleet_run.run_id}`)" in text
+        assert "**waiting for rollouts**: 1 of 2 groups ready" in text and "groups refused" in text
+        assert "No rollout server" in fleet_html([])
+        row = fleet_html([FleetServer(id="a", version=3, games_per_min=12.0, last_seen_s=41, state="gone",
+                                      idle_share=0.25, groups_written=7, run_id="r", last_error="<boom>")])
+        assert "<td>a</td><td>3</td><td>12.0</td><td>41 s ago</td><td>gone</td><td>25%</td>" in row
+        assert "&lt;boom&gt;" in row
+        record = StepRecord(step=1, version=1, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
+                            publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)
+        figure = offpolicy_figure([record])
+        assert [t.y[0] for t in figure.data] == [1.1, 0.5, 3.0, 1.0]
+    finally:
+        session.close()
 
 
 def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> None:
@@ -73,7 +96,7 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
                                      seed=1, lr=1e-2))
         assert parts.publisher.flush(30)
         wait_until(lambda: session.payloads.records, 15, "the payload log to measure version 2")
-        _, payload, heatmap = figures(session)
+        _, payload, heatmap, _ = figures(session)
     finally:
         session.close()
     assert list(payload.data[0].x) == [2]  # versions with a delta (1 is the anchor)
