@@ -92,7 +92,7 @@ def _has_hf_token(environ: Mapping[str, str]) -> bool:
 
 
 def _launcher_problems(args: argparse.Namespace) -> list[str]:
-    """The all-in-one launch: a valid config, and its four ports free."""
+    """The all-in-one launch: a valid config, and its ports free."""
     import socket
 
     from .config import config_from_args

@@ -59,7 +59,7 @@ class LauncherConfig:
             if not 0 < port < 65536:
                 raise ValueError(f"{flag} must be a port between 1 and 65535, got {port}")
         if len(set(ports.values())) != len(ports):
-            raise ValueError(f"the four ports must differ, got {ports}: change --port/--env-port/--rollout-port/"
+            raise ValueError(f"the apps' ports must differ, got {ports}: change --port/--env-port/--rollout-port/"
                              "--trainer-port")
         if self.ready_timeout_s <= 0 or self.stop_timeout_s <= 0:
             raise ValueError("--ready-timeout and --stop-timeout must be > 0 seconds")

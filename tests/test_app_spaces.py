@@ -58,12 +58,21 @@ def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
     out = result.stdout
     assert "Alice/wordle-rollout: docker on t4-small, https://alice-wordle-rollout.hf.space" in out
     assert "'ENV_URL': 'https://alice-wordle-env.hf.space'" in out
-    assert "'ROLLOUT_URL': 'https://alice-wordle-rollout.hf.space'" in out
+    assert "'ROLLOUT_ID': 'wordle-rollout'" in out and "ROLLOUT_URL" not in out  # the fleet: only the bucket
     assert "secrets {'ENV_TOKEN': '***'}" in out
     assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'ENV_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
     assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
     assert "bucket hf://buckets/Alice/wordle-deltas" in out
     assert "rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): " in out
+
+
+def test_n_rollout_spaces_share_the_bucket_each_with_its_own_id() -> None:
+    result = run_deploy("--namespace", "alice", "--dry-run", "--rollouts", "3")
+    assert result.returncode == 0, result.stderr
+    for name in ("wordle-rollout", "wordle-rollout-2", "wordle-rollout-3"):
+        assert f"alice/{name}: docker on" in result.stdout and f"'ROLLOUT_ID': '{name}'" in result.stdout
+    refused = run_deploy("--namespace", "alice", "--dry-run", "--rollouts", "0")
+    assert refused.returncode == 2 and "--rollouts must be between 1 and 16, got 0" in refused.stderr
 
 
 def test_out_assembles_each_space_from_tracked_files(tmp_path: Path) -> None:

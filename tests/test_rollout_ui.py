@@ -140,3 +140,16 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     if words:
         assert policy_tiles.first.inner_text().lower() == words[0][0]
     assert httpx.get(stack["url"] + "/status").json()["engine"] == "transformers"  # the API beside the UI
+
+
+def test_the_status_says_what_the_server_does_for_the_fleet() -> None:
+    from rollout_space.messages import RolloutStatus
+    from rollout_space.ui import status_markdown
+
+    status = RolloutStatus(version=3, latest_version=3, lag=0, engine="transformers", device="cpu", model="m",
+                           bucket="b", env_url=None, last_error=None, state_hash=None, failures=0, note=None, syncs=2,
+                           tokens_served=10, games_played=4, server_id="rollout-2", fleet_state="full",
+                           fleet_run="20261124-065757-7e335009", groups_written=12)
+    assert ("fleet server `rollout-2`: **full** for run `20261124-065757-7e335009` · 12 game groups handed in "
+            "through the bucket") in status_markdown(status)
+    assert "fleet server" not in status_markdown(status.model_copy(update={"server_id": None}))
