@@ -36,6 +36,8 @@ class RolloutStatus(BaseModel):
     syncs: int = Field(description="Versions applied and remembered for the UI's timeline")
     tokens_served: int = Field(description="Tokens generated since the start (the model's own, in games)")
     games_played: int
+    busy_s: float = Field(0.0, description="Seconds spent playing games since the start (for the trainer, the "
+                                           "fleet or visitors): the rest of the time it had nothing to play")
     server_id: str | None = Field(None, description="Its name in the fleet (None: it plays no games for the fleet)")
     fleet_state: str | None = Field(None, description="producing, full (back-pressure), paused, no run or error")
     fleet_run: str | None = Field(None, description="The fleet run it produces for")

@@ -75,6 +75,7 @@ class RolloutService:
         self._games: deque[Trajectory] = deque(maxlen=100)  # the latest, for the UI
         self._played = 0  # every game, for /status
         self._tokens = 0
+        self._busy_s = 0.0  # seconds inside play(), any caller
         self._last_game = time.monotonic()
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
@@ -153,11 +154,16 @@ class RolloutService:
             raise ValueError("no games given")
         self._check("max_games", len(games), self.limits.max_games, "--max-games")
         self._check("max_tokens", params.max_tokens, self.limits.max_tokens, "--max-tokens")
-        if public:
-            trajectories = play_games(BehindTrainer(self.engine, self._gate), self.env, games, params, on_turn)
-        else:
-            with self._gate.trainer():
-                trajectories = play_games(self.engine, self.env, games, params, on_turn)
+        start = time.monotonic()
+        try:
+            if public:
+                trajectories = play_games(BehindTrainer(self.engine, self._gate), self.env, games, params, on_turn)
+            else:
+                with self._gate.trainer():
+                    trajectories = play_games(self.engine, self.env, games, params, on_turn)
+        finally:
+            with self._stats_lock:
+                self._busy_s += time.monotonic() - start
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
             self._games.extend(trajectories)
@@ -178,7 +184,7 @@ class RolloutService:
         elif latest is None:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
-            tokens, games = self._tokens, self._played
+            tokens, games, busy = self._tokens, self._played, self._busy_s
         producer = self.producer
         return RolloutStatus(
             version=self.engine.version,
@@ -196,6 +202,7 @@ class RolloutService:
             syncs=len(self.syncs()),
             tokens_served=tokens,
             games_played=games,
+            busy_s=round(busy, 3),
             server_id=producer.server_id if producer is not None else None,
             fleet_state=str(producer.state) if producer is not None else None,
             fleet_run=producer.run_id if producer is not None else None,

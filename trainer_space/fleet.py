@@ -20,7 +20,6 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from delta.errors import StorageError
@@ -31,7 +30,7 @@ from wire.trajectory import Trajectory
 from .config import TrainerConfig
 from .messages import FleetServer
 from .rollouts import RolloutsStopped, trajectory_columns
-from .staleness import StalenessCounts
+from .staleness import StalenessCounts, StepRollouts
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +92,6 @@ class FleetRun:
         """Send the last state again if it was not written."""
         if self.unsent:
             self.send(self.state, self.version)
-
-
-@dataclass
-class StepRollouts:
-    """What the last step took from the fleet, for its `StepRecord`."""
-
-    waited_s: float = 0.0
-    groups: list[str] = field(default_factory=list)
-    staleness: dict[int, int] = field(default_factory=dict)
-    dropped: int = 0
-    refused: int = 0
 
 
 class FleetRollouts:

@@ -116,9 +116,10 @@ class StepRecord(BaseModel):
     cpu_s: float = Field(description="CPU seconds this process spent in the step, all threads (the publisher's "
                                      "included)")
     publish_s: float = Field(description="Seconds publish() blocked the step (the snapshot copy)")
-    wait_s: float | None = Field(None, description="Seconds the step waited for game groups (fleet)")
+    wait_s: float | None = Field(None, description="Seconds the step waited for its games: for groups in the bucket "
+                                                   "(fleet), for the rollout's answer (request mode)")
     groups: list[str] = Field([], description="The bucket paths of the game groups trained on (fleet)")
-    staleness: dict[int, int] = Field({}, description="Versions behind the trainer -> games trained on (fleet)")
+    staleness: dict[int, int] = Field({}, description="Versions behind the trainer -> games trained on")
     dropped: int = Field(0, description="Games dropped as too stale while this step gathered its groups")
     ratio_mean: float | None = Field(None, description="Mean importance weight of the step's model tokens "
                                                        "(current policy / sampler, truncated)")

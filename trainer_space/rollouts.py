@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -25,7 +25,7 @@ from rollout_space.errors import RolloutError, RolloutRefusedError
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
-from .staleness import StalenessCounts, stale_indices, staleness
+from .staleness import StalenessCounts, StepRollouts, stale_indices, staleness
 from .task import prompt_seed
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class WordleRollouts:
         recent: The latest games accepted (newest last), for the UI.
         last_error: The last failed rollout request, with its time (kept after recovery, for the UI).
         failing: Failed requests in a row right now (0 once a request succeeds).
+        last_step: What the last step's games took (the wait for them, their staleness).
     """
 
     def __init__(self, config: TrainerConfig, client: RolloutSource, current_version: Callable[[], int],
@@ -67,6 +68,7 @@ class WordleRollouts:
         self.recent: deque[Trajectory] = deque(maxlen=20)
         self.last_error: str | None = None
         self.failing = 0
+        self.last_step = StepRollouts()
         self._stop = stop or threading.Event()
 
     def play(self, seeds: list[int]) -> list[Trajectory]:
@@ -101,6 +103,7 @@ class WordleRollouts:
     def collect(self, seeds: list[int]) -> tuple[list[Trajectory], list[bool]]:
         """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""
         c = self.config
+        start = time.monotonic()
         games = self.play(seeds)
         stale = stale_indices(games, self.current_version(), c.max_staleness)
         for _ in range(c.stale_retries):
@@ -120,6 +123,8 @@ class WordleRollouts:
         self.counts.add(games=len(kept), dropped=len(stale),
                         seen=max((staleness(g, now) for g in kept), default=0))
         self.recent.extend(kept)
+        hist = Counter(staleness(g, now) for g in kept)
+        self.last_step = StepRollouts(waited_s=time.monotonic() - start, staleness=dict(hist), dropped=len(stale))
         return games, dropped
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:

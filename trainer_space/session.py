@@ -341,7 +341,7 @@ class TrainingSession:
         assert parts is not None, "a run's hooks are called after `load`"
         now = time.perf_counter()
         end = getattr(self, "_step_end", now)
-        fleet = parts.rollouts.last_step if isinstance(parts.rollouts, FleetRollouts) else None
+        took = parts.rollouts.last_step
         self.steps += 1
         self.records.append(StepRecord(
             step=self.steps, version=parts.callback.version,
@@ -349,9 +349,8 @@ class TrainingSession:
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
-            publish_s=parts.callback.copy_s, wait_s=fleet.waited_s if fleet else None,
-            groups=fleet.groups if fleet else [],
-            staleness=fleet.staleness if fleet else {}, dropped=fleet.dropped if fleet else 0,
+            publish_s=parts.callback.copy_s, wait_s=took.waited_s, groups=took.groups, staleness=took.staleness,
+            dropped=took.dropped,
             ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
             ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()

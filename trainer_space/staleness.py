@@ -9,6 +9,7 @@ stale ones is in `rollouts.py`; this module only decides and counts.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 from wire.trajectory import Trajectory
 
@@ -43,3 +44,15 @@ class StalenessCounts:
     def totals(self) -> Staleness:
         """The totals so far (a consistent snapshot)."""
         return self._totals
+
+
+@dataclass
+class StepRollouts:
+    """What the last step's rollout function took, for its `StepRecord`: how long it waited for games,
+    how stale they were (versions behind -> games), how many it dropped, and (fleet) which groups."""
+
+    waited_s: float = 0.0
+    groups: list[str] = field(default_factory=list)
+    staleness: dict[int, int] = field(default_factory=dict)
+    dropped: int = 0
+    refused: int = 0
