@@ -326,8 +326,8 @@ class TrainingSession:
         """At the end of each step: honour pause (wait here) and stop."""
         self._step_end = time.perf_counter()
         self._step_end_cpu = time.process_time()
-        if self.fleet_run is not None:  # again, with the new version (and in case the last write failed)
-            self._announce(self.fleet_run.state)
+        if self.fleet_run is not None:  # the run's state, if its last write to the bucket failed
+            self.fleet_run.resend()
         if not self._resume.is_set():
             self._resume.wait()
         if self._stop.is_set():
