@@ -12,6 +12,7 @@ transformers 5.19 (see the README's "Hardware").
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -302,6 +303,22 @@ def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = 
                          f"only {gpu.free_bytes / 2**30:.1f} GiB ({free_share:.2f}) are free (another process, "
                          f"such as a trainer on the same GPU, holds the rest): {what}")
     return RolloutPlan("cuda", compute, exact, None, fraction, not cuda_graphs, tuple(notes))
+
+
+_SAFETENSORS_FLOATS = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def published_dtypes(folder: str) -> tuple[str, ...]:
+    """The dtypes of the float tensors in a model folder's safetensors files (what the trainer publishes),
+    read from the files' headers alone."""
+    found: set[str] = set()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(folder, name), "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            found.update(_SAFETENSORS_FLOATS[v["dtype"]] for k, v in header.items()
+                         if k != "__metadata__" and v["dtype"] in _SAFETENSORS_FLOATS)
+    return tuple(sorted(found))
 
 
 def log_notes(notes: tuple[str, ...]) -> None:
