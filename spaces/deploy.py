@@ -63,7 +63,7 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
     rollout_token = rollout_token or secrets.token_urlsafe(24)
     ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
     env_url, rollout_url = space_url(ids["env"]), space_url(ids["rollout"])
-    gpu = "cpu-upgrade" if cpu else "t4-small"
+    gpu = "cpu-upgrade" if cpu else "l4x1"  # an L4: native bf16, so the rollout serves the published weights exactly
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
         SpacePlan("rollout", ids["rollout"], "docker", gpu,
