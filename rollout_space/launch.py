@@ -80,7 +80,10 @@ def run(args: argparse.Namespace) -> None:
     limits = ServiceLimits(args.max_batch, args.max_tokens, args.max_games, args.showcase_every)
     kind = args.engine or _default_engine()
     folder = resolve_model(args.model)
-    plan = engine_plan(args, kind, folder)
+    try:
+        plan = engine_plan(args, kind, folder)
+    except ValueError as e:  # a setting to change before anything starts: one line, no traceback
+        raise SystemExit(f"python app.py rollout: {e}") from None
     logger.info("starting the %s engine on %s (%s, %s)", kind, folder, plan.device, plan.dtype)
     options = {"plan": plan} if kind == "vllm" else {}
     engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)

@@ -43,3 +43,14 @@ def test_the_config_refuses_a_gpu_index_and_bf16_on_a_cpu() -> None:
     with pytest.raises(ValueError, match="bf16 autocast is for a GPU with native bf16"):
         TrainerConfig("b", "r", "m", device="cpu", bf16=True)
     assert TrainerConfig("b", "r", "m", device="cuda", bf16=True).bf16
+
+
+def test_the_role_stops_before_loading_with_one_line_saying_what_to_set(monkeypatch, tmp_path) -> None:
+    from tests._engines import build_model
+    from trainer_space.launch import run
+
+    monkeypatch.setattr(Machine, "probe", classmethod(lambda cls: Machine((L4, L4))))
+    model = build_model(str(tmp_path / "model"))
+    with pytest.raises(SystemExit, match=r"^python app.py trainer: torch sees 2 GPUs and the trainer uses one: set "
+                                         r"CUDA_VISIBLE_DEVICES"):
+        run(_args("--model", model, "--device", "auto"))

@@ -66,7 +66,11 @@ def run(args: argparse.Namespace) -> None:
     from .session import TrainingSession
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    session = TrainingSession(config_from_args(args, resolve_model(args.model)), owner_token=args.owner_token)
+    try:
+        config = config_from_args(args, resolve_model(args.model))
+    except ValueError as e:  # a setting to change before anything loads: one line, no traceback
+        raise SystemExit(f"python app.py trainer: {e}") from None
+    session = TrainingSession(config, owner_token=args.owner_token)
     if args.paused:
         session.pause()
     else:
