@@ -81,14 +81,17 @@ class Machine:
 
 
 def _bf16_native(index: int) -> bool:
-    """bf16 without emulation: torch's own answer where it takes `including_emulation` (torch >= 2.3)."""
+    """bf16 without emulation: torch's own answer for the current device where it takes
+    `including_emulation` (torch >= 2.3), else the rule it applies on CUDA, compute capability 8.0 and
+    up. Switching devices to ask would open a CUDA context (memory that vLLM's start-up check counts)."""
     import torch
 
-    with torch.cuda.device(index):
+    if index == torch.cuda.current_device():
         try:
             return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-        except TypeError:  # an older torch: the rule it applies, compute capability 8.0 and up
-            return torch.cuda.get_device_capability(index) >= (8, 0)
+        except TypeError:  # an older torch
+            pass
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def _memory(index: int, total: int) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from delta import _device
 from delta.bits import DTYPE_NAMES, bits, layout_of
 from delta._device import scan_chunk_torch
 from delta._kernels import scan_chunk
-from delta.manifest import read_manifest
+from delta.manifest import read_manifest, version_of_path
 from delta.storage import open_storage
 
 from ._states import ALL_DTYPES, adam_like, clone, states_equal
@@ -198,6 +198,38 @@ def test_publisher_keeps_at_most_three_copies_of_the_state(tmp_path) -> None:
         storage.release.set()
         pub.close()
     assert delta.Subscriber(storage).sync() == pub.last.version
+
+
+class _DownOnce(open_storage(".").__class__):  # a local bucket unreachable for the first delta of version 3
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.failed = threading.Event()
+
+    def write(self, path: str, data: bytes) -> None:
+        if not self.failed.is_set() and version_of_path(path) == 3:
+            self.failed.set()
+            raise delta.BucketUnreachableError("down for a moment", url=self.url, path=path)
+        super().write(path, data)
+
+
+def test_a_device_state_retried_with_a_newer_one_hashes_what_it_publishes(tmp_path, on_device: HostCopies) -> None:
+    states = _sparse_steps(2)
+    newer = {k: v.clone() for k, v in states[2].items()}
+    newer["a"][:10] = states[1]["a"][:10]  # some of version 3's changes undone again
+    storage = _DownOnce(str(tmp_path))
+    with delta.Publisher(storage, delta.PublisherConfig(retry_delay=0.5, max_retry_delay=0.5)) as pub:
+        for s in states[:2]:
+            pub.publish(s)
+            pub.flush()
+        pub.publish(states[2])
+        assert storage.failed.wait(30)
+        pub.publish(newer)  # waits while version 3 is retried, then is published instead of it
+        assert pub.flush(30)
+    manifest = read_manifest(storage)
+    assert [v.state_hash for v in manifest.versions] == [delta.state_digest(s).hexdigest
+                                                         for s in (*states[:2], newer)]
+    reader = delta.Subscriber(storage)
+    assert reader.sync() == 3 and states_equal(reader.state, newer)
 
 
 def test_publish_blocks_until_the_device_copy_is_done_and_says_how_long(tmp_path, monkeypatch) -> None:
