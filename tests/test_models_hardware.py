@@ -4,9 +4,11 @@ of it (T4, L4, A100, H100, a CPU, two GPUs), so every GPU case is checked on a C
 from __future__ import annotations
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from models.hardware import (CPU_KV_CACHE_BYTES, DEFAULT_GPU_MEMORY_UTILIZATION, Gpu, Machine, holds, plan_rollout,
-                             plan_trainer)
+                             plan_trainer, published_dtypes)
 
 GiB = 1 << 30
 T4 = Gpu("Tesla T4", (7, 5), False, 15 * GiB, 15 * GiB)
@@ -135,3 +137,29 @@ def test_which_dtypes_hold_which() -> None:
     assert holds("float32", "bfloat16") and holds("float32", "float16") and holds("bfloat16", "bfloat16")
     assert not holds("float16", "bfloat16") and not holds("bfloat16", "float16")
     assert not holds("bfloat16", "float32")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_probing_a_cpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert Machine.probe() == Machine()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # started by accelerate launch / torchrun
+    assert Machine.probe().distributed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_probing_a_gpu_machine_asks_torch_about_native_bf16() -> None:
+    machine = Machine.probe()
+    assert len(machine.gpus) == torch.cuda.device_count()
+    assert machine.gpus[0].bf16_native == torch.cuda.is_bf16_supported(including_emulation=False)
+    assert 0 < machine.gpus[0].free_bytes <= machine.gpus[0].total_bytes
+
+
+def test_the_published_dtypes_are_read_from_the_checkpoint(tmp_path) -> None:
+    from tests._engines import build_model
+
+    folder = build_model(str(tmp_path / "model"))
+    assert published_dtypes(folder) == ("bfloat16",)
+    save_file({"a": torch.zeros(2), "b": torch.zeros(2, dtype=torch.float16), "i": torch.zeros(2, dtype=torch.int64)},
+              str(tmp_path / "model" / "extra.safetensors"))
+    assert published_dtypes(folder) == ("bfloat16", "float16", "float32")
