@@ -228,6 +228,29 @@ def holds(compute: str, published: str) -> bool:
     return compute == published or (compute == "float32" and published in _BITS)
 
 
+def _compute_dtype(gpu: Gpu | None, engine: str, published: tuple[str, ...], dtype: str, notes: list[str]) -> str:
+    """`plan_rollout`'s dtype: `dtype` unless `auto`; notes what a GPU without bf16 does (see there)."""
+    if dtype != "auto":
+        if gpu is not None and dtype == "bfloat16" and not gpu.bf16_native:
+            if engine == "vllm":
+                raise ValueError(f"--dtype bfloat16: {gpu.label} has no native bf16 and vLLM refuses it; use an "
+                                 "L4-class GPU (compute 8.0+), or --dtype float32 (exact) or float16 (inexact)")
+            notes.append(f"{gpu.label} has no native bf16: torch emulates it, slowly")
+        return dtype
+    if gpu is None or len(set(published)) != 1:  # a CPU, or a checkpoint of mixed dtypes: float32 holds all
+        return "float32"
+    if published[0] == "bfloat16" and not gpu.bf16_native:
+        if engine == "vllm":
+            raise ValueError(
+                f"{gpu.label} has no native bf16 and the checkpoint is bf16: vLLM would serve fp16, and the "
+                "weights served would differ from the published ones. Use an L4-class GPU (compute 8.0+), or "
+                "set DTYPE (--dtype) to float32 (exact, twice the memory) or float16 (inexact: the rollout "
+                "then reports no state hash)")
+        notes.append(f"{gpu.label} has no native bf16: serving in float32 (exact, twice the memory)")
+        return "float32"
+    return published[0]
+
+
 def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = ("bfloat16",),
                  device: str | None = "auto", dtype: str = "auto", memory_fraction: float | None = None,
                  cuda_graphs: bool = True) -> RolloutPlan:
@@ -267,28 +290,7 @@ def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = 
     elif name != "cpu":
         gpu = machine.gpus[int(name[5:]) if name.startswith("cuda:") else 0]
     notes: list[str] = []
-    wide = max(published, key=lambda d: _BITS.get(d, 0), default="float32")
-    if dtype == "auto":
-        if gpu is None:
-            compute = "float32"
-        elif "bfloat16" in published and not gpu.bf16_native:
-            if engine == "vllm":
-                raise ValueError(
-                    f"{gpu.label} has no native bf16 and the checkpoint is bf16: vLLM would serve fp16, and the "
-                    "weights served would differ from the published ones. Use an L4-class GPU (compute 8.0+), or "
-                    "set DTYPE (--dtype) to float32 (exact, twice the memory) or float16 (inexact: the rollout "
-                    "then reports no state hash)")
-            compute = "float32"
-            notes.append(f"{gpu.label} has no native bf16: serving in float32 (exact, twice the memory)")
-        else:
-            compute = wide if len(set(published)) == 1 else "float32"
-    else:
-        compute = dtype
-        if gpu is not None and compute == "bfloat16" and not gpu.bf16_native:
-            if engine == "vllm":
-                raise ValueError(f"--dtype bfloat16: {gpu.label} has no native bf16 and vLLM refuses it; use an "
-                                 "L4-class GPU (compute 8.0+), or --dtype float32 (exact) or float16 (inexact)")
-            notes.append(f"{gpu.label} has no native bf16: torch emulates it, slowly")
+    compute = _compute_dtype(gpu, engine, published, dtype, notes)
     exact = all(holds(compute, p) for p in published)
     if not exact:
         notes.append(f"serving in {compute} weights published in {'/'.join(sorted(set(published)))}: the served "
