@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
 
     base = _load_package(args.base, "delta_base")
     files = sorted(f for f in os.listdir(args.data) if f.endswith(".safetensors"))
-    states = [load_state(os.path.join(args.data, f)) for f in files if f in {step_file_name(i) for i in range(len(files))}]
+    steps = {step_file_name(i) for i in range(len(files))}
+    states = [load_state(os.path.join(args.data, f)) for f in files if f in steps]
     print(f"measured on: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, python "
           f"{platform.python_version()}; load from other processes {os.getloadavg()[0]:.1f}")
     print(f"state: {args.data}, {len(states)} states, {sum(t.numel() for t in states[0].values()):,} elements; "

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.ENV_TOKEN.add_to(parser, "the env's token, sent on this server's games (the env's --token)")
     settings.ENGINE.add_to(parser)
     settings.DEVICE.add_to(parser, f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
-                                   "cuda:N (auto: the GPU when there is one); vLLM runs on its platform's device")
+                                   "cuda:N (auto: the GPU when there is one); vLLM runs on the first visible GPU "
+                                   "(for another, set CUDA_VISIBLE_DEVICES)")
     settings.DTYPE.add_to(parser)
     settings.GPU_MEMORY_UTILIZATION.add_to(parser)
     settings.CUDA_GRAPHS.add_to(parser)

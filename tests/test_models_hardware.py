@@ -65,7 +65,8 @@ def test_a_gpu_that_is_not_there_is_refused() -> None:
 
 def test_vllm_on_a_cpu_gets_a_small_kv_cache_eager_mode_and_float32() -> None:
     plan = plan_rollout(CPU, engine="vllm")
-    assert plan.vllm_kwargs() == {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    assert plan.vllm_kwargs() == {"dtype": "float32", "enforce_eager": True,
+                                  "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
     assert plan.exact and plan.device == "cpu"
 
 

@@ -56,7 +56,8 @@ def test_a_t4_is_refused_for_bf16_weights_under_vllm_with_what_to_set(model: str
 
 
 @pytest.mark.parametrize("dtype, claims", [("float16", False), ("float32", True)])
-def test_a_rollout_serving_rounded_weights_reports_no_state_hash(model: str, tmp_path, dtype: str, claims: bool) -> None:
+def test_a_rollout_serving_rounded_weights_reports_no_state_hash(model: str, tmp_path, dtype: str,
+                                                                claims: bool) -> None:
     bucket = str(tmp_path / "bucket")
     state = delta.load_state(model)
     with delta.Publisher(bucket) as publisher:

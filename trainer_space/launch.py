@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.ENV_URL.add_to(parser, "the Wordle env Space, linked from the UI")
     settings.MODEL.add_to(parser, "model folder or Hub id to start from (offline default); the rollout's model")
     settings.OWNER_TOKEN.add_to(parser, "secret that start/pause/stop need (unset: nobody controls it)")
-    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} or cuda:N "
-                                   "(auto: the GPU when there is one)")
+    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} (auto: the GPU "
+                                   "when there is one; one GPU: with several, set CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--paused", action="store_true", help="do not start training on launch")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps per run")
     parser.add_argument("--games-per-step", type=int, default=defaults.games_per_step,

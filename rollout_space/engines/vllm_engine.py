@@ -53,7 +53,8 @@ def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes
     from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
 
     if plan is None:
-        plan = plan_rollout(Machine.probe(), engine="vllm", published=published_dtypes(config.model), dtype=config.dtype)
+        plan = plan_rollout(Machine.probe(), engine="vllm", published=published_dtypes(config.model),
+                            dtype=config.dtype)
         log_notes(plan.notes)
     kwargs = plan.vllm_kwargs()
     if kv_cache_bytes is not None:
