@@ -82,6 +82,16 @@ DEVICE = Setting("--device", "DEVICE", "auto",
                  f"torch device: {', '.join(DEVICE_CHOICES)} or cuda:N (auto: the GPU when there is one)")
 ENGINE = Setting("--engine", "ENGINE", None, "rollout engine (unset: vllm where CUDA is, transformers on CPUs)",
                  choices=ENGINES)
+DTYPE = Setting("--dtype", "DTYPE", "auto",
+                "compute dtype of the rollout's engine: auto, bfloat16, float16, float32 (auto: the checkpoint's where "
+                "the GPU computes in it natively, float32 on CPUs and, for bf16 weights, on GPUs without bf16)",
+                choices=("auto", "bfloat16", "float16", "float32"))
+GPU_MEMORY_UTILIZATION = Setting("--gpu-memory-utilization", "GPU_MEMORY_UTILIZATION", None,
+                                 "share of the GPU's memory vLLM takes for weights and KV cache (unset: 0.85; lower "
+                                 "it when a trainer shares the GPU); ignored on CPUs", float)
+CUDA_GRAPHS = Setting("--cuda-graphs", "CUDA_GRAPHS", "on",
+                      "vLLM on a GPU: capture CUDA graphs (on: faster decoding, a slower start; off: eager mode); "
+                      "always off on CPUs", choices=("on", "off"))
 ENV_URL = Setting("--env-url", "ENV_URL", DEFAULT_ENV_URL, "the Wordle env Space")
 ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", None,
                       "request mode: the one rollout Space asked for each step's games (unset: the fleet, any number "

@@ -1,11 +1,15 @@
-"""The writer's chunk scan in plain torch ops, so tensors on a GPU are diffed where they live.
+"""Tensors on a device (a GPU): the writer's chunk scan in plain torch ops, the reader's writes, and the
+seam between host and device.
 
-Same result as `_kernels.scan_chunk` (a test checks them against each other on CPU). It works on
-one chunk at a time, so its temporaries are chunk-sized whatever the tensor's size, and only the
-changed elements (class, gap, step) travel to the host.
+The scan gives the same result as `_kernels.scan_chunk` (a test checks them against each other on CPU).
+It works on one chunk at a time, so its temporaries are chunk-sized whatever the tensor's size, and only
+the changed elements (class, gap, step) travel to the host. None of this has run on a GPU yet: it is
+the same torch code on any device, tested on CPU tensors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -76,3 +80,62 @@ def changed_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     elif flat_old.is_floating_point():
         flat_old, flat_new = flat_old.view(_INT_OF[width // 8]), flat_new.view(_INT_OF[width // 8])
     return torch.nonzero(flat_old != flat_new).reshape(-1)
+
+
+# -- where a state lives: the seam between host and device ---------------------------------------------
+# The publisher and the reader ask `on_host` which path a tensor takes and copy device tensors to the host
+# only through `to_host`, so the device path runs (and is counted) on CPU tensors in tests by answering
+# `on_host` with False.
+
+
+def on_host(t: torch.Tensor) -> bool:
+    """Whether `t` is in host memory, where numpy views and the compiled kernels work on it in place."""
+    return t.device.type == "cpu"
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of `t` (always a copy, never a view): every device-to-host copy of the publisher and
+    the reader goes through here."""
+    return t.detach().to("cpu", copy=True)
+
+
+def host_view(state: Mapping[str, torch.Tensor], names: Iterable[str]) -> dict[str, torch.Tensor]:
+    """`names` of `state` readable on the host: host tensors as they are, device tensors copied."""
+    return {n: state[n] if on_host(state[n]) else to_host(state[n]) for n in names}
+
+
+def synchronize(tensors: Iterable[torch.Tensor]) -> None:
+    """Wait until the work queued on the devices holding `tensors` is done (copies are launched
+    asynchronously on a GPU: a timer stopped before this measures only the launch)."""
+    for device in {t.device for t in tensors if not on_host(t)}:
+        if device.type == "cpu":
+            continue
+        sync = getattr(getattr(torch, "accelerator", None), "synchronize", None)
+        (sync or getattr(torch, device.type).synchronize)(device)
+
+
+def write_at(t: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> torch.Tensor:
+    """Write the bit patterns `values` at flat `positions` of `t` (None: all of it) with torch ops, where
+    `t` lives; returns the values that were there, on `t`'s device (for `restore_at`)."""
+    flat = t.view(-1).view(_INT_OF[t.element_size()]) if t.dtype != torch.bool else t.view(-1).view(torch.uint8)
+    new = torch.from_numpy(values.view(_NP_INT_OF[values.itemsize])).to(t.device)
+    if positions is None:
+        old = flat.clone()
+        flat.copy_(new)
+        return old
+    index = torch.from_numpy(positions.astype(np.int64, copy=False)).to(t.device)
+    old = flat.index_select(0, index)
+    flat.index_copy_(0, index, new)
+    return old
+
+
+def restore_at(t: torch.Tensor, positions: np.ndarray | None, old: torch.Tensor) -> None:
+    """Put back what `write_at` returned."""
+    flat = t.view(-1).view(old.dtype)
+    if positions is None:
+        flat.copy_(old)
+    else:
+        flat.index_copy_(0, torch.from_numpy(positions.astype(np.int64, copy=False)).to(t.device), old)
+
+
+_NP_INT_OF = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .bits import DTYPE_NAMES, bits
+from . import _device
 from ._kernels import scatter
 from .codecs import Change, get_codec
 from .errors import DeltaFormatError, IntegrityError, StateMismatchError
@@ -42,8 +43,8 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
         if not header.foreign and tuple(t.shape) != entry.shape:
             raise StateMismatchError(f"the delta's shape is {entry.shape}, the state's {tuple(t.shape)}",
                                      tensor=entry.name)
-        if t.device.type != "cpu" or not t.is_contiguous():
-            raise StateMismatchError("apply works on contiguous CPU tensors", tensor=entry.name)
+        if not t.is_contiguous():
+            raise StateMismatchError("apply works on contiguous tensors", tensor=entry.name)
     if not header.foreign:
         total = sum(t.numel() for t in state.values())
         if total != header.total:
@@ -82,9 +83,10 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         codec = get_codec(header.codec)
     except ValueError as e:
         raise DeltaFormatError(str(e), path=path) from e
-    changes = codec.decode(header.tensors, blobs, state, workers)
+    host = _device.host_view(state, [e.name for e in header.tensors])  # a device state: its delta's tensors, copied
+    changes = codec.decode(header.tensors, blobs, host, workers)
     if not header.foreign:
-        _prove_target(header, changes, state, digest)
+        _prove_target(header, changes, host, digest)
     return header, changes, digest
 
 
@@ -108,23 +110,30 @@ class Rollback:
     of several ranks that make one version) can be undone exactly."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        self._saved: list[tuple[torch.Tensor, np.ndarray | None, np.ndarray | torch.Tensor]] = []
 
-    def write(self, flat: np.ndarray, positions: np.ndarray | None, values: np.ndarray) -> None:
-        """Write `values` at `positions` of `flat` (None: the whole tensor), keeping what was there."""
+    def write(self, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> None:
+        """Write the bit patterns `values` at flat `positions` of `tensor` (None: all of it), where it
+        lives, keeping what was there."""
+        if not _device.on_host(tensor):  # a GPU: torch's indexing on the device
+            self._saved.append((tensor, positions, _device.write_at(tensor, positions, values)))
+            return
+        flat = bits(tensor)
         if positions is None:
-            self._saved.append((flat, None, flat.copy()))
+            self._saved.append((tensor, None, flat.copy()))
             flat[:] = values
         else:
-            self._saved.append((flat, positions, scatter(flat, positions, values)))
+            self._saved.append((tensor, positions, scatter(flat, positions, values)))
 
     def restore(self) -> None:
         """Put every overwritten element back, newest write first; a second call does nothing."""
-        for flat, positions, old in reversed(self._saved):
-            if positions is None:
-                flat[:] = old
+        for tensor, positions, old in reversed(self._saved):
+            if isinstance(old, torch.Tensor):
+                _device.restore_at(tensor, positions, old)
+            elif positions is None:
+                bits(tensor)[:] = old
             else:
-                scatter(flat, positions, old)
+                scatter(bits(tensor), positions, old)
         self._saved.clear()
 
 
@@ -144,7 +153,7 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
     """
     rollback = rollback if rollback is not None else Rollback()
     for change in changes:
-        rollback.write(bits(state[change.name]), change.positions, change.values)
+        rollback.write(state[change.name], change.positions, change.values)
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state), changed)
@@ -165,7 +174,9 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
     the target hash of the decoded result; then writes. On any error the state is exactly as before.
 
     Args:
-        state: The reader's tensors (contiguous, CPU); modified in place on success.
+        state: The reader's tensors (contiguous, on the CPU or a GPU); modified in place on success. A GPU
+            state's tensors named in the delta are copied to the host to decode and prove the result
+            (the codecs condition on the old values), then written on the device.
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
         workers: Threads that decode chunks (None: one per core).

@@ -6,11 +6,16 @@
         pub.publish(model.state_dict())   # blocks only for a copy of the tensors
     pub.close()                           # waits for the last version to be committed
 
-`publish` copies the tensors (on their device) into a snapshot and returns. A background thread
-hashes and encodes the snapshot (a delta against the last published version; an anchor on the first
-version, every `anchor_every` versions and on request), uploads the files, commits the manifest and
-collects garbage. At most one snapshot waits: if uploads fall behind, a newer `publish` replaces the
-waiting one, so the next delta simply spans more training steps.
+`publish` copies the tensors (on their device) into a snapshot and returns once the copy is done. A
+background thread hashes and encodes the snapshot (a delta against the last published version; an
+anchor on the first version, every `anchor_every` versions and on request), uploads the files, commits
+the manifest and collects garbage. At most one snapshot waits: if uploads fall behind, a newer
+`publish` is written over the waiting one, so the next delta simply spans more training steps, and at
+most three copies of the state live on its device (published, publishing, waiting).
+
+A state on a GPU is diffed there; its hashes and anchors come from a host copy that follows it by
+the changed elements alone (`_mirror`), so a version moves only those over PCIe after the first. Not
+yet run on a GPU: tested with CPU tensors through the same code (`_device`'s seam).
 
 Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps.
 Rank 0 commits the manifest once every rank's files have landed. Whether a step is published or
@@ -30,6 +35,7 @@ from typing import Any
 
 import torch
 
+from . import _device, _mirror
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
@@ -158,6 +164,9 @@ class Publisher:
         if manifest and manifest.latest:
             self.last = PublishedVersion(latest, manifest.latest.state_hash, manifest.latest.kind, 0, 0.0)
         self._pending: _Snapshot | None = None
+        self._mirror: State | None = None  # host copy of `_base` when the state lives on a GPU (`_mirror`)
+        #: Seconds the last `publish` blocked for its copy, synchronised with the device.
+        self.copy_s = 0.0
         self._busy = False
         self._spare: State | None = None
         self._error: BaseException | None = None
@@ -171,9 +180,10 @@ class Publisher:
     def publish(self, state: Mapping[str, torch.Tensor], *, anchor: bool = False) -> None:
         """Take a snapshot of `state` for publishing as the next version and return.
 
-        Blocks only to copy the tensors (on their device; `state` is not modified and may change
-        as soon as this returns). Encoding and upload happen in the background. If a snapshot is
-        already waiting, this one replaces it.
+        Blocks only to copy the tensors (on their device, waiting for the copy to finish there; `copy_s`
+        says how long); `state` is not modified and may change as soon as this returns. Encoding and
+        upload happen in the background. If a snapshot is already waiting, this one replaces it (written
+        over it, keeping its anchor request).
 
         Args:
             state: This rank's tensors; the same names, shapes and dtypes every call.
@@ -183,14 +193,21 @@ class Publisher:
             PublishError: the background thread stopped on an error (the message says which).
         """
         self._raise_if_failed()
+        start = time.perf_counter()
         with self._cond:
             busy = self._busy or (self._pending is not None and self._pending.ready)
-            spare, self._spare = self._spare, None
+            # A snapshot still waiting is overwritten in place (taken back so that the worker cannot start on
+            # it meanwhile): at most three copies live on the state's device, published, publishing, waiting.
+            waiting, self._pending = self._pending, None
+            if waiting is not None:
+                buffers, anchor = waiting.tensors, anchor or waiting.anchor
+            else:
+                buffers, self._spare = self._spare, None
         busy = self.ranks.any(busy)
-        snapshot = _copy_into(spare, state)
+        snapshot = _copy_into(buffers, state)
+        _device.synchronize(snapshot.values())  # a GPU copy is asynchronous: `state` may change once this returns
+        self.copy_s = time.perf_counter() - start
         with self._cond:
-            if self._pending is not None:
-                self._spare = self._pending.tensors
             self._pending = _Snapshot(snapshot, anchor, ready=self.ranks.world == 1 or not busy)
             self._cond.notify_all()
 
@@ -310,9 +327,24 @@ class Publisher:
                     snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True, newer.taken_at)
 
     def _publish_one(self, snapshot: _Snapshot) -> None:
+        on_device = not all(_device.on_host(t) for t in snapshot.tensors.values())
+        if not on_device:
+            self._publish_version(snapshot, snapshot.tensors, state_digest(snapshot.tensors))
+            return
+        # A GPU state: hashes and anchors read a host mirror that follows it by its changed elements.
+        mirror, digest, undo = _mirror.follow(self._mirror, self._base, snapshot.tensors, self._base_digest)
+        try:
+            self._publish_version(snapshot, mirror, digest)
+        except BaseException:
+            undo.restore()
+            raise
+        self._mirror = mirror
+
+    def _publish_version(self, snapshot: _Snapshot, host: State, digest: StateDigest) -> None:
+        """Write and commit `snapshot` as the next version; `host` holds its tensors in host memory (the
+        snapshot itself, or the mirror of a GPU state) and `digest` their hash."""
         start = time.monotonic()
         version, rank = self._next_version, self.ranks.rank
-        digest = state_digest(snapshot.tensors)
         anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
                   or version - self._last_anchor >= self.config.anchor_every)
         folder = version_dir(version, self.session)
@@ -324,7 +356,7 @@ class Publisher:
                         workers=self.config.workers)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         if anchor:
-            shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
+            shards = encode_anchor(host, version=version, state_hash=digest.hexdigest,
                                    max_shard_bytes=self.config.max_shard_bytes)
             for i, data in enumerate(shards):
                 anchor_refs.append(self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors",

@@ -151,7 +151,8 @@ class Subscriber:
 
     Args:
         bucket: URL for `open_storage`, or an open `Storage`.
-        state: Tensors to update in place (contiguous CPU). None: the first anchor becomes the state.
+        state: Tensors to update in place (contiguous; on the CPU or a GPU: see `delta.apply`). None: the
+            first anchor becomes the state (on the CPU).
         version: The version `state` holds, if known (checked against the manifest's hashes); None
             means unknown, so the first step loads an anchor into `state`.
         config: Polling and fetching settings.

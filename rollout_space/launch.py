@@ -6,8 +6,12 @@ import argparse
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 
 import settings
+
+if TYPE_CHECKING:
+    from models.hardware import Machine, RolloutPlan
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.ENV_TOKEN.add_to(parser, "the env's token, sent on this server's games (the env's --token)")
     settings.ENGINE.add_to(parser)
     settings.DEVICE.add_to(parser, f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
-                                   "cuda:N (auto: the GPU when there is one); vLLM runs on its platform's device")
-    parser.add_argument("--dtype", default="auto", help="compute dtype: auto, bfloat16, float16, float32")
+                                   "cuda:N (auto: the GPU when there is one); vLLM runs on the first visible GPU "
+                                   "(for another, set CUDA_VISIBLE_DEVICES)")
+    settings.DTYPE.add_to(parser)
+    settings.GPU_MEMORY_UTILIZATION.add_to(parser)
+    settings.CUDA_GRAPHS.add_to(parser)
     parser.add_argument("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens")
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
@@ -47,10 +54,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_server_arguments(parser)
 
 
+def engine_plan(args: argparse.Namespace, kind: str, folder: str, machine: Machine | None = None) -> RolloutPlan:
+    """What the engine runs with on `machine` (None: this one, probed), from the flags and the checkpoint's
+    dtypes; its warnings are logged.
+
+    Raises:
+        ValueError: settings that cannot start, or would serve other weights than published unasked (a T4
+            with bf16 weights under vLLM); the message says what to set.
+    """
+    from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
+
+    plan = plan_rollout(machine or Machine.probe(), engine=kind, published=published_dtypes(folder),
+                        device=args.device, dtype=args.dtype, memory_fraction=args.gpu_memory_utilization,
+                        cuda_graphs=args.cuda_graphs == "on")
+    log_notes(plan.notes)
+    return plan
+
+
 def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
     from delta.subscribe import SubscriberConfig
-    from models import resolve_device, resolve_model
+    from models import resolve_model
 
     from .engines import EngineConfig, open_engine
     from .env_client import EnvClient
@@ -65,8 +89,13 @@ def run(args: argparse.Namespace) -> None:
     limits = ServiceLimits(args.max_batch, args.max_tokens, args.max_games, args.showcase_every)
     kind = args.engine or _default_engine()
     folder = resolve_model(args.model)
-    logger.info("starting the %s engine on %s", kind, folder)
-    engine = open_engine(kind, EngineConfig(folder, args.dtype, args.max_model_len, resolve_device(args.device)))
+    try:
+        plan = engine_plan(args, kind, folder)
+    except ValueError as e:  # a setting to change before anything starts: one line, no traceback
+        raise SystemExit(f"python app.py rollout: {e}") from None
+    logger.info("starting the %s engine on %s (%s, %s)", kind, folder, plan.device, plan.dtype)
+    options = {"plan": plan} if kind == "vllm" else {}
+    engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)
     try:
         polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
         follower = Follower(engine, args.bucket, polling)

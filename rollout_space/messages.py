@@ -30,7 +30,8 @@ class RolloutStatus(BaseModel):
     env_url: str | None = Field(description="The env Space games are played on; None: games are refused")
     last_error: str | None = Field(description="The last failure to follow the bucket (the served version stays)")
     state_hash: str | None = Field(description="Hash of the weights served, comparable with the manifest's; None "
-                                               "before a bucket version is served")
+                                               "before a bucket version is served, and when the engine computes in a "
+                                               "dtype that rounds the published weights (bf16 served as float16)")
     failures: int = Field(description="Failed syncs in a row")
     note: str | None = Field(description="Why the model is served as loaded (no bucket, an empty bucket)")
     syncs: int = Field(description="Versions applied and remembered for the UI's timeline")

@@ -196,7 +196,7 @@ class RolloutService:
             bucket=self.follower.bucket if self.follower is not None else None,
             env_url=self.env.url if self.env is not None else None,
             last_error=following.get("last_error"),
-            state_hash=following.get("state_hash"),
+            state_hash=following.get("state_hash") if self.engine.exact else None,  # not claimed for rounded weights
             failures=following.get("failures", 0),
             note=note,
             syncs=len(self.syncs()),

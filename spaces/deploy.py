@@ -67,7 +67,7 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
         raise ValueError(f"--rollouts must be between 1 and 16, got {rollouts}")
     ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
     env_url = space_url(ids["env"])
-    gpu = "cpu-upgrade" if cpu else "t4-small"
+    gpu = "cpu-upgrade" if cpu else "l4x1"  # an L4: native bf16, so the rollout serves the published weights exactly
     names = [f"{prefix}-rollout"] + [f"{prefix}-rollout-{i}" for i in range(2, rollouts + 1)]
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),

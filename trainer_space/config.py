@@ -26,9 +26,12 @@ class TrainerConfig:
         learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
             element changes once the updates since it last changed add up to half its ULP. 5e-5 moves
             SmolLM2-135M's valid-guess rate within ~10 steps of 8 games (docs/training.md).
-        device: Torch device of the master weights, the optimizer state and the published state (`cpu`,
-            `cuda`, `cuda:N`; `models.resolve_device` turns `auto` into one). On a GPU the forward and
-            backward passes run under bf16 autocast.
+        device: Torch device of the master weights, the optimizer state and the published state: `cpu` or
+            `cuda`, the one GPU the process sees (`models.hardware.plan_trainer` turns `--device` into one, and
+            refuses several GPUs or `cuda:N`: transformers' Trainer would move the model to cuda:0).
+        bf16: Forward and backward passes under bf16 autocast (GPU only). `plan_trainer` sets it where the
+            GPU has bf16 natively (compute 8.0+, such as an L4); elsewhere training runs in fp32, since torch
+            emulates bf16 on a T4, slowly. The published weights keep the checkpoint's dtype either way.
         max_tokens: Tokens per model turn (a tagged guess takes ~6).
         max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
             cut short as unfinished). 3 by default: each turn generates over the whole conversation
@@ -68,6 +71,7 @@ class TrainerConfig:
     max_steps: int = 1000
     learning_rate: float = 5e-5
     device: str = "cpu"
+    bf16: bool = False
     max_tokens: int = 16
     max_turns: int = 3
     temperature: float = 1.0
@@ -101,8 +105,11 @@ class TrainerConfig:
         if self.max_staleness < 0 or self.stale_retries < 0 or self.stale_wait < 0:
             raise ValueError("max_staleness, stale_retries and stale_wait must be >= 0, got "
                              f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")
-        if self.device != "cpu" and not (self.device == "cuda" or self.device.startswith("cuda:")):
-            raise ValueError(f"device must be cpu, cuda or cuda:N (resolve auto first), got {self.device!r}")
+        if self.device not in ("cpu", "cuda", "cuda:0"):
+            raise ValueError(f"device must be cpu or cuda (resolve auto with models.hardware.plan_trainer first; for "
+                             f"another GPU set CUDA_VISIBLE_DEVICES to it and use cuda), got {self.device!r}")
+        if self.bf16 and self.device == "cpu":
+            raise ValueError("bf16 autocast is for a GPU with native bf16; on a CPU the trainer computes in fp32")
         if not 0 < self.retry_wait <= self.retry_max_wait:
             raise ValueError(f"need 0 < retry_wait <= retry_max_wait, got {self.retry_wait}, {self.retry_max_wait}")
         if self.max_pending_groups is not None and self.max_pending_groups < 1:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 import settings
 
 from .config import TrainerConfig
+
+if TYPE_CHECKING:
+    from models.hardware import Machine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.ENV_URL.add_to(parser, "the Wordle env Space, linked from the UI")
     settings.MODEL.add_to(parser, "model folder or Hub id to start from (offline default); the rollout's model")
     settings.OWNER_TOKEN.add_to(parser, "secret that start/pause/stop need (unset: nobody controls it)")
-    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} or cuda:N "
-                                   "(auto: the GPU when there is one)")
+    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} (auto: the GPU "
+                                   "when there is one; one GPU: with several, set CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--paused", action="store_true", help="do not start training on launch")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps per run")
     parser.add_argument("--games-per-step", type=int, default=defaults.games_per_step,
@@ -39,14 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.add_server_arguments(parser)
 
 
-def config_from_args(args: argparse.Namespace, model_folder: str) -> TrainerConfig:
-    """The session's config from parsed flags (ValueError with the flag to change when invalid)."""
-    from models import resolve_device
+def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machine | None = None) -> TrainerConfig:
+    """The session's config from parsed flags, for `machine` (None: this one, probed); ValueError with the
+    flag or variable to change when invalid (a device that is not there, several visible GPUs)."""
+    from models.hardware import Machine, log_notes, plan_trainer
 
+    plan = plan_trainer(machine or Machine.probe(), args.device)
+    log_notes(plan.notes)
     return TrainerConfig(
         bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, device=resolve_device(args.device), max_tokens=args.max_tokens,
+        learning_rate=args.learning_rate, device=plan.device, bf16=plan.bf16, max_tokens=args.max_tokens,
         max_turns=args.max_turns, reply_prefix=args.reply_prefix,
         max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token)
 
@@ -59,7 +66,11 @@ def run(args: argparse.Namespace) -> None:
     from .session import TrainingSession
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    session = TrainingSession(config_from_args(args, resolve_model(args.model)), owner_token=args.owner_token)
+    try:
+        config = config_from_args(args, resolve_model(args.model))
+    except ValueError as e:  # a setting to change before anything loads: one line, no traceback
+        raise SystemExit(f"python app.py trainer: {e}") from None
+    session = TrainingSession(config, owner_token=args.owner_token)
     if args.paused:
         session.pause()
     else:

@@ -280,7 +280,7 @@ class TrainingSession:
             per_device_train_batch_size=c.games_per_step, gradient_accumulation_steps=1,
             num_generations=c.num_generations, max_completion_length=c.max_tokens * c.max_turns * 4,
             temperature=c.temperature, reward_weights=list(REWARD_WEIGHTS), beta=0.0,
-            use_cpu=c.device == "cpu", bf16=c.device != "cpu", logging_steps=1, save_strategy="no", report_to="none",
+            use_cpu=c.device == "cpu", bf16=c.bf16, logging_steps=1, save_strategy="no", report_to="none",
             disable_tqdm=True, seed=c.seed, data_seed=c.seed, dataloader_num_workers=0,
         )
         rows = max(c.max_steps * c.groups_per_step, 1)

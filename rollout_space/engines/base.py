@@ -166,6 +166,16 @@ class Engine(ABC):
         return self._state
 
     @property
+    def exact(self) -> bool:
+        """Whether the weights served are `state` bit for bit: the compute dtype holds every published value
+        (`auto` serves the checkpoint's dtype, or float32 on a CPU). False for bf16 weights served in float16
+        (a T4 told `--dtype float16`): the rollout then reports no state hash."""
+        from models.hardware import holds
+
+        names = {str(t.dtype).removeprefix("torch.") for t in self._state.values() if t.is_floating_point()}
+        return self.config.dtype == "auto" or all(holds(self.config.dtype, n) for n in names)
+
+    @property
     def version(self) -> int:
         """The version the engine computes with now."""
         return self._version

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save_file
 
-from .base import Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
+from .base import Engine, EngineConfig, Sampled, SamplingParams
 
 if TYPE_CHECKING:
     import vllm
+
+    from models.hardware import RolloutPlan
 
 _EXTENSION = "rollout_space.engines._vllm_worker.WeightUpdateExtension"
 
@@ -44,6 +46,25 @@ def _fused_groups(names: list[str], packed_modules: Mapping[str, list[str]]) -> 
     return groups
 
 
+def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None,
+                  enforce_eager: bool | None) -> dict[str, object]:
+    """vLLM's dtype, KV-cache / GPU-memory and eager settings: the plan's (made for this machine when None),
+    with the caller's overrides."""
+    from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
+
+    if plan is None:
+        plan = plan_rollout(Machine.probe(), engine="vllm", published=published_dtypes(config.model),
+                            dtype=config.dtype)
+        log_notes(plan.notes)
+    kwargs = plan.vllm_kwargs()
+    if kv_cache_bytes is not None:
+        kwargs.pop("gpu_memory_utilization", None)
+        kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+    if enforce_eager is not None:
+        kwargs["enforce_eager"] = enforce_eager
+    return kwargs
+
+
 class VLLMEngine(Engine):
     """Serves with vLLM. Generation and updates block the calling thread; vLLM computes in its own processes.
 
@@ -57,8 +78,9 @@ class VLLMEngine(Engine):
     guard its entry point with `if __name__ == "__main__":`.
     """
 
-    def __init__(self, config: EngineConfig, *, version: int = 0, kv_cache_bytes: int | None = 256 << 20,
-                 enforce_eager: bool = True, tmp_dir: str | None = None) -> None:
+    def __init__(self, config: EngineConfig, *, version: int = 0, plan: RolloutPlan | None = None,
+                 kv_cache_bytes: int | None = None, enforce_eager: bool | None = None,
+                 tmp_dir: str | None = None) -> None:
         """Start vLLM on `config.model` (tens of seconds on a CPU).
 
         vLLM's workers are spawned and import the program's `__main__` module again: keep that module's
@@ -68,14 +90,17 @@ class VLLMEngine(Engine):
         Args:
             config: Model folder, dtype, max_model_len.
             version: The version of the weights in the folder.
-            kv_cache_bytes: KV cache size. None: vLLM's default, a share of GPU memory, or on CPU 92% of
-                the machine's RAM (rarely what you want beside other processes).
-            enforce_eager: No torch.compile or CUDA graphs: on a 2-core CPU vLLM starts in ~30 s instead of
-                ~2 min. Updates apply either way (checked on CPU).
+            plan: Device-dependent settings (`models.hardware.plan_rollout`: dtype, KV cache or GPU memory
+                share, eager mode). None: planned here for this machine and `config.dtype` (on a CPU: float32,
+                a 256 MiB KV cache, eager; on a GPU: 0.85 of its memory, CUDA graphs).
+            kv_cache_bytes: Overrides the plan's KV cache size (then no GPU memory share is passed).
+            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (on a 2-core CPU vLLM starts
+                in ~30 s instead of ~2 min). Updates apply either way (checked on CPU).
             tmp_dir: Where update files are written (and deleted right after); default the system's.
 
         Raises:
             ImportError: vLLM is not installed (the message names the package).
+            ValueError: the planned settings cannot start here (`plan_rollout`'s message says what to set).
         """
         try:
             from vllm import LLM
@@ -91,9 +116,8 @@ class VLLMEngine(Engine):
         # worker inherits that namespace, a spawned one starts clean.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._tmp_dir = tmp_dir
-        self._llm = LLM(model=config.model, dtype=compute_dtype(config.dtype, on_cpu=not torch.cuda.is_available()), max_model_len=config.max_model_len,
-                        kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,
-                        worker_extension_cls=_EXTENSION)
+        self._llm = LLM(model=config.model, max_model_len=config.max_model_len, worker_extension_cls=_EXTENSION,
+                        **_llm_settings(config, plan, kv_cache_bytes, enforce_eager))
         packed = self._llm.collective_rpc("packed_modules")[0]
         self._groups = _fused_groups(sorted(self.state), packed)
 
