@@ -153,13 +153,15 @@ PAGE = """<!doctype html>
  dl { display: grid; grid-template-columns: auto auto; gap: .1rem 1rem; margin: .6rem 0; }
  dt { color: #555; } dd { margin: 0; font-variant-numeric: tabular-nums; }
  a.open { display: inline-block; margin-top: .4rem; } code { background: #f4f4f4; padding: 0 .25rem; }
+ .card.wide { grid-column: span 2; }
  table.fleet { border-collapse: collapse; font-size: .85rem; margin-top: .4rem; }
  table.fleet th, table.fleet td { border-bottom: 1px solid #eee; padding: .1rem .4rem; text-align: left; }
 </style></head>
 <body>
 <h1>delta-sync: a model learns Wordle, live</h1>
-<p class="sub">Three apps on this machine, sharing the bucket <code>{bucket}</code>: the trainer publishes a
-sparse safetensors delta per step, the rollout applies it and plays games against the environment.</p>
+<p class="sub">The apps on this machine share the bucket <code>{bucket}</code> and nothing else: the trainer
+publishes a sparse safetensors delta per step there, each rollout server applies it, plays games against the
+environment and hands them back through the bucket.</p>
 <div class="cards" id="cards"></div>
 <p class="sub" id="updated">Waiting for the first status…</p>
 <script>
@@ -171,7 +173,7 @@ function card(app) {
   const fleet = app.role !== "trainer" ? "" : (app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
     <table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th><th>state</th></tr>
     ${rows}</table>` : "<div>rollout fleet: no heartbeat in the bucket yet</div>");
-  return `<div class="card" id="card-${app.name}" data-state="${app.state}">
+  return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>
     <dl>${fields}</dl>${fleet}<a class="open" href="${url}">open ${url}</a></div>`;

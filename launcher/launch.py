@@ -108,13 +108,13 @@ def run(args: argparse.Namespace) -> None:
             if not child.wait_ready(config.ready_timeout_s, stop):
                 return
             _say(f"{child.name} ready")
-        _say("all three apps are ready:")
+        _say("all apps are ready:")
         print(f"    landing page  {_link(config, config.port)}", flush=True)
         for child in children:
             print(f"    {child.name:<12}  {_link(config, child.port)}", flush=True)
         print(f"    owner token   {owner_token}   (the trainer's start/pause/stop)", flush=True)
         print(f"    rollout token {tokens['ROLLOUT_TOKEN']}   (the rollout's /generate and /rollout)", flush=True)
-        _say("Ctrl-C stops all three; the next start resumes from the bucket")
+        _say("Ctrl-C stops them all; the next start resumes from the bucket")
         while not stop.wait(1.0):
             for child in children:
                 code = child.returncode()

@@ -19,7 +19,7 @@ import httpx
 from tests._env_server import REPO, free_port
 from tests._trainer_stack import FAST_TRAINING
 
-READY_LINE = "all three apps are ready"
+READY_LINE = "all apps are ready"
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Launch:
         return self.out.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the launcher prints that all three apps are ready (AssertionError with its output if not)."""
+        """Until the launcher prints that all apps are ready (AssertionError with its output if not)."""
         deadline = time.monotonic() + timeout_s
         while READY_LINE not in self.output():
             assert self.proc.poll() is None, f"the launcher exited {self.proc.returncode}:\n{self.output()}"

@@ -43,8 +43,9 @@ class TrainerConfig:
         max_staleness: Most versions a game's oldest weights may lag the trainer's current version; older
             games are played again (`stale_retries` times, request mode) or dropped (fleet), and counted.
         max_pending_groups: Fleet back-pressure: the rollout servers stop producing while this many groups
-            wait in the bucket; None: `groups_per_step * max(1, max_staleness)`, what the staleness bound
-            can use.
+            wait in the bucket; None: `groups_per_step * max(1, max_staleness - 1)`, what the staleness bound
+            can use (a group waiting k steps is trained on about k + 1 versions after the weights that
+            played it).
         importance_cap: Upper bound of a token's importance weight (current policy / sampler), as TRL's
             `vllm_importance_sampling_clip_max` (`offpolicy.py`).
         stale_retries: Rounds of replaying stale games in one step before the rest are dropped.
@@ -127,7 +128,7 @@ class TrainerConfig:
     @property
     def pending_groups(self) -> int:
         """The back-pressure bound the rollout servers are told (see `max_pending_groups`)."""
-        return self.max_pending_groups or self.groups_per_step * max(1, self.max_staleness)
+        return self.max_pending_groups or self.groups_per_step * max(1, self.max_staleness - 1)
 
     @property
     def groups_per_step(self) -> int:

@@ -74,7 +74,7 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
-    return ("<table><tr><th>server</th><th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
+    return ("<table style='font-size:.85em;width:100%'><tr><th>server</th><th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
             f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table>")
 
 
