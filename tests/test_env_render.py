@@ -56,19 +56,22 @@ def test_feed_lists_policy_games_newest_first() -> None:
         GameRecord(episode_id="b", player="policy v6", words=("fjord",) * 6, marks=("XXXYX",) * 6, won=False,
                    secret="crane", invalid_moves=2, total_reward=-0.1, finished_at=90.0),
         GameRecord(episode_id="c", player="policy v5", words=(), marks=(), won=False, secret="<b>", invalid_moves=1,
-                   total_reward=-0.2, finished_at=90.0, replies=("<i>" + "x " * 60,), guesses=("",)),
+                   total_reward=-0.2, finished_at=90.0, replies=("<i>" + "x " * 60,), guesses=("",),
+                   errors=("'<i>' must contain only the letters a-z",)),
         GameRecord(episode_id="d", player="policy v5", words=(), marks=(), won=False, secret="", invalid_moves=6,
                    total_reward=-0.6, finished_at=90.0, finished=False),
     ]
-    html = feed_html(games, now=130.0)
+    html = feed_html(games)
     assert html.index("policy v7") < html.index("policy v6")
-    assert "won in 2" in html and "30s ago" in html
-    assert "lost (CRANE), 2 invalid moves" in html and "40s ago" in html
+    assert "won in 2" in html and "ended 00:01:40 UTC" in html  # each game's own end, not a frozen age
+    assert "lost (CRANE), 2 invalid moves" in html and "ended 00:01:30 UTC" in html
     assert "lost (&lt;B&gt;), 1 invalid move<" in html  # escaped
     assert "unfinished, 6 invalid moves" in html
-    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)</li>', html)
+    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)<div class="wordle-why">([^<]*)</div>'
+                     r'</li>', html)
     assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 31 + "x..."  # what the model wrote, cut
     assert move.group(1).startswith("&lt;i&gt;x x")  # the whole text on hover
+    assert move.group(3) == "&#x27;&lt;i&gt;&#x27; must contain only the letters a-z"  # and why it was refused
 
 
 def test_stats_rows_and_win_rate_curve() -> None:

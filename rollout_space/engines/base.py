@@ -90,6 +90,8 @@ class SamplingParams:
         seed: Makes sampling reproducible (same engine, prompts, weights and seed give the same
             completions); identical prompts in one call still get different samples. None: not reproducible.
         stop_token_ids: Token ids that end a completion besides the engine's `stop_token_ids`.
+        stop: Strings that end a completion: it ends with the token that completes one (kept, with
+            whatever else that token holds), finish reason "stop". Both engines cut at the same token.
     """
 
     max_tokens: int = 64
@@ -97,6 +99,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -105,6 +108,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not all(self.stop):
+            raise ValueError("stop strings must not be empty")
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,16 @@ class Engine(ABC):
         #: Token ids that end every completion: the folder's generation config and the tokenizer's EOS.
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(set(eos)))
 
+    def _cut_at_stop(self, sampled: Sampled, stop: tuple[str, ...]) -> Sampled:
+        """`sampled` up to the first token whose text so far holds a stop string. Backends stop near there
+        on their own (vLLM exactly, transformers may leave padding after it); this makes the cut exact
+        and the same in both."""
+        ids = sampled.token_ids
+        if not stop or not any(s in self.tokenizer.decode(ids) for s in stop):
+            return sampled
+        end = next(n for n in range(1, len(ids) + 1) if any(s in self.tokenizer.decode(ids[:n]) for s in stop))
+        return Sampled(ids[:end], sampled.logprobs[:end], "stop")
+
     def _stops(self, params: SamplingParams) -> list[int]:
         """The token ids that end a completion sampled with `params`."""
         return sorted(set(self.stop_token_ids) | set(params.stop_token_ids))
@@ -189,6 +204,7 @@ class Engine(ABC):
         ids = self._token_ids(prompts, params.max_tokens)
         with self._serving():
             sampled = self._backend("generating", self._generate, ids, params)
+            sampled = [self._cut_at_stop(s, params.stop) for s in sampled]
             version = self._version
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
