@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from .rules import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
-from .schema import GameRecord, GuessRow, PlayerStats, WordleObservation
+from .schema import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
@@ -179,8 +179,11 @@ CURVE_HEADERS = ["weight version", "win rate"]
 
 
 def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`."""
-    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in stats]
+    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`: people first, then policies newest
+    version first (a long run has hundreds of versions: the top of the table is the one a visitor reads)."""
+    ordered = sorted(stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None
+                                                                  else -1)))
+    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in ordered]
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:

@@ -90,7 +90,9 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
                 plot = gr.LinePlot(
                     x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False
                 )
-                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats")
+                gr.Markdown("## Every player (newest policy versions first)")
+                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats",
+                                     max_height=2000)
 
         outputs = [game, board, keyboard, status, box]
         restart.click(new_game, game, outputs, api_name="new_game")

@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -43,6 +43,21 @@ def compute_dtype(dtype: str, on_cpu: bool) -> str:
     SIGILL on the Xeon CPUs (AVX512-BF16, AMX) it was built on. A dtype named explicitly is kept.
     """
     return "float32" if dtype == "auto" and on_cpu else dtype
+
+def whole_characters(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """The text of `token_ids` (special tokens skipped) without a character cut in half at its end.
+
+    A byte-level tokenizer may spread one UTF-8 character over several tokens; a completion cut at
+    `max_tokens` (or a stop string) between them would end in "\ufffd", which the UIs then show as "�".
+    The few tokens of the unfinished character are left out of the text (never out of `token_ids`).
+    """
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    for cut in range(1, 4):  # a UTF-8 character spans at most 4 bytes, so at most 3 trailing tokens
+        if not text.endswith("\ufffd") or cut > len(token_ids):
+            break
+        text = tokenizer.decode(token_ids[:-cut], skip_special_tokens=True)
+    return text
+
 
 Prompt = str | Sequence[int]
 T = TypeVar("T")
@@ -209,7 +224,7 @@ class Engine(ABC):
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
         return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
-                           text=self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                           text=whole_characters(self.tokenizer, s.token_ids),
                            finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled)]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
