@@ -102,6 +102,22 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
     expect(page.locator(".js-plotly-plot .heatmaplayer")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed]")).to_contain_text(re.compile(r"policy v\d+"))
+    moves = page.locator("[data-testid=policy-feed] [data-testid=moves] li")
+    expect(moves).not_to_have_count(0)
+    for n in range(moves.count()):  # what the page says each move scored, against what the model wrote
+        move = moves.nth(n)
+        verdict = re.match(r"\d+\. (\S+):", move.inner_text()).group(1)
+        written = first_word_after_the_tag(move.get_attribute("title") or "")
+        if verdict == "invalid":
+            expect(move.locator(".wordle-why")).not_to_be_empty()  # every invalid move says why
+        else:
+            assert verdict == written.upper(), (verdict, move.get_attribute("title"))
+
+
+def first_word_after_the_tag(reply: str) -> str:
+    """The first word the model wrote after the last <guess> (what the strict rule scores), read by hand."""
+    after = re.split(r"<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
+    return after[0].strip("\"'`*_.,;:!?()[]{}<>") if after else ""
 
 
 def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: Callable[[str], Page]) -> None:
