@@ -144,12 +144,18 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
     fig.update_xaxes(title_text="version", range=[min(versions) - 0.6, max(versions) + 0.6], **_whole_ticks(versions))
     sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
     bottom, top = math.floor(math.log10(min(sizes))) - 1, math.log10(max(sizes)) + 1.2  # room for the label above
-    ticks = [10**k for k in range(bottom, math.floor(top) + 1)]  # one labelled tick per decade, no "2 5 2 5"
     fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False, range=[bottom, top],
-                     tickvals=ticks, ticktext=[size_text(t) for t in ticks])
+                     **_byte_decades(bottom, top))
     fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5,
                      secondary_y=True)
     return fig
+
+
+def _byte_decades(bottom: float, top: float) -> dict[str, Any]:
+    """Log-axis settings for bytes between 10**bottom and 10**top: one tick per decade, labelled in bytes
+    ("1 kB", "10 MB"), instead of plotly's minor "2 5 2 5" labels."""
+    ticks = [10**k for k in range(math.ceil(bottom), math.floor(top) + 1)]
+    return {"tickvals": ticks, "ticktext": [size_text(t) for t in ticks]}
 
 
 def _whole_ticks(x: Sequence[float]) -> dict[str, Any]:
@@ -228,4 +234,9 @@ def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
         series.append(Series("raw (int32 + values)", steps, raw_bytes, dash="dash"))
     if dense_bytes is not None:
         series.append(Series("dense model", steps, [dense_bytes] * len(steps), dash="dot"))
-    return line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)
+    fig = line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)
+    sizes = [y for s in series for y in s.y if y]
+    if sizes:
+        bottom, top = math.log10(min(sizes)) - 0.3, math.log10(max(sizes)) + 0.3
+        fig.update_yaxes(range=[bottom, top], **_byte_decades(bottom, top))
+    return fig

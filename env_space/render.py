@@ -174,6 +174,25 @@ def feed_html(records: Sequence[GameRecord]) -> str:
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
 
+#: Under the policy feed: why training games read "unfinished".
+UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped before the game ended: the trainer "
+                   "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
+                   "minute on small machines. Each invalid move shows the reason it was refused.*")
+
+
+def win_rate_note(stats: Sequence[PlayerStats]) -> str:
+    """Under the win-rate curve: what a flat line on the axis means, so it is not read as a broken chart."""
+    policies = [s for s in stats if s.weight_version is not None]
+    games, wins = sum(s.games for s in policies), sum(s.wins for s in policies)
+    if not games:
+        return "*No policy game yet.*"
+    if not wins:
+        return (f"*No policy game won yet ({games:,} games): the line lies on 0. Cut at a few moves, a small "
+                "model's training games rarely find the word; the trainer's valid-guess rate and letters found "
+                "show what it learns first.*")
+    return f"*{wins:,} of {games:,} policy games won.*"
+
+
 STATS_HEADERS = ["player", "games", "wins", "win rate"]
 CURVE_HEADERS = ["weight version", "win rate"]
 

@@ -103,6 +103,7 @@ def test_learning_and_payload_curves() -> None:
     assert list(fig.data[2].y) == [1e6, 1e6]
     assert (fig.layout.xaxis.title.text, fig.layout.xaxis.dtick) == ("version", 1)
     assert fig.layout.yaxis.type == "log"
+    assert list(fig.layout.yaxis.ticktext) == ["1 kB", "10 kB", "100 kB", "1 MB"]  # decades, in bytes
     assert [t.name for t in payload_curves([1], [5]).data] == ["default codec"]
     with_anchor = payload_curves([2], [700], anchors=[(1, 269_000_000)])
     assert [(t.name, list(t.x), t.mode) for t in with_anchor.data] == [

@@ -1,6 +1,8 @@
 import re
 
-from env_space.render import board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve
+from env_space.render import (
+    board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve, win_rate_note,
+)
 from env_space.schema import GameRecord, GuessRow, PlayerStats, WordleObservation
 
 
@@ -87,3 +89,12 @@ def test_stats_rows_and_win_rate_curve() -> None:
         ["v2", 0.333],
         ["v10", 0.75],
     ]  # by version (labels: whole versions on the axis), people and unknown versions left out
+
+
+def test_the_win_rate_note_says_what_a_flat_line_means() -> None:
+    assert win_rate_note([]) == "*No policy game yet.*"
+    people = PlayerStats(player="human", games=3, wins=3)
+    flat = win_rate_note([people, PlayerStats(player="policy v1", games=8, wins=0),
+                          PlayerStats(player="policy v2", games=8, wins=0)])
+    assert flat.startswith("*No policy game won yet (16 games): the line lies on 0.")
+    assert win_rate_note([PlayerStats(player="policy v2", games=8, wins=1)]) == "*1 of 8 policy games won.*"
