@@ -198,7 +198,11 @@ def real_run(args: argparse.Namespace) -> None:
         json.dump({**history.model_dump(mode="json"), "status": status.model_dump(mode="json"),
                    "rollout": rollout.model_dump(mode="json"), "command": command, "minutes": args.minutes,
                    "summary": results, "last_games": [g.model_dump(mode="json") for g in games]}, f, indent=1)
-    plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
+    try:
+        plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
+    except ModuleNotFoundError as e:  # the run's numbers are saved: a missing plotting package loses nothing
+        print(f"saved {args.json}; no figure: {e} (pip install matplotlib -c constraints.txt)")
+        return
     print(f"saved {args.json} and {args.png}")
 
 
