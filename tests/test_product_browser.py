@@ -104,14 +104,15 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
     expect(page.locator("[data-testid=policy-feed]")).to_contain_text(re.compile(r"policy v\d+"))
     moves = page.locator("[data-testid=policy-feed] [data-testid=moves] li")
     expect(moves).not_to_have_count(0)
-    for n in range(moves.count()):  # what the page says each move scored, against what the model wrote
-        move = moves.nth(n)
-        verdict = re.match(r"\d+\. (\S+):", move.inner_text()).group(1)
-        written = first_word_after_the_tag(move.get_attribute("title") or "")
+    # One read of every move (closed <details> included; the feed is redrawn as games come in).
+    read = moves.evaluate_all("items => items.map(li => [li.textContent, li.title, "
+                              "li.querySelector('.wordle-why')?.textContent || ''])")
+    for text, title, why in read:  # what the page says each move scored, against what the model wrote
+        verdict = re.match(r"\d+\. (\S+):", text).group(1)
         if verdict == "invalid":
-            expect(move.locator(".wordle-why")).not_to_be_empty()  # every invalid move says why
+            assert why, f"an invalid move without its reason: {text!r}"
         else:
-            assert verdict == written.upper(), (verdict, move.get_attribute("title"))
+            assert verdict == first_word_after_the_tag(title).upper(), (verdict, title)
 
 
 def first_word_after_the_tag(reply: str) -> str:
