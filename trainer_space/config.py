@@ -27,7 +27,10 @@ class TrainerConfig:
         device: Torch device of the master weights, the optimizer state and the published state (`cpu`,
             `cuda`, `cuda:N`; `models.resolve_device` turns `auto` into one). On a GPU the forward and
             backward passes run under bf16 autocast.
-        max_tokens: Tokens per model turn (a tagged guess takes ~6).
+        max_tokens: Tokens per model turn. 8 by default: opened with `<guess>` (the reply prefix), a guess and
+            its closing tag take ~4 tokens and generation stops at `</guess>`; under the strict rule only the
+            first word after the tag is scored, so tokens past it are prose that costs generation and
+            backward time and is never scored (16 before the strict rule).
         max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
             cut short as unfinished). 3 by default: each turn generates over the whole conversation
             again, so on a CPU a step of 6-turn games takes about twice as long.
@@ -61,7 +64,7 @@ class TrainerConfig:
     max_steps: int = 1000
     learning_rate: float = 5e-5
     device: str = "cpu"
-    max_tokens: int = 16
+    max_tokens: int = 8
     max_turns: int = 3
     temperature: float = 1.0
     reply_prefix: str = OPEN_TAG
