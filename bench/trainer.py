@@ -30,6 +30,7 @@ import argparse
 import os
 import platform
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -145,8 +146,9 @@ def real_run(args: argparse.Namespace) -> None:
                     "--showcase-every", "0", "--device", args.device],
         "trainer": ["--bucket", bucket, "--model", model, "--rollout-url", url["rollout"], "--env-url", url["env"],
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
-                    *_given({"--games-per-step": args.games, "--max-tokens": args.max_tokens,
-                             "--max-turns": args.max_turns, "--learning-rate": args.lr})],
+                    *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
+                             "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
+                             "--learning-rate": args.lr})],
     }
     procs = []
     tokens = launch_tokens({})  # fresh tokens for the apps, as `python app.py` makes them
@@ -163,7 +165,7 @@ def real_run(args: argparse.Namespace) -> None:
                 status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
                 print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
                       f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
-                      f"error {status.error}", flush=True)
+                      f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}", flush=True)
                 if status.error:
                     break
             history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
@@ -182,7 +184,9 @@ def real_run(args: argparse.Namespace) -> None:
                     p.wait()
     command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
     results = {**summary(history.steps, args.window),
-               "distinct_words_last_games": len({w for g in games for w in g.words})}
+               "distinct_words_last_games": len({w for g in games for w in g.words}),
+               "scored_but_not_the_first_word": not_first_words(games),
+               "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
@@ -194,7 +198,11 @@ def real_run(args: argparse.Namespace) -> None:
         json.dump({**history.model_dump(mode="json"), "status": status.model_dump(mode="json"),
                    "rollout": rollout.model_dump(mode="json"), "command": command, "minutes": args.minutes,
                    "summary": results, "last_games": [g.model_dump(mode="json") for g in games]}, f, indent=1)
-    plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
+    try:
+        plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
+    except ModuleNotFoundError as e:  # the run's numbers are saved: a missing plotting package loses nothing
+        print(f"saved {args.json}; no figure: {e} (pip install matplotlib -c constraints.txt)")
+        return
     print(f"saved {args.json} and {args.png}")
 
 
@@ -225,9 +233,21 @@ def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> N
         time.sleep(1)
 
 
+def not_first_words(games: Sequence[GameRecord]) -> int:
+    """Moves of `games` whose scored word is not the first word the player wrote after the last <guess> tag
+    (read here by hand, not by the env's parser): 0 is what the strict rule promises."""
+    wrong = 0
+    for g in games:
+        for reply, guess in zip(g.replies, g.guesses):
+            if guess:
+                after = re.split("<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
+                wrong += not after or after[0].strip("\"'`*_.,;:!?()[]{}<>").lower() != guess
+    return wrong
+
+
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
-    """Mean reward, win rate and valid-guess rate over the first and the last `window` steps (steps with no
-    games left out)."""
+    """Mean reward, win rate, strict valid-guess rate and letters found over the first and the last `window`
+    steps (steps with no games left out)."""
     def mean(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return statistics.fmean(known) if known else None
@@ -237,7 +257,8 @@ def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
             "reward_first": mean([s.reward for s in first]), "reward_last": mean([s.reward for s in last]),
             "win_rate_first": mean([s.win_rate for s in first]), "win_rate_last": mean([s.win_rate for s in last]),
             "valid_rate_first": mean([s.valid_rate for s in first]),
-            "valid_rate_last": mean([s.valid_rate for s in last])}
+            "valid_rate_last": mean([s.valid_rate for s in last]),
+            "letters_first": mean([s.letters for s in first]), "letters_last": mean([s.letters for s in last])}
 
 
 def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
@@ -253,7 +274,8 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     x = [s.step for s in steps]
     left.plot(x, [s.reward for s in steps], "o-", label="mean env reward per step")
     left.plot(x, [s.win_rate for s in steps], "s--", label="win rate")
-    left.plot(x, [s.valid_rate for s in steps], "^:", label="valid-guess rate")
+    left.plot(x, [s.valid_rate for s in steps], "^:", label="valid-guess rate (strict)")
+    left.plot(x, [None if s.letters is None else s.letters / 5 for s in steps], "d-.", label="letters found / 5")
     left.set_xlabel("optimizer step")
     left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({device})")
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
@@ -285,6 +307,8 @@ def main() -> None:
     r.add_argument("--model", default=None, help="model folder (default: the offline SmolLM2-135M-Instruct)")
     r.add_argument("--minutes", type=float, default=12.0)
     r.add_argument("--games", type=int, default=None, help="games per step, groups of 4 (default: the trainer's)")
+    r.add_argument("--num-generations", type=int, default=None, help="games per word, the GRPO group (default: "
+                   "the trainer's)")
     r.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: the trainer's)")
     r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")

@@ -20,8 +20,12 @@ from .sparsity import SparsityGrid
 
 HEIGHT = 320
 _MARGIN = {"l": 60, "r": 20, "t": 50, "b": 50}
-#: White for "nothing changed", to dark blue for "everything changed".
-_SCALE = [[0.0, "#f7fbff"], [0.02, "#deebf7"], [0.2, "#9ecae1"], [0.5, "#4292c6"], [1.0, "#08306b"]]
+#: White for "nothing changed", to dark blue for "everything changed", on the heatmap's fixed log axis.
+_SCALE = [[0.0, "#f7fbff"], [0.2, "#deebf7"], [0.4, "#9ecae1"], [0.6, "#4292c6"], [0.8, "#2171b5"],
+          [1.0, "#08306b"]]
+#: The heatmap's fixed colour range: log10 of the density, 0.001 % (and less, and nothing) to 100 %. Fixed,
+#: so a colour means the same density in every version's heatmap.
+_DENSITY_DECADES = (-5, 0)
 
 
 class SyncLike(Protocol):
@@ -42,6 +46,7 @@ class Series:
     x: Sequence[float]
     y: Sequence[float | None]
     dash: str | None = None
+    mode: str = "lines+markers"
 
 
 def _empty(title: str, message: str) -> go.Figure:
@@ -56,8 +61,11 @@ def _empty(title: str, message: str) -> go.Figure:
 def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.Figure:
     """Layers (rows) x tensor kinds (columns), coloured by the fraction of elements that changed.
 
-    Hover shows ``changed / elements`` and the tensor count. A (layer, kind) without tensors is a
-    gap; one whose tensors did not change is 0 (white).
+    The colour scale is fixed and logarithmic (0.001 % or less is white, 100 % dark blue; ``z`` holds the
+    densities, the colours their log), so colours compare across versions: a scale that re-ranged to
+    each delta's densest cell would paint a 0.5 % delta as dark as a 50 % one. Hover shows
+    ``changed / elements`` and the tensor count. A (layer, kind) without tensors is a gap; one whose
+    tensors did not change is 0 (white).
 
     Args:
         grid: ``dashboard.sparsity(header, names)``; None draws an empty "no delta yet" figure.
@@ -79,11 +87,14 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.
                             f"({100 * cell.density:.3g}%)<br>{cell.tensors} tensor{'s' * (cell.tensors != 1)}")
         z.append(z_row)
         text.append(text_row)
-    top = max((c.density for c in grid.cells.values()), default=0.0)
+    low, high = _DENSITY_DECADES
+    colour = [[None if d is None else max(low, math.log10(d)) if d > 0 else low for d in row] for row in z]
+    decades = list(range(low, high + 1))
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(grid.kinds), y=list(grid.rows), text=text, hoverinfo="text", hoverongaps=False,
-        colorscale=_SCALE, zmin=0.0, zmax=top or 1.0, xgap=1, ygap=1,
-        colorbar={"title": {"text": "density"}, "tickformat": ".1%"}))
+        z=colour, customdata=z, x=list(grid.kinds), y=list(grid.rows), text=text, hoverinfo="text",
+        hoverongaps=False, colorscale=_SCALE, zmin=low, zmax=high, xgap=1, ygap=1,
+        colorbar={"title": {"text": "density<br>(fixed scale)"}, "tickvals": decades,
+                  "ticktext": [f"{'≤' if d == low else ''}{10.0 ** (d + 2):g}%" for d in decades]}))
     fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)), margin=_MARGIN,
                       template="plotly_white", yaxis={"autorange": "reversed", "type": "category"},
                       xaxis={"type": "category", "tickangle": -35})
@@ -132,11 +143,19 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                       legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
     fig.update_xaxes(title_text="version", range=[min(versions) - 0.6, max(versions) + 0.6], **_whole_ticks(versions))
     sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
-    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False,
-                     range=[math.log10(min(sizes)) - 1, math.log10(max(sizes)) + 0.5])
+    bottom, top = math.floor(math.log10(min(sizes))) - 1, math.log10(max(sizes)) + 1.2  # room for the label above
+    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False, range=[bottom, top],
+                     **_byte_decades(bottom, top))
     fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5,
                      secondary_y=True)
     return fig
+
+
+def _byte_decades(bottom: float, top: float) -> dict[str, Any]:
+    """Log-axis settings for bytes between 10**bottom and 10**top: one tick per decade, labelled in bytes
+    ("1 kB", "10 MB"), instead of plotly's minor "2 5 2 5" labels."""
+    ticks = [10**k for k in range(math.ceil(bottom), math.floor(top) + 1)]
+    return {"tickvals": ticks, "ticktext": [size_text(t) for t in ticks]}
 
 
 def _whole_ticks(x: Sequence[float]) -> dict[str, Any]:
@@ -153,7 +172,7 @@ def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_t
         return _empty(title, "No data yet")
     fig = go.Figure()
     for s in series:
-        fig.add_trace(go.Scatter(x=list(s.x), y=list(s.y), name=s.name, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=list(s.x), y=list(s.y), name=s.name, mode=s.mode,
                                  line={"dash": s.dash} if s.dash else None, connectgaps=False))
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25})
@@ -203,12 +222,21 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
 def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
                    raw_bytes: Sequence[float | None] | None = None, dense_bytes: float | None = None,
                    codec: str = "default codec", title: str = "Bytes published per step",
-                   x_title: str = "version") -> go.Figure:
+                   x_title: str = "version", anchors: Sequence[tuple[int, int]] = ()) -> go.Figure:
     """Bytes per published version: the codec in use, the ``raw`` (TRL layout) size of the same delta
-    and the dense model as a flat line, on a log axis (they differ by orders of magnitude)."""
+    and the dense model as a flat line, on a log axis (they differ by orders of magnitude). `anchors`
+    ((version, bytes) of full copies, such as version 1, which has no delta) are their own series, so
+    the first version shows here as it does in the rollout's sync timeline."""
     series = [Series(codec, steps, codec_bytes)]
+    if anchors:
+        series.append(Series("anchor (full copy)", [v for v, _ in anchors], [b for _, b in anchors], mode="markers"))
     if raw_bytes is not None:
         series.append(Series("raw (int32 + values)", steps, raw_bytes, dash="dash"))
     if dense_bytes is not None:
         series.append(Series("dense model", steps, [dense_bytes] * len(steps), dash="dot"))
-    return line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)
+    fig = line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)
+    sizes = [y for s in series for y in s.y if y]
+    if sizes:
+        bottom, top = math.log10(min(sizes)) - 0.3, math.log10(max(sizes)) + 0.3
+        fig.update_yaxes(range=[bottom, top], **_byte_decades(bottom, top))
+    return fig

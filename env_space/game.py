@@ -57,6 +57,7 @@ class WordleGame:
         self._message = prompt.INSTRUCTIONS
         self._replies: list[str] = []
         self._guesses: list[str] = []
+        self._errors: list[str] = []
 
     @property
     def won(self) -> bool:
@@ -81,8 +82,11 @@ class WordleGame:
         self._steps += 1
         parsed = prompt.parse_guess(text)
         error = parsed.error or self._words.check(parsed.word or "") or self._repeated(parsed.word or "")
+        if error is not None and parsed.left_open and parsed.word is not None:
+            error += f"; the {prompt.OPEN_TAG} tag was left open, so its first word is the guess"
         self._replies.append(text[:MAX_REPLY_CHARS])
         self._guesses.append("" if error is not None else parsed.word or "")
+        self._errors.append(error or "")
         if error is not None:
             self._invalid += 1
             self._last_error = error
@@ -148,4 +152,5 @@ class WordleGame:
             finished=self.done,
             replies=tuple(self._replies),
             guesses=tuple(self._guesses),
+            errors=tuple(self._errors),
         )

@@ -1,5 +1,5 @@
-"""Text for language models: the game instructions, the feedback after each move, and the parser
-that pulls a guess out of free model output."""
+"""Text for language models: the game instructions, the feedback after each move, and the strict
+parser that reads the guess a reply makes."""
 
 from __future__ import annotations
 
@@ -25,39 +25,52 @@ Every guess must be a real {WORD_LENGTH}-letter English word. Think briefly, the
 inside <guess></guess> tags, for example <guess>crane</guess>.
 Make your first guess."""
 
-# A closing tag may be missing: generation often stops on "</guess>" as a stop string.
-_TAGGED = re.compile(r"<guess>(.*?)(?:</guess>|(?=<guess>)|$)", re.IGNORECASE | re.DOTALL)
+#: The tag that ends a guess; generation stops on it (`rollout_space.games.PlayParams.stop`).
+CLOSE_TAG = "</guess>"
+
+_OPEN = re.compile(re.escape(OPEN_TAG), re.IGNORECASE)
 _THINKING = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)
+#: What ends the first word after the tag: whitespace, or the start of a tag ("crane</guess>").
+_WORD = re.compile(r"[^\s<]+")
 _EDGE_PUNCTUATION = "\"'`*_.,;:!?()[]{}<>"
 
 
 @dataclass(frozen=True)
 class ParsedGuess:
     """What the parser found: a lowercase candidate word (not yet checked against the word list),
-    whether it came from ``<guess>`` tags, or why nothing was found."""
+    whether it came after a ``<guess>`` tag, whether that tag was left open, or why nothing was found."""
 
     word: str | None
     tagged: bool
     error: str | None = None
+    left_open: bool = False
 
 
 def parse_guess(text: str) -> ParsedGuess:
-    """Extract the guess from model output; never raises.
+    """The guess a reply makes, by the strict rule (the same for people, policies and tests); never raises.
 
-    The last ``<guess>...</guess>`` outside ``<think>`` blocks wins; tags are case-insensitive and
-    the closing tag is optional. Inside the tags extra words are tolerated: the last token of
-    the right length is taken. Without tags, a reply that is a single word is accepted (marked
-    untagged); anything else is a format error.
+    ``<think>`` blocks are dropped. Then the guess is the first word after the last ``<guess>`` tag
+    (case-insensitive), whether or not ``</guess>`` closes it: ``<guess>slate</guess> and more`` is
+    SLATE, ``<guess>crane (no particular rules`` is CRANE, ``<guess> The next guess is Hercubunk`` is
+    THE (which the word check then refuses). Punctuation at the word's edges is dropped. Without a tag,
+    a reply that is one single word is that guess (marked untagged); anything else has no guess. Text
+    around a guess is never searched for a word: a lenient parser makes the valid-guess rate rise while
+    the policy learns nothing.
     """
     visible = _THINKING.sub(" ", text)
-    tagged = _TAGGED.findall(visible)
-    if tagged:
-        tokens = _tokens(tagged[-1])
-        if not tokens:
-            return ParsedGuess(None, True, "the <guess></guess> tags are empty")
-        sized = [t for t in tokens if len(t) == WORD_LENGTH]
-        return ParsedGuess((sized or tokens)[-1], True)
-    tokens = _tokens(visible)
+    opening = None
+    for opening in _OPEN.finditer(visible):
+        pass
+    if opening is not None:
+        after = visible[opening.end():]
+        left_open = CLOSE_TAG not in after.lower()
+        first = _WORD.search(after.split("<", 1)[0])  # a word ends at a tag: "crane</guess>"
+        word = first.group().strip(_EDGE_PUNCTUATION).lower() if first else ""
+        if not word:
+            empty = f"nothing follows the {OPEN_TAG} tag" if left_open else "the <guess></guess> tags are empty"
+            return ParsedGuess(None, True, empty, left_open)
+        return ParsedGuess(word, True, None, left_open)
+    tokens = [t for t in (t.strip(_EDGE_PUNCTUATION).lower() for t in visible.split()) if t]
     if len(tokens) == 1:
         return ParsedGuess(tokens[0], False)
     return ParsedGuess(
@@ -66,11 +79,6 @@ def parse_guess(text: str) -> ParsedGuess:
         f"no guess found; write one {WORD_LENGTH}-letter word inside <guess></guess>, "
         "for example <guess>crane</guess>",
     )
-
-
-def _tokens(text: str) -> list[str]:
-    stripped = (t.strip(_EDGE_PUNCTUATION).lower() for t in text.split())
-    return [t for t in stripped if t]
 
 
 def feedback_line(word: str, marks: Sequence[Mark]) -> str:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from .rules import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
-from .schema import GameRecord, GuessRow, PlayerStats, WordleObservation
+from .schema import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
@@ -39,6 +39,7 @@ CSS = """
 .wordle-game > div:last-child { min-width: 0; flex: 1; overflow: hidden; }
 .wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
 .wordle-move.invalid { color: #a33; }
+.wordle-why { white-space: normal; padding-left: 1.5em; font-size: 11px; }
 """
 
 
@@ -130,41 +131,66 @@ def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_m
     return text
 
 
-def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False) -> str:
+def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False,
+               errors: Sequence[str] = ()) -> str:
     """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
     the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
-    as "?", escaped and cut at ``chars`` (the whole kept text on hover)."""
+    as "?", escaped and cut at ``chars`` (the whole kept text on hover). An invalid move shows the env's
+    reason (``errors``, one per move, "" for a scored one; older records have none) on a line below."""
     if not replies:
         return ""
     lines = []
-    for n, (reply, guess) in enumerate(zip(replies, guesses, strict=True), start=1):
+    reasons = list(errors) + [""] * (len(replies) - len(errors))
+    for n, (reply, guess, why) in enumerate(zip(replies, guesses, reasons), start=1):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
         shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
         verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
+        reason = f'<div class="wordle-why">{html.escape(why)}</div>' if why and not guess else ""
         lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
-                     f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}</li>")
+                     f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}{reason}</li>")
     count = f"{len(replies)} move{'s' if len(replies) != 1 else ''}"
     return (f'<details class="wordle-moves-box"{" open" if open_ else ""}><summary>what it wrote ({count})'
             f'</summary><ol class="wordle-moves" data-testid="moves">{"".join(lines)}</ol></details>')
 
 
-def feed_html(records: Sequence[GameRecord], now: float | None = None) -> str:
-    """Recent policy games: small boards, who played, the result, how long ago and each move's text
-    (open for the newest game). The whole list shows, so no entry is cut by a scroll box."""
+def feed_html(records: Sequence[GameRecord]) -> str:
+    """Recent policy games: small boards, who played, the result, when it ended (each game's own UTC
+    clock time: a relative age would freeze between redraws, and games of one batch end together) and
+    each move's text with the reason of every invalid move (open for the newest game). The whole list
+    shows, so no entry is cut by a scroll box."""
     if not records:
         return '<div class="wordle-feed wordle-empty" data-testid="feed">No policy games yet.</div>'
-    now = time.time() if now is None else now
     games = []
     for i, r in enumerate(records):
         result = outcome_text(r.won, r.finished, r.secret, len(r.words), r.invalid_moves)
-        ago = max(0, int(now - r.finished_at))
+        ended = time.strftime("%H:%M:%S", time.gmtime(r.finished_at))
         games.append(
             '<div class="wordle-game">'
             f'<div class="wordle-mini">{rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
-            f'<span class="wordle-empty">{ago}s ago</span>{moves_html(r.replies, r.guesses, open_=i == 0)}</div></div>'
+            f'<span class="wordle-empty" data-testid="ended">ended {ended} UTC</span>'
+            f"{moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors)}</div></div>"
         )
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
+
+
+#: Under the policy feed: why training games read "unfinished".
+UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped before the game ended: the trainer "
+                   "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
+                   "minute on small machines. Each invalid move shows the reason it was refused.*")
+
+
+def win_rate_note(stats: Sequence[PlayerStats]) -> str:
+    """Under the win-rate curve: what a flat line on the axis means, so it is not read as a broken chart."""
+    policies = [s for s in stats if s.weight_version is not None]
+    games, wins = sum(s.games for s in policies), sum(s.wins for s in policies)
+    if not games:
+        return "*No policy game yet.*"
+    if not wins:
+        return (f"*No policy game won yet ({games:,} games): the line lies on 0. Cut at a few moves, a small "
+                "model's training games rarely find the word; the trainer's valid-guess rate and letters found "
+                "show what it learns first.*")
+    return f"*{wins:,} of {games:,} policy games won.*"
 
 
 STATS_HEADERS = ["player", "games", "wins", "win rate"]
@@ -172,8 +198,11 @@ CURVE_HEADERS = ["weight version", "win rate"]
 
 
 def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`."""
-    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in stats]
+    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`: people first, then policies newest
+    version first (a long run has hundreds of versions: the top of the table is the one a visitor reads)."""
+    ordered = sorted(stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None
+                                                                  else -1)))
+    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in ordered]
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:

@@ -163,6 +163,7 @@ class GameRecord(BaseModel):
     replies: tuple[str, ...] = Field((), description="What the player sent for each move, invalid ones included "
                                                      f"(cut at {MAX_REPLY_CHARS} characters)")
     guesses: tuple[str, ...] = Field((), description="The word each move scored, '' for an invalid move")
+    errors: tuple[str, ...] = Field((), description="Why each move was invalid ('' for a scored guess)")
 
     @property
     def is_policy(self) -> bool:

@@ -53,12 +53,13 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
         except SessionNotFoundError:
             return show(None, "This game expired while idle. Press **New game**.")
 
-    def draw_feed() -> tuple[str, gr.LinePlot, pd.DataFrame]:
+    def draw_feed() -> tuple[str, gr.LinePlot, str, pd.DataFrame]:
         stats = store.history.stats()
         curve = render.win_rate_curve(stats)
         return (
             render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
             gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[v for v, _ in curve]),
+            render.win_rate_note(stats),
             pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
         )
 
@@ -86,11 +87,15 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
             with gr.Column(scale=1):
                 gr.Markdown("## Policy games (live)")
                 feed = gr.HTML(render.feed_html([]))
+                gr.Markdown(render.UNFINISHED_NOTE, elem_id="wordle-unfinished-note")
                 gr.Markdown("## Win rate by weight version")
                 plot = gr.LinePlot(
                     x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False
                 )
-                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats")
+                plot_note = gr.Markdown(render.win_rate_note([]), elem_id="wordle-win-note")
+                gr.Markdown("## Every player (newest policy versions first)")
+                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats",
+                                     max_height=2000)
 
         outputs = [game, board, keyboard, status, box]
         restart.click(new_game, game, outputs, api_name="new_game")
@@ -100,5 +105,6 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
         timer.tick(
             lambda: store.history.finished, None, seen, show_progress="hidden", api_visibility="private"
         )
-        seen.change(draw_feed, None, [feed, plot, table], show_progress="hidden", api_visibility="private")
+        seen.change(draw_feed, None, [feed, plot, plot_note, table], show_progress="hidden",
+                    api_visibility="private")
     return demo

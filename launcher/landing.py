@@ -10,6 +10,7 @@ else gets a card saying so.
 from __future__ import annotations
 
 import asyncio
+import html
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -17,9 +18,11 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
+from dashboard.labels import public_location
+from dashboard.trend import WINDOW, step_text, trend_text
 from rollout_space.messages import RolloutStatus
 from trainer_space.messages import TrainerStatus
 
@@ -76,8 +79,14 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
         training = str(trainer.state)
         if trainer.waiting_for_rollouts:
             training += f", waiting for rollouts ({trainer.groups_ready} of {trainer.groups_needed} groups ready)"
-        return [("published version", trainer.version), ("step", trainer.step), ("mean reward", trainer.mean_reward),
-                ("training", training), ("resumed from version", trainer.resumed_from)]
+        recent = trainer.recent
+        return [("published version", trainer.version),
+                ("progress", step_text(trainer.step, trainer.max_steps, trainer.step_s)),
+                (f"valid guesses (strict), last {WINDOW} steps",
+                 trend_text([r.valid_rate for r in recent], percent=True)),
+                (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
+                ("mean reward", trainer.mean_reward), ("training", training),
+                ("resumed from version", trainer.resumed_from)]
     return []
 
 
@@ -95,7 +104,11 @@ def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
-        return PAGE.replace("{bucket}", bucket)
+        return PAGE.replace("{bucket}", html.escape(public_location(bucket)))
+
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(FAVICON, media_type="image/svg+xml")
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -105,7 +118,7 @@ def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
     async def status() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
             cards = await asyncio.gather(*(_app_status(client, c) for c in children))
-        return {"bucket": bucket, "apps": list(cards)}
+        return {"bucket": public_location(bucket), "apps": list(cards)}
 
     return app
 
@@ -140,8 +153,14 @@ class LandingServer:
         self._thread.join(timeout=timeout_s)
 
 
+#: A green Wordle tile: the page's icon (served at /favicon.ico and inlined, so no request 404s).
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="2" '
+           'fill="#6aaa64"/><text x="8" y="12.5" font-size="11" font-family="sans-serif" font-weight="700" '
+           'fill="#fff" text-anchor="middle">Δ</text></svg>')
+
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>delta-sync: Wordle RL, live</title>
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
  body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 60rem; padding: 0 1rem; color: #222; }

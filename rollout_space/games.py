@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from env_space.prompt import OPEN_TAG
+from env_space.prompt import CLOSE_TAG, OPEN_TAG
 from env_space.rules import MAX_GUESSES
 from env_space.schema import WordleObservation
 
@@ -51,6 +51,8 @@ class PlayParams:
         reply_prefix: Text that opens every reply, written for the policy: it is part of what the model
             sees and of the move the env scores, never sampled (env_mask 0 in the trajectory, so never
             trained on). "" lets the model write the whole reply.
+        stop: Strings that end a reply (kept in it): the guess's closing tag by default, so a turn costs
+            the tokens of a guess, not of the prose a small model goes on writing after it.
     """
 
     max_tokens: int = 48
@@ -59,6 +61,7 @@ class PlayParams:
     max_turns: int = 2 * MAX_GUESSES
     seed: int | None = None
     reply_prefix: str = REPLY_PREFIX
+    stop: tuple[str, ...] = (CLOSE_TAG,)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -133,7 +136,7 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
             if not playing:
                 break
             sampling = SamplingParams(params.max_tokens, params.temperature, params.top_p,
-                                      None if params.seed is None else params.seed + turn)
+                                      None if params.seed is None else params.seed + turn, stop=params.stop)
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
             for game, reply in zip(playing, replies):
                 _reply(game, reply, prefix)
@@ -172,6 +175,7 @@ def _observe(game: Trajectory, observation: WordleObservation) -> None:
     game.reward = observation.total_reward
     rows = observation.rows
     game.guesses.append(rows[-1].word if observation.last_move_valid and rows else "")
+    game.errors.append("" if observation.last_move_valid else observation.error or "invalid move")
     game.marks = [row.marks for row in rows]
     game.won = observation.won
     game.invalid_moves = observation.invalid_moves

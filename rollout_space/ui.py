@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from dashboard import games, sparsity
 from dashboard.figures import sparsity_heatmap, sync_timeline
+from dashboard.labels import GLOSSARY, counted, public_location
 from env_space import render
 from env_space.mount import mount_ui as _mount
 from webguard import client_address
@@ -38,6 +39,13 @@ FEED_SIZE = 8
 REPLY_TOKENS = 48
 
 
+#: Said beside the match: its turns take the engine between the trainer's (`priority.py`), and on a
+#: small machine every one of them delays a training step.
+MATCH_SLOWS_TRAINING = ("*While a match is played, the policy's moves use the same engine as the trainer's "
+                        "games, so training steps take longer (seen on a 2-core machine: about 52 s a step "
+                        "became about 89 s while a person played).*")
+
+
 def status_markdown(status: RolloutStatus) -> str:
     """The status lines: version served, lag behind the trainer, engine, model, last error."""
     latest = status.latest_version
@@ -47,8 +55,9 @@ def status_markdown(status: RolloutStatus) -> str:
         lag = f"trainer's latest **v{latest}**, {status.lag} behind"
     else:
         lag = f"up to date with the trainer (v{latest})"
-    engine, model, device = html.escape(status.engine), html.escape(status.model), html.escape(status.device)
-    counts = f"{status.syncs} syncs · {status.tokens_served:,} tokens served"
+    engine, device = html.escape(status.engine), html.escape(status.device)
+    model = html.escape(public_location(status.model))
+    counts = f"{counted(status.syncs, 'sync')} · {counted(status.tokens_served, 'token')} served"
     lines = [f"### Serving **v{status.version}** · {lag}",
              f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
     if status.server_id:
@@ -171,6 +180,8 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         with gr.Row():
             timeline = gr.Plot(sync_timeline([]), show_label=False, elem_id="rollout-timeline")
             heatmap = gr.Plot(sparsity_heatmap(None), show_label=False, elem_id="rollout-heatmap")
+        with gr.Accordion("What the words mean", open=False):
+            gr.Markdown(GLOSSARY, elem_id="rollout-glossary")
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("## The policy playing (live)")
@@ -179,14 +190,16 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                 play_note = gr.HTML("", elem_id="rollout-played")
             with gr.Column(scale=2):
                 gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
-                            "the colours of its rows as you play yours, and its words once your game is over.")
+                            "the colours of its rows as you play yours, and its words once your game is over. "
+                            "Type a word and press Enter.")
+                gr.Markdown(MATCH_SLOWS_TRAINING, elem_id="versus-slows-training")
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### You")
                         human_board = gr.HTML(render.board_html([]))
                         human_status = gr.Markdown("Press **New match** to start.", elem_id="versus-status")
                         with gr.Row():
-                            box = gr.Textbox(show_label=False, placeholder="Type a 5-letter word, press Enter",
+                            box = gr.Textbox(show_label=False, placeholder="5-letter word",
                                              max_lines=1, scale=3, elem_id="versus-input")
                             send = gr.Button("Guess", variant="primary", scale=1, elem_id="versus-guess")
                         keyboard = gr.HTML(render.keyboard_html([]),

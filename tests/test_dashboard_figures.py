@@ -44,7 +44,7 @@ def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
     (heat,) = fig.data
     assert heat.type == "heatmap"
     assert list(heat.y) == list(grid.rows) and list(heat.x) == list(grid.kinds)
-    z = {(r, k): heat.z[i][j] for i, r in enumerate(heat.y) for j, k in enumerate(heat.x)}
+    z = {(r, k): heat.customdata[i][j] for i, r in enumerate(heat.y) for j, k in enumerate(heat.x)}
     assert z["layer 1", "v_proj"] == 0.25
     assert z["layer 0", "v_proj"] == 0.0
     assert z[NON_LAYER_ROW, "embed_tokens"] == 3 / 256
@@ -52,7 +52,11 @@ def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
     hover = heat.text[list(heat.y).index("layer 1")][list(heat.x).index("v_proj")]
     assert hover == "layer 1 · v_proj<br>8 of 32 changed (25%)<br>1 tensor"
     assert fig.layout.title.text.startswith("Delta v6→v7: 11 of ")
-    assert heat.zmax == 0.25
+    colour = {(r, k): heat.z[i][j] for i, r in enumerate(heat.y) for j, k in enumerate(heat.x)}
+    assert colour["layer 1", "v_proj"] == math.log10(0.25) and colour["layer 0", "v_proj"] == -5
+    assert (heat.zmin, heat.zmax) == (-5, 0)  # fixed: a colour means the same density in every version
+    assert list(heat.colorbar.ticktext) == ["≤0.001%", "0.01%", "0.1%", "1%", "10%", "100%"]
+    assert "fixed scale" in heat.colorbar.title.text
     json.loads(fig.to_json())  # what gr.Plot sends to the browser
 
 
@@ -70,7 +74,9 @@ def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
     assert list(deltas.y) == [900, 1_100_000] and list(deltas.text) == ["900 B", "1.1 MB"]
     assert list(anchors.text) == ["269 MB", "269 MB"]
     assert fig.layout.yaxis.type == "log"  # a 1 MB delta stays visible beside a 269 MB anchor
-    assert fig.layout.yaxis.range[0] < math.log10(900) < math.log10(269e6) < fig.layout.yaxis.range[1]
+    assert fig.layout.yaxis.range[0] < math.log10(900) < math.log10(269e6) + 1 < fig.layout.yaxis.range[1]
+    assert list(fig.layout.yaxis.ticktext) == ["10 B", "100 B", "1 kB", "10 kB", "100 kB", "1 MB", "10 MB",
+                                               "100 MB", "1 GB"]  # one per decade, in bytes
     assert [round(v, 6) for v in fetch.y] == [20.0, 2.0, 3.0, 20.0]
     assert [round(v, 6) for v in pause.y] == [4.0, 1.0, 1.5, 4.0]
     assert (fetch.name, pause.name) == ("fetch (ms)", "apply pause (ms)")
@@ -97,6 +103,10 @@ def test_learning_and_payload_curves() -> None:
     assert list(fig.data[2].y) == [1e6, 1e6]
     assert (fig.layout.xaxis.title.text, fig.layout.xaxis.dtick) == ("version", 1)
     assert fig.layout.yaxis.type == "log"
+    assert list(fig.layout.yaxis.ticktext) == ["1 kB", "10 kB", "100 kB", "1 MB"]  # decades, in bytes
     assert [t.name for t in payload_curves([1], [5]).data] == ["default codec"]
+    with_anchor = payload_curves([2], [700], anchors=[(1, 269_000_000)])
+    assert [(t.name, list(t.x), t.mode) for t in with_anchor.data] == [
+        ("default codec", [2], "lines+markers"), ("anchor (full copy)", [1], "markers")]
     assert _message(line_curves([Series("a", [], [])], "t")) == "No data yet"
     assert not math.isnan(fig.data[0].y[0])

@@ -69,6 +69,40 @@ def test_stops_on_a_stop_token_and_keeps_it(engine) -> None:
     assert stopped.finish_reason == "stop"
 
 
+def stop_string_at(engine, token_ids: list[int]) -> tuple[str, int]:
+    """A stop string that first appears in the text of `token_ids` with their k-th token, and k + 1."""
+    for k in range(1, len(token_ids)):
+        text = engine.tokenizer.decode(token_ids[k:k + 1])
+        if text.strip() and "\ufffd" not in text and text not in engine.tokenizer.decode(token_ids[:k]):
+            return text, k + 1
+    raise AssertionError(f"no token with new text in {token_ids}")
+
+
+def test_stops_on_a_stop_string_in_a_batch_and_keeps_it(engine) -> None:
+    prompts = ["Once upon a time", "The quick brown fox"]
+    free = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0))
+    stop, end = stop_string_at(engine, free[0].token_ids)
+    stopped = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0, stop=(stop,)))
+    assert stopped[0].token_ids == free[0].token_ids[:end] and stopped[0].logprobs == free[0].logprobs[:end]
+    assert stopped[0].finish_reason == "stop" and stopped[0].text.endswith(stop)
+    if stop not in free[1].text:  # the other row runs on as it did without the stop string
+        assert stopped[1] == free[1]
+    with pytest.raises(ValueError, match="stop strings must not be empty"):
+        SamplingParams(stop=("",))
+
+
+def test_text_never_ends_in_half_a_character(engine) -> None:
+    from rollout_space.engines.base import whole_characters
+
+    text = "café 🟩 naïve"
+    ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    halves = [n for n in range(len(ids)) if engine.tokenizer.decode(ids[:n]).endswith("\ufffd")]
+    assert halves  # the byte-level tokenizer does split characters: the case this guards
+    for n in range(len(ids) + 1):
+        shown = whole_characters(engine.tokenizer, ids[:n])
+        assert "\ufffd" not in shown and text.startswith(shown)
+
+
 def test_update_equals_a_fresh_engine_on_the_new_state(engine, model_dir: str, tmp_path) -> None:
     old = {n: t.clone() for n, t in engine.state.items()}  # follow() writes into engine.state
     new = step(old, sorted(old), seed=1)

@@ -95,6 +95,18 @@ def test_stop_token_ends_both_engines_alike(engines) -> None:
     assert ours.finish_reason == theirs.finish_reason == "stop"
 
 
+def test_stop_string_ends_both_engines_alike(engines) -> None:
+    vllm, hf = engines
+    [free] = hf.generate(PROMPTS[:1], GREEDY)
+    k = next(i for i in range(1, len(free.token_ids)) if hf.tokenizer.decode(free.token_ids[i:i + 1]).strip()
+             and "\ufffd" not in hf.tokenizer.decode(free.token_ids[i:i + 1])
+             and hf.tokenizer.decode(free.token_ids[i:i + 1]) not in hf.tokenizer.decode(free.token_ids[:i]))
+    params = SamplingParams(max_tokens=16, temperature=0, stop=(hf.tokenizer.decode(free.token_ids[k:k + 1]),))
+    [ours], [theirs] = vllm.generate(PROMPTS[:1], params), hf.generate(PROMPTS[:1], params)
+    assert ours.token_ids == theirs.token_ids == free.token_ids[:k + 1]
+    assert ours.finish_reason == theirs.finish_reason == "stop"
+
+
 @pytest.mark.parametrize("bad", [
     {"lm_head.bias": torch.zeros(3, dtype=torch.bfloat16)},
     {"model.layers.0.self_attn.k_proj.weight": torch.zeros(32, 64, dtype=torch.bfloat16)},

@@ -98,6 +98,20 @@ def test_record_says_who_played_and_how() -> None:
     )
     assert rec.total_reward == game.observe().total_reward
     assert (rec.finished, rec.replies, rec.guesses) == (True, ("xyzzy", "<guess>crane</guess>"), ("", "crane"))
+    assert rec.errors == ("'xyzzy' is not in the word list", "")
+
+
+@pytest.mark.parametrize(("reply", "row", "error"), [
+    ("<guess> The next guess is Hercubunk", None,
+     "'the' has 3 letters; a guess must have exactly 5; the <guess> tag was left open, so its first word is the guess"),
+    ("<guess>crane (no particular rules", "crane", None),
+    ("<guess>slate</guess> and more", "slate", None),
+    ("<guess>I pick slate</guess>", None, "'i' has 1 letters; a guess must have exactly 5"),
+])
+def test_the_env_scores_the_first_word_after_the_tag_and_nothing_else(reply: str, row: str | None,
+                                                                      error: str | None) -> None:
+    obs = new_game("fjord").step(reply)
+    assert [r.word for r in obs.rows] == ([row] if row else []) and obs.error == error
 
 
 def test_bad_settings_are_refused() -> None:

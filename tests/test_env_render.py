@@ -1,6 +1,8 @@
 import re
 
-from env_space.render import board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve
+from env_space.render import (
+    board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve, win_rate_note,
+)
 from env_space.schema import GameRecord, GuessRow, PlayerStats, WordleObservation
 
 
@@ -56,19 +58,22 @@ def test_feed_lists_policy_games_newest_first() -> None:
         GameRecord(episode_id="b", player="policy v6", words=("fjord",) * 6, marks=("XXXYX",) * 6, won=False,
                    secret="crane", invalid_moves=2, total_reward=-0.1, finished_at=90.0),
         GameRecord(episode_id="c", player="policy v5", words=(), marks=(), won=False, secret="<b>", invalid_moves=1,
-                   total_reward=-0.2, finished_at=90.0, replies=("<i>" + "x " * 60,), guesses=("",)),
+                   total_reward=-0.2, finished_at=90.0, replies=("<i>" + "x " * 60,), guesses=("",),
+                   errors=("'<i>' must contain only the letters a-z",)),
         GameRecord(episode_id="d", player="policy v5", words=(), marks=(), won=False, secret="", invalid_moves=6,
                    total_reward=-0.6, finished_at=90.0, finished=False),
     ]
-    html = feed_html(games, now=130.0)
+    html = feed_html(games)
     assert html.index("policy v7") < html.index("policy v6")
-    assert "won in 2" in html and "30s ago" in html
-    assert "lost (CRANE), 2 invalid moves" in html and "40s ago" in html
+    assert "won in 2" in html and "ended 00:01:40 UTC" in html  # each game's own end, not a frozen age
+    assert "lost (CRANE), 2 invalid moves" in html and "ended 00:01:30 UTC" in html
     assert "lost (&lt;B&gt;), 1 invalid move<" in html  # escaped
     assert "unfinished, 6 invalid moves" in html
-    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)</li>', html)
+    move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)<div class="wordle-why">([^<]*)</div>'
+                     r'</li>', html)
     assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 31 + "x..."  # what the model wrote, cut
     assert move.group(1).startswith("&lt;i&gt;x x")  # the whole text on hover
+    assert move.group(3) == "&#x27;&lt;i&gt;&#x27; must contain only the letters a-z"  # and why it was refused
 
 
 def test_stats_rows_and_win_rate_curve() -> None:
@@ -79,7 +84,17 @@ def test_stats_rows_and_win_rate_curve() -> None:
         PlayerStats(player="policy", games=1, wins=1),
     ]
     assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
+    assert [row[0] for row in stats_rows(stats)] == ["human", "policy v10", "policy v2", "policy"]
     assert win_rate_curve(stats) == [
         ["v2", 0.333],
         ["v10", 0.75],
     ]  # by version (labels: whole versions on the axis), people and unknown versions left out
+
+
+def test_the_win_rate_note_says_what_a_flat_line_means() -> None:
+    assert win_rate_note([]) == "*No policy game yet.*"
+    people = PlayerStats(player="human", games=3, wins=3)
+    flat = win_rate_note([people, PlayerStats(player="policy v1", games=8, wins=0),
+                          PlayerStats(player="policy v2", games=8, wins=0)])
+    assert flat.startswith("*No policy game won yet (16 games): the line lies on 0.")
+    assert win_rate_note([PlayerStats(player="policy v2", games=8, wins=1)]) == "*1 of 8 policy games won.*"

@@ -10,8 +10,10 @@ from fastapi.testclient import TestClient
 
 from launcher.children import Child
 from launcher.landing import build_app
+from launcher.landing import shown as card_fields
 from rollout_space.messages import RolloutStatus
 from trainer_space import TrainerConfig, TrainingSession
+from trainer_space.messages import StepRecord
 
 from ._env_server import free_port, serving
 
@@ -45,8 +47,31 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["env"]["state"] == "ready" and shown["env"]["fields"] == []
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
-    assert shown["trainer"]["fields"] == [["published version", 0], ["step", 0], ["mean reward", "—"],
+    assert shown["trainer"]["fields"] == [["published version", 0], ["progress", "step 0"],
+                                          ["valid guesses (strict), last 5 steps", "-"],
+                                          ["letters found of 5, last 5 steps", "-"], ["mean reward", "—"],
                                           ["training", "stopped"], ["resumed from version", "—"]]
+
+
+def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> None:
+    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    steps = [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=0.2 if n <= 5 else 0.6,
+                        letters=1.0 if n <= 5 else 1.5, step_s=50.0, cpu_s=90.0, publish_s=0.05, at=float(n))
+             for n in range(1, 13)]
+    status = status.model_copy(update={"step": 12, "step_s": 50.0, "recent": steps})
+    fields = dict(card_fields("trainer", status.model_dump_json().encode()))
+    assert fields["progress"] == "step 12"  # 988 steps to go at 50 s: no real end, no "12 / 1000"
+    assert fields["valid guesses (strict), last 5 steps"] == "60% (up 40 pts over 12 steps)"
+    assert fields["letters found of 5, last 5 steps"] == "1.50 (up 0.50 over 12 steps)"
+
+
+def test_the_page_has_an_icon_and_shows_no_local_path(tmp_path) -> None:
+    bucket = str(tmp_path / "cache" / "bucket")
+    with TestClient(build_app([], bucket)) as client:
+        page = client.get("/").text
+        assert client.get("/favicon.ico").status_code == 200 and 'rel="icon"' in page
+        assert str(tmp_path) not in page and "local folder bucket" in page
+        assert client.get("/api/status").json()["bucket"] == "local folder bucket"
 
 
 def test_an_app_answering_something_else_gets_a_card_saying_so() -> None:

@@ -102,6 +102,23 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
     expect(page.locator(".js-plotly-plot .heatmaplayer")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed]")).to_contain_text(re.compile(r"policy v\d+"))
+    moves = page.locator("[data-testid=policy-feed] [data-testid=moves] li")
+    expect(moves).not_to_have_count(0)
+    # One read of every move (closed <details> included; the feed is redrawn as games come in).
+    read = moves.evaluate_all("items => items.map(li => [li.textContent, li.title, "
+                              "li.querySelector('.wordle-why')?.textContent || ''])")
+    for text, title, why in read:  # what the page says each move scored, against what the model wrote
+        verdict = re.match(r"\d+\. (\S+):", text).group(1)
+        if verdict == "invalid":
+            assert why, f"an invalid move without its reason: {text!r}"
+        else:
+            assert verdict == first_word_after_the_tag(title).upper(), (verdict, title)
+
+
+def first_word_after_the_tag(reply: str) -> str:
+    """The first word the model wrote after the last <guess> (what the strict rule scores), read by hand."""
+    after = re.split(r"<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
+    return after[0].strip("\"'`*_.,;:!?()[]{}<>") if after else ""
 
 
 def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: Callable[[str], Page]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from env_space.rewards import letters_found
 from rollout_space.client import RolloutClient
 from rollout_space.messages import Trajectory
 from tests._env_server import running_server
@@ -36,7 +37,7 @@ def test_valid_guesses_is_a_logged_share_of_env_accepted_moves() -> None:
     assert valid_share(game(guesses=["", "crane", "", "slate"])) == 0.5 and valid_share(game()) == 0.0
     assert valid_guesses([None] * 3, valid_share=[0.5, 1.0, 0.0], env_reward=[0.2, None, -1.0]) == [0.5, None, 0.0]
     assert dict(zip([f.__name__ for f in REWARD_FUNCS], REWARD_WEIGHTS)) == {
-        "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0}  # only the env's reward is trained on
+        "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0, "letters": 0.0}  # only the env's reward is trained on
 
 
 def test_prompts_name_seeds() -> None:
@@ -72,6 +73,7 @@ def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> N
     assert rf.counts.totals().model_dump() == {"games": 4, "replayed": 0, "dropped": 0, "max_seen": 1, "refused": 0}
     shares = [sum(1 for w in g.guesses if w) / len(g.guesses) for g in rf.recent]
     assert out["valid_share"] == shares  # the env's verdict on each move, per game
+    assert out["letters"] == [letters_found(g.marks) for g in rf.recent]
 
 
 def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: RolloutClient) -> None:

@@ -6,7 +6,7 @@ import gradio as gr
 
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.messages import StepRecord
-from trainer_space.ui import X_AXES, build_ui, figures, learning_figure, status_markdown
+from trainer_space.ui import X_AXES, build_ui, cut_games_note, figures, learning_figure, status_markdown
 
 
 def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
@@ -14,7 +14,9 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     assert isinstance(build_ui(session), gr.Blocks)
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
-    assert "valid guesses - · step -" in text  # no step yet: no made-up 0.0 s
+    assert "valid guesses - · letters found - of 5 · step -" in text  # no step yet: no made-up 0.0 s
+    assert str(tmp_path) not in text and "bucket `local folder b`" in text  # no local path on a public page
+    assert "cut after **3 moves**" in cut_games_note(session.config.max_turns)
     learning, payload, heatmap, offpolicy = figures(session)  # no data yet: figures that say so, no error
     assert all(f.layout.title.text for f in (learning, payload, heatmap, offpolicy))
 
@@ -67,13 +69,16 @@ def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
-                          step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n) for n in (1, 2, 3)]
+                          letters=0.5 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n)
+               for n in (1, 2, 3)]
     by_step = learning_figure(records)
-    assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate"]
+    assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate (strict)",
+                                                            "letters found (of 5)"]
     assert list(by_step.data[0].x) == [1, 2, 3] and list(by_step.data[4].y) == [0.2, 0.4, 0.6000000000000001]
+    assert list(by_step.data[6].y) == [0.5, 1.0, 1.5]
     by_time = learning_figure(records, X_AXES[1])
     assert list(by_time.data[0].x) == [0.5, 1.0, 1.5]  # minutes since the first step began
-    assert by_time.layout.xaxis3.title.text == "wall time (minutes)"
+    assert by_time.layout.xaxis4.title.text == "wall time (minutes)"
 
 
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:
@@ -99,6 +104,8 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
         _, payload, heatmap, _ = figures(session)
     finally:
         session.close()
-    assert list(payload.data[0].x) == [2]  # versions with a delta (1 is the anchor)
+    assert list(payload.data[0].x) == [2]  # versions with a delta
+    anchor = next(t for t in payload.data if t.name == "anchor (full copy)")
+    assert list(anchor.x) == [1] and anchor.y[0] > 10 * payload.data[0].y[0]  # version 1: the full copy, shown
     assert heatmap.layout.title.text == "Changed elements per layer and kind, version 2"
-    assert any(v for row in heatmap.data[0].z for v in row if v)  # the changed cells are drawn
+    assert any(v for row in heatmap.data[0].customdata for v in row if v)  # the changed cells are drawn

@@ -32,7 +32,10 @@ class TrainerConfig:
         bf16: Forward and backward passes under bf16 autocast (GPU only). `plan_trainer` sets it where the
             GPU has bf16 natively (compute 8.0+, such as an L4); elsewhere training runs in fp32, since torch
             emulates bf16 on a T4, slowly. The published weights keep the checkpoint's dtype either way.
-        max_tokens: Tokens per model turn (a tagged guess takes ~6).
+        max_tokens: Tokens per model turn. 8 by default: opened with `<guess>` (the reply prefix), a guess and
+            its closing tag take ~4 tokens and generation stops at `</guess>`; under the strict rule only the
+            first word after the tag is scored, so tokens past it are prose that costs generation and
+            backward time and is never scored (16 before the strict rule).
         max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
             cut short as unfinished). 3 by default: each turn generates over the whole conversation
             again, so on a CPU a step of 6-turn games takes about twice as long.
@@ -73,7 +76,7 @@ class TrainerConfig:
     learning_rate: float = 5e-5
     device: str = "cpu"
     bf16: bool = False
-    max_tokens: int = 16
+    max_tokens: int = 8
     max_turns: int = 3
     temperature: float = 1.0
     reply_prefix: str = OPEN_TAG

@@ -73,6 +73,11 @@ class TrainerStatus(BaseModel):
     win_rate: float | None = Field(description="Share of the last step's games won")
     valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses, "
                                                  "last step")
+    letters: float | None = Field(None, description="Mean letters found per game (greens + yellows / 2 of its best "
+                                                    "guess, 0-5), last step")
+    max_turns: int = Field(6, description="Moves per training game: games are cut there (unfinished)")
+    recent: list[StepRecord] = Field([], description="The last steps (at most 20), oldest first: the landing page's "
+                                                     "trend")
     step_s: float | None = Field(description="Seconds of the last step, rollouts included")
     max_staleness: int = Field(description="Versions a game may lag the trainer before it is replayed (request "
                                           "mode) or dropped (fleet)")
@@ -112,6 +117,8 @@ class StepRecord(BaseModel):
     win_rate: float | None = Field(description="Fraction of the step's games won (None likewise)")
     valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses "
                                                  "(None likewise)")
+    letters: float | None = Field(None, description="Mean letters found per game: greens + yellows / 2 of its best "
+                                                    "guess, 0-5 (None likewise)")
     step_s: float = Field(description="Seconds of the whole step (rollouts included)")
     cpu_s: float = Field(description="CPU seconds this process spent in the step, all threads (the publisher's "
                                      "included)")

@@ -109,6 +109,8 @@ class PayloadLog:
         self.interval = interval
         self.history = history
         self.records: list[Payload] = []
+        #: (version, bytes) of the versions committed with a full copy (anchor), such as the first one.
+        self.anchors: list[tuple[int, int]] = []
         self.latest_header: delta.DeltaHeader | None = None
         self._seen = 0
         self._stop = threading.Event()
@@ -134,6 +136,9 @@ class PayloadLog:
             if entry.version <= self._seen:
                 continue
             self._seen = entry.version
+            if entry.anchor:
+                self.anchors.append((entry.version, sum(f.size for f in entry.anchor)))
+                del self.anchors[:-self.history]
             if not entry.delta:
                 continue
             headers = [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]

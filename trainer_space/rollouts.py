@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from delta.retry import RetryPolicy
+from env_space.rewards import letters_found
 from rollout_space.errors import RolloutError, RolloutRefusedError
 from wire.trajectory import Trajectory
 
@@ -144,6 +145,7 @@ def trajectory_columns(games: list[Trajectory], dropped: list[bool]) -> dict[str
         "env_reward": [None if d else g.reward for g, d in zip(games, dropped)],
         "won": [g.won for g in games],
         "valid_share": [valid_share(g) for g in games],
+        "letters": [letters_found(g.marks) for g in games],
         "rollout_version": [g.version for g in games],
     }
 

@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, 
 
 logger = logging.getLogger(__name__)
 
+#: Steps `status` carries in `recent` (the landing page's trend).
+RECENT_STEPS = 20
+
 
 class AccessDenied(PermissionError):
     """A control action without the owner's token (or with a wrong one)."""
@@ -222,6 +225,9 @@ class TrainingSession:
             mean_reward=last.reward if last else None,
             win_rate=last.win_rate if last else None,
             valid_rate=last.valid_rate if last else None,
+            letters=last.letters if last else None,
+            max_turns=self.config.max_turns,
+            recent=list(self.records)[-RECENT_STEPS:],
             step_s=last.step_s if last else None,
             max_staleness=self.config.max_staleness,
             staleness=parts.rollouts.counts.totals() if parts else None,
@@ -348,6 +354,7 @@ class TrainingSession:
             reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
+            letters=_number(logs.get("rewards/letters/mean")),
             step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
             publish_s=parts.callback.copy_s, wait_s=took.waited_s, groups=took.groups, staleness=took.staleness,
             dropped=took.dropped,

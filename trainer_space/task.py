@@ -6,8 +6,9 @@ prompts (already repeated `num_generations` times in a row), and the seed is rea
 the games of one GRPO group are played on the same secret word.
 
 Rewards come from the env Space (through the rollout's trajectories, as extra fields): `env_reward`
-is what GRPO optimises; `won` and `valid_guesses` have weight 0, so TRL logs the win rate and the share
-of moves the env accepted as valid guesses beside it, per step, without training on them.
+is what GRPO optimises; `won`, `valid_guesses` and `letters` have weight 0, so TRL logs the win rate, the
+share of moves the env accepted as valid guesses and the letters found (greens + yellows / 2 of the best
+guess) beside it, per step, without training on them.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def valid_guesses(completions: list, valid_share: list[float], env_reward: list[
     return [None if r is None else float(v) for v, r in zip(valid_share, env_reward)]
 
 
+def letters(completions: list, letters: list[float], env_reward: list[float | None], **_: Any) -> list[float | None]:
+    """Letters the game found (`env_space.rewards.letters_found`; weight 0: logged, not trained on)."""
+    return [None if r is None else float(n) for n, r in zip(letters, env_reward)]
+
+
 #: Reward functions and their weights in `GRPOConfig.reward_weights`.
-REWARD_FUNCS = (env_reward, won, valid_guesses)
-REWARD_WEIGHTS = (1.0, 0.0, 0.0)
+REWARD_FUNCS = (env_reward, won, valid_guesses, letters)
+REWARD_WEIGHTS = (1.0, 0.0, 0.0, 0.0)

@@ -17,6 +17,8 @@ import gradio as gr
 from dashboard import sparsity
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
+from dashboard.labels import GLOSSARY, public_location
+from dashboard.trend import step_text
 
 from .messages import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 from .session import AccessDenied, TrainingSession
@@ -24,18 +26,31 @@ from .session import AccessDenied, TrainingSession
 TICK_S = 2.0
 FEED_SIZE = 8
 _RATE_RANGE = (-0.05, 1.05)  # 0 % and 100 % points stay inside the panel
+_LETTERS_RANGE = (-0.1, 5.1)
+
+
+def cut_games_note(max_turns: int) -> str:
+    """Why the training games read "unfinished" and the win rate sits near 0."""
+    return (f"Training games are cut after **{max_turns} moves** (`--max-turns`; Wordle allows 6) and then read "
+            "\"unfinished\": every move generates over the whole conversation again, so on a CPU shorter games "
+            "give more steps per minute, and the strict valid-guess rate and letters found are what a small "
+            "model learns first. A win needs the word within those moves, so the win rate stays near 0 "
+            "until the policy plays well.")
 
 
 def status_markdown(status: TrainerStatus) -> str:
     """One status block from `session.status()`."""
     stale = status.staleness or Staleness()
     reward = status.mean_reward
+    steps = step_text(status.step, status.max_steps, status.step_s).replace("step ", "step **", 1)
+    letters = "-" if status.letters is None else f"{status.letters:.2f}"
     lines = [
-        f"**{status.state}** · version **{status.version}** · step **{status.step}** / {status.max_steps}",
+        f"**{status.state}** · version **{status.version}** · {steps}**",
         (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
-         f"guesses {_percent(status.valid_rate)} · step {'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
+         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · step "
+         f"{'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         _staleness_line(status, stale),
-        f"training on **{status.device}** · bucket `{status.bucket}` · " + (
+        f"training on **{status.device}** · bucket `{html.escape(public_location(status.bucket))}` · " + (
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
             else f"games from the rollout at {status.rollout_url}"),
     ]
@@ -99,8 +114,8 @@ X_AXES = ("step", "wall time (minutes)")
 
 
 def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> Any:
-    """Reward, win rate and valid-guess rate per step, raw and smoothed, against steps or against
-    minutes since the first step began (all from the env's scores of the games trained on)."""
+    """Reward, win rate, strict valid-guess rate and letters found per step, raw and smoothed, against steps
+    or against minutes since the first step began (all from the env's scores of the games trained on)."""
     if x_axis == X_AXES[0] or not records:
         x: list[float] = [r.step for r in records]
     else:
@@ -108,7 +123,8 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
         x = [(r.at - start) / 60 for r in records]
     metrics = [Metric("mean reward", [r.reward for r in records]),
                Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
-               Metric("valid-guess rate", [r.valid_rate for r in records], _RATE_RANGE)]
+               Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
+               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE)]
     return learning_curves(x, metrics, x_title=x_axis, whole_x=x_axis == X_AXES[0])
 
 
@@ -119,7 +135,8 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
     payloads = list(session.payloads.records) if session.payloads is not None else []
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
-                             codec=session.config.codec or "default codec (ctx)")
+                             codec=session.config.codec or "default codec (ctx)",
+                             anchors=list(session.payloads.anchors) if session.payloads is not None else [])
     header = session.payloads.latest_header if session.payloads is not None else None
     title = f"Changed elements per layer and kind, version {header.version}" if header else None
     heatmap = sparsity_heatmap(sparsity(header) if header else None, title)
@@ -138,6 +155,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
                 learning_plot = gr.Plot(label="learning", elem_id="trainer-learning")
             with gr.Column(scale=1):
                 gr.Markdown("### The policy's latest games (trained on)")
+                gr.Markdown(cut_games_note(session.config.max_turns), elem_id="trainer-cut-note")
                 games = gr.HTML(feed_html(session.recent_games(FEED_SIZE)), elem_id="trainer-games")
         with gr.Row():
             payload_plot = gr.Plot(label="payload")
@@ -148,6 +166,8 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
                 fleet = gr.HTML(fleet_html(session.status().fleet), elem_id="trainer-fleet")
             with gr.Column(scale=1):
                 offpolicy_plot = gr.Plot(label="off-policy", elem_id="trainer-offpolicy")
+        with gr.Accordion("What the words mean", open=False):
+            gr.Markdown(GLOSSARY, elem_id="trainer-glossary")
         with gr.Accordion("Owner controls", open=False):
             token = gr.Textbox(label="owner token", type="password")
             with gr.Row():

@@ -27,6 +27,7 @@ class Trajectory(BaseModel):
     turn_rewards: list[float] = Field([], description="The env's reward for each reply")
     won: bool = Field(False, description="Whether the policy found the word")
     guesses: list[str] = Field([], description="The word of each reply ('' when the move was invalid)")
+    errors: list[str] = Field([], description="The env's reason for each invalid move ('' for a scored guess)")
     marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
     replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
                                                "env scored)")

@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -43,6 +43,21 @@ def compute_dtype(dtype: str, on_cpu: bool) -> str:
     SIGILL on the Xeon CPUs (AVX512-BF16, AMX) it was built on. A dtype named explicitly is kept.
     """
     return "float32" if dtype == "auto" and on_cpu else dtype
+
+def whole_characters(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """The text of `token_ids` (special tokens skipped) without a character cut in half at its end.
+
+    A byte-level tokenizer may spread one UTF-8 character over several tokens; a completion cut at
+    `max_tokens` (or a stop string) between them would end in "\ufffd", which the UIs then show as "�".
+    The few tokens of the unfinished character are left out of the text (never out of `token_ids`).
+    """
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    for cut in range(1, 4):  # a UTF-8 character spans at most 4 bytes, so at most 3 trailing tokens
+        if not text.endswith("\ufffd") or cut > len(token_ids):
+            break
+        text = tokenizer.decode(token_ids[:-cut], skip_special_tokens=True)
+    return text
+
 
 Prompt = str | Sequence[int]
 T = TypeVar("T")
@@ -90,6 +105,8 @@ class SamplingParams:
         seed: Makes sampling reproducible (same engine, prompts, weights and seed give the same
             completions); identical prompts in one call still get different samples. None: not reproducible.
         stop_token_ids: Token ids that end a completion besides the engine's `stop_token_ids`.
+        stop: Strings that end a completion: it ends with the token that completes one (kept, with
+            whatever else that token holds), finish reason "stop". Both engines cut at the same token.
     """
 
     max_tokens: int = 64
@@ -97,6 +114,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -105,6 +123,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not all(self.stop):
+            raise ValueError("stop strings must not be empty")
 
 
 @dataclass(frozen=True)
@@ -156,6 +176,16 @@ class Engine(ABC):
         #: Token ids that end every completion: the folder's generation config and the tokenizer's EOS.
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(set(eos)))
 
+    def _cut_at_stop(self, sampled: Sampled, stop: tuple[str, ...]) -> Sampled:
+        """`sampled` up to the first token whose text so far holds a stop string. Backends stop near there
+        on their own (vLLM exactly, transformers may leave padding after it); this makes the cut exact
+        and the same in both."""
+        ids = sampled.token_ids
+        if not stop or not any(s in self.tokenizer.decode(ids) for s in stop):
+            return sampled
+        end = next(n for n in range(1, len(ids) + 1) if any(s in self.tokenizer.decode(ids[:n]) for s in stop))
+        return Sampled(ids[:end], sampled.logprobs[:end], "stop")
+
     def _stops(self, params: SamplingParams) -> list[int]:
         """The token ids that end a completion sampled with `params`."""
         return sorted(set(self.stop_token_ids) | set(params.stop_token_ids))
@@ -199,11 +229,12 @@ class Engine(ABC):
         ids = self._token_ids(prompts, params.max_tokens)
         with self._serving():
             sampled = self._backend("generating", self._generate, ids, params)
+            sampled = [self._cut_at_stop(s, params.stop) for s in sampled]
             version = self._version
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
         return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
-                           text=self.tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                           text=whole_characters(self.tokenizer, s.token_ids),
                            finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled)]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:

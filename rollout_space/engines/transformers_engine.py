@@ -61,7 +61,7 @@ class TransformersEngine(Engine):
             out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
                                        eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
                                        output_logits=True, stopping_criteria=[_UntilSet(self._closing)],
-                                       **sampling)
+                                       **sampling, **self._stop_strings(params))
         new = out.sequences[:, width:]
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw logits: before temperature/top-p
         sampled = logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1)
@@ -71,6 +71,10 @@ class TransformersEngine(Engine):
             n = end or len(row)
             results.append(Sampled(row[:n], row_logprobs[:n], "stop" if end else "length"))
         return results
+
+    def _stop_strings(self, params: SamplingParams) -> dict[str, object]:
+        """`generate`'s arguments that end a row at a stop string (the base class cuts it exactly)."""
+        return {"stop_strings": list(params.stop), "tokenizer": self.tokenizer} if params.stop else {}
 
     @torch.inference_mode()
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:

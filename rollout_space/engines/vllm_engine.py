@@ -123,13 +123,15 @@ class VLLMEngine(Engine):
 
     def _sampling(self, params: SamplingParams, seed: int | None = None, *,
                   prompt_logprobs: bool = False) -> vllm.SamplingParams:
-        """vLLM's parameters for ours: top_k off, the sampled token's logprob, no detokenizing (we decode)."""
+        """vLLM's parameters for ours: top_k off, the sampled token's logprob, no detokenizing (we decode)
+        unless stop strings need it (the stop string kept in the output, as the transformers engine does)."""
         from vllm import SamplingParams as VLLMSamplingParams
 
         return VLLMSamplingParams(
             max_tokens=1 if prompt_logprobs else params.max_tokens, temperature=params.temperature,
             top_p=params.top_p, top_k=0, seed=seed, logprobs=0, prompt_logprobs=0 if prompt_logprobs else None,
-            stop_token_ids=self._stops(params), detokenize=False)
+            stop_token_ids=self._stops(params), detokenize=bool(params.stop), stop=list(params.stop) or None,
+            include_stop_str_in_output=True)
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
