@@ -2,7 +2,7 @@
 
 Select it with `vllm serve MODEL --weight-transfer-config '{"backend": "delta"}'` (or
 `LLM(weight_transfer_config={"backend": "delta"})`); the package registers it with vLLM through its
-`vllm.general_plugins` entry point (`delta.integrations.vllm_plugin`). The sender — `python -m delta
+`vllm.general_plugins` entry point (`delta_vllm_plugin`). The sender — `python -m delta
 follow` beside a server, `rollout_space`'s `VLLMEngine` in process — fetches, decodes and verifies
 each version, writes the new values to an update file (`vllm_update`) and drives vLLM's lifecycle:
 
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import vllm
 
-from . import vllm_plugin
+import delta_vllm_plugin as vllm_plugin
 from .vllm_update import Update, WorkerInfo, fused_groups, read_update, write_worker_info
 
 vllm_plugin.check_vllm_version(vllm.__version__)
@@ -140,8 +140,12 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
             return
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-        with _quiet_partial_reload():
-            finalize_layerwise_reload(self.model, self.model_config)
+        try:
+            with _quiet_partial_reload():
+                finalize_layerwise_reload(self.model, self.model_config)
+        except BaseException:
+            self._abandon_reload()
+            raise
         _repack_tied_lm_head(self.model)
         self._reloading = False
 
@@ -163,8 +167,32 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
         if not self._reloading:
             initialize_layerwise_reload(self.model)
             self._reloading = True
+        try:
+            with _quiet_partial_reload():
+                self.model.load_weights((name, update.dense[name]) for name in names)
+        except BaseException:
+            self._abandon_reload()
+            raise
+
+    def _abandon_reload(self) -> None:
+        """After a failed load: drop what the unfinished layers buffered and put their tensors back.
+
+        Layers already rebuilt keep their new values, so the model is whole but mixes two versions: the
+        sender must not resume before a full state was sent. Without this, the next session would count
+        the buffered tensors again and rebuild layers from a mix of both (vLLM's reload state is global).
+        """
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+
+        for layer in self.model.modules():
+            info = LAYERWISE_INFO.get(layer)
+            if info is not None and info.can_load():
+                info.loaded_weights = []
+                info.load_numel = 0
+        self._reloading = False
         with _quiet_partial_reload():
-            self.model.load_weights((name, update.dense[name]) for name in names)
+            finalize_layerwise_reload(self.model, self.model_config)
+        _repack_tied_lm_head(self.model)
 
     def _checkpoint_names(self, names: list[str]) -> list[str]:
         """`names` plus the sibling names a fused layer implies (the group check needs the whole family)."""

