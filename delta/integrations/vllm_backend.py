@@ -33,7 +33,7 @@ import torch
 import vllm
 
 import delta_vllm_plugin as vllm_plugin
-from .vllm_update import Update, WorkerInfo, fused_groups, read_update, write_worker_info
+from .vllm_update import Update, WorkerInfo, read_update, siblings, write_worker_info
 
 vllm_plugin.check_vllm_version(vllm.__version__)
 
@@ -157,8 +157,8 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
             raise ValueError(f"update to version {version}: the CPU path takes dense tensors only, got sparse entries "
                              f"for {[e.name for e in update.sparse][:3]}; write the file without old values")
         names = sorted(update.dense)
-        groups = fused_groups(self._checkpoint_names(names), self.packed_modules())
-        missing = sorted({m for n in names for m in groups.get(n, [n])} - set(names))
+        packed = self.packed_modules()
+        missing = sorted({s for n in names for s in siblings(n, packed)} - set(names))
         if missing:
             raise ValueError(f"update to version {version}: fused groups arrive whole on CPU, missing {missing[:5]}; "
                              "send every member of a changed fused layer (delta.integrations whole_groups)")
@@ -193,19 +193,6 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
         with _quiet_partial_reload():
             finalize_layerwise_reload(self.model, self.model_config)
         _repack_tied_lm_head(self.model)
-
-    def _checkpoint_names(self, names: list[str]) -> list[str]:
-        """`names` plus the sibling names a fused layer implies (the group check needs the whole family)."""
-        packed = self.packed_modules()
-        out = set(names)
-        for name in names:
-            parts = name.split(".")
-            for i, part in enumerate(parts):
-                members = next((m for m in packed.values() if part in m), None)
-                if members is not None:
-                    out.update(".".join(parts[:i] + [m] + parts[i + 1:]) for m in members)
-                    break
-        return sorted(out)
 
     def _write_in_place(self, update: Update) -> None:
         from vllm.model_executor.model_loader.checkpoint_weight_patch import (

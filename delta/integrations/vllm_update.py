@@ -92,17 +92,18 @@ def fused_groups(names: Iterable[str], packed_modules: Mapping[str, list[str]]) 
     a name whose module is not fused maps to itself alone.
     """
     known = set(names)
-    groups: dict[str, list[str]] = {}
-    for name in sorted(known):
-        parts = name.split(".")
-        groups[name] = [name]
-        for i, part in enumerate(parts):
-            members = next((m for m in packed_modules.values() if part in m), None)
-            if members is not None:
-                siblings = [".".join(parts[:i] + [m] + parts[i + 1:]) for m in members]
-                groups[name] = [s for s in siblings if s in known]
-                break
-    return groups
+    return {name: [s for s in siblings(name, packed_modules) if s in known] for name in sorted(known)}
+
+
+def siblings(name: str, packed_modules: Mapping[str, list[str]]) -> list[str]:
+    """Every checkpoint name loaded into the same fused layer as `name` (itself included), whether the
+    model has them or not; `[name]` when its module is not fused."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        members = next((m for m in packed_modules.values() if part in m), None)
+        if members is not None:
+            return [".".join(parts[:i] + [m] + parts[i + 1:]) for m in members]
+    return [name]
 
 
 def whole_groups(changed: Iterable[str], groups: Mapping[str, list[str]]) -> list[str]:
