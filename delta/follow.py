@@ -97,7 +97,8 @@ class AppliedVersion:
 
 @dataclass
 class FollowStatus:
-    """What the status file holds (`state`: starting, following, recovering or waiting)."""
+    """What the status file holds (`state`: starting, waiting (no version yet), paused (applying), following or
+    recovering)."""
 
     bucket: str
     vllm_url: str

@@ -140,3 +140,14 @@ def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_app
     assert at_3 != before and at_4 != at_3  # the versions change what is served
     assert fresh_completions(model, bucket, 3, site, tmp_path) == at_3
     assert fresh_completions(model, bucket, 4, site, tmp_path) == at_4
+
+
+def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Path) -> None:
+    from tests._env_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    out = subprocess.run([sys.executable, "-m", "delta", "follow", "--bucket", str(tmp_path / "bucket"),
+                          "--vllm-url", url, "--ready-timeout", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [f"error: GET {url}/health failed: <urlopen error [Errno 111] Connection "
+                                       "refused>; is the vLLM server running there?"]
