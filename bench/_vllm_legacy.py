@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 from safetensors.torch import save_file
 
-from delta.integrations.vllm_backend import _quiet_partial_reload, _repack_tied_lm_head  # noqa: F401  (worker side)
+from delta.integrations.vllm_backend import _quiet_partial_reload, _repack_tied_lm_head
 from delta.integrations.vllm_update import whole_groups
 from delta_vllm_plugin import RegisterDeltaBackend
 from rollout_space.engines.vllm_engine import VLLMEngine

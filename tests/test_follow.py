@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
