@@ -78,7 +78,7 @@ def _serve_pauses(model: str, states: list[dict], root: str) -> list[float]:
     from bench._vllm_serve import VLLMServer
     from delta.follow import FollowConfig, ServerFollower
 
-    bucket = os.path.join(root, "serve-bucket")
+    bucket = tempfile.mkdtemp(prefix="serve-bucket-", dir=root)  # one per model
     server = VLLMServer(model, Path(root) / "serve.log", max_model_len=512).wait_ready()
     try:
         with delta.Publisher(bucket, delta.PublisherConfig(anchor_every=10_000)) as publisher:
