@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket", required=True)
     p.set_defaults(func=cmd_log)
 
+    from .follow import add_command as add_follow  # its own module: a sidecar beside `vllm serve`
+
+    add_follow(sub)
+
     p = sub.add_parser("gc", help="drop versions before the newest K anchors and delete unreferenced files")
     p.add_argument("--bucket", required=True)
     p.add_argument("--keep-anchors", type=int, required=True)

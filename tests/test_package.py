@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_wheel_is_the_library_alone_and_works_outside_the_checkout(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info beside the sources
-    shutil.copytree(ROOT / "delta", source / "delta", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("delta", "delta_vllm_plugin"):  # the library and its vLLM plugin stub (no numba import)
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", source)
     (source / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "delta.md", source / "docs")
@@ -28,7 +29,7 @@ def test_the_wheel_is_the_library_alone_and_works_outside_the_checkout(tmp_path:
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     packages = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert packages == {"delta"}, f"the wheel carries more than the library: {sorted(packages)}"
+    assert packages == {"delta", "delta_vllm_plugin"}, f"the wheel carries more than the library: {sorted(packages)}"
     assert {"delta/__init__.py", "delta/bits.py", "delta/codecs/_chunked.py", "delta/storage/__init__.py"} <= set(names)
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     for dependency in ("torch", "numpy", "numba", "safetensors", "zstandard", "xxhash"):
@@ -37,6 +38,7 @@ def test_the_wheel_is_the_library_alone_and_works_outside_the_checkout(tmp_path:
     assert any(r.startswith("huggingface_hub") and 'extra == "hf"' in r for r in requires)
     assert not any(r.split()[0].lower().startswith(("gradio", "trl", "vllm", "fastapi")) for r in requires)
     assert "delta = delta.cli:main" in entry_points
+    assert "[vllm.general_plugins]\ndelta = delta_vllm_plugin:register" in entry_points
 
     # Installed (its dependencies come from this interpreter's site-packages) into a fresh environment
     # and run from a folder that is not the checkout: nothing of the apps is needed.

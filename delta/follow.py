@@ -1,0 +1,329 @@
+"""`python -m delta follow`: make a running `vllm serve` follow a bucket, version by version.
+
+    VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model MODEL \\
+        --weight-transfer-config '{"backend":"delta"}' &
+    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000
+
+The sidecar polls the bucket and fetches, verifies and decodes each version in the background while
+the server keeps serving (a `delta.Subscriber`). It then writes the new values to an update file,
+pauses generation (`/pause?mode=keep`: requests in flight freeze and continue afterwards), drives the
+`delta` backend's start / update / finish (which also sets the served weight version), drops the
+prefix cache and resumes. One log line per version (version, bytes fetched, pause) and a JSON status
+file record what happened.
+
+Known state or nothing: at start, and after any failed apply, the server stays paused while the
+sidecar rebuilds the state from the bucket (newest anchor, then the deltas after it, every file and
+the result checked against the manifest's hashes) and sends all of it; only then does it resume. A
+half-applied version is never served. The update files and the handshake live in `work_dir`, which the
+server must be able to read (same machine, or a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from .atomic import write_atomic
+from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
+from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
+from .retry import RetryPolicy
+from .subscribe import Subscriber, SubscriberConfig, Update
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FollowConfig:
+    """Settings of a `ServerFollower`.
+
+    Attributes:
+        bucket: The bucket URL (`delta.open_storage`).
+        vllm_url: The server's base URL.
+        work_dir: Folder for update files and the worker handshake; the server must read it. None: a
+            temporary folder (right when the server runs on this machine).
+        status_path: Where the JSON status is written after every event (None: no file).
+        poll_interval: Seconds between bucket polls while up to date.
+        ready_timeout: Seconds to wait for the server to answer at start.
+        request_timeout: Seconds to wait for each server answer.
+        max_backoff: Longest wait between attempts to recover after failures.
+        history: Applied versions kept in the status.
+    """
+
+    bucket: str
+    vllm_url: str
+    work_dir: str | None = None
+    status_path: str | None = None
+    poll_interval: float = 1.0
+    ready_timeout: float = 600.0
+    request_timeout: float = 600.0
+    max_backoff: float = 30.0
+    history: int = 20
+
+    def __post_init__(self) -> None:
+        if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
+            raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
+
+
+@dataclass(frozen=True)
+class AppliedVersion:
+    """How one version reached the server.
+
+    Attributes:
+        version: The version served from then on.
+        via: "delta" (the changed tensors) or "full" (the whole state: at start and to recover).
+        bytes_fetched: Bytes read from the bucket for it.
+        update_bytes: Size of the update file handed to the server.
+        tensors: Tensors in the update file.
+        pause_s: Seconds generation was paused for it (pause to resume).
+    """
+
+    version: int
+    via: str
+    bytes_fetched: int
+    update_bytes: int
+    tensors: int
+    pause_s: float
+
+
+@dataclass
+class FollowStatus:
+    """What the status file holds (`state`: starting, waiting (no version yet), paused (applying), following or
+    recovering)."""
+
+    bucket: str
+    vllm_url: str
+    state: str = "starting"
+    version: int | None = None
+    latest: int | None = None
+    failures: int = 0
+    recoveries: int = 0
+    last_error: str | None = None
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    updated_at: float = 0.0
+
+
+class ServerFollower:
+    """Keeps one vLLM server (with the `delta` backend) at a bucket's newest version.
+
+    Args:
+        config: Bucket, server and timing settings.
+        client: The server client (default `VLLMHTTPClient(config.vllm_url)`).
+        log: Called with each human-readable line (default: print to stdout, flushed).
+
+    Threads: `run` blocks the caller; everything happens in that thread.
+    """
+
+    def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
+        self._log = log or (lambda line: print(line, flush=True))
+        self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix="delta-follow-")
+        self.work_dir = config.work_dir or self._tmp.name
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.status = FollowStatus(config.bucket, config.vllm_url)
+        self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
+        self._subscriber: Subscriber | None = None
+        self._worker: WorkerInfo | None = None
+        self._groups: dict[str, list[str]] = {}
+        self._served: dict[str, torch.Tensor] | None = None  # CUDA only: what the server holds, for positions
+        self._failed: BaseException | None = None
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, until: int | None = None) -> int | None:
+        """Follow until `stop` is set, or until the server serves version `until` or newer.
+
+        Returns the version served. Never gives up on bucket or server failures: each is logged, counted
+        in the status, and retried with a growing wait (the server stays paused if it holds no known state).
+
+        Raises:
+            VLLMServerError: the server did not answer within `ready_timeout` at start.
+            FileNotFoundError: the server does not run the `delta` backend (no handshake).
+        """
+        stop = stop or threading.Event()
+        self.client.wait_ready(self.config.ready_timeout)
+        handshake = os.path.join(self.work_dir, "handshake")
+        os.makedirs(handshake, exist_ok=True)
+        self.client.init({"handshake_dir": handshake})
+        self._worker = read_worker_info(handshake)
+        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
+        failures = 0
+        while not stop.is_set():
+            try:
+                if self._subscriber is None or self._failed is not None:
+                    self._recover()
+                else:
+                    self._subscriber.sync()
+                    self.status.latest = self._subscriber.status().latest
+                failures = 0 if self._failed is None else failures + 1
+            except Exception as e:  # bucket or server down, a bug: logged, counted, retried; never fatal
+                self._note_failure(e)
+                failures += 1
+            self._write_status()
+            if until is not None and (self.status.version or -1) >= until and self._failed is None:
+                break
+            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+        return self.status.version
+
+    def close(self) -> None:
+        if self._subscriber is not None:
+            self._subscriber.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    # -- one version ---------------------------------------------------------------------------------
+
+    def _on_update(self, update: Update) -> None:
+        """Called by the subscriber once a version is decoded and written into its state: send it."""
+        if self._failed is not None:
+            return  # the server is paused on a failed version; recovery sends the whole state
+        try:
+            names = list(update.changed)
+            state = self._subscriber.state
+            if self._worker.in_place:
+                new, old = {n: state[n] for n in names}, {n: self._served[n] for n in names}
+            else:
+                new, old = {n: state[n] for n in whole_groups(names, self._groups)}, None
+            applied = self._send(new, old, update.version, "delta", update.stats.bytes_fetched)
+            if self._served is not None:
+                for n in names:
+                    self._served[n].copy_(state[n])
+            self._record(applied)
+        except Exception as e:
+            self._failed = e
+            self._note_failure(e)
+            self._log(f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server stays "
+                      "paused until the newest anchor and the deltas after it are applied in full")
+
+    def _send(self, new: dict[str, torch.Tensor], old: dict[str, torch.Tensor] | None, version: int, via: str,
+              fetched: int) -> AppliedVersion:
+        """Write the update file (while serving), then pause, update, finish and resume.
+
+        On failure the server is left paused (the caller recovers); a successful send resumes it.
+        """
+        path = os.path.join(self.work_dir, f"update-{version}.safetensors")
+        try:
+            size = write_update(path, new, old)
+            start = time.perf_counter()
+            self.client.pause()
+            self.status.state = "paused"
+            self._start_update()
+            self.client.update({"path": path, "version": version})
+            self.client.finish_update(str(version))
+            self.client.reset_prefix_cache()
+            self.client.resume()
+            pause = time.perf_counter() - start
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        self.status.state = "following"
+        self.status.version = version
+        return AppliedVersion(version, via, fetched, size, len(new), pause)
+
+    def _recover(self) -> None:
+        """Bring the server to a known state: keep it paused, rebuild the state from the newest anchor and
+        the deltas after it, send all of it, then resume."""
+        first = self._subscriber is None and self._failed is None
+        if not first:
+            self.status.state = "recovering"
+            self._write_status()
+            self.client.pause()  # already paused after a failed version; pausing again is harmless
+        fresh = Subscriber(self.config.bucket, config=SubscriberConfig(poll_interval=self.config.poll_interval))
+        version = fresh.sync()  # newest anchor, then deltas; every file and the result checked
+        if version is None:
+            fresh.close()
+            self.status.state = "waiting"  # nothing published yet: the server keeps its own weights
+            return
+        self._groups = fused_groups(fresh.state, self._worker.packed_modules)
+        try:
+            applied = self._send(dict(fresh.state), None, version, "full",
+                                 sum(s.bytes_fetched for s in fresh.status().history))
+        except BaseException:
+            fresh.close()
+            raise
+        if self._subscriber is not None:
+            self._subscriber.close()
+        self._subscriber = fresh
+        fresh.on_update = self._on_update  # from now on each version is sent as it is written
+        self._served = {n: t.clone() for n, t in fresh.state.items()} if self._worker.in_place else None
+        if self._failed is not None:
+            self.status.recoveries += 1
+            self._log(f"recovered: the server serves version {version} again, from the bucket's newest anchor "
+                      "and the deltas after it")
+        self._failed = None
+        self.status.latest = fresh.status().latest
+        self._record(applied)
+
+    def _start_update(self) -> None:
+        """Start a weight-update session, first closing one that a failed `finish` left open (vLLM refuses
+        to start a second)."""
+        try:
+            self.client.start_update()
+        except VLLMServerError as e:
+            if e.status is None:  # unreachable: nothing to close
+                raise
+            self.client.finish_update(None)
+            self.client.start_update()
+
+    # -- status --------------------------------------------------------------------------------------
+
+    def _record(self, applied: AppliedVersion) -> None:
+        self._history.append(asdict(applied))
+        self._log(f"version {applied.version} applied ({applied.via}): {applied.bytes_fetched:,} bytes fetched, "
+                  f"{applied.tensors} tensors ({applied.update_bytes:,} bytes) sent, pause {applied.pause_s:.3f} s")
+        self._write_status()
+
+    def _note_failure(self, error: BaseException) -> None:
+        self.status.failures += 1
+        self.status.last_error = f"{type(error).__name__}: {error}"
+        logger.warning("delta follow: %s", self.status.last_error)
+
+    def _write_status(self) -> None:
+        self.status.applied = list(self._history)
+        self.status.updated_at = time.time()
+        if self.config.status_path:
+            write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
+
+
+# -- `python -m delta follow` ------------------------------------------------------------------------
+
+
+def add_command(subparsers: Any) -> None:
+    """Add the `follow` subcommand to `python -m delta`'s parser."""
+    p = subparsers.add_parser("follow", help="make a running `vllm serve` (backend delta) follow a bucket")
+    p.add_argument("--bucket", required=True, help="local folder, s3://bucket[/prefix] or hf://buckets/ns/name")
+    p.add_argument("--vllm-url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--work-dir", default=None,
+                   help="folder for update files, readable by the server (default: a temporary one, same machine)")
+    p.add_argument("--status-file", default=None, help="JSON status written after every event")
+    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
+    p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
+    p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
+    p.set_defaults(func=_cmd_follow)
+
+
+def _cmd_follow(args: Any) -> int:
+    config = FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
+                          poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
+                          ready_timeout=args.ready_timeout)
+    follower = ServerFollower(config)
+    stop = threading.Event()
+    try:
+        version = follower.run(stop, until=args.until)
+    except KeyboardInterrupt:
+        version = follower.status.version
+    finally:
+        follower.close()
+    print(f"stopped; the server serves version {version}", flush=True)
+    return 0

@@ -1,0 +1,104 @@
+"""TRL AsyncGRPO's `weight_transfer=` over a bucket: the trainer publishes, any number of servers follow.
+
+    from delta.integrations.trl import BucketWeightTransfer
+
+    trainer = AsyncGRPOTrainer(..., weight_transfer=BucketWeightTransfer("s3://bucket/run"))
+
+and beside each `vllm serve ... --weight-transfer-config '{"backend":"delta"}'`:
+
+    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000
+
+Implements TRL 1.16's `WeightTransferProtocol` (`trl/experimental/async_grpo/async_grpo_trainer.py`):
+`init_weight_transfer`, `pause`, `send_weights(iterator)`, `resume`, `destroy`. Nothing needs to stop
+while a version is published, so `pause` and `resume` do nothing; servers pause themselves, each for
+its own apply only. Imports no TRL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ..publish import Publisher, PublisherConfig
+from ..storage import Storage
+
+
+class BucketWeightTransfer:
+    """Publishes the weights AsyncGRPO streams after each optimizer step as the bucket's next version.
+
+    Args:
+        bucket: URL for `delta.open_storage` (a local folder, `s3://...`, `hf://buckets/...`) or a `Storage`.
+        config: Publisher settings (anchor interval, codec, retention).
+        dtype: The published dtype (e.g. `torch.bfloat16` for bf16 servers while training in fp32); None
+            keeps each tensor's own.
+        wait: Block in `send_weights` until the version is committed. Default False: the version is
+            encoded and uploaded in the background, and if uploads fall behind, the waiting snapshot is
+            replaced by the newer one (the next delta spans more steps).
+
+    The published state lives on the CPU (one copy of the weights, in `dtype`); `send_weights` casts
+    the streamed tensors into it, so the trainer's tensors may change as soon as it returns. Parameters
+    AsyncGRPO does not stream (frozen ones, a tied lm_head) are not published.
+
+    Threads: call every method from the trainer's main process (AsyncGRPO calls them on rank 0 only).
+    """
+
+    def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
+                 dtype: torch.dtype | None = None, wait: bool = False) -> None:
+        self.bucket = bucket
+        self.config = config or PublisherConfig()
+        self.dtype = dtype
+        self.wait = wait
+        self.publisher: Publisher | None = None
+        self._state: dict[str, torch.Tensor] = {}
+
+    @property
+    def version(self) -> int | None:
+        """The newest version committed to the bucket by this transfer's publisher (or resumed from)."""
+        return None if self.publisher is None or self.publisher.last is None else self.publisher.last.version
+
+    def init_weight_transfer(self) -> None:
+        """Open the publisher (reads the bucket's manifest: numbering continues after its newest version)."""
+        if self.publisher is None:
+            self.publisher = Publisher(self.bucket, self.config)
+
+    def pause(self) -> None:
+        """Nothing to pause: publishing does not stop any server."""
+
+    def send_weights(self, iterator: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Cast each streamed `(name, tensor)` into the published state, then publish it as a version.
+
+        Raises:
+            ValueError: a name or shape other than the first call's (a delta needs the same tensors).
+            PublishError: publishing stopped on an error in the background (the message says which).
+        """
+        self.init_weight_transfer()
+        first = not self._state
+        seen = set()
+        for name, tensor in iterator:
+            tensor = tensor.detach()
+            if first:
+                self._state[name] = tensor.to("cpu", self.dtype or tensor.dtype, copy=True).contiguous()
+            else:
+                buffer = self._state.get(name)
+                if buffer is None or buffer.shape != tensor.shape:
+                    raise ValueError(f"send_weights streamed {name!r} {tuple(tensor.shape)}, which the published "
+                                     "state does not hold in that shape; every call must stream the same tensors "
+                                     "(start a new bucket for another model)")
+                buffer.copy_(tensor)
+            seen.add(name)
+        if not first and seen != set(self._state):
+            raise ValueError(f"send_weights did not stream {sorted(set(self._state) - seen)[:5]}; every call must "
+                             "stream the same tensors")
+        self.publisher.publish(self._state)
+        if self.wait:
+            self.publisher.flush()
+
+    def resume(self) -> None:
+        """Nothing to resume (see `pause`)."""
+
+    def destroy(self) -> None:
+        """Wait until the last version is committed, then stop the publisher."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None

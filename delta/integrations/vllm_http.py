@@ -1,0 +1,97 @@
+"""A client for the weight-update routes of a running `vllm serve` (started with `VLLM_SERVER_DEV_MODE=1`).
+
+Standard library only (urllib). Every method blocks until the server answered; a refusal or an
+unreachable server raises `VLLMServerError` with the route, the status and the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class VLLMServerError(ConnectionError):
+    """A vLLM server refused a request or could not be reached.
+
+    Attributes:
+        route: The route called (e.g. "/update_weights").
+        status: The HTTP status, or None when the server could not be reached.
+    """
+
+    def __init__(self, message: str, *, route: str, status: int | None) -> None:
+        super().__init__(message)
+        self.route = route
+        self.status = status
+
+
+class VLLMHTTPClient:
+    """Drives one server's pause / weight-update / resume routes.
+
+    Args:
+        url: The server's base URL, e.g. `http://127.0.0.1:8000`.
+        timeout: Seconds to wait for each answer (an update of a large model takes a while).
+    """
+
+    def __init__(self, url: str, timeout: float = 600.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + route, data=data, method=method,
+                                         headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:500]
+            hint = " (is the server started with VLLM_SERVER_DEV_MODE=1?)" if e.code == 404 else ""
+            raise VLLMServerError(f"{method} {self.url}{route} answered {e.code}: {detail}{hint}",
+                                  route=route, status=e.code) from e
+        except (urllib.error.URLError, OSError) as e:
+            raise VLLMServerError(f"{method} {self.url}{route} failed: {e}; is the vLLM server running there?",
+                                  route=route, status=None) from e
+        return json.loads(raw) if raw else None
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until `/health` answers 200; raises VLLMServerError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._call("GET", "/health")
+                return
+            except VLLMServerError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def init(self, init_info: dict[str, Any]) -> None:
+        self._call("POST", "/init_weight_transfer_engine", {"init_info": init_info})
+
+    def pause(self) -> None:
+        """Pause generation, keeping requests in flight frozen (they continue on `resume`)."""
+        self._call("POST", "/pause?mode=keep")
+
+    def is_paused(self) -> bool:
+        return bool(self._call("GET", "/is_paused")["is_paused"])
+
+    def start_update(self) -> None:
+        self._call("POST", "/start_weight_update")
+
+    def update(self, update_info: dict[str, Any]) -> None:
+        self._call("POST", "/update_weights", {"update_info": update_info})
+
+    def finish_update(self, version: str | None = None) -> None:
+        self._call("POST", "/finish_weight_update", {"weight_version": version})
+
+    def reset_prefix_cache(self) -> None:
+        self._call("POST", "/reset_prefix_cache")
+
+    def resume(self) -> None:
+        self._call("POST", "/resume")
+
+    def weight_version(self) -> str | None:
+        return self._call("GET", "/weight_info")["weight_version"]

