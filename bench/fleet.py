@@ -42,8 +42,9 @@ import torch
 from rollout_space.messages import RolloutStatus
 from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
 
-#: Training settings of every case: small games, so a CPU step is seconds with the tiny model.
-TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "4", "--max-turns", "2",
+#: Training settings of every case: games long enough that playing them costs about what a training step does
+#: with the tiny model on a CPU (as generation does on a GPU), so the overlap the fleet buys can show.
+TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "16", "--max-turns", "3",
             "--learning-rate", "1e-4", "--reply-prefix", "<guess>", "--max-staleness", "2")
 ROLLOUT = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0", "--device", "cpu")
 

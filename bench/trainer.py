@@ -15,7 +15,7 @@ interleaving keeps it honest on a shared machine whose load drifts between runs.
 for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a step.
 
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
-local bucket with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
+local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
 needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
 unless `--games`, `--max-tokens`, `--max-turns` or `--lr` say otherwise; then the trainer's `/history`
 is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
@@ -144,7 +144,8 @@ def real_run(args: argparse.Namespace) -> None:
         "env": [],
         "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
                     "--showcase-every", "0", "--device", args.device],
-        "trainer": ["--bucket", bucket, "--model", model, "--rollout-url", url["rollout"], "--env-url", url["env"],
+        # as `python app.py` runs them: the trainer takes its games from the fleet, through the bucket
+        "trainer": ["--bucket", bucket, "--model", model, "--env-url", url["env"],
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
                     *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
                              "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
