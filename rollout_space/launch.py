@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
     parser.add_argument("--poll-interval", type=float, default=None,
-                        help="seconds between bucket polls (default: delta.SubscriberConfig's, 1 s)")
+                        help="seconds between bucket polls, for new weights and for the fleet's run and room "
+                             "(default: delta.SubscriberConfig's, 1 s)")
     parser.add_argument("--server-id", default=os.environ.get("ROLLOUT_ID") or None,
                         help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)")
     parser.add_argument("--no-produce", action="store_true",
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> None:
     service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
     if not args.no_produce:
         server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
-        service.attach_producer(FleetBucket(args.bucket), server_id)
+        service.attach_producer(FleetBucket(args.bucket), server_id, poll_s=polling.poll_interval)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)

@@ -34,8 +34,9 @@ from .staleness import StalenessCounts, StepRollouts
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two looks at the bucket while a step waits for groups.
-POLL_S = 0.5
+#: Seconds between two looks at the bucket while a step waits for groups: short, since a server starts its next
+#: batch as soon as it sees the groups taken (a listing costs one request).
+POLL_S = 0.25
 #: Seconds after which a server whose heartbeat stopped changing shows as gone.
 GONE_AFTER_S = 30.0
 #: Seconds after which a gone server's heartbeat file is deleted.
