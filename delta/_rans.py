@@ -68,9 +68,18 @@ def quantize(counts: np.ndarray) -> np.ndarray:
     return freq
 
 
+def symbol_of(value: int) -> int:
+    """The symbol a value is coded as (symbols grow with values: the largest symbol values up to V need)."""
+    if value < DIRECT:
+        return value
+    n = value.bit_length()
+    return DIRECT + ((n - _DIRECT_BITS) << SUB_BITS) + ((value >> (n - 1 - SUB_BITS)) & ((1 << SUB_BITS) - 1))
+
+
 def tables(freqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative starts (models x ALPHABET + 1) and the decoder's coarse lookup (models x 2**LUT_BITS)."""
-    cum = np.zeros((freqs.shape[0], ALPHABET + 1), np.int64)
+    """Cumulative starts (models x ALPHABET + 1, of `freqs`' dtype) and the decoder's coarse lookup (models x
+    2**LUT_BITS)."""
+    cum = np.zeros((freqs.shape[0], ALPHABET + 1), freqs.dtype)
     np.cumsum(freqs, axis=1, out=cum[:, 1:])
     lut = np.zeros((freqs.shape[0], 1 << LUT_BITS), np.int32)
     slots = np.arange(1 << LUT_BITS, dtype=np.int64) << (PROB_BITS - LUT_BITS)
@@ -266,16 +275,17 @@ def _pop_value(x, words, pos, model, freq, cum, lut):  # pragma: no cover - comp
 
 
 @njit(nogil=True, cache=True)
-def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, lut, cls, ranks, steps):  # pragma: no cover
+def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, lut, n, cls, ranks, steps):  # pragma: no cover
     """Decode one chunk into class-major lists; returns an error code (0: fine).
 
     Args:
         size: elements in the chunk (every rank must be below it).
         width: the tensor's bit width (steps must fit it).
-        cls, ranks, steps: filled, exactly as many as the chunk table says (their length), class by
-            class, ranks ascending within a class.
+        n: how many changed elements the chunk table says the chunk holds (checked exactly).
+        cls, ranks, steps: filled (n each), class by class, ranks ascending within a class; empty
+            arrays to check the stream without keeping what it holds (memory independent of n).
     """
-    n = cls.size
+    store = cls.size >= n
     if words.size < 2:
         return 1
     x = (np.uint64(words[0]) << np.uint64(16)) | np.uint64(words[1])
@@ -307,9 +317,10 @@ def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, l
                 return err
             if end or v >= limit:
                 return 5
-            cls[j] = c
-            ranks[j] = rank
-            steps[j] = v + np.uint64(1)
+            if store:
+                cls[j] = c
+                ranks[j] = rank
+                steps[j] = v + np.uint64(1)
             j += 1
     if j != n:
         return 7

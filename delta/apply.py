@@ -14,7 +14,8 @@ from . import _device
 from ._kernels import scatter
 from .codecs import Change, get_codec
 from .errors import DeltaFormatError, IntegrityError, StateMismatchError
-from .format import DeltaHeader, read_delta
+from . import _foreign
+from .format import DeltaHeader, header_limit, read_delta
 from .hashing import StateDigest, digest_with_changes, state_digest
 
 
@@ -68,10 +69,11 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         (header, decoded changes, digest of `state` before applying — None for foreign files).
 
     Raises:
-        IntegrityError: the decoded result does not hash to the header's target.
+        IntegrityError: the decoded result does not hash to the header's target (for a TRL file with a
+            `checksum_sha256`: does not match it).
         DeltaFormatError, StateMismatchError: see `apply`.
     """
-    header, blobs = read_delta(data, path)
+    header, blobs = read_delta(data, path, max_header=header_limit(state))
     _check_entries(header, state)
     if not header.foreign:
         digest = digest or state_digest(state)
@@ -84,9 +86,16 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     except ValueError as e:
         raise DeltaFormatError(str(e), path=path) from e
     host = _device.host_view(state, [e.name for e in header.tensors])  # a device state: its delta's tensors, copied
-    changes = codec.decode(header.tensors, blobs, host, workers)
+    try:
+        changes = codec.decode(header.tensors, blobs, host, workers)
+    except DeltaFormatError as e:
+        raise e.at(path) from None
+    if len({c.name for c in changes}) != len(changes):  # the header check makes names unique; never write one twice
+        raise DeltaFormatError("a tensor is changed twice", path=path)
     if not header.foreign:
         _prove_target(header, changes, host, digest)
+    elif header.checksum:
+        _foreign.prove_checksum(header, changes, host, path)
     return header, changes, digest
 
 

@@ -16,9 +16,9 @@ from .apply import apply, decode
 from .atomic import write_atomic
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
-from .errors import DeltaError
+from .errors import DeltaError, printable
 from .format import read_delta
-from .inspect import inspect_delta
+from .inspect import check_delta, inspect_delta
 from .state import load_state, save_state
 
 
@@ -43,29 +43,34 @@ def cmd_apply(args: argparse.Namespace) -> int:
     state = load_state(args.base)
     result = apply(state, args.delta)
     save_state(state, args.output)
-    print(f"wrote {args.output}: version {result.header.version}, {result.changed:,} elements changed, "
-          f"hash {result.digest.hexdigest}")
+    h = result.header
+    checked = ("hash" if not h.foreign else "TRL checksum_sha256 matched, hash" if h.checksum
+               else "TRL file without hashes, hash")
+    print(printable(f"wrote {args.output}: version {h.version}, {result.changed:,} elements changed, "
+                    f"{checked} {result.digest.hexdigest}"))
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    print(inspect_delta(_read(args.file), path=args.file).render(limit=args.limit))
+    print(inspect_delta(_read(args.file), path=args.file).render(limit=args.limit))  # render escapes what it shows
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     data = _read(args.file)
-    info = inspect_delta(data, path=args.file)  # checks header and every stream's length
     if args.base is None:
-        print(f"OK {args.file}: well-formed {info.header.codec} delta (pass --base to check it applies)")
+        _, what = check_delta(data, path=args.file)
+        print(printable(f"OK {args.file}: {what}"))
         return 0
     state = load_state(args.base)
-    if info.header.foreign:
-        decode(data, state, path=args.file)
-        print(f"OK {args.file}: applies to {args.base} (foreign file: no hashes to check)")
-        return 0
-    result = apply(state, data)
-    print(f"OK {args.file}: applies to {args.base} and gives {result.digest.hexdigest}")
+    header, _, _ = decode(data, state, path=args.file)  # everything, the target hash proven; nothing written
+    if not header.foreign:
+        print(printable(f"OK {args.file}: applies to {args.base} and gives {header.target_hash} (base hash, every "
+                        "stream and value, and the target hash checked)"))
+    else:
+        what = "its checksum_sha256 matched" if header.checksum else "the file carries no hashes"
+        print(printable(f"OK {args.file}: applies to {args.base} (TRL file: names, dtypes, shapes and positions "
+                        f"checked; {what})"))
     return 0
 
 
@@ -154,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, help="tensors listed (largest first; 0 for all)")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("verify", help="check a delta is well-formed, and with --base that it applies exactly")
+    p = sub.add_parser("verify", help="check what a delta alone can show (and say what that was); with --base, "
+                                      "that it applies exactly")
     p.add_argument("file")
     p.add_argument("--base", default=None, help="state the delta should apply to")
     p.set_defaults(func=cmd_verify)
@@ -193,5 +199,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (DeltaError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(str(e))}", file=sys.stderr)  # one line, whatever the file put in it
         return 1

@@ -7,6 +7,18 @@ and carries the fields a caller needs to act (tensor name, path, version) beside
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """`text` with control and other unprintable characters escaped (`\\x1b`, `\\n`, `\\u202e`): what a
+    file says reaches a terminal as one line it shows, never as sequences it runs.
+
+    Everything the command line prints from a file (names, hashes, metadata, error messages) goes
+    through this one function.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class DeltaError(Exception):
     """Base class of all errors raised by `delta` on purpose."""
 
@@ -23,11 +35,18 @@ class DeltaFormatError(DeltaError, ValueError):
         prefix = ""
         if path:
             prefix += f"{path}: "
-        if tensor:
+        if tensor is not None:
             prefix += f"tensor {tensor!r}: "
         super().__init__(prefix + message)
         self.path = path
         self.tensor = tensor
+        self.detail = message
+
+    def at(self, path: str | None) -> DeltaFormatError:
+        """This error with the file's path in front, when it has none yet (codecs do not know the path)."""
+        if not path or self.path:
+            return self
+        return DeltaFormatError(self.detail, path=path, tensor=self.tensor)
 
 
 class StateMismatchError(DeltaError, ValueError):

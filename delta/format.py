@@ -1,29 +1,51 @@
 """One delta file: a plain safetensors file whose `__metadata__` says what it is.
 
-Layout (see README, "The delta format"): 8-byte little-endian header length, a JSON header, then
+Layout (docs/delta.md, "The delta format"): 8-byte little-endian header length, a JSON header, then
 tensor bytes. Our header metadata carries the format name and version, the codec, model and base
 versions, element counts, base and target state hashes, and a JSON table of the changed tensors.
-Files written by other software (TRL's blog layout and its `sparse_weight_patch` files, see
-`_foreign`) are read as codec `raw` without hashes.
+Files written by other software (TRL's layouts, see `_foreign`) are read as codec `raw` without
+state hashes.
+
+The header is checked whole before anything is decoded or allocated: its size (bounded by what a
+delta for the reader's state can need), its nesting, every field's JSON type, numbers in canonical
+decimal form, names unique and sorted, the streams the codec needs and no others.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
+from numba import njit
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 
-from .bits import bits
-
+from .bits import DTYPES_BY_NAME, bits
 from .errors import DeltaFormatError
 
 FORMAT_NAME = "delta-weights"
 FORMAT_VERSION = 2
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Header limits (docs/delta.md, "Header limits"). Any reader: MAX_HEADER_BYTES. A reader that holds the
+# state the delta applies to: HEADER_BYTES plus, per tensor of that state, HEADER_BYTES_PER_TENSOR and
+# four times its name escaped as JSON twice (a name appears in stream names, in the table, and in a
+# TRL file's `changed_params`): far more than a delta of that state can need, far less than a bomb.
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+HEADER_BYTES = 64 * 1024
+HEADER_BYTES_PER_TENSOR = 1024
+MAX_NESTING = 3  # the header: {"name": {"shape": [...]}}; the table: [{"shape": [...]}]
+MAX_DIMS = 64
+MAX_COUNT = 2**63 - 1  # any count, size or dimension
+METADATA_KEYS = ("format", "format_version", "codec", "version", "base_version", "changed", "total", "base_hash",
+                 "target_hash", "tensors")
+ENTRY_KEYS = ("name", "dtype", "shape", "form", "changed")
+HASH_PATTERN = re.compile(r"xxh3-128:[0-9a-f]{32}")
+_WHOLE = re.compile(r"0|[1-9][0-9]*")
+_SIGNED = re.compile(r"0|-?[1-9][0-9]*")
 _ST_DTYPES = {
     torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32",
     torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64",
@@ -40,7 +62,8 @@ class TensorEntry:
         name: Tensor name in the state.
         dtype: Dtype name (`bfloat16`, `float32`, ...).
         shape: Shape of the full tensor.
-        form: How the codec stored it (`sparse`, `dense`, `indices`).
+        form: How the codec stored it: `sparse` (ctx, gap), `indices` (raw: positions and values),
+            `dense` (the whole new tensor: a foreign anchor).
         changed: Number of elements whose bits changed.
     """
 
@@ -71,7 +94,10 @@ class DeltaHeader:
         base_hash: State hash the delta applies to ('' when unknown).
         target_hash: State hash after applying ('' when unknown).
         tensors: The changed tensors, sorted by name.
-        foreign: True for a file written by other software (TRL's layouts): no hashes, no shapes.
+        foreign: True for a file written by other software (TRL's layouts): no state hashes; shapes only
+            for whole tensors (form `dense`).
+        checksum: A foreign file's SHA-256 of the whole state after applying, as TRL computes it
+            (`checksum_sha256` of its earlier layout; '' when the file has none).
     """
 
     codec: str
@@ -83,6 +109,7 @@ class DeltaHeader:
     target_hash: str
     tensors: tuple[TensorEntry, ...] = field(default_factory=tuple)
     foreign: bool = False
+    checksum: str = ""
 
     @property
     def density(self) -> float:
@@ -129,61 +156,265 @@ def serialize_safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, 
     return b"".join([struct.pack("<Q", len(text)), text, *chunks])
 
 
-def read_header_json(data: bytes | memoryview, path: str | None = None) -> dict:
-    """The raw JSON header of a safetensors buffer, with truncation reported clearly."""
+def header_limit(names: Iterable[str]) -> int:
+    """The largest header a delta for a state holding `names` may have (see the constants above)."""
+    limit = HEADER_BYTES
+    for name in names:
+        limit += HEADER_BYTES_PER_TENSOR + 4 * len(json.dumps(json.dumps(name)))
+        if limit >= MAX_HEADER_BYTES:
+            return MAX_HEADER_BYTES
+    return limit
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value from a file as an error message quotes it: its repr (escaped), cut after `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...(" + f"{len(text)} characters)"
+
+
+def json_kind(value: object) -> str:
+    """The JSON name of a parsed value's type."""
+    if isinstance(value, bool) or value is None:
+        return "true/false/null"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(value), "value")
+
+
+@njit(nogil=True, cache=True)
+def _nesting_within(text, limit):  # pragma: no cover - compiled
+    """True when no JSON array or object in `text` (UTF-8 bytes) is nested deeper than `limit`; brackets
+    inside strings do not count. Linear, allocates nothing: runs before the parser."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 92:  # backslash
+                escaped = True
+            elif c == 34:  # quote
+                in_string = False
+        elif c == 34:
+            in_string = True
+        elif c == 91 or c == 123:  # [ {
+            depth += 1
+            if depth > limit:
+                return False
+        elif c == 93 or c == 125:  # ] }
+            depth -= 1
+            if depth < 0:  # not JSON: the parser stops here
+                return True
+    return True
+
+
+def parse_json(text: bytes | str, what: str, path: str | None = None) -> object:
+    """Strict JSON: UTF-8, nested at most MAX_NESTING deep, whole numbers only (at most MAX_COUNT in size), no
+    NaN or Infinity, no key twice in an object.
+
+    Raises:
+        DeltaFormatError: naming `what` and the first thing that breaks a rule.
+    """
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)  # lone surrogates: refused
+    if not _nesting_within(np.frombuffer(raw, np.uint8), MAX_NESTING):
+        raise DeltaFormatError(f"{what} is nested deeper than {MAX_NESTING} levels", path=path)
+
+    def pairs(items: list[tuple[str, object]]) -> dict:
+        out = dict(items)
+        if len(out) != len(items):
+            seen: set[str] = set()
+            twice = next(k for k, _ in items if k in seen or seen.add(k))
+            raise DeltaFormatError(f"{what} has key {shown(twice)} twice", path=path)
+        return out
+
+    def whole(digits: str) -> int:
+        if len(digits.lstrip("-")) > 19 or abs(int(digits)) > MAX_COUNT:
+            raise DeltaFormatError(f"{what} holds the number {shown(digits)}, larger than {MAX_COUNT}", path=path)
+        return int(digits)
+
+    def fraction(digits: str) -> None:
+        raise DeltaFormatError(f"{what} holds the number {shown(digits)}; only whole numbers are allowed", path=path)
+
+    def constant(name: str) -> None:
+        raise DeltaFormatError(f"{what} holds {name}; only whole numbers are allowed", path=path)
+
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_int=whole, parse_float=fraction,
+                          parse_constant=constant)
+    except UnicodeDecodeError as e:
+        raise DeltaFormatError(f"{what} is not UTF-8 ({e.reason} at byte {e.start})", path=path) from e
+    except json.JSONDecodeError as e:
+        raise DeltaFormatError(f"{what} is not valid JSON ({e.msg} at character {e.pos})", path=path) from e
+
+
+def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
+                 optional: bool = False) -> int | None:
+    """The whole number a metadata string holds, in canonical decimal form only: ASCII digits, no leading
+    zeros, no spaces, no '+', a '-' only where `signed`; '' is None where `optional`.
+
+    Raises:
+        DeltaFormatError: naming `key`.
+    """
+    value = meta.get(key)
+    if optional and value == "":
+        return None
+    if (not isinstance(value, str) or len(value) > 20 or not (_SIGNED if signed else _WHOLE).fullmatch(value)
+            or abs(int(value)) > MAX_COUNT):
+        sign = "an optional '-', " if signed else ""
+        raise DeltaFormatError(f"metadata {key!r} is {shown(value)}, not a whole number in canonical decimal form "
+                               f"({sign}ASCII digits, no leading zeros, at most {MAX_COUNT}"
+                               f"{'; or empty' if optional else ''})", path=path)
+    return int(value)
+
+
+def read_header_json(data: bytes | memoryview, path: str | None = None, max_bytes: int = MAX_HEADER_BYTES) -> dict:
+    """The JSON header of a safetensors buffer, checked before it is parsed: its length (at most
+    `max_bytes`, and inside the file) and nesting; then strictly parsed (`parse_json`), and its
+    `__metadata__`, when present, an object of strings."""
     if len(data) < 8:
         raise DeltaFormatError(f"file is {len(data)} bytes, too short for a safetensors header", path=path)
     (n,) = struct.unpack("<Q", bytes(data[:8]))
-    if n > MAX_HEADER_BYTES or 8 + n > len(data):
+    if n > max_bytes:
+        raise DeltaFormatError(f"header is {n} bytes; at most {max_bytes} are allowed here (docs/delta.md, "
+                               "'Header limits')", path=path)
+    if 8 + n > len(data):
         raise DeltaFormatError(f"header length {n} does not fit the {len(data)}-byte file (truncated?)", path=path)
-    try:
-        header = json.loads(bytes(data[8:8 + n]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DeltaFormatError(f"header is not valid JSON: {e}", path=path) from e
+    header = parse_json(data[8:8 + n], "header", path)
     if not isinstance(header, dict):
-        raise DeltaFormatError("header is not a JSON object", path=path)
+        raise DeltaFormatError(f"header is a JSON {json_kind(header)}, not an object", path=path)
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict):
+        raise DeltaFormatError(f"header '__metadata__' is a JSON {json_kind(meta)}, not an object", path=path)
+    for key, value in meta.items():
+        if not isinstance(value, str):
+            raise DeltaFormatError(f"metadata {shown(key)} is a JSON {json_kind(value)}, not a string", path=path)
     return header
 
 
-def read_delta(data: bytes | memoryview, path: str | None = None) -> tuple[DeltaHeader, dict[str, torch.Tensor]]:
-    """Parse a delta file fully: header checked, tensors loaded (zero-copy where safetensors allows).
+def load_tensors(data: bytes | memoryview, path: str | None = None) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors buffer (safetensors checks offsets, sizes, and that they cover the file)."""
+    try:
+        return st_load(bytes(data))
+    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, OverflowError) as e:
+        raise DeltaFormatError(f"not a valid safetensors file: {shown(str(e), 200)}", path=path) from e
+
+
+def _table(text: str, form: str, path: str | None) -> tuple[TensorEntry, ...]:
+    """The metadata's table of changed tensors, every field checked; names strictly increasing."""
+    rows = parse_json(text, "metadata 'tensors'", path)
+    if not isinstance(rows, list):
+        raise DeltaFormatError(f"metadata 'tensors' is a JSON {json_kind(rows)}, not a list", path=path)
+    entries: list[TensorEntry] = []
+    for i, row in enumerate(rows):
+        where = f"metadata 'tensors' entry {i}"
+        if not isinstance(row, dict):
+            raise DeltaFormatError(f"{where} is a JSON {json_kind(row)}, not an object", path=path)
+        if tuple(sorted(row)) != tuple(sorted(ENTRY_KEYS)):
+            raise DeltaFormatError(f"{where} has keys {shown(sorted(row), 120)}, expected {sorted(ENTRY_KEYS)}",
+                                   path=path)
+        name = row["name"]
+        if not isinstance(name, str):
+            raise DeltaFormatError(f"{where}: 'name' is a JSON {json_kind(name)}, not a string", path=path)
+        for key in ("dtype", "form"):
+            if not isinstance(row[key], str):
+                raise DeltaFormatError(f"'{key}' is a JSON {json_kind(row[key])}, not a string", path=path,
+                                       tensor=name)
+        if row["dtype"] not in DTYPES_BY_NAME:
+            raise DeltaFormatError(f"dtype {shown(row['dtype'])} is not supported", path=path, tensor=name)
+        if row["form"] != form:
+            raise DeltaFormatError(f"form {shown(row['form'])} is not this codec's ({form!r})", path=path, tensor=name)
+        shape = row["shape"]
+        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+                or not all(type(d) is int and d >= 0 for d in shape)):
+            raise DeltaFormatError(f"shape {shown(shape)} is not a list of at most {MAX_DIMS} whole numbers",
+                                   path=path, tensor=name)
+        numel = 1
+        for d in shape:
+            numel *= d
+            if numel > MAX_COUNT:
+                raise DeltaFormatError(f"shape {shown(shape)} has more than {MAX_COUNT} elements", path=path,
+                                       tensor=name)
+        changed = row["changed"]
+        if type(changed) is not int or not 1 <= changed <= numel:
+            raise DeltaFormatError(f"'changed' is {shown(changed)}, not a whole number in [1, {numel}] (its elements)",
+                                   path=path, tensor=name)
+        if entries and name <= entries[-1].name:
+            what = "twice" if name == entries[-1].name else f"after {shown(entries[-1].name)}"
+            raise DeltaFormatError(f"listed {what}: the table lists each tensor once, sorted by name", path=path,
+                                   tensor=name)
+        entries.append(TensorEntry(name=name, dtype=row["dtype"], shape=tuple(shape), form=form, changed=changed))
+    return tuple(entries)
+
+
+def _own_header(meta: dict, path: str | None) -> DeltaHeader:
+    """Our metadata, every key checked (docs/delta.md, "The delta format")."""
+    found = meta.get("format_version")
+    if found != str(FORMAT_VERSION):
+        hint = ("it was written by an older `delta` (before chunked coding): publish an anchor with this version "
+                "and follow from there" if found == "1" else "upgrade the `delta` package")
+        raise DeltaFormatError(f"format version {shown(found)} is not supported by this reader (supports "
+                               f"{FORMAT_VERSION}); {hint}", path=path)
+    missing = [k for k in METADATA_KEYS if k not in meta]
+    extra = sorted(set(meta) - set(METADATA_KEYS))
+    if missing or extra:
+        raise DeltaFormatError(f"metadata {'lacks ' + str(missing) if missing else ''}"
+                               f"{' and ' if missing and extra else ''}"
+                               f"{'has keys this format does not define: ' + shown(extra, 120) if extra else ''}",
+                               path=path)
+    from .codecs import CODECS  # the codecs build on this module
+
+    codec = CODECS.get(meta["codec"])
+    if codec is None:
+        raise DeltaFormatError(f"unknown codec {shown(meta['codec'])}; choose one of {sorted(CODECS)}", path=path)
+    for key in ("base_hash", "target_hash"):
+        if not HASH_PATTERN.fullmatch(meta[key]):
+            raise DeltaFormatError(f"metadata {key!r} is {shown(meta[key])}, not 'xxh3-128:' and 32 lowercase hex "
+                                   "digits", path=path)
+    header = DeltaHeader(
+        codec=codec.name, version=metadata_int(meta, "version", path, signed=True, optional=True),
+        base_version=metadata_int(meta, "base_version", path, signed=True, optional=True),
+        changed=metadata_int(meta, "changed", path), total=metadata_int(meta, "total", path),
+        base_hash=meta["base_hash"], target_hash=meta["target_hash"], tensors=_table(meta["tensors"], codec.form, path))
+    changed, numel = sum(t.changed for t in header.tensors), sum(t.numel for t in header.tensors)
+    if changed != header.changed:
+        raise DeltaFormatError(f"tensor table counts {changed} changed elements, the header says {header.changed}",
+                               path=path)
+    if numel > header.total:
+        raise DeltaFormatError(f"the table's tensors hold {numel} elements, more than the header's total "
+                               f"{header.total}", path=path)
+    return header
+
+
+def read_delta(data: bytes | memoryview, path: str | None = None, *, max_header: int = MAX_HEADER_BYTES
+               ) -> tuple[DeltaHeader, dict[str, torch.Tensor]]:
+    """Parse a delta file: header checked whole, then the streams' names, dtypes and shapes, then loaded.
+
+    Args:
+        max_header: Largest header accepted (`header_limit` of the reader's state, when it has one).
 
     Raises:
-        DeltaFormatError: not safetensors, truncated, another format or an unsupported format version.
+        DeltaFormatError: not safetensors, truncated, another format or an unsupported format version,
+            or any field of the header out of the format (the message names it).
     """
-    raw_header = read_header_json(data, path)
-    try:
-        blobs = st_load(bytes(data))
-    except (SafetensorError, ValueError, RuntimeError, KeyError) as e:
-        raise DeltaFormatError(f"not a valid safetensors file: {e}", path=path) from e
-    meta = raw_header.get("__metadata__") or {}
+    raw_header = read_header_json(data, path, max_header)
+    meta = raw_header.get("__metadata__", {})
+    names = sorted(k for k in raw_header if k != "__metadata__")
     if meta.get("format") != FORMAT_NAME:
         from . import _foreign  # files from other software; imported here, as it builds on this module
 
-        if _foreign.is_blog_layout(meta, blobs):
-            return _foreign.blog_layout(blobs, path), blobs
-        if meta.get("format") == _foreign.PATCH_FORMAT:
-            return _foreign.sparse_weight_patch(meta, blobs, path)
-        raise DeltaFormatError(
-            f"metadata 'format' is {meta.get('format')!r}, expected {FORMAT_NAME!r}: not a delta file", path=path)
-    if meta.get("format_version") != str(FORMAT_VERSION):
-        found = meta.get("format_version")
-        hint = ("it was written by an older `delta` (before chunked coding): publish an anchor with this version "
-                "and follow from there" if found == "1" else "upgrade the `delta` package")
-        raise DeltaFormatError(
-            f"format version {found!r} is not supported by this reader (supports {FORMAT_VERSION}); {hint}", path=path)
+        return _foreign.read(meta, names, data, path)
+    header = _own_header(meta, path)
+    from .codecs import CODECS
+
+    codec = CODECS[header.codec]
+    expected = codec.stream_names(header.tensors)
+    if set(names) != expected:
+        missing, extra = sorted(expected - set(names)), sorted(set(names) - expected)
+        raise DeltaFormatError(f"streams do not match the header: {'missing ' + shown(missing, 80) if missing else ''}"
+                               f"{', ' if missing and extra else ''}"
+                               f"{'not listed by it ' + shown(extra, 80) if extra else ''}", path=path)
+    blobs = load_tensors(data, path)
     try:
-        tensors = tuple(TensorEntry(name=t["name"], dtype=t["dtype"], shape=tuple(int(d) for d in t["shape"]),
-                                    form=t["form"], changed=int(t["changed"])) for t in json.loads(meta["tensors"]))
-        header = DeltaHeader(
-            codec=meta["codec"],
-            version=int(meta["version"]) if meta["version"] else None,
-            base_version=int(meta["base_version"]) if meta["base_version"] else None,
-            changed=int(meta["changed"]), total=int(meta["total"]),
-            base_hash=meta["base_hash"], target_hash=meta["target_hash"], tensors=tensors)
-    except (KeyError, TypeError, ValueError) as e:
-        raise DeltaFormatError(f"metadata is incomplete or malformed: {e!r}", path=path) from e
-    if sum(t.changed for t in tensors) != header.changed:
-        raise DeltaFormatError(f"tensor table counts {sum(t.changed for t in tensors)} changed elements, "
-                               f"the header says {header.changed}", path=path)
+        codec.check_streams(header.tensors, blobs)
+    except DeltaFormatError as e:
+        raise e.at(path) from None
     return header, blobs

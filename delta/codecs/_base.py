@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -39,6 +39,29 @@ class Codec(ABC):
 
     name: str
     description: str
+    form: str  # the `form` of every table entry this codec writes
+
+    @abstractmethod
+    def stream_names(self, entries: tuple[TensorEntry, ...]) -> set[str]:
+        """The names of exactly the streams a file of these entries holds (checked before loading them)."""
+
+    @abstractmethod
+    def check_streams(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> None:
+        """Check the streams' dtypes and shapes against the entries; decodes nothing.
+
+        Raises:
+            DeltaFormatError: a stream of another dtype, shape or length than the entries need.
+        """
+
+    @abstractmethod
+    def check(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
+              workers: int | None = None, foreign: bool = False) -> str:
+        """Check everything that can be checked without the reader's state; returns what that was (the
+        words `python -m delta verify` prints without `--base`). `foreign`: a file with no shapes.
+
+        Raises:
+            DeltaFormatError: as `decode` would, for what it checks.
+        """
 
     @abstractmethod
     def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor],
@@ -80,7 +103,9 @@ def default_workers() -> int:
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int | None, progress: bool, desc: str) -> list[R]:
     """`[fn(t) for t in tasks]` on `workers` threads (the compiled kernels release the GIL), in order.
 
-    The first exception is raised once every task has finished.
+    On the first failure the tasks not yet started are cancelled (a bad chunk stops the decode: a file
+    full of them costs no more than one per thread), and the first failure in task order among those
+    that ran is raised once every running task has finished: nothing runs after this returns or raises.
     """
     workers = default_workers() if workers is None else workers
     if workers < 1:
@@ -98,6 +123,13 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int | None, pro
         for f in futures:
             f.add_done_callback(lambda _: bar.update())
         try:
+            _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in pending:
+                f.cancel()
+            wait(futures)  # the ones already running finish; cancelled ones count as done
+            failed = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+            if failed:
+                raise failed[0]
             return [f.result() for f in futures]
         finally:
             bar.close()

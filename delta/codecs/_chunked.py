@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numba import njit
 
 from .. import _rans
 from ..bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
@@ -133,30 +134,36 @@ class _Models:
         return np.asarray(table, np.uint32)
 
     @classmethod
-    def from_table(cls, data: np.ndarray, classes_by_width: dict[int, int]) -> _Models:
-        keys, rows, at = [], [], 0
-        data = data.astype(np.int64)
+    def from_table(cls, data: np.ndarray, allowed: dict[Key, int]) -> _Models:
+        """Parse stream `models`: every model must be one of `allowed` (the chunk table's classes), none with a
+        symbol above the largest its values can take (`allowed[key]`; END besides for gap models)."""
+        keys: list[Key] = []
+        freqs = np.zeros((len(allowed), _rans.ALPHABET), np.int32)  # int32: half the room of the writer's tables
+        at = 0
         while at < data.size:
             if at + 4 > data.size:
                 raise DeltaFormatError("stream 'models' ends early")
-            kind, width, c, k = data[at:at + 4].tolist()
+            kind, width, c, k = (int(v) for v in data[at:at + 4])
             at += 4
             key = (kind, width, c)
-            if kind >= len(KINDS) or width not in classes_by_width or c >= classes_by_width[width]:
-                raise DeltaFormatError(f"stream 'models' has a model for no class of this delta: {key}")
+            if key not in allowed:
+                raise DeltaFormatError(f"stream 'models' has a model no chunk of this delta uses: {key}")
             if (keys and key <= keys[-1]) or not 1 <= k <= _rans.ALPHABET or at + 2 * k > data.size:
                 raise DeltaFormatError(f"model {key} is malformed")
-            pairs = data[at:at + 2 * k].reshape(-1, 2)
+            pairs = data[at:at + 2 * k].astype(np.int64).reshape(-1, 2)
             at += 2 * k
             symbols = np.cumsum(pairs[:, 0])
             if ((pairs[1:, 0] <= 0).any() or symbols[-1] >= _rans.ALPHABET or (pairs[:, 1] <= 0).any()
                     or int(pairs[:, 1].sum()) != _rans.PROB_SCALE):
                 raise DeltaFormatError(f"model {key} is malformed")
-            row = np.zeros(_rans.ALPHABET, np.int64)
-            row[symbols] = pairs[:, 1]
+            top = int(symbols[-1])
+            if kind == 0 and top == _rans.END:  # END closes a class's gaps; the values' symbols come below it
+                top = int(symbols[-2]) if k > 1 else -1
+            if top > allowed[key]:
+                raise DeltaFormatError(f"model {key} has symbols for values its tensors cannot hold")
+            freqs[len(keys), symbols] = pairs[:, 1]
             keys.append(key)
-            rows.append(row)
-        return cls(keys, np.array(rows, np.int64).reshape(-1, _rans.ALPHABET))
+        return cls(keys, freqs[:len(keys)])
 
 
 def _chunks_of(numel: int, chunk: int) -> int:
@@ -178,6 +185,9 @@ _SCRATCH = _Scratch()
 
 class ChunkedCodec(Codec):
     """Class-rank gaps + ULP steps in independent chunks under rANS; `context=False` is `gap` (one class)."""
+
+    form = "sparse"
+    STREAMS = frozenset({"models", "chunks", "words"})
 
     def __init__(self, context: bool) -> None:
         self.context = context
@@ -255,12 +265,23 @@ class ChunkedCodec(Codec):
 
     # -- decode -----------------------------------------------------------------------------------
 
+    def stream_names(self, entries):
+        return set(self.STREAMS)
+
+    def check_streams(self, entries, blobs):
+        for name in sorted(self.STREAMS):
+            blob = blobs.get(name)
+            if blob is None or blob.dtype != torch.uint8 or blob.dim() != 1:
+                raise DeltaFormatError(f"stream {name!r} must be a 1-D uint8 tensor, got "
+                                       f"{'nothing' if blob is None else f'{blob.dtype} {tuple(blob.shape)}'}")
+
     def _parse(self, entries: tuple[TensorEntry, ...], blobs) -> tuple[_Models, list[list[tuple]], np.ndarray, int]:
         """Models, per entry its chunks with changes (index, count, words start, words end, lo, hi), the words
         and the chunk size.
 
         Every count is checked against the tensor sizes and the stream lengths before anything the
-        size of a tensor is allocated.
+        size of a tensor is allocated: the chunk table is bounded by the words it describes, the
+        models by the classes and counts of the chunk table.
         """
         for e in entries:
             if e.form != "sparse":
@@ -269,11 +290,10 @@ class ChunkedCodec(Codec):
                 raise DeltaFormatError(f"dtype {e.dtype!r} is not supported", tensor=e.name)
             if not 0 < e.changed <= e.numel:
                 raise DeltaFormatError(f"{e.changed} changed elements in a tensor of {e.numel}", tensor=e.name)
-        raw = {k: v.numpy().tobytes() for k, v in blobs.items() if v.dtype == torch.uint8 and v.dim() == 1}
-        if len(raw) != len(blobs):
-            raise DeltaFormatError("every stream must be a 1-D uint8 tensor")
-        if set(raw) != {"models", "chunks", "words"}:
-            raise DeltaFormatError(f"streams are {sorted(raw)}, expected ['chunks', 'models', 'words']")
+        if set(blobs) != self.STREAMS:
+            raise DeltaFormatError(f"streams are {sorted(blobs)[:6]}, expected {sorted(self.STREAMS)}")
+        self.check_streams(entries, blobs)
+        raw = {k: v.numpy().tobytes() for k, v in blobs.items()}
         if len(raw["words"]) % 2:
             raise DeltaFormatError("stream 'words' is not a whole number of 16-bit words")
         words = np.frombuffer(raw["words"], "<u2")
@@ -283,16 +303,13 @@ class ChunkedCodec(Codec):
                                    f"(must be in [1, {MAX_CHUNK}]), {head.size - 1} values (a multiple of 5)")
         chunk = int(head[0])
         rows = head[1:].reshape(-1, 5).astype(np.int64)
-        classes = {}
-        for e in entries:
-            layout = layout_of(DTYPES_BY_NAME[e.dtype])
-            classes[layout.itemsize * 8] = max(classes.get(layout.itemsize * 8, 1), self._field(DTYPES_BY_NAME[e.dtype])[1] + 1)
-        models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models",
-                                           len(classes) * 2 * max(classes.values(), default=1) * (4 + 2 * _rans.ALPHABET)),
-                                    classes)
         plan, at, row = [], 0, 0
+        classes: dict[int, set[int]] = defaultdict(set)  # classes a chunk of each width spans
+        largest: dict[int, int] = defaultdict(int)  # the largest chunk of each width: gaps stay below it
+        symbols = 0  # the most distinct symbols the models can need: a gap and a step per change, an END per class
         for e in entries:
-            mask = self._field(DTYPES_BY_NAME[e.dtype])[1]
+            dtype = DTYPES_BY_NAME[e.dtype]
+            mask, width = self._field(dtype)[1], layout_of(dtype).itemsize * 8
             chunks, held, previous = [], 0, -1
             while held < e.changed:
                 if row >= len(rows):
@@ -306,11 +323,21 @@ class ChunkedCodec(Codec):
                     raise DeltaFormatError(f"chunk row {row} is malformed (chunk {k}, {count} changed, {n_words} words, "
                                            f"classes {lo}..{hi})", tensor=e.name)
                 chunks.append((k, count, at, at + n_words, lo, hi))
+                classes[width].update(range(lo, hi + 1))
+                largest[width] = max(largest[width], size)
+                symbols += 2 * count + hi - lo + 1
                 held, previous, at = held + count, k, at + n_words
             plan.append(chunks)
         if row != len(rows) or at != words.size:
             raise DeltaFormatError(f"streams 'chunks' and 'words' hold data no tensor uses ({len(rows) - row} rows, "
                                    f"{words.size - at} words)")
+        # Per model, the largest symbol its values can need: a gap is below its chunk's size, a step minus one
+        # below 2**width - 1; so the most symbols (pairs) it holds, END included for gap models.
+        allowed = {(kind, width, c): _rans.symbol_of(largest[width] - 1 if kind == 0 else (1 << width) - 2)
+                   for width, cs in classes.items() for c in cs for kind in range(len(KINDS))}
+        pairs = sum(top + 1 + (key[0] == 0) for key, top in allowed.items())
+        most = 4 * len(allowed) + 2 * min(symbols, pairs)
+        models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models", most), allowed)
         return models, plan, words, chunk
 
     def decode(self, entries, blobs, state, workers=None):
@@ -319,7 +346,13 @@ class ChunkedCodec(Codec):
         for e, chunks in zip(entries, plan):
             dtype = DTYPES_BY_NAME[e.dtype]
             a = bits(state[e.name])
-            change = Change(e.name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
+            if e.changed * (8 + a.itemsize) > a.nbytes:
+                # Positions and values would take more room than the tensor: build the new tensor instead (a
+                # copy of the old one, each chunk's changes written into it), so no delta costs the reader
+                # more than one copy of each tensor it changes.
+                change = Change(e.name, None, a.copy())
+            else:
+                change = Change(e.name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
             changes.append(change)
             shift, mask = self._field(dtype)
             width = a.itemsize * 8
@@ -332,18 +365,58 @@ class ChunkedCodec(Codec):
 
         def run(task: tuple) -> None:
             name, a, start, end, count, w0, w1, lo, hi, shift, mask, gap_model, step_model, change, offset = task
-            cls, ranks, steps = np.empty(count, np.uint16), np.empty(count, np.int64), np.empty(count, np.uint64)
+            # Per change: its class, its rank in the chunk (< 2**26) and its step (fits the tensor's width).
+            cls, ranks, steps = np.empty(count, np.uint16), np.empty(count, np.int32), np.empty(count, a.dtype)
             err = _rans.decode_chunk(words[w0:w1], lo, hi, end - start, a.itemsize * 8, gap_model, step_model,
-                                     models.freq, models.cum, models.lut, cls, ranks, steps)
+                                     models.freq, models.cum, models.lut, count, cls, ranks, steps)
             if not err:
+                if change.positions is None:
+                    positions = np.empty(count, np.int32 if a.size < 2**31 else np.int64)
+                    values = np.empty(count, a.dtype)
+                else:
+                    positions, values = change.positions[offset:offset + count], change.values[offset:offset + count]
                 err = locate_chunk(a, start, end, a.dtype.type(shift), a.dtype.type(mask), cls, ranks, steps,
-                                   change.positions[offset:offset + count], change.values[offset:offset + count])
+                                   positions, values)
+                if not err and change.positions is None:
+                    _put(change.values, positions, values)
+                del positions, values
+            del cls, ranks, steps  # the error's traceback keeps this frame: not its scratch
             if err:
                 raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
                                        tensor=name)
 
         run_tasks(run, tasks, workers, False, "")
         return changes
+
+    def check(self, entries, blobs, workers=None, foreign=False):
+        """Every chunk's words decoded without the state: the rANS stream ends on its initial state with
+        every word used, holds as many changes per class range as the chunk table says, ranks below the
+        chunk's size, steps within the dtype's width. Not checkable without the old tensor: for `ctx`,
+        that each rank exists in its class of the old tensor; for both, the new values themselves."""
+        models, plan, words, chunk = self._parse(entries, blobs)
+        none16, none32, noneu = np.empty(0, np.uint16), np.empty(0, np.int32), np.empty(0, np.uint64)
+        tasks = []
+        for e, chunks in zip(entries, plan):
+            dtype = DTYPES_BY_NAME[e.dtype]
+            mask, width = self._field(dtype)[1], layout_of(dtype).itemsize * 8
+            gap_model, step_model = models.of(0, width, mask + 1), models.of(1, width, mask + 1)
+            for k, count, w0, w1, lo, hi in chunks:
+                size = min(e.numel, (k + 1) * chunk) - k * chunk
+                tasks.append((e.name, k * chunk, size, width, count, w0, w1, lo, hi, gap_model, step_model))
+
+        def run(task: tuple) -> None:
+            name, start, size, width, count, w0, w1, lo, hi, gap_model, step_model = task
+            err = _rans.decode_chunk(words[w0:w1], lo, hi, size, width, gap_model, step_model, models.freq, models.cum,
+                                     models.lut, count, none16, none32, noneu)
+            if err:
+                raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
+                                       tensor=name)
+
+        run_tasks(run, tasks, workers, False, "")
+        where = ("positions inside their chunk, strictly increasing" if not self.context else
+                 "class ranks inside their chunk")
+        return (f"{len(entries)} tensors in {len(tasks)} chunks, every chunk's rANS words decoding exactly to the "
+                f"chunk table's counts, with {where} and steps within each dtype's width")
 
     def tensor_bytes(self, entries, blobs):
         """Each tensor's rANS words, plus its share of the tables by the share of words it holds."""
@@ -352,6 +425,13 @@ class ChunkedCodec(Codec):
         own = {e.name: 2 * sum(c[3] - c[2] for c in chunks) for e, chunks in zip(entries, plan)}
         total = max(1, sum(own.values()))
         return {name: n + round(tables * n / total) for name, n in own.items()}
+
+
+@njit(nogil=True, cache=True)
+def _put(flat, positions, values):  # pragma: no cover - compiled
+    """flat[positions] = values, without the GIL (numpy's fancy assignment holds it)."""
+    for j in range(positions.size):
+        flat[positions[j]] = values[j]
 
 
 def _flat_pair(old: torch.Tensor, new: torch.Tensor) -> tuple:

@@ -30,7 +30,8 @@ def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int
             length decides, up to `max_count` values.
 
     Raises:
-        DeltaFormatError: the stream is not zstd, is truncated, or holds another number of values.
+        DeltaFormatError: the stream is not one zstd frame with nothing after it, is truncated, declares
+            no size or a larger one than allowed, or holds another number of values.
     """
     itemsize = np.dtype(dtype).itemsize
     limit = (count if count is not None else max_count) * itemsize
@@ -46,9 +47,11 @@ def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int
             raise DeltaFormatError(f"stream {what!r} declares {'no size' if declared < 0 else f'{declared} bytes'}, "
                                    f"the header allows {'exactly ' if count is not None else 'at most '}{limit}")
         try:
-            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=declared)
+            # One frame and nothing after it: a stream is exactly its frame (allow_extra_data needs zstandard 0.22).
+            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=declared,
+                                                          allow_extra_data=False)
         except zstandard.ZstdError as e:
-            raise DeltaFormatError(f"stream {what!r} is corrupt ({e})") from e
+            raise DeltaFormatError(f"stream {what!r} is corrupt or has bytes after its zstd frame ({e})") from e
     if (count is not None and len(raw) != limit) or len(raw) > limit or len(raw) % itemsize:
         raise DeltaFormatError(f"stream {what!r} holds {len(raw)} bytes, the header allows "
                                f"{'exactly ' if count is not None else 'at most '}{limit}")
