@@ -95,7 +95,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     if not header.foreign:
         _prove_target(header, changes, host, digest)
     elif header.checksum:
-        _foreign.prove_checksum(header, changes, host, path)
+        _foreign.prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
     return header, changes, digest
 
 
