@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from delta.errors import StorageError
-from wire.fleet import FleetMessageError, GameGroup, RunSettings, RunState, Sampling, group_run
+from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.trajectory import Trajectory
 
@@ -265,7 +265,7 @@ class FleetMonitor:
     def __init__(self, bucket: FleetBucket, interval: float = 2.0) -> None:
         self.bucket = bucket
         self.interval = interval
-        self._seen: dict[str, tuple[int, float, Any]] = {}  # path -> (beat, when it last changed, Heartbeat)
+        self._seen: dict[str, tuple[int, float, Heartbeat]] = {}  # path -> (beat, when it last changed, heartbeat)
         self._servers: list[FleetServer] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -310,7 +310,7 @@ class FleetMonitor:
                                key=lambda s: s.id)
 
     @staticmethod
-    def _server(beat: Any, silent_s: float) -> FleetServer:
+    def _server(beat: Heartbeat, silent_s: float) -> FleetServer:
         gone = silent_s > GONE_AFTER_S
         return FleetServer(id=beat.server_id, version=beat.version, games_per_min=round(beat.games_per_min, 2),
                            last_seen_s=round(silent_s, 1), state="gone" if gone else str(beat.state),
