@@ -42,6 +42,7 @@ from .format import (
 PATCH_FORMAT = "sparse_weight_patch"
 ANCHOR_FORMAT = "anchor_checkpoint"
 EMPTY_PLACEHOLDER = "__empty_delta__"
+BLOG_KEYS = frozenset({"num_params", "sparse"})  # the metadata of TRL's first engine (commit a3a382585)
 _GAP_DTYPES = (torch.uint16, torch.uint32)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COUNTS = ("num_changed_params", "total_changed_elements", "total_elements", "anchor_step", "num_params")
@@ -57,6 +58,13 @@ def read(meta: dict, names: list[str], data: bytes | memoryview, path: str | Non
         DeltaFormatError: not a layout this reader knows, or a malformed one (the message says which).
     """
     fmt = meta.get("format")
+    ours = sorted({"base_hash", "target_hash", "format_version", "tensors"} & set(meta))
+    if ours:  # a delta of ours with its format changed or removed would otherwise apply without its hashes
+        raise DeltaFormatError(f"metadata 'format' is {shown(fmt)}, but the file carries {FORMAT_NAME!r} keys "
+                               f"{ours}: refused rather than read without its hashes", path=path)
+    if fmt is None and set(meta) - BLOG_KEYS:
+        raise DeltaFormatError(f"metadata without a 'format' has keys {shown(sorted(meta)[:6], 120)}: not a layout "
+                               f"this reader knows (TRL's blog layout has at most {sorted(BLOG_KEYS)})", path=path)
     suffixes = {n.rsplit(".", 1)[-1] if "." in n else "" for n in names}
     if fmt is None and names and suffixes <= {"indices", "values"}:
         return _patch(meta, names, data, path, "indices")

@@ -375,3 +375,20 @@ def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path
     reader.close()
     assert reader.version == 1 and states_equal(reader.state, old)
     assert reader.status().failures >= 1
+
+
+@pytest.mark.parametrize("fmt", [None, "sparse_weight_patch"])
+def test_a_delta_whose_format_is_changed_does_not_apply_without_its_hashes(pair, fmt):
+    """Found by the fuzz test: without `format`, a raw delta looked like TRL's blog layout, which carries no
+    hashes, so it applied without its target hash being checked."""
+    old, new = pair
+    p = split(delta.diff(old, new, codec="raw"))
+    if fmt is None:
+        del p.meta["format"]
+    else:
+        p.meta["format"] = fmt
+    refused_lightly(clone(old), join(p), r"but the file carries 'delta-weights' keys \['base_hash', 'format_version', "
+                    r"'target_hash', 'tensors'\]: refused rather than read without its hashes")
+    blog = split(delta.diff(old, new, codec="raw"))
+    blog.meta = {"num_params": "3", "extra": "x"}
+    refused_lightly(clone(old), join(blog), "metadata without a 'format' has keys")
