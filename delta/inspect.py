@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .codecs import get_codec
+from .codecs import Codec, get_codec
 from .errors import DeltaFormatError, printable
 from .format import DeltaHeader, read_delta
 
@@ -67,11 +67,7 @@ def inspect_delta(data: bytes | memoryview, path: str | None = None) -> DeltaInf
     Per-tensor bytes are exact for `raw`; for the compact codecs they are the tensor's own coded
     words plus its share of the tables (models, chunk index) by the share of words it holds.
     """
-    header, blobs = read_delta(data, path)
-    try:
-        codec = get_codec(header.codec)
-    except ValueError as e:
-        raise DeltaFormatError(str(e), path=path) from e
+    header, blobs, codec = _read(data, path)
     try:
         sizes = codec.tensor_bytes(header.tensors, blobs)
     except DeltaFormatError as e:
@@ -95,11 +91,7 @@ def check_delta(data: bytes | memoryview, path: str | None = None, workers: int 
         DeltaFormatError: the first thing found out of the format.
         IntegrityError: a TRL anchor that does not match its own checksum.
     """
-    header, blobs = read_delta(data, path)
-    try:
-        codec = get_codec(header.codec)
-    except ValueError as e:
-        raise DeltaFormatError(str(e), path=path) from e
+    header, blobs, codec = _read(data, path)
     try:
         streams = codec.check(header.tensors, blobs, workers, foreign=header.foreign)
     except DeltaFormatError as e:
@@ -119,3 +111,12 @@ def check_delta(data: bytes | memoryview, path: str | None = None, workers: int 
                if not header.foreign else "the metadata TRL writes (numbers in canonical form, counts and "
                "changed_params matching the tensors present)")
     return header, f"well-formed {kind}. Checked: {checked}; {streams}. Needs --base: {needs}"
+
+
+def _read(data: bytes | memoryview, path: str | None) -> tuple[DeltaHeader, dict, Codec]:
+    """The delta's header, its streams and its codec (DeltaFormatError for a codec this reader lacks)."""
+    header, blobs = read_delta(data, path)
+    try:
+        return header, blobs, get_codec(header.codec)
+    except ValueError as e:
+        raise DeltaFormatError(str(e), path=path) from e
