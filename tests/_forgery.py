@@ -45,31 +45,16 @@ def split(data: bytes) -> Parts:
 
 
 def join(p: Parts) -> bytes:
-    raws: list[str] = []
-
-    def put(value):
-        if isinstance(value, Raw):
-            raws.append(value.text)
-            return f"\x00RAW{len(raws) - 1}\x00"
-        if isinstance(value, dict):
-            return {k: put(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [put(v) for v in value]
-        return value
-
     header: dict = {}
     if p.meta is not None:
-        header["__metadata__"] = put(p.meta)
+        header["__metadata__"] = p.meta
     chunks, offset = [], 0
     for name, (dtype, shape, raw) in p.blobs.items():
-        header[name] = {"dtype": put(dtype), "shape": put(shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
-    header.update(put(p.extra))
-    text = json.dumps(header, separators=(",", ":"))
-    for i, raw in enumerate(raws):
-        text = text.replace(json.dumps(f"\x00RAW{i}\x00"), raw)
-    body = text.encode()
+    header.update(p.extra)
+    body = dumps(header).encode()
     body += b" " * (-len(body) % 8)
     return struct.pack("<Q", max(0, len(body) + p.length_delta)) + body + b"".join(chunks) + p.tail
 
