@@ -1,11 +1,11 @@
 """Request mode against the fleet, side by side in one run: steps and games per minute, and who waits.
 
-    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 8] [--warmup 2] [--cases request fleet1 fleet2]
+    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 8] [--warmup 4] [--cases request fleet1 fleet2]
                           [--placement shared pinned] [--json bench/out/fleet.json]
 
 Each case starts a fresh local bucket, an env, its rollout server(s) (transformers engine) and a trainer as
 real `python app.py ROLE` processes, runs `--warmup + --steps` steps with the same training settings, and
-measures the last `--steps` (from the trainer's `/history` and the servers' `/status`):
+measures the last `--steps` (the warm-up holds each server's first weight loads, which are slow once) (from the trainer's `/history` and the servers' `/status`):
 
 - steps/min and games trained per minute;
 - the trainer's idle share: the time its steps waited for games (`StepRecord.wait_s`: the rollout's answer
@@ -43,10 +43,12 @@ from rollout_space.messages import RolloutStatus
 from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
 
 #: Training settings of every case: games long enough that playing them costs about what a training step does
-#: with the tiny model on a CPU (as generation does on a GPU), so the overlap the fleet buys can show.
-TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "16", "--max-turns", "3",
+#: with the tiny model on a CPU (as generation does on a GPU), so the overlap the fleet buys can show; the
+#: request case's trainer idle share says how the two compare. The rollout servers poll the local bucket every
+#: 0.05 s: a step lasts half a second here, and a server notices the room for its next batch one poll late.
+TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "24", "--max-turns", "3",
             "--learning-rate", "1e-4", "--reply-prefix", "<guess>", "--max-staleness", "2")
-ROLLOUT = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0", "--device", "cpu")
+ROLLOUT = ("--engine", "transformers", "--poll-interval", "0.05", "--showcase-every", "0", "--device", "cpu")
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="tiny (built here), smollm2 (offline wheel) or a folder")
     parser.add_argument("--steps", type=int, default=8, help="steps measured per case")
-    parser.add_argument("--warmup", type=int, default=2, help="steps run before measuring")
+    parser.add_argument("--warmup", type=int, default=4, help="steps run before measuring")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--placement", nargs="+", default=["shared", "pinned"], choices=["shared", "pinned"])
     parser.add_argument("--json", default="bench/out/fleet.json")

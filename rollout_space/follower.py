@@ -25,6 +25,7 @@ from delta.storage import Storage
 from delta.subscribe import SubscriberConfig, Update
 
 from .engines import Engine
+from .engines.errors import EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,11 @@ class Follower:
                 self._arrived.wait_for(lambda: self._pending or self._closing)
                 if self._closing:
                     return
-            self._load_pending()
+            try:
+                self._load_pending()
+            except EngineError as e:  # interrupted: the server is exiting, and loads nothing more
+                logger.info("stopped loading new weights: %s", e)
+                return
 
     def _load_pending(self) -> None:
         """Load every queued version into the engine in one update: the union of their changed tensors,

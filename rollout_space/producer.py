@@ -22,7 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from delta.errors import StorageError
+from delta.errors import DeltaError, StorageError
 from delta.retry import RetryPolicy
 from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
 from wire.fleet_bucket import FleetBucket
@@ -54,6 +54,10 @@ class GroupProducer:
         server_id: This server's name in the fleet (its heartbeat file).
         poll_s: Seconds between looks at the run while there is nothing to play.
         heartbeat_s: Seconds between heartbeats.
+        catch_up: Called before each batch to load the newest published weights first (`Follower.sync`):
+            the trainer takes a step's groups right after publishing a version, so the room for the next
+            batch appears just as a new version does; played with it, the batch is one version fresher
+            when the trainer takes it. A failure is logged and the batch plays the weights held.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time.
@@ -61,8 +65,10 @@ class GroupProducer:
     """
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
-                 bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0) -> None:
+                 bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
+                 catch_up: Callable[[], object] | None = None) -> None:
         self.play = play
+        self.catch_up = catch_up
         self.version = version
         self.bucket = bucket
         self.server_id = server_id
@@ -173,9 +179,19 @@ class GroupProducer:
             self.state = ServerState.FULL
             return self.poll_s
         self.state = ServerState.PRODUCING
+        self._catch_up()
         self._play_batch(run, min(room, run.groups_per_step))
         self._failures = 0
         return 0.0
+
+    def _catch_up(self) -> None:
+        if self.catch_up is None:
+            return
+        try:
+            self.catch_up()
+        except (DeltaError, OSError) as e:  # the follower keeps trying in its own thread; play what is held
+            logger.warning("could not load the newest weights before a batch (playing version %d): %s",
+                           self.version(), e)
 
     def _play_batch(self, run: RunSettings, groups: int) -> None:
         seeds = [self._rng.randrange(2**31 - 1) for _ in range(groups)]

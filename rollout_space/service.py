@@ -89,7 +89,8 @@ class RolloutService:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`), with the
         trainer's priority over public games; returns the producer."""
         self.producer = GroupProducer(lambda specs, params: self.play(specs, params), lambda: self.engine.version,
-                                      bucket, server_id, poll_s=poll_s)
+                                      bucket, server_id, poll_s=poll_s,
+                                      catch_up=self.follower.sync if self.follower is not None else None)
         return self.producer
 
     def start(self) -> None:

@@ -34,9 +34,12 @@ from .staleness import StalenessCounts, StepRollouts
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two looks at the bucket while a step waits for groups: short, since a server starts its next
-#: batch as soon as it sees the groups taken (a listing costs one request).
-POLL_S = 0.25
+#: Seconds between two looks at the bucket while a step waits for groups: the first look again after
+#: `FIRST_POLL_S`, then twice as long each time, up to `POLL_S`. An idle trainer costs more than a listing, and
+#: most waits end soon after they start (a server writes its batch as the step needs it), so the first looks are
+#: quick; a long wait (no server) costs a listing every `POLL_S`.
+FIRST_POLL_S = 0.02
+POLL_S = 0.5
 #: Seconds after which a server whose heartbeat stopped changing shows as gone.
 GONE_AFTER_S = 30.0
 #: Seconds after which a gone server's heartbeat file is deleted.
@@ -144,6 +147,7 @@ class FleetRollouts:
         start = time.monotonic()
         step = StepRollouts()
         self.needed = n
+        poll = FIRST_POLL_S
         try:
             while True:
                 self._look(step)
@@ -152,8 +156,9 @@ class FleetRollouts:
                     break
                 self.waiting = True
                 self.run.resend()
-                if self._stop.wait(POLL_S):
+                if self._stop.wait(poll):
                     raise RolloutsStopped("stopped while waiting for rollout groups")
+                poll = min(POLL_S, 2 * poll)
         finally:
             self.waiting = False
         oldest = sorted(self._queue.values(), key=lambda g: (g.version, g.created_at, g.path))[:n]

@@ -1,0 +1,94 @@
+"""A rollout server's producer plays each batch with the newest weights in the bucket: the trainer takes a
+step's groups right after publishing a version, so the room for the next batch and the version appear together.
+Real engine (tiny model), real env server, real bucket; `GroupProducer.step` is the producer's one look."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import delta
+from delta.manifest import read_manifest
+from delta.subscribe import SubscriberConfig
+from rollout_space.engines import EngineConfig, open_engine
+from rollout_space.env_client import EnvClient
+from rollout_space.follower import Follower
+from rollout_space.service import RolloutService
+from tests._engines import build_model
+from tests._env_server import running_server
+from tests.test_wire_fleet import run_settings
+from wire.fleet_bucket import FleetBucket
+
+#: The follower's own thread is never started, and would poll only hourly: what the producer plays with, it
+#: loaded itself.
+NEVER = SubscriberConfig(poll_interval=3600.0, max_backoff=3600.0)
+
+
+@pytest.fixture(scope="module")
+def env() -> str:
+    with running_server("env") as url:
+        yield url
+
+
+def nudged(state: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
+    """A trainer's next version: one weight changed."""
+    out = dict(state)
+    name = next(n for n in sorted(state) if state[n].is_floating_point())
+    out[name] = state[name].clone()
+    out[name].view(-1)[step] += 0.5
+    return out
+
+
+def served(tmp_path, env: str):
+    """A publisher at version 1 (the model), and a rollout service following its bucket, producing for it."""
+    model = build_model(str(tmp_path / "model"), seed=3)
+    bucket = str(tmp_path / "bucket")
+    publisher = delta.Publisher(bucket)
+    state = delta.load_state(model)
+    publisher.publish(state)
+    publisher.flush()
+    engine = open_engine("transformers", EngineConfig(model, dtype="bfloat16", max_model_len=4096))
+    service = RolloutService(engine, Follower(engine, bucket, NEVER), EnvClient(env))  # closes the client
+    producer = service.attach_producer(FleetBucket(bucket), "s0", poll_s=0.05)
+    FleetBucket(bucket).write_run(run_settings())
+    return publisher, state, engine, service, producer
+
+
+def test_a_batch_plays_the_version_published_since_the_last_one(tmp_path, env: str) -> None:
+    publisher, state, engine, service, producer = served(tmp_path, env)
+    try:
+        assert engine.version == 1
+        producer.step()
+        first = FleetBucket(publisher.storage.url).list_groups()
+        assert [FleetBucket(publisher.storage.url).read_group(f.path).version for f in first] == [1, 1]
+        FleetBucket(publisher.storage.url).delete([f.path for f in first])  # the trainer took them
+        publisher.publish(nudged(state, 0))
+        publisher.flush()
+        producer.step()
+        groups = [FleetBucket(publisher.storage.url).read_group(f.path) for f in
+                  FleetBucket(publisher.storage.url).list_groups()]
+        assert engine.version == 2 and [g.version for g in groups] == [2, 2]
+        assert all(game.versions and set(game.versions) == {2} for g in groups for game in g.games)
+    finally:
+        publisher.close()
+        service.close()
+
+
+def test_a_version_that_cannot_be_loaded_leaves_the_batch_playing_the_weights_held(tmp_path, env: str,
+                                                                                caplog) -> None:
+    publisher, state, engine, service, producer = served(tmp_path, env)
+    try:
+        publisher.publish(nudged(state, 0))
+        publisher.flush()
+        latest = read_manifest(publisher.storage).versions[-1]
+        for ref in (*latest.delta, *latest.anchor):  # every route to version 2 torn
+            with open(tmp_path / "bucket" / ref.path, "r+b") as f:
+                f.truncate(ref.size // 2)
+        assert producer.step() == 0.0
+        groups = [FleetBucket(publisher.storage.url).read_group(f.path) for f in
+                  FleetBucket(publisher.storage.url).list_groups()]
+        assert engine.version == 1 and [g.version for g in groups] == [1, 1]
+        assert "could not load the newest weights before a batch (playing version 1)" in caplog.text
+    finally:
+        publisher.close()
+        service.close()
