@@ -6,8 +6,10 @@ groups with whatever weights the follower has loaded: a group is `num_generation
 the games of a batch advance together (one `generate` per turn). Each finished group is one file,
 committed whole, with the weight version of every reply and the sampler's logprobs. It stops producing
 while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
-(back-pressure: more would only go stale), and starts again by itself. A heartbeat thread writes the
-server's state every few seconds. Killed at any moment, a server loses only the batch it was playing:
+(back-pressure: more would only go stale), and starts again by itself. With other servers producing
+for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
+step's groups are ready when the fastest share is, not when every server has played a whole step. A
+heartbeat thread writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses only the batch it was playing:
 nothing it wrote is ever half a file.
 """
 
@@ -26,6 +28,7 @@ from delta.errors import DeltaError, StorageError
 from delta.retry import RetryPolicy
 from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import HeartbeatWatch
 from wire.trajectory import Trajectory
 
 from .engines.errors import EngineError
@@ -90,6 +93,8 @@ class GroupProducer:
         self._threads: list[threading.Thread] = []
         self._failures = 0
         self._retry = RetryPolicy(None, poll_s, 30.0)
+        self._watch = HeartbeatWatch(bucket)
+        self.peers = 0
 
     def start(self) -> GroupProducer:
         self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
@@ -137,8 +142,18 @@ class GroupProducer:
                 self.bucket.write_heartbeat(self.heartbeat())
             except (OSError, StorageError) as e:
                 logger.warning("could not write this server's heartbeat: %s", e)
+            try:
+                self.peers = self.count_peers()
+            except (OSError, StorageError) as e:
+                logger.warning("could not read the other servers' heartbeats: %s", e)
             if self._stop.wait(self.heartbeat_s):
                 return
+
+    def count_peers(self) -> int:
+        """The other live servers producing for this server's run (read from their heartbeats)."""
+        return sum(1 for s in self._watch.read()
+                   if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
+                   and self.run_id is not None and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
 
     def _produce(self) -> None:
         while not self._stop.is_set():
@@ -180,7 +195,7 @@ class GroupProducer:
             return self.poll_s
         self.state = ServerState.PRODUCING
         self._catch_up()
-        self._play_batch(run, min(room, run.groups_per_step))
+        self._play_batch(run, min(run.groups_per_step, -(-room // (1 + self.peers))))
         self._failures = 0
         return 0.0
 

@@ -1,6 +1,6 @@
-"""A rollout server's producer plays each batch with the newest weights in the bucket: the trainer takes a
-step's groups right after publishing a version, so the room for the next batch and the version appear together.
-Real engine (tiny model), real env server, real bucket; `GroupProducer.step` is the producer's one look."""
+"""A rollout server's producer plays each batch with the newest weights in the bucket (the trainer takes a
+step's groups right after publishing a version, so the room for the next batch and the version appear together),
+and, beside other live servers of the run, its share of the room. Real engine (tiny model), real env server, real bucket; `GroupProducer.step` is the producer's one look."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from rollout_space.service import RolloutService
 from tests._engines import build_model
 from tests._env_server import running_server
 from tests.test_wire_fleet import run_settings
+from wire.fleet import Heartbeat, ServerState
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import GONE_AFTER_S
 
 #: The follower's own thread is never started, and would poll only hourly: what the producer plays with, it
 #: loaded itself.
@@ -89,6 +91,37 @@ def test_a_version_that_cannot_be_loaded_leaves_the_batch_playing_the_weights_he
                   FleetBucket(publisher.storage.url).list_groups()]
         assert engine.version == 1 and [g.version for g in groups] == [1, 1]
         assert "could not load the newest weights before a batch (playing version 1)" in caplog.text
+    finally:
+        publisher.close()
+        service.close()
+
+
+def test_with_other_servers_producing_each_plays_its_share_of_the_room(tmp_path, env: str, monkeypatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
+    publisher, state, engine, service, producer = served(tmp_path, env)
+    bucket = FleetBucket(publisher.storage.url)
+
+    def beat(server: str, n: int, run: str = "run-1", state: ServerState = ServerState.PRODUCING) -> None:
+        bucket.write_heartbeat(Heartbeat(server_id=server, boot="b", beat=n, run_id=run, state=state, version=1,
+                                         games_per_min=1.0, groups_written=0, idle_share=0.5, updated_at=0.0))
+
+    try:
+        producer.step()  # alone: the whole room, two groups
+        assert len(bucket.list_groups()) == 2 and producer.count_peers() == 0
+        bucket.delete([f.path for f in bucket.list_groups()])
+        beat("peer", 1)
+        beat("other-run", 1, run="run-0")
+        beat("paused", 1, state=ServerState.PAUSED)
+        producer.peers = producer.count_peers()
+        assert producer.peers == 1
+        producer.step()  # with one peer: half the room
+        assert len(bucket.list_groups()) == 1
+        bucket.delete([f.path for f in bucket.list_groups()])
+        clock[0] += GONE_AFTER_S + 1  # the peer went silent: gone, the room is this server's again
+        producer.peers = producer.count_peers()
+        producer.step()
+        assert producer.peers == 0 and len(bucket.list_groups()) == 2
     finally:
         publisher.close()
         service.close()

@@ -14,7 +14,8 @@ from delta.retry import RetryPolicy
 from delta.storage import open_storage
 from tests.test_wire_fleet import group
 from trainer_space.config import TrainerConfig
-from trainer_space.fleet import GONE_AFTER_S, FleetMonitor, FleetRollouts, FleetRun
+from trainer_space.fleet import FleetMonitor, FleetRollouts, FleetRun
+from wire.liveness import GONE_AFTER_S
 from trainer_space.rollouts import RolloutsStopped
 from wire.fleet import GameGroup, Heartbeat, RunState, ServerState, encode, group_path
 from wire.fleet_bucket import FleetBucket
@@ -144,7 +145,7 @@ def test_an_unreachable_bucket_leaves_the_run_unsent_until_a_later_try(rclone_s3
 def test_the_monitor_lists_each_server_and_marks_a_silent_one_gone(tmp_path: Path, monkeypatch) -> None:
     bucket = FleetBucket(str(tmp_path / "b"))
     clock = [1000.0]
-    monkeypatch.setattr("trainer_space.fleet.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
     monitor = FleetMonitor(bucket)
 
     def beat(server: str, n: int) -> None:

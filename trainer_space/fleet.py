@@ -23,8 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from delta.errors import StorageError
-from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, Sampling, group_run
+from wire.fleet import FleetMessageError, GameGroup, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import HeartbeatWatch, SeenServer
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
@@ -40,8 +41,6 @@ logger = logging.getLogger(__name__)
 #: quick; a long wait (no server) costs a listing every `POLL_S`.
 FIRST_POLL_S = 0.02
 POLL_S = 0.5
-#: Seconds after which a server whose heartbeat stopped changing shows as gone.
-GONE_AFTER_S = 30.0
 #: Seconds after which a gone server's heartbeat file is deleted.
 FORGET_AFTER_S = 3600.0
 
@@ -259,8 +258,8 @@ class FleetRollouts:
 class FleetMonitor:
     """Reads the rollout servers' heartbeats in a thread of its own, for `/status` and the UI.
 
-    A server is alive while its heartbeat's `beat` keeps changing, judged on this process's clock (the
-    servers' clocks may differ from the trainer's); silent for `GONE_AFTER_S`, it shows as gone.
+    A server is alive while its heartbeat's `beat` keeps changing (`wire.liveness`); silent for
+    `GONE_AFTER_S`, it shows as gone, and after `FORGET_AFTER_S` its heartbeat file is deleted.
 
     Args:
         bucket: The fleet's bucket.
@@ -270,7 +269,7 @@ class FleetMonitor:
     def __init__(self, bucket: FleetBucket, interval: float = 2.0) -> None:
         self.bucket = bucket
         self.interval = interval
-        self._seen: dict[str, tuple[int, float, Heartbeat]] = {}  # path -> (beat, when it last changed, heartbeat)
+        self._watch = HeartbeatWatch(bucket)
         self._servers: list[FleetServer] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -291,34 +290,18 @@ class FleetMonitor:
 
     def refresh(self) -> None:
         """Read the heartbeats once (the thread calls this every `interval`)."""
-        now = time.monotonic()
-        forget = []
-        for f in self.bucket.list_heartbeats():
-            try:
-                beat = self.bucket.read_heartbeat(f.path)
-            except FileNotFoundError:
-                continue
-            except FleetMessageError as e:
-                logger.warning("unreadable heartbeat %s", e)
-                continue
-            old = self._seen.get(f.path)
-            changed = old is None or old[0] != beat.beat
-            since = now if changed else old[1]
-            self._seen[f.path] = (beat.beat, since, beat)
-            if not changed and now - since > FORGET_AFTER_S:
-                forget.append(f.path)
+        seen = self._watch.read()
+        forget = [s.path for s in seen if s.silent_s > FORGET_AFTER_S]
         if forget:
             self.bucket.delete(forget)
-            for path in forget:
-                del self._seen[path]
-        self._servers = sorted((self._server(hb, now - since) for _, since, hb in self._seen.values()),
-                               key=lambda s: s.id)
+            self._watch.forget(forget)
+        self._servers = sorted((self._server(s) for s in seen if s.path not in forget), key=lambda s: s.id)
 
     @staticmethod
-    def _server(beat: Heartbeat, silent_s: float) -> FleetServer:
-        gone = silent_s > GONE_AFTER_S
+    def _server(seen: SeenServer) -> FleetServer:
+        beat = seen.heartbeat
         return FleetServer(id=beat.server_id, version=beat.version, games_per_min=round(beat.games_per_min, 2),
-                           last_seen_s=round(silent_s, 1), state="gone" if gone else str(beat.state),
+                           last_seen_s=round(seen.silent_s, 1), state="gone" if seen.gone else str(beat.state),
                            idle_share=round(beat.idle_share, 3), groups_written=beat.groups_written,
                            run_id=beat.run_id, last_error=beat.last_error)
 
