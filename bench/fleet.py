@@ -1,6 +1,6 @@
 """Request mode against the fleet, side by side in one run: steps and games per minute, and who waits.
 
-    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 8] [--warmup 4] [--cases request fleet1 fleet2]
+    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 24] [--warmup 4] [--max-tokens 72] [--cases request fleet1 fleet2]
                           [--placement shared pinned] [--json bench/out/fleet.json]
 
 Each case starts a fresh local bucket, an env, its rollout server(s) (transformers engine) and a trainer as
@@ -42,11 +42,13 @@ import torch
 from rollout_space.messages import RolloutStatus
 from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
 
-#: Training settings of every case: games long enough that playing them costs about what a training step does
-#: with the tiny model on a CPU (as generation does on a GPU), so the overlap the fleet buys can show; the
-#: request case's trainer idle share says how the two compare. The rollout servers poll the local bucket every
-#: 0.05 s: a step lasts half a second here, and a server notices the room for its next batch one poll late.
-TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "24", "--max-turns", "3",
+#: Training settings of every case, but the reply length (`--max-tokens`): with the default, 72 tokens, playing a
+#: step's games costs about what the training step does with the tiny model on a CPU (as generation does on a
+#: GPU), so the overlap the fleet buys can show; the request case's trainer idle share says how the two compare.
+#: With shorter replies the rollout side has time to spare (`--max-tokens 24`: room for a second server on its
+#: core). The rollout servers poll the local bucket every 0.05 s: a step lasts half a second here, and a server
+#: notices the room for its next batch one poll late.
+TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-turns", "3",
             "--learning-rate", "1e-4", "--reply-prefix", "<guess>", "--max-staleness", "2")
 ROLLOUT = ("--engine", "transformers", "--poll-interval", "0.05", "--showcase-every", "0", "--device", "cpu")
 
@@ -108,7 +110,7 @@ class Stack:
         self.log.close()
 
 
-def run_case(case: Case, pinned: bool, model: str, steps: int, warmup: int, root: str) -> dict:
+def run_case(case: Case, pinned: bool, model: str, steps: int, warmup: int, root: str, max_tokens: int = 72) -> dict:
     """Run one case; return its figures."""
     bucket = os.path.join(root, f"{case.name}-{'pinned' if pinned else 'shared'}")
     shutil.rmtree(bucket, ignore_errors=True)
@@ -121,7 +123,8 @@ def run_case(case: Case, pinned: bool, model: str, steps: int, warmup: int, root
                                rollout_cpu) for i in range(case.servers)]
         asked = [] if case.fleet else ["--rollout-url", servers[0]]
         trainer = stack.start("trainer", ["--bucket", bucket, "--model", model, "--env-url", env, *asked,
-                                          "--max-steps", str(warmup + steps), "--device", "cpu", *TRAINING],
+                                          "--max-steps", str(warmup + steps), "--device", "cpu", *TRAINING,
+                                          "--max-tokens", str(max_tokens)],
                               trainer_cpu)
 
         def status() -> TrainerStatus:
@@ -164,8 +167,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="tiny (built here), smollm2 (offline wheel) or a folder")
-    parser.add_argument("--steps", type=int, default=8, help="steps measured per case")
+    parser.add_argument("--steps", type=int, default=24, help="steps measured per case")
     parser.add_argument("--warmup", type=int, default=4, help="steps run before measuring")
+    parser.add_argument("--max-tokens", type=int, default=72, help="tokens per reply (the games' length)")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--placement", nargs="+", default=["shared", "pinned"], choices=["shared", "pinned"])
     parser.add_argument("--json", default="bench/out/fleet.json")
@@ -175,14 +179,15 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-fleet-")
     model = model_folder(args.model, root)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-          f"model {args.model}; {args.steps} steps measured after {args.warmup}; training flags {' '.join(TRAINING)}",
+          f"model {args.model}; {args.steps} steps measured after {args.warmup}; training flags {' '.join(TRAINING)} "
+          f"--max-tokens {args.max_tokens}",
           flush=True)
     results = []
     header = f"{'case':<8} {'place':<7} {'steps/min':>9} {'games/min':>9} {'trainer idle':>12} {'rollout idle':>12}"
     print(header + "  staleness (versions: games)  importance weight min/mean/max")
     for placement in args.placement:
         for name in args.cases:
-            r = run_case(CASES[name], placement == "pinned", model, args.steps, args.warmup, root)
+            r = run_case(CASES[name], placement == "pinned", model, args.steps, args.warmup, root, args.max_tokens)
             results.append(r)
             print(f"{r['case']:<8} {r['placement']:<7} {r['steps_per_min']:>9} {r['games_per_min']:>9} "
                   f"{100 * r['trainer_idle']:>11.0f}% {100 * r['rollout_idle']:>11.0f}%  {r['staleness']}  {r['ratio']}",

@@ -8,9 +8,9 @@ committed whole, with the weight version of every reply and the sampler's logpro
 while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
 (back-pressure: more would only go stale), and starts again by itself. With other servers producing
 for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
-step's groups are ready when the fastest share is, not when every server has played a whole step. A
-heartbeat thread writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses only the batch it was playing:
-nothing it wrote is ever half a file.
+step's groups are ready once each server has played its share, not a whole step. A heartbeat thread
+writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses
+only the batch it was playing: nothing it wrote is ever half a file.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class GroupProducer:
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time.
         groups_written, games_written: Since it started.
+        peers: The other servers producing for the run, at the last heartbeat.
     """
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
