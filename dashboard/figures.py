@@ -209,8 +209,8 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
                                  showlegend=row == 1, legendgroup="ema",
                                  hovertemplate=f"%{{y:.3f}}<extra>{m.name}, smoothed</extra>"),
                       row=row, col=1)
-        if m.y_range is not None:
-            fig.update_yaxes(range=m.y_range, row=row, col=1)
+        # 3 significant digits: a constant series gets one tick at its exact value otherwise ("-0.20624999701976776")
+        fig.update_yaxes(range=m.y_range, tickformat=".3~g", row=row, col=1)
     fig.update_layout(title=title, height=HEIGHT + 140 * (len(metrics) - 1), margin=_MARGIN,
                       template="plotly_white", legend={"orientation": "h", "y": -0.12})
     fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)

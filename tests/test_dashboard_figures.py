@@ -96,6 +96,8 @@ def test_learning_and_payload_curves() -> None:
     assert [a.text for a in fig.layout.annotations] == ["mean reward", "win rate"]
     assert _message(learning_curves([], [Metric("mean reward", [])])) == "No training step yet"
     assert (fig.layout.xaxis2.dtick, fig.layout.xaxis2.tickformat) == (1, "d")  # no "step 1.5"
+    constant = learning_curves([1, 2], [Metric("mean reward", [-0.20624999701976776] * 2)]).layout.yaxis
+    assert constant.tickformat == ".3~g" and constant.range is None  # one tick "-0.206", not every digit
     assert learning_curves([0.5, 1.7], [Metric("r", [0, 1])], whole_x=False).layout.xaxis.dtick is None  # minutes
 
     fig = payload_curves([1, 2], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
