@@ -16,6 +16,9 @@ import sys
 import threading
 from types import FrameType
 
+import settings
+from models.hardware import Machine, rollout_share_beside_trainer
+
 from .children import Child, ChildFailed, exit_text
 from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
@@ -33,14 +36,17 @@ def _say(message: str) -> None:
     print(f"[app] {message}", flush=True)
 
 
-def build_children(config: LauncherConfig, model_folder: str, owner_token: str,
-                 tokens: dict[str, str]) -> list[Child]:
+def build_children(config: LauncherConfig, model_folder: str, owner_token: str, tokens: dict[str, str],
+                   gpu_share: float | None = None) -> list[Child]:
     """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or
     sends (`tokens.launch_tokens()`). The trainer and the rollout servers share only the bucket: the
     rollout servers play games continuously and hand them in there (the fleet); the trainer needs no
-    rollout URL."""
+    rollout URL. `gpu_share`: each rollout server's vLLM memory share on a GPU the trainer shares
+    (`models.hardware.rollout_share_beside_trainer`), unless the rollout's flags name one."""
     env_url = f"http://127.0.0.1:{config.env_port}"
     engine = ["--engine", config.engine] if config.engine else []
+    if gpu_share is not None and "--gpu-memory-utilization" not in config.rollout_args:
+        engine += ["--gpu-memory-utilization", f"{gpu_share:.2f}"]
     shared = ["--bucket", config.bucket, "--model", model_folder]
 
     def log(name: str) -> str:
@@ -60,6 +66,22 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str,
               # A secret travels in the environment, not in argv where `ps` shows it to every local user.
               {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)}),
     ]
+
+
+def _gpu_share(config: LauncherConfig) -> float | None:
+    """Each rollout server's vLLM memory share when they and the trainer share a GPU (None: no GPU, the
+    transformers engine, or a share the person set with GPU_MEMORY_UTILIZATION)."""
+    if config.engine == "transformers" or settings.GPU_MEMORY_UTILIZATION.value() is not None:
+        return None
+    try:
+        share = rollout_share_beside_trainer(Machine.probe(), config.rollouts)
+    except ValueError as e:
+        _say(str(e))
+        raise SystemExit(1) from e
+    if share is not None:
+        _say(f"one GPU for the trainer and {config.rollouts} rollout server(s): each server's vLLM takes "
+             f"{share:.2f} of its memory (GPU_MEMORY_UTILIZATION sets another share)")
+    return share
 
 
 def _link(config: LauncherConfig, port: int) -> str:
@@ -96,7 +118,8 @@ def run(args: argparse.Namespace) -> None:
     _say(f"model ready: {folder}")
 
     tokens = launch_tokens()
-    children = build_children(config, folder, owner_token, tokens)
+    gpu_share = _gpu_share(config)
+    children = build_children(config, folder, owner_token, tokens, gpu_share)
     landing = LandingServer(build_app(children, config.bucket), config.host, config.port)
     failed = False
     try:

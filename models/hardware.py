@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 CPU_KV_CACHE_BYTES = 256 << 20
 #: Share of a GPU's memory vLLM takes (weights + activations + KV cache) when not told otherwise.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
+#: Share of a GPU's memory `python app.py` leaves to the trainer when its rollout servers run vLLM on the same GPU.
+TRAINER_GPU_SHARE = 0.35
+#: The least GPU memory share a vLLM rollout server is started with (weights, activations, a small KV cache).
+MIN_ROLLOUT_GPU_SHARE = 0.05
 #: Compute dtypes the engines take besides `auto`.
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 _BITS = {"bfloat16": 16, "float16": 16, "float32": 32}
@@ -330,3 +334,21 @@ def log_notes(notes: tuple[str, ...]) -> None:
     """Log each decision worth knowing as a warning (a T4, an inexact dtype)."""
     for note in notes:
         logger.warning("%s", note)
+
+
+def rollout_share_beside_trainer(machine: Machine, rollouts: int) -> float | None:
+    """Each vLLM rollout server's share of the GPU's memory when `python app.py` starts `rollouts` of them and
+    the trainer on one machine: vLLM's default share less `TRAINER_GPU_SHARE`, split evenly. Left to its
+    default, the first server's vLLM would take 0.85 of the GPU and the second server and the trainer could
+    not start. None without a GPU.
+
+    Raises:
+        ValueError: so many servers that a share would fall below `MIN_ROLLOUT_GPU_SHARE`.
+    """
+    if not machine.gpus:
+        return None
+    share = int((DEFAULT_GPU_MEMORY_UTILIZATION - TRAINER_GPU_SHARE) / rollouts * 100) / 100
+    if share < MIN_ROLLOUT_GPU_SHARE:
+        raise ValueError(f"{rollouts} vLLM rollout servers and the trainer do not fit one GPU ({share:.2f} of its "
+                         "memory each): start fewer with --rollouts, or run them with --engine transformers")
+    return share

@@ -17,6 +17,7 @@ import pytest
 from launcher.children import exit_text
 from launcher.config import LauncherConfig
 from launcher.launch import build_children
+from models.hardware import Gpu, Machine, rollout_share_beside_trainer
 from launcher.tokens import launch_tokens
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
@@ -111,3 +112,18 @@ def test_n_rollout_servers_share_the_bucket_and_the_trainer_names_none() -> None
         LauncherConfig(rollouts=0)
     with pytest.raises(ValueError, match="the apps' ports must differ"):
         LauncherConfig(rollouts=2, port=7864)
+
+
+def test_on_one_gpu_the_rollout_servers_leave_the_trainer_its_share() -> None:
+    l4 = Gpu("NVIDIA L4", (8, 9), True, 22 << 30, 22 << 30)
+    assert rollout_share_beside_trainer(Machine(()), 2) is None  # a CPU: nothing to split
+    assert rollout_share_beside_trainer(Machine((l4,)), 1) == 0.5
+    assert rollout_share_beside_trainer(Machine((l4,)), 2) == 0.25
+    with pytest.raises(ValueError, match="16 vLLM rollout servers and the trainer do not fit one GPU"):
+        rollout_share_beside_trainer(Machine((l4,)), 16)
+    children = build_children(LauncherConfig(rollouts=2), "/models/tiny", "owner", launch_tokens({}), 0.25)
+    shares = [c.args[c.args.index("--gpu-memory-utilization") + 1] for c in children if c.role == "rollout"]
+    assert shares == ["0.25", "0.25"] and "--gpu-memory-utilization" not in children[-1].args
+    mine = LauncherConfig(rollout_args=["--gpu-memory-utilization", "0.3"])  # the person's own share wins
+    rollout = build_children(mine, "/models/tiny", "owner", launch_tokens({}), 0.5)[1]
+    assert rollout.args.count("--gpu-memory-utilization") == 1 and rollout.args[-1] == "0.3"
