@@ -7,6 +7,7 @@
 Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (see README).
 """
 
+from . import pieces
 from .apply import ApplyResult, apply, decode, write_changes
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
@@ -27,5 +28,5 @@ __all__ = [
     "DeltaHeader", "IntegrityError", "NoPathError", "PublishError", "Publisher", "PublisherConfig", "RetryPolicy", "State",
     "StateDigest", "StateMismatchError", "Storage", "StorageError", "Subscriber", "SubscriberConfig", "TensorEntry",
     "apply", "decode", "diff", "load_state", "open_storage", "read_delta", "save_state", "state_digest",
-    "write_changes",
+    "pieces", "write_changes",
 ]

@@ -12,11 +12,18 @@ Layout of a manifest (keys sorted, one JSON object):
 
     {"format": "delta-weights-manifest", "format_version": 1, "commit": 12,
      "shards": null | [[tensor names of rank 0], [names of rank 1], ...],
+     "pieces": {NAME: {"shape": [16, 64], "dim": 0, "slices": [[PIECE, start, stop], ...]}, ...},  (format_version 2)
      "versions": [{"version": 7, "kind": "anchor" | "delta", "base_version": 6 | null,
                    "base_hash": "xxh3-128:..." | null, "state_hash": "xxh3-128:...",
                    "delta": [FILE, ...], "anchor": [FILE, ...], "published_at": 1764000000.0 | null}, ...]}
     FILE = {"path": "versions/00000007-1a2b3c4d/delta-r00000.safetensors", "size": 123,
             "sha256": "<hex>", "rank": 0}
+
+`pieces` (only in format_version 2, and only when ranks publish slices of tensors): per sharded tensor,
+its full shape, the dimension it is cut along, and its pieces in order; each piece is an ordinary tensor
+named PIECE in the files of the one rank whose `shards` list holds it (`delta.pieces`). A manifest whose
+pieces do not tile a tensor exactly is refused, so readers stay on the manifest before it. All versions of
+a manifest share its `shards` and `pieces`: a publisher that changes them starts a new chain with an anchor.
 
 An anchor version carries its full snapshot (`anchor`, sharded) and, when it has a predecessor, also
 the delta from it (`delta`), so readers that follow live never download an anchor.
@@ -30,10 +37,12 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .errors import DeltaFormatError, IntegrityError
+from .pieces import Sharded, check_layout
 from .storage import Storage
 
 MANIFEST_FORMAT = "delta-weights-manifest"
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2  # written when the manifest has `pieces`; otherwise 1, which older readers read
+_READABLE_VERSIONS = (1, 2)
 MANIFEST_DIR = "manifests/"
 VERSIONS_DIR = "versions/"
 _MANIFEST_NAME = re.compile(r"^manifests/(\d{10})\.json$")
@@ -103,11 +112,13 @@ class Manifest:
         commit: Commit number; the file is `manifests/<commit:010d>.json`.
         versions: Retained versions, oldest first.
         shards: Tensor names per rank for multi-rank writers, else None.
+        pieces: How sharded tensors are cut into the pieces named in `shards` (`delta.pieces`), else None.
     """
 
     commit: int
     versions: tuple[VersionEntry, ...] = ()
     shards: tuple[tuple[str, ...], ...] | None = None
+    pieces: dict[str, Sharded] | None = None
     _by_version: dict[int, VersionEntry] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -127,11 +138,22 @@ class Manifest:
     def anchors(self) -> list[VersionEntry]:
         return [v for v in self.versions if v.anchor]
 
-    def with_version(self, entry: VersionEntry, shards: tuple[tuple[str, ...], ...] | None = None) -> Manifest:
-        """The next commit, with `entry` appended."""
+    def with_version(self, entry: VersionEntry, shards: tuple[tuple[str, ...], ...] | None = None,
+                     pieces: dict[str, Sharded] | None = None) -> Manifest:
+        """The next commit, with `entry` appended, under `shards` and `pieces` (the writers' layout).
+
+        A layout other than this manifest's starts a new chain: `entry` must then be an anchor, and the
+        versions before it are dropped (their files are garbage), since their deltas are in the old layout.
+        """
         if self.latest is not None and entry.version != self.latest.version + 1:
             raise ValueError(f"version {entry.version} does not follow the latest committed {self.latest.version}")
-        return Manifest(self.commit + 1, self.versions + (entry,), shards if shards is not None else self.shards)
+        pieces = pieces or None
+        if self.versions and (shards, pieces) != (self.shards, self.pieces):
+            if not entry.anchor:
+                raise ValueError(f"version {entry.version} changes the ranks' layout but carries no anchor")
+            return Manifest(self.commit + 1, (replace(entry, delta=(), base_version=None, base_hash=None),),
+                            shards, pieces)
+        return Manifest(self.commit + 1, self.versions + (entry,), shards, pieces)
 
     def referenced(self) -> set[str]:
         return {f.path for v in self.versions for f in v.files}
@@ -141,7 +163,8 @@ class Manifest:
             return {"path": f.path, "size": f.size, "sha256": f.sha256, "rank": f.rank}
 
         body = {
-            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION, "commit": self.commit,
+            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION if self.pieces else 1,
+            "commit": self.commit,
             "shards": [list(s) for s in self.shards] if self.shards is not None else None,
             "versions": [
                 {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
@@ -150,6 +173,8 @@ class Manifest:
                 for v in self.versions
             ],
         }
+        if self.pieces:
+            body["pieces"] = {name: sharded.to_json() for name, sharded in sorted(self.pieces.items())}
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
@@ -165,9 +190,9 @@ class Manifest:
             raise DeltaFormatError(f"manifest is not valid JSON (torn write?): {e}", path=path) from e
         if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT:
             raise DeltaFormatError(f"not a {MANIFEST_FORMAT} file", path=path)
-        if body.get("format_version") != MANIFEST_FORMAT_VERSION:
+        if body.get("format_version") not in _READABLE_VERSIONS:
             raise DeltaFormatError(f"manifest format version {body.get('format_version')!r} is not supported "
-                                   f"(supports {MANIFEST_FORMAT_VERSION}); upgrade the `delta` package", path=path)
+                                   f"(supports {_READABLE_VERSIONS}); upgrade the `delta` package", path=path)
         try:
             versions = tuple(
                 VersionEntry(
@@ -177,9 +202,14 @@ class Manifest:
                     published_at=None if v.get("published_at") is None else float(v["published_at"]))
                 for v in body["versions"])
             shards = None if body["shards"] is None else tuple(tuple(s) for s in body["shards"])
-            manifest = cls(int(body["commit"]), versions, shards)
+            pieces = {str(n): Sharded.from_json(b) for n, b in body["pieces"].items()} if body.get("pieces") else None
+            manifest = cls(int(body["commit"]), versions, shards, pieces)
         except (KeyError, TypeError, ValueError) as e:
             raise DeltaFormatError(f"manifest is malformed: {e!r}", path=path) from e
+        try:
+            check_layout(manifest.pieces or {}, manifest.shards)
+        except DeltaFormatError as e:
+            raise e.at(path) from e
         numbers = [v.version for v in versions]
         if numbers and numbers != list(range(numbers[0], numbers[0] + len(numbers))):
             raise DeltaFormatError(f"manifest versions are not consecutive: {numbers}", path=path)

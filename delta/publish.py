@@ -17,8 +17,10 @@ A state on a GPU is diffed there; its hashes and anchors come from a host copy t
 the changed elements alone (`_mirror`), so a version moves only those over PCIe after the first. Not
 yet run on a GPU: tested with CPU tensors through the same code (`_device`'s seam).
 
-Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps.
-Rank 0 commits the manifest once every rank's files have landed. Whether a step is published or
+Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or
+with slices of tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards
+are published as they are: no rank gathers anything; `delta.pieces.split` cuts a state every rank holds
+whole into shares). Rank 0 commits the manifest once every rank's files have landed. Whether a step is published or
 coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must
 be a gloo group), so all ranks publish the same steps.
 """
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from . import _device, _mirror
+from . import _device, _mirror, pieces
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
@@ -164,6 +166,7 @@ class Publisher:
         if manifest and manifest.latest:
             self.last = PublishedVersion(latest, manifest.latest.state_hash, manifest.latest.kind, 0, 0.0)
         self._pending: _Snapshot | None = None
+        self._pieces: pieces.PieceRecord | None = None  # what this rank's slices are (set by the first publish)
         self._mirror: State | None = None  # host copy of `_base` when the state lives on a GPU (`_mirror`)
         #: Seconds the last `publish` blocked for its copy, synchronised with the device.
         self.copy_s = 0.0
@@ -177,7 +180,7 @@ class Publisher:
 
     # -- the trainer's side ----------------------------------------------------------------------------
 
-    def publish(self, state: Mapping[str, torch.Tensor], *, anchor: bool = False) -> None:
+    def publish(self, state: Mapping[str, Any], *, anchor: bool = False) -> None:
         """Take a snapshot of `state` for publishing as the next version and return.
 
         Blocks only to copy the tensors (on their device, waiting for the copy to finish there; `copy_s`
@@ -186,14 +189,22 @@ class Publisher:
         over it, keeping its anchor request).
 
         Args:
-            state: This rank's tensors; the same names, shapes and dtypes every call.
+            state: This rank's tensors, `delta.pieces.Slice`s or `DTensor`s (`delta.pieces.flatten`); the
+                same names, shapes and dtypes every call.
             anchor: Publish a full snapshot with this version (besides the delta).
 
         Raises:
             PublishError: the background thread stopped on an error (the message says which).
+            ValueError: a slice does not fit its tensor, or the slices differ from the first call's.
         """
         self._raise_if_failed()
         start = time.perf_counter()
+        state, record = pieces.flatten(state)
+        if self._pieces is None:
+            self._pieces = record
+            self._check_base(state)
+        elif record != self._pieces:
+            raise ValueError("the slices of this publish differ from the first one's; start a new Publisher")
         with self._cond:
             busy = self._busy or (self._pending is not None and self._pending.ready)
             # A snapshot still waiting is overwritten in place (taken back so that the worker cannot start on
@@ -253,6 +264,25 @@ class Publisher:
 
     # -- resume ---------------------------------------------------------------------------------------
 
+    def _check_base(self, state: Mapping[str, torch.Tensor]) -> None:
+        """First publish (every rank): keep the resumed base only if every rank's tensors and slices are laid
+        out as in the bucket's latest version; otherwise the next version is an anchor only (a new chain)."""
+        base, manifest = self._base, self._manifest
+        same = base is not None and manifest is not None and base.keys() == state.keys() and all(
+            base[n].shape == t.shape and base[n].dtype == t.dtype for n, t in state.items())
+        if same and self.ranks.world > 1:
+            shards, layout = manifest.shards, manifest.pieces or {}
+            same = shards is not None and len(shards) == self.ranks.world and set(shards[self.ranks.rank]) == set(state)
+            same = same and all(
+                layout.get(name) is not None and (piece, start, stop) in layout[name].pieces
+                and layout[name].shape == tuple(shape) and layout[name].dim == dim
+                for piece, (name, shape, dim, start, stop) in self._pieces.items())
+        elif same:
+            same = manifest.shards is None and not self._pieces
+        if not self.ranks.all(same):
+            with self._cond:
+                self._base, self._base_digest = None, None
+
     def _resume_base(self, manifest: Manifest | None,
                      base_state: Mapping[str, torch.Tensor] | None) -> tuple[State | None, StateDigest | None]:
         """The state of the latest committed version for this rank, or None (next version: anchor only)."""
@@ -270,7 +300,7 @@ class Publisher:
                 sub = Subscriber(self.storage)
                 sub.sync(latest.version)
                 sub.close()
-                full = sub.state
+                full = sub.flat_state
                 names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
                 if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
                     names = []
@@ -362,7 +392,8 @@ class Publisher:
                 anchor_refs.append(self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors",
                                                data))
         record = {"rank": rank, "names": sorted(snapshot.tensors), "tensors": digest.tensors,
-                  "delta": delta_refs, "anchor": anchor_refs}
+                  "delta": delta_refs, "anchor": anchor_refs,
+                  "pieces": {p: [n, list(shape), d, a, b] for p, (n, shape, d, a, b) in (self._pieces or {}).items()}}
         if rank == 0:
             others = self.ranks.collect(self.storage, folder, self.config.commit_timeout)
             manifest = self._commit(version, [record, *others], snapshot.taken_at)
@@ -406,8 +437,11 @@ class Publisher:
                              state_hash=StateDigest(tensors).hexdigest, delta=delta, anchor=anchor,
                              published_at=taken_at)
         shards = tuple(tuple(r["names"]) for r in records) if len(records) > 1 else None
+        layout = pieces.layout_of([r["pieces"] for r in records])
+        pieces.check_layout(layout, shards)  # a version whose slices do not tile its tensors is never committed
         current = self._manifest or Manifest(0)
-        manifest = write_manifest(self.storage, retain(current.with_version(entry, shards), self.config.keep_anchors))
+        manifest = write_manifest(self.storage, retain(current.with_version(entry, shards, layout),
+                                                       self.config.keep_anchors))
         collect_garbage(self.storage, manifest)
         return manifest
 

@@ -9,6 +9,10 @@ against the current state without touching it; only then is it written, under `l
 pause a consumer sees. A file that fails its check is fetched once more, then avoided: the reader
 re-plans through an anchor. Nothing partial is ever written and the version never advances on a
 failure.
+
+Sharded writers (the manifest's `pieces`, `delta.pieces`): the state holds full tensors; each piece
+is read and written through a view of its range of the full tensor (in place where the range is
+contiguous, as FSDP2's dim-0 shards are; through a copy written back after each version otherwise).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from . import pieces
 from .anchors import decode_anchor
 from .apply import Rollback, decode, write_changes
 from .catchup import Step, plan
@@ -172,7 +177,9 @@ class Subscriber:
         self.config = config or SubscriberConfig()
         self.on_update = on_update
         self.lock = threading.RLock()
-        self._state = state
+        self._state = state  # what files name: tensors and pieces (views of `_full`'s tensors when sharded)
+        self._full = state  # what callers see: full tensors
+        self._layout: pieces.Layout = {}
         self._version = version if state is not None else None
         self._digest: StateDigest | None = state_digest(state) if state is not None and version is not None else None
         self._sync_lock = threading.Lock()
@@ -186,7 +193,14 @@ class Subscriber:
 
     @property
     def state(self) -> State | None:
-        """The live state (updated in place; an anchor loaded into an empty subscriber replaces None)."""
+        """The live state, full tensors (updated in place; an anchor loaded into an empty subscriber
+        replaces None)."""
+        return self._full
+
+    @property
+    def flat_state(self) -> State | None:
+        """The state as the files name it: the pieces of sharded tensors under piece names (views of
+        `state`'s tensors where contiguous), the other tensors as in `state`."""
         return self._state
 
     @property
@@ -195,7 +209,7 @@ class Subscriber:
 
     @property
     def digest(self) -> StateDigest | None:
-        """The digest of `state` at `version`."""
+        """The digest of `flat_state` at `version` (for unsharded writers, of `state`)."""
         return self._digest
 
     def status(self) -> SubscriberStatus:
@@ -285,6 +299,7 @@ class Subscriber:
         if manifest is None or manifest.latest is None:
             return self._version
         self._latest = manifest.latest.version
+        self._adopt_layout(manifest.pieces or {})
         target = manifest.latest.version if version is None else version
         avoid: set[str] = set()
         while self._version != target and not self._stop.is_set():
@@ -297,6 +312,18 @@ class Subscriber:
                 self._record(e)
                 avoid.update(e.paths)
         return self._version
+
+    def _adopt_layout(self, layout: pieces.Layout) -> None:
+        """Read and write the held state through the pieces `layout` names (a sharded writer's, or none)."""
+        if layout == self._layout:
+            return
+        if self._full is not None:
+            flat = pieces.piece_views(self._full, layout) if layout else self._full
+            with self.lock:
+                self._state = flat
+                if self._digest is not None:
+                    self._digest = state_digest(flat)
+        self._layout = layout
 
     # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
 
@@ -324,7 +351,7 @@ class Subscriber:
             raise _BadFiles([f.path for f in step.files], e) from e
         return _Prepared(step, payload, fetched, decoded - start, time.perf_counter() - decoded)
 
-    def _decode_anchor(self, step: Step, datas: list[bytes]) -> tuple[State, StateDigest]:
+    def _decode_anchor(self, step: Step, datas: list[bytes]) -> tuple[State, StateDigest, State | None]:
         fresh: State = {}
         for rank in sorted({f.rank for f in step.files}):  # each rank's shards make one anchor of its tensors
             mine = [(f.path, data) for f, data in zip(step.files, datas) if f.rank == rank]
@@ -338,7 +365,9 @@ class Subscriber:
                                  expected=step.entry.state_hash, actual=digest.hexdigest)
         if self._state is not None:
             check_same_layout(self._state, fresh)
-        return fresh, digest
+            return fresh, digest, None
+        full = pieces.assemble(fresh, self._layout) if self._layout else fresh
+        return fresh, digest, full
 
     def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> list[tuple]:
         out = []
@@ -359,13 +388,15 @@ class Subscriber:
         with self.lock:
             start = time.perf_counter()
             if prepared.step.via == "anchor":
-                fresh, digest = prepared.payload
+                fresh, digest, full = prepared.payload
                 if self._state is None:
-                    self._state = fresh
+                    self._full = full
+                    self._state = pieces.piece_views(full, self._layout) if self._layout else full
                 else:
                     for name, tensor in fresh.items():
                         self._state[name].copy_(tensor)
-                changed = tuple(sorted(fresh))
+                    pieces.write_back(self._full, self._state, self._layout)
+                changed = tuple(sorted(self._full))
                 headers: tuple[DeltaHeader, ...] = ()
             else:
                 try:
@@ -405,4 +436,6 @@ class Subscriber:
         except BaseException:  # a mismatch, or anything that stopped the writes half way: undo them all
             rollback.restore()
             raise
-        return digest, tuple(sorted(changed))
+        pieces.write_back(self._full, self._state, self._layout, changed)
+        owner = pieces.owners(self._layout)
+        return digest, tuple(sorted({owner.get(n, n) for n in changed}))

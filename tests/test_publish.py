@@ -93,22 +93,87 @@ def test_server_stopped_and_restarted_mid_run(rclone_s3):
     assert reader.sync() == pub.last.version and states_equal(reader.state, states[7])
 
 
-def test_two_ranks_under_torch_distributed(tmp_path):
-    bucket = tmp_path / "bucket"
+def _run_ranks(bucket, mode: str, phases: str) -> list[str]:
+    """Run `tests._rank_child` as 2 gloo ranks to the end; their outputs, each checked to have exited 0."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests._rank_child", str(bucket), str(rank), "2", str(port)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "tests._rank_child", str(bucket), str(rank), "2", str(port), mode,
+                               phases], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank in range(2)]
-    for p in procs:
-        out, _ = p.communicate(timeout=150)
-        assert p.returncode == 0, out
+    outs = [p.communicate(timeout=150)[0] for p in procs]
+    return [(p.returncode, out) for p, out in zip(procs, outs)]
+
+
+def _ok(results) -> None:
+    for code, out in results:
+        assert code == 0, out
+
+
+@pytest.mark.parametrize("mode", ["names", "split"])
+def test_two_ranks_under_torch_distributed(tmp_path, mode):
+    """Two gloo ranks publish disjoint tensors (`names`) or each its share of every tensor, all held by
+    both (`split`); the second publisher run resumes with deltas; readers rebuild every state."""
+    bucket = tmp_path / "bucket"
+    _ok(_run_ranks(bucket, mode, "both"))
     manifest = read_manifest(open_storage(bucket))
     assert manifest.shards is not None and len(manifest.shards) == 2
     assert all(len(v.delta) == 2 for v in manifest.versions[1:]) and len(manifest.versions[0].anchor) == 2
+    if mode == "split":  # every tensor cut in two, one piece per rank, rows 0..n/2 on rank 0
+        assert sorted(manifest.pieces) == sorted(trajectory(0)[0])
+        assert all([p[1:] for p in s.pieces] == [(0, s.shape[0] // 2), (s.shape[0] // 2, s.shape[0])]
+                   for s in manifest.pieces.values())
+    else:
+        assert manifest.pieces is None
     states = trajectory(6)
     for version in (3, 6):
         reader = Subscriber(bucket)
         assert reader.sync(version) == version and states_equal(reader.state, states[version])
+
+
+def test_resume_one_rank_as_two_and_two_as_one(tmp_path):
+    """A run resumed with another number of ranks publishes an anchor that starts a new chain; readers
+    at the old chain's versions and new readers all reach the new versions bit for bit."""
+    states = trajectory(6)
+    config = PublisherConfig(anchor_every=100)
+    one_then_two = tmp_path / "one-then-two"
+    with Publisher(one_then_two, config) as pub:
+        for s in states[1:4]:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+    _ok(_run_ranks(one_then_two, "split", "second"))
+    two_then_one = tmp_path / "two-then-one"
+    _ok(_run_ranks(two_then_one, "split", "first"))
+    reader = Subscriber(two_then_one)
+    assert reader.sync() == 3 and states_equal(reader.state, states[3])
+    with Publisher(two_then_one, config) as pub:
+        assert pub.last.version == 3
+        for s in states[4:]:
+            pub.publish(s)
+            assert pub.flush(timeout=60)
+    for bucket, pieces in ((one_then_two, True), (two_then_one, False)):
+        manifest = read_manifest(open_storage(bucket))
+        assert [v.version for v in manifest.versions] == [4, 5, 6]
+        assert manifest.get(4).kind == "anchor" and not manifest.get(4).delta and manifest.get(5).delta
+        assert bool(manifest.pieces) is pieces and (manifest.shards is not None) is pieces
+        assert all(version_of_path(f.path) in (4, 5, 6) for f in open_storage(bucket).list("versions/"))
+        fresh = Subscriber(bucket)
+        assert fresh.sync() == 6 and states_equal(fresh.state, states[6])
+        behind = Subscriber(bucket, {k: v.clone() for k, v in states[3].items()}, version=3)
+        assert behind.sync() == 6 and states_equal(behind.state, states[6])
+    assert reader.sync() == 6 and states_equal(reader.state, states[6])  # followed the 2-rank chain, then the new one
+
+
+def test_a_rank_killed_mid_publish_leaves_the_previous_version(tmp_path):
+    """Rank 1 dies while version 3 is being written: rank 0 stops with PublishError, the bucket's latest
+    version stays 2, and readers rebuild it exactly; a later run resumes from it."""
+    bucket = tmp_path / "bucket"
+    results = _run_ranks(bucket, "split", "kill")
+    assert results[0][0] == 0 and "stopped as expected" in results[0][1], results[0][1]
+    assert results[1][0] == -9, results[1][1]
+    manifest = read_manifest(open_storage(bucket))
+    assert manifest.latest.version == 2
+    states = trajectory(6)
+    reader = Subscriber(bucket)
+    assert reader.sync() == 2 and states_equal(reader.state, states[2])
 
 
 def test_publisher_killed_at_random_points(tmp_path):
