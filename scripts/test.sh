@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine, then run it.
-# This is the README's test command and exactly what .ci/run calls.
+# This is the README's test command and exactly what .ci/run calls. What it installs, and where:
+#   pip: requirements-test.txt (the apps' requirements and the test tools; torch pinned to its CPU build by
+#        constraints.txt) into the Python that runs this script: an active virtualenv's, else the interpreter's;
+#   apt: Debian's chromium, only where /usr/bin/chromium is missing (needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh -r requirements-test.txt

@@ -40,11 +40,17 @@ def test_the_wheel_is_the_library_alone_and_works_outside_the_checkout(tmp_path:
     assert "delta = delta.cli:main" in entry_points
     assert "[vllm.general_plugins]\ndelta = delta_vllm_plugin:register" in entry_points
 
-    # Installed (its dependencies come from this interpreter's site-packages) into a fresh environment
-    # and run from a folder that is not the checkout: nothing of the apps is needed.
+    # Installed into a fresh environment and run from a folder that is not the checkout: nothing of the apps is
+    # needed. Its dependencies come from the site-packages this interpreter sees, named in a .pth file: a venv's
+    # `system_site_packages` would name the base interpreter's instead, which lack torch when the suite itself
+    # runs in a virtualenv.
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
+    inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                           check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    seen = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
+    Path(inner, "outer-site-packages.pth").write_text("\n".join(seen) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
                    check=True, cwd=tmp_path, timeout=300)
     code = ("import pathlib, torch, delta; assert 'site-packages' in delta.__file__, delta.__file__; "
