@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -114,6 +114,16 @@ class DeltaHeader:
     @property
     def density(self) -> float:
         return self.changed / self.total if self.total else 0.0
+
+    @classmethod
+    def merged(cls, headers: Sequence[DeltaHeader]) -> DeltaHeader:
+        """One header for a version that several ranks wrote, one delta each: every rank's tensors, sorted by
+        name; `changed` and `total` summed (each rank counts its own share); the rest from the first."""
+        if len(headers) == 1:
+            return headers[0]
+        tensors = tuple(sorted((t for h in headers for t in h.tensors), key=lambda t: t.name))
+        return replace(headers[0], tensors=tensors, changed=sum(h.changed for h in headers),
+                       total=sum(h.total for h in headers))
 
 
 def _opt_int(value: int | None) -> str:

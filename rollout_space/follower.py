@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import delta
 from delta.format import DeltaHeader
@@ -199,7 +199,7 @@ class Follower:
             self._engine_error = None
             self._records.extend(records)
             if newest.headers:
-                self._last_header = _merged(newest.headers)
+                self._last_header = DeltaHeader.merged(newest.headers)
 
     def _take_pending(self) -> list[tuple[Update, float]]:
         """The queued versions, once the newest of them is the version the state holds (call holding the
@@ -231,10 +231,3 @@ class Follower:
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
                 "last_error": self._engine_error or status.last_error,
                 "state_hash": digest.hexdigest if digest is not None else None}
-
-
-def _merged(headers: tuple[DeltaHeader, ...]) -> DeltaHeader:
-    """One header listing the tensors of every rank's delta."""
-    if len(headers) == 1:
-        return headers[0]
-    return replace(headers[0], tensors=tuple(t for h in headers for t in h.tensors))

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+import torch
 from safetensors import safe_open
 
 import delta
@@ -73,3 +74,21 @@ def test_unknown_codec_in_header_is_a_format_error():
     data = delta.diff(old, new).replace(b'"codec":"ctx"', b'"codec":"zzz"')
     with pytest.raises(delta.DeltaFormatError, match="unknown codec 'zzz'"):
         delta.apply(clone(old), data)
+
+
+def test_the_headers_of_several_ranks_merge_into_one_sorted_header_with_summed_counts():
+    """Two ranks' deltas of one version (disjoint tensors), as `diff` writes them; the trainer's payload log and
+    the rollout's heatmap both read the merge."""
+    old = {n: torch.zeros(8, dtype=torch.bfloat16) for n in ("a", "b", "c", "d")}
+    new = {n: t.clone() for n, t in old.items()}
+    new["a"][:1] = 1
+    new["b"][:3] = 1
+    new["c"][:2] = 1
+    ranks = [{"d": None, "a": None}, {"c": None, "b": None}]  # each rank's names, in no order
+    headers = [delta.read_delta(delta.diff({n: old[n] for n in r}, {n: new[n] for n in r}, version=2,
+                                           base_version=1))[0] for r in ranks]
+    merged = delta.DeltaHeader.merged(headers)
+    assert [t.name for t in merged.tensors] == ["a", "b", "c"]  # changed tensors of both ranks, by name
+    assert (merged.changed, merged.total) == (1 + 3 + 2, 4 * 8)
+    assert (merged.version, merged.base_version, merged.codec) == (2, 1, headers[0].codec)
+    assert delta.DeltaHeader.merged(headers[:1]) is headers[0]

@@ -147,7 +147,7 @@ class PayloadLog:
                                         changed=sum(h.changed for h in headers), total=headers[0].total,
                                         at=time.time()))
             del self.records[:-self.history]
-            self.latest_header = headers[0] if len(headers) == 1 else _merge(headers)
+            self.latest_header = delta.DeltaHeader.merged(headers)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -155,11 +155,3 @@ class PayloadLog:
                 self.poll()
             except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
                 logger.warning("payload log: %s", e)
-
-
-def _merge(headers: list[delta.DeltaHeader]) -> delta.DeltaHeader:
-    """One header listing the tensors of several ranks' deltas."""
-    from dataclasses import replace
-
-    tensors = tuple(sorted((t for h in headers for t in h.tensors), key=lambda t: t.name))
-    return replace(headers[0], tensors=tensors, changed=sum(h.changed for h in headers))
