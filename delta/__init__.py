@@ -17,16 +17,18 @@ from .errors import (
 )
 from .format import DeltaHeader, TensorEntry, read_delta
 from .hashing import StateDigest, state_digest
-from .publish import Publisher, PublisherConfig
+from .manifest import Manifest, VersionEntry, read_manifest
+from .publish import PublishedVersion, Publisher, PublisherConfig
 from .retry import RetryPolicy
 from .state import State, load_state, save_state
 from .storage import Storage, open_storage
-from .subscribe import Subscriber, SubscriberConfig
+from .subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
 
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "IntegrityError", "NoPathError", "PublishError", "Publisher", "PublisherConfig", "RetryPolicy", "State",
-    "StateDigest", "StateMismatchError", "Storage", "StorageError", "Subscriber", "SubscriberConfig", "TensorEntry",
-    "apply", "decode", "diff", "load_state", "open_storage", "read_delta", "save_state", "state_digest",
-    "pieces", "write_changes",
+    "DeltaHeader", "IntegrityError", "Manifest", "NoPathError", "PublishError", "PublishedVersion", "Publisher",
+    "PublisherConfig", "RetryPolicy", "State", "StateDigest", "StateMismatchError", "Storage", "StorageError",
+    "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update", "VersionEntry", "VersionStats",
+    "apply", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state",
+    "state_digest", "write_changes",
 ]

@@ -37,7 +37,7 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         chunk: Elements per independently coded chunk (None: 1 Mi); readers take any size.
 
     Returns:
-        The bytes of a safetensors file (see README, "The delta format").
+        The bytes of a safetensors file (see docs/delta.md, "The delta format").
 
     Raises:
         StateMismatchError: the states do not have the same layout.

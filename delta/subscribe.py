@@ -145,7 +145,7 @@ class _BadFiles(DeltaError):
 @dataclass
 class _Prepared:
     step: Step
-    payload: Any  # list of (header, changes, names) for a delta; (state, digest) for an anchor
+    payload: Any  # per delta file (header, changes, sub-state, its digest); (fresh state, digest, full state) for an anchor
     fetched: int
     fetch_s: float
     decode_s: float

@@ -19,10 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import delta
-from delta.format import DeltaHeader
-from delta.manifest import read_manifest
-from delta.storage import Storage
-from delta.subscribe import SubscriberConfig, Update
+from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
 
 from .engines import Engine
 from .engines.errors import EngineError

@@ -19,9 +19,8 @@ import torch
 from transformers import TrainerCallback
 
 import delta
+from delta import PublishedVersion, read_manifest
 from dashboard.payload import raw_bytes
-from delta.manifest import read_manifest
-from delta.publish import PublishedVersion
 
 from .messages import Payload
 from .weights import cast_into

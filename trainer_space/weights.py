@@ -15,7 +15,7 @@ import os
 import torch
 
 import delta
-from delta.manifest import read_manifest
+from delta import read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -57,14 +57,18 @@ class Failure:
     reason: str
 
 
-def import_backend(module: str, needed_for: str) -> ModuleType:
-    """Import an optional backend's library, or say how to install it."""
+def import_backend(module: str, needed_for: str, extra: str) -> ModuleType:
+    """Import an optional backend's library, or say how to install it (`extra`: the package's extra that has it)."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        raise ImportError(
-            f"{needed_for} need the {module} package: pip install -r requirements.txt -c constraints.txt"
-        ) from error
+        raise ImportError(f"{needed_for} need the {module} package: {install_hint(extra)}") from error
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional backend: the library's extra, or this repository's requirements."""
+    return (f"pip install 'delta-weight-sync[{extra}]' (in this repository: pip install -r requirements.txt "
+            "-c constraints.txt)")
 
 
 def check_path(path: str, *, prefix: bool = False) -> str:

@@ -86,8 +86,8 @@ class S3Storage(Storage):
         super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry)
         self.endpoint_url = endpoint_url or _endpoint_from_env()
         self.timeout = timeout
-        s3fs = import_backend("s3fs", "s3:// URLs")
-        session = import_backend("aiobotocore.session", "s3:// URLs").AioSession()
+        s3fs = import_backend("s3fs", "s3:// URLs", "s3")
+        session = import_backend("aiobotocore.session", "s3:// URLs", "s3").AioSession()
         # Runs after botocore's own handler for the same event, which adds the header to every upload.
         session.register("before-call.s3", _drop_expect_continue)
         self._fs = s3fs.S3FileSystem(

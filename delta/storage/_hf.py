@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BucketUnreachableError, StorageError
 from ..retry import RetryPolicy
-from ._base import Failure, Storage, StoredFile, import_backend
+from ._base import Failure, Storage, StoredFile, import_backend, install_hint
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -92,11 +92,11 @@ class HfBucketStorage(Storage):
         if api is not None and (token is not None or endpoint is not None):
             raise ValueError("pass token and endpoint either to your HfApi or to HfBucketStorage, not both")
         if api is None:
-            hub = import_backend("huggingface_hub", "hf://buckets/ URLs")
+            hub = import_backend("huggingface_hub", "hf://buckets/ URLs", "hf")
             if not hasattr(hub.HfApi, "batch_bucket_files"):
                 raise ImportError(
                     f"huggingface_hub {hub.__version__} has no bucket API; hf://buckets/ URLs need >= 1.5: "
-                    "pip install -r requirements.txt -c constraints.txt"
+                    + install_hint("hf")
                 )
             api = hub.HfApi(endpoint=endpoint, token=token)
         self._api = api

@@ -1,14 +1,13 @@
 """The engine interface every backend implements: load a model folder, generate, take weight updates.
 
 An engine owns a copy of the *published state* (name -> tensor, names and dtypes as in the HF
-checkpoint) and serves exactly that state at `version`. The follower keeps it in step with the
-trainer:
+checkpoint) and serves exactly that state at `version`. The follower (`rollout_space.follower`) keeps it
+in step with the trainer: a `delta.Subscriber` decodes each version straight into `engine.state` while
+the engine serves (the state is not what the engine computes with), then the follower's loader thread
+pushes the changed tensors to the backend:
 
-    >>> header, changes, digest = delta.decode(data, engine.state)     # slow half, while serving
-    >>> with engine.paused():                                          # generation waits from here
-    ...     result = delta.write_changes(header, changes, engine.state, digest)
-    ...     names = [e.name for e in result.header.tensors if e.changed]
-    ...     engine.update({n: engine.state[n] for n in names}, result.header.version)
+    >>> with engine.paused():                  # the batch in flight ends; generation waits from here
+    ...     engine.update({n: engine.state[n] for n in update.changed}, update.version)
 
 Writing into `engine.state` changes nothing the engine computes until `update` is called with those
 names; `update` also accepts new tensors from elsewhere (they are copied into the state).
