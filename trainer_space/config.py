@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from env_space.prompt import OPEN_TAG
 
@@ -122,6 +123,20 @@ class TrainerConfig:
             raise ValueError(f"importance_cap must be >= 1, got {self.importance_cap}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
+
+    def grpo_config(self, reward_weights: list[float]) -> Any:
+        """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, no
+        KL term, a log line per step, nothing saved (the bucket is the checkpoint)."""
+        from trl import GRPOConfig
+
+        return GRPOConfig(
+            output_dir=self.output_dir, max_steps=self.max_steps, learning_rate=self.learning_rate,
+            per_device_train_batch_size=self.games_per_step, gradient_accumulation_steps=1,
+            num_generations=self.num_generations, max_completion_length=self.max_tokens * self.max_turns * 4,
+            temperature=self.temperature, reward_weights=reward_weights, beta=0.0,
+            use_cpu=self.device == "cpu", bf16=self.bf16, logging_steps=1, save_strategy="no", report_to="none",
+            disable_tqdm=True, seed=self.seed, data_seed=self.seed, dataloader_num_workers=0,
+        )
 
     @property
     def fleet(self) -> bool:

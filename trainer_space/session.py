@@ -99,7 +99,10 @@ class TrainingSession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._load_lock = threading.Lock()
+        # When the last step ended (wall and CPU clock), and when the step before it did: `on_log` turns them
+        # into the step's times (TRL calls it after `on_step_end`).
         self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
+        self._step_end, self._step_end_cpu = self._last_step_end, self._last_step_cpu
 
     # -- control ------------------------------------------------------------------------------------
 
@@ -274,21 +277,12 @@ class TrainingSession:
 
     def _trainer(self, parts: TrainerParts) -> Any:
         """A GRPOTrainer for one run of `max_steps` steps on the loaded model."""
-        from trl import GRPOConfig
-
         from .callbacks import SessionCallback
         from .offpolicy import OffPolicyGRPOTrainer
         from .task import REWARD_FUNCS, REWARD_WEIGHTS, seed_dataset
 
         c = self.config
-        args = GRPOConfig(
-            output_dir=c.output_dir, max_steps=c.max_steps, learning_rate=c.learning_rate,
-            per_device_train_batch_size=c.games_per_step, gradient_accumulation_steps=1,
-            num_generations=c.num_generations, max_completion_length=c.max_tokens * c.max_turns * 4,
-            temperature=c.temperature, reward_weights=list(REWARD_WEIGHTS), beta=0.0,
-            use_cpu=c.device == "cpu", bf16=c.bf16, logging_steps=1, save_strategy="no", report_to="none",
-            disable_tqdm=True, seed=c.seed, data_seed=c.seed, dataloader_num_workers=0,
-        )
+        args = c.grpo_config(list(REWARD_WEIGHTS))
         rows = max(c.max_steps * c.groups_per_step, 1)
         dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
         return OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
@@ -346,7 +340,7 @@ class TrainingSession:
         parts = self.parts
         assert parts is not None, "a run's hooks are called after `load`"
         now = time.perf_counter()
-        end = getattr(self, "_step_end", now)
+        end = self._step_end
         took = parts.rollouts.last_step
         self.steps += 1
         self.records.append(StepRecord(
@@ -355,7 +349,7 @@ class TrainingSession:
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             letters=_number(logs.get("rewards/letters/mean")),
-            step_s=end - self._last_step_end, cpu_s=getattr(self, "_step_end_cpu", 0.0) - self._last_step_cpu,
+            step_s=end - self._last_step_end, cpu_s=self._step_end_cpu - self._last_step_cpu,
             publish_s=parts.callback.copy_s, wait_s=took.waited_s, groups=took.groups, staleness=took.staleness,
             dropped=took.dropped,
             ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
