@@ -38,6 +38,15 @@ def build_model(path: str, seed: int = 0) -> str:
     return path
 
 
+def published(model: str, bucket: str) -> tuple[dict[str, torch.Tensor], delta.Publisher]:
+    """The model's state, published to `bucket` as version 1 (flushed), and the open publisher for the next."""
+    state = delta.load_state(model)
+    publisher = delta.Publisher(bucket)
+    publisher.publish(state)
+    publisher.flush()
+    return state, publisher
+
+
 def step(state: dict[str, torch.Tensor], names: list[str], seed: int, lr: float = 1e-3) -> dict[str, torch.Tensor]:
     """A new state where each tensor in `names` took a sign step like Adam's first: w - lr * sign(noise),
     in fp32, rounded back to the tensor's dtype. The other tensors are the same objects."""

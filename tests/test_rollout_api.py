@@ -12,7 +12,7 @@ from delta.manifest import read_manifest
 from rollout_space.client import RolloutClient
 from rollout_space.errors import RolloutError
 from rollout_space.messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
-from tests._engines import build_model, step
+from tests._engines import build_model, published, step
 from tests._env_server import running_server, serving
 
 
@@ -21,10 +21,7 @@ def stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("rollout")
     model = build_model(str(root / "model"), seed=4)
     bucket = str(root / "bucket")
-    state = delta.load_state(model)
-    publisher = delta.Publisher(bucket)
-    publisher.publish(state)
-    publisher.flush()
+    state, publisher = published(model, bucket)
     with running_server("env") as env_url, running_server(
             "rollout", "--bucket", bucket, "--model", model, "--env-url", env_url, "--engine", "transformers",
             "--max-batch", "4", "--max-tokens", "32", "--poll-interval", "0.1", "--showcase-every", "0",

@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import delta
 from delta.manifest import read_manifest
 from delta.subscribe import SubscriberConfig
 from rollout_space.engines import EngineConfig, open_engine
 from rollout_space.env_client import EnvClient
 from rollout_space.follower import Follower
 from rollout_space.service import RolloutService
-from tests._engines import build_model
+from tests._engines import build_model, published
 from tests._env_server import running_server
 from tests.test_wire_fleet import run_settings
 from wire.fleet import Heartbeat, ServerState
@@ -45,10 +44,7 @@ def served(tmp_path, env: str):
     """A publisher at version 1 (the model), and a rollout service following its bucket, producing for it."""
     model = build_model(str(tmp_path / "model"), seed=3)
     bucket = str(tmp_path / "bucket")
-    publisher = delta.Publisher(bucket)
-    state = delta.load_state(model)
-    publisher.publish(state)
-    publisher.flush()
+    state, publisher = published(model, bucket)
     engine = open_engine("transformers", EngineConfig(model, dtype="bfloat16", max_model_len=4096))
     service = RolloutService(engine, Follower(engine, bucket, NEVER), EnvClient(env))  # closes the client
     producer = service.attach_producer(FleetBucket(bucket), "s0", poll_s=0.05)
