@@ -82,7 +82,7 @@ class EveryThird:
         if self.calls <= self.warmup or (self.calls - self.warmup) % 3 == 1:
             self.publisher.publish(state)
 
-    def __getattr__(self, name: str) -> object:  # last, flush, close: the real publisher's
+    def __getattr__(self, name: str) -> object:  # last, idle, flush, close: the real publisher's
         return getattr(self.publisher, name)
 
 

@@ -222,6 +222,14 @@ class Publisher:
             self._pending = _Snapshot(snapshot, anchor, ready=self.ranks.world == 1 or not busy)
             self._cond.notify_all()
 
+    @property
+    def idle(self) -> bool:
+        """True when no snapshot waits or uploads: `last` is the version of the state handed in last. Unlike
+        `flush(timeout=0)`, it changes nothing (with several ranks, flushing one rank alone would make it
+        publish a step the others coalesce)."""
+        with self._cond:
+            return self._pending is None and not self._busy
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the last snapshot taken is committed; True if it was within `timeout` seconds.
 

@@ -32,6 +32,10 @@ class Counting:
         self.calls += 1
         self.publisher.publish(state)
 
+    @property
+    def idle(self) -> bool:
+        return self.publisher.idle
+
     def flush(self, timeout: float | None = None) -> bool:
         return self.publisher.flush(timeout)
 

@@ -47,12 +47,15 @@ def build_api(session: TrainingSession) -> FastAPI:
         payloads = session.payloads.records if session.payloads is not None else []
         return TrainerHistory(steps=list(session.records), payloads=list(payloads))
 
-    @app.post("/control", response_model=ControlResponse, responses={403: {"description": "Not the owner's token"}})
+    @app.post("/control", response_model=ControlResponse,
+              responses={403: {"description": "Not the owner's token"}, 409: {"description": "Not possible now"}})
     def control(request: ControlRequest, http: Request) -> ControlResponse | JSONResponse:
         try:
             state = session.control(request.action, request.token or bearer_token(http.headers))
         except AccessDenied as e:
             return JSONResponse({"detail": str(e)}, status_code=403)
+        except ValueError as e:  # an action this trainer cannot take now (a new run under torchrun)
+            return JSONResponse({"detail": str(e)}, status_code=409)
         return ControlResponse(state=state)
 
     return app

@@ -143,10 +143,10 @@ class TrainerConfig:
         """Games come from the fleet through the bucket (no rollout URL given)."""
         return self.rollout_url is None
 
-    @property
-    def pending_groups(self) -> int:
-        """The back-pressure bound the rollout servers are told (see `max_pending_groups`)."""
-        return self.max_pending_groups or self.groups_per_step * max(1, self.max_staleness - 1)
+    def pending_groups(self, ranks: int = 1) -> int:
+        """The back-pressure bound the rollout servers are told (see `max_pending_groups`), for a trainer of
+        `ranks` ranks (each trains on `groups_per_step` groups a step)."""
+        return self.max_pending_groups or self.groups_per_step * ranks * max(1, self.max_staleness - 1)
 
     @property
     def groups_per_step(self) -> int:

@@ -30,6 +30,7 @@ from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .messages import FleetServer
+from .ranks import TrainerRanks
 from .rollouts import RolloutsStopped, trajectory_columns
 from .staleness import StalenessCounts, StepRollouts
 
@@ -57,10 +58,12 @@ class FleetRun:
         config: The trainer's settings (group size, groups per step, staleness, sampling).
         bucket: The fleet's bucket.
         run_id: The run's id (default: a new one).
+        ranks: The trainer's ranks: a step takes `groups_per_step` groups for each.
     """
 
-    def __init__(self, config: TrainerConfig, bucket: FleetBucket, run_id: str | None = None) -> None:
+    def __init__(self, config: TrainerConfig, bucket: FleetBucket, run_id: str | None = None, ranks: int = 1) -> None:
         self.config = config
+        self.ranks = ranks
         self.bucket = bucket
         self.run_id = run_id or new_run_id()
         self.state = RunState.STOPPED
@@ -71,8 +74,9 @@ class FleetRun:
     def settings(self, state: RunState, trainer_version: int = 0) -> RunSettings:
         c = self.config
         return RunSettings(
-            run_id=self.run_id, state=state, num_generations=c.num_generations, groups_per_step=c.groups_per_step,
-            max_staleness=c.max_staleness, max_pending_groups=c.pending_groups,
+            run_id=self.run_id, state=state, num_generations=c.num_generations,
+            groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
+            max_pending_groups=c.pending_groups(self.ranks),
             sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
                               reply_prefix=c.reply_prefix),
             trainer_version=trainer_version, updated_at=time.time())
@@ -106,6 +110,8 @@ class FleetRollouts:
             step waits, if the last write failed.
         current_version: The trainer's current weight version.
         stop: Set when the session stops: ends a wait for groups.
+        ranks: The trainer's ranks (`torchrun`): rank 0 takes every rank's groups from the bucket and hands each
+            rank its own; the other ranks never read the bucket. Default: one rank.
 
     Attributes (read by the session and the UI from other threads):
         counts: Staleness totals (games taken, dropped, refused).
@@ -117,8 +123,9 @@ class FleetRollouts:
     """
 
     def __init__(self, config: TrainerConfig, run: FleetRun, current_version: Callable[[], int],
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, ranks: TrainerRanks | None = None) -> None:
         self.config = config
+        self.ranks = ranks or TrainerRanks()
         self.run = run
         self.bucket = run.bucket
         self.run_id = run.run_id
@@ -251,8 +258,24 @@ class FleetRollouts:
         seeds, one per group, and GRPO compares the games of each group as it would games of one prompt.
         """
         n = len(prompts) // self.config.num_generations
-        games = [g for group in self.take(n) for g in group.games]
+        groups = self.take(n) if self.ranks.world == 1 else self._shared(n)
+        games = [g for group in groups for g in group.games]
         return trajectory_columns(games, [False] * len(games))
+
+    def _shared(self, n: int) -> list[GameGroup]:
+        """Several ranks, each asking for `n` groups: rank 0 takes all of them and each rank gets its own, in
+        rank order (the order in which TRL gathers the ranks' games to compute advantages)."""
+        taken: list[GameGroup] | None = None
+        if self.ranks.main:
+            try:
+                taken = self.take(n * self.ranks.world)
+            finally:  # None tells the other ranks that rank 0 stopped or failed while waiting
+                self.ranks.broadcast(taken)
+        else:
+            taken = self.ranks.broadcast(None)
+            if taken is None:
+                raise RolloutsStopped("rank 0 stopped while waiting for rollout groups")
+        return taken[self.ranks.rank * n:(self.ranks.rank + 1) * n]
 
 
 class FleetMonitor:

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> None:
     """Resolve the model, start training (unless --paused) and serve the API and UI until interrupted."""
     from models import resolve_model
 
+    from .ranks import TrainerRanks
     from .server import serve
     from .session import TrainingSession
 
@@ -70,7 +71,16 @@ def run(args: argparse.Namespace) -> None:
         config = config_from_args(args, resolve_model(args.model))
     except ValueError as e:  # a setting to change before anything loads: one line, no traceback
         raise SystemExit(f"python app.py trainer: {e}") from None
-    session = TrainingSession(config, owner_token=args.owner_token)
+    ranks = TrainerRanks.from_environment()
+    session = TrainingSession(config, owner_token=args.owner_token, ranks=ranks)
+    if not ranks.main:  # trains beside rank 0, which serves the UI and decides start, pause and stop
+        logging.getLogger(__name__).info("trainer rank %d of %d (rank 0 serves the UI)", ranks.rank, ranks.world)
+        session.start()
+        session.wait()
+        session.close()
+        if session.error:
+            raise SystemExit(f"python app.py trainer, rank {ranks.rank}: {session.error}")
+        return
     if args.paused:
         session.pause()
     else:

@@ -19,6 +19,7 @@ from dashboard.payload import dense_bytes
 
 from .config import TrainerConfig
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
+from .ranks import TrainerRanks
 from .fleet import FleetRollouts, FleetRun
 from .rollouts import RolloutSource, WordleRollouts
 from .weights import cast_into, master_tensors, published_state, resume
@@ -35,6 +36,9 @@ class TrainerParts:
         wrap_publisher: Wraps the publisher that `callback` calls after each step (a benchmark publishing
             on a schedule); `close` still closes the publisher itself. None: the callback calls it directly.
             Not called when publishing is off.
+        ranks: The trainer's ranks (`torchrun`, `ranks.TrainerRanks`): each rank publishes its own share of
+            the weights over their gloo group, and takes its games through rank 0; the payload log runs on
+            rank 0 only. Several ranks need the fleet. Default: one rank.
 
     Attributes:
         tokenizer: The model folder's tokenizer.
@@ -58,8 +62,11 @@ class TrainerParts:
 
     def __init__(self, config: TrainerConfig, client: RolloutSource | None, stop: threading.Event,
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
-                 fleet: FleetRun | None = None) -> None:
+                 fleet: FleetRun | None = None, ranks: TrainerRanks | None = None) -> None:
         c = config
+        ranks = ranks or TrainerRanks()
+        if ranks.world > 1 and fleet is None:
+            raise ValueError(f"{ranks.world} ranks train on games from the fleet only: leave --rollout-url unset")
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
         # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
         self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32,
@@ -77,13 +84,17 @@ class TrainerParts:
         self.payloads: PayloadLog | None = None
         if c.publish:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
-            self.publisher = delta.Publisher(c.bucket, pconfig, base_state=self.published if version else None)
-            self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
+            base = self.published if version and ranks.world == 1 else None  # several ranks: each reads its own
+            self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
+            if ranks.main:
+                self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
-        self.callback = PublishCallback(sink, self.published, version, master=self.master)
+        share = None if ranks.world == 1 else lambda state: delta.pieces.split(state, ranks.rank, ranks.world)
+        self.callback = PublishCallback(sink, self.published, version, master=self.master, share=share,
+                                        master_of=lambda model: master_tensors(model, c.model))
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
-            self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop)
+            self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks)
         elif client is not None:
             self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
         else:

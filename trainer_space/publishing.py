@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import torch
@@ -35,7 +35,10 @@ class VersionPublisher(Protocol):
     @property
     def last(self) -> PublishedVersion | None: ...
 
-    def publish(self, state: Mapping[str, torch.Tensor]) -> None: ...
+    @property
+    def idle(self) -> bool: ...
+
+    def publish(self, state: Mapping[str, torch.Tensor | delta.pieces.Slice]) -> None: ...
 
     def flush(self, timeout: float | None = None) -> bool: ...
 
@@ -49,6 +52,11 @@ class PublishCallback(TrainerCallback):
         version: The version `state` holds now (the bucket's latest on resume, else 0).
         master: The weights the optimizer updates, cast into `state` before each publish (None: `state`
             shares their storage already).
+        share: This rank's share of `state` (`delta.pieces.split`), for a trainer of several ranks that each
+            publish their own; None: the whole state.
+        master_of: The master weights of the model a run trains, under the checkpoint's names: called when
+            each run begins, since the model TRL trains may not be the one it was given (under `torchrun`,
+            accelerate hands the trainer a model whose parameters are new tensors). None: `master` stays.
 
     Attributes:
         copy_s: Seconds the last publish blocked the step (the cast and the snapshot copy).
@@ -56,10 +64,14 @@ class PublishCallback(TrainerCallback):
     """
 
     def __init__(self, publisher: VersionPublisher | None, state: dict[str, torch.Tensor], version: int,
-                 master: dict[str, torch.Tensor] | None = None) -> None:
+                 master: dict[str, torch.Tensor] | None = None,
+                 share: Callable[[dict[str, torch.Tensor]], Mapping[str, torch.Tensor | delta.pieces.Slice]] | None
+                 = None, master_of: Callable[[torch.nn.Module], dict[str, torch.Tensor]] | None = None) -> None:
         self.publisher = publisher
         self.state = state
         self.master = master
+        self.share = share
+        self.master_of = master_of
         self.start_version = version
         self.steps = 0
         self.copy_s = 0.0
@@ -74,19 +86,24 @@ class PublishCallback(TrainerCallback):
         """
         if self.publisher is None:
             return self.start_version + self.steps
-        while True:
+        while True:  # `last` read on both sides of `idle`: a commit in between is read again
             last = self.publisher.last.version if self.publisher.last is not None else self.start_version
-            committed = self.publisher.flush(timeout=0)  # True: nothing waits or uploads
+            idle = self.publisher.idle
             now = self.publisher.last.version if self.publisher.last is not None else self.start_version
             if now == last:
-                return last if committed else last + 1
+                return last if idle else last + 1
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.master_of is not None and model is not None:
+            self.master = self.master_of(model)
+        return control
 
     def on_step_end(self, args, state, control, **kwargs):
         start = time.perf_counter()
         if self.master is not None:
             cast_into(self.state, self.master)
         if self.publisher is not None:
-            self.publisher.publish(self.state)
+            self.publisher.publish(self.share(self.state) if self.share is not None else self.state)
         self.copy_s = time.perf_counter() - start
         self.steps += 1
         return control

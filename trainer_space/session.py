@@ -33,6 +33,7 @@ from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
+from .ranks import TrainerRanks
 from .messages import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
 from .rollouts import RolloutSource, RolloutsStopped
 
@@ -46,6 +47,10 @@ logger = logging.getLogger(__name__)
 
 #: Steps `status` carries in `recent` (the landing page's trend).
 RECENT_STEPS = 20
+
+
+#: Seconds a finished run waits for its last version to be committed before it shows as stopped.
+RUN_END_FLUSH_S = 120.0
 
 
 class AccessDenied(PermissionError):
@@ -64,6 +69,9 @@ class TrainingSession:
             bucket (`fleet.FleetRun`) at every start, pause and stop, and reads the servers' heartbeats.
         wrap_publisher: Wraps the publisher that the publish callback calls after each step, e.g. to
             publish on a benchmark's schedule (see `parts.TrainerParts`); None: the publisher itself.
+        ranks: The trainer's ranks under `torchrun` (`ranks.TrainerRanks`). Rank 0 is the session people
+            control: it writes the run's state and reads the heartbeats, and at each step's end tells the
+            other ranks whether to go on (they wait while it is paused). Default: one rank.
 
     Attributes:
         parts: The loaded model, publisher and rollout function; None until loaded (see the module docstring).
@@ -73,13 +81,18 @@ class TrainingSession:
     """
 
     def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: RolloutSource | None = None,
-                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None) -> None:
-        self.fleet_run: FleetRun | None = None
+                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
+                 ranks: TrainerRanks | None = None) -> None:
+        self.ranks = ranks or TrainerRanks()
+        self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
         self.monitor: FleetMonitor | None = None
+        self._fleet: FleetRun | None = None  # every rank's: whose groups count
         if config.fleet:
             bucket = FleetBucket(config.bucket)
-            self.fleet_run = FleetRun(config, bucket)
-            self.monitor = FleetMonitor(bucket).start()
+            self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
+            if self.ranks.main:
+                self.fleet_run = self._fleet
+                self.monitor = FleetMonitor(bucket).start()
         elif client is None:
             from rollout_space.client import RolloutClient
 
@@ -138,6 +151,8 @@ class TrainingSession:
                 return
             if alive:
                 return
+            if self.ranks.world > 1 and self._thread is not None:
+                raise ValueError("the other ranks ended with the last run: start torchrun again to train again")
             self.state, self.error = TrainerState.RUNNING, None
             self._announce(RunState.RUNNING)
             self._stop.clear()
@@ -272,7 +287,7 @@ class TrainingSession:
                 from .parts import TrainerParts
 
                 self.parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher,
-                                          self.fleet_run)
+                                          self._fleet, self.ranks)
             return self.parts
 
     def _trainer(self, parts: TrainerParts) -> Any:
@@ -294,11 +309,16 @@ class TrainingSession:
         try:
             parts = self.load()
             self._resume.wait()  # paused while the model loaded: hold before the first step
-            if self._stop.is_set():  # stopped meanwhile: no run
+            if self.ranks.broadcast(self._stop.is_set()):  # stopped meanwhile: no run (rank 0 decides)
                 return
             trainer = self._trainer(parts)
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             trainer.train()
+            # The run's last step is committed before the run shows as stopped (every rank at once: with several,
+            # a step's snapshot waits until the ranks agree it goes, and after the last step nothing else comes).
+            if parts.publisher is not None and not parts.publisher.flush(RUN_END_FLUSH_S):
+                logger.warning("the run's last version was not committed within %.0f s; it goes on uploading",
+                               RUN_END_FLUSH_S)
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
         except Exception as e:  # reported through status(); the thread ends
@@ -330,7 +350,7 @@ class TrainingSession:
             self.fleet_run.resend()
         if not self._resume.is_set():
             self._resume.wait()
-        if self._stop.is_set():
+        if self.ranks.broadcast(self._stop.is_set()):  # rank 0's decision; the others wait here while it pauses
             control.should_training_stop = True
 
     def on_log(self, logs: dict[str, float]) -> None:
