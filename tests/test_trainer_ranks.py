@@ -1,7 +1,8 @@
-"""`torchrun --nproc_per_node 2 app.py trainer`: two trainer ranks (CPU, gloo) train the tiny model on games
-from a real rollout server through the bucket. Rank 0 serves the API and takes every rank's groups; each
-rank publishes its own share of the weights, one file per rank per version, and a reader rebuilds the last
-version from both ranks' files to the hash the trainer reports."""
+"""`torchrun --nproc_per_node 2 app.py trainer`: two trainer ranks (CPU, gloo) resume what one rank published and
+train the tiny model on games from a real rollout server through the bucket. Rank 0 serves the API and takes
+every rank's groups; each rank publishes its own share of the weights, one file per rank per version, and a
+reader rebuilds the last version from both ranks' files to the hash the trainer reports. Then one rank
+resumes what two published."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def torchrun_trainer(*flags: str, log: Path):
                     proc.wait()
 
 
-def test_two_ranks_train_on_fleet_games_and_each_publishes_its_share(tmp_path: Path) -> None:
+def test_two_ranks_resume_one_train_on_fleet_games_each_publish_a_share_and_one_resumes_two(tmp_path: Path) -> None:
     model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
     shared = ("--bucket", bucket, "--model", model)
     with contextlib.ExitStack() as stack:
@@ -64,12 +65,17 @@ def test_two_ranks_train_on_fleet_games_and_each_publishes_its_share(tmp_path: P
         stack.enter_context(running_app("rollout", *shared, "--env-url", env, "--server-id", "a", "--engine",
                                         "transformers", "--poll-interval", "0.2", "--showcase-every", "0",
                                         log=tmp_path / "rollout.log"))
+        with running_app("trainer", *shared, "--env-url", env, "--max-steps", "1", "--device", "cpu", *FAST_TRAINING,
+                         log=tmp_path / "trainer-0.log") as first:  # one rank first: two ranks resume from it
+            before = wait_until(lambda: (s := status(first.url))["step"] >= 1 and s["state"] == "stopped" and s, 300,
+                                "a step on one rank")
         url, proc = stack.enter_context(torchrun_trainer(*shared, "--env-url", env, "--max-steps", str(STEPS),
                                                          "--owner-token", "owner", "--device", "cpu", *FAST_TRAINING,
                                                          log=tmp_path / "trainer.log"))
         done = wait_until(lambda: (s := status(url))["step"] >= STEPS and s["state"] == "stopped" and s, 300,
                           f"{STEPS} steps on two ranks")
         assert done["error"] is None, done["error"]
+        assert (done["resumed_from"], done["resumed_hash"]) == (before["version"], before["state_hash"])
         history = httpx.get(f"{url}/history", timeout=10).json()["steps"]
         # Rank 0 took both ranks' groups: 4 groups of 2 games a rank, each group once.
         taken = [g for step in history for g in step["groups"]]
@@ -95,3 +101,19 @@ def test_two_ranks_train_on_fleet_games_and_each_publishes_its_share(tmp_path: P
         # Both ranks ended with the run; torchrun waits for rank 0, which serves until told to stop.
         rank1 = wait_until(lambda: "trainer rank 1 of 2" in (tmp_path / "trainer.log").read_text(), 10, "rank 1")
         assert rank1 and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+        # One rank resumes what two published: the bucket's pieces become whole tensors again, and its first
+        # version, written in another layout, is an anchor of one file.
+        one = stack.enter_context(running_app("trainer", *shared, "--env-url", env, "--max-steps", "1", "--device",
+                                              "cpu", *FAST_TRAINING, log=tmp_path / "trainer-1.log"))
+        after = wait_until(lambda: (s := status(one.url))["step"] >= 1 and s["state"] == "stopped" and s, 300,
+                           "a step on one rank")
+        assert after["error"] is None and (after["resumed_from"], after["resumed_hash"]) == (done["version"], rebuilt)
+        latest = delta.read_manifest(storage).latest
+        assert (latest.version, latest.kind, latest.delta, [f.rank for f in latest.anchor]) == (
+            done["version"] + 1, "anchor", (), [0] * len(latest.anchor))
+        with delta.Subscriber(storage) as reader:
+            reader.sync()
+            assert delta.state_digest(reader.state).hexdigest == latest.state_hash == after["state_hash"]

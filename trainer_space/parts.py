@@ -47,8 +47,8 @@ class TrainerParts:
             master weights).
         published: Their cast to the checkpoint's dtypes: what goes to the bucket (`weights.published_state`).
         resumed_from: The bucket version loaded (None: the bucket was empty; the weights are the folder's).
-        resumed_hash: The hash of `published` after resuming, the proof that the weights are the bucket's
-            bit for bit (None likewise).
+        resumed_hash: The hash of the bucket's version as the reader verified it while loading it into
+            `published` (the manifest's; None likewise).
         publisher: Publishes to `config.bucket` in its own thread (None: `config.publish` is off).
         payloads: Measures each committed delta, in its own thread (None likewise).
         callback: Casts `master` into `published` and publishes it at the end of every optimizer step.
@@ -74,12 +74,12 @@ class TrainerParts:
         self.model.to(c.device)
         self.master = master_tensors(self.model, c.model)
         self.published = published_state(self.master, c.model)
-        version = resume(self.published, c.bucket)
+        version, verified = resume(self.published, c.bucket)
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:
             cast_into(self.master, self.published)
-            self.resumed_from, self.resumed_hash = version, delta.state_digest(self.published).hexdigest
+            self.resumed_from, self.resumed_hash = version, verified
         self.publisher: delta.Publisher | None = None
         self.payloads: PayloadLog | None = None
         if c.publish:
