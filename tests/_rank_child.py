@@ -4,7 +4,8 @@ Each rank publishes its half of the tensors of `trajectory(6)` (MODE `names`), o
 replicated ranks do, its share of every tensor (`split`: `delta.pieces.split`), one version per
 state. PHASES: `both` (default) publishes versions 1-3, then resumes from the bucket with a second
 publisher run for 4-6; `first` or `second` runs one of the two; `kill` publishes versions 1-2, then
-rank 1 kills itself while version 3 is being written and rank 0 must fail with `PublishError`."""
+rank 1 kills itself while version 3 is being written: rank 0 fails with `PublishError`, or, when rank 1 died
+after its share had landed, commits a whole version 3."""
 
 from __future__ import annotations
 
@@ -40,14 +41,16 @@ def main(bucket: str, rank: int, world: int, port: int, mode: str = "names", pha
                 assert pub.flush(timeout=60)
             pub.publish(share(states[3]))
             if rank == 1:  # somewhere in version 3: before, while or after writing its files
-                time.sleep(random.uniform(0, 0.05))
+                time.sleep(random.uniform(0, 0.02))
                 os.kill(os.getpid(), signal.SIGKILL)
             try:
                 pub.flush(timeout=60)
             except PublishError as e:
                 print(f"rank 0 stopped as expected: {e}")
                 os._exit(0)  # the other rank is gone: no collective teardown
-            raise AssertionError("version 3 was committed without rank 1")
+            # Rank 1 died after its files and its record had landed: version 3 is whole (the test checks it).
+            print("rank 0 committed version 3 with rank 1's files")
+            os._exit(0)
     config = PublisherConfig(anchor_every=100, commit_timeout=60)
     if phases in ("both", "first"):
         with Publisher(bucket, config) as pub:
