@@ -18,9 +18,9 @@ import delta
 from dashboard.payload import dense_bytes
 
 from .config import TrainerConfig
+from .fleet import FleetRollouts, FleetRun
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
-from .fleet import FleetRollouts, FleetRun
 from .rollouts import RolloutSource, WordleRollouts
 from .weights import cast_into, master_tensors, published_state, resume
 

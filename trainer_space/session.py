@@ -33,8 +33,8 @@ from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
-from .ranks import TrainerRanks
 from .messages import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
+from .ranks import TrainerRanks
 from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
