@@ -42,6 +42,7 @@ def main(model_path: str, bucket: str, out: str, steps: int) -> None:
             full = {k: v.full_tensor().clone() for k, v in state.items()}  # collective: every rank gathers
             if rank == 0:
                 save_file(full, os.path.join(out, f"full-{pub.last.version}.safetensors"))
+    dist.barrier()  # tear down together: a rank leaving while the other still talks to it aborts it (gloo)
     dist.destroy_process_group()
 
 

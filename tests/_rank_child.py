@@ -63,6 +63,7 @@ def main(bucket: str, rank: int, world: int, port: int, mode: str = "names", pha
             for s in states[4:]:
                 pub.publish(share(s))
                 assert pub.flush(timeout=60)
+    dist.barrier()  # tear down together: a rank leaving while the other still talks to it aborts it (gloo)
     dist.destroy_process_group()
 
 
