@@ -151,10 +151,13 @@ class GroupProducer:
                 return
 
     def count_peers(self) -> int:
-        """The other live servers producing for this server's run (read from their heartbeats)."""
+        """The other live servers producing for this server's run (read from their heartbeats); 0 before it
+        knows the run."""
+        if self.run_id is None:
+            return 0
         return sum(1 for s in self._watch.read()
                    if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
-                   and self.run_id is not None and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
+                   and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
 
     def _produce(self) -> None:
         while not self._stop.is_set():
