@@ -117,3 +117,51 @@ def test_two_ranks_resume_one_train_on_fleet_games_each_publish_a_share_and_one_
         with delta.Subscriber(storage) as reader:
             reader.sync()
             assert delta.state_digest(reader.state).hexdigest == latest.state_hash == after["state_hash"]
+
+
+def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path: Path) -> None:
+    """The trainer's publish callback under FSDP2 (2 gloo ranks, `fully_shard` as accelerate applies it): built
+    for a whole model, it follows the sharded one from the run's start and each rank publishes the local shards
+    of every weight, cast to the checkpoint's dtypes, no gather; every version read back equals the published
+    state gathered with `full_tensor()`, bit for bit."""
+    from safetensors.torch import load_file
+
+    from trainer_space.weights import checkpoint_dtypes
+
+    model, bucket, out = tiny_model(str(tmp_path / "model")), tmp_path / "bucket", tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(free_port()), "-m", "tests._fsdp_trainer_child", model,
+                          str(bucket), str(out), "3"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    manifest = delta.read_manifest(delta.open_storage(str(bucket)))
+    names = set(checkpoint_dtypes(model))
+    assert [v.version for v in manifest.versions] == [1, 2, 3]
+    assert all({f.rank for f in v.files} == {0, 1} for v in manifest.versions)
+    # every weight travels as two dim-0 pieces, one per rank: no rank published a whole tensor
+    assert set(manifest.pieces) == names
+    assert all(len(s.pieces) == 2 and s.dim == 0 for s in manifest.pieces.values())
+    reader = delta.Subscriber(str(bucket))
+    for version in (1, 2, 3):
+        full = load_file(str(out / f"full-{version}.safetensors"))
+        assert {n: t.dtype for n, t in full.items()} == checkpoint_dtypes(model)
+        assert reader.sync(version) == version
+        assert set(reader.state) == names
+        assert all(torch.equal(reader.state[n], full[n]) for n in names)
+        assert reader.digest.hexdigest == manifest.get(version).state_hash
+    first, last = load_file(str(out / "full-1.safetensors")), load_file(str(out / "full-3.safetensors"))
+    assert any(not torch.equal(first[n], last[n]) for n in names)  # the steps trained the weights
+
+
+def test_the_fsdp2_launch_config_is_one_accelerate_reads_as_fsdp2_with_every_rank_loading_the_model() -> None:
+    """`accelerate launch --config_file trainer_space/fsdp2.yaml`: FSDP version 2, and no RAM-efficient loading
+    (ranks > 0 would hold empty weights when the trainer resumes the bucket's version into the model)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    config = load_config_from_file(str(REPO / "trainer_space" / "fsdp2.yaml"))
+    assert config.distributed_type == DistributedType.FSDP
+    assert config.fsdp_config["fsdp_version"] == 2
+    assert config.fsdp_config["fsdp_cpu_ram_efficient_loading"] is False
+    assert config.use_cpu is False

@@ -89,9 +89,8 @@ class TrainerParts:
             if ranks.main:
                 self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
-        share = None if ranks.world == 1 else lambda state: delta.pieces.split(state, ranks.rank, ranks.world)
-        self.callback = PublishCallback(sink, self.published, version, master=self.master, share=share,
-                                        master_of=lambda model: master_tensors(model, c.model))
+        self.callback = PublishCallback(sink, self.published, version, master=self.master, rank=ranks.rank,
+                                        world=ranks.world, master_of=lambda model: master_tensors(model, c.model))
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
             self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks)

@@ -52,11 +52,14 @@ class PublishCallback(TrainerCallback):
         version: The version `state` holds now (the bucket's latest on resume, else 0).
         master: The weights the optimizer updates, cast into `state` before each publish (None: `state`
             shares their storage already).
-        share: This rank's share of `state` (`delta.pieces.split`), for a trainer of several ranks that each
-            publish their own; None: the whole state.
+        rank, world: This rank and the number of ranks (`torchrun`): several ranks that each hold the whole
+            model publish `delta.pieces.split` of `state` each (their share, in parallel); ranks that hold
+            shards of every weight (FSDP2: the master weights are `DTensor`s) publish their local shards as
+            they are, no gather. One rank: the whole state.
         master_of: The master weights of the model a run trains, under the checkpoint's names: called when
             each run begins, since the model TRL trains may not be the one it was given (under `torchrun`,
-            accelerate hands the trainer a model whose parameters are new tensors). None: `master` stays.
+            accelerate hands the trainer a model whose parameters are new tensors; under FSDP2 they are
+            sharded `DTensor`s, and `state` becomes their cast, shard for shard). None: `master` stays.
 
     Attributes:
         copy_s: Seconds the last publish blocked the step (the cast and the snapshot copy).
@@ -64,13 +67,12 @@ class PublishCallback(TrainerCallback):
     """
 
     def __init__(self, publisher: VersionPublisher | None, state: dict[str, torch.Tensor], version: int,
-                 master: dict[str, torch.Tensor] | None = None,
-                 share: Callable[[dict[str, torch.Tensor]], Mapping[str, torch.Tensor | delta.pieces.Slice]] | None
-                 = None, master_of: Callable[[torch.nn.Module], dict[str, torch.Tensor]] | None = None) -> None:
+                 master: dict[str, torch.Tensor] | None = None, rank: int = 0, world: int = 1,
+                 master_of: Callable[[torch.nn.Module], dict[str, torch.Tensor]] | None = None) -> None:
         self.publisher = publisher
         self.state = state
         self.master = master
-        self.share = share
+        self.rank, self.world = rank, world
         self.master_of = master_of
         self.start_version = version
         self.steps = 0
@@ -93,9 +95,18 @@ class PublishCallback(TrainerCallback):
             if now == last:
                 return last if idle else last + 1
 
+    def share(self) -> Mapping[str, torch.Tensor | delta.pieces.Slice]:
+        """What this rank publishes of `state`: all of it (one rank, or FSDP2 shards, which `delta` publishes
+        as each rank's local slices), or its `delta.pieces.split` share of a state every rank holds whole."""
+        if self.world == 1 or _sharded(self.state):
+            return self.state
+        return delta.pieces.split(self.state, self.rank, self.world)
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.master_of is not None and model is not None:
             self.master = self.master_of(model)
+            if _sharded(self.master) and not _sharded(self.state):  # FSDP2 sharded the model: publish shards
+                self.state = {n: t.to(self.state[n].dtype, copy=True) for n, t in self.master.items()}
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -103,10 +114,17 @@ class PublishCallback(TrainerCallback):
         if self.master is not None:
             cast_into(self.state, self.master)
         if self.publisher is not None:
-            self.publisher.publish(self.share(self.state) if self.share is not None else self.state)
+            self.publisher.publish(self.share())
         self.copy_s = time.perf_counter() - start
         self.steps += 1
         return control
+
+
+def _sharded(state: Mapping[str, torch.Tensor]) -> bool:
+    """Whether `state` holds `DTensor`s (an FSDP2 model's weights), which each rank holds a slice of."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(t, DTensor) for t in state.values())
 
 
 class PayloadLog:

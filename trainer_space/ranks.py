@@ -38,11 +38,15 @@ class TrainerRanks:
     @classmethod
     def from_environment(cls) -> TrainerRanks:
         """From `torchrun`'s variables (`WORLD_SIZE`, `RANK`, ...): joins the default process group (gloo on a
-        CPU; gloo and NCCL where CUDA is, as accelerate would) and makes the ranks' own gloo group."""
+        CPU; gloo and NCCL where CUDA is, as accelerate would) and makes the ranks' own gloo group. Where CUDA
+        is, each rank takes the GPU of its `LOCAL_RANK` first, so that `cuda` is that GPU (as accelerate does,
+        but before the model loads: the trainer loads it before accelerate starts)."""
         world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         if world == 1:
             return cls()
         dist = torch.distributed
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0") or 0))
         if not dist.is_initialized():
             dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
         group = dist.new_group(backend="gloo", timeout=WAIT_FOR_MAIN)
