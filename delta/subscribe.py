@@ -182,6 +182,7 @@ class Subscriber:
         self._layout: pieces.Layout = {}
         self._version = version if state is not None else None
         self._digest: StateDigest | None = state_digest(state) if state is not None and version is not None else None
+        self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
         self._last_error: str | None = None
@@ -262,12 +263,8 @@ class Subscriber:
 
     def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until the state holds `version` or newer; False after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while (self._version or 0) < version:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        with self._advanced:
+            return self._advanced.wait_for(lambda: (self._version or 0) >= version, timeout)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -406,6 +403,8 @@ class Subscriber:
                 headers = tuple(header for header, *_ in prepared.payload)
             self._digest, self._version = digest, entry.version
             pause = time.perf_counter() - start
+            with self._advanced:
+                self._advanced.notify_all()
         stats = VersionStats(entry.version, prepared.step.via, prepared.fetched, prepared.fetch_s, prepared.decode_s,
                              pause, time.monotonic() - seen_at)
         self._history.append(stats)
