@@ -8,6 +8,7 @@ Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (see R
 """
 
 from . import pieces
+from ._ranks import broadcast_object
 from .apply import ApplyResult, apply, decode, write_changes
 from .codecs import CODECS, DEFAULT_CODEC
 from .diff import diff
@@ -29,6 +30,6 @@ __all__ = [
     "DeltaHeader", "IntegrityError", "Manifest", "NoPathError", "PublishError", "PublishedVersion", "Publisher",
     "PublisherConfig", "RetryPolicy", "State", "StateDigest", "StateMismatchError", "Storage", "StorageError",
     "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update", "VersionEntry", "VersionStats",
-    "apply", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state",
+    "apply", "broadcast_object", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state",
     "state_digest", "write_changes",
 ]
