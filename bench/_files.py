@@ -8,7 +8,7 @@ from typing import BinaryIO
 import torch
 from safetensors.torch import save_file
 
-from delta.atomic import atomic_path
+from delta import atomic_path
 
 #: `format: pt` lets a step file stand in for a model folder's model.safetensors.
 FILE_METADATA = {"format": "pt"}

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
+from ..storage import Storage
 from .manifest import FileRef, Manifest, read_manifest
-from .storage import Storage
 
 _POLL_S = 0.05
 
