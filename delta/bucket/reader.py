@@ -78,15 +78,6 @@ class _Prepared:
     decode_s: float
 
 
-@dataclass
-class _Prepared:
-    step: Step
-    payload: Any  # per delta file (header, changes, sub-state, its digest); (fresh state, digest, full state) for an anchor
-    fetched: int
-    fetch_s: float
-    decode_s: float
-
-
 class Reader:
     """Holds a state and the version of a bucket it equals; `catch_up` moves it to another version.
 
