@@ -2,7 +2,9 @@
 
 The engine wrote the changed tensors (whole fused groups) to a file and called its own worker extension
 through `collective_rpc`, which ran the worker's `reload_weights(..., is_checkpoint_format=True)` and
-repacked a tied lm_head on CPU. Same data, same groups: only the update path differs.
+repacked a tied lm_head on CPU. Same data, same groups: only the update path differs. A white-box tool:
+it borrows the backend's private helpers (`_quiet_partial_reload`, `_repack_tied_lm_head`) so that both
+paths reload and repack alike.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from types import ModuleType
 
 import torch
 
+from delta import load_state
 import delta
-from delta.state import load_state
 
 from ._files import step_file_name
 

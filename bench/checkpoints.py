@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from delta.atomic import write_atomic
+from delta import write_atomic
 
 from ._files import step_file_name
 

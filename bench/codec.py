@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from delta import state_digest
 import delta
-from delta.hashing import state_digest
 
 from . import _streamed
 from .checkpoints import DATASETS, CheckpointParams, generate_checkpoints

@@ -12,6 +12,10 @@ reading, checking, decoding, writing the output on success). `floor` is the same
 and exiting: what any apply costs before it reads the delta. Each crafted case is refused (exit 1, one
 line); the reference is the good delta of the default codec (`good ctx`) applied to the same base.
 
+A white-box tool: it forges files from `delta`'s internals (the codecs' streams and rANS coder, the
+format's header limit, the bit views), as the test suite's forger does; it may need changes whenever they
+move. Everything else outside `delta/` uses only the public API (tests/test_layout.py).
+
 The base: bf16 matrices (a transformer's shapes, scaled to --elements) plus small fp32, fp64 and fp8
 tensors (so the models bound is measured with four dtype widths present). The good delta moves 1 % of
 the elements by one ULP. The crafted files are the worst found for each class of issue 22:
@@ -41,18 +45,18 @@ import torch
 import zstandard
 
 import delta
-from delta import _rans
-from delta.bits import bits
+from delta.codecs import _rans
 from delta.codecs._streams import pack, unpack
 from delta.format import header_limit
+from delta.tensors.bits import DTYPES_BY_NAME, bits, layout_of
 
 from tests._forgery import Raw, deep, forge_duplicate, join, split  # the test suite's forger, shared
 
 CHILD = r"""
 import json, sys, time
 start = time.perf_counter()
+from delta import load_state
 from delta.cli import main
-from delta.state import load_state
 args = json.loads(sys.argv[1])
 if args[0] == "floor":
     load_state(args[1])
@@ -106,7 +110,7 @@ def models_max(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
     classes: dict[int, int] = {}
     at = 0
     for e in json.loads(p.meta["tensors"]):
-        layout = delta.bits.layout_of(delta.bits.DTYPES_BY_NAME[e["dtype"]])
+        layout = layout_of(DTYPES_BY_NAME[e["dtype"]])
         held = 0
         while held < e["changed"]:
             table[at, 3], table[at, 4] = 0, layout.mask
@@ -115,7 +119,7 @@ def models_max(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
         classes[layout.itemsize * 8] = max(classes.get(layout.itemsize * 8, 0), layout.mask + 1)
     largest = {}
     for e in json.loads(p.meta["tensors"]):
-        width = delta.bits.layout_of(delta.bits.DTYPES_BY_NAME[e["dtype"]]).itemsize * 8
+        width = layout_of(DTYPES_BY_NAME[e["dtype"]]).itemsize * 8
         largest[width] = max(largest.get(width, 0), min(1 << 20, int(np.prod(e["shape"]))))
     models = []
     for width in sorted(classes):
@@ -146,8 +150,8 @@ def dense_claim(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
     for e in table:
         n = int(np.prod(e["shape"]))
         e["changed"] = n
-        dtype = delta.bits.DTYPES_BY_NAME[e["dtype"]]
-        layout = delta.bits.layout_of(dtype)
+        dtype = DTYPES_BY_NAME[e["dtype"]]
+        layout = layout_of(dtype)
         c = 126 if layout.mask >= 126 else 0
         for k in range(-(-n // chunk)):
             rows += [k, min(chunk, n - k * chunk), 2, c, c]

@@ -2,7 +2,8 @@
 exponent of its old value (changed or not, then by how many ULPs), under an ideal adaptive model.
 
 This is the reference the default codec is measured against, not a codec: it counts information,
-it writes nothing.
+it writes nothing. A white-box tool: it reads states through `delta`'s own bit views
+(`delta.tensors.bits`), the ones the codecs condition on.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from delta.bits import bits, layout_of, order_key, zigzag
+from delta.tensors.bits import bits, layout_of, order_key, zigzag
 
 
 def _h(counts: np.ndarray) -> float:

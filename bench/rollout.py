@@ -70,8 +70,8 @@ def _generate_for(engine, seconds: float) -> tuple[int, float]:
 def _run(model: str, kind: str, seconds: float, interval: float, lr: float, poll: float, rounds: int = 4) -> dict:
     """Alternate `rounds` times between generating with the trainer quiet and with it publishing, so
     that drift in the machine's load hits both columns alike."""
+    from delta import SubscriberConfig
     import delta
-    from delta.subscribe import SubscriberConfig
     from rollout_space.engines import EngineConfig, open_engine
     from rollout_space.follower import Follower
 
@@ -136,7 +136,7 @@ def _median(values: list[float]) -> float:
 
 
 def main() -> None:
-    from delta.subscribe import SubscriberConfig
+    from delta import SubscriberConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))

@@ -32,8 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from delta.pieces import flatten, split
-from delta.publish import Publisher, PublisherConfig
+from delta import Publisher, PublisherConfig, pieces
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -78,7 +77,8 @@ def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, 
     master = {n: torch.nn.Parameter(torch.randn(s, generator=g) * 0.02) for n, s in _shapes(elements).items()}
     optimizer = torch.optim.AdamW(master.values(), lr=1e-5)
     published = {n: p.detach().bfloat16() for n, p in master.items()}
-    share_bytes = sum(t.numel() * t.element_size() for t in flatten(split(published, rank, world))[0].values())
+    share = pieces.flatten(pieces.split(published, rank, world))[0]
+    share_bytes = sum(t.numel() * t.element_size() for t in share.values())
     rows = []
     with Publisher(bucket, PublisherConfig(anchor_every=1000, workers=1, commit_timeout=600)) as pub:
         for version in range(1, versions + 1):
@@ -89,7 +89,7 @@ def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, 
                 published[n].copy_(p.detach())
             before, cpu = _rss(), time.process_time()
             sampler = _PeakRss()
-            pub.publish(split(published, rank, world) if world > 1 else published)
+            pub.publish(pieces.split(published, rank, world) if world > 1 else published)
             pub.flush()
             cpu = time.process_time() - cpu
             peak = sampler.stop()

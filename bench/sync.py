@@ -19,11 +19,8 @@ from pathlib import Path
 
 import torch
 
-from delta.manifest import read_manifest
-from delta.publish import Publisher, PublisherConfig
-from delta.state import load_state
+from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, load_state, read_manifest
 from delta.storage import open_storage
-from delta.subscribe import Subscriber, SubscriberConfig
 
 from ._files import step_file_name
 

@@ -12,13 +12,12 @@ from collections.abc import Mapping
 import torch
 
 from delta import DeltaHeader
-from delta.bits import DTYPES_BY_NAME
 
 _POSITION_BYTES = 4  # int32
 
 
 def _itemsize(dtype_name: str) -> int:
-    return torch.empty((), dtype=DTYPES_BY_NAME[dtype_name]).element_size()
+    return getattr(torch, dtype_name).itemsize  # a header's dtype names are torch's (`bfloat16`, ...)
 
 
 def raw_bytes(header: DeltaHeader) -> int:

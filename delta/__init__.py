@@ -4,31 +4,40 @@
     >>> data = delta.diff(old_state, new_state, version=2, base_version=1)
     >>> delta.apply(reader_state, data)          # in place, all or nothing
 
-Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (see README).
+Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (docs/delta.md).
+
+The public API is what `__all__` lists, plus `delta.storage` (the backends) and the modules of
+`delta.integrations` and `delta.follow`, each with its own `__all__`. The layers below it, each a folder,
+import only downwards: `tensors` (bit views, hashes, state files, the host/device seam) < `codecs` <
+`format` (one delta file) < `patch` (diff and apply) < `bucket` (manifest, publish, subscribe), with
+`storage`, `errors`, `retry` and `atomic` beside them.
 """
 
-from . import pieces
-from .apply import ApplyResult, apply, decode, write_changes
-from .codecs import CODECS, DEFAULT_CODEC
-from .diff import diff
+from .atomic import atomic_path, write_atomic
+from .bucket import pieces
+from .bucket._ranks import broadcast_object
+from .bucket.manifest import FileRef, Manifest, VersionEntry, read_manifest
+from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
+from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
+from .codecs import CODECS, DEFAULT_CODEC, Change
 from .errors import (
     BucketUnreachableError, DeltaError, DeltaFormatError, IntegrityError, NoPathError, PublishError,
     StateMismatchError, StorageError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta
-from .hashing import StateDigest, state_digest
-from .manifest import Manifest, VersionEntry, read_manifest
-from .publish import PublishedVersion, Publisher, PublisherConfig
+from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
+from .patch.diff import diff
 from .retry import RetryPolicy
-from .state import State, load_state, save_state
-from .storage import Storage, open_storage
-from .subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
+from .storage import Storage, StoredFile, open_storage
+from .tensors.hashing import StateDigest, state_digest
+from .tensors.state import State, load_state, save_state
 
 __all__ = [
-    "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "IntegrityError", "Manifest", "NoPathError", "PublishError", "PublishedVersion", "Publisher",
-    "PublisherConfig", "RetryPolicy", "State", "StateDigest", "StateMismatchError", "Storage", "StorageError",
-    "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update", "VersionEntry", "VersionStats",
-    "apply", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state",
-    "state_digest", "write_changes",
+    "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
+    "DeltaHeader", "FileRef", "IntegrityError", "Manifest", "NoPathError", "PublishError", "PublishedVersion",
+    "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest", "StateMismatchError", "Storage",
+    "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update",
+    "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode", "diff", "load_state",
+    "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest", "write_atomic",
+    "write_changes",
 ]

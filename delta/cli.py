@@ -11,15 +11,14 @@ import argparse
 import sys
 import time
 
-from . import __name__ as _pkg
-from .apply import apply, decode
 from .atomic import write_atomic
 from .codecs import CODECS, DEFAULT_CODEC
-from .diff import diff
 from .errors import DeltaError, printable
 from .format import read_delta
 from .inspect import check_delta, inspect_delta
-from .state import load_state, save_state
+from .patch.apply import apply, decode
+from .patch.diff import diff
+from .tensors.state import load_state, save_state
 
 
 def _read(path: str) -> bytes:
@@ -75,7 +74,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from .publish import Publisher, PublisherConfig
+    from .bucket.publish import Publisher, PublisherConfig
 
     state = load_state(args.state)
     config = PublisherConfig(anchor_every=args.anchor_every, keep_anchors=args.keep_anchors)
@@ -89,7 +88,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from .subscribe import Subscriber
+    from .bucket.subscribe import Subscriber
 
     with Subscriber(args.bucket) as subscriber:
         version = subscriber.sync(args.version)
@@ -103,7 +102,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from .manifest import read_manifest
+    from .bucket.manifest import read_manifest
     from .storage import open_storage
 
     manifest = read_manifest(open_storage(args.bucket))
@@ -119,8 +118,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .manifest import read_manifest
-    from .retention import gc
+    from .bucket.manifest import read_manifest
+    from .bucket.retention import gc
     from .storage import open_storage
 
     storage = open_storage(args.bucket)
@@ -135,7 +134,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {_pkg}", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("diff", help="write the delta from OLD to NEW (safetensors files or model folders)")

@@ -34,12 +34,14 @@ from typing import Any
 import torch
 
 from .atomic import write_atomic
+from .bucket.subscribe import Subscriber, SubscriberConfig, Update
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
 from .retry import RetryPolicy
-from .subscribe import Subscriber, SubscriberConfig, Update
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["AppliedVersion", "FollowConfig", "FollowStatus", "ServerFollower"]
 
 
 @dataclass(frozen=True)

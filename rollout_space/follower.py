@@ -202,10 +202,11 @@ class Follower:
         """The queued versions, once the newest of them is the version the state holds (call holding the
         subscriber's lock, so no write comes in between); empty when there are none or on close."""
         with self._arrived:
-            while self._pending and self._pending[-1][0].version != self._subscriber.version:
-                if self._closing:
-                    return []
-                self._arrived.wait(0.05)  # its subscriber is between writing it and queueing it
+            # Its subscriber may be between writing the newest version and queueing it: `_queue` notifies.
+            self._arrived.wait_for(lambda: self._closing or not self._pending
+                                   or self._pending[-1][0].version == self._subscriber.version)
+            if self._closing:
+                return []
             taken, self._pending = self._pending, []
             return taken
 

@@ -74,7 +74,7 @@ def engine_plan(args: argparse.Namespace, kind: str, folder: str, machine: Machi
 
 def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
-    from delta.subscribe import SubscriberConfig
+    from delta import SubscriberConfig
     from models import resolve_model
 
     from .engines import EngineConfig, open_engine

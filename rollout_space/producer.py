@@ -24,8 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from delta.errors import DeltaError, StorageError
-from delta.retry import RetryPolicy
+from delta import DeltaError, RetryPolicy, StorageError
 from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch

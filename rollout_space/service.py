@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from delta.format import DeltaHeader
+from delta import DeltaHeader
 from wire.fleet_bucket import FleetBucket
 
 from .engines import Completion, Engine, SamplingParams

@@ -17,7 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM
 
-from delta.publish import Publisher, PublisherConfig
+from delta import Publisher, PublisherConfig
 
 
 def main(model_path: str, bucket: str, out: str, steps: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from delta.publish import Publisher, PublisherConfig
+from delta import Publisher, PublisherConfig
 
 from ._trainer import trajectory
 

@@ -18,9 +18,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from delta.errors import PublishError
-from delta.pieces import split
-from delta.publish import Publisher, PublisherConfig
+from delta import PublishError, Publisher, PublisherConfig
+from delta.bucket.pieces import split
 
 from ._trainer import trajectory
 

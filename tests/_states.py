@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from delta.bits import DTYPES_BY_NAME
+from delta.tensors.bits import DTYPES_BY_NAME
 
 FLOAT_DTYPES = [d for name, d in DTYPES_BY_NAME.items() if d.is_floating_point]
 ALL_DTYPES = list(DTYPES_BY_NAME.values())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from delta.anchors import decode_anchor, encode_anchor, shard_names
-from delta.errors import DeltaFormatError
+from delta import DeltaFormatError
+from delta.bucket.anchors import decode_anchor, encode_anchor, shard_names
 
 from ._states import states_equal
 from ._trainer import initial_state

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
-import delta
 from delta import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
+import delta
 
 from ._states import adam_like, clone, states_equal
 
@@ -141,7 +141,7 @@ def test_one_rollback_undoes_the_writes_of_several_files():
     hash as its header says, the earlier files' writes are undone too."""
     from dataclasses import replace
 
-    from delta.apply import Rollback, decode, write_changes
+    from delta import Rollback, decode, write_changes
 
     g = torch.Generator().manual_seed(0)
     old = {"a": torch.randn(64, 32, generator=g).to(torch.bfloat16),

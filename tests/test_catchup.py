@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from delta.catchup import NoPathError, plan
-from delta.manifest import FileRef, Manifest, VersionEntry
+from delta import FileRef, Manifest, VersionEntry
+from delta.bucket.catchup import NoPathError, plan
 
 
 def manifest(anchors: set[int], last: int, delta_size: int = 100, anchor_size: int = 1000) -> Manifest:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import delta
-from delta.bits import DTYPE_NAMES
+from delta.tensors.bits import DTYPE_NAMES
 
 from ._states import ALL_DTYPES, FLOAT_DTYPES, adam_like, clone, from_bits, states_equal
 

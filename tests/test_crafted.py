@@ -351,10 +351,10 @@ def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path
     """The duplicated-entry bypass through a bucket: the forger rewrites the file and the manifest to match."""
     from dataclasses import replace
 
-    from delta.manifest import file_ref, read_manifest, write_manifest
-    from delta.publish import Publisher, PublisherConfig
+    from delta import Publisher, PublisherConfig
+    from delta import Subscriber
+    from delta.bucket.manifest import file_ref, read_manifest, write_manifest
     from delta.storage import open_storage
-    from delta.subscribe import Subscriber
 
     old, new = pair
     with Publisher(str(tmp_path), PublisherConfig(anchor_every=1000)) as pub:

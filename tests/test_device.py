@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import delta
-from delta import _device
-from delta.bits import DTYPE_NAMES, bits, layout_of
-from delta._device import scan_chunk_torch
-from delta._kernels import scan_chunk
-from delta.manifest import read_manifest, version_of_path
+from delta.bucket.manifest import read_manifest, version_of_path
+from delta.codecs._kernels import scan_chunk
 from delta.storage import open_storage
+from delta.tensors import _device
+from delta.tensors._device import scan_chunk_torch
+from delta.tensors.bits import DTYPE_NAMES, bits, layout_of
 
 from ._states import ALL_DTYPES, adam_like, clone, states_equal
 
@@ -96,7 +96,7 @@ def test_apply_writes_a_device_state_where_it_lives(on_device: HostCopies) -> No
 
 
 def test_a_failed_apply_on_a_device_state_is_rolled_back_there(on_device: HostCopies) -> None:
-    from delta.apply import Rollback, decode, write_changes
+    from delta import Rollback, decode, write_changes
 
     old, mid = adam_like(seed=4)
     new = {k: (v.float() * 1.01).to(v.dtype) for k, v in mid.items()}

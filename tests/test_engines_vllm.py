@@ -123,7 +123,7 @@ def test_refused_update_keeps_serving_the_previous_version(engines, bad: dict) -
 
 
 def test_both_engines_follow_a_bucket_through_the_rollout_follower(engines, tmp_path) -> None:
-    from delta.subscribe import SubscriberConfig
+    from delta import SubscriberConfig
     from rollout_space.follower import Follower
 
     vllm, hf = engines

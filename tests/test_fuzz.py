@@ -40,14 +40,13 @@ import zstandard
 from hypothesis import HealthCheck, event, given, note, seed, settings
 from hypothesis import strategies as st
 
+from delta import Publisher, PublisherConfig, Subscriber
 import delta
+from delta.bucket.manifest import file_ref, read_manifest, write_manifest
 from delta.cli import main
 from delta.format import read_header_json
 from delta.inspect import inspect_delta
-from delta.manifest import file_ref, read_manifest, write_manifest
-from delta.publish import Publisher, PublisherConfig
 from delta.storage import open_storage
-from delta.subscribe import Subscriber
 
 from . import _trl_writers as trl
 from ._forgery import Parts, Raw, deep, dumps, forge_duplicate, forge_reorder, join, split

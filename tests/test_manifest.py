@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from delta.errors import DeltaFormatError, IntegrityError
-from delta.manifest import (FileRef, Manifest, VersionEntry, fetch_verified, file_ref, manifest_path, read_manifest,
-                            version_of_path, write_manifest)
+from delta import DeltaFormatError, IntegrityError
+from delta.bucket.manifest import (FileRef, Manifest, VersionEntry, fetch_verified, file_ref, manifest_path,
+                                   read_manifest, version_of_path, write_manifest)
 from delta.storage import open_storage
 
 

@@ -30,7 +30,8 @@ def test_the_wheel_is_the_library_alone_and_works_outside_the_checkout(tmp_path:
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     packages = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"delta", "delta_vllm_plugin"}, f"the wheel carries more than the library: {sorted(packages)}"
-    assert {"delta/__init__.py", "delta/bits.py", "delta/codecs/_chunked.py", "delta/storage/__init__.py"} <= set(names)
+    assert {"delta/__init__.py", "delta/tensors/bits.py", "delta/format/header.py", "delta/codecs/_chunked.py",
+            "delta/patch/apply.py", "delta/bucket/publish.py", "delta/storage/__init__.py"} <= set(names)
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     for dependency in ("torch", "numpy", "numba", "safetensors", "zstandard", "xxhash"):
         assert any(r.startswith(dependency) and "extra ==" not in r for r in requires), dependency

@@ -14,10 +14,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 from safetensors.torch import load_file
 
-from delta import Subscriber
-from delta.errors import DeltaFormatError
-from delta.manifest import Manifest, read_manifest
-from delta.pieces import Sharded, Slice, assemble, check_layout, flatten, layout_of, piece_views, split, write_back
+from delta import DeltaFormatError, Manifest, Subscriber, read_manifest
+from delta.bucket.pieces import (Sharded, Slice, assemble, check_layout, flatten, layout_of, piece_views, split,
+                                 write_back)
 from delta.storage import open_storage
 
 from ._env_server import free_port

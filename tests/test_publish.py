@@ -10,11 +10,9 @@ import time
 
 import pytest
 
-from delta.hashing import state_digest
-from delta.manifest import read_manifest, version_of_path
-from delta.publish import Publisher, PublisherConfig
+from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, state_digest
+from delta.bucket.manifest import read_manifest, version_of_path
 from delta.storage import RetryPolicy, open_storage
-from delta.subscribe import Subscriber, SubscriberConfig
 
 from ._states import states_equal
 from ._trainer import trajectory

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from delta.manifest import read_manifest
-from delta.publish import Publisher, PublisherConfig
-from delta.retention import gc, retain
+from delta import Publisher, PublisherConfig, Subscriber, read_manifest
+from delta.bucket.retention import gc, retain
 from delta.storage import open_storage
-from delta.subscribe import Subscriber
 
 from ._states import states_equal
 from ._trainer import trajectory

@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from delta import read_manifest
 import delta
-from delta.manifest import read_manifest
 from rollout_space.client import RolloutClient
 from rollout_space.errors import RolloutError
 from rollout_space.messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory

@@ -7,9 +7,8 @@ import time
 
 import pytest
 
+from delta import SubscriberConfig, read_manifest
 import delta
-from delta.manifest import read_manifest
-from delta.subscribe import SubscriberConfig
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from rollout_space.follower import Follower
 from tests._engines import build_model, step

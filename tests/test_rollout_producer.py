@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from delta.manifest import read_manifest
-from delta.subscribe import SubscriberConfig
+from delta import SubscriberConfig, read_manifest
 from rollout_space.engines import EngineConfig, open_engine
 from rollout_space.env_client import EnvClient
 from rollout_space.follower import Follower

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from delta import SubscriberConfig
 import delta
-from delta.subscribe import SubscriberConfig
 from rollout_space.engines import EngineConfig, open_engine
 from rollout_space.env_client import EnvClient
 from rollout_space.follower import Follower

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from delta.errors import BucketUnreachableError, DeltaError, StorageError
+from delta import BucketUnreachableError, DeltaError, StorageError
 from delta.storage import (
     HfBucketStorage,
     LocalStorage,
@@ -27,9 +27,9 @@ from delta.storage import (
     check_path,
     open_storage,
 )
+from delta.atomic import TMP_PREFIX
 from delta.storage._fsspec import parse_s3_url
 from delta.storage._hf import parse_hf_bucket_url
-from delta.atomic import TMP_PREFIX
 from tests.rclone_server import RcloneS3Server
 
 # Retries that give up in well under a second, so failure tests stay fast.

@@ -6,12 +6,8 @@ import time
 
 import pytest
 
-from delta.catchup import NoPathError
-from delta.hashing import state_digest
-from delta.manifest import read_manifest
-from delta.publish import Publisher, PublisherConfig
+from delta import NoPathError, Publisher, PublisherConfig, Subscriber, SubscriberConfig, read_manifest, state_digest
 from delta.storage import open_storage
-from delta.subscribe import Subscriber, SubscriberConfig
 
 from ._states import clone, states_equal
 from ._trainer import trajectory
@@ -121,10 +117,10 @@ def test_sixteen_readers_follow_fifty_versions_on_s3(rclone_s3):
 
 
 def test_an_unexpected_failure_is_reported_and_retried_not_fatal(tmp_path, monkeypatch):
-    import delta.subscribe as subscribe
+    import delta.bucket.reader as reader_module
 
     states = trajectory(3)
-    real, calls = subscribe.decode, []
+    real, calls = reader_module.decode, []
 
     def fails_twice(*args, **kwargs):
         calls.append(1)
@@ -138,7 +134,7 @@ def test_an_unexpected_failure_is_reported_and_retried_not_fatal(tmp_path, monke
             assert pub.flush(timeout=60)
         reader = Subscriber(str(tmp_path), config=FAST)
         assert reader.sync() == 2
-        monkeypatch.setattr(subscribe, "decode", fails_twice)
+        monkeypatch.setattr(reader_module, "decode", fails_twice)
         reader.start()
         pub.publish(states[2])
         assert pub.flush(timeout=60)

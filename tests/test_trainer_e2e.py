@@ -15,8 +15,8 @@ import httpx
 import pytest
 import torch
 
+from delta import read_manifest
 import delta
-from delta.manifest import read_manifest
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from tests._env_server import running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from delta.retry import RetryPolicy
+from delta import RetryPolicy
 from delta.storage import open_storage
 from tests.test_wire_fleet import group
 from trainer_space.config import TrainerConfig

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 import torch
 from transformers import TrainerControl
 
+from delta import PublishedVersion, read_manifest
 import delta
-from delta.manifest import read_manifest
-from delta.publish import PublishedVersion
 from tests._engines import step
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig, TrainingSession

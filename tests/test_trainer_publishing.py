@@ -7,7 +7,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 import delta
 from dashboard.payload import raw_bytes
-from delta.manifest import read_manifest
+from delta import read_manifest
 from tests._trainer import trajectory
 from trainer_space.publishing import PayloadLog, PublishCallback
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import delta
 import settings
-from delta.manifest import read_manifest
+from delta import read_manifest
 from rollout_space.messages import Trajectory
 from tests._trainer_stack import tiny_model, wait_until
 from trainer_space import TrainerConfig, TrainingSession

@@ -22,7 +22,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from delta.errors import StorageError
+from delta import StorageError
 from wire.fleet import FleetMessageError, GameGroup, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch, SeenServer

@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from delta.retry import RetryPolicy
+from delta import RetryPolicy
 from env_space.rewards import letters_found
 from rollout_space.errors import RolloutError, RolloutRefusedError
 from wire.trajectory import Trajectory

@@ -1,8 +1,13 @@
-"""The codecs a delta can be written with; `ctx` is the default."""
+"""The codecs a delta can be written with; `ctx` is the default.
+
+A codec turns the changed elements of each tensor into streams (`_raw`: positions and values; `_chunked`:
+rANS-coded (`_rans`) gaps and steps from compiled chunk scans, `_kernels`) and back. It knows nothing of
+the file around them (`delta.format`).
+"""
 
 from __future__ import annotations
 
-from ._base import Change, Codec, default_workers
+from ._base import Change, Codec, TensorEntry, default_workers
 from ._chunked import ChunkedCodec
 from ._raw import RawCodec
 
@@ -18,4 +23,4 @@ def get_codec(name: str) -> Codec:
         raise ValueError(f"unknown codec {name!r}; choose one of {sorted(CODECS)}") from None
 
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "default_workers", "get_codec"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "TensorEntry", "default_workers", "get_codec"]

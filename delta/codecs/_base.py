@@ -1,4 +1,5 @@
-"""What every codec does: turn (old, new) tensors into file blobs, and blobs back into changes."""
+"""What every codec does: turn (old, new) tensors into file blobs listed as `TensorEntry` rows of the
+delta's table, and blobs back into changes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,32 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..format import TensorEntry
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One changed tensor as the header lists it.
+
+    Attributes:
+        name: Tensor name in the state.
+        dtype: Dtype name (`bfloat16`, `float32`, ...).
+        shape: Shape of the full tensor.
+        form: How the codec stored it: `sparse` (ctx, gap), `indices` (raw: positions and values),
+            `dense` (the whole new tensor: a foreign anchor).
+        changed: Number of elements whose bits changed.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    form: str
+    changed: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
 
 @dataclass

@@ -34,13 +34,12 @@ import numpy as np
 import torch
 from numba import njit
 
-from .. import _rans
-from ..bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
-from .._device import scan_chunk_torch
-from .._kernels import locate_chunk, scan_chunk
 from ..errors import DeltaFormatError
-from ..format import TensorEntry
-from ._base import Change, Codec, run_tasks
+from ..tensors._device import scan_chunk_torch
+from ..tensors.bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
+from . import _rans
+from ._base import Change, Codec, TensorEntry, run_tasks
+from ._kernels import locate_chunk, scan_chunk
 from ._streams import pack, unpack
 
 CHUNK = 1 << 20

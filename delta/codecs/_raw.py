@@ -12,11 +12,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..bits import DTYPE_NAMES, bits
-from .._device import changed_positions
 from ..errors import DeltaFormatError
-from ..format import TensorEntry
-from ._base import Change, Codec
+from ..tensors._device import changed_positions
+from ..tensors.bits import DTYPE_NAMES, bits
+from ._base import Change, Codec, TensorEntry
 
 INT32_MAX = 2**31 - 1
 

@@ -20,8 +20,10 @@ from collections.abc import Iterator
 
 import torch
 
-from ..publish import Publisher, PublisherConfig
+from ..bucket.publish import Publisher, PublisherConfig
 from ..storage import Storage
+
+__all__ = ["BucketWeightTransfer"]
 
 
 class BucketWeightTransfer:

@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 # A partial reload is the point: vLLM warns for every parameter and layer left as it was.
 _QUIET_LOGGERS = ("vllm.model_executor.model_loader.reload.inplace", "vllm.model_executor.model_loader.reload.layerwise")
 
+__all__ = ["DeltaInitInfo", "DeltaUpdateInfo", "DeltaWeightTransferEngine"]
+
 
 @dataclass
 class DeltaInitInfo(WeightTransferInitInfo):

@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+__all__ = ["VLLMHTTPClient", "VLLMServerError"]
+
 
 class VLLMServerError(ConnectionError):
     """A vLLM server refused a request or could not be reached.

@@ -33,6 +33,11 @@ SPARSE_SUFFIX = "#positions"
 #: Above this share of changed elements a tensor goes dense (a sparse patch costs positions + a full temporary).
 DENSE_ABOVE = 1 / 3
 
+__all__ = [
+    "SparseEntry", "Update", "WorkerInfo", "changed_positions", "fused_groups", "handshake_path", "read_update",
+    "read_worker_info", "siblings", "whole_groups", "write_update", "write_worker_info",
+]
+
 
 @dataclass(frozen=True)
 class WorkerInfo:

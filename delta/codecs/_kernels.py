@@ -164,20 +164,3 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val):  
             ptr[c] = j + 1
             nxt[c] = ranks[j + 1] if j + 1 < end[c] else -1
     return 0 if m == n else 8
-
-
-@njit(nogil=True, cache=True)
-def _scatter(flat, positions, values, saved):  # pragma: no cover - compiled
-    for j in range(positions.size):
-        saved[j] = flat[positions[j]]
-        flat[positions[j]] = values[j]
-
-
-def scatter(flat: np.ndarray, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Write `values` at `positions` of `flat` in place; returns the values that were there (for undo).
-
-    Positions must be unique and in range (the codecs check this before anything is written).
-    """
-    saved = np.empty(positions.size, flat.dtype)
-    _scatter(flat, positions, values, saved)
-    return saved

@@ -6,7 +6,7 @@ every retained version in full; manifests are never overwritten (some S3 servers
 overwritten as missing for a moment). The newest manifest that parses is the truth: a version exists
 once it lists it. Data files live in `versions/<version:08d>-<session>/`, where `session` is random
 per publisher run, so a crashed attempt never shares a name with a later one; files that no manifest
-references are garbage (`delta.retention`).
+references are garbage (`retention`).
 
 Layout of a manifest (keys sorted, one JSON object):
 
@@ -36,9 +36,9 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from .errors import DeltaFormatError, IntegrityError
+from ..errors import DeltaFormatError, IntegrityError
+from ..storage import Storage
 from .pieces import Sharded, check_layout
-from .storage import Storage
 
 MANIFEST_FORMAT = "delta-weights-manifest"
 MANIFEST_FORMAT_VERSION = 2  # written when the manifest has `pieces`; otherwise 1, which older readers read

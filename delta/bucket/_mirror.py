@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _device
-from .apply import Rollback
-from .bits import bits
-from .hashing import StateDigest, state_digest
-from .state import State
+from ..patch.apply import Rollback
+from ..tensors import _device
+from ..tensors.bits import bits
+from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.state import State
 
 
 def follow(mirror: State | None, base: Mapping[str, torch.Tensor] | None, new: Mapping[str, torch.Tensor],

@@ -9,14 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .bits import DTYPE_NAMES, bits
-from . import _device
-from ._kernels import scatter
-from .codecs import Change, get_codec
-from .errors import DeltaFormatError, IntegrityError, StateMismatchError
-from . import _foreign
-from .format import DeltaHeader, header_limit, read_delta
-from .hashing import StateDigest, digest_with_changes, state_digest
+from ..codecs import Change, get_codec
+from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
+from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
+from ..tensors import _device
+from ..tensors.bits import DTYPE_NAMES, bits
+from ..tensors.hashing import StateDigest, digest_with_changes, state_digest
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     if not header.foreign:
         _prove_target(header, changes, host, digest)
     elif header.checksum:
-        _foreign.prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
+        prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
     return header, changes, digest
 
 
@@ -132,7 +130,7 @@ class Rollback:
             self._saved.append((tensor, None, flat.copy()))
             flat[:] = values
         else:
-            self._saved.append((tensor, positions, scatter(flat, positions, values)))
+            self._saved.append((tensor, positions, _device.scatter(flat, positions, values)))
 
     def restore(self) -> None:
         """Put every overwritten element back, newest write first; a second call does nothing."""
@@ -142,7 +140,7 @@ class Rollback:
             elif positions is None:
                 bits(tensor)[:] = old
             else:
-                scatter(bits(tensor), positions, old)
+                _device.scatter(bits(tensor), positions, old)
         self._saved.clear()
 
 

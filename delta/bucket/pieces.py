@@ -18,10 +18,12 @@ from typing import Any
 
 import torch
 
-from .errors import DeltaFormatError
+from ..errors import DeltaFormatError
 
 #: Tensors with fewer elements are not cut by `split` (one rank takes each whole).
 MIN_SPLIT_NUMEL = 1 << 16
+
+__all__ = ["Sharded", "Slice", "check_layout", "flatten", "split"]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_path
-from .errors import DeltaFormatError, StateMismatchError
+from ..atomic import atomic_path
+from ..errors import DeltaFormatError, StateMismatchError
 
 State = dict[str, torch.Tensor]
 

@@ -1,14 +1,12 @@
-"""One delta file: a plain safetensors file whose `__metadata__` says what it is.
+"""A delta file's header: the `__metadata__` of a plain safetensors file, which says what the file is.
 
 Layout (docs/delta.md, "The delta format"): 8-byte little-endian header length, a JSON header, then
 tensor bytes. Our header metadata carries the format name and version, the codec, model and base
 versions, element counts, base and target state hashes, and a JSON table of the changed tensors.
-Files written by other software (TRL's layouts, see `_foreign`) are read as codec `raw` without
-state hashes.
 
 The header is checked whole before anything is decoded or allocated: its size (bounded by what a
 delta for the reader's state can need), its nesting, every field's JSON type, numbers in canonical
-decimal form, names unique and sorted, the streams the codec needs and no others.
+decimal form, names unique and sorted. Reading and writing whole files: `file`.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import json
 import re
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -25,8 +23,9 @@ from numba import njit
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 
-from .bits import DTYPES_BY_NAME, bits
-from .errors import DeltaFormatError
+from ..codecs import CODECS, TensorEntry
+from ..errors import DeltaFormatError
+from ..tensors.bits import DTYPES_BY_NAME
 
 FORMAT_NAME = "delta-weights"
 FORMAT_VERSION = 2
@@ -46,39 +45,6 @@ ENTRY_KEYS = ("name", "dtype", "shape", "form", "changed")
 HASH_PATTERN = re.compile(r"xxh3-128:[0-9a-f]{32}")
 _WHOLE = re.compile(r"0|[1-9][0-9]*")
 _SIGNED = re.compile(r"0|-?[1-9][0-9]*")
-_ST_DTYPES = {
-    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32",
-    torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64",
-    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e5m2fnuz: "F8_E5M2FNUZ",
-}
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """One changed tensor as the header lists it.
-
-    Attributes:
-        name: Tensor name in the state.
-        dtype: Dtype name (`bfloat16`, `float32`, ...).
-        shape: Shape of the full tensor.
-        form: How the codec stored it: `sparse` (ctx, gap), `indices` (raw: positions and values),
-            `dense` (the whole new tensor: a foreign anchor).
-        changed: Number of elements whose bits changed.
-    """
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    form: str
-    changed: int
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
 
 
 @dataclass(frozen=True)
@@ -124,46 +90,6 @@ class DeltaHeader:
         tensors = tuple(sorted((t for h in headers for t in h.tensors), key=lambda t: t.name))
         return replace(headers[0], tensors=tensors, changed=sum(h.changed for h in headers),
                        total=sum(h.total for h in headers))
-
-
-def _opt_int(value: int | None) -> str:
-    return "" if value is None else str(value)
-
-
-def write_delta(header: DeltaHeader, blobs: dict[str, torch.Tensor]) -> bytes:
-    """Serialise a delta: deterministic bytes for the same header and blobs, whatever the dict order."""
-    meta = {
-        "format": FORMAT_NAME,
-        "format_version": str(FORMAT_VERSION),
-        "codec": header.codec,
-        "version": _opt_int(header.version),
-        "base_version": _opt_int(header.base_version),
-        "changed": str(header.changed),
-        "total": str(header.total),
-        "base_hash": header.base_hash,
-        "target_hash": header.target_hash,
-        "tensors": json.dumps([asdict(t) for t in sorted(header.tensors, key=lambda t: t.name)],
-                              separators=(",", ":")),
-    }
-    return serialize_safetensors(blobs, meta)
-
-
-def serialize_safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
-    """A safetensors file with sorted JSON keys and tensors in name order: same input, same bytes.
-
-    (safetensors' own writer orders metadata through a hash map, so its bytes vary between calls.)
-    """
-    header: dict[str, object] = {"__metadata__": dict(sorted(metadata.items()))}
-    chunks, offset = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        data = bits(t).tobytes()
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"), sort_keys=False).encode()
-    text += b" " * (-len(text) % 8)
-    return b"".join([struct.pack("<Q", len(text)), text, *chunks])
 
 
 def header_limit(names: Iterable[str]) -> int:
@@ -355,7 +281,7 @@ def _table(text: str, form: str, path: str | None) -> tuple[TensorEntry, ...]:
     return tuple(entries)
 
 
-def _own_header(meta: dict, path: str | None) -> DeltaHeader:
+def own_header(meta: dict, path: str | None) -> DeltaHeader:
     """Our metadata, every key checked (docs/delta.md, "The delta format")."""
     found = meta.get("format_version")
     if found != str(FORMAT_VERSION):
@@ -370,8 +296,6 @@ def _own_header(meta: dict, path: str | None) -> DeltaHeader:
                                f"{' and ' if missing and extra else ''}"
                                f"{'has keys this format does not define: ' + shown(extra, 120) if extra else ''}",
                                path=path)
-    from .codecs import CODECS  # the codecs build on this module
-
     codec = CODECS.get(meta["codec"])
     if codec is None:
         raise DeltaFormatError(f"unknown codec {shown(meta['codec'])}; choose one of {sorted(CODECS)}", path=path)
@@ -392,39 +316,3 @@ def _own_header(meta: dict, path: str | None) -> DeltaHeader:
         raise DeltaFormatError(f"the table's tensors hold {numel} elements, more than the header's total "
                                f"{header.total}", path=path)
     return header
-
-
-def read_delta(data: bytes | memoryview, path: str | None = None, *, max_header: int = MAX_HEADER_BYTES
-               ) -> tuple[DeltaHeader, dict[str, torch.Tensor]]:
-    """Parse a delta file: header checked whole, then the streams' names, dtypes and shapes, then loaded.
-
-    Args:
-        max_header: Largest header accepted (`header_limit` of the reader's state, when it has one).
-
-    Raises:
-        DeltaFormatError: not safetensors, truncated, another format or an unsupported format version,
-            or any field of the header out of the format (the message names it).
-    """
-    raw_header = read_header_json(data, path, max_header)
-    meta = raw_header.get("__metadata__", {})
-    names = sorted(k for k in raw_header if k != "__metadata__")
-    if meta.get("format") != FORMAT_NAME:
-        from . import _foreign  # files from other software; imported here, as it builds on this module
-
-        return _foreign.read(meta, names, data, path)
-    header = _own_header(meta, path)
-    from .codecs import CODECS
-
-    codec = CODECS[header.codec]
-    expected = codec.stream_names(header.tensors)
-    if set(names) != expected:
-        missing, extra = sorted(expected - set(names)), sorted(set(names) - expected)
-        raise DeltaFormatError(f"streams do not match the header: {'missing ' + shown(missing, 80) if missing else ''}"
-                               f"{', ' if missing and extra else ''}"
-                               f"{'not listed by it ' + shown(extra, 80) if extra else ''}", path=path)
-    blobs = load_tensors(data, path)
-    try:
-        codec.check_streams(header.tensors, blobs)
-    except DeltaFormatError as e:
-        raise e.at(path) from None
-    return header, blobs

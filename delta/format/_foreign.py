@@ -33,11 +33,9 @@ import re
 import numpy as np
 import torch
 
-from .bits import DTYPE_NAMES, bits
-from .errors import DeltaFormatError, IntegrityError
-from .format import (
-    FORMAT_NAME, DeltaHeader, TensorEntry, load_tensors, metadata_int, parse_json, shown,
-)
+from ..errors import DeltaFormatError, IntegrityError
+from ..tensors.bits import DTYPE_NAMES, bits
+from .header import FORMAT_NAME, DeltaHeader, TensorEntry, load_tensors, metadata_int, parse_json, shown
 
 PATCH_FORMAT = "sparse_weight_patch"
 ANCHOR_FORMAT = "anchor_checkpoint"

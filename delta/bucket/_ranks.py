@@ -10,10 +10,27 @@ from typing import Any
 
 import torch
 
+from ..storage import Storage
 from .manifest import FileRef, Manifest, read_manifest
-from .storage import Storage
 
 _POLL_S = 0.05
+
+
+def broadcast_object(value: Any, group: Any = None) -> Any:
+    """The first rank of `group`'s `value` (any picklable object), returned on every rank of it.
+
+    Args:
+        value: What the group's first rank sends; the other ranks' values are ignored.
+        group: A torch.distributed process group (gloo, so the object travels on the CPU); None: the default
+            group.
+
+    Blocks until every rank of the group has called it (a collective: call it on all of them, in the same
+    order as their other collectives).
+    """
+    box = [value]
+    source = torch.distributed.get_global_rank(group, 0) if group is not None else 0
+    torch.distributed.broadcast_object_list(box, src=source, group=group)
+    return box[0]
 
 
 @dataclass(frozen=True)
@@ -47,12 +64,7 @@ class Ranks:
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's `value`, on every rank."""
-        if self.world == 1:
-            return value
-        box = [value]
-        torch.distributed.broadcast_object_list(box, src=torch.distributed.get_global_rank(self.group, 0)
-                                                if self.group is not None else 0, group=self.group)
-        return box[0]
+        return value if self.world == 1 else broadcast_object(value, self.group)
 
     def any(self, flag: bool) -> bool:
         """True on every rank if `flag` is true on any."""

@@ -1,7 +1,7 @@
-"""Tensors on a device (a GPU): the writer's chunk scan in plain torch ops, the reader's writes, and the
-seam between host and device.
+"""Tensors on a device (a GPU): the writer's chunk scan in plain torch ops, the reader's writes (and their
+compiled twin for host tensors, `scatter`), and the seam between host and device.
 
-The scan gives the same result as `_kernels.scan_chunk` (a test checks them against each other on CPU).
+The scan gives the same result as `delta.codecs._kernels.scan_chunk` (a test checks them against each other on CPU).
 It works on one chunk at a time, so its temporaries are chunk-sized whatever the tensor's size, and only
 the changed elements (class, gap, step) travel to the host. None of this has run on a GPU yet: it is
 the same torch code on any device, tested on CPU tensors.
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
+from numba import njit
 
 _INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -139,3 +140,20 @@ def restore_at(t: torch.Tensor, positions: np.ndarray | None, old: torch.Tensor)
 
 
 _NP_INT_OF = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+@njit(nogil=True, cache=True)
+def _scatter(flat, positions, values, saved):  # pragma: no cover - compiled
+    for j in range(positions.size):
+        saved[j] = flat[positions[j]]
+        flat[positions[j]] = values[j]
+
+
+def scatter(flat: np.ndarray, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Write `values` at `positions` of `flat` in place; returns the values that were there (for undo).
+
+    Positions must be unique and in range (the codecs check this before anything is written).
+    """
+    saved = np.empty(positions.size, flat.dtype)
+    _scatter(flat, positions, values, saved)
+    return saved

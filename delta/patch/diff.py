@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import torch
 
-from .codecs import DEFAULT_CODEC, get_codec
-from .format import DeltaHeader, write_delta
-from .hashing import StateDigest, state_digest
-from .state import check_same_layout
+from ..codecs import DEFAULT_CODEC, get_codec
+from ..format import DeltaHeader, write_delta
+from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.state import check_same_layout
 
 
 def _contiguous(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -16,9 +16,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 
-from .errors import DeltaFormatError
-from .format import read_header_json, serialize_safetensors
-from .state import State
+from ..errors import DeltaFormatError
+from ..format import read_header_json, serialize_safetensors
+from ..tensors.state import State
 
 ANCHOR_FORMAT = "delta-weights-anchor"
 ANCHOR_FORMAT_VERSION = "1"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import NoPathError
+from ..errors import NoPathError
 from .manifest import FileRef, Manifest, VersionEntry
 
 

@@ -37,19 +37,20 @@ from typing import Any
 
 import torch
 
-from . import _device, _mirror, pieces
-from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
-from .codecs import CODECS, DEFAULT_CODEC
-from .diff import diff
-from .errors import BucketUnreachableError, DeltaError, PublishError
-from .hashing import StateDigest, state_digest
-from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
-from .retention import collect_garbage, retain
-from .retry import RetryPolicy
-from .state import State
-from .storage import Storage, open_storage
-from .subscribe import Subscriber
+from ..codecs import CODECS, DEFAULT_CODEC
+from ..errors import BucketUnreachableError, DeltaError, PublishError
+from ..patch.diff import diff
+from ..retry import RetryPolicy
+from ..storage import Storage, open_storage
+from ..tensors import _device
+from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.state import State
+from . import _mirror, pieces
 from ._ranks import Ranks
+from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
+from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
+from .reader import Reader
+from .retention import collect_garbage, retain
 
 logger = logging.getLogger(__name__)
 
@@ -305,10 +306,12 @@ class Publisher:
                                digest.hexdigest, latest.version, latest.state_hash)
         if latest is not None and base is None:
             try:
-                sub = Subscriber(self.storage)
-                sub.sync(latest.version)
-                sub.close()
-                full = sub.flat_state
+                reader = Reader(self.storage)
+                try:
+                    reader.catch_up(manifest, latest.version)
+                finally:
+                    reader.close()
+                full = reader.flat_state
                 names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
                 if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
                     names = []

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
+from ..storage import Storage
 from .manifest import VERSIONS_DIR, Manifest, manifest_commits, version_of_path, write_manifest
-from .storage import Storage
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,290 @@
+"""Read a bucket's versions into a state, bit for bit: the catch-up that the `Subscriber` follows a bucket
+with and the `Publisher` resumes from.
+
+Each version is fetched, verified (size and SHA-256 of every file against the manifest) and decoded
+against the current state without touching it; only then is it written, under `lock` — the only
+pause a consumer sees. A file that fails its check is fetched once more, then avoided: the route is
+planned again through an anchor (`catchup.plan`). Nothing partial is ever written and the version
+never advances on a failure.
+
+Sharded writers (the manifest's `pieces`, `delta.pieces`): the state holds full tensors; each piece
+is read and written through a view of its range of the full tensor (in place where the range is
+contiguous, as FSDP2's dim-0 shards are; through a copy written back after each version otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
+from ..format import DeltaHeader
+from ..patch.apply import Rollback, decode, write_changes
+from ..storage import Storage
+from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.state import State, check_same_layout
+from . import pieces
+from .anchors import decode_anchor
+from .catchup import Step, plan
+from .manifest import FileRef, Manifest, VersionEntry, fetch_verified
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One version a `Reader` wrote.
+
+    Attributes:
+        entry: The manifest's entry of the version now held.
+        via: "delta" or "anchor".
+        changed: Names of the tensors written (every tensor after an anchor).
+        headers: The headers of the delta files applied (one per rank; empty after an anchor).
+        bytes_fetched: Bytes read from the bucket for it (refetches included).
+        fetch_s: Seconds fetching and verifying its files.
+        decode_s: Seconds decoding and validating them (the state untouched meanwhile).
+        pause_s: Seconds the state was locked for writing.
+    """
+
+    entry: VersionEntry
+    via: str
+    changed: tuple[str, ...]
+    headers: tuple[DeltaHeader, ...]
+    bytes_fetched: int
+    fetch_s: float
+    decode_s: float
+    pause_s: float
+
+
+class BadFiles(DeltaError):
+    """A step cannot be used: its files (`paths`) are to be avoided, and the route planned again."""
+
+    def __init__(self, paths: list[str], cause: Exception) -> None:
+        super().__init__(f"cannot use {paths}: {type(cause).__name__}: {cause}")
+        self.paths = paths
+
+
+@dataclass
+class _Prepared:
+    step: Step
+    payload: Any  # per delta file (header, changes, sub-state, its digest); (fresh state, digest, full state) for an anchor
+    fetched: int
+    fetch_s: float
+    decode_s: float
+
+
+class Reader:
+    """Holds a state and the version of a bucket it equals; `catch_up` moves it to another version.
+
+    Args:
+        storage: The bucket.
+        state: Tensors to update in place (contiguous; on the CPU or a GPU: see `delta.apply`). None: the
+            first anchor becomes the state (on the CPU).
+        version: The version `state` holds, if known (checked against the manifest's hashes); None
+            means unknown, so the first step loads an anchor into `state`.
+        fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
+        workers: Threads that decode chunks (None: one per core).
+
+    Threads: `catch_up` runs in the caller's thread (one caller at a time); decoding reads the state while
+    others may read it too; every write into it happens under `lock`, and `wait_for` wakes when the
+    version changes.
+    """
+
+    def __init__(self, storage: Storage, state: State | None = None, *, version: int | None = None,
+                 fetch_threads: int = 4, workers: int | None = None) -> None:
+        self.storage = storage
+        self.workers = workers
+        self.lock = threading.RLock()
+        self._state = state  # what files name: tensors and pieces (views of `_full`'s tensors when sharded)
+        self._full = state  # what callers see: full tensors
+        self._layout: pieces.Layout = {}
+        self._version = version if state is not None else None
+        self._digest: StateDigest | None = state_digest(state) if state is not None and version is not None else None
+        self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
+        self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
+
+    @property
+    def state(self) -> State | None:
+        """The held state, full tensors (updated in place; an anchor loaded into an empty reader replaces None)."""
+        return self._full
+
+    @property
+    def flat_state(self) -> State | None:
+        """The state as the files name it: the pieces of sharded tensors under piece names (views of
+        `state`'s tensors where contiguous), the other tensors as in `state`."""
+        return self._state
+
+    @property
+    def version(self) -> int | None:
+        return self._version
+
+    @property
+    def digest(self) -> StateDigest | None:
+        """The digest of `flat_state` at `version` (for unsharded writers, of `state`)."""
+        return self._digest
+
+    def wait_for(self, version: int, timeout: float) -> bool:
+        """Wait until the state holds `version` or newer; False after `timeout` seconds."""
+        with self._advanced:
+            return self._advanced.wait_for(lambda: (self._version or 0) >= version, timeout)
+
+    def close(self) -> None:
+        """Release the fetch threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def catch_up(self, manifest: Manifest, target: int, *, stopped: Callable[[], bool] = lambda: False,
+                 on_bad_files: Callable[[BadFiles], None] | None = None,
+                 on_applied: Callable[[Applied], None] | None = None) -> int | None:
+        """Move the state to version `target` of `manifest`, step by step; returns the version held.
+
+        Args:
+            stopped: Checked before each step: True ends the catch-up where it is.
+            on_bad_files: Told of each step whose files were bad (then avoided, and the route planned again).
+            on_applied: Told of each version written (outside `lock`).
+
+        Raises:
+            NoPathError: no route around the bad files (the state is untouched at its last version).
+        """
+        self.adopt_layout(manifest.pieces or {})
+        avoid: set[str] = set()
+        while self._version != target and not stopped():
+            have_hash = self._digest.hexdigest if self._digest is not None else None
+            step = plan(manifest, target, have=self._version, have_hash=have_hash, avoid=avoid)[0]
+            try:
+                applied = self._apply(self._prepare(step, manifest))
+            except BadFiles as e:
+                if on_bad_files is not None:
+                    on_bad_files(e)
+                avoid.update(e.paths)
+                continue
+            if on_applied is not None:
+                on_applied(applied)
+        return self._version
+
+    def adopt_layout(self, layout: pieces.Layout) -> None:
+        """Read and write the held state through the pieces `layout` names (a sharded writer's, or none)."""
+        if layout == self._layout:
+            return
+        if self._full is not None:
+            flat = pieces.piece_views(self._full, layout) if layout else self._full
+            with self.lock:
+                self._state = flat
+                if self._digest is not None:
+                    self._digest = state_digest(flat)
+        self._layout = layout
+
+    # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
+
+    def _fetch(self, ref: FileRef) -> tuple[bytes, int]:
+        """Fetch and verify one file, once more if it fails; returns (data, bytes read)."""
+        try:
+            return fetch_verified(self.storage, ref), ref.size
+        except (IntegrityError, FileNotFoundError) as first:
+            logger.warning("%s: %s; fetching it again", ref.path, first)
+            try:
+                return fetch_verified(self.storage, ref), 2 * ref.size
+            except (IntegrityError, FileNotFoundError) as e:
+                raise BadFiles([ref.path], e) from e
+
+    def _prepare(self, step: Step, manifest: Manifest) -> _Prepared:
+        start = time.perf_counter()
+        results = list(self._pool.map(self._fetch, step.files))
+        fetched = sum(n for _, n in results)
+        decoded = time.perf_counter()
+        datas = [data for data, _ in results]
+        try:
+            payload = (self._decode_anchor(step, datas) if step.via == "anchor"
+                       else self._decode_deltas(step, datas, manifest))
+        except (DeltaFormatError, StateMismatchError, IntegrityError) as e:
+            raise BadFiles([f.path for f in step.files], e) from e
+        return _Prepared(step, payload, fetched, decoded - start, time.perf_counter() - decoded)
+
+    def _decode_anchor(self, step: Step, datas: list[bytes]) -> tuple[State, StateDigest, State | None]:
+        fresh: State = {}
+        for rank in sorted({f.rank for f in step.files}):  # each rank's shards make one anchor of its tensors
+            mine = [(f.path, data) for f, data in zip(step.files, datas) if f.rank == rank]
+            part = decode_anchor([d for _, d in mine], version=step.entry.version, paths=[p for p, _ in mine])
+            if fresh.keys() & part.keys():
+                raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
+            fresh.update(part)
+        digest = state_digest(fresh)
+        if digest.hexdigest != step.entry.state_hash:
+            raise IntegrityError(f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
+                                 expected=step.entry.state_hash, actual=digest.hexdigest)
+        if self._state is not None:
+            check_same_layout(self._state, fresh)
+            return fresh, digest, None
+        full = pieces.assemble(fresh, self._layout) if self._layout else fresh
+        return fresh, digest, full
+
+    def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> list[tuple]:
+        out = []
+        for ref, data in zip(step.files, datas):
+            names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
+            sub = {n: self._state[n] for n in names}
+            sub_digest = StateDigest({n: self._digest.tensors[n] for n in names})
+            header, changes, _ = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            if manifest.shards is None and header.target_hash != step.entry.state_hash:
+                # One writer: the file's target must be the version's state, checked before any write.
+                raise IntegrityError(f"{ref.path} leads to another state than version {step.entry.version}",
+                                     expected=step.entry.state_hash, actual=header.target_hash, path=ref.path)
+            out.append((header, changes, sub, sub_digest))
+        return out
+
+    def _apply(self, prepared: _Prepared) -> Applied:
+        entry = prepared.step.entry
+        with self.lock:
+            start = time.perf_counter()
+            if prepared.step.via == "anchor":
+                fresh, digest, full = prepared.payload
+                if self._state is None:
+                    self._full = full
+                    self._state = pieces.piece_views(full, self._layout) if self._layout else full
+                else:
+                    for name, tensor in fresh.items():
+                        self._state[name].copy_(tensor)
+                    pieces.write_back(self._full, self._state, self._layout)
+                changed = tuple(sorted(self._full))
+                headers: tuple[DeltaHeader, ...] = ()
+            else:
+                try:
+                    digest, changed = self._write_deltas(prepared.payload, entry.state_hash)
+                except IntegrityError as e:
+                    raise BadFiles([f.path for f in prepared.step.files], e) from e
+                headers = tuple(header for header, *_ in prepared.payload)
+            self._digest, self._version = digest, entry.version
+            pause = time.perf_counter() - start
+            with self._advanced:
+                self._advanced.notify_all()
+        return Applied(entry, prepared.step.via, changed, headers, prepared.fetched, prepared.fetch_s,
+                       prepared.decode_s, pause)
+
+    def _write_deltas(self, decoded: list[tuple], state_hash: str) -> tuple[StateDigest, tuple[str, ...]]:
+        """Write every rank's changes, all or nothing: earlier ranks are rolled back if a later one fails.
+
+        Raises:
+            IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
+        """
+        tensors = dict(self._digest.tensors)
+        rollback = Rollback()
+        changed: set[str] = set()
+        try:
+            for header, changes, sub, sub_digest in decoded:
+                result = write_changes(header, changes, sub, sub_digest, rollback)
+                tensors.update(result.digest.tensors)
+                changed.update(c.name for c in changes)
+            digest = StateDigest(tensors)
+            if digest.hexdigest != state_hash:
+                raise IntegrityError("state after applying does not match the manifest's state hash",
+                                     expected=state_hash, actual=digest.hexdigest)
+        except BaseException:  # a mismatch, or anything that stopped the writes half way: undo them all
+            rollback.restore()
+            raise
+        pieces.write_back(self._full, self._state, self._layout, changed)
+        owner = pieces.owners(self._layout)
+        return digest, tuple(sorted({owner.get(n, n) for n in changed}))

@@ -1,0 +1,281 @@
+"""Reader side: follow a bucket's versions and keep a state equal, bit for bit, to the trainer's.
+
+    sub = Subscriber("s3://bucket/run", on_update=lambda u: engine.reload(u.changed))
+    sub.sync()            # blocking catch-up to the latest version
+    sub.start()           # or follow in a background thread; writes happen under `sub.lock`
+
+A `Subscriber` polls the manifest and moves its `Reader` (`reader.py`: fetch, verify, decode, then write
+under `lock`; nothing partial is ever written) to each newest version, counting failures and backing off
+from them, and reports each version applied to `on_update`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DeltaError
+from ..format import DeltaHeader
+from ..retry import RetryPolicy
+from ..storage import Storage, open_storage
+from ..tensors.hashing import StateDigest
+from ..tensors.state import State
+from .manifest import read_manifest
+from .reader import Applied, Reader
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubscriberConfig:
+    """Settings of a `Subscriber`.
+
+    Attributes:
+        poll_interval: Seconds between manifest polls while up to date.
+        max_backoff: Longest wait between polls after failures (doubling from `poll_interval`, with
+            jitter: `delta.retry.RetryPolicy`).
+        fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
+        history: Per-version statistics kept for `status()`.
+        workers: Threads that decode chunks (None: one per core).
+    """
+
+    poll_interval: float = 1.0
+    max_backoff: float = 30.0
+    fetch_threads: int = 4
+    history: int = 100
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
+            raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
+        if self.fetch_threads < 1 or self.history < 1:
+            raise ValueError(f"fetch_threads and history must be >= 1, got {self.fetch_threads}, {self.history}")
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    """How one applied version went.
+
+    Attributes:
+        version: The version reached.
+        via: "delta" or "anchor".
+        bytes_fetched: Bytes read from the bucket for it (refetches included).
+        fetch_s: Seconds spent fetching and verifying files.
+        decode_s: Seconds decoding and validating (in the background, the state still usable).
+        apply_pause_s: Seconds the state was locked for writing: what a consumer waits.
+        lag_s: Seconds from the manifest read that revealed the version to its apply.
+    """
+
+    version: int
+    via: str
+    bytes_fetched: int
+    fetch_s: float
+    decode_s: float
+    apply_pause_s: float
+    lag_s: float
+
+
+@dataclass(frozen=True)
+class SubscriberStatus:
+    """A snapshot of a subscriber's progress.
+
+    Attributes:
+        version: The version the state holds, or None before the first apply.
+        latest: The newest version seen in the bucket.
+        lag: latest - version (None when either is unknown).
+        last_error: The most recent failure, as text, or None.
+        failures: Failures so far (bad files, unreachable bucket, ...); each was recovered from or retried.
+        history: Statistics of the most recently applied versions, oldest first.
+    """
+
+    version: int | None
+    latest: int | None
+    lag: int | None
+    last_error: str | None
+    failures: int
+    history: tuple[VersionStats, ...]
+
+
+@dataclass(frozen=True)
+class Update:
+    """What `on_update` receives after each applied version (in the thread that applied it).
+
+    Attributes:
+        version: The version now held.
+        changed: Names of the tensors written (every tensor after an anchor).
+        stats: How the version went.
+        headers: The headers of the delta files applied (one per rank; empty after an anchor): which
+            tensors changed and how many elements of each.
+        published_at: Unix time the trainer handed this version to its publisher (None if the manifest
+            does not say).
+    """
+
+    version: int
+    changed: tuple[str, ...]
+    stats: VersionStats
+    headers: tuple[DeltaHeader, ...] = ()
+    published_at: float | None = None
+
+
+class Subscriber:
+    """Follows a bucket and keeps `state` at its newest version (or a chosen one).
+
+    Args:
+        bucket: URL for `open_storage`, or an open `Storage`.
+        state: Tensors to update in place (contiguous; on the CPU or a GPU: see `delta.apply`). None: the
+            first anchor becomes the state (on the CPU).
+        version: The version `state` holds, if known (checked against the manifest's hashes); None
+            means unknown, so the first step loads an anchor into `state`.
+        config: Polling and fetching settings.
+        on_update: Called after each applied version with an `Update`, in the applying thread,
+            outside `lock`. An exception it raises is logged, not propagated.
+        **storage_options: Passed to `open_storage` when `bucket` is a URL.
+
+    Threads: `sync` blocks the caller; `start` runs the same loop in a daemon thread. Decoding reads
+    the state while others may read it too; every write into it happens under `lock` (hold it while
+    reading the state to see one version throughout).
+    """
+
+    def __init__(self, bucket: str | Storage, state: State | None = None, *, version: int | None = None,
+                 config: SubscriberConfig | None = None, on_update: Callable[[Update], None] | None = None,
+                 **storage_options: Any) -> None:
+        self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
+        self.config = config or SubscriberConfig()
+        self.on_update = on_update
+        self._reader = Reader(self.storage, state, version=version, fetch_threads=self.config.fetch_threads,
+                              workers=self.config.workers)
+        self.lock = self._reader.lock
+        self._sync_lock = threading.Lock()
+        self._latest: int | None = None
+        self._last_error: str | None = None
+        self._failures = 0
+        self._history: deque[VersionStats] = deque(maxlen=self.config.history)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def state(self) -> State | None:
+        """The live state, full tensors (updated in place; an anchor loaded into an empty subscriber
+        replaces None)."""
+        return self._reader.state
+
+    @property
+    def flat_state(self) -> State | None:
+        """The state as the files name it: the pieces of sharded tensors under piece names (views of
+        `state`'s tensors where contiguous), the other tensors as in `state`."""
+        return self._reader.flat_state
+
+    @property
+    def version(self) -> int | None:
+        return self._reader.version
+
+    @property
+    def digest(self) -> StateDigest | None:
+        """The digest of `flat_state` at `version` (for unsharded writers, of `state`)."""
+        return self._reader.digest
+
+    def status(self) -> SubscriberStatus:
+        version = self._reader.version
+        lag = None if self._latest is None or version is None else self._latest - version
+        return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
+                                tuple(self._history))
+
+    def sync(self, version: int | None = None) -> int | None:
+        """Catch up to `version` (default: the newest committed) and return the version held.
+
+        Blocks until done. Tries every route the manifest offers around bad files before giving up.
+
+        Raises:
+            NoPathError: no route around the bad files (the state is untouched at its old version).
+            BucketUnreachableError, StorageError: the bucket failed.
+            DeltaFormatError: the manifest cannot be parsed.
+        """
+        with self._sync_lock:
+            try:
+                return self._catch_up(version)
+            except (DeltaError, OSError) as e:
+                self._record(e)
+                raise
+
+    def start(self) -> None:
+        """Follow the bucket in a daemon thread: poll, catch up, back off on failures.
+
+        No failure ends the thread: each is counted in `status()` (with `last_error`), the version
+        stays where it was, and the step is tried again after a back-off.
+        """
+        if self._thread is not None:
+            raise RuntimeError("this subscriber is already following; call close() first")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._follow, name="delta-subscriber", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop following (waits up to `timeout` s for a step in progress) and release the fetch threads."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._reader.close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_for(self, version: int, timeout: float) -> bool:
+        """Wait until the state holds `version` or newer; False after `timeout` seconds."""
+        return self._reader.wait_for(version, timeout)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _follow(self) -> None:
+        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
+        failures = 0
+        while not self._stop.is_set():
+            with self._sync_lock:
+                try:
+                    self._catch_up(None)
+                    failures = 0
+                except (DeltaError, OSError) as e:
+                    self._record(e)
+                    failures += 1
+                except Exception as e:  # anything else (a bug, MemoryError, ...): recorded and retried, never fatal
+                    logger.exception("subscriber on %s: unexpected failure, retrying", self.storage.url)
+                    self._record(e)
+                    failures += 1
+            self._stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+
+    def _record(self, error: BaseException) -> None:
+        self._failures += 1
+        self._last_error = f"{type(error).__name__}: {error}"
+        logger.warning("subscriber on %s: %s", self.storage.url, self._last_error)
+
+    def _catch_up(self, version: int | None) -> int | None:
+        seen_at = time.monotonic()
+        manifest = read_manifest(self.storage)
+        if manifest is None or manifest.latest is None:
+            return self._reader.version
+        self._latest = manifest.latest.version
+        target = manifest.latest.version if version is None else version
+        return self._reader.catch_up(manifest, target, stopped=self._stop.is_set, on_bad_files=self._record,
+                                     on_applied=lambda applied: self._report(applied, seen_at))
+
+    def _report(self, applied: Applied, seen_at: float) -> None:
+        """Keep the statistics of a version just applied and hand it to `on_update`."""
+        stats = VersionStats(applied.entry.version, applied.via, applied.bytes_fetched, applied.fetch_s,
+                             applied.decode_s, applied.pause_s, time.monotonic() - seen_at)
+        self._history.append(stats)
+        if self.on_update is not None:
+            try:
+                self.on_update(Update(applied.entry.version, applied.changed, stats, applied.headers,
+                                      applied.entry.published_at))
+            except Exception:  # the consumer's bug must not stop the follower
+                logger.exception("on_update callback failed for version %d", applied.entry.version)
