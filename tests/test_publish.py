@@ -40,11 +40,14 @@ def test_versions_anchors_and_round_trip(tmp_path):
 def test_coalesces_when_uploads_fall_behind(tmp_path):
     states = trajectory(30)
     with Publisher(str(tmp_path)) as pub:
+        assert pub.state_version == 0
         start = time.perf_counter()
         for s in states[1:]:
             pub.publish(s)
+            assert pub.state_version >= 1  # the state handed in is ahead of what is committed until it lands
         blocked = time.perf_counter() - start
         assert pub.flush(timeout=60)
+        assert pub.state_version == pub.last.version  # committed: the version the state has, coalesced steps one
     latest = pub.last.version
     assert latest < 30  # the background could not keep up with 30 back-to-back publishes
     assert blocked < 5.0
@@ -61,6 +64,7 @@ def test_resume_continues_numbering_and_checks_the_state(tmp_path):
     # The caller's base_state is not the bucket's latest: it is refused and the base pulled from the bucket.
     with Publisher(str(tmp_path), base_state=states[1]) as pub:
         assert pub.last.version == 3 and pub.last.state_hash == read_manifest(open_storage(tmp_path)).latest.state_hash
+        assert pub.state_version == 3
         pub.publish(states[4])
         pub.flush()
     with Publisher(str(tmp_path), base_state=states[4]) as pub:

@@ -32,8 +32,8 @@ class Counting:
         self.publisher.publish(state)
 
     @property
-    def idle(self) -> bool:
-        return self.publisher.idle
+    def state_version(self) -> int:
+        return self.publisher.state_version
 
     def flush(self, timeout: float | None = None) -> bool:
         return self.publisher.flush(timeout)

@@ -36,7 +36,7 @@ class VersionPublisher(Protocol):
     def last(self) -> PublishedVersion | None: ...
 
     @property
-    def idle(self) -> bool: ...
+    def state_version(self) -> int: ...
 
     def publish(self, state: Mapping[str, torch.Tensor | delta.pieces.Slice]) -> None: ...
 
@@ -88,12 +88,7 @@ class PublishCallback(TrainerCallback):
         """
         if self.publisher is None:
             return self.start_version + self.steps
-        while True:  # `last` read on both sides of `idle`: a commit in between is read again
-            last = self.publisher.last.version if self.publisher.last is not None else self.start_version
-            idle = self.publisher.idle
-            now = self.publisher.last.version if self.publisher.last is not None else self.start_version
-            if now == last:
-                return last if idle else last + 1
+        return self.publisher.state_version
 
     def share(self) -> Mapping[str, torch.Tensor | delta.pieces.Slice]:
         """What this rank publishes of `state`: all of it (one rank, or FSDP2 shards, which `delta` publishes

@@ -224,12 +224,15 @@ class Publisher:
             self._cond.notify_all()
 
     @property
-    def idle(self) -> bool:
-        """True when no snapshot waits or uploads: `last` is the version of the state handed in last. Unlike
-        `flush(timeout=0)`, it changes nothing (with several ranks, flushing one rank alone would make it
-        publish a step the others coalesce)."""
+    def state_version(self) -> int:
+        """The version the state handed in last has in the bucket's numbering: the last committed version (0
+        before any), or the next one while a snapshot waits or uploads (steps that coalesce make one version).
+        `last` and the queue are read together, so a commit in between cannot count twice. It changes nothing:
+        unlike `flush(timeout=0)`, which with several ranks would make one rank publish a step the others
+        coalesce."""
         with self._cond:
-            return self._pending is None and not self._busy
+            last = self.last.version if self.last is not None else 0
+            return last if self._pending is None and not self._busy else last + 1
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the last snapshot taken is committed; True if it was within `timeout` seconds.
@@ -422,8 +425,10 @@ class Publisher:
         self._next_version = version + 1
         if anchor:
             self._last_anchor = version
-        self.last = PublishedVersion(version, manifest.get(version).state_hash, "anchor" if anchor else "delta",
+        published = PublishedVersion(version, manifest.get(version).state_hash, "anchor" if anchor else "delta",
                                      written, time.monotonic() - start)
+        with self._cond:  # `state_version` reads `last` and the queue together
+            self.last = published
 
     def _write(self, path: str, data: bytes) -> FileRef:
         self.storage.write(path, data)
