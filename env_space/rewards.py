@@ -1,4 +1,4 @@
-"""Rewards for one move, as pure functions. The README's "Rewards" table documents the formula.
+"""Rewards for one move, as pure functions. docs/spaces.md#wordle-environment ("Rewards") documents the formula.
 
 reward = format + validity + progress + win, where
 

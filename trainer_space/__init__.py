@@ -25,8 +25,8 @@ __all__ = ["TrainerConfig", "TrainerState", "TrainingSession"]
 
 
 def __getattr__(name: str) -> Any:
-    """`TrainingSession` is imported on first use: the session module loads torch, and `wire.trainer`
-    (read by the launcher's landing page) must not."""
+    """`TrainingSession` is imported on first use: the session module loads torch, and importing the package
+    for `TrainerConfig` (``trainer_space.launch`` reads its flags' defaults there) must not."""
     if name == "TrainingSession":
         from .session import TrainingSession
 
