@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import httpx
 import torch
 
-from rollout_space.messages import RolloutStatus
-from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
+from wire.rollout import RolloutStatus
+from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
 
 #: Training settings of every case, but the reply length (`--max-tokens`): with the default, 72 tokens, playing a
 #: step's games costs about what the training step does with the tiny model on a CPU (as generation does on a

@@ -4,9 +4,9 @@
 
 For each model and engine, in one run: generation throughput with nobody publishing (the baseline),
 and the same generation while a publisher emits a new version every `--interval` seconds into a
-local bucket that a `rollout_space.Follower` follows (alternating, so load drift hits both); the ratio, the pause generation saw
-per version (`Engine.update`), and the time from the trainer's `publish` to the engine serving it: in
-all, and without the wait for the batch in flight (publish, encode, upload, poll, fetch, decode and
+local bucket that a `rollout_space.follower.Follower` follows (alternating, so load drift hits both); the
+ratio, the pause generation saw per version (`Engine.update`), and the time from the trainer's `publish` to
+the engine serving it: in all, and without the wait for the batch in flight (publish, encode, upload, poll, fetch, decode and
 load: what the speed issue's 2 s target counts). The follower polls as the rollout server does by
 default (`--poll-interval`).
 Updates are sign steps of every weight at `--lr` in fp32, rounded back to bf16 (about what AdamW does

@@ -40,10 +40,10 @@ import torch
 from pydantic import TypeAdapter
 
 import delta
-from env_space.schema import GameRecord
-from rollout_space.messages import RolloutStatus, Trajectory
 from trainer_space import TrainerConfig, TrainingSession
-from trainer_space.messages import StepRecord, TrainerHistory, TrainerStatus
+from wire.env import GameRecord
+from wire.rollout import RolloutStatus, Trajectory
+from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
 
 
 class ReplayedGames:

@@ -1,8 +1,8 @@
 """HTML of policy games: Wordle boards drawn from rollout trajectories.
 
-Trajectories (`rollout_space.messages.Trajectory`, what the rollout API sends) carry ``guesses`` ("" for
-an invalid move) and ``marks`` (one code per valid guess). The tiles use ``env_space.render``'s CSS classes, so a UI that
-loads ``env_space.render.CSS`` draws them like the env Space does. ``hide_letters`` draws colours
+Trajectories (`wire.rollout.Trajectory`, what the rollout API sends) carry ``guesses`` ("" for
+an invalid move) and ``marks`` (one code per valid guess). The tiles use ``dashboard.render``'s CSS classes, so a
+UI that loads ``dashboard.render.CSS`` draws them like the env Space does. ``hide_letters`` draws colours
 only: how the policy's board is shown to a person still guessing the same word.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from env_space import render
-from env_space.rules import MAX_GUESSES
-from rollout_space.messages import Trajectory
+from wire.rollout import Trajectory
+from wire.wordle import MAX_GUESSES
+
+from . import render
 
 
 def scored_words(trajectory: Trajectory) -> list[str]:
@@ -23,7 +24,7 @@ def scored_words(trajectory: Trajectory) -> list[str]:
 
 def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
     """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves: the env's feed wording and counts
-    (``env_space.render.outcome_text``); the secret only when ``reveal``."""
+    (``dashboard.render.outcome_text``); the secret only when ``reveal``."""
     return render.outcome_text(trajectory.won, trajectory.finished, trajectory.secret, len(scored_words(trajectory)),
                                trajectory.invalid_moves, reveal)
 

@@ -11,8 +11,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
+from typing import TYPE_CHECKING
 
-from delta import DeltaHeader
+if TYPE_CHECKING:  # a type only: the env Space draws its boards with `dashboard` and installs no torch
+    from delta import DeltaHeader
 
 #: Row of the tensors outside the decoder layers (embeddings, final norm, lm_head).
 NON_LAYER_ROW = "other"

@@ -1,5 +1,10 @@
-"""The Wordle environment Space: rules, word lists, prompt and parser, rewards, sessions, HTTP API
-and Gradio UI. Importing the package loads no web framework; ``env_space.server`` does."""
+"""The Wordle environment Space: word lists, prompt and parser, rewards, sessions, HTTP API and Gradio UI.
+The rules and the HTTP messages, which the other apps share, are ``wire.wordle`` and ``wire.env`` (re-exported
+here); the board's drawing is ``dashboard.render``. Importing the package loads no web framework;
+``env_space.server`` does."""
+
+from wire.env import HUMAN, GameRecord, PlayerStats, WordleAction, WordleObservation, player_label
+from wire.wordle import MAX_GUESSES, WORD_LENGTH, Mark, letter_states, score
 
 from .errors import (
     GameOverError,
@@ -13,8 +18,6 @@ from .game import WordleGame
 from .history import GameHistory
 from .prompt import INSTRUCTIONS, ParsedGuess, parse_guess
 from .rewards import DEFAULT_REWARDS, RewardConfig
-from .rules import MAX_GUESSES, WORD_LENGTH, Mark, letter_states, score
-from .schema import HUMAN, GameRecord, PlayerStats, WordleAction, WordleObservation, player_label
 from .sessions import SessionLimits, SessionStore
 from .words import WordLists, load_word_lists
 

@@ -22,19 +22,7 @@ from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 
 from webguard import bearer_token, client_address, error_summary, guard_app, loads_strict, token_matches
-
-from .errors import (
-    ClientLimitError,
-    ForbiddenError,
-    GameOverError,
-    InvalidSecretError,
-    ServerFullError,
-    SessionExistsError,
-    SessionNotFoundError,
-    WordleError,
-)
-from .mcp import add_mcp
-from .schema import (
+from wire.env import (
     HUMAN,
     CloseResponse,
     EpisodeRequest,
@@ -47,6 +35,18 @@ from .schema import (
     WordleObservation,
     player_label,
 )
+
+from .errors import (
+    ClientLimitError,
+    ForbiddenError,
+    GameOverError,
+    InvalidSecretError,
+    ServerFullError,
+    SessionExistsError,
+    SessionNotFoundError,
+    WordleError,
+)
+from .mcp import add_mcp
 from .sessions import SessionStore
 
 #: Largest request body: an action is at most 32 K characters, so this leaves ample room.

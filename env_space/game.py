@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
+from wire.env import MAX_REPLY_CHARS, GameRecord, GuessRow, WordleObservation
+from wire.wordle import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, OPEN_TAG, encode, is_win, progress, score
+
 from . import prompt
 from .errors import GameOverError, InvalidSecretError
-from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward, progress
-from .rules import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, encode, is_win, score
-from .schema import MAX_REPLY_CHARS, GameRecord, GuessRow, WordleObservation
+from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward
 from .words import WordLists
 
 
@@ -83,7 +84,7 @@ class WordleGame:
         parsed = prompt.parse_guess(text)
         error = parsed.error or self._words.check(parsed.word or "") or self._repeated(parsed.word or "")
         if error is not None and parsed.left_open and parsed.word is not None:
-            error += f"; the {prompt.OPEN_TAG} tag was left open, so its first word is the guess"
+            error += f"; the {OPEN_TAG} tag was left open, so its first word is the guess"
         self._replies.append(text[:MAX_REPLY_CHARS])
         self._guesses.append("" if error is not None else parsed.word or "")
         self._errors.append(error or "")

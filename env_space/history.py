@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from .schema import HUMAN, GameRecord, PlayerStats, weight_version_of
+from wire.env import HUMAN, GameRecord, PlayerStats, weight_version_of
 
 
 class GameHistory:

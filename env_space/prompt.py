@@ -7,13 +7,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .rules import MAX_GUESSES, WORD_LENGTH, Mark
+from wire.wordle import CLOSE_TAG, MAX_GUESSES, OPEN_TAG, WORD_LENGTH, Mark
 
 _MARK_WORDS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
 _MARK_TILES = {Mark.GREEN: "🟩", Mark.YELLOW: "🟨", Mark.GRAY: "⬛"}
 
-#: The tag a guess opens with. A player may write it for a model (see `rollout_space.games.PlayParams`).
-OPEN_TAG = "<guess>"
 
 INSTRUCTIONS = f"""Let's play Wordle. Find the secret {WORD_LENGTH}-letter English word in at most \
 {MAX_GUESSES} guesses.
@@ -25,8 +23,6 @@ Every guess must be a real {WORD_LENGTH}-letter English word. Think briefly, the
 inside <guess></guess> tags, for example <guess>crane</guess>.
 Make your first guess."""
 
-#: The tag that ends a guess; generation stops on it (`rollout_space.games.PlayParams.stop`).
-CLOSE_TAG = "</guess>"
 
 _OPEN = re.compile(re.escape(OPEN_TAG), re.IGNORECASE)
 _THINKING = re.compile(r"<think>.*?(?:</think>|$)", re.IGNORECASE | re.DOTALL)

@@ -1,4 +1,4 @@
-"""Rewards for one move, as pure functions. The README's "Rewards" table documents the formula.
+"""Rewards for one move, as pure functions. docs/spaces.md#wordle-environment ("Rewards") documents the formula.
 
 reward = format + validity + progress + win, where
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .rules import Mark, decode, is_win
+from wire.wordle import Mark, is_win, progress
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,6 @@ class RewardConfig:
 
 
 DEFAULT_REWARDS = RewardConfig()
-
-
-def progress(marks: Sequence[Mark]) -> float:
-    """How close a scored guess is, in [0, 1]: (greens + yellows / 2) / length."""
-    greens = sum(m is Mark.GREEN for m in marks)
-    yellows = sum(m is Mark.YELLOW for m in marks)
-    return (greens + 0.5 * yellows) / len(marks)
-
-
-def letters_found(marks: Sequence[str]) -> float:
-    """Letters a game found, in [0, 5]: the best (greens + yellows / 2) over its scored guesses (marks as
-    G/Y/X codes), 0 with none. The progress term's potential in letters: what the trainer plots per step."""
-    return max((progress(decode(code)) * len(code) for code in marks), default=0.0)
 
 
 def format_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS) -> float:

@@ -7,10 +7,11 @@ from fastapi import FastAPI
 
 import settings
 
+from dashboard.mount import mount_ui
+from dashboard.render import CSS
+
 from .api import MAX_BODY_BYTES, Access, build_api
 from .history import GameHistory
-from .mount import mount_ui
-from .render import CSS
 from .sessions import DEFAULT_LIMITS, SessionLimits, SessionStore
 from .ui import build_ui
 from .words import load_word_lists

@@ -11,13 +11,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from wire.env import WordleObservation
+from wire.wordle import DEFAULT_MAX_INVALID_MOVES
+
 from .errors import SessionExistsError, SessionNotFoundError
 from .game import WordleGame
 from .history import GameHistory
 from .pool import SessionPool
 from .rewards import DEFAULT_REWARDS, RewardConfig
-from .rules import DEFAULT_MAX_INVALID_MOVES
-from .schema import WordleObservation
 from .words import WordLists
 
 
@@ -99,7 +100,7 @@ class SessionStore:
         """Start a game and return its first observation (the instructions).
 
         Args:
-            player: who plays, for the history: ``"human"`` or :func:`~env_space.schema.player_label`.
+            player: who plays, for the history: ``"human"`` or :func:`~wire.env.player_label`.
             seed: picks the secret reproducibly; ignored when ``secret`` is given.
             secret: play this allowed word instead of a random answer.
             episode_id: the session id to use; a fresh UUID when None.

@@ -6,11 +6,11 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from dashboard import render
 from webguard import client_address
+from wire.env import HUMAN, WordleObservation
 
-from . import render
 from .errors import ClientLimitError, ServerFullError, SessionNotFoundError
-from .schema import HUMAN, WordleObservation
 from .sessions import SessionStore
 
 FEED_SIZE = 8

@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 from importlib import resources
 
-from .rules import WORD_LENGTH
+from wire.wordle import WORD_LENGTH
 
 
 @dataclass(frozen=True)

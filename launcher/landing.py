@@ -23,8 +23,8 @@ from pydantic import ValidationError
 
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
-from rollout_space.messages import RolloutStatus
-from trainer_space.messages import TrainerStatus
+from wire.rollout import RolloutStatus
+from wire.trainer import TrainerStatus
 
 from .children import Child
 

@@ -7,7 +7,7 @@ for bit). The decisions take a `Machine` — what torch sees (`Machine.probe`) o
 by hand — so every GPU case (T4, L4, A100/H100, two GPUs) is decided, and tested, on a CPU.
 
 None of the GPU decisions has run on a GPU yet: they follow a reading of torch 2.13, vLLM 0.32 and
-transformers 5.19 (see the README's "Hardware").
+transformers 5.19 (see docs/running.md#hardware).
 """
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from webguard import MAX_INT63, bearer_token, guard_app, token_matches
+from wire.errors import RolloutError
+from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus
 
 from .engines import EngineError, PromptError, SamplingParams
-from .errors import EnvUnavailableError, LimitExceededError, RolloutError
+from .errors import EnvUnavailableError, LimitExceededError
 from .games import GameSpec, PlayParams
-from .messages import GenerateResponse, RolloutResponse, RolloutStatus
 from .service import RolloutService
 
 #: Largest request body: 256 prompts of 2,048 token ids as JSON fit in well under this.

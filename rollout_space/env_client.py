@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
-from env_space.schema import StepResponse, WordleObservation
 from webguard import auth_headers
+from wire.env import StepResponse, WordleObservation
+from wire.http import request_json
 
-from ._http import request_json
 from .errors import EnvUnavailableError
 
 

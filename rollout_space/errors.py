@@ -1,15 +1,9 @@
-"""The errors the rollout Space raises besides the engines' own (``rollout_space.engines.errors``)."""
+"""The errors the rollout Space raises besides the engines' own (``rollout_space.engines.errors``); their base,
+`RolloutError`, is the one its clients raise (``wire.errors``)."""
 
 from __future__ import annotations
 
-
-class RolloutError(RuntimeError):
-    """Base class of the rollout Space's errors."""
-
-
-class RolloutRefusedError(RolloutError):
-    """The rollout server refused the request itself (a wrong or missing token, a request over its caps or
-    malformed): sending it again cannot succeed, so callers do not retry it."""
+from wire.errors import RolloutError
 
 
 class EnvUnavailableError(RolloutError):

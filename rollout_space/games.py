@@ -13,13 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from env_space.prompt import CLOSE_TAG, OPEN_TAG
-from env_space.rules import MAX_GUESSES
-from env_space.schema import WordleObservation
+from wire.env import WordleObservation
+from wire.rollout import Trajectory
+from wire.wordle import CLOSE_TAG, MAX_GUESSES, OPEN_TAG
 
 from .engines import Completion, Engine, SamplingParams
 from .env_client import EnvClient
-from .messages import Trajectory
 
 #: Stands for the model's reply while the chat template is rendered, to find the text around a reply.
 _REPLY = "\uE000REPLY\uE000"

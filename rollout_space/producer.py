@@ -25,13 +25,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from delta import DeltaError, RetryPolicy, StorageError
+from wire.errors import RolloutError
 from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
 from wire.trajectory import Trajectory
 
 from .engines.errors import EngineError
-from .errors import RolloutError
 from .games import GameSpec, PlayParams
 
 logger = logging.getLogger(__name__)

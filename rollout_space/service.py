@@ -11,15 +11,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from delta import DeltaHeader
+from wire.errors import RolloutError
 from wire.fleet_bucket import FleetBucket
+from wire.rollout import RolloutStatus, Trajectory
 
 from .engines import Completion, Engine, SamplingParams
 from .engines.base import Prompt
 from .env_client import EnvClient
-from .errors import LimitExceededError, RolloutError
+from .errors import LimitExceededError
 from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, play_games
-from .messages import RolloutStatus, Trajectory
 from .priority import BehindTrainer, TrainerFirst
 from .producer import GroupProducer
 

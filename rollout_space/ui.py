@@ -2,7 +2,7 @@
 person playing the policy on the same word.
 
 Wiring only: numbers come from :class:`~rollout_space.service.RolloutService`, figures and boards from
-``dashboard``, the person's board from ``env_space.render``. Mount it with :func:`mount_ui`.
+``dashboard``, the person's board from ``dashboard.render``. Mount it with :func:`mount_ui`.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import gradio as gr
 from fastapi import FastAPI
 
 from dashboard import games, sparsity
+from dashboard import render
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.labels import GLOSSARY, counted, public_location
-from env_space import render
-from env_space.mount import mount_ui as _mount
+from dashboard.mount import mount_ui as _mount
 from webguard import client_address
+from wire.errors import RolloutError
+from wire.rollout import RolloutStatus, Trajectory
 
 from .engines.errors import EngineError
-from .errors import RolloutError
 from .games import GameSpec, PlayParams
-from .messages import RolloutStatus, Trajectory
 from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
 from .versus import Match, PrivateGames, VersusError, VersusView

@@ -18,12 +18,12 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from dashboard import games
-from env_space import render
-from env_space.schema import WordleObservation
+from dashboard import render
+from wire.env import WordleObservation
+from wire.rollout import Trajectory
 
 from .env_client import EnvClient
 from .errors import EnvUnavailableError
-from .messages import Trajectory
 
 #: Receives the policy's game so far (a copy it may keep) after each of its turns.
 Progress = Callable[[Trajectory], None]

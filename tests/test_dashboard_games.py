@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from dashboard import games
-from rollout_space.messages import Trajectory
+from wire.rollout import Trajectory
 
 GAME = Trajectory(prompt_ids=[1], episode_id="e1", guesses=["slate", "", "crane"], marks=["XXGXG", "GGGGG"], won=True,
                   secret="crane", reward=1.25, versions=[3, 4, 4], invalid_moves=1, finished=True,

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from env_space.rules import encode, score
-from env_space.schema import CloseResponse, GameRecord, PlayerStats, StepResponse, WordleObservation
 from env_space.words import load_word_lists
+from wire.env import CloseResponse, GameRecord, PlayerStats, StepResponse, WordleObservation
+from wire.wordle import encode, score
 
 from ._env_server import running_server
 

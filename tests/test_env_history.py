@@ -3,7 +3,7 @@ import threading
 import pytest
 
 from env_space.history import GameHistory
-from env_space.schema import HUMAN, GameRecord, PlayerStats, player_label, weight_version_of
+from wire.env import HUMAN, GameRecord, PlayerStats, player_label, weight_version_of
 
 
 def record(player: str, won: bool, n: int = 0) -> GameRecord:

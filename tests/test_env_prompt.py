@@ -4,15 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from env_space.prompt import (
-    INSTRUCTIONS,
-    feedback_line,
-    invalid_line,
-    next_move_text,
-    parse_guess,
-    result_text,
-)
-from env_space.rules import decode
+from env_space.prompt import INSTRUCTIONS, feedback_line, invalid_line, next_move_text, parse_guess, result_text
+from wire.wordle import decode
 
 
 @pytest.mark.parametrize(

@@ -2,28 +2,8 @@ import itertools
 
 import pytest
 
-from env_space.rewards import (
-    DEFAULT_REWARDS,
-    RewardConfig,
-    format_reward,
-    guess_reward,
-    invalid_move_reward,
-    letters_found,
-    progress,
-)
-from env_space.rules import MAX_GUESSES, decode
-
-
-def test_progress_counts_greens_and_half_yellows() -> None:
-    assert progress(decode("XXXXX")) == 0.0
-    assert progress(decode("GYXXX")) == pytest.approx(0.3)
-    assert progress(decode("GGGGG")) == 1.0
-
-
-def test_letters_found_is_the_best_guess_in_letters() -> None:
-    assert letters_found([]) == 0.0  # no valid guess
-    assert letters_found(["GYXXX", "XXXXX", "YYYYX"]) == 2.0  # the best guess, not the last or the sum
-    assert letters_found(["GGGGG"]) == 5.0
+from env_space.rewards import DEFAULT_REWARDS, RewardConfig, format_reward, guess_reward, invalid_move_reward
+from wire.wordle import MAX_GUESSES, decode, progress
 
 
 def test_format_and_invalid_move_penalties() -> None:

@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from launcher.children import Child
 from launcher.landing import build_app
 from launcher.landing import shown as card_fields
-from rollout_space.messages import RolloutStatus
 from trainer_space import TrainerConfig, TrainingSession
-from trainer_space.messages import StepRecord
+from wire.rollout import RolloutStatus
+from wire.trainer import StepRecord
 
 from ._env_server import free_port, serving
 

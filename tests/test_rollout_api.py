@@ -9,11 +9,12 @@ import pytest
 
 from delta import read_manifest
 import delta
-from rollout_space.client import RolloutClient
-from rollout_space.errors import RolloutError
-from rollout_space.messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
+from delta import read_manifest
 from tests._engines import build_model, published, step
 from tests._env_server import running_server, serving
+from trainer_space.rollout_client import RolloutClient
+from wire.errors import RolloutError
+from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_space.client import RolloutClient
-from rollout_space.errors import RolloutRefusedError
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model, wait_until
 from trainer_space import TrainerConfig, TrainerState, TrainingSession
+from trainer_space.rollout_client import RolloutClient
+from wire.errors import RolloutRefusedError
 
 TOKENS = {"ENV_TOKEN": "env-secret", "ROLLOUT_TOKEN": "rollout-secret"}
 

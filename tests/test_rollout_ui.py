@@ -143,7 +143,7 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
 
 
 def test_the_status_says_what_the_server_does_for_the_fleet() -> None:
-    from rollout_space.messages import RolloutStatus
+    from wire.rollout import RolloutStatus
     from rollout_space.ui import status_markdown
 
     status = RolloutStatus(version=3, latest_version=3, lag=0, engine="transformers", device="cpu", model="m",

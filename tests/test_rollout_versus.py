@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from rollout_space.env_client import EnvClient
-from rollout_space.messages import Trajectory
 from rollout_space.versus import Match, PrivateGames, VersusError
+from wire.rollout import Trajectory
 
 from ._env_server import running_server
 

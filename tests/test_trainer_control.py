@@ -9,8 +9,8 @@ import pytest
 from tests._env_server import free_port, running_server
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig, TrainerState, TrainingSession
-from trainer_space.messages import ControlResponse, TrainerHistory, TrainerStatus
 from trainer_space.session import AccessDenied
+from wire.trainer import ControlResponse, TrainerHistory, TrainerStatus
 
 
 def test_http_control_needs_the_owner_token(tmp_path) -> None:

@@ -20,7 +20,7 @@ import delta
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from tests._env_server import running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
-from trainer_space.messages import Payload, Staleness, StepRecord
+from wire.trainer import Payload, Staleness, StepRecord
 
 PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tests._trainer_stack import tiny_model
-from trainer_space.messages import IMPORTANCE_METRIC
 from trainer_space.offpolicy import OffPolicyGRPOTrainer, ratio_stats, truncated_ratio
 from trainer_space.rollouts import trajectory_columns
 from trainer_space.task import seed_dataset
+from wire.trainer import IMPORTANCE_METRIC
 from wire.trajectory import Trajectory
 
 

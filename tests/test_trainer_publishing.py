@@ -6,9 +6,9 @@ import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 import delta
-from dashboard.payload import raw_bytes
 from delta import read_manifest
 from tests._trainer import trajectory
+from trainer_space.payload import raw_bytes
 from trainer_space.publishing import PayloadLog, PublishCallback
 
 

@@ -6,15 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from env_space.rewards import letters_found
-from rollout_space.client import RolloutClient
-from rollout_space.messages import Trajectory
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig
+from trainer_space.rollout_client import RolloutClient
 from trainer_space.rollouts import WordleRollouts, valid_share
 from trainer_space.staleness import StalenessCounts, stale_indices, staleness
 from trainer_space.task import REWARD_FUNCS, REWARD_WEIGHTS, prompt_seed, seed_prompt, valid_guesses
+from wire.rollout import Trajectory
+from wire.wordle import letters_found
 
 
 def game(**fields: object) -> Trajectory:

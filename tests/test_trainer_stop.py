@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-import delta
 import settings
+
+import delta
 from delta import read_manifest
-from rollout_space.messages import Trajectory
 from tests._trainer_stack import tiny_model, wait_until
 from trainer_space import TrainerConfig, TrainingSession
+from wire.rollout import Trajectory
 
 
 class FirstStepThenHang:

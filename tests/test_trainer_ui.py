@@ -5,8 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from trainer_space import TrainerConfig, TrainingSession
-from trainer_space.messages import StepRecord
 from trainer_space.ui import X_AXES, build_ui, cut_games_note, figures, learning_figure, status_markdown
+from wire.trainer import StepRecord
 
 
 def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
@@ -22,7 +22,7 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
 
 
 def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> None:
-    from trainer_space.messages import FleetServer, StepRecord
+    from wire.trainer import FleetServer, StepRecord
     from trainer_space.ui import fleet_html, offpolicy_figure
 
     session = TrainingSession(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))

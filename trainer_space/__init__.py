@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wire.trainer import TrainerState
+
 from .config import TrainerConfig
-from .messages import TrainerState
 
 if TYPE_CHECKING:
     from .session import TrainingSession
@@ -24,8 +25,8 @@ __all__ = ["TrainerConfig", "TrainerState", "TrainingSession"]
 
 
 def __getattr__(name: str) -> Any:
-    """`TrainingSession` is imported on first use: the session module loads torch, and `trainer_space.messages`
-    (read by the launcher's landing page) must not."""
+    """`TrainingSession` is imported on first use: the session module loads torch, and importing the package
+    for `TrainerConfig` (``trainer_space.launch`` reads its flags' defaults there) must not."""
     if name == "TrainingSession":
         from .session import TrainingSession
 

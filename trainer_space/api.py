@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from webguard import bearer_token, guard_app
+from wire.trainer import ControlResponse, TrainerHistory, TrainerStatus
 
-from .messages import ControlResponse, TrainerHistory, TrainerStatus
 from .session import AccessDenied, TrainingSession
 
 #: Largest request body: control requests are a few bytes (the UI's Gradio calls are small too).

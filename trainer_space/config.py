@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_space.prompt import OPEN_TAG
+from wire.wordle import OPEN_TAG
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from delta import StorageError
 from wire.fleet import FleetMessageError, GameGroup, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch, SeenServer
+from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
-from .messages import FleetServer
 from .ranks import TrainerRanks
 from .rollouts import RolloutsStopped, trajectory_columns
 from .staleness import StalenessCounts, StepRollouts

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from .messages import IMPORTANCE_METRIC
+from wire.trainer import IMPORTANCE_METRIC
 
 
 

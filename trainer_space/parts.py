@@ -15,10 +15,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import delta
-from dashboard.payload import dense_bytes
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
+from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, WordleRollouts

@@ -20,9 +20,9 @@ from transformers import TrainerCallback
 
 import delta
 from delta import PublishedVersion, read_manifest
-from dashboard.payload import raw_bytes
+from wire.trainer import Payload
 
-from .messages import Payload
+from .payload import raw_bytes
 from .weights import cast_into
 
 logger = logging.getLogger(__name__)

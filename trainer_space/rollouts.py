@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from delta import RetryPolicy
-from env_space.rewards import letters_found
-from rollout_space.errors import RolloutError, RolloutRefusedError
+from wire.errors import RolloutError, RolloutRefusedError
 from wire.trajectory import Trajectory
+from wire.wordle import letters_found
 
 from .config import TrainerConfig
 from .staleness import StalenessCounts, StepRollouts, stale_indices, staleness
@@ -37,8 +37,8 @@ class RolloutsStopped(RuntimeError):
 
 
 class RolloutSource(Protocol):
-    """What the rollout function needs of the rollout Space: `rollout_space.client.RolloutClient`'s `rollout`
-    (tests and benchmarks pass stand-ins). Raises `rollout_space.errors.RolloutError` when a request fails."""
+    """What the rollout function needs of the rollout Space: `trainer_space.rollout_client.RolloutClient`'s `rollout`
+    (tests and benchmarks pass stand-ins). Raises `wire.errors.RolloutError` when a request fails."""
 
     def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[Trajectory]: ...
 
@@ -48,7 +48,7 @@ class WordleRollouts:
 
     Args:
         config: Sampling, staleness and turn settings.
-        client: Plays the games: a `rollout_space.client.RolloutClient` or a stand-in.
+        client: Plays the games: a `trainer_space.rollout_client.RolloutClient` or a stand-in.
         current_version: Returns the trainer's current weight version (what staleness is measured from).
         stop: Set when the session stops: ends the wait between retries.
 

@@ -7,8 +7,8 @@ from fastapi import FastAPI
 
 import settings
 
-from env_space.mount import mount_ui
-from env_space.render import CSS
+from dashboard.mount import mount_ui
+from dashboard.render import CSS
 
 from .api import build_api
 from .session import TrainingSession

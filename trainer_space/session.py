@@ -25,15 +25,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rollout_space.errors import RolloutRefusedError
 from webguard import token_matches
+from wire.errors import RolloutRefusedError
 from wire.fleet import RunState
 from wire.fleet_bucket import FleetBucket
+from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
-from .messages import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, RolloutsStopped
 
@@ -64,7 +64,7 @@ class TrainingSession:
         config: Settings.
         owner_token: The secret that start/pause/stop need. None: control is refused to everyone
             (the session then only runs what it was launched to run).
-        client: Plays the games in request mode (default: `rollout_space.client.RolloutClient(config.rollout_url)`);
+        client: Plays the games in request mode (default: `rollout_client.RolloutClient(config.rollout_url)`);
             not used in a fleet (`config.rollout_url` None), where the session writes the run's state to the
             bucket (`fleet.FleetRun`) at every start, pause and stop, and reads the servers' heartbeats.
         wrap_publisher: Wraps the publisher that the publish callback calls after each step, e.g. to
@@ -94,7 +94,7 @@ class TrainingSession:
                 self.fleet_run = self._fleet
                 self.monitor = FleetMonitor(bucket).start()
         elif client is None:
-            from rollout_space.client import RolloutClient
+            from .rollout_client import RolloutClient
 
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config

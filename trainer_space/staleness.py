@@ -11,9 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from wire.trainer import Staleness
 from wire.trajectory import Trajectory
-
-from .messages import Staleness
 
 
 def staleness(trajectory: Trajectory, current_version: int) -> int:

@@ -64,7 +64,7 @@ def valid_guesses(completions: list, valid_share: list[float], env_reward: list[
 
 
 def letters(completions: list, letters: list[float], env_reward: list[float | None], **_: Any) -> list[float | None]:
-    """Letters the game found (`env_space.rewards.letters_found`; weight 0: logged, not trained on)."""
+    """Letters the game found (`wire.wordle.letters_found`; weight 0: logged, not trained on)."""
     return [None if r is None else float(n) for n, r in zip(letters, env_reward)]
 
 

@@ -1,7 +1,7 @@
 """The trainer Space's Gradio UI: read-only for visitors; start/pause/stop behind the owner's token.
 
 No business logic here: it reads `TrainingSession` and draws with `dashboard`'s figures and boards
-(whose tiles need `env_space.render.CSS`, passed by `server.build_app`). A timer
+(whose tiles need `dashboard.render.CSS`, passed by `server.build_app`). A timer
 ticks the cheap part (the status line, and the committed version into per-visitor `gr.State`);
 the plots are redrawn only when that version or the step count changed.
 """
@@ -19,8 +19,8 @@ from dashboard.figures import Metric, Series, learning_curves, line_curves, payl
 from dashboard.games import feed_html
 from dashboard.labels import GLOSSARY, public_location
 from dashboard.trend import step_text
+from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
-from .messages import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 from .session import AccessDenied, TrainingSession
 
 TICK_S = 2.0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import settings
 
-from ..messages import Completion
+from wire.rollout import Completion
+
 from .base import Engine, EngineConfig, SamplingParams
 from .errors import EngineError, PromptError, UpdateRefusedError
 

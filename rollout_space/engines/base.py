@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import torch
 
 import delta
+from wire.rollout import Completion
 
-from ..messages import Completion
 from .errors import EngineError, PromptError, UpdateRefusedError
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

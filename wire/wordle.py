@@ -1,4 +1,6 @@
-"""Wordle rules: how a guess is scored against the secret, and what the keyboard shows."""
+"""Wordle as every player knows it: the board's size, how a guess is scored against the secret, the marks
+as they travel (G/Y/X codes), the tags a reply writes its guess in, and how much of the secret a guess found.
+The env scores with it; the rollout plays by it; the trainer and the UIs read its marks."""
 
 from __future__ import annotations
 
@@ -10,6 +12,11 @@ WORD_LENGTH = 5
 MAX_GUESSES = 6
 DEFAULT_MAX_INVALID_MOVES = 6
 """Invalid moves (which use up no guess) a game tolerates before it is lost; the UI sets no limit."""
+
+#: The tag a guess opens with. A player may write it for a model (see `rollout_space.games.PlayParams`).
+OPEN_TAG = "<guess>"
+#: The tag that ends a guess; generation stops on it (`rollout_space.games.PlayParams.stop`).
+CLOSE_TAG = "</guess>"
 
 
 class Mark(str, Enum):
@@ -62,6 +69,19 @@ def encode(marks: Sequence[Mark]) -> str:
 def decode(code: str) -> tuple[Mark, ...]:
     """Inverse of :func:`encode`; raises ``ValueError`` on an unknown letter."""
     return tuple(Mark(c) for c in code)
+
+
+def progress(marks: Sequence[Mark]) -> float:
+    """How close a scored guess is, in [0, 1]: (greens + yellows / 2) / length."""
+    greens = sum(m is Mark.GREEN for m in marks)
+    yellows = sum(m is Mark.YELLOW for m in marks)
+    return (greens + 0.5 * yellows) / len(marks)
+
+
+def letters_found(marks: Sequence[str]) -> float:
+    """Letters a game found, in [0, 5]: the best (greens + yellows / 2) over its scored guesses (marks as
+    G/Y/X codes), 0 with none. The progress term's potential in letters: what the trainer plots per step."""
+    return max((progress(decode(code)) * len(code) for code in marks), default=0.0)
 
 
 def letter_states(rows: Iterable[tuple[str, Sequence[Mark]]]) -> dict[str, Mark]:

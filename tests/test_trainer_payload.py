@@ -1,11 +1,11 @@
-"""dashboard.payload: the raw layout's size from a header equals what codec raw really writes."""
+"""trainer_space.payload: the raw layout's size from a header equals what codec raw really writes."""
 
 from __future__ import annotations
 
 import struct
 
 import delta
-from dashboard.payload import dense_bytes, raw_bytes
+from trainer_space.payload import dense_bytes, raw_bytes
 
 from ._dashboard_states import changed_copy, header_of, qwen3_state
 

@@ -1,10 +1,10 @@
 """What the rollout Space's HTTP API answers: its status, completions, and whole games as trajectories.
 
-The server's routes return these models (FastAPI's response models, shown at ``/docs``) and
-`client.RolloutClient` returns them parsed, so both sides read one definition. The engines return
-`Completion` and `games.play_games` builds `Trajectory`: the objects served are the ones computed,
-with no copy into another shape. The request bodies are in `api`. Pydantic only: light to import
-(the launcher's landing page reads `RolloutStatus` without loading torch).
+The server's routes return these models (FastAPI's response models, shown at ``/docs``) and the trainer's
+`trainer_space.rollout_client.RolloutClient` returns them parsed, so both sides read one definition. The
+engines return `Completion` and `rollout_space.games.play_games` builds `Trajectory`: the objects served are
+the ones computed, with no copy into another shape. The request bodies are in `rollout_space.api`. Pydantic
+only: light to import (the launcher's landing page reads `RolloutStatus` without loading torch).
 """
 
 from __future__ import annotations

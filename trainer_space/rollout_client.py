@@ -1,4 +1,5 @@
-"""A client of the rollout Space's HTTP API, for trainers (local or remote Spaces alike)."""
+"""The trainer's client of the rollout Space's HTTP API (local or remote Spaces alike), as the rollout ships its
+client of the env (``rollout_space.env_client``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from typing import Any, Self
 import httpx
 
 from webguard import auth_headers
-
-from ._http import Answer, request_json
-from .errors import RolloutError, RolloutRefusedError
-from .messages import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
+from wire.errors import RolloutError, RolloutRefusedError
+from wire.http import Answer, request_json
+from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
 
 class RolloutClient:

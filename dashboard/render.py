@@ -1,5 +1,6 @@
-"""HTML for the UI: the board, the keyboard, the policy feed and the stats rows. Pure functions of
-game data, so they are testable without Gradio; ``ui.py`` only wires them to components."""
+"""HTML for the UIs: the Wordle board, the keyboard, the games feed, the stats rows and their CSS. Pure
+functions of game data, so they are testable without Gradio; each app's ``ui.py`` only wires them to
+components (the env's for people's games, the rollout's for a person against the policy)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import html
 import time
 from collections.abc import Sequence
 
-from .rules import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
-from .schema import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
+from wire.env import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
+from wire.wordle import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}

@@ -1,4 +1,4 @@
-"""Wire types, shaped like OpenEnv's: an action, an observation that carries ``done`` and
+"""The env Space's HTTP messages, shaped like OpenEnv's: an action, an observation that carries ``done`` and
 ``reward``, the request bodies of the HTTP API, and its answers (the step response, finished games
 and win rates per player, whose ``player`` labels are defined here too)."""
 
@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from webguard import MAX_INT63
 
-from .rules import DEFAULT_MAX_INVALID_MOVES
+from .wordle import DEFAULT_MAX_INVALID_MOVES
 
 MAX_ACTION_CHARS = 32_768
 """Longest model output accepted as one action; the parser only needs the end of a reply."""

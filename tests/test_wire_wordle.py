@@ -1,6 +1,6 @@
 import pytest
 
-from env_space.rules import Mark, decode, encode, is_win, letter_states, score
+from wire.wordle import Mark, decode, encode, is_win, letter_states, letters_found, progress, score
 
 
 def code(guess: str, secret: str) -> str:
@@ -54,3 +54,15 @@ def test_letter_states_keeps_the_best_mark() -> None:
     assert states["e"] is Mark.GREEN
     assert states["l"] is Mark.GRAY
     assert "z" not in states
+
+
+def test_progress_counts_greens_and_half_yellows() -> None:
+    assert progress(decode("XXXXX")) == 0.0
+    assert progress(decode("GYXXX")) == pytest.approx(0.3)
+    assert progress(decode("GGGGG")) == 1.0
+
+
+def test_letters_found_is_the_best_guess_in_letters() -> None:
+    assert letters_found([]) == 0.0  # no valid guess
+    assert letters_found(["GYXXX", "XXXXX", "YYYYX"]) == 2.0  # the best guess, not the last or the sum
+    assert letters_found(["GGGGG"]) == 5.0

@@ -1,9 +1,15 @@
 import re
 
-from env_space.render import (
-    board_html, feed_html, keyboard_html, stats_rows, status_text, win_rate_curve, win_rate_note,
+from dashboard.render import (
+    board_html,
+    feed_html,
+    keyboard_html,
+    stats_rows,
+    status_text,
+    win_rate_curve,
+    win_rate_note,
 )
-from env_space.schema import GameRecord, GuessRow, PlayerStats, WordleObservation
+from wire.env import GameRecord, GuessRow, PlayerStats, WordleObservation
 
 
 def rows(*pairs: tuple[str, str]) -> list[GuessRow]:

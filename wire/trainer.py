@@ -3,7 +3,7 @@
 The routes return these models (FastAPI's response models, shown at ``/docs``); the session keeps its
 step records and the payload log its payloads as these models, so the history is served as kept.
 Pydantic only: light to import (the launcher's landing page reads `TrainerStatus` without loading
-torch; the package's ``__init__`` loads the session only when it is asked for).
+torch; ``trainer_space``'s ``__init__`` loads the session only when it is asked for).
 """
 
 from __future__ import annotations
