@@ -43,9 +43,6 @@ class TrainerParts:
     Attributes:
         tokenizer: The model folder's tokenizer.
         model: The model, loaded as fp32 on `config.device`; the optimizer trains it.
-        master: The model's parameters under the checkpoint's names, sharing their storage (the fp32
-            master weights).
-        published: Their cast to the checkpoint's dtypes: what goes to the bucket (`weights.published_state`).
         resumed_from: The bucket version loaded (None: the bucket was empty; the weights are the folder's).
         resumed_hash: The hash of the bucket's version as the reader verified it while loading it into
             `published` (the manifest's; None likewise).
@@ -72,24 +69,24 @@ class TrainerParts:
         self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32,
                                                                            local_files_only=True)
         self.model.to(c.device)
-        self.master = master_tensors(self.model, c.model)
-        self.published = published_state(self.master, c.model)
-        version, verified = resume(self.published, c.bucket)
+        master = master_tensors(self.model, c.model)
+        published = published_state(master, c.model)
+        version, verified = resume(published, c.bucket)
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:
-            cast_into(self.master, self.published)
+            cast_into(master, published)
             self.resumed_from, self.resumed_hash = version, verified
         self.publisher: delta.Publisher | None = None
         self.payloads: PayloadLog | None = None
         if c.publish:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
-            base = self.published if version and ranks.world == 1 else None  # several ranks: each reads its own
+            base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
-                self.payloads = PayloadLog(c.bucket, dense_bytes(self.published)).start()
+                self.payloads = PayloadLog(c.bucket, dense_bytes(published)).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
-        self.callback = PublishCallback(sink, self.published, version, master=self.master, rank=ranks.rank,
+        self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
                                         world=ranks.world, master_of=lambda model: master_tensors(model, c.model))
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
@@ -98,6 +95,18 @@ class TrainerParts:
             self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
         else:
             raise ValueError("request mode needs a rollout client (config.rollout_url), a fleet its bucket and run")
+
+    @property
+    def master(self) -> dict[str, torch.Tensor]:
+        """The trained model's parameters under the checkpoint's names, sharing their storage (the fp32 master
+        weights): the callback's, which it takes again from the model TRL trains when a run begins."""
+        return self.callback.master
+
+    @property
+    def published(self) -> dict[str, torch.Tensor]:
+        """The master weights' cast to the checkpoint's dtypes: what goes to the bucket (`weights.published_state`);
+        the callback's, which under FSDP2 becomes the cast of each rank's shards when a run begins."""
+        return self.callback.state
 
     @property
     def version(self) -> int:
