@@ -10,10 +10,14 @@ from typing import Any
 
 import torch
 
+from ..retry import RetryPolicy
 from ..storage import Storage
 from .manifest import FileRef, Manifest, read_manifest
 
-_POLL_S = 0.05
+#: How often a rank looks for the others' records or rank 0's commit: quickly at first (ranks finish a
+#: publish close together), then every second at most, so a rank kept waiting does not list a remote
+#: bucket twenty times a second.
+_POLL = RetryPolicy(None, first_delay=0.05, max_delay=1.0)
 
 
 def broadcast_object(value: Any, group: Any = None) -> Any:
@@ -94,10 +98,12 @@ class Ranks:
         """
         wanted = {f"{folder}rank-{r:05d}.json" for r in range(1, self.world)}
         deadline = time.monotonic() + timeout
+        polls = 0
         while not wanted <= {f.path for f in storage.list(f"{folder}rank-")}:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"ranks' records missing in {folder} after {timeout:.0f} s; is every rank publishing?")
-            time.sleep(_POLL_S)
+            polls += 1
+            time.sleep(_POLL.delay(polls))
         records = []
         for path in sorted(wanted):
             body = json.loads(storage.read(path))
@@ -114,6 +120,7 @@ class Ranks:
             RuntimeError: the version was committed with other files (a second writer).
         """
         deadline = time.monotonic() + timeout
+        polls = 0
         while True:
             manifest = read_manifest(storage)
             entry = manifest.get(version) if manifest else None
@@ -124,4 +131,5 @@ class Ranks:
                 return manifest
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 did not commit version {version} within {timeout:.0f} s")
-            time.sleep(_POLL_S)
+            polls += 1
+            time.sleep(_POLL.delay(polls))
