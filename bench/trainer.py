@@ -17,7 +17,7 @@ for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a s
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
 local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
 needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
-unless `--games`, `--max-tokens`, `--max-turns` or `--lr` say otherwise; then the trainer's `/history`
+unless `--games`, `--max-tokens`, `--max-turns`, `--lr` or `--credit` say otherwise; then the trainer's `/history`
 is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
 first and the last `--window` steps; how many different words the policy's last 40 games scored) and
 those games (what the policy wrote), and drawn (those three per step; bytes per version: the default
@@ -149,7 +149,7 @@ def real_run(args: argparse.Namespace) -> None:
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
                     *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
                              "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
-                             "--learning-rate": args.lr})],
+                             "--learning-rate": args.lr, "--credit": args.credit})],
     }
     procs = []
     tokens = launch_tokens({})  # fresh tokens for the apps, as `python app.py` makes them
@@ -313,6 +313,7 @@ def main() -> None:
     r.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: the trainer's)")
     r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
+    r.add_argument("--credit", choices=("game", "move"), default=None, help="what GRPO credits (default: the trainer's)")
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")

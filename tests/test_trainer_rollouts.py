@@ -9,6 +9,7 @@ import pytest
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model
 from trainer_space import TrainerConfig
+from trainer_space.credit import reply_spans
 from trainer_space.rollout_client import RolloutClient
 from trainer_space.rollouts import WordleRollouts, valid_share
 from trainer_space.staleness import StalenessCounts, stale_indices, staleness
@@ -37,7 +38,7 @@ def test_valid_guesses_is_a_logged_share_of_env_accepted_moves() -> None:
     assert valid_share(game(guesses=["", "crane", "", "slate"])) == 0.5 and valid_share(game()) == 0.0
     assert valid_guesses([None] * 3, valid_share=[0.5, 1.0, 0.0], env_reward=[0.2, None, -1.0]) == [0.5, None, 0.0]
     assert dict(zip([f.__name__ for f in REWARD_FUNCS], REWARD_WEIGHTS)) == {
-        "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0, "letters": 0.0}  # only the env's reward is trained on
+        "env_reward": 1.0, "won": 0.0, "valid_guesses": 0.0, "letters": 0.0, "game_reward": 0.0}  # only the env's reward is trained on
 
 
 def test_prompts_name_seeds() -> None:
@@ -55,9 +56,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutClient]:
         yield c
 
 
-def rollouts(client: RolloutClient, current: int, max_staleness: int) -> WordleRollouts:
-    config = TrainerConfig("unused", client.url, "unused", max_tokens=2, max_turns=1, max_staleness=max_staleness,
-                           stale_retries=1, stale_wait=0.0, games_per_step=4, num_generations=2)
+def rollouts(client: RolloutClient, current: int, max_staleness: int, **settings: object) -> WordleRollouts:
+    config = TrainerConfig("unused", client.url, "unused", **{
+        "max_tokens": 2, "max_turns": 1, "max_staleness": max_staleness, "stale_retries": 1, "stale_wait": 0.0,
+        "games_per_step": 4, "num_generations": 2, **settings})
     return WordleRollouts(config, client, lambda: current)
 
 
@@ -74,6 +76,21 @@ def test_fresh_games_become_trl_rows_grouped_by_seed(client: RolloutClient) -> N
     shares = [sum(1 for w in g.guesses if w) / len(g.guesses) for g in rf.recent]
     assert out["valid_share"] == shares  # the env's verdict on each move, per game
     assert out["letters"] == [letters_found(g.marks) for g in rf.recent]
+
+
+def test_per_move_credit_trains_one_move_of_each_played_game(client: RolloutClient) -> None:
+    rf = rollouts(client, current=client.status().version, max_staleness=1, max_turns=3, credit="move")
+    out = rf([seed_prompt(21)] * 2 + [seed_prompt(22)] * 2)
+    moves = []
+    for i, game in enumerate(rf.recent):
+        mask, ids = out["env_mask"][i], out["completion_ids"][i]
+        trained = [j for j, m in enumerate(mask) if m]
+        assert trained == list(range(trained[0], len(mask)))  # one reply, and the sample ends with it
+        assert ids == game.completion_ids[:len(ids)]  # the game as played, up to that reply
+        move = reply_spans(game.env_mask).index((trained[0], len(mask)))
+        moves.append(move)
+        assert out["env_reward"][i] == game.turn_rewards[move] and out["game_reward"][i] == game.reward
+    assert moves[0] == moves[1] and moves[2] == moves[3]  # a group is trained on one move
 
 
 def test_games_over_the_bound_are_replayed_then_dropped_and_counted(client: RolloutClient) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 from wire.wordle import OPEN_TAG
 
+from .credit import CREDITS, Credit
+
 
 @dataclass(frozen=True)
 class TrainerConfig:
@@ -26,8 +28,8 @@ class TrainerConfig:
         max_steps: Optimizer steps this session runs before it stops.
         learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
             element changes once the updates since it last changed add up to half its ULP. 7e-5: in 20 minutes
-            on 2 CPU cores (~28 steps of 8 games) SmolLM2-135M's strict valid-guess rate rose by 13 to 39
-            points over three seeds; 1e-4 broke the model's replies within ~10 steps, 5e-5 was slower
+            on 2 CPU cores (~28 steps of 8 games, whole-game credit) SmolLM2-135M's strict valid-guess rate rose
+            by 13 to 39 points over three seeds; 1e-4 broke the model's replies within ~10 steps, 5e-5 was slower
             (docs/training.md).
         device: Torch device of the master weights, the optimizer state and the published state: `cpu` or
             `cuda`, the one GPU the process sees (`models.hardware.plan_trainer` turns `--device` into one, and
@@ -43,6 +45,12 @@ class TrainerConfig:
             cut short as unfinished). 3 by default: each turn generates over the whole conversation
             again, so on a CPU a step of 6-turn games takes about twice as long.
         temperature: Sampling temperature of the rollouts.
+        credit: What GRPO trains with which reward (`credit.py`). "move": each group on one move, drawn among
+            the moves where its games scored differently, with that move's own reward. "game": every move of a
+            game with the game's total, which reinforced the first move's copied example word (CRANE) as a
+            repeat on the later moves too. In 20 minutes on 2 CPU cores, three seeds rose by +53, +10 and +21
+            points of strict valid-guess rate with "move" (34 steps), +13, +39 and +21 with "game" (28 steps):
+            the seeds differ more than the settings (docs/training.md).
         reply_prefix: Text that opens each of the policy's replies, written for it and never trained on
             (see `rollout_space.games.PlayParams`; default the guess's opening tag); "" lets the model write
             the whole reply.
@@ -82,6 +90,7 @@ class TrainerConfig:
     max_tokens: int = 8
     max_turns: int = 3
     temperature: float = 1.0
+    credit: Credit = "move"
     reply_prefix: str = OPEN_TAG
     max_staleness: int = 2
     max_pending_groups: int | None = None
@@ -123,6 +132,8 @@ class TrainerConfig:
             raise ValueError(f"max_pending_groups must be >= 1, got {self.max_pending_groups}")
         if not self.importance_cap >= 1:
             raise ValueError(f"importance_cap must be >= 1, got {self.importance_cap}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit must be one of {', '.join(CREDITS)}, got {self.credit!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
 

@@ -31,6 +31,7 @@ from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .ranks import TrainerRanks
+from .credit import move_chooser
 from .rollouts import RolloutsStopped, trajectory_columns
 from .staleness import StalenessCounts, StepRollouts
 
@@ -131,6 +132,7 @@ class FleetRollouts:
         self.run_id = run.run_id
         self.current_version = current_version
         self._stop = stop or threading.Event()
+        self.moves = move_chooser(config)
         self.counts = StalenessCounts()
         self.histogram: Counter[int] = Counter()
         self.recent: deque[Trajectory] = deque(maxlen=20)
@@ -260,7 +262,7 @@ class FleetRollouts:
         n = len(prompts) // self.config.num_generations
         groups = self.take(n) if self.ranks.world == 1 else self._shared(n)
         games = [g for group in groups for g in group.games]
-        return trajectory_columns(games, [False] * len(games))
+        return trajectory_columns(games, [False] * len(games), self.moves)
 
     def _shared(self, n: int) -> list[GameGroup]:
         """Several ranks, each asking for `n` groups: rank 0 takes all of them and each rank gets its own, in

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import settings
 
 from .config import TrainerConfig
+from .credit import CREDITS
 
 if TYPE_CHECKING:
     from models.hardware import Machine
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per model turn")
     parser.add_argument("--max-turns", type=int, default=defaults.max_turns, help="guesses per game")
+    parser.add_argument("--credit", choices=CREDITS, default=defaults.credit,
+                        help="what GRPO trains with which reward: one move per group with its own reward (move), or "
+                             "every move with the game's total (game); see docs/training.md")
     parser.add_argument("--reply-prefix", default=defaults.reply_prefix,
                         help=f"text that opens each reply, written for the policy (default {defaults.reply_prefix!r}; "
                              "'' lets the model write it all)")
@@ -54,7 +58,7 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
         bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
         learning_rate=args.learning_rate, device=plan.device, bf16=plan.bf16, max_tokens=args.max_tokens,
-        max_turns=args.max_turns, reply_prefix=args.reply_prefix,
+        max_turns=args.max_turns, credit=args.credit, reply_prefix=args.reply_prefix,
         max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token)
 
 

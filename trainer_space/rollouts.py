@@ -26,6 +26,7 @@ from wire.trajectory import Trajectory
 from wire.wordle import letters_found
 
 from .config import TrainerConfig
+from .credit import MoveChooser, move_chooser, whole_game
 from .staleness import StalenessCounts, StepRollouts, stale_indices, staleness
 from .task import prompt_seed
 
@@ -71,6 +72,7 @@ class WordleRollouts:
         self.failing = 0
         self.last_step = StepRollouts()
         self._stop = stop or threading.Event()
+        self.moves = move_chooser(config)
 
     def play(self, seeds: list[int]) -> list[Trajectory]:
         """Play one game per seed on the rollout Space (same seed: same word), retrying with backoff while
@@ -131,18 +133,24 @@ class WordleRollouts:
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
         """TRL's `rollout_func` output, a dict of columns (see `trajectory_columns`)."""
         games, dropped = self.collect([prompt_seed(p) for p in prompts])
-        return trajectory_columns(games, dropped)
+        return trajectory_columns(games, dropped, self.moves)
 
 
-def trajectory_columns(games: list[Trajectory], dropped: list[bool]) -> dict[str, list]:
+def trajectory_columns(games: list[Trajectory], dropped: list[bool], moves: MoveChooser | None = None
+                       ) -> dict[str, list]:
     """TRL's `rollout_func` output for `games`, a dict of columns: the one place trajectories become plain
-    lists. A dropped game keeps its row (TRL needs one per prompt) with reward None: no gradient."""
+    lists. A dropped game keeps its row (TRL needs one per prompt) with reward None: no gradient.
+
+    With `moves`, each group is trained on one move (`credit.py`): `env_reward` is that move's reward and
+    `game_reward` the game's total (logged); without, both are the game's total."""
+    samples = moves.samples(games) if moves is not None else [whole_game(g) for g in games]
     return {
         "prompt_ids": [g.prompt_ids for g in games],
-        "completion_ids": [g.completion_ids for g in games],
-        "logprobs": [g.logprobs for g in games],
-        "env_mask": [g.env_mask for g in games],
-        "env_reward": [None if d else g.reward for g, d in zip(games, dropped)],
+        "completion_ids": [s.completion_ids for s in samples],
+        "logprobs": [s.logprobs for s in samples],
+        "env_mask": [s.env_mask for s in samples],
+        "env_reward": [None if d else s.reward for s, d in zip(samples, dropped)],
+        "game_reward": [g.reward for g in games],
         "won": [g.won for g in games],
         "valid_share": [valid_share(g) for g in games],
         "letters": [letters_found(g.marks) for g in games],

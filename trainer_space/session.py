@@ -365,7 +365,7 @@ class TrainingSession:
         self.steps += 1
         self.records.append(StepRecord(
             step=self.steps, version=parts.callback.version,
-            reward=_number(logs.get("rewards/env_reward/mean", logs["reward"])),
+            reward=_number(logs.get("rewards/game_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
             letters=_number(logs.get("rewards/letters/mean")),

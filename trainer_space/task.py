@@ -6,9 +6,10 @@ prompts (already repeated `num_generations` times in a row), and the seed is rea
 the games of one GRPO group are played on the same secret word.
 
 Rewards come from the env Space (through the rollout's trajectories, as extra fields): `env_reward`
-is what GRPO optimises; `won`, `valid_guesses` and `letters` have weight 0, so TRL logs the win rate, the
-share of moves the env accepted as valid guesses and the letters found (greens + yellows / 2 of the best
-guess) beside it, per step, without training on them.
+is what GRPO optimises (a move's reward or a game's, `credit.py`); `won`, `valid_guesses`, `letters` and
+`game_reward` have weight 0, so TRL logs the win rate, the share of moves the env accepted as valid
+guesses, the letters found (greens + yellows / 2 of the best guess) and the game's total reward beside
+it, per step, without training on them.
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ def seed_dataset(rows: int, seed: int = 0) -> Any:
 
 
 def env_reward(completions: list, env_reward: list[float | None], **_: Any) -> list[float | None]:
-    """The env's total reward per game; None for a dropped (too stale) game, which TRL leaves out."""
+    """What GRPO optimises: the env's reward of the trained move, or of the whole game (`credit.py`); None for a
+    dropped (too stale) game, which TRL leaves out."""
     return list(env_reward)
+
+
+def game_reward(completions: list, game_reward: list[float], env_reward: list[float | None],
+                **_: Any) -> list[float | None]:
+    """The env's total reward per game (weight 0: logged; with per-move credit `env_reward` is one move's)."""
+    return [None if r is None else float(g) for g, r in zip(game_reward, env_reward)]
 
 
 def won(completions: list, won: list[bool], env_reward: list[float | None], **_: Any) -> list[float | None]:
@@ -69,5 +77,5 @@ def letters(completions: list, letters: list[float], env_reward: list[float | No
 
 
 #: Reward functions and their weights in `GRPOConfig.reward_weights`.
-REWARD_FUNCS = (env_reward, won, valid_guesses, letters)
-REWARD_WEIGHTS = (1.0, 0.0, 0.0, 0.0)
+REWARD_FUNCS = (env_reward, won, valid_guesses, letters, game_reward)
+REWARD_WEIGHTS = (1.0, 0.0, 0.0, 0.0, 0.0)
