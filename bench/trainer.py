@@ -41,6 +41,7 @@ from pydantic import TypeAdapter
 
 import delta
 from trainer_space import TrainerConfig, TrainingSession
+from trainer_space.credit import CREDITS
 from wire.env import GameRecord
 from wire.rollout import RolloutStatus, Trajectory
 from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
@@ -313,7 +314,7 @@ def main() -> None:
     r.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: the trainer's)")
     r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
-    r.add_argument("--credit", choices=("game", "move"), default=None, help="what GRPO credits (default: the trainer's)")
+    r.add_argument("--credit", choices=CREDITS, default=None, help="what GRPO credits (default: the trainer's)")
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")

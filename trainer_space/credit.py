@@ -7,8 +7,9 @@ its first move, that game beats its group, and the CRANE it repeated on later mo
 reinforced with it, until every move of every game is CRANE and the group's games no longer differ.
 
 Per-move credit (`TrainerConfig.credit = "move"`) trains each GRPO group on one of its moves, drawn per
-group among the moves where its games' rewards differ (`MoveChooser`): every game of the group keeps its conversation up to the end of that move, only that move's
-tokens are trained (`env_mask`), and its reward is the env's reward for that move. A valid later move is
+group among the moves where its games' rewards differ (`MoveChooser`): every game of the group keeps its
+conversation up to the end of that move, only that move's tokens are trained (`env_mask`), and its reward
+is the env's reward for that move. A valid later move is
 then credited against the group's later moves alone, and a repeat against other invalid moves. The games
 are played whole either way, and the curves (valid-guess rate, letters, wins) are of the whole games.
 """

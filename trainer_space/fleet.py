@@ -30,8 +30,8 @@ from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
-from .ranks import TrainerRanks
 from .credit import move_chooser
+from .ranks import TrainerRanks
 from .rollouts import RolloutsStopped, trajectory_columns
 from .staleness import StalenessCounts, StepRollouts
 
