@@ -57,8 +57,8 @@ def reply_spans(env_mask: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def whole_game(game: Trajectory) -> Sample:
-    """The game as played, credited with its total reward."""
-    return Sample(list(game.completion_ids), list(game.logprobs), list(game.env_mask), game.reward)
+    """The game as played, credited with its total reward (its own lists: nothing is copied)."""
+    return Sample(game.completion_ids, game.logprobs, game.env_mask, game.reward)
 
 
 def one_move(game: Trajectory, move: int) -> Sample:
