@@ -19,7 +19,8 @@ local bucket (the rollout server hands its games in through the bucket, as under
 needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
 unless `--games`, `--max-tokens`, `--max-turns`, `--lr` or `--credit` say otherwise; then the trainer's `/history`
 is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
-first and the last `--window` steps; how many different words the policy's last 40 games scored) and
+first and the last `--window` steps; how many different words the policy's last 40 games scored, and how
+many of their later moves played the example the env's request showed) and
 those games (what the policy wrote), and drawn (those three per step; bytes per version: the default
 codec, `raw`, the dense model) to `--png`.
 """
@@ -40,6 +41,7 @@ import torch
 from pydantic import TypeAdapter
 
 import delta
+from env_space.words import load_word_lists
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
 from wire.env import GameRecord
@@ -188,6 +190,7 @@ def real_run(args: argparse.Namespace) -> None:
     results = {**summary(history.steps, args.window),
                "distinct_words_last_games": len({w for g in games for w in g.words}),
                "scored_but_not_the_first_word": not_first_words(games),
+               **examples_played(games),
                "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
@@ -245,6 +248,23 @@ def not_first_words(games: Sequence[GameRecord]) -> int:
                 after = re.split("<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
                 wrong += not after or after[0].strip("\"'`*_.,;:!?()[]{}<>").lower() != guess
     return wrong
+
+
+def examples_played(games: Sequence[GameRecord]) -> dict[str, int]:
+    """Scored words of `games`' later moves, and how many of them are the example the env's request for that
+    move showed (`WordLists.example`, recomputed from the secret and the board): how much of the valid-guess
+    rate is the policy copying the env's example rather than choosing a word."""
+    words = load_word_lists()
+    scored = copied = 0
+    for g in games:
+        board: list[str] = []
+        for move, guess in enumerate(g.guesses):
+            if move and guess:
+                scored += 1
+                copied += guess == words.example(g.secret, move, board)
+            if guess:
+                board.append(guess)
+    return {"later_moves_scored": scored, "later_moves_playing_the_example": copied}
 
 
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:

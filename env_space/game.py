@@ -105,11 +105,11 @@ class WordleGame:
             self._won = is_win(marks)
             lines = [prompt.feedback_line(word, marks)]
         self._total += self._last_reward
-        lines.append(
-            prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid)
-            if self.done
-            else prompt.next_move_text(MAX_GUESSES - len(self._rows))
-        )
+        if self.done:
+            lines.append(prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid))
+        else:
+            example = self._words.example(self.secret, self._steps, [r.word for r in self._rows])
+            lines.append(prompt.next_move_text(MAX_GUESSES - len(self._rows), example))
         self._message = "\n".join(lines)
         return self.observe()
 

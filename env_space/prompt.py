@@ -89,10 +89,16 @@ def invalid_line(error: str) -> str:
     return f"Invalid move: {error}. It did not use up a guess."
 
 
-def next_move_text(guesses_left: int) -> str:
-    """The request for the next guess."""
+def next_move_text(guesses_left: int, example: str) -> str:
+    """The request for the next guess, with an example of the format.
+
+    The example is a different word each move (`WordLists.example`): a small model copies the words its
+    context shows, and with the first message's example as the only word in sight it repeated it on every
+    move. The example says nothing about the secret.
+    """
     plural = "es" if guesses_left != 1 else ""
-    return f"You have {guesses_left} guess{plural} left. Reply with your next guess inside <guess></guess>."
+    return (f"You have {guesses_left} guess{plural} left. Reply with your next guess inside <guess></guess>, "
+            f"for example <guess>{example}</guess>.")
 
 
 def result_text(won: bool, secret: str, guesses_used: int, too_many_invalid: bool = False) -> str:

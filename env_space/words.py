@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib import resources
 
@@ -27,6 +28,13 @@ class WordLists:
     def pick_secret(self, seed: int | None = None) -> str:
         """A random answer; the same seed always gives the same word (for reproducible episodes)."""
         return random.Random(seed).choice(self.answers)
+
+    def example(self, secret: str, moves_made: int, board: Collection[str]) -> str:
+        """The example word of the request that follows `moves_made` moves of a game against `secret`: an
+        answer that is neither the secret nor on `board`, the same for the same arguments (so games of one
+        GRPO group that played alike read the same text), and different from move to move."""
+        candidates = [w for w in self.answers if w != secret and w not in board] or list(self.answers)
+        return random.Random(f"{secret}:{moves_made}").choice(candidates)
 
     def check(self, word: str) -> str | None:
         """Why ``word`` is not a legal guess, or None when it is. ``word`` is expected lowercase."""

@@ -177,7 +177,7 @@ PAGE = """<!doctype html>
  table.fleet th, table.fleet td { border-bottom: 1px solid #eee; padding: .1rem .4rem; text-align: left; }
 </style></head>
 <body>
-<h1>delta-sync: a model learns Wordle, live</h1>
+<h1>delta-sync: a model trains on Wordle, live</h1>
 <p class="sub">The apps on this machine share the bucket <code>{bucket}</code> and nothing else: the trainer
 publishes a sparse safetensors delta per step there, each rollout server applies it, plays games against the
 environment and hands them back through the bucket.</p>

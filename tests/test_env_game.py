@@ -24,7 +24,7 @@ def test_win_reveals_the_secret_and_ends_the_game() -> None:
     assert first.rows[0].model_dump() == {"word": "slate", "marks": "XXGXG"}
     assert first.message == (
         "SLATE ⬛⬛🟩⬛🟩 (S gray, L gray, A green, T gray, E green).\n"
-        "You have 5 guesses left. Reply with your next guess inside <guess></guess>."
+        "You have 5 guesses left. Reply with your next guess inside <guess></guess>, for example <guess>fated</guess>."
     )
     assert first.reward == pytest.approx(0.2) and not first.done and first.secret is None
     last = game.step("<guess>CRANE</guess>")
@@ -34,6 +34,21 @@ def test_win_reveals_the_secret_and_ends_the_game() -> None:
     assert last.total_reward == pytest.approx(first.reward + last.reward)
     with pytest.raises(GameOverError, match="game 'e1' is over"):
         game.step("crane")
+
+
+def test_every_request_shows_a_new_example_word_never_the_secret_nor_a_word_played() -> None:
+    def examples(game: WordleGame, moves: list[str]) -> list[str]:
+        return [game.step(m).message.rsplit("<guess>", 1)[1].split("<", 1)[0] for m in moves]
+
+    moves = ["<guess>slate</guess>", "junk", "<guess>fated</guess>", "<guess>pious</guess>"]
+    shown = examples(new_game(), moves)
+    assert len(set(shown)) == len(shown) and all(w in load_word_lists().answers for w in shown)
+    assert examples(new_game(), moves) == shown  # same secret, same moves: same text (a GRPO group reads alike)
+    assert examples(new_game("mound"), moves) != shown
+    words = load_word_lists()
+    for secret in words.answers[:200]:  # never the secret, never a word already on the board
+        assert words.example(secret, 2, ["crane", "slate"]) not in {secret, "crane", "slate"}
+    assert words.example("crane", 1, words.answers) in words.answers  # nothing left to exclude: any answer
 
 
 def test_invalid_moves_do_not_use_a_guess_but_are_penalised() -> None:

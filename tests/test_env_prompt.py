@@ -66,7 +66,9 @@ def test_texts_for_the_model() -> None:
     assert invalid_line("'xyzzy' is not in the word list") == (
         "Invalid move: 'xyzzy' is not in the word list. It did not use up a guess."
     )
-    assert next_move_text(1) == "You have 1 guess left. Reply with your next guess inside <guess></guess>."
+    assert next_move_text(1, "pious") == (
+        "You have 1 guess left. Reply with your next guess inside <guess></guess>, for example <guess>pious</guess>."
+    )
     assert result_text(True, "crane", 1) == "You won: the word was CRANE, found in 1 guess."
     assert result_text(False, "crane", 6) == "Game over (no guesses left): the word was CRANE."
     assert result_text(False, "crane", 2, too_many_invalid=True) == (

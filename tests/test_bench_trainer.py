@@ -1,0 +1,24 @@
+"""The counts `bench.trainer run` reports about what the policy wrote, on games played against the real env."""
+
+from __future__ import annotations
+
+from bench.trainer import examples_played, not_first_words
+from env_space.game import WordleGame
+from env_space.words import load_word_lists
+
+
+def _example(message: str) -> str:
+    return message.rsplit("<guess>", 1)[1].split("<", 1)[0]
+
+
+def test_later_moves_are_counted_as_copies_only_when_they_play_the_example_shown() -> None:
+    games = []
+    for secret, own_word in (("mound", None), ("pious", "slate")):
+        game = WordleGame(secret, load_word_lists(), episode_id=secret, player="policy v1")
+        game.step("<guess>crane</guess> and more")
+        shown = _example(game.step("<guess>crane</guess>").message)  # a repeat: invalid, not counted
+        shown = _example(game.step(f"<guess>{shown}</guess>").message)
+        game.step(f"<guess>{own_word or shown}")
+        games.append(game.record())
+    assert examples_played(games) == {"later_moves_scored": 4, "later_moves_playing_the_example": 3}
+    assert not_first_words(games) == 0
