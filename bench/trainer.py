@@ -41,7 +41,6 @@ import torch
 from pydantic import TypeAdapter
 
 import delta
-from env_space.words import load_word_lists
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
 from wire.env import GameRecord
@@ -251,20 +250,11 @@ def not_first_words(games: Sequence[GameRecord]) -> int:
 
 
 def examples_played(games: Sequence[GameRecord]) -> dict[str, int]:
-    """Scored words of `games`' later moves, and how many of them are the example the env's request for that
-    move showed (`WordLists.example`, recomputed from the secret and the board): how much of the valid-guess
-    rate is the policy copying the env's example rather than choosing a word."""
-    words = load_word_lists()
-    scored = copied = 0
-    for g in games:
-        board: list[str] = []
-        for move, guess in enumerate(g.guesses):
-            if move and guess:
-                scored += 1
-                copied += guess == words.example(g.secret, move, board)
-            if guess:
-                board.append(guess)
-    return {"later_moves_scored": scored, "later_moves_playing_the_example": copied}
+    """Scored words of `games`' later moves, and how many of them are the example guess the env's message
+    showed before that move (`GameRecord.examples`): how much of the valid-guess rate is the policy copying
+    the env's example rather than choosing a word."""
+    later = [(guess, example) for g in games for guess, example in list(zip(g.guesses, g.examples))[1:] if guess]
+    return {"later_moves_scored": len(later), "later_moves_playing_the_example": sum(g == e for g, e in later)}
 
 
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:

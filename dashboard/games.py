@@ -57,5 +57,6 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -
             f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
             f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
-            f'{render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors)}</div></div>')
+            f'{render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples)}'
+            '</div></div>')
     return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -40,6 +40,7 @@ CSS = """
 .wordle-game > div:last-child { min-width: 0; flex: 1; overflow: hidden; }
 .wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
 .wordle-move.invalid { color: #a33; }
+.wordle-copied { color: #9a6700; font-size: 11px; }
 .wordle-why { white-space: normal; padding-left: 1.5em; font-size: 11px; }
 """
 
@@ -133,19 +134,25 @@ def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_m
 
 
 def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False,
-               errors: Sequence[str] = ()) -> str:
+               errors: Sequence[str] = (), examples: Sequence[str] = ()) -> str:
     """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
     the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
     as "?", escaped and cut at ``chars`` (the whole kept text on hover). An invalid move shows the env's
-    reason (``errors``, one per move, "" for a scored one; older records have none) on a line below."""
+    reason (``errors``, one per move, "" for a scored one; older records have none) on a line below. A
+    scored word that is the example the env's message showed before that move (``examples``) says so:
+    a small policy copies it, and a watcher should see which words were the policy's own."""
     if not replies:
         return ""
     lines = []
     reasons = list(errors) + [""] * (len(replies) - len(errors))
-    for n, (reply, guess, why) in enumerate(zip(replies, guesses, reasons), start=1):
+    offered = list(examples) + [""] * (len(replies) - len(examples))
+    for n, (reply, guess, why, example) in enumerate(zip(replies, guesses, reasons, offered), start=1):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
         shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
         verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
+        if guess and guess == example:
+            verdict += (' <span class="wordle-copied" title="copied from the env&#x27;s message">'
+                        "(env&#x27;s example)</span>")
         reason = f'<div class="wordle-why">{html.escape(why)}</div>' if why and not guess else ""
         lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
                      f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}{reason}</li>")
@@ -170,7 +177,7 @@ def feed_html(records: Sequence[GameRecord]) -> str:
             f'<div class="wordle-mini">{rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
             f'<span class="wordle-empty" data-testid="ended">ended {ended} UTC</span>'
-            f"{moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors)}</div></div>"
+            f"{moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors, examples=r.examples)}</div></div>"
         )
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
@@ -178,7 +185,9 @@ def feed_html(records: Sequence[GameRecord]) -> str:
 #: Under the policy feed: why training games read "unfinished".
 UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped before the game ended: the trainer "
                    "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
-                   "minute on small machines. Each invalid move shows the reason it was refused.*")
+                   "minute on small machines. Each invalid move shows the reason it was refused, and a word marked "
+                   "\"env's example\" was copied from the env's message (every request shows an "
+                   "example guess, never the secret): those are not the policy's own words.*")
 
 
 def win_rate_note(stats: Sequence[PlayerStats]) -> str:

@@ -56,6 +56,8 @@ class WordleGame:
         self._last_reward: float | None = None
         self._last_error: str | None = None
         self._message = prompt.INSTRUCTIONS
+        self._example: str | None = prompt.FIRST_EXAMPLE
+        self._examples: list[str] = []
         self._replies: list[str] = []
         self._guesses: list[str] = []
         self._errors: list[str] = []
@@ -86,6 +88,7 @@ class WordleGame:
         if error is not None and parsed.left_open and parsed.word is not None:
             error += f"; the {OPEN_TAG} tag was left open, so its first word is the guess"
         self._replies.append(text[:MAX_REPLY_CHARS])
+        self._examples.append(self._example or "")
         self._guesses.append("" if error is not None else parsed.word or "")
         self._errors.append(error or "")
         if error is not None:
@@ -106,10 +109,11 @@ class WordleGame:
             lines = [prompt.feedback_line(word, marks)]
         self._total += self._last_reward
         if self.done:
+            self._example = None
             lines.append(prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid))
         else:
-            example = self._words.example(self.secret, self._steps, [r.word for r in self._rows])
-            lines.append(prompt.next_move_text(MAX_GUESSES - len(self._rows), example))
+            self._example = self._words.example(self.secret, self._steps, [r.word for r in self._rows])
+            lines.append(prompt.next_move_text(MAX_GUESSES - len(self._rows), self._example))
         self._message = "\n".join(lines)
         return self.observe()
 
@@ -136,6 +140,7 @@ class WordleGame:
             total_reward=round(self._total, 6),
             done=self.done,
             reward=None if self._last_reward is None else round(self._last_reward, 6),
+            example=self._example,
         )
 
     def record(self) -> GameRecord:
@@ -154,4 +159,5 @@ class WordleGame:
             replies=tuple(self._replies),
             guesses=tuple(self._guesses),
             errors=tuple(self._errors),
+            examples=tuple(self._examples),
         )

@@ -13,6 +13,9 @@ _MARK_WORDS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
 _MARK_TILES = {Mark.GREEN: "🟩", Mark.YELLOW: "🟨", Mark.GRAY: "⬛"}
 
 
+#: The instructions' example guess (each later request shows its own: `next_move_text`).
+FIRST_EXAMPLE = "crane"
+
 INSTRUCTIONS = f"""Let's play Wordle. Find the secret {WORD_LENGTH}-letter English word in at most \
 {MAX_GUESSES} guesses.
 After each guess you get feedback for every letter:
@@ -20,7 +23,7 @@ After each guess you get feedback for every letter:
 - yellow: the letter is in the word, in another spot;
 - gray: the letter is not in the word (or not as many times as you used it).
 Every guess must be a real {WORD_LENGTH}-letter English word. Think briefly, then write your guess \
-inside <guess></guess> tags, for example <guess>crane</guess>.
+inside <guess></guess> tags, for example <guess>{FIRST_EXAMPLE}</guess>.
 Make your first guess."""
 
 

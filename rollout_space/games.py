@@ -124,11 +124,13 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     limit = engine.config.max_model_len
     prefix, prefix_ids = params.reply_prefix, layout.text(params.reply_prefix)
     live: list[Trajectory] = []
+    shown: dict[str, str] = {}  # per game, the example guess the env's latest message showed
     try:
         for spec in games:
             observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version)
             live.append(Trajectory(prompt_ids=layout.prompt(observation.message) + prefix_ids,
                                    episode_id=observation.episode_id))
+            shown[observation.episode_id] = observation.example or ""
         for turn in range(params.max_turns):
             playing = [g for g in live if not g.finished
                        and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
@@ -139,7 +141,9 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
             for game, reply in zip(playing, replies):
                 _reply(game, reply, prefix)
+                game.examples.append(shown[game.episode_id])
                 observation = env.step(game.episode_id, prefix + reply.text)
+                shown[game.episode_id] = observation.example or ""
                 _observe(game, observation)
                 if not observation.done:
                     _feedback(game, layout.feedback(observation.message, reply) + prefix_ids)

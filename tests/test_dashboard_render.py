@@ -82,6 +82,20 @@ def test_feed_lists_policy_games_newest_first() -> None:
     assert move.group(3) == "&#x27;&lt;i&gt;&#x27; must contain only the letters a-z"  # and why it was refused
 
 
+def test_a_word_copied_from_the_envs_example_is_marked_as_such() -> None:
+    game = GameRecord(episode_id="a", player="policy v3", words=("crane", "stood", "fjord"),
+                      marks=("XXXXY", "XXYXG", "XXYXX"), won=False, secret="doped", invalid_moves=1,
+                      total_reward=0.1, finished_at=100.0,
+                      replies=("<guess>crane</guess>", "<guess>stood</guess>", "<guess>x", "<guess>fjord</guess>"),
+                      guesses=("crane", "stood", "", "fjord"), errors=("", "", "'x' has 1 letter", ""),
+                      examples=("crane", "stood", "mound", "plaza"))
+    moves = re.findall(r"<li[^>]*>(.*?)</li>", feed_html([game]))
+    marked = [m.startswith(f"{n}. <b>") and "(env&#x27;s example)" in m for n, m in enumerate(moves, 1)]
+    assert marked == [True, True, False, False]  # copies marked; an invalid move and an own word are not
+    old = game.model_copy(update={"examples": ()})  # records from before the env showed examples
+    assert "example" not in feed_html([old])
+
+
 def test_stats_rows_and_win_rate_curve() -> None:
     stats = [
         PlayerStats(player="human", games=2, wins=2),

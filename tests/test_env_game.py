@@ -41,7 +41,11 @@ def test_every_request_shows_a_new_example_word_never_the_secret_nor_a_word_play
         return [game.step(m).message.rsplit("<guess>", 1)[1].split("<", 1)[0] for m in moves]
 
     moves = ["<guess>slate</guess>", "junk", "<guess>fated</guess>", "<guess>pious</guess>"]
-    shown = examples(new_game(), moves)
+    game = new_game()
+    assert game.observe().example == "crane"  # the instructions' example
+    shown = examples(game, moves)
+    assert game.observe().example == shown[-1]
+    assert game.record().examples == ("crane", *shown[:-1])  # the example each move was shown before it
     assert len(set(shown)) == len(shown) and all(w in load_word_lists().answers for w in shown)
     assert examples(new_game(), moves) == shown  # same secret, same moves: same text (a GRPO group reads alike)
     assert examples(new_game("mound"), moves) != shown

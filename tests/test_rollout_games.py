@@ -37,6 +37,8 @@ def test_trajectories_hold_exactly_the_tokens_the_policy_saw(engine, env):
         assert len(game.logprobs) == len(game.env_mask) == n > 0
         assert len(game.replies) == len(game.turn_rewards) == len(game.guesses) == len(game.versions) == 3
         assert len(game.errors) == 3 and all(bool(e) != bool(g) for e, g in zip(game.errors, game.guesses))
+        # The example guess each reply was shown: the instructions' first, then each request's own.
+        assert game.examples[0] == "crane" and len(set(game.examples)) == 3
         assert game.version == 0 and game.versions == [0, 0, 0]
         assert all(lp == 0.0 for lp, m in zip(game.logprobs, game.env_mask) if m == 0)
         # The env's feedback sits between the replies (a random model never wins in 3 turns).

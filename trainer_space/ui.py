@@ -35,7 +35,9 @@ def cut_games_note(max_turns: int) -> str:
             "\"unfinished\": every move generates over the whole conversation again, so on a CPU shorter games "
             "give more steps per minute, and the strict valid-guess rate and letters found are what a small "
             "model learns first. A win needs the word within those moves, so the win rate stays near 0 "
-            "until the policy plays well.")
+            "until the policy plays well. A word marked \"env's example\" is the example guess the "
+            "env's message offered before that move (never the secret): a small policy learns the format by "
+            "copying it, not its own words.")
 
 
 def status_markdown(status: TrainerStatus) -> str:

@@ -75,6 +75,8 @@ class StepObservation(_Strict):
     won: bool = False
     secret: str | None = Field(None, description="Revealed once the game is over")
     total_reward: float = 0.0
+    example: str | None = Field(None, description="The example guess this message shows (the instructions' for "
+                                                  "the first move, a new one in each request after); None once over")
 
 
 class WordleObservation(StepObservation):
@@ -164,6 +166,8 @@ class GameRecord(BaseModel):
                                                      f"(cut at {MAX_REPLY_CHARS} characters)")
     guesses: tuple[str, ...] = Field((), description="The word each move scored, '' for an invalid move")
     errors: tuple[str, ...] = Field((), description="Why each move was invalid ('' for a scored guess)")
+    examples: tuple[str, ...] = Field((), description="The example guess the message before each move showed: a "
+                                                      "move that scored it copied the env's example")
 
     @property
     def is_policy(self) -> bool:

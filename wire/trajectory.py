@@ -28,6 +28,8 @@ class Trajectory(BaseModel):
     won: bool = Field(False, description="Whether the policy found the word")
     guesses: list[str] = Field([], description="The word of each reply ('' when the move was invalid)")
     errors: list[str] = Field([], description="The env's reason for each invalid move ('' for a scored guess)")
+    examples: list[str] = Field([], description="The example guess the env's message before each reply showed "
+                                                "('' from an env that shows none)")
     marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
     replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
                                                "env scored)")
