@@ -32,7 +32,7 @@ class WordLists:
     def example(self, secret: str, moves_made: int, board: Collection[str]) -> str:
         """The example word of the request that follows `moves_made` moves of a game against `secret`: an
         answer that is neither the secret nor on `board`, the same for the same arguments (so games of one
-        GRPO group that played alike read the same text), and different from move to move."""
+        GRPO group that played alike read the same text), drawn afresh for each move."""
         candidates = [w for w in self.answers if w != secret and w not in board] or list(self.answers)
         return random.Random(f"{secret}:{moves_made}").choice(candidates)
 
