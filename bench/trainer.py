@@ -20,7 +20,8 @@ needed, so a GPU machine runs it from a shell), with the trainer's defaults (wha
 unless `--games`, `--max-tokens`, `--max-turns`, `--lr` or `--credit` say otherwise; then the trainer's `/history`
 is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
 first and the last `--window` steps; how many different words the policy's last 40 games scored, and how
-many of their later moves played the example the env's request showed) and
+many of their later moves played the example the env's request showed, and the letters a player that
+only copies the examples finds) and
 those games (what the policy wrote), and drawn (those three per step; bytes per version: the default
 codec, `raw`, the dense model) to `--png`.
 """
@@ -41,11 +42,14 @@ import torch
 from pydantic import TypeAdapter
 
 import delta
+from env_space.game import WordleGame
+from env_space.words import load_word_lists
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
 from wire.env import GameRecord
 from wire.rollout import RolloutStatus, Trajectory
 from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
+from wire.wordle import letters_found
 
 
 class ReplayedGames:
@@ -190,6 +194,7 @@ def real_run(args: argparse.Namespace) -> None:
                "distinct_words_last_games": len({w for g in games for w in g.words}),
                "scored_but_not_the_first_word": not_first_words(games),
                **examples_played(games),
+               "letters_found_by_copying_only": copying_baseline(args.max_turns or TrainerConfig().max_turns),
                "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
@@ -255,6 +260,22 @@ def examples_played(games: Sequence[GameRecord]) -> dict[str, int]:
     the env's example rather than choosing a word."""
     later = [(guess, example) for g in games for guess, example in list(zip(g.guesses, g.examples))[1:] if guess]
     return {"later_moves_scored": len(later), "later_moves_playing_the_example": sum(g == e for g, e in later)}
+
+
+def copying_baseline(moves: int, games: int = 400) -> float:
+    """Mean letters found (`letters_found`) by a player that only ever plays the example the env's message
+    shows, over `games` seeded secrets of `moves` moves: the baseline a policy that learned only to copy
+    reaches, to read the run's letters found against."""
+    words, found = load_word_lists(), []
+    for seed in range(games):
+        game = WordleGame(words.pick_secret(seed), words, episode_id=str(seed), player="copying")
+        for _ in range(moves):
+            observation = game.observe()
+            if observation.done:
+                break
+            game.step(f"<guess>{observation.example}</guess>")
+        found.append(letters_found(game.record().marks))
+    return statistics.fmean(found)
 
 
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
