@@ -10,17 +10,13 @@ from env_space.words import load_word_lists
 from wire.wordle import encode, letters_found, score
 
 
-def _example(message: str) -> str:
-    return message.rsplit("<guess>", 1)[1].split("<", 1)[0]
-
-
 def test_later_moves_are_counted_as_copies_only_when_they_play_the_example_shown() -> None:
     games = []
     for secret, own_word in (("mound", None), ("pious", "slate")):
         game = WordleGame(secret, load_word_lists(), episode_id=secret, player="policy v1")
         game.step("<guess>crane</guess> and more")
-        shown = _example(game.step("<guess>crane</guess>").message)  # a repeat: invalid, not counted
-        shown = _example(game.step(f"<guess>{shown}</guess>").message)
+        shown = game.step("<guess>crane</guess>").example  # a repeat: invalid, not counted
+        shown = game.step(f"<guess>{shown}</guess>").example
         game.step(f"<guess>{own_word or shown}")
         games.append(game.record())
     assert examples_played(games) == {"later_moves_scored": 4, "later_moves_playing_the_example": 3}
