@@ -3,14 +3,18 @@
     python -m bench.codec                                   # real AdamW pairs (generated once, cached)
     python -m bench.codec --data smollm2-fp32master --threads 1 2
     python -m bench.codec --synthetic qwen3-8b --layers 4   # large shapes, streamed tensor by tensor
-    python -m bench.codec --device cuda                     # states on the GPU: the writer scans there
+    python -m bench.codec --device cuda                     # states on the GPU
 
 Per pair and thread count, interleaved and best of --repeat: an in-place copy of the state; the floor
-(`old != new` then `nonzero`, tensor by tensor, where the state lives); diff+encode with the default
-codec (hashing the new state included, as a publisher must); decode+apply onto a copy of the old
-state (hash proof included). Sizes in bytes per changed element for `raw` (TRL's layout), `gap`,
-`ctx` (default) and the conditional entropy bound. Peak extra memory above the states while
-encoding and applying: host (resident set) and GPU (allocator peak), as fractions of the state.
+(`old != new` then `nonzero`, tensor by tensor, where the state lives); the `raw` diff (TRL's layout);
+and the default codec's diff (state hashes moved by the changes, as a publisher does) and apply (decode,
+hash proof and write, onto a copy of the old state where it lives) on both paths: the **device path**
+(whole-tensor torch work where the state lives: on the GPU with --device cuda, on CPU tensors with
+--device cpu, as `DELTA_DEVICE_PATH=1` runs it) and the **host path** (compiled chunk scans on the host's
+cores, the state in host memory). Where the device path's time goes, stage by stage (one more recorded
+run each: `delta._stages`), in a second table. Sizes in bytes per changed element for `raw`, `gap`,
+`ctx` (default) and the conditional entropy bound. Peak extra memory above the states while encoding
+and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
 
 Synthetic shapes are made and measured one tensor at a time (see `_streamed`), so the figures add
 up per tensor: a state of any size fits, and small tensors get no help from their neighbours' threads.
@@ -27,12 +31,15 @@ import os
 import platform
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from delta import state_digest
+from delta._stages import recording
+from delta.tensors import _device
 import delta
 
 from . import _streamed
@@ -43,6 +50,8 @@ DEFAULT_STEPS = 4
 # The 600M-element state: 1.2 GB per step on disk, so 2 steps; lr 5e-7 puts it at ~1% density.
 BIG = {"data": "qwen3-0.6b-shape", "steps": 2, "lr": 5e-7}
 SYNTHETIC_LR = 1e-6
+ENCODE_STAGES = ("scan", "hash", "transfer", "code", "write")
+APPLY_STAGES = ("read", "decode", "transfer", "locate", "hash", "write")
 
 
 def _rss() -> int:
@@ -107,6 +116,19 @@ def _floor(old: dict, new: dict) -> None:
         torch.nonzero(a != b)
 
 
+class _Path:
+    """`with _Path(device=True):` runs `delta` on its device path (or its host path), whatever the state's device."""
+
+    def __init__(self, device: bool) -> None:
+        self.device = device
+
+    def __enter__(self) -> None:
+        self.saved, _device.DEVICE_PATH = _device.DEVICE_PATH, self.device
+
+    def __exit__(self, *exc) -> None:
+        _device.DEVICE_PATH = self.saved
+
+
 @dataclass
 class Row:
     """One measured pair (or, for synthetic shapes, the sum over all tensors of one state)."""
@@ -124,88 +146,141 @@ class Row:
     entropy: float
     copy_s: float
     floor_s: float
+    raw_s: float
     encode_s: float
     apply_s: float
+    host_encode_s: float
+    host_apply_s: float
     encode_host_extra: int
     apply_host_extra: int
     encode_gpu_extra: int
+    encode_stages: dict[str, float] = field(default_factory=dict)
+    apply_stages: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: Row) -> Row:
         """Sums of sizes and times; peaks are the largest."""
         def w(a: float, b: float) -> float:  # per-changed-element sizes, weighted by changed elements
             total = self.changed + other.changed
             return (a * self.changed + b * other.changed) / total if total else 0.0
+
+        def stages(a: dict, b: dict) -> dict:
+            return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
+
         return dataclasses.replace(
             self, elements=self.elements + other.elements, state_bytes=self.state_bytes + other.state_bytes,
             changed=self.changed + other.changed, raw=w(self.raw, other.raw), gap=w(self.gap, other.gap),
             ctx=w(self.ctx, other.ctx), entropy=math.nan,
-            copy_s=self.copy_s + other.copy_s, floor_s=self.floor_s + other.floor_s,
-            encode_s=self.encode_s + other.encode_s, apply_s=self.apply_s + other.apply_s,
+            **{f: getattr(self, f) + getattr(other, f) for f in ("copy_s", "floor_s", "raw_s", "encode_s", "apply_s",
+                                                                "host_encode_s", "host_apply_s")},
             encode_host_extra=max(self.encode_host_extra, other.encode_host_extra),
             apply_host_extra=max(self.apply_host_extra, other.apply_host_extra),
-            encode_gpu_extra=max(self.encode_gpu_extra, other.encode_gpu_extra))
+            encode_gpu_extra=max(self.encode_gpu_extra, other.encode_gpu_extra),
+            encode_stages=stages(self.encode_stages, other.encode_stages),
+            apply_stages=stages(self.apply_stages, other.apply_stages))
 
 
 def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, device: str, repeat: int,
                  entropy: bool = True) -> Row:
-    """All figures for one (old, new) pair on `device` with `threads`; the states are not modified.
-
-    The reader always applies on the host (a copy of `old` there): the writer's side is what runs on
-    the device.
-    """
+    """All figures for one (old, new) pair on `device` with `threads`; the states are not modified."""
     torch.set_num_threads(threads)
     host_old = {k: v.cpu() for k, v in old.items()}
+    host_new = {k: v.cpu() for k, v in new.items()}
     if device == "cuda":
         old, new = {k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()}
     elements = sum(t.numel() for t in new.values())
     nbytes = sum(t.numel() * t.element_size() for t in new.values())
-    old_digest = state_digest(host_old)
-    sizes = {codec: len(delta.diff(old, new, codec=codec, old_digest=old_digest, new_digest=old_digest,
-                                   workers=threads)) for codec in ("raw", "gap")}
+    old_digest = state_digest(host_old)  # the same digest on either path
+    with _Path(device=False):
+        sizes = {codec: len(delta.diff(host_old, host_new, codec=codec, old_digest=old_digest, workers=threads))
+                 for codec in ("raw", "gap")}
     # Filled once untimed, so no timed pass pays for first-touch page faults.
     scratch = {k: v.clone() for k, v in old.items()}
-    reader = {k: v.clone() for k, v in host_old.items()}
-    best = {"copy": math.inf, "floor": math.inf, "encode": math.inf, "apply": math.inf}
+    reader = {k: v.clone() for k, v in old.items()}
+    host_reader = {k: v.clone() for k, v in host_old.items()}
+    best: dict[str, float] = defaultdict(lambda: math.inf)
     encode_extra = apply_extra = gpu_extra = 0
     data = b""
+
+    def keep(key: str, seconds: float) -> None:
+        best[key] = min(best[key], seconds)
+
     for _ in range(repeat):  # interleaved, so a busy moment of a shared machine hits every figure alike
-        best["copy"] = min(best["copy"], _timed(lambda: [scratch[k].copy_(old[k]) for k in old], device)[0])
-        best["floor"] = min(best["floor"], _timed(lambda: _floor(old, new), device)[0])
-        with PeakMemory(device == "cuda") as mem:
-            seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
-        best["encode"] = min(best["encode"], seconds)
-        encode_extra, gpu_extra = max(encode_extra, mem.extra), max(gpu_extra, mem.gpu_extra)
+        keep("copy", _timed(lambda: [scratch[k].copy_(old[k]) for k in old], device)[0])
+        keep("floor", _timed(lambda: _floor(old, new), device)[0])
+        with _Path(device=True):
+            keep("raw", _timed(lambda: delta.diff(old, new, codec="raw", old_digest=old_digest, workers=threads),
+                               device)[0])
+            with PeakMemory(device == "cuda") as mem:
+                seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
+            keep("encode", seconds)
+            gpu_extra = max(gpu_extra, mem.gpu_extra)
+            for k in reader:
+                reader[k].copy_(old[k])
+            keep("apply", _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), device)[0])
+        with _Path(device=False):
+            with PeakMemory(False) as mem:
+                seconds, host_data = _timed(lambda: delta.diff(host_old, host_new, old_digest=old_digest,
+                                                               workers=threads), "cpu")
+            keep("host_encode", seconds)
+            encode_extra = max(encode_extra, mem.extra)
+            assert host_data == data, "the device path and the host path wrote different bytes"
+            for k in host_reader:
+                host_reader[k].copy_(host_old[k])
+            with PeakMemory(False) as mem:
+                seconds, _ = _timed(lambda: delta.apply(host_reader, data, digest=old_digest, workers=threads), "cpu")
+            keep("host_apply", seconds)
+            apply_extra = max(apply_extra, mem.extra)
+    with _Path(device=True):  # where the device path's time goes: one more run of each, recorded
+        with recording() as encode_stages:
+            delta.diff(old, new, old_digest=old_digest, workers=threads)
         for k in reader:
-            reader[k].copy_(host_old[k])
-        with PeakMemory(False) as mem:
-            seconds, _ = _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), "cpu")
-        best["apply"] = min(best["apply"], seconds)
-        apply_extra = max(apply_extra, mem.extra)
+            reader[k].copy_(old[k])
+        with recording() as apply_stages:
+            delta.apply(reader, data, digest=old_digest, workers=threads)
     header, _ = delta.read_delta(data)
     changed = max(header.changed, 1)
-    bound = conditional_entropy_bits(host_old, {k: v.cpu() for k, v in new.items()}) / 8 / changed if entropy else math.nan
+    bound = conditional_entropy_bits(host_old, host_new) / 8 / changed if entropy else math.nan
     return Row(
         data=name, step=step, device=device, threads=threads, elements=elements, state_bytes=nbytes,
         changed=header.changed, raw=sizes["raw"] / changed, gap=sizes["gap"] / changed, ctx=len(data) / changed,
-        entropy=bound, copy_s=best["copy"], floor_s=best["floor"], encode_s=best["encode"], apply_s=best["apply"],
-        encode_host_extra=encode_extra, apply_host_extra=apply_extra, encode_gpu_extra=gpu_extra)
+        entropy=bound, copy_s=best["copy"], floor_s=best["floor"], raw_s=best["raw"], encode_s=best["encode"],
+        apply_s=best["apply"], host_encode_s=best["host_encode"], host_apply_s=best["host_apply"],
+        encode_host_extra=encode_extra, apply_host_extra=apply_extra, encode_gpu_extra=gpu_extra,
+        encode_stages=dict(encode_stages), apply_stages=dict(apply_stages))
 
 
 def render(rows: list[Row]) -> str:
     head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} {'elements':>14} {'density':>8} | {'raw':>5} {'gap':>6} "
-            f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'enc':>6} {'enc/copy':>8} {'apply':>6} "
-            f"{'app/copy':>8} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}")
-    lines = ["sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes), ratios: time / in-place copy "
-             "| extra memory: fraction of the state", head, "-" * len(head)]
+            f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'raw':>6} | {'diff':>6} {'apply':>6} "
+            f"{'diff/raw':>8} | {'h.diff':>6} {'h.apply':>7} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}")
+    lines = ["sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes); diff and apply on the device "
+             "path, h. on the host path; diff/raw: time of the default diff over the raw diff "
+             "| extra memory (host path; GPU): fraction of the state", head, "-" * len(head)]
     for r in rows:
         gb = r.state_bytes / 1e9
         lines.append(
             f"{r.data:<20} {r.step:>4} {r.device:>4} {r.threads:>3} {r.elements:>14,} "
             f"{100 * r.changed / r.elements:>7.3f}% | {r.raw:>5.2f} {r.gap:>6.3f} {r.ctx:>6.3f} {r.entropy:>6.3f} "
-            f"{r.raw / r.ctx:>7.1f} | {gb / r.copy_s:>6.2f} {gb / r.floor_s:>6.2f} {gb / r.encode_s:>6.2f} "
-            f"{r.encode_s / r.copy_s:>8.1f} {gb / r.apply_s:>6.2f} {r.apply_s / r.copy_s:>8.1f} | "
+            f"{r.raw / r.ctx:>7.1f} | {gb / r.copy_s:>6.2f} {gb / r.floor_s:>6.2f} {gb / r.raw_s:>6.2f} | "
+            f"{gb / r.encode_s:>6.2f} {gb / r.apply_s:>6.2f} {r.encode_s / r.raw_s:>8.2f} | "
+            f"{gb / r.host_encode_s:>6.2f} {gb / r.host_apply_s:>7.2f} | "
             f"{r.encode_host_extra / r.state_bytes:>8.2f} {r.apply_host_extra / r.state_bytes:>8.2f} "
             f"{r.encode_gpu_extra / r.state_bytes:>7.2f}")
+    return "\n".join(lines)
+
+
+def render_stages(rows: list[Row]) -> str:
+    """Milliseconds per stage of the device path's diff and apply (a recorded run: waits at each stage)."""
+    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} | diff: " + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
+            + " | apply: " + " ".join(f"{s:>8}" for s in APPLY_STAGES))
+    lines = ["device path, milliseconds per stage (scan: compare, classes, sort, ranks, steps; hash: the changes' "
+             "state-hash sums; transfer: host<->device copies; code: symbol counts and rANS on host threads; "
+             "decode: rANS on host threads; locate: positions and new values on the device; write: the file, or "
+             "index_copy_ into the state)", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.data:<20} {r.step:>4} {r.device:>4} {r.threads:>3} | diff: "
+                     + " ".join(f"{1e3 * r.encode_stages.get(s, 0.0):>8.1f}" for s in ENCODE_STAGES)
+                     + " | apply: " + " ".join(f"{1e3 * r.apply_stages.get(s, 0.0):>8.1f}" for s in APPLY_STAGES))
     return "\n".join(lines)
 
 
@@ -271,6 +346,8 @@ def main(argv: list[str] | None = None) -> None:
             print(render(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(render(rows))
+    print()
+    print(render_stages(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(args.device), "results": [asdict(r) for r in rows]}, f, indent=1)

@@ -88,7 +88,7 @@ def test_bucket_commands_publish_log_pull_gc(tmp_path):
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and [line.split()[:2] for line in lines] == [
         ["1", "anchor"], ["2", "delta"], ["3", "anchor"], ["4", "delta"]]
-    assert "state=xxh3-128:" in lines[0] and "sha256=" in lines[0] and "bytes=" in lines[0]
+    assert "state=sum128:" in lines[0] and "sha256=" in lines[0] and "bytes=" in lines[0]
 
     out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v2.safetensors"), "--version", "2")
     assert out.returncode == 0, out.stderr

@@ -1,101 +1,202 @@
-"""States on a device: the torch chunk scan finds exactly what the compiled CPU scan finds, and the publisher,
-`apply` and the Subscriber take GPU-resident states through the same torch code, run here on CPU tensors."""
+"""States on a device: the device path (whole-tensor torch work, `delta.codecs._device_scan`) writes exactly the
+bytes the compiled host path writes, reads them back to the same state and hash, does not grow its torch
+operations or host round trips with a tensor's size or chunks, and the publisher, `apply` and the Subscriber
+take device states through it. Run here on CPU tensors (`DELTA_DEVICE_PATH=1`, the `on_device` fixture)."""
 
 from __future__ import annotations
 
 import gc
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import delta
 from delta.bucket.manifest import read_manifest, version_of_path
-from delta.codecs._kernels import scan_chunk
 from delta.storage import open_storage
 from delta.tensors import _device
-from delta.tensors._device import scan_chunk_torch
-from delta.tensors.bits import DTYPE_NAMES, bits, layout_of
+from delta.tensors.hashing import tensor_sums, whole_key
+from delta.tensors.bits import DTYPE_NAMES
 
-from ._states import ALL_DTYPES, adam_like, clone, states_equal
+from ._states import ALL_DTYPES, adam_like, clone, from_bits, states_equal
 
-NARROW = [d for d in ALL_DTYPES if torch.empty((), dtype=d).element_size() <= 4]
-
-
-@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: DTYPE_NAMES[d])
-@pytest.mark.parametrize("context", [True, False])
-def test_torch_scan_matches_compiled_scan(dtype, context):
-    rng = np.random.default_rng(5)
-    size = torch.empty((), dtype=dtype).element_size()
-    raw_old = rng.integers(0, 2 ** (8 * size), 300_000, dtype=np.uint64).astype(f"u{size}")
-    raw_new = raw_old.copy()
-    flip = rng.random(raw_old.size) < 0.05
-    raw_new[flip] = rng.integers(0, 2 ** (8 * size), int(flip.sum()), dtype=np.uint64).astype(f"u{size}")
-    if dtype == torch.bool:
-        raw_old, raw_new = raw_old & 1, raw_new & 1
-    old = torch.from_numpy(raw_old.view(f"i{size}") if size > 1 else raw_old)
-    new = torch.from_numpy(raw_new.view(f"i{size}") if size > 1 else raw_new)
-    old = (old != 0) if dtype == torch.bool else old.view(dtype)
-    new = (new != 0) if dtype == torch.bool else new.view(dtype)
-    layout = layout_of(dtype)
-    shift, mask = (layout.shift, layout.mask) if context else (0, 0)
-    a, b = bits(old), bits(new)
-    for lo, hi in [(0, 1000), (1000, 131_072), (131_072, a.size)]:
-        cls, gaps, steps = np.empty(hi - lo, np.uint16), np.empty(hi - lo, np.uint32), np.empty(hi - lo, np.uint64)
-        m, cmin, cmax = scan_chunk(a, b, lo, hi, a.dtype.type(shift), a.dtype.type(mask), cls, gaps, steps)
-        got = scan_chunk_torch(old[lo:hi], new[lo:hi], shift, mask)
-        assert got[:3] == (m, cmin, cmax)
-        for want, have in zip((cls[:m], gaps[:m], steps[:m]), got[3:]):
-            assert np.array_equal(have, want)
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_state_diffs_to_the_same_bytes():
-    old, new = adam_like()
-    on_device = delta.diff({k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()})
-    assert on_device == delta.diff(old, new)
+class Crossings:
+    """Counts what crosses between host and device: every copy goes through `_device`'s three functions."""
 
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = Counter()
+        self.elements = Counter()
+        for name in ("to_host", "to_host_all", "to_device"):
+            monkeypatch.setattr(_device, name, self._counted(name, getattr(_device, name)))
 
-# -- states on a device: the same torch code, run on CPU tensors through `_device`'s seam ---------------
+    def _counted(self, name, fn):
+        def wrapper(x, *args):
+            self.calls[name] += 1
+            items = x if isinstance(x, (list, tuple)) else [x]
+            self.elements[name] += sum(int(np.prod(t.shape)) for t in items)
+            return fn(x, *args)
+        return wrapper
 
-
-class HostCopies:
-    """Counts what crosses to the host: every device-to-host copy goes through `_device.to_host`."""
-
-    def __init__(self) -> None:
-        self.elements = 0
-        self.calls = 0
-        self._to_host = _device.to_host
-
-    def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        self.elements += t.numel()
-        return self._to_host(t)
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
 
 
 @pytest.fixture()
-def on_device(monkeypatch: pytest.MonkeyPatch) -> HostCopies:
-    """Every tensor is treated as living on a device (a GPU): the device path runs on CPU tensors."""
-    copies = HostCopies()
-    monkeypatch.setattr(_device, "on_host", lambda t: False)
-    monkeypatch.setattr(_device, "to_host", copies)
-    return copies
+def on_device(monkeypatch: pytest.MonkeyPatch) -> Crossings:
+    """Every tensor takes the device path (as `DELTA_DEVICE_PATH=1` does), its crossings counted."""
+    monkeypatch.setattr(_device, "DEVICE_PATH", True)
+    return Crossings(monkeypatch)
 
 
-def test_apply_writes_a_device_state_where_it_lives(on_device: HostCopies) -> None:
+def _path(monkeypatch: pytest.MonkeyPatch, device: bool) -> None:
+    monkeypatch.setattr(_device, "DEVICE_PATH", device)
+
+
+# -- the device path against the host path, bit for bit ------------------------------------------------------
+
+
+@st.composite
+def state_pairs(draw) -> tuple[dict, dict, int]:
+    """Up to 4 tensors of any supported dtype and size (empty ones included), each with none, a few, many or
+    all of its elements changed to random bit patterns; and a chunk size that cuts them unevenly."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    old, new = {}, {}
+    for i in range(draw(st.integers(1, 4))):
+        dtype = draw(st.sampled_from(ALL_DTYPES))
+        size = torch.empty((), dtype=dtype).element_size()
+        n = draw(st.sampled_from([0, 1, 7, 300, 2049, 5000]))
+        raw_old = rng.integers(0, 2 ** (8 * size), n, dtype=np.uint64)
+        if dtype.is_floating_point and draw(st.booleans()):  # real weights: a few exponents, small steps
+            raw_old = from_bits(raw_old, dtype, (n,)).float().mul_(0).add_(torch.from_numpy(rng.normal(0, 0.02, n)))
+            raw_old = raw_old.to(dtype).view(torch.uint8 if size == 1 else {2: torch.int16, 4: torch.int32,
+                                                                             8: torch.int64}[size]).numpy()
+            raw_old = raw_old.astype(np.uint64) & np.uint64(2 ** (8 * size) - 1)
+        density = draw(st.sampled_from([0.0, 0.01, 0.3, 1.0]))
+        flip = rng.random(n) < density
+        raw_new = raw_old.copy()
+        raw_new[flip] ^= rng.integers(1, 2 ** min(8 * size, 12), int(flip.sum()), dtype=np.uint64)
+        if dtype == torch.bool:
+            raw_old, raw_new = raw_old & 1, raw_old & 1 ^ flip.astype(np.uint64)
+        name = f"t{i}.{DTYPE_NAMES[dtype]}"
+        old[name], new[name] = from_bits(raw_old, dtype, (n,)), from_bits(raw_new, dtype, (n,))
+    return old, new, draw(st.sampled_from([1, 7, 1000, 1 << 20]))
+
+
+@SETTINGS
+@given(pair=state_pairs(), codec=st.sampled_from(sorted(delta.CODECS)))
+def test_the_device_path_writes_the_host_paths_bytes_and_reads_them_back(pair, codec, monkeypatch) -> None:
+    old, new, chunk = pair
+    _path(monkeypatch, False)
+    want = delta.diff(old, new, codec=codec, chunk=chunk)
+    host_state = clone(old)
+    host = delta.apply(host_state, want)
+    _path(monkeypatch, True)
+    assert delta.diff(old, new, codec=codec, chunk=chunk) == want
+    state = clone(old)
+    result = delta.apply(state, want)
+    assert states_equal(state, new) and states_equal(host_state, new)
+    assert result.digest.hexdigest == host.digest.hexdigest == result.header.target_hash
+
+
+@SETTINGS
+@given(pair=state_pairs())
+def test_the_state_hash_is_the_same_on_both_paths(pair, monkeypatch) -> None:
+    old, _, _ = pair
+    _path(monkeypatch, False)
+    host = {n: tensor_sums(whole_key(n, t), t) for n, t in old.items()}
+    _path(monkeypatch, True)
+    assert {n: tensor_sums(whole_key(n, t), t) for n, t in old.items()} == host
+
+
+def test_a_delta_for_another_state_is_refused_on_the_device_path(on_device: Crossings) -> None:
+    old, new = adam_like(seed=2)
+    data = delta.diff(old, new)
+    other = {k: (v.float() * 3).to(v.dtype) for k, v in old.items()}  # other exponents: ranks beyond their class
+    state = clone(other)
+    with pytest.raises((delta.DeltaFormatError, delta.StateMismatchError)):
+        delta.apply(state, data)
+    assert states_equal(state, other)
+    # Told the state is `old` (a lying digest), the proof still reads the values really there.
+    with pytest.raises((delta.DeltaFormatError, delta.IntegrityError)):
+        delta.decode(data, state, digest=delta.state_digest(old))
+    assert states_equal(state, other)
+
+
+# -- bounded work: the same number of torch ops and host round trips for 8x the elements ---------------------
+
+
+def _ops(fn) -> Counter:
+    """The torch operations `fn` runs, on every thread."""
+    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], experimental_config=config) as prof:
+        fn()
+    return Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+
+
+def _one_tensor_pair(n: int) -> tuple[dict, dict]:
+    g = torch.Generator().manual_seed(n)
+    old = {"w": (torch.randn(n, generator=g) * 0.02).bfloat16(), "b": torch.randn(n // 50, generator=g)}
+    new = {k: (v.float() - 1e-4 * torch.sign(torch.randn(v.shape, generator=g))).to(v.dtype) for k, v in old.items()}
+    return old, new
+
+
+@pytest.mark.parametrize("codec", ["ctx", "gap"])
+def test_device_work_does_not_grow_with_elements_or_chunks(codec, monkeypatch) -> None:
+    """One diff and one apply of a state, and of the same kind of state 8x larger (8x the chunks): the same
+    torch operations, the same number of host round trips."""
+    counts = []
+    for n in (40_000, 320_000):
+        old, new = _one_tensor_pair(n)
+        _path(monkeypatch, True)
+        crossings = Crossings(monkeypatch)
+        digest = delta.state_digest(old)
+        before = crossings.total
+        out = {}
+        diff_ops = _ops(lambda: out.update(data=delta.diff(old, new, codec=codec, old_digest=digest, chunk=4000)))
+        diff_trips = crossings.total - before
+        state = clone(old)
+        before = crossings.total
+        apply_ops = _ops(lambda: delta.apply(state, out["data"], digest=digest))
+        apply_trips = crossings.total - before
+        assert states_equal(state, new)
+        counts.append((diff_ops, diff_trips, apply_ops, apply_trips))
+        monkeypatch.undo()
+    small, large = counts
+    assert small == large
+    assert sum(small[0].values()) < 1500 and sum(small[2].values()) < 1500  # a few hundred per group of tensors
+    assert small[1] <= 4 and small[3] <= 8
+
+
+# -- device states through apply, the publisher and the Subscriber ------------------------------------------
+
+
+def test_apply_writes_a_device_state_where_it_lives(on_device: Crossings) -> None:
     old, new = adam_like(seed=3)
     data = delta.diff(old, new)
     state = clone(old)
     kept = {k: v.data_ptr() for k, v in state.items()}
-    result = delta.apply(state, data)
+    digest = delta.state_digest(old)
+    on_device.elements.clear()
+    result = delta.apply(state, data, digest=digest)
+    crossed = dict(on_device.elements)
     assert states_equal(state, new) and result.digest.hexdigest == delta.state_digest(new).hexdigest
     assert {k: v.data_ptr() for k, v in state.items()} == kept  # in place
-    assert on_device.elements == sum(old[e.name].numel() for e in result.header.tensors)  # decoded on the host
+    assert crossed.get("to_host", 0) == 0  # nothing of the state is copied to the host
+    assert crossed["to_host_all"] == 5 * len(result.header.tensors)  # per changed tensor: a flag and four sums
+    assert crossed["to_device"] == 4 * result.header.changed  # class, rank, step and chunk of each change go up
 
 
-def test_a_failed_apply_on_a_device_state_is_rolled_back_there(on_device: HostCopies) -> None:
+def test_a_failed_apply_on_a_device_state_is_rolled_back_there(on_device: Crossings) -> None:
     from delta import Rollback, decode, write_changes
 
     old, mid = adam_like(seed=4)
@@ -106,13 +207,13 @@ def test_a_failed_apply_on_a_device_state_is_rolled_back_there(on_device: HostCo
     write_changes(header, changes, state, digest, rollback)
     assert states_equal(state, mid)
     header, changes, digest = decode(second, state)
-    changes[0].digest = "0" * 32  # a proof that does not hold: the write must be undone, the first file's too
+    changes[0].sums = (1, 2)  # a proof that does not hold: the write must be undone, the first file's too
     with pytest.raises(delta.IntegrityError):
         write_changes(header, changes, state, digest, rollback)
     assert states_equal(state, old)
 
 
-def test_subscriber_follows_a_bucket_into_a_device_state(tmp_path, on_device: HostCopies) -> None:
+def test_subscriber_follows_a_bucket_into_a_device_state(tmp_path, on_device: Crossings) -> None:
     old, new = adam_like(seed=5)
     with delta.Publisher(str(tmp_path)) as pub:
         pub.publish(old)
@@ -123,26 +224,27 @@ def test_subscriber_follows_a_bucket_into_a_device_state(tmp_path, on_device: Ho
     assert reader.sync() == 2 and reader.state is state and states_equal(state, new)
 
 
-def test_publisher_copies_only_changed_elements_of_a_device_state_to_the_host(tmp_path, on_device: HostCopies) -> None:
+def test_publisher_copies_only_changed_elements_of_a_device_state_to_the_host(tmp_path, on_device: Crossings) -> None:
     states = _sparse_steps(4)
     numel = sum(t.numel() for t in states[0].values())
     per_version = []
     with delta.Publisher(str(tmp_path), delta.PublisherConfig(anchor_every=3)) as pub:
         for s in states:
-            before = on_device.elements
+            before = on_device.elements["to_host_all"] + on_device.elements["to_host"]
             pub.publish(s)
             pub.flush()
-            per_version.append(on_device.elements - before)
-    manifest = read_manifest(open_storage(str(tmp_path)))
-    changed = [delta.read_delta(open_storage(str(tmp_path)).read(v.delta[0].path))[0].changed
-               for v in manifest.versions[1:]]
-    assert per_version[0] == numel  # the first version: the host copy the later ones follow
-    assert per_version[1:] == [2 * c for c in changed]  # then positions and values of changed elements only
+            per_version.append(on_device.elements["to_host_all"] + on_device.elements["to_host"] - before)
+    storage = open_storage(str(tmp_path))
+    manifest = read_manifest(storage)
+    changed = [delta.read_delta(storage.read(v.delta[0].path))[0].changed for v in manifest.versions[1:]]
     assert 0 < min(changed) and max(changed) < numel // 20
+    for crossed, c, v in zip(per_version[1:], changed, manifest.versions[1:]):
+        if v.kind == "delta":  # per change: class, gap, step, chunk; per tensor: four sums
+            assert crossed <= 4 * c + 4 * len(states[0])
     for v, s in zip(manifest.versions, states):
-        assert v.state_hash == delta.state_digest(s).hexdigest  # hashed right from the host copy
+        assert v.state_hash == delta.state_digest(s).hexdigest  # hashed right, from the changes alone
     reader = delta.Subscriber(str(tmp_path))
-    assert reader.sync() == 5 and states_equal(reader.state, states[-1])  # anchor of version 3 from the host copy too
+    assert reader.sync() == 5 and states_equal(reader.state, states[-1])  # anchor of version 3 from the device
 
 
 def _sparse_steps(count: int) -> list[dict[str, torch.Tensor]]:
@@ -212,7 +314,7 @@ class _DownOnce(open_storage(".").__class__):  # a local bucket unreachable for 
         super().write(path, data)
 
 
-def test_a_device_state_retried_with_a_newer_one_hashes_what_it_publishes(tmp_path, on_device: HostCopies) -> None:
+def test_a_device_state_retried_with_a_newer_one_hashes_what_it_publishes(tmp_path, on_device: Crossings) -> None:
     states = _sparse_steps(2)
     newer = {k: v.clone() for k, v in states[2].items()}
     newer["a"][:10] = states[1]["a"][:10]  # some of version 3's changes undone again
@@ -247,3 +349,14 @@ def test_publish_blocks_until_the_device_copy_is_done_and_says_how_long(tmp_path
         callback = PublishCallback(pub, clone(new), version=0)
         callback.on_step_end(None, None, None)
         assert waited == [len(new)] and pub.copy_s >= 0.2 and callback.copy_s >= pub.copy_s
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_state_diffs_to_the_same_bytes_and_applies_on_the_device() -> None:
+    old, new = adam_like()
+    data = delta.diff(old, new)
+    assert delta.diff({k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()}) == data
+    state = {k: v.cuda() for k, v in old.items()}
+    result = delta.apply(state, data)
+    assert states_equal({k: v.cpu() for k, v in state.items()}, new)
+    assert result.digest.hexdigest == delta.state_digest(new).hexdigest

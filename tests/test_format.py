@@ -17,21 +17,24 @@ from .make_golden import HERE, golden_states
 CODECS = sorted(delta.CODECS)
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("codec", CODECS)
-def test_golden_files_still_apply(codec):
-    """Files written by format version 2 must keep decoding, whatever changes in the encoder."""
+def test_golden_files_still_apply(codec, version):
+    """Files written by format versions 2 (`xxh3-128` state hashes) and 3 (`sum128`) must keep decoding,
+    whatever changes in the encoder, and verify with the hash they carry."""
     old, new = golden_states()
     base = delta.load_state(os.path.join(HERE, "golden_base.safetensors"))
     assert states_equal(base, old)
-    delta.apply(base, os.path.join(HERE, f"golden_v2.{codec}.delta"))
+    result = delta.apply(base, os.path.join(HERE, f"golden_v{version}.{codec}.delta"))
     assert states_equal(base, new)
+    assert result.digest.hexdigest.startswith("xxh3-128:" if version == 2 else "sum128:")
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_golden_bytes_are_stable(codec):
     """Same input, same bytes: the encoder (threads included) writes exactly the golden file."""
     old, new = golden_states()
-    with open(os.path.join(HERE, f"golden_v2.{codec}.delta"), "rb") as f:
+    with open(os.path.join(HERE, f"golden_v3.{codec}.delta"), "rb") as f:
         want = f.read()
     for workers in (1, 3):
         assert delta.diff(old, new, codec=codec, version=1, base_version=0, workers=workers) == want
@@ -41,7 +44,7 @@ def test_golden_bytes_are_stable(codec):
 def test_version_1_files_are_refused_with_what_to_do(codec):
     base = delta.load_state(os.path.join(HERE, "golden_base.safetensors"))
     before = clone(base)
-    with pytest.raises(delta.DeltaFormatError, match=r"format version '1' is not supported by this reader \(supports 2\); "
+    with pytest.raises(delta.DeltaFormatError, match=r"format version '1' is not supported by this reader \(supports 2, 3\); "
                        r"it was written by an older `delta` \(before chunked coding\): publish an anchor"):
         delta.apply(base, os.path.join(HERE, f"golden_v1.{codec}.delta"))
     assert states_equal(base, before)
@@ -57,7 +60,7 @@ def test_plain_safe_open_reads_the_header(codec, tmp_path):
         names = list(f.keys())
         for name in names:
             f.get_tensor(name)
-    assert meta["format"] == "delta-weights" and meta["format_version"] == "2" and meta["codec"] == codec
+    assert meta["format"] == "delta-weights" and meta["format_version"] == "3" and meta["codec"] == codec
     assert meta["version"] == "1" and meta["base_version"] == "0"
     assert meta["base_hash"] == delta.state_digest(old).hexdigest
     assert meta["target_hash"] == delta.state_digest(new).hexdigest

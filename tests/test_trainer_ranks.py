@@ -90,9 +90,9 @@ def test_two_ranks_resume_one_train_on_fleet_games_each_publish_a_share_and_one_
         assert all(sorted(f.rank for f in v.delta) == [0, 1] for v in deltas)  # one file per rank per version
         with delta.Subscriber(storage) as reader:
             reader.sync()
-            # The state hash covers the tensors as the files name them (the ranks' pieces): rebuilt from both
-            # ranks' files, it is the one the trainer reported.
-            rebuilt = delta.state_digest(reader.flat_state).hexdigest
+            # The state hash is the whole tensors' however the ranks cut them: the state rebuilt from both ranks'
+            # files hashes to the one the trainer reported.
+            rebuilt = delta.state_digest(reader.state).hexdigest
             full = reader.state
         assert rebuilt == manifest.latest.state_hash == done["state_hash"]
         initial = delta.load_state(model)

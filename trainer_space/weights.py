@@ -72,8 +72,7 @@ def cast_into(dst: dict[str, torch.Tensor], src: dict[str, torch.Tensor]) -> Non
 
 def resume(state: dict[str, torch.Tensor], bucket: str) -> tuple[int, str | None]:
     """Load the bucket's latest version into `state` in place (bit for bit); return it (0: empty bucket) and
-    its state hash as the reader verified it (the manifest's: for a version written by several ranks, the hash
-    of the tensors as its files name them, pieces included; None for an empty bucket).
+    the state hash of what was loaded (the manifest's, however many ranks wrote it; None for an empty bucket).
 
     Raises:
         delta.StateMismatchError: the bucket holds another model (names, shapes or dtypes differ).
@@ -86,7 +85,7 @@ def resume(state: dict[str, torch.Tensor], bucket: str) -> tuple[int, str | None
     sub = delta.Subscriber(storage)
     try:
         version = sub.sync(manifest.latest.version)
-        stored, flat, digest = sub.state, sub.flat_state, sub.digest
+        stored = sub.state
     finally:
         sub.close()
     if stored is None or set(stored) != set(state):
@@ -100,7 +99,6 @@ def resume(state: dict[str, torch.Tensor], bucket: str) -> tuple[int, str | None
                 raise delta.StateMismatchError(f"{name}: bucket has {src.dtype} {tuple(src.shape)}, the model "
                                                f"{tensor.dtype} {tuple(tensor.shape)}")
             tensor.copy_(src)
-    if flat is not None and set(flat) == set(state):  # one writer: hash what was loaded, the proof it is the bucket's
-        digest = delta.state_digest(state)
+    digest = delta.state_digest(state)  # what was loaded, hashed: the proof it is the bucket's version
     logger.info("resumed from %s at version %d", bucket, version)
-    return int(version), digest.hexdigest if digest is not None else None
+    return int(version), digest.hexdigest

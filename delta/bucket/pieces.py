@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from ..errors import DeltaFormatError
+from ..tensors._sumhash import TensorKey
+from ..tensors.bits import DTYPE_NAMES
 
 #: Tensors with fewer elements are not cut by `split` (one rank takes each whole).
 MIN_SPLIT_NUMEL = 1 << 16
@@ -195,6 +197,19 @@ def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], .
         if at != shape[dim]:
             raise DeltaFormatError(f"pieces cover [0, {at}) of {shape[dim]} along dim {dim}; refusing the version",
                                    tensor=name)
+
+
+def hash_keys(flat: Mapping[str, torch.Tensor], record: PieceRecord) -> dict[str, TensorKey]:
+    """State-hash keys of the pieces in `flat` (piece name -> its full tensor and its range there), so that a
+    piece hashes its elements where they sit in the full tensor: the state hash does not depend on how a
+    tensor is cut. Tensors that are not pieces are not listed (they are their own full tensors)."""
+    return {piece: TensorKey.piece(name, DTYPE_NAMES[flat[piece].dtype], tuple(shape), dim, start, stop)
+            for piece, (name, shape, dim, start, stop) in record.items() if piece in flat}
+
+
+def record_of(layout: Mapping[str, Sharded]) -> PieceRecord:
+    """Every piece of a layout as `flatten` records it."""
+    return {piece: (name, s.shape, s.dim, start, stop) for name, s in layout.items() for piece, start, stop in s.pieces}
 
 
 def owners(layout: Mapping[str, Sharded]) -> dict[str, str]:

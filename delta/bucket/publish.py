@@ -13,9 +13,9 @@ the manifest and collects garbage. At most one snapshot waits: if uploads fall b
 `publish` is written over the waiting one, so the next delta simply spans more training steps, and at
 most three copies of the state live on its device (published, publishing, waiting).
 
-A state on a GPU is diffed there; its hashes and anchors come from a host copy that follows it by
-the changed elements alone (`_mirror`), so a version moves only those over PCIe after the first. Not
-yet run on a GPU: tested with CPU tensors through the same code (`_device`'s seam).
+A state on a GPU is diffed and hashed there (`delta.codecs._device_scan`): the state hash of each version
+moves by the changed elements alone, and only they cross to the host; an anchor copies the state to the
+host once. Not yet run on a GPU: tested with CPU tensors through the same code (`DELTA_DEVICE_PATH=1`).
 
 Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or
 with slices of tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards
@@ -39,13 +39,13 @@ import torch
 
 from ..codecs import CODECS, DEFAULT_CODEC
 from ..errors import BucketUnreachableError, DeltaError, PublishError
-from ..patch.diff import diff
+from ..patch.diff import encode_delta
 from ..retry import RetryPolicy
 from ..storage import Storage, open_storage
 from ..tensors import _device
-from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.hashing import SCHEME, SumDigest, scheme_of, state_digest
 from ..tensors.state import State
-from . import _mirror, pieces
+from . import pieces
 from ._ranks import Ranks
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
@@ -162,13 +162,13 @@ class Publisher:
         self._manifest = manifest
         self._next_version = latest + 1
         self._last_anchor = max((v.version for v in manifest.anchors()), default=0) if manifest else 0
-        self._base, self._base_digest = self._resume_base(manifest, base_state)
+        self._base = self._resume_base(manifest, base_state)
+        self._base_digest: SumDigest | None = None  # hashed with the pieces' keys, once they are known
         self.last: PublishedVersion | None = None
         if manifest and manifest.latest:
             self.last = PublishedVersion(latest, manifest.latest.state_hash, manifest.latest.kind, 0, 0.0)
         self._pending: _Snapshot | None = None
         self._pieces: pieces.PieceRecord | None = None  # what this rank's slices are (set by the first publish)
-        self._mirror: State | None = None  # host copy of `_base` when the state lives on a GPU (`_mirror`)
         #: Seconds the last `publish` blocked for its copy, synchronised with the device.
         self.copy_s = 0.0
         self._busy = False
@@ -293,13 +293,18 @@ class Publisher:
             same = manifest.shards is None and not self._pieces
         if not self.ranks.all(same):
             with self._cond:
-                self._base, self._base_digest = None, None
+                self._base = None
 
-    def _resume_base(self, manifest: Manifest | None,
-                     base_state: Mapping[str, torch.Tensor] | None) -> tuple[State | None, StateDigest | None]:
-        """The state of the latest committed version for this rank, or None (next version: anchor only)."""
+    def _resume_base(self, manifest: Manifest | None, base_state: Mapping[str, torch.Tensor] | None) -> State | None:
+        """The state of the latest committed version for this rank, or None (next version: anchor only). A bucket
+        whose hashes are of another scheme (format 2's) starts a new chain with an anchor."""
         base: State | None = None
         latest = manifest.latest if manifest else None
+        if latest is not None and scheme_of(latest.state_hash) != SCHEME:
+            logger.warning("version %d of %s is hashed with %s: the next version will be an anchor (%s from now on)",
+                           latest.version, self.storage.url, scheme_of(latest.state_hash) or "an unknown scheme",
+                           SCHEME)
+            latest = None
         if latest is not None and base_state is not None and self.ranks.world == 1:
             digest = state_digest(base_state)
             if digest.hexdigest == latest.state_hash:
@@ -322,9 +327,7 @@ class Publisher:
             except (DeltaError, OSError) as e:
                 logger.warning("cannot pull version %d from %s (%s): the next version will be an anchor only",
                                latest.version, self.storage.url, e)
-        if not self.ranks.all(base is not None):
-            return None, None
-        return base, state_digest(base)
+        return base if self.ranks.all(base is not None) else None
 
     # -- the background side ---------------------------------------------------------------------------
 
@@ -371,41 +374,32 @@ class Publisher:
                     snapshot = _Snapshot(newer.tensors, newer.anchor or snapshot.anchor, True, newer.taken_at)
 
     def _publish_one(self, snapshot: _Snapshot) -> None:
-        on_device = not all(_device.on_host(t) for t in snapshot.tensors.values())
-        if not on_device:
-            self._publish_version(snapshot, snapshot.tensors, state_digest(snapshot.tensors))
-            return
-        # A GPU state: hashes and anchors read a host mirror that follows it by its changed elements.
-        mirror, digest, undo = _mirror.follow(self._mirror, self._base, snapshot.tensors, self._base_digest)
-        try:
-            self._publish_version(snapshot, mirror, digest)
-        except BaseException:
-            undo.restore()
-            raise
-        self._mirror = mirror
-
-    def _publish_version(self, snapshot: _Snapshot, host: State, digest: StateDigest) -> None:
-        """Write and commit `snapshot` as the next version; `host` holds its tensors in host memory (the
-        snapshot itself, or the mirror of a GPU state) and `digest` their hash."""
+        """Write and commit `snapshot` as the next version: a delta against the last one (hashed by its changes
+        alone, where the state lives), an anchor (copied to the host) when due."""
         start = time.monotonic()
         version, rank = self._next_version, self.ranks.rank
+        keys = pieces.hash_keys(snapshot.tensors, self._pieces or {})
+        if self._base is not None and self._base_digest is None:  # resumed: hashed once, with the pieces' keys
+            self._base_digest = state_digest(self._base, keys)
         anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
                   or version - self._last_anchor >= self.config.anchor_every)
         folder = version_dir(version, self.session)
         delta_refs: list[FileRef] = []
         anchor_refs: list[FileRef] = []
         if self._base is not None:
-            data = diff(self._base, snapshot.tensors, codec=self.config.codec, version=version,
-                        base_version=version - 1, old_digest=self._base_digest, new_digest=digest,
-                        workers=self.config.workers)
+            data, digest = encode_delta(self._base, snapshot.tensors, codec=self.config.codec, version=version,
+                                        base_version=version - 1, old_digest=self._base_digest,
+                                        workers=self.config.workers)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
+        else:
+            digest = state_digest(snapshot.tensors, keys)
         if anchor:
-            shards = encode_anchor(host, version=version, state_hash=digest.hexdigest,
+            shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
                                    max_shard_bytes=self.config.max_shard_bytes)
             for i, data in enumerate(shards):
                 anchor_refs.append(self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors",
                                                data))
-        record = {"rank": rank, "names": sorted(snapshot.tensors), "tensors": digest.tensors,
+        record = {"rank": rank, "names": sorted(snapshot.tensors), "tensors": digest.to_json(),
                   "delta": delta_refs, "anchor": anchor_refs,
                   "pieces": {p: [n, list(shape), d, a, b] for p, (n, shape, d, a, b) in (self._pieces or {}).items()}}
         if rank == 0:
@@ -437,9 +431,13 @@ class Publisher:
     def _commit(self, version: int, records: list[dict], taken_at: float) -> Manifest:
         """Rank 0: commit `version` made of every rank's record, then apply retention and collect garbage."""
         records = sorted(records, key=lambda r: r["rank"])
-        tensors: dict[str, str] = {}
+        digest = SumDigest({})
         for r in records:
-            tensors.update(r["tensors"])
+            part = SumDigest.from_json(r["tensors"])
+            if part.names & digest.names:
+                raise PublishError(f"rank {r['rank']} publishes tensors another rank publishes too: "
+                                   f"{sorted(part.names & digest.names)[:3]}")
+            digest = digest.merged(part)
         delta = tuple(f for r in records for f in r["delta"])
         anchor = tuple(f for r in records for f in r["anchor"])
         if any(not r["delta"] for r in records):
@@ -450,7 +448,7 @@ class Publisher:
         entry = VersionEntry(version=version, kind="anchor" if anchor else "delta",
                              base_version=version - 1 if delta else None,
                              base_hash=prev.state_hash if delta and prev else None,
-                             state_hash=StateDigest(tensors).hexdigest, delta=delta, anchor=anchor,
+                             state_hash=digest.hexdigest, delta=delta, anchor=anchor,
                              published_at=taken_at)
         shards = tuple(tuple(r["names"]) for r in records) if len(records) > 1 else None
         layout = pieces.layout_of([r["pieces"] for r in records])

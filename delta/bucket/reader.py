@@ -26,7 +26,7 @@ from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatch
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
 from ..storage import Storage
-from ..tensors.hashing import StateDigest, state_digest
+from ..tensors.hashing import StateDigest, digest_like
 from ..tensors.state import State, check_same_layout
 from . import pieces
 from .anchors import decode_anchor
@@ -104,7 +104,7 @@ class Reader:
         self._full = state  # what callers see: full tensors
         self._layout: pieces.Layout = {}
         self._version = version if state is not None else None
-        self._digest: StateDigest | None = state_digest(state) if state is not None and version is not None else None
+        self._digest: StateDigest | None = None  # hashed at the first catch-up, in the bucket's scheme
         self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
 
@@ -125,8 +125,13 @@ class Reader:
 
     @property
     def digest(self) -> StateDigest | None:
-        """The digest of `flat_state` at `version` (for unsharded writers, of `state`)."""
+        """The digest of the state at `version`, kept by the files' names (`flat_state`); its `hexdigest` is the
+        state hash, the same whole or in pieces. None before the first catch-up."""
         return self._digest
+
+    def _keys(self, flat: State) -> dict:
+        """State-hash keys of the pieces in `flat` (the others are their own full tensors)."""
+        return pieces.hash_keys(flat, pieces.record_of(self._layout))
 
     def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until the state holds `version` or newer; False after `timeout` seconds."""
@@ -151,6 +156,10 @@ class Reader:
             NoPathError: no route around the bad files (the state is untouched at its last version).
         """
         self.adopt_layout(manifest.pieces or {})
+        if self._digest is None and self._state is not None and self._version is not None:
+            held = manifest.get(self._version)
+            with self.lock:
+                self._digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
         avoid: set[str] = set()
         while self._version != target and not stopped():
             have_hash = self._digest.hexdigest if self._digest is not None else None
@@ -174,8 +183,9 @@ class Reader:
             flat = pieces.piece_views(self._full, layout) if layout else self._full
             with self.lock:
                 self._state = flat
+                self._layout = layout
                 if self._digest is not None:
-                    self._digest = state_digest(flat)
+                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat))
         self._layout = layout
 
     # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
@@ -212,7 +222,7 @@ class Reader:
             if fresh.keys() & part.keys():
                 raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
             fresh.update(part)
-        digest = state_digest(fresh)
+        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh))
         if digest.hexdigest != step.entry.state_hash:
             raise IntegrityError(f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
                                  expected=step.entry.state_hash, actual=digest.hexdigest)
@@ -223,12 +233,19 @@ class Reader:
         return fresh, digest, full
 
     def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> list[tuple]:
-        out = []
+        """Every file of a delta step decoded and proven against the held state; no tensor in two files (each
+        file is proven against the same old state, so two writes of one tensor would not add up)."""
+        out, written = [], set()
         for ref, data in zip(step.files, datas):
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
-            sub_digest = StateDigest({n: self._digest.tensors[n] for n in names})
+            sub_digest = self._digest.subset(names)
             header, changes, _ = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            twice = written & {c.name for c in changes}
+            if twice:
+                raise DeltaFormatError(f"changes {sorted(twice)[0]!r} that another file of version "
+                                       f"{step.entry.version} changes too", path=ref.path)
+            written |= {c.name for c in changes}
             if manifest.shards is None and header.target_hash != step.entry.state_hash:
                 # One writer: the file's target must be the version's state, checked before any write.
                 raise IntegrityError(f"{ref.path} leads to another state than version {step.entry.version}",
@@ -270,15 +287,14 @@ class Reader:
         Raises:
             IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
         """
-        tensors = dict(self._digest.tensors)
+        digest = self._digest
         rollback = Rollback()
         changed: set[str] = set()
         try:
             for header, changes, sub, sub_digest in decoded:
                 result = write_changes(header, changes, sub, sub_digest, rollback)
-                tensors.update(result.digest.tensors)
+                digest = digest.merged(result.digest)  # moved by what was written, from what was there
                 changed.update(c.name for c in changes)
-            digest = StateDigest(tensors)
             if digest.hexdigest != state_hash:
                 raise IntegrityError("state after applying does not match the manifest's state hash",
                                      expected=state_hash, actual=digest.hexdigest)

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..tensors._sumhash import TensorKey
+
 
 @dataclass(frozen=True)
 class TensorEntry:
@@ -49,15 +51,36 @@ class Change:
     Attributes:
         name: Tensor name.
         positions: Flat positions of the changed elements (int64), or None when `values` is the
-            whole tensor (dense form).
-        values: New bit patterns (unsigned view of the tensor's dtype), one per position.
-        digest: The tensor's digest after the change, once `delta.decode` has proven it.
+            whole tensor (dense form): numpy arrays from the host path, tensors on the state's device from
+            the device path.
+        values: New bit patterns (an integer view of the tensor's dtype), one per position.
+        sums: How the tensor's state-hash sums move (`delta.tensors._sumhash`) once the change is written,
+            as `delta.decode` proved it from the old values at the positions and the new ones (None: not
+            proven; `delta.write_changes` computes it from what it overwrites).
+        digest: For a file of format version 2 (`xxh3-128` hashes): the tensor's digest after the change, as
+            `delta.decode` proved it.
     """
 
     name: str
-    positions: np.ndarray | None
-    values: np.ndarray
+    positions: np.ndarray | torch.Tensor | None
+    values: np.ndarray | torch.Tensor
+    sums: tuple[int, int] | None = None
     digest: str | None = None
+
+
+@dataclass
+class Encoded:
+    """What a codec wrote for a delta.
+
+    Attributes:
+        entries: The changed tensors, as the header lists them.
+        blobs: The streams to store in the file.
+        sums: Per changed tensor, how its state-hash sums moved (when the encoder was given keys).
+    """
+
+    entries: list[TensorEntry]
+    blobs: dict[str, torch.Tensor]
+    sums: dict[str, tuple[int, int]] | None = None
 
 
 class Codec(ABC):
@@ -91,19 +114,23 @@ class Codec(ABC):
 
     @abstractmethod
     def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor],
-               names: list[str], progress: bool = False, workers: int | None = None, chunk: int | None = None
-               ) -> tuple[list[TensorEntry], dict[str, torch.Tensor]]:
-        """Encode the changes of `names` (same shape and dtype in both states).
+               names: list[str], progress: bool = False, workers: int | None = None, chunk: int | None = None,
+               keys: Mapping[str, TensorKey] | None = None) -> Encoded:
+        """Encode the changes of `names` (same shape and dtype in both states), where the tensors live.
 
-        Returns the entries of tensors that changed (unchanged ones are left out) and the blobs to
-        store in the file. Reads both states, modifies neither. `workers`: threads (None: one per
-        core); `chunk`: elements per independently coded chunk (None: the codec's default).
+        Unchanged tensors are left out of the entries. Reads both states, modifies neither. `workers`:
+        threads (None: one per core); `chunk`: elements per independently coded chunk (None: the codec's
+        default); `keys`: hash the changes too (state-hash key per name), into `Encoded.sums`.
         """
 
     @abstractmethod
     def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
-               state: Mapping[str, torch.Tensor], workers: int | None = None) -> list[Change]:
-        """Decode and validate every change against the reader's `state` (read only).
+               state: Mapping[str, torch.Tensor], workers: int | None = None,
+               keys: Mapping[str, TensorKey] | None = None) -> list[Change]:
+        """Decode and validate every change against the reader's `state` (read only), where it lives.
+
+        `keys`: also compute how each tensor's state-hash sums move (`Change.sums`), from the old values
+        read at the changed positions and the new ones.
 
         Raises:
             DeltaFormatError: a stream is malformed, or positions are out of range or unsorted.

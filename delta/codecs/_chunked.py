@@ -34,17 +34,19 @@ import numpy as np
 import torch
 from numba import njit
 
+from .._stages import stage
 from ..errors import DeltaFormatError
-from ..tensors._device import scan_chunk_torch
+from ..tensors import _device, _sumhash
 from ..tensors.bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
-from . import _rans
-from ._base import Change, Codec, TensorEntry, run_tasks
+from . import _device_scan, _rans
+from ._base import Change, Codec, Encoded, TensorEntry, run_tasks
 from ._kernels import locate_chunk, scan_chunk
 from ._streams import pack, unpack
 
 CHUNK = 1 << 20
 MAX_CHUNK = 1 << 26
 KINDS = ("gap", "step")
+_UINT_OF_WIDTH = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 Key = tuple[int, int, int]  # (kind index, width in bits, class)
 
 
@@ -200,67 +202,98 @@ class ChunkedCodec(Codec):
 
     # -- encode -----------------------------------------------------------------------------------
 
-    def encode(self, old, new, names, progress=False, workers=None, chunk=None):
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
         chunk = CHUNK if chunk is None else chunk
         if not 1 <= chunk <= MAX_CHUNK:
             raise ValueError(f"chunk must be in [1, {MAX_CHUNK}] elements, got {chunk}")
         names = sorted(names)
         hists = _Histograms()
-        tasks = [(name, k) for name in names for k in range(_chunks_of(old[name].numel(), chunk))]
-        flat = {name: _flat_pair(old[name], new[name]) for name in names}
+        found: dict[str, list[tuple[int, _Scanned]]] = {name: [] for name in names}
+        sums: dict[str, _sumhash.Sums] = {}
+        on_device = [n for n in names if not _device.on_host(old[n])]
+        self._scan_on_device(old, new, on_device, chunk, keys, found, sums, hists, workers)
+        with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
+            self._scan_on_host(old, new, [n for n in names if _device.on_host(old[n])], chunk, keys, found, sums,
+                               hists, workers, progress)
+        with stage("code"):
+            models = _Models.build(hists.total())
+            changed = [(name, k, f) for name in names for k, f in found[name]]
+            words = run_tasks(self._coder(old, models), changed, workers, False, "")
+        return self._encoded(old, names, found, words, chunk, sums if keys is not None else None, models)
 
-        def scan(task: tuple[str, int]) -> _Scanned:
-            name, k = task
-            a, b = flat[name]
-            shift, mask = self._field(old[name].dtype)
-            lo, hi = k * chunk, min(a.numel() if isinstance(a, torch.Tensor) else a.size, (k + 1) * chunk)
-            if isinstance(a, torch.Tensor):
-                found = _Scanned(*scan_chunk_torch(a[lo:hi], b[lo:hi], shift, mask))
-            else:
-                cls, gaps, steps = _SCRATCH.take(chunk, a.itemsize)
-                m, cmin, cmax = scan_chunk(a, b, lo, hi, a.dtype.type(shift), a.dtype.type(mask), cls, gaps, steps)
-                found = _Scanned(m, cmin, cmax, cls[:m].copy(), gaps[:m].copy(), steps[:m].copy())
-            if found.count:
-                width = old[name].element_size() * 8
-                gap_hist, step_hist = hists.of(width, classes_of_width(width) if self.context else 1)
-                _rans.count_symbols(found.cls, found.gaps, found.steps, found.lo, found.hi, gap_hist, step_hist)
-            return found
+    def _coder(self, old, models: _Models):
+        """The task that rANS-codes one chunk (name, index, scanned) into its words."""
 
-        scanned = run_tasks(scan, tasks, workers, progress, f"diff {self.name}")
-        models = _Models.build(hists.total())
-        by_tensor: dict[str, list[_Scanned]] = defaultdict(list)
-        for (name, _), found in zip(tasks, scanned):
-            by_tensor[name].append(found)
-
-        def code(task: tuple[str, int]) -> np.ndarray:
-            name, k = task
-            found = by_tensor[name][k]
-            if not found.count:
-                return np.zeros(0, np.uint16)
+        def code(task: tuple[str, int, _Scanned]) -> np.ndarray:
+            name, _, f = task
             width = old[name].element_size() * 8
             classes = self._field(old[name].dtype)[1] + 1
-            out = np.empty(2 + 10 * found.count + (found.hi - found.lo + 1), np.uint16)
-            n = _rans.encode_chunk(found.cls, found.gaps, found.steps, found.lo, found.hi,
-                                   models.of(0, width, classes), models.of(1, width, classes),
-                                   models.freq, models.cum, out)
+            out = np.empty(2 + 10 * f.count + (f.hi - f.lo + 1), np.uint16)
+            n = _rans.encode_chunk(f.cls, f.gaps, f.steps, f.lo, f.hi, models.of(0, width, classes),
+                                   models.of(1, width, classes), models.freq, models.cum, out)
             return out[out.size - n:].copy()
 
-        changed_tasks = [t for t in tasks if by_tensor[t[0]][t[1]].count]
-        words = run_tasks(code, changed_tasks, workers, False, "")
-        entries, rows = [], [chunk]
-        for name in names:
-            n_changed = sum(f.count for f in by_tensor[name])
-            if n_changed:
-                entries.append(TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse",
-                                           n_changed))
-        for (name, k), w in zip(changed_tasks, words):
-            found = by_tensor[name][k]
-            rows += [k, found.count, w.size, found.lo, found.hi]
+        return code
+
+    @staticmethod
+    def _encoded(old, names, found, words, chunk, sums, models: _Models) -> Encoded:
+        """The table of changed tensors and the three streams, from each chunk's words."""
+        entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse",
+                               sum(f.count for _, f in found[name])) for name in names if found[name]]
+        rows = [chunk]
+        for (k, f), w in zip(((k, f) for name in names for k, f in found[name]), words):
+            rows += [k, f.count, w.size, f.lo, f.hi]
         stream = np.concatenate(words).astype("<u2") if words else np.zeros(0, "<u2")
         blobs = {"models": pack(models.to_table()), "chunks": pack(np.asarray(rows, np.uint32)),
                  "words": stream.tobytes()}
-        return entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if v else torch.empty(0, dtype=torch.uint8)
-                         for k, v in blobs.items()}
+        return Encoded(entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if v else
+                                 torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}, sums)
+
+    def _scan_on_host(self, old, new, names, chunk, keys, found, sums, hists, workers, progress) -> None:
+        """The compiled scan, one chunk per thread: changes, symbol counts and hash sums of `names`."""
+        tasks = [(name, k) for name in names for k in range(_chunks_of(old[name].numel(), chunk))]
+        flat = {name: (bits(old[name].detach()), bits(new[name].detach())) for name in names}
+        hash_keys = {name: _sumhash.kernel_key(keys[name] if keys is not None else None) for name in names}
+
+        def scan(task: tuple[str, int]) -> tuple[_Scanned, _sumhash.Sums]:
+            name, k = task
+            a, b = flat[name]
+            shift, mask = self._field(old[name].dtype)
+            lo, hi = k * chunk, min(a.size, (k + 1) * chunk)
+            cls, gaps, steps = _SCRATCH.take(chunk, a.itemsize)
+            m, cmin, cmax, h0, h1 = scan_chunk(a, b, lo, hi, a.dtype.type(shift), a.dtype.type(mask), cls, gaps,
+                                               steps, hash_keys[name])
+            f = _Scanned(m, cmin, cmax, cls[:m].copy(), gaps[:m].copy(), steps[:m].copy())
+            if f.count:
+                self._count(old[name].dtype, f, hists)
+            return f, (int(h0), int(h1))
+
+        for (name, k), (f, moved) in zip(tasks, run_tasks(scan, tasks, workers, progress, f"diff {self.name}")):
+            if f.count:
+                found[name].append((k, f))
+                sums[name] = _sumhash.add(sums.get(name, _sumhash.ZERO), moved)
+
+    def _scan_on_device(self, old, new, names, chunk, keys, found, sums, hists, workers) -> None:
+        """The whole-tensor scan (`_device_scan`) of `names`, group by group where they live; then the changes'
+        symbols counted on host threads, chunk by chunk."""
+        counted = []
+        for group in _device_scan.groups(old, names, chunk):
+            shift, mask = self._field(old[group.names[0]].dtype)
+            got = _device_scan.scan(old, new, group, shift, mask, keys)
+            for t, k, first, end, lo, hi in got.chunks:
+                f = _Scanned(end - first, lo, hi, got.cls[first:end], got.gaps[first:end], got.steps[first:end])
+                found[group.names[t]].append((k, f))
+                counted.append((old[group.names[t]].dtype, f))
+            for name, moved, count in zip(group.names, got.sums or [None] * len(group.names), got.counts):
+                if count and moved is not None:
+                    sums[name] = moved
+        with stage("code"):
+            run_tasks(lambda task: self._count(task[0], task[1], hists), counted, workers, False, "")
+
+    def _count(self, dtype: torch.dtype, f: _Scanned, hists: _Histograms) -> None:
+        width = dtype.itemsize * 8
+        gap_hist, step_hist = hists.of(width, classes_of_width(width) if self.context else 1)
+        _rans.count_symbols(f.cls, f.gaps, f.steps, f.lo, f.hi, gap_hist, step_hist)
 
     # -- decode -----------------------------------------------------------------------------------
 
@@ -339,52 +372,112 @@ class ChunkedCodec(Codec):
         models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models", most), allowed)
         return models, plan, words, chunk
 
-    def decode(self, entries, blobs, state, workers=None):
+    def decode(self, entries, blobs, state, workers=None, keys=None):
         models, plan, words, chunk = self._parse(entries, blobs)
-        changes, tasks = [], []
-        for e, chunks in zip(entries, plan):
-            dtype = DTYPES_BY_NAME[e.dtype]
-            a = bits(state[e.name])
+        parsed = dict(zip((e.name for e in entries), zip(entries, plan)))
+        on_device = [e.name for e in entries if not _device.on_host(state[e.name])]
+        changes = self._decode_on_device(on_device, parsed, models, words, chunk, state, workers, keys)
+        changes.update(self._decode_on_host([e.name for e in entries if _device.on_host(state[e.name])], parsed,
+                                            models, words, chunk, state, workers, keys))
+        return [changes[e.name] for e in entries]
+
+    def _decode_chunk(self, models: _Models, words: np.ndarray, e: TensorEntry, row: tuple, start: int, size: int,
+                      cls: np.ndarray, ranks: np.ndarray, steps: np.ndarray) -> None:
+        """rANS-decode one chunk (of `size` elements from `start`) of tensor `e` into class-major (cls, ranks,
+        steps); raises on a bad stream."""
+        _, count, w0, w1, lo, hi = row
+        mask, width = self._field(DTYPES_BY_NAME[e.dtype])[1], layout_of(DTYPES_BY_NAME[e.dtype]).itemsize * 8
+        err = _rans.decode_chunk(words[w0:w1], lo, hi, size, width, models.of(0, width, mask + 1),
+                                 models.of(1, width, mask + 1), models.freq, models.cum, models.lut, count, cls, ranks,
+                                 steps)
+        if err:
+            raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
+                                   tensor=e.name)
+
+    def _decode_on_host(self, names, parsed, models, words, chunk, state, workers, keys) -> dict[str, Change]:
+        """Decode and locate chunk by chunk on host threads (compiled), hashing each change as it is placed."""
+        changes, tasks = {}, []
+        for name in names:
+            e, chunks = parsed[name]
+            a = bits(state[name])
             if e.changed * (8 + a.itemsize) > a.nbytes:
                 # Positions and values would take more room than the tensor: build the new tensor instead (a
                 # copy of the old one, each chunk's changes written into it), so no delta costs the reader
                 # more than one copy of each tensor it changes.
-                change = Change(e.name, None, a.copy())
+                change = Change(name, None, a.copy())
             else:
-                change = Change(e.name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
-            changes.append(change)
-            shift, mask = self._field(dtype)
-            width = a.itemsize * 8
-            gap_model, step_model = models.of(0, width, mask + 1), models.of(1, width, mask + 1)
+                change = Change(name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
+            changes[name] = change
+            key = _sumhash.kernel_key(keys[name] if keys is not None else None)
             offset = 0
-            for k, count, w0, w1, lo, hi in chunks:
-                tasks.append((e.name, a, k * chunk, min(a.size, (k + 1) * chunk), count, w0, w1, lo, hi, shift, mask,
-                              gap_model, step_model, change, offset))
-                offset += count
+            for row in chunks:
+                tasks.append((e, a, row, change, offset, key))
+                offset += row[1]
 
-        def run(task: tuple) -> None:
-            name, a, start, end, count, w0, w1, lo, hi, shift, mask, gap_model, step_model, change, offset = task
+        def run(task: tuple) -> _sumhash.Sums:
+            e, a, row, change, offset, key = task
+            k, count = row[0], row[1]
+            start, end = k * chunk, min(a.size, (k + 1) * chunk)
+            shift, mask = self._field(DTYPES_BY_NAME[e.dtype])
             # Per change: its class, its rank in the chunk (< 2**26) and its step (fits the tensor's width).
             cls, ranks, steps = np.empty(count, np.uint16), np.empty(count, np.int32), np.empty(count, a.dtype)
-            err = _rans.decode_chunk(words[w0:w1], lo, hi, end - start, a.itemsize * 8, gap_model, step_model,
-                                     models.freq, models.cum, models.lut, count, cls, ranks, steps)
-            if not err:
-                if change.positions is None:
-                    positions = np.empty(count, np.int32 if a.size < 2**31 else np.int64)
-                    values = np.empty(count, a.dtype)
-                else:
-                    positions, values = change.positions[offset:offset + count], change.values[offset:offset + count]
-                err = locate_chunk(a, start, end, a.dtype.type(shift), a.dtype.type(mask), cls, ranks, steps,
-                                   positions, values)
-                if not err and change.positions is None:
-                    _put(change.values, positions, values)
-                del positions, values
-            del cls, ranks, steps  # the error's traceback keeps this frame: not its scratch
+            self._decode_chunk(models, words, e, row, start, end - start, cls, ranks, steps)
+            if change.positions is None:
+                positions = np.empty(count, np.int32 if a.size < 2**31 else np.int64)
+                values = np.empty(count, a.dtype)
+            else:
+                positions, values = change.positions[offset:offset + count], change.values[offset:offset + count]
+            err, h0, h1 = locate_chunk(a, start, end, a.dtype.type(shift), a.dtype.type(mask), cls, ranks, steps,
+                                       positions, values, key)
+            if not err and change.positions is None:
+                _put(change.values, positions, values)
+            del positions, values, cls, ranks, steps  # the error's traceback keeps this frame: not its scratch
             if err:
                 raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
-                                       tensor=name)
+                                       tensor=e.name)
+            return int(h0), int(h1)
 
-        run_tasks(run, tasks, workers, False, "")
+        with stage("decode"):  # rANS, placing and hashing each change: one compiled pass per chunk
+            moved = run_tasks(run, tasks, workers, False, "")
+        if keys is not None:
+            for (e, *_), d in zip(tasks, moved):
+                changes[e.name].sums = _sumhash.add(changes[e.name].sums or _sumhash.ZERO, d)
+        return changes
+
+    def _decode_on_device(self, names, parsed, models, words, chunk, state, workers, keys) -> dict[str, Change]:
+        """Decode the chunks on host threads into one array per group, then place them on the device
+        (`_device_scan.locate`): positions and values stay there."""
+        changes = {}
+        for group in _device_scan.groups(state, names, chunk):
+            total = sum(parsed[n][0].changed for n in group.names)
+            width = state[group.names[0]].element_size() * 8
+            cls, ranks = np.empty(total, np.uint16), np.empty(total, np.int32)
+            steps, gchunk = np.empty(total, _UINT_OF_WIDTH[width]), np.empty(total, np.int64)
+            tasks, at = [], 0
+            for t, name in enumerate(group.names):
+                e, chunks = parsed[name]
+                for row in chunks:
+                    size = min(e.numel, (row[0] + 1) * chunk) - row[0] * chunk
+                    tasks.append((e, row, row[0] * chunk, size, at))
+                    gchunk[at:at + row[1]] = group.chunk_base[t] + row[0]
+                    at += row[1]
+
+            def run(task: tuple) -> None:
+                e, row, start, size, at = task
+                n = row[1]
+                self._decode_chunk(models, words, e, row, start, size, cls[at:at + n], ranks[at:at + n],
+                                   steps[at:at + n])
+
+            with stage("decode"):
+                run_tasks(run, tasks, workers, False, "")
+            shift, mask = self._field(state[group.names[0]].dtype)
+            counts = [parsed[n][0].changed for n in group.names]
+            got = _device_scan.locate(state, group, shift, mask, cls, ranks, steps, gchunk, counts, keys)
+            if got.bad is not None:
+                raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[8]}",
+                                       tensor=group.names[got.bad])
+            for t, name in enumerate(group.names):
+                changes[name] = Change(name, got.positions[t], got.values[t], got.sums[t] if got.sums else None)
         return changes
 
     def check(self, entries, blobs, workers=None, foreign=False):
@@ -433,8 +526,3 @@ def _put(flat, positions, values):  # pragma: no cover - compiled
         flat[positions[j]] = values[j]
 
 
-def _flat_pair(old: torch.Tensor, new: torch.Tensor) -> tuple:
-    """Flat bit views of both tensors: numpy on CPU, torch where they live otherwise."""
-    if old.device.type != "cpu" and old.element_size() <= 4:
-        return old.detach().contiguous().reshape(-1), new.detach().to(old.device).contiguous().reshape(-1)
-    return bits(old.detach().cpu().contiguous()), bits(new.detach().cpu().contiguous())

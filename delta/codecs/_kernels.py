@@ -8,12 +8,18 @@ same old tensor, turns ranks back into positions and steps back into values.
 
 A ULP step is the difference of the two bit patterns in float order (see `bits.order_key`),
 zigzag folded so small steps of either sign are small numbers.
+
+Both scans also move the tensor's state-hash sums (`delta.tensors._sumhash`) by each change they meet:
+`key` is (base, block, skip, seed 0, seed 1) of the tensor (`TensorKey`), and they return the two lanes'
+sum(h(new)) - sum(h(old)) over the chunk's changes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from ..tensors._sumhash import element_hash
 
 LANES = 4
 
@@ -46,6 +52,16 @@ def _signs(a):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _moved(i, x, y, key):  # pragma: no cover - compiled
+    """How element i going from bits x to y moves the two hash lanes (uint64 each, wrapping)."""
+    base, block, skip, s0, s1 = key
+    j = np.int64(i)
+    g = np.uint64(base + j + (j // block) * skip)
+    x, y = np.uint64(x), np.uint64(y)
+    return element_hash(g, y, s0) - element_hash(g, x, s0), element_hash(g, y, s1) - element_hash(g, x, s1)
+
+
+@njit(inline="always")
 def _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sign, full):  # pragma: no cover
     """Write the change at i (class c): its rank is the sum of its class's lanes so far (the
     position in the chunk for mask 0, whose lanes are not kept)."""
@@ -61,22 +77,28 @@ def _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sig
 
 
 @njit(inline="always")
-def _visit(a, b, lo, i, lane, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full):  # pragma: no cover
-    """One element on the slow path: record it if it changed, count it in `lane`; returns (m, cmin, cmax)."""
+def _visit(a, b, lo, i, lane, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full,
+           key, t0, t1):  # pragma: no cover
+    """One element on the slow path: record it if it changed, count it in `lane`; returns (m, cmin, cmax,
+    t0, t1)."""
     c = (a[i] >> shift) & mask
     if a[i] != b[i]:
         _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sign, full)
+        d0, d1 = _moved(i, a[i], b[i], key)
+        t0 += d0
+        t1 += d1
         cmin = min(cmin, np.int64(c))
         cmax = max(cmax, np.int64(c))
         m += 1
     if mask:
         lanes[lane * nc + c] += 1
-    return m, cmin, cmax
+    return m, cmin, cmax, t0, t1
 
 
 @njit(nogil=True, cache=True)
-def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps):  # pragma: no cover - compiled
-    """Changed elements of a[lo:hi] vs b[lo:hi], in position order; returns (count, lowest class, highest class).
+def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no cover - compiled
+    """Changed elements of a[lo:hi] vs b[lo:hi], in position order; returns (count, lowest class, highest class,
+    hash lane 0 moved, hash lane 1 moved).
 
     `cls`, `gaps`, `steps` need room for hi - lo elements. mask 0 puts every element in class 0,
     where a rank is the position in the chunk.
@@ -88,6 +110,7 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps):  # pragma: no cover
     """
     sign, full = _signs(a)
     m = 0
+    t0, t1 = np.uint64(0), np.uint64(0)
     cmin, cmax = np.int64(mask) + 1, np.int64(-1)
     nc = np.int64(mask) + 1
     per = 8 // a.itemsize
@@ -112,31 +135,35 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps):  # pragma: no cover
                     lanes[t * nc + ((x >> np.uint64(t * width + shift)) & mk)] += 1
             continue
         for t in range(per):
-            m, cmin, cmax = _visit(a, b, lo, lo + per * k + t, t, shift, mask, lanes, nc, per, last, cls, gaps, steps,
-                                   m, cmin, cmax, sign, full)
+            m, cmin, cmax, t0, t1 = _visit(a, b, lo, lo + per * k + t, t, shift, mask, lanes, nc, per, last, cls, gaps,
+                                           steps, m, cmin, cmax, sign, full, key, t0, t1)
     for i in range(lo + per * words, hi):
-        m, cmin, cmax = _visit(a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax,
-                               sign, full)
-    return m, cmin, cmax
+        m, cmin, cmax, t0, t1 = _visit(a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin,
+                                       cmax, sign, full, key, t0, t1)
+    return m, cmin, cmax, t0, t1
 
 
 @njit(nogil=True, cache=True)
-def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val):  # pragma: no cover - compiled
-    """Positions (ascending) and new values of a chunk's changes; returns an error code (0: fine, 8: a
-    rank is beyond its class in `a`).
+def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, key):  # pragma: no cover - compiled
+    """Positions (ascending) and new values of a chunk's changes; returns (error code (0: fine, 8: a rank
+    is beyond its class in `a`), hash lane 0 moved, hash lane 1 moved).
 
     `cls`, `ranks`, `steps` are class-major with ranks ascending within a class (`_rans.decode_chunk`).
     """
     sign, full = _signs(a)
     n = cls.size
+    t0, t1 = np.uint64(0), np.uint64(0)
     if mask == 0:
         for j in range(n):
             p = lo + ranks[j]
             if p >= hi:
-                return 8
+                return 8, t0, t1
             out_pos[j] = p
             out_val[j] = _unstep(np.uint64(a[p]), np.uint64(steps[j]), sign, full)
-        return 0
+            d0, d1 = _moved(p, a[p], out_val[j], key)
+            t0 += d0
+            t1 += d1
+        return 0, t0, t1
     nclass = mask + 1
     ptr = np.zeros(nclass, np.int64)
     end = np.zeros(nclass, np.int64)
@@ -160,7 +187,10 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val):  
             j = ptr[c]
             out_pos[m] = i
             out_val[m] = _unstep(np.uint64(x), np.uint64(steps[j]), sign, full)
+            d0, d1 = _moved(i, x, out_val[m], key)
+            t0 += d0
+            t1 += d1
             m += 1
             ptr[c] = j + 1
             nxt[c] = ranks[j + 1] if j + 1 < end[c] else -1
-    return 0 if m == n else 8
+    return (0 if m == n else 8), t0, t1

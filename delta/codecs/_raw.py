@@ -13,9 +13,10 @@ import torch
 from tqdm import tqdm
 
 from ..errors import DeltaFormatError
-from ..tensors._device import changed_positions
+from ..tensors._device import changed_positions, int_view
 from ..tensors.bits import DTYPE_NAMES, bits
-from ._base import Change, Codec, TensorEntry
+from ..tensors.hashing import change_sums
+from ._base import Change, Codec, Encoded, TensorEntry
 
 INT32_MAX = 2**31 - 1
 
@@ -25,19 +26,22 @@ class RawCodec(Codec):
     form = "indices"
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
-    def encode(self, old, new, names, progress=False, workers=None, chunk=None):
-        entries, blobs = [], {}
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
+        entries, blobs, sums = [], {}, {}
         for name in tqdm(names, desc="diff raw", unit="tensor", disable=not progress):
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
             positions = changed_positions(old[name], new[name])
             if positions.numel() == 0:
                 continue
+            values = new[name].reshape(-1)[positions.to(new[name].device)]
+            if keys is not None:
+                sums[name] = change_sums(keys[name], old[name], positions, int_view(values))
             blobs[f"{name}.indices"] = positions.to(torch.int32).cpu()
-            blobs[f"{name}.values"] = new[name].reshape(-1)[positions.to(new[name].device)].cpu()
+            blobs[f"{name}.values"] = values.cpu()
             entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices",
                                        positions.numel()))
-        return entries, blobs
+        return Encoded(entries, blobs, sums if keys is not None else None)
 
     def stream_names(self, entries):
         return {f"{e.name}.{kind}" for e in entries
@@ -85,7 +89,7 @@ class RawCodec(Codec):
             extra = sorted(set(blobs) - self.stream_names(entries))
             raise DeltaFormatError(f"streams not listed by the header: {extra[:5]}" if extra else "streams missing")
 
-    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None):
+    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None):
         self._all_streams(entries, blobs)
         changes = []
         for entry in entries:

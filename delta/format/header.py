@@ -28,7 +28,10 @@ from ..errors import DeltaFormatError
 from ..tensors.bits import DTYPES_BY_NAME
 
 FORMAT_NAME = "delta-weights"
-FORMAT_VERSION = 2
+#: Version 3 hashes states with `sum128` (element sums); version 2 files (`xxh3-128` hashes) are still read.
+FORMAT_VERSION = 3
+#: Each readable format version and the state-hash pattern its files carry.
+HASH_PATTERNS = {2: re.compile(r"xxh3-128:[0-9a-f]{32}"), 3: re.compile(r"sum128:[0-9a-f]{32}")}
 # Header limits (docs/delta.md, "Header limits"). Any reader: MAX_HEADER_BYTES. A reader that holds the
 # state the delta applies to: HEADER_BYTES plus, per tensor of that state, HEADER_BYTES_PER_TENSOR and
 # four times its name escaped as JSON twice (a name appears in stream names, in the table, and in a
@@ -42,7 +45,6 @@ MAX_COUNT = 2**63 - 1  # any count, size or dimension
 METADATA_KEYS = ("format", "format_version", "codec", "version", "base_version", "changed", "total", "base_hash",
                  "target_hash", "tensors")
 ENTRY_KEYS = ("name", "dtype", "shape", "form", "changed")
-HASH_PATTERN = re.compile(r"xxh3-128:[0-9a-f]{32}")
 _WHOLE = re.compile(r"0|[1-9][0-9]*")
 _SIGNED = re.compile(r"0|-?[1-9][0-9]*")
 
@@ -284,11 +286,12 @@ def _table(text: str, form: str, path: str | None) -> tuple[TensorEntry, ...]:
 def own_header(meta: dict, path: str | None) -> DeltaHeader:
     """Our metadata, every key checked (docs/delta.md, "The delta format")."""
     found = meta.get("format_version")
-    if found != str(FORMAT_VERSION):
+    version = next((v for v in HASH_PATTERNS if found == str(v)), None)
+    if version is None:
         hint = ("it was written by an older `delta` (before chunked coding): publish an anchor with this version "
                 "and follow from there" if found == "1" else "upgrade the `delta` package")
         raise DeltaFormatError(f"format version {shown(found)} is not supported by this reader (supports "
-                               f"{FORMAT_VERSION}); {hint}", path=path)
+                               f"{', '.join(map(str, HASH_PATTERNS))}); {hint}", path=path)
     missing = [k for k in METADATA_KEYS if k not in meta]
     extra = sorted(set(meta) - set(METADATA_KEYS))
     if missing or extra:
@@ -300,9 +303,10 @@ def own_header(meta: dict, path: str | None) -> DeltaHeader:
     if codec is None:
         raise DeltaFormatError(f"unknown codec {shown(meta['codec'])}; choose one of {sorted(CODECS)}", path=path)
     for key in ("base_hash", "target_hash"):
-        if not HASH_PATTERN.fullmatch(meta[key]):
-            raise DeltaFormatError(f"metadata {key!r} is {shown(meta[key])}, not 'xxh3-128:' and 32 lowercase hex "
-                                   "digits", path=path)
+        if not HASH_PATTERNS[version].fullmatch(meta[key]):
+            scheme = HASH_PATTERNS[version].pattern.partition(":")[0]
+            raise DeltaFormatError(f"metadata {key!r} is {shown(meta[key])}, not {scheme + ':'!r} and 32 lowercase "
+                                   f"hex digits (format version {version})", path=path)
     header = DeltaHeader(
         codec=codec.name, version=metadata_int(meta, "version", path, signed=True, optional=True),
         base_version=metadata_int(meta, "base_version", path, signed=True, optional=True),

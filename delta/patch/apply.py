@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from .._stages import stage
 from ..codecs import Change, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
 from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
 from ..tensors import _device
 from ..tensors.bits import DTYPE_NAMES, bits
-from ..tensors.hashing import StateDigest, digest_with_changes, state_digest
+from ..tensors.hashing import (
+    LEGACY_SCHEME, LegacyDigest, StateDigest, SumDigest, change_sums, legacy_digest_with_changes, legacy_state_digest,
+    legacy_tensor_digest, moved_sums, scheme_of, state_digest,
+)
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,13 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
 
     This is the slow half of an apply (it can run in a background thread while the state is still
     being read; it must not be written meanwhile); `write_changes` is the fast half. The target hash
-    is proven here, on the decoded result, before anything is written: each change carries the
-    digest its tensor will have.
+    is proven here, on the decoded result, before anything is written: each change carries how it
+    moves the state hash (`Change.sums`; `Change.digest` for files of format version 2), computed from
+    the old values at its positions and the new ones. A state on a device is decoded there: only the
+    changes cross from the host.
 
     Args:
+        digest: The state's digest if the caller has it (in the file's hash scheme; otherwise computed).
         workers: Threads that decode chunks (None: one per core).
 
     Returns:
@@ -71,45 +78,68 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
             `checksum_sha256`: does not match it).
         DeltaFormatError, StateMismatchError: see `apply`.
     """
-    header, blobs = read_delta(data, path, max_header=header_limit(state))
+    with stage("read"):
+        header, blobs = read_delta(data, path, max_header=header_limit(state))
     _check_entries(header, state)
-    if not header.foreign:
-        digest = digest or state_digest(state)
-        if digest.hexdigest != header.base_hash:
-            raise StateMismatchError(
-                f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
-                f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
     try:
         codec = get_codec(header.codec)
     except ValueError as e:
         raise DeltaFormatError(str(e), path=path) from e
-    host = _device.host_view(state, [e.name for e in header.tensors])  # a device state: its delta's tensors, copied
+    names = [e.name for e in header.tensors]
+    if header.foreign:
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
+        if header.checksum:
+            prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
+        return header, changes, None
+    legacy = scheme_of(header.base_hash) == LEGACY_SCHEME
+    if legacy and not isinstance(digest, LegacyDigest):
+        digest = legacy_state_digest(state)
+    elif not legacy and not isinstance(digest, SumDigest):
+        digest = state_digest(state)
+    if digest.hexdigest != header.base_hash:
+        raise StateMismatchError(
+            f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
+            f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
+    if legacy:
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
+        after = _prove_legacy(changes, _device.host_view(state, names), digest)
+    else:
+        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path)
+        with stage("hash"):
+            for c in changes:
+                if c.sums is None:  # decoded without the old values at hand (`raw`)
+                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values)
+        after = digest.moved({c.name: c.sums for c in changes})
+    if after.hexdigest != header.target_hash:
+        raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
+                             "was written", expected=header.target_hash, actual=after.hexdigest)
+    return header, changes, digest
+
+
+def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path) -> list[Change]:
     try:
-        changes = codec.decode(header.tensors, blobs, host, workers)
+        changes = codec.decode(header.tensors, blobs, state, workers, keys=keys)
     except DeltaFormatError as e:
         raise e.at(path) from None
     if len({c.name for c in changes}) != len(changes):  # the header check makes names unique; never write one twice
         raise DeltaFormatError("a tensor is changed twice", path=path)
-    if not header.foreign:
-        _prove_target(header, changes, host, digest)
-    elif header.checksum:
-        prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
-    return header, changes, digest
+    return changes
 
 
-def _prove_target(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
-                  before: StateDigest) -> None:
-    """Hash every changed tensor as it will be (nothing written) and compare with the target hash."""
+def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest) -> LegacyDigest:
+    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time."""
     def prove(change: Change) -> str:
-        return digest_with_changes(change.name, state[change.name], change.positions, change.values)
+        positions, values = change.positions, change.values
+        if isinstance(positions, torch.Tensor):  # placed on a device: ascending, on the host, for the hash
+            positions, values = positions.cpu().numpy(), values.cpu().numpy()
+            order = np.argsort(positions, kind="stable")
+            positions, values = positions[order], values[order]
+        return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for change, digest in zip(changes, pool.map(prove, changes)):
             change.digest = digest
-    after = StateDigest({**before.tensors, **{c.name: c.digest for c in changes}})
-    if after.hexdigest != header.target_hash:
-        raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
-                             "was written", expected=header.target_hash, actual=after.hexdigest)
+    return before.merged(LegacyDigest({c.name: c.digest for c in changes}))
 
 
 class Rollback:
@@ -117,20 +147,28 @@ class Rollback:
     of several ranks that make one version) can be undone exactly."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[torch.Tensor, np.ndarray | None, np.ndarray | torch.Tensor]] = []
+        self._saved: list[tuple[torch.Tensor, np.ndarray | torch.Tensor | None, np.ndarray | torch.Tensor]] = []
 
-    def write(self, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> None:
+    def write(self, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None,
+              values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """Write the bit patterns `values` at flat `positions` of `tensor` (None: all of it), where it
-        lives, keeping what was there."""
-        if not _device.on_host(tensor):  # a GPU: torch's indexing on the device
-            self._saved.append((tensor, positions, _device.write_at(tensor, positions, values)))
-            return
-        flat = bits(tensor)
-        if positions is None:
-            self._saved.append((tensor, None, flat.copy()))
-            flat[:] = values
-        else:
-            self._saved.append((tensor, positions, _device.scatter(flat, positions, values)))
+        lives, keeping what was there; returns what was there."""
+        if tensor.device.type == "cpu" and isinstance(values, np.ndarray) and not isinstance(positions, torch.Tensor):
+            flat = bits(tensor)  # host arrays into host memory: compiled, without the GIL
+            if positions is None:
+                old = flat.copy()
+                flat[:] = values
+            else:
+                old = _device.scatter(flat, positions, values.view(flat.dtype))
+            self._saved.append((tensor, positions, old))
+            return old
+        if isinstance(positions, np.ndarray):
+            positions = torch.from_numpy(positions.astype(np.int64, copy=False))
+        if isinstance(values, np.ndarray):
+            values = torch.from_numpy(values)
+        old = _device.write_at(tensor, positions, values)
+        self._saved.append((tensor, positions, old))
+        return old
 
     def restore(self) -> None:
         """Put every overwritten element back, newest write first; a second call does nothing."""
@@ -148,10 +186,11 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
                   digest: StateDigest | None, rollback: Rollback | None = None) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
 
-    The check uses the digests `decode` proved (no re-hashing: the pause is the write alone);
-    changes without them are hashed after writing.
+    The new digest is the old one moved by what `decode` proved each change does (no re-hashing: the pause
+    is the write alone); a change without a proof is hashed from what it overwrote and what it wrote.
 
     Args:
+        digest: The state's digest before the write, as `decode` returned it.
         rollback: Records the writes (pass one to undo several files' writes together); on a mismatch
             everything it recorded is restored, earlier files' writes included.
 
@@ -159,13 +198,18 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
         IntegrityError: the result does not hash to the header's target (the state is restored).
     """
     rollback = rollback if rollback is not None else Rollback()
-    for change in changes:
-        rollback.write(state[change.name], change.positions, change.values)
+    with stage("write"):
+        written = [(change, rollback.write(state[change.name], change.positions, change.values))
+                   for change in changes]
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state), changed)
-    proven = {c.name: c.digest for c in changes if c.digest is not None}
-    after = StateDigest({**digest.tensors, **proven}).updated(state, [c.name for c in changes if c.digest is None])
+    if isinstance(digest, LegacyDigest):
+        after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
+                                            for c in changes}))
+    else:
+        after = digest.moved({c.name: c.sums if c.sums is not None else
+                              moved_sums(digest.keys[c.name], c.positions, old, c.values) for c, old in written})
     if after.hexdigest != header.target_hash:
         rollback.restore()
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
@@ -182,8 +226,9 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
 
     Args:
         state: The reader's tensors (contiguous, on the CPU or a GPU); modified in place on success. A GPU
-            state's tensors named in the delta are copied to the host to decode and prove the result
-            (the codecs condition on the old values), then written on the device.
+            state is decoded, proven and written on the device, with one `index_copy_` per tensor; only the
+            changes cross from the host (files of format version 2 copy the changed tensors to the host to
+            prove their hash).
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
         workers: Threads that decode chunks (None: one per core).

@@ -1,145 +1,124 @@
-"""Tensors on a device (a GPU): the writer's chunk scan in plain torch ops, the reader's writes (and their
-compiled twin for host tensors, `scatter`), and the seam between host and device.
+"""The seam between host and device tensors: which path a tensor takes, and every copy across.
 
-The scan gives the same result as `delta.codecs._kernels.scan_chunk` (a test checks them against each other on CPU).
-It works on one chunk at a time, so its temporaries are chunk-sized whatever the tensor's size, and only
-the changed elements (class, gap, step) travel to the host. None of this has run on a GPU yet: it is
-the same torch code on any device, tested on CPU tensors.
+Tensors in host memory take the compiled host path (numpy views, numba kernels, one chunk per thread).
+Tensors anywhere else (a GPU) take the device path: whole-tensor torch ops on the device, with only the
+changed elements crossing to the host (`delta.codecs._device_scan`, `hashing`). `DELTA_DEVICE_PATH=1`
+sends host tensors down the device path too, so that the tests and `bench.codec` run it on machines
+without a GPU: the same torch code, on CPU tensors.
+
+Every copy between host and device goes through `to_host`, `to_host_all` or `to_device`, so that tests
+can count them (host round trips) by replacing these functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 from numba import njit
 
+#: Read once: `DELTA_DEVICE_PATH=1` (or any value but 0 and empty) runs the device path on host tensors.
+DEVICE_PATH = os.environ.get("DELTA_DEVICE_PATH", "") not in ("", "0")
+#: Elements per slice when a whole tensor is hashed on the device (bounds its int64 temporaries).
+SEGMENT = 1 << 26
+#: Elements scanned together on the device: small tensors of one dtype are concatenated up to this, a
+#: larger tensor is scanned alone (its temporaries, ~16 bytes per element, are bounded by its own size).
+GROUP = 1 << 24
+
 _INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _unsigned(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Bit patterns as non-negative int64 values (up to 32 bits wide)."""
-    flat = t.reshape(-1)
-    if flat.dtype == torch.bool:
-        flat = flat.view(torch.uint8)
-    elif flat.dtype != _INT_OF[width // 8]:
-        flat = flat.view(_INT_OF[width // 8])
-    return flat.to(torch.int64) & ((1 << width) - 1)
-
-
-def scan_chunk_torch(old: torch.Tensor, new: torch.Tensor, shift: int, mask: int
-                     ) -> tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]:
-    """`scan_chunk` of one chunk (flat tensors of up to 32 bits, on any device).
-
-    Returns:
-        (changed count, lowest class, highest class, classes, gaps, zigzag steps) with the arrays
-        on the host, changed elements in position order.
-    """
-    width = old.element_size() * 8
-    if width > 32:
-        raise ValueError(f"the device scan supports dtypes up to 32 bits, not {old.dtype}")
-    a, b = _unsigned(old, width), _unsigned(new, width)
-    pos = torch.nonzero(a != b).reshape(-1)
-    if pos.numel() == 0:
-        return 0, mask + 1, -1, np.zeros(0, np.uint16), np.zeros(0, np.uint32), np.zeros(0, np.uint64)
-    sign, full = 1 << (width - 1), (1 << width) - 1
-    ka = torch.where(a[pos] & sign != 0, ~a[pos] & full, a[pos] | sign)
-    kb = torch.where(b[pos] & sign != 0, ~b[pos] & full, b[pos] | sign)
-    d = (kb - ka) & full
-    steps = torch.where(d < sign, 2 * d, 2 * (full - d) + 1)
-    if mask == 0:
-        cls, ranks = torch.zeros_like(pos), pos
-    else:
-        classes = (a >> shift) & mask
-        order = torch.argsort(classes, stable=True)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=order.device)
-        sizes = torch.bincount(classes, minlength=mask + 1)
-        cls = classes[pos]
-        ranks = inverse[pos] - (torch.cumsum(sizes, 0) - sizes)[cls]
-        del classes, order, inverse
-    group = torch.argsort(cls, stable=True)  # by class, position order within a class
-    r, c = ranks[group], cls[group]
-    prev = torch.full_like(r, -1)
-    prev[1:] = torch.where(c[1:] == c[:-1], r[:-1], -1)
-    gaps = torch.empty_like(r)
-    gaps[group] = r - prev - 1
-    return (pos.numel(), int(cls.min()), int(cls.max()), cls.cpu().numpy().astype(np.uint16),
-            gaps.cpu().numpy().astype(np.uint32), steps.cpu().numpy().astype(np.uint64))
-
-
-def changed_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """Flat positions (int64) where the bit patterns differ, computed where `old` lives."""
-    width = old.element_size() * 8
-    if width > 32 and old.device.type != "cpu":
-        old, new = old.cpu(), new.cpu()
-    flat_old = old.detach().contiguous().reshape(-1)
-    flat_new = new.detach().to(old.device).contiguous().reshape(-1)
-    if flat_old.dtype == torch.bool:
-        flat_old, flat_new = flat_old.view(torch.uint8), flat_new.view(torch.uint8)
-    elif flat_old.is_floating_point():
-        flat_old, flat_new = flat_old.view(_INT_OF[width // 8]), flat_new.view(_INT_OF[width // 8])
-    return torch.nonzero(flat_old != flat_new).reshape(-1)
-
-
-# -- where a state lives: the seam between host and device ---------------------------------------------
-# The publisher and the reader ask `on_host` which path a tensor takes and copy device tensors to the host
-# only through `to_host`, so the device path runs (and is counted) on CPU tensors in tests by answering
-# `on_host` with False.
-
-
 def on_host(t: torch.Tensor) -> bool:
-    """Whether `t` is in host memory, where numpy views and the compiled kernels work on it in place."""
-    return t.device.type == "cpu"
+    """Whether `t` takes the host path: in host memory, and the device path not forced."""
+    return t.device.type == "cpu" and not DEVICE_PATH
+
+
+def int_view(t: torch.Tensor) -> torch.Tensor:
+    """A flat view of a contiguous tensor's bits as a signed integer dtype of its width (uint8 for 1 byte)."""
+    flat = t.detach().reshape(-1)
+    if flat.dtype == torch.bool:
+        return flat.view(torch.uint8)
+    want = _INT_OF[flat.element_size()]
+    return flat if flat.dtype == want else flat.view(want)
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of `t` (always a copy, never a view): every device-to-host copy of the publisher and
-    the reader goes through here."""
+    """A host copy of `t` (always a copy, never a view)."""
     return t.detach().to("cpu", copy=True)
+
+
+def to_host_all(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """Host copies of several device tensors, as numpy arrays, in one round trip: copied into pinned
+    memory without waiting, then one wait (on a CPU device: plain copies)."""
+    out = []
+    for t in tensors:
+        if t.device.type == "cpu":
+            out.append(t.detach().clone())
+            continue
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t.detach(), non_blocking=True)
+        out.append(host)
+    synchronize(tensors)
+    return [t.numpy() for t in out]
+
+
+def to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Device copies of host arrays (one upload each, not waited for: later ops on the device queue after it)."""
+    out = []
+    for a in arrays:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        out.append(t.clone() if device.type == "cpu" else t.pin_memory().to(device, non_blocking=True))
+    return out
 
 
 def host_view(state: Mapping[str, torch.Tensor], names: Iterable[str]) -> dict[str, torch.Tensor]:
     """`names` of `state` readable on the host: host tensors as they are, device tensors copied."""
-    return {n: state[n] if on_host(state[n]) else to_host(state[n]) for n in names}
+    return {n: state[n] if state[n].device.type == "cpu" else to_host(state[n]) for n in names}
 
 
 def synchronize(tensors: Iterable[torch.Tensor]) -> None:
     """Wait until the work queued on the devices holding `tensors` is done (copies are launched
     asynchronously on a GPU: a timer stopped before this measures only the launch)."""
-    for device in {t.device for t in tensors if not on_host(t)}:
+    for device in {t.device for t in tensors}:
         if device.type == "cpu":
             continue
         sync = getattr(getattr(torch, "accelerator", None), "synchronize", None)
         (sync or getattr(torch, device.type).synchronize)(device)
 
 
-def write_at(t: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> torch.Tensor:
-    """Write the bit patterns `values` at flat `positions` of `t` (None: all of it) with torch ops, where
-    `t` lives; returns the values that were there, on `t`'s device (for `restore_at`)."""
-    flat = t.view(-1).view(_INT_OF[t.element_size()]) if t.dtype != torch.bool else t.view(-1).view(torch.uint8)
-    new = torch.from_numpy(values.view(_NP_INT_OF[values.itemsize])).to(t.device)
+def changed_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Flat positions (int64) where the bit patterns differ, computed where `old` lives."""
+    a, b = int_view(old.contiguous()), int_view(new.detach().to(old.device).contiguous())
+    return torch.nonzero(a != b).reshape(-1)
+
+
+# -- writes: in place, undoable ------------------------------------------------------------------------
+
+
+def write_at(t: torch.Tensor, positions: torch.Tensor | None, values: torch.Tensor) -> torch.Tensor:
+    """Write bit patterns `values` (an integer tensor of `t`'s width) at flat `positions` of `t` (None: all of
+    it) with torch ops where `t` lives; returns what was there (for `restore_at`)."""
+    flat = int_view(t)
+    new = values.to(t.device).view(flat.dtype)
     if positions is None:
         old = flat.clone()
         flat.copy_(new)
         return old
-    index = torch.from_numpy(positions.astype(np.int64, copy=False)).to(t.device)
+    index = positions.to(t.device)
     old = flat.index_select(0, index)
     flat.index_copy_(0, index, new)
     return old
 
 
-def restore_at(t: torch.Tensor, positions: np.ndarray | None, old: torch.Tensor) -> None:
+def restore_at(t: torch.Tensor, positions: torch.Tensor | None, old: torch.Tensor) -> None:
     """Put back what `write_at` returned."""
-    flat = t.view(-1).view(old.dtype)
+    flat = int_view(t)
     if positions is None:
         flat.copy_(old)
     else:
-        flat.index_copy_(0, torch.from_numpy(positions.astype(np.int64, copy=False)).to(t.device), old)
-
-
-_NP_INT_OF = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+        flat.index_copy_(0, positions.to(t.device), old)
 
 
 @njit(nogil=True, cache=True)

@@ -8,6 +8,7 @@ subnormals are ordinary values. A tensor of any dtype is seen as unsigned intege
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,13 +61,13 @@ class BitLayout:
         return _UINT_BY_SIZE[self.itemsize]
 
 
+@functools.cache
 def layout_of(dtype: torch.dtype) -> BitLayout:
     """The bit layout of `dtype`; raises ValueError for dtypes `delta` cannot carry."""
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"dtype {dtype} is not supported; supported: {sorted(DTYPES_BY_NAME)}")
-    itemsize = torch.empty((), dtype=dtype).element_size()
     shift, mask = _EXPONENT_FIELD.get(dtype, (0, 0))
-    return BitLayout(itemsize=itemsize, shift=shift, mask=mask)
+    return BitLayout(itemsize=dtype.itemsize, shift=shift, mask=mask)
 
 
 def classes_of_width(width: int) -> int:

@@ -1,95 +1,329 @@
-"""Hashes of whole model states, cheap enough to check on every apply.
+"""Hashes of whole model states, cheap enough to check on every apply, computed where the state lives.
 
-A state hash must prove bit-identity of a multi-GB state at memory speed, so it is XXH3-128 (not a
-cryptographic hash; files in a bucket get SHA-256 separately). The state hash combines per-tensor
-digests, so after a sparse apply only the changed tensors need hashing again.
+The state hash (`sum128:<32 hex>`, format version 3) sums one hash per element (`_sumhash`): after a
+sparse change only the changed elements are hashed again (old and new value), on the device that holds
+them, and a tensor cut into ranks' pieces hashes as the whole tensor does. A state's hash is XXH3-128
+over its tensors' names, dtypes, full shapes and two 64-bit element sums, in name order (docs/delta.md,
+"The state hash"). It proves bit-identity against accidents (corruption, a wrong base, a bug, a file
+applied twice or out of order), not against someone who chooses the values to collide (files in a
+bucket get SHA-256 separately).
+
+Files of format version 2 carry the earlier hash (`xxh3-128:`, XXH3-128 of each tensor's bytes, then of
+the list of them): `LegacyDigest` reads it, so old files keep verifying.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import xxhash
 
-from .bits import DTYPE_NAMES, bits
+from ..errors import DeltaFormatError
+from . import _device, _sumhash
+from ._sumhash import Sums, TensorKey
+from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
 
-HASH_PREFIX = "xxh3-128:"
+SCHEME = "sum128"
+HASH_PREFIX = SCHEME + ":"
+LEGACY_SCHEME = "xxh3-128"
+LEGACY_PREFIX = LEGACY_SCHEME + ":"
 
 
-def _hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
+def scheme_of(state_hash: str) -> str:
+    """The scheme a state hash string is written in (`sum128` or `xxh3-128`; '' for anything else)."""
+    head = state_hash.partition(":")[0]
+    return head if head in (SCHEME, LEGACY_SCHEME) else ""
+
+
+def whole_key(name: str, tensor: torch.Tensor) -> TensorKey:
+    """The key of a tensor that is its own full tensor."""
+    return TensorKey(name, DTYPE_NAMES[tensor.dtype], tuple(tensor.shape))
+
+
+class StateDigest(ABC):
+    """A state's hash with what it is made of, kept so that later versions hash from their changes alone.
+
+    Digests are immutable: every method returns a new one. Keys are the names the state's files use
+    (a piece of a sharded tensor under its piece name).
+    """
+
+    scheme: str
+
+    @property
+    @abstractmethod
+    def hexdigest(self) -> str:
+        """The state hash, as written in delta headers and manifests."""
+
+    @property
+    @abstractmethod
+    def names(self) -> frozenset[str]:
+        """The tensor names it covers."""
+
+    @abstractmethod
+    def subset(self, names: Iterable[str]) -> StateDigest:
+        """The digest of the part of the state holding `names`."""
+
+    @abstractmethod
+    def merged(self, other: StateDigest) -> StateDigest:
+        """This digest with `other`'s tensors added or replacing its own (same scheme)."""
+
+    @abstractmethod
+    def _items(self) -> dict:
+        """What it is made of, for equality."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._items() == other._items()
+
+    __hash__ = None  # type: ignore[assignment]  (mutable-looking: compare, do not key by it)
+
+
+@dataclass(frozen=True)
+class _Part:
+    key: TensorKey
+    sums: Sums
+
+
+class SumDigest(StateDigest):
+    """The `sum128` digest: per tensor, its key (`_sumhash.TensorKey`) and its two element sums."""
+
+    scheme = SCHEME
+
+    def __init__(self, parts: Mapping[str, _Part]) -> None:
+        self._parts = dict(parts)
+
+    @property
+    def hexdigest(self) -> str:
+        whole: dict[str, tuple[str, tuple[int, ...], Sums]] = {}
+        for part in self._parts.values():  # pieces of one tensor add up to the whole tensor's sums
+            k = part.key
+            _, _, sums = whole.get(k.name, (k.dtype, k.shape, _sumhash.ZERO))
+            whole[k.name] = (k.dtype, k.shape, _sumhash.add(sums, part.sums))
+        h = xxhash.xxh3_128(b"sum128\n")
+        for name in sorted(whole):
+            dtype, shape, (s0, s1) = whole[name]
+            h.update(f"{name}\0{dtype}\0{list(shape)}\0{s0:016x}{s1:016x}\n".encode())
+        return HASH_PREFIX + h.hexdigest()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._parts)
+
+    def _items(self) -> dict:
+        return self._parts
+
+    @property
+    def keys(self) -> dict[str, TensorKey]:
+        """Key per tensor name."""
+        return {n: p.key for n, p in self._parts.items()}
+
+    def sums(self, name: str) -> Sums:
+        return self._parts[name].sums
+
+    def subset(self, names: Iterable[str]) -> SumDigest:
+        return SumDigest({n: self._parts[n] for n in names})
+
+    def merged(self, other: StateDigest) -> SumDigest:
+        if not isinstance(other, SumDigest):
+            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
+        return SumDigest({**self._parts, **other._parts})
+
+    def moved(self, deltas: Mapping[str, Sums]) -> SumDigest:
+        """The digest after changes that move each named tensor's sums by `deltas[name]`."""
+        parts = dict(self._parts)
+        for name, d in deltas.items():
+            parts[name] = _Part(parts[name].key, _sumhash.add(parts[name].sums, d))
+        return SumDigest(parts)
+
+    def with_sums(self, sums: Mapping[str, Sums]) -> SumDigest:
+        """The digest with the named tensors' sums replaced (a tensor written whole)."""
+        return SumDigest({**self._parts, **{n: _Part(self._parts[n].key, s) for n, s in sums.items()}})
+
+    def to_json(self) -> dict[str, list]:
+        """Per tensor: [full name, dtype, full shape, base, block, skip, sum 0, sum 1] (a rank's record)."""
+        return {n: [p.key.name, p.key.dtype, list(p.key.shape), p.key.base, p.key.block, p.key.skip, *p.sums]
+                for n, p in sorted(self._parts.items())}
+
+    @classmethod
+    def from_json(cls, body: object) -> SumDigest:
+        """Inverse of `to_json`, every field checked (a rank's record is read back from the bucket).
+
+        Raises:
+            DeltaFormatError: a field of another type or out of range.
+        """
+        if not isinstance(body, dict):
+            raise DeltaFormatError(f"a digest record is a {type(body).__name__}, not an object")
+        parts = {}
+        for name, row in body.items():
+            if not (isinstance(name, str) and isinstance(row, list) and len(row) == 8 and isinstance(row[0], str)
+                    and row[1] in DTYPES_BY_NAME and isinstance(row[2], list)
+                    and all(type(d) is int and 0 <= d < 1 << 63 for d in row[2])
+                    and all(type(v) is int and 0 <= v < 1 << 63 for v in row[3:6])
+                    and all(type(v) is int and 0 <= v <= _sumhash.MASK for v in row[6:])):
+                raise DeltaFormatError(f"the digest record of {name!r:.80} is malformed")
+            full, dtype, shape, base, block, skip, s0, s1 = row
+            parts[name] = _Part(TensorKey(full, dtype, tuple(shape), base, block, skip), (s0, s1))
+        return cls(parts)
+
+
+class LegacyDigest(StateDigest):
+    """The `xxh3-128` digest of format version 2: XXH3-128 per tensor's bytes, then of their list."""
+
+    scheme = LEGACY_SCHEME
+
+    def __init__(self, tensors: Mapping[str, str]) -> None:
+        self.tensors = dict(tensors)
+
+    @property
+    def hexdigest(self) -> str:
+        h = xxhash.xxh3_128()
+        for name in sorted(self.tensors):
+            h.update(f"{name}\0{self.tensors[name]}\n".encode())
+        return LEGACY_PREFIX + h.hexdigest()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self.tensors)
+
+    def _items(self) -> dict:
+        return self.tensors
+
+    def subset(self, names: Iterable[str]) -> LegacyDigest:
+        return LegacyDigest({n: self.tensors[n] for n in names})
+
+    def merged(self, other: StateDigest) -> LegacyDigest:
+        if not isinstance(other, LegacyDigest):
+            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
+        return LegacyDigest({**self.tensors, **other.tensors})
+
+
+# -- computing digests -----------------------------------------------------------------------------------
+
+
+def tensor_sums(key: TensorKey, tensor: torch.Tensor) -> Sums:
+    """The element sums of one tensor, where it lives (compiled host code, or torch ops on its device)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    if _device.on_host(tensor):
+        return _sumhash.host_sums(key, bits(flat))
+    return _device_sums(key, flat)
+
+
+def _device_sums(key: TensorKey, flat: torch.Tensor) -> Sums:
+    width = flat.element_size() * 8
+    total = torch.zeros(4, dtype=torch.int64, device=flat.device)
+    block = key.block if key.block > 0 else _sumhash._NO_BLOCK
+    for lo in range(0, flat.numel(), _device.SEGMENT):  # temporaries of a segment's size, whatever the tensor's
+        part = flat[lo:lo + _device.SEGMENT]
+        j = torch.arange(lo, lo + part.numel(), dtype=torch.int64, device=flat.device)
+        g = _sumhash.device_index(j, key.base, block, key.skip)
+        v = _sumhash.as_int64(part, width)
+        for lane in (0, 1):
+            total[2 * lane:2 * lane + 2] += _sumhash.halves(_sumhash.device_hashes(g, v, key.seeds[lane])).sum(0)
+    return _sumhash.sums_of_halves(_device.to_host(total).tolist())
+
+
+def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old: np.ndarray | torch.Tensor,
+               new: np.ndarray | torch.Tensor) -> Sums:
+    """How a tensor's sums move when the bits `old` at flat `positions` become `new` (None: `old` and `new` are
+    the whole tensor), computed where the values are: numpy arrays on host threads, torch tensors with torch
+    ops on their device."""
+    if isinstance(new, np.ndarray) and isinstance(old, np.ndarray):
+        if positions is None:
+            return _sumhash.sub(_sumhash.host_sums(key, new), _sumhash.host_sums(key, old.view(new.dtype)))
+        return _sumhash.host_change_sums(key, np.asarray(positions), old, new.view(old.dtype))
+    if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
+        device = new.device if isinstance(new, torch.Tensor) else old.device
+        old, new = (x if isinstance(x, torch.Tensor) else _device.to_device([x], device)[0] for x in (old, new))
+    width = old.element_size() * 8
+    old_v, new_v = _sumhash.as_int64(old.reshape(-1), width), _sumhash.as_int64(new.reshape(-1), width)
+    if positions is None:
+        j = torch.arange(old_v.numel(), dtype=torch.int64, device=old_v.device)
+    elif isinstance(positions, np.ndarray):
+        j = _device.to_device([positions.astype(np.int64)], old_v.device)[0]
+    else:
+        j = positions.to(dtype=torch.int64)
+    g = _sumhash.device_index(j, key.base, key._block, key.skip)
+    rows = [_sumhash.halves(_sumhash.device_hashes(g, new_v, key.seeds[lane])
+                            - _sumhash.device_hashes(g, old_v, key.seeds[lane])).sum(0) for lane in (0, 1)]
+    return _sumhash.sums_of_halves(_device.to_host_all([torch.cat(rows)])[0].tolist())
+
+
+def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None,
+                new: np.ndarray | torch.Tensor) -> Sums:
+    """How `tensor`'s sums move when the bits at flat `positions` (None: all) become `new`; reads the old bits
+    from `tensor` (not modified) where it lives."""
+    if isinstance(new, np.ndarray) and tensor.device.type == "cpu":
+        flat = bits(tensor)
+        return moved_sums(key, positions, flat if positions is None else flat[np.asarray(positions)], new)
+    flat = _device.int_view(tensor)
+    if positions is None:
+        return moved_sums(key, None, flat, new)
+    index = (positions if isinstance(positions, torch.Tensor)
+             else _device.to_device([np.asarray(positions, np.int64)], flat.device)[0])
+    return moved_sums(key, index, flat.index_select(0, index.to(flat.device)), new)
+
+
+def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None) -> SumDigest:
+    """Hash every tensor of `state` (only read), where each lives; `keys` for pieces of sharded tensors
+    (`delta.pieces`), else each tensor is its own full tensor."""
+    keys = keys or {}
+    names = sorted(state)
+    key_of = {n: keys.get(n) or whole_key(n, state[n]) for n in names}
+    return SumDigest({n: _Part(key_of[n], tensor_sums(key_of[n], state[n])) for n in names})
+
+
+def legacy_state_digest(state: Mapping[str, torch.Tensor]) -> LegacyDigest:
+    """The format-2 digest of `state` (host copies of device tensors; threads)."""
+    names = sorted(state)
+    if len(names) <= 1:
+        return LegacyDigest({n: legacy_tensor_digest(n, state[n]) for n in names})
+    with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
+        return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names))))
+
+
+def digest_like(state_hash: str, state: Mapping[str, torch.Tensor],
+                keys: Mapping[str, TensorKey] | None = None) -> StateDigest:
+    """The digest of `state` in the scheme `state_hash` is written in (the current one for anything else)."""
+    if scheme_of(state_hash) == LEGACY_SCHEME:
+        return legacy_state_digest(state)
+    return state_digest(state, keys)
+
+
+def _legacy_hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
     h = xxhash.xxh3_128()
     h.update(f"{name}\0{DTYPE_NAMES[tensor.dtype]}\0{tuple(tensor.shape)}\0".encode())
     return h
 
 
-def tensor_digest(name: str, tensor: torch.Tensor) -> str:
-    """Digest of one tensor: its name, dtype, shape and bytes."""
-    h = _hasher(name, tensor)
-    h.update(memoryview(bits(tensor.detach().cpu().contiguous())).cast("B"))
+def legacy_tensor_digest(name: str, tensor: torch.Tensor) -> str:
+    """Format 2's digest of one tensor: its name, dtype, shape and bytes."""
+    h = _legacy_hasher(name, tensor)
+    h.update(memoryview(bits(_device.host_view({name: tensor}, [name])[name].detach().contiguous())).cast("B"))
     return h.hexdigest()
 
 
-HASH_CHUNK = 1 << 22
+LEGACY_CHUNK = 1 << 22
 
 
-def digest_with_changes(name: str, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray) -> str:
-    """Digest `tensor` would have with `values` written at `positions`, without writing anything.
-
-    Lets a reader prove a delta's result before touching its state. Positions must be ascending;
-    None means `values` is the whole new tensor. Copies one chunk of the tensor at a time.
-    """
-    h = _hasher(name, tensor)
+def legacy_digest_with_changes(name: str, tensor: torch.Tensor, positions: np.ndarray | None,
+                               values: np.ndarray) -> str:
+    """Format 2's digest `tensor` (on the host) would have with `values` written at ascending `positions`
+    (None: `values` is the whole tensor), without writing anything; copies one chunk at a time."""
+    h = _legacy_hasher(name, tensor)
     if positions is None:
         h.update(memoryview(values).cast("B"))
         return h.hexdigest()
     flat = bits(tensor)
-    bounds = np.searchsorted(positions, np.arange(0, flat.size + HASH_CHUNK, HASH_CHUNK))
-    for k, lo in enumerate(range(0, flat.size, HASH_CHUNK)):
-        chunk = flat[lo:lo + HASH_CHUNK]
+    bounds = np.searchsorted(positions, np.arange(0, flat.size + LEGACY_CHUNK, LEGACY_CHUNK))
+    for k, lo in enumerate(range(0, flat.size, LEGACY_CHUNK)):
+        chunk = flat[lo:lo + LEGACY_CHUNK]
         a, b = bounds[k], bounds[k + 1]
         if a < b:
             chunk = chunk.copy()
             chunk[positions[a:b] - lo] = values[a:b]
         h.update(memoryview(chunk).cast("B"))
     return h.hexdigest()
-
-
-@dataclass
-class StateDigest:
-    """Per-tensor digests of a state and their combination, kept so partial updates stay cheap.
-
-    Attributes:
-        tensors: Digest per tensor name.
-    """
-
-    tensors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def hexdigest(self) -> str:
-        """The state hash, as written in delta headers and manifests (`xxh3-128:<hex>`)."""
-        h = xxhash.xxh3_128()
-        for name in sorted(self.tensors):
-            h.update(f"{name}\0{self.tensors[name]}\n".encode())
-        return HASH_PREFIX + h.hexdigest()
-
-    def updated(self, state: Mapping[str, torch.Tensor], names: Iterable[str]) -> StateDigest:
-        """A new digest with the given tensors of `state` hashed again; self is not modified."""
-        fresh = dict(self.tensors)
-        fresh.update(_digests(state, list(names)))
-        return StateDigest(fresh)
-
-
-def _digests(state: Mapping[str, torch.Tensor], names: list[str]) -> dict[str, str]:
-    if len(names) <= 1:
-        return {name: tensor_digest(name, state[name]) for name in names}
-    with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
-        return dict(zip(names, pool.map(lambda n: tensor_digest(n, state[n]), names)))
-
-
-def state_digest(state: Mapping[str, torch.Tensor]) -> StateDigest:
-    """Hash every tensor of `state` (threads; the state is only read)."""
-    return StateDigest(_digests(state, sorted(state)))

@@ -1,0 +1,300 @@
+"""The chunked codecs' scans as whole-tensor torch work on the device that holds the state.
+
+The host path (`_kernels`) walks each chunk in compiled code, one chunk per thread. On a GPU that loop
+would launch a handful of small ops per chunk and wait on the host each time; here every step is one op
+over a whole group of tensors (one tensor, or small tensors of one dtype concatenated up to
+`_device.GROUP` elements), whatever the number of chunks:
+
+- writer (`scan`): compare, list the changed positions (`nonzero`), classes of every element, one stable
+  sort of the classes; an element's rank in its (chunk, class) is then its place in the sorted order
+  minus the place where its class's run enters its chunk, both found by binary search among the sorted
+  (class, position) pairs for the changed elements alone. Changes are ordered (chunk, class, rank) by a
+  sort of the changed elements, gaps and ULP steps computed, and only they cross to the host.
+- reader (`locate`): the same sort of the old tensor's classes; the r-th element of class c in a chunk is
+  found at (where c's run enters the chunk) + r. Old values are gathered there, new ones computed, and the
+  result's hash moved by the changed elements alone, before anything is written.
+
+The host coder (`_rans`) takes the changes chunk by chunk, exactly as the host scan would have produced
+them (a chunk's changes class by class: the order the coder groups them in anyway), so the bytes are the
+same. Every step is plain torch: on CPU tensors (`DELTA_DEVICE_PATH=1`) it is the same code, tested bit
+for bit against the host path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .._stages import stage
+from ..tensors import _device, _sumhash
+from ..tensors._sumhash import Sums, TensorKey
+
+
+@dataclass(frozen=True)
+class Group:
+    """Tensors of one dtype scanned together, in name order.
+
+    Attributes:
+        names: The tensors.
+        sizes: Elements of each.
+        chunk: Elements per chunk (chunks restart at each tensor).
+    """
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    chunk: int
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each tensor starts in the group."""
+        return np.concatenate([[0], np.cumsum(self.sizes[:-1], dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def chunk_base(self) -> np.ndarray:
+        """The group-wide number of each tensor's first chunk."""
+        counts = [max(1, -(-n // self.chunk)) for n in self.sizes]
+        return np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.sizes))
+
+
+def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int) -> list[Group]:
+    """`names` (sorted) cut into groups: one dtype and device each, at most `_device.GROUP` elements unless one
+    tensor alone is larger. Empty tensors are left out (nothing in them can change)."""
+    out: list[Group] = []
+    open_: dict[tuple, list[str]] = {}
+
+    def close(key: tuple) -> None:
+        members = open_.pop(key)
+        out.append(Group(tuple(members), tuple(tensors[n].numel() for n in members), chunk))
+
+    for name in names:
+        t = tensors[name]
+        if t.numel() == 0:
+            continue
+        key = (t.dtype, t.device)
+        held = sum(tensors[n].numel() for n in open_.get(key, ()))
+        if key in open_ and held + t.numel() > _device.GROUP:
+            close(key)
+        open_.setdefault(key, []).append(name)
+    for key in list(open_):
+        close(key)
+    return out
+
+
+def _flat(tensors: Mapping[str, torch.Tensor], group: Group) -> torch.Tensor:
+    """The group's bits as one flat integer tensor: a view of a tensor alone, else one concatenation."""
+    views = [_device.int_view(tensors[n].contiguous()) for n in group.names]
+    return views[0] if len(views) == 1 else torch.cat(views)
+
+
+def _class_runs(a: torch.Tensor, shift: int, mask: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(classes of every element, sorted keys): the keys `class * N + position` of every element in
+    ascending order (one stable sort of the classes), N the group's size."""
+    classes = (a >> shift) & mask
+    ordered, order = torch.sort(classes, stable=True)
+    order.add_(ordered, alpha=a.numel())  # in place: the sorted keys, no second int64 buffer
+    return classes, order
+
+
+def _steps(av: torch.Tensor, bv: torch.Tensor, width: int) -> torch.Tensor:
+    """Zigzag ULP steps from old to new bits (int64, zero-extended `width`-bit patterns): the host scan's
+    `_step`, as int64 arithmetic that wraps like uint64."""
+    sign, full = (1 << (width - 1)), (1 << width) - 1
+    if width == 64:
+        sign, full = -(1 << 63), -1
+    ka = torch.where(av & sign != 0, ~av & full, av | sign)
+    kb = torch.where(bv & sign != 0, ~bv & full, bv | sign)
+    d = (kb - ka) & full
+    if width < 64:
+        d = (d << (64 - width)) >> (64 - width)  # sign-extend the width-bit difference
+    return (d << 1) ^ (d >> 63)
+
+
+def _unstep(av: torch.Tensor, steps: torch.Tensor, width: int) -> torch.Tensor:
+    """New bits from old bits and zigzag steps (inverse of `_steps`; int64)."""
+    sign, full = (1 << (width - 1)), (1 << width) - 1
+    if width == 64:
+        sign, full = -(1 << 63), -1
+    half = (steps >> 1) & ((1 << 63) - 1)
+    d = torch.where(steps & 1 != 0, full - half, half)  # -(half + 1) mod 2**width, or half
+    k = (torch.where(av & sign != 0, ~av & full, av | sign) + d) & full
+    return torch.where(k & sign != 0, k & ~sign & full, ~k & full)
+
+
+def _narrow(v: torch.Tensor, dtype: torch.dtype, width: int) -> torch.Tensor:
+    """Zero-extended `width`-bit patterns (int64) back in the integer dtype of that width, bit for bit."""
+    if dtype != torch.uint8 and width < 64:
+        v = (v << (64 - width)) >> (64 - width)  # the signed value of those bits: converts exactly
+    return v.to(dtype)
+
+
+def _owner(group: Group, values: torch.Tensor, starts: np.ndarray) -> torch.Tensor:
+    """Index of the tensor each value belongs to, given the tensors' `starts` (group offsets or chunk bases)."""
+    return torch.searchsorted(torch.from_numpy(starts).to(values.device), values, right=True) - 1
+
+
+@dataclass
+class Scanned:
+    """One group's changes on the host, ordered (tensor, chunk, class, rank).
+
+    Attributes:
+        cls, gaps, steps: Per change: class, gap from the previous change of its class in its chunk (its rank
+            for the first), zigzag step (>= 1).
+        chunks: Per chunk with changes: (tensor index in the group, chunk index in the tensor, first change,
+            one past its last change, lowest class, highest class).
+        counts: Changed elements per tensor of the group.
+        sums: Per tensor, how its element sums move (when keys were given).
+    """
+
+    cls: np.ndarray
+    gaps: np.ndarray
+    steps: np.ndarray
+    chunks: list[tuple[int, int, int, int, int, int]]
+    counts: list[int]
+    sums: list[Sums] | None
+
+
+def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
+         keys: Mapping[str, TensorKey] | None) -> Scanned:
+    """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host.
+
+    `keys`: hash the changes too (`_sumhash`), per tensor.
+    """
+    with stage("scan"):
+        a, b = _flat(old, group), _flat(new, group)
+        width = a.element_size() * 8
+        device = a.device
+        offsets, chunk_base = group.offsets, group.chunk_base
+        pos = torch.nonzero(a != b).reshape(-1)
+        tid = _owner(group, pos, offsets)
+        off = torch.from_numpy(offsets).to(device)
+        local = pos - off[tid]
+        k = local // group.chunk
+        gchunk = torch.from_numpy(chunk_base).to(device)[tid] + k
+        if mask:
+            classes, keys_sorted = _class_runs(a, shift, mask)
+            c = classes[pos].to(torch.int64)
+            del classes
+            n = a.numel()
+            rank = (torch.searchsorted(keys_sorted, c * n + pos)
+                    - torch.searchsorted(keys_sorted, c * n + (pos - local + k * group.chunk)))
+            del keys_sorted
+            order = torch.argsort(gchunk * (mask + 1) + c, stable=True)  # (chunk, class), position order within
+            pos, tid, local, gchunk, c, rank = (x[order] for x in (pos, tid, local, gchunk, c, rank))
+            same = (gchunk[1:] == gchunk[:-1]) & (c[1:] == c[:-1])
+        else:
+            c = torch.zeros_like(pos)
+            rank = local - k * group.chunk
+            same = gchunk[1:] == gchunk[:-1]
+        previous = torch.full_like(rank, -1)
+        previous[1:] = torch.where(same, rank[:-1], -1)
+        gaps = rank - previous - 1
+        av, bv = _sumhash.as_int64(a[pos], width), _sumhash.as_int64(b[pos], width)
+        steps = _steps(av, bv, width)
+        crossing = [c.to(torch.int16), gaps.to(torch.int32), steps, gchunk]
+    if keys is not None:
+        with stage("hash"):
+            table = _sumhash.key_table([keys[n] for n in group.names], device)
+            per_tensor = torch.zeros(len(group.names), 4, dtype=torch.int64, device=device)
+            per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(local, tid, table, av, bv))
+            crossing.append(per_tensor)
+    with stage("transfer"):
+        host = _device.to_host_all(crossing)
+    cls, gaps_h, steps_h, gchunk_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(np.uint64), host[3]
+    sums = [_sumhash.sums_of_halves(row) for row in host[4].tolist()] if keys is not None else None
+    chunks, counts = _chunk_rows(cls, gchunk_h, chunk_base, len(group.names))
+    return Scanned(cls, gaps_h, steps_h, chunks, counts, sums)
+
+
+def _chunk_rows(cls: np.ndarray, gchunk: np.ndarray, chunk_base: np.ndarray, tensors: int
+                ) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]:
+    """Per chunk with changes: (tensor, chunk in the tensor, first, end, lowest class, highest class); and
+    changes per tensor. Host numpy over the changes: `gchunk` is ascending."""
+    starts = np.flatnonzero(np.diff(gchunk, prepend=-1)) if gchunk.size else np.zeros(0, np.int64)
+    ends = np.append(starts[1:], gchunk.size)
+    owner = np.searchsorted(chunk_base, gchunk[starts], side="right") - 1
+    counts = np.bincount(owner, weights=ends - starts, minlength=tensors).astype(np.int64).tolist()
+    rows = [(int(t), int(g - chunk_base[t]), int(s), int(e), int(cls[s]), int(cls[e - 1]))
+            for t, g, s, e in zip(owner.tolist(), gchunk[starts].tolist(), starts.tolist(), ends.tolist())]
+    return rows, counts
+
+
+@dataclass
+class Located:
+    """One group's decoded changes on the device, per tensor of the group (in its order).
+
+    Attributes:
+        positions: Flat positions in the tensor (int64), class by class within each chunk.
+        values: New bit patterns (the tensor's integer view dtype).
+        sums: Per tensor, how its element sums move (when keys were given).
+        bad: The first tensor (index in the group) with a rank beyond its class in the old state (then the
+            rest is empty: the delta is for another state).
+    """
+
+    positions: list[torch.Tensor]
+    values: list[torch.Tensor]
+    sums: list[Sums] | None
+    bad: int | None = None
+
+
+def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int, cls: np.ndarray,
+           ranks: np.ndarray, steps: np.ndarray, gchunk: np.ndarray, counts: Sequence[int],
+           keys: Mapping[str, TensorKey] | None) -> Located:
+    """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
+
+    Args:
+        cls, ranks, steps: The decoded changes (host), per tensor of the group in order, per chunk
+            ascending, class by class with ranks ascending within a class (`_rans.decode_chunk`).
+        gchunk: The group-wide chunk number of each change.
+        counts: Changes per tensor.
+
+    Returns:
+        The changes; `bad` says which tensor has a rank beyond its class in `old` (nothing else then).
+    """
+    a = _flat(old, group)
+    width = a.element_size() * 8
+    device = a.device
+    offsets, chunk_base = group.offsets, group.chunk_base
+    with stage("transfer"):
+        wide_steps = steps.view(np.int64) if steps.dtype.itemsize == 8 else steps.astype(np.int64)
+        c, r, z, g = _device.to_device([cls.astype(np.int64), ranks.astype(np.int64), wide_steps,
+                                        gchunk.astype(np.int64)], device)
+    with stage("locate"):
+        tid = _owner(group, g, chunk_base)
+        off, size = torch.from_numpy(offsets).to(device), torch.tensor(group.sizes, dtype=torch.int64).to(device)
+        start = off[tid] + (g - torch.from_numpy(chunk_base).to(device)[tid]) * group.chunk
+        end = torch.minimum(start + group.chunk, off[tid] + size[tid])
+        if mask:
+            _, keys_sorted = _class_runs(a, shift, mask)
+            n = a.numel()
+            first = torch.searchsorted(keys_sorted, c * n + start)
+            bad = r >= torch.searchsorted(keys_sorted, c * n + end) - first
+            pos = (keys_sorted[(first + r).clamp_(max=n - 1)] - c * n).clamp_(0, n - 1)  # in range even where bad
+            del keys_sorted
+        else:
+            pos = start + r
+            bad = pos >= end
+            pos = pos.clamp_(max=a.numel() - 1)
+        av = _sumhash.as_int64(a[pos], width)
+        bv = _unstep(av, z, width)
+        local = pos - off[tid]
+        crossing = [torch.zeros(len(group.names), dtype=torch.int64, device=device).index_add_(0, tid, bad.long())]
+    if keys is not None:
+        with stage("hash"):
+            table = _sumhash.key_table([keys[n] for n in group.names], device)
+            per_tensor = torch.zeros(len(group.names), 4, dtype=torch.int64, device=device)
+            per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(local, tid, table, av, bv))
+            crossing.append(per_tensor)
+    with stage("transfer"):
+        host = _device.to_host_all(crossing)
+    if host[0].any():
+        return Located([], [], None, int(np.flatnonzero(host[0])[0]))
+    values = _narrow(bv, a.dtype, width)
+    sums = [_sumhash.sums_of_halves(row) for row in host[1].tolist()] if keys is not None else None
+    return Located(list(torch.split(local, list(counts))), list(torch.split(values, list(counts))), sums)
