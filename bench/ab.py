@@ -54,7 +54,7 @@ def _one_round(lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: s
             pub.flush()
             writer.append(time.perf_counter() - start)
     storage = lib.open_storage(folder)
-    manifest = importlib.import_module(f"{lib.__name__}.manifest").read_manifest(storage)
+    manifest = lib.read_manifest(storage)
     reader = {k: v.clone() for k, v in states[0].items()}
     digest = None
     for entry in manifest.versions[1:]:

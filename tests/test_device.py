@@ -93,9 +93,13 @@ def state_pairs(draw) -> tuple[dict, dict, int]:
 
 
 @SETTINGS
-@given(pair=state_pairs(), codec=st.sampled_from(sorted(delta.CODECS)))
-def test_the_device_path_writes_the_host_paths_bytes_and_reads_them_back(pair, codec, monkeypatch) -> None:
+@given(pair=state_pairs(), codec=st.sampled_from(sorted(delta.CODECS)), small=st.booleans())
+def test_the_device_path_writes_the_host_paths_bytes_and_reads_them_back(pair, codec, small, monkeypatch) -> None:
+    """`small`: groups of at most 3000 elements and tensors cut in parts of at most 2048, as a GPU cuts the
+    tensors of a large model."""
     old, new, chunk = pair
+    monkeypatch.setattr(_device, "GROUP", 3000 if small else 1 << 24)
+    monkeypatch.setattr(_device, "SEGMENT", 2048 if small else 1 << 26)
     _path(monkeypatch, False)
     want = delta.diff(old, new, codec=codec, chunk=chunk)
     host_state = clone(old)

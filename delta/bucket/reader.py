@@ -157,9 +157,10 @@ class Reader:
         """
         self.adopt_layout(manifest.pieces or {})
         if self._digest is None and self._state is not None and self._version is not None:
-            held = manifest.get(self._version)
+            held = manifest.get(self._version)  # hashed in its scheme (the state is only read: no lock)
+            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
             with self.lock:
-                self._digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
+                self._digest = digest
         avoid: set[str] = set()
         while self._version != target and not stopped():
             have_hash = self._digest.hexdigest if self._digest is not None else None

@@ -178,7 +178,7 @@ class Subscriber:
 
     @property
     def digest(self) -> StateDigest | None:
-        """The digest of `flat_state` at `version` (for unsharded writers, of `state`)."""
+        """The digest of the state at `version` (its `hexdigest` is the state hash, the same whole or in pieces)."""
         return self._reader.digest
 
     def status(self) -> SubscriberStatus:

@@ -3,7 +3,6 @@ delta's table, and blobs back into changes."""
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -14,6 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .._cores import default_workers
 from ..tensors._sumhash import TensorKey
 
 
@@ -146,11 +146,6 @@ class Codec(ABC):
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def default_workers() -> int:
-    """Threads for coding: the cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int | None, progress: bool, desc: str) -> list[R]:

@@ -285,8 +285,8 @@ class ChunkedCodec(Codec):
                 found[group.names[t]].append((k, f))
                 counted.append((old[group.names[t]].dtype, f))
             for name, moved, count in zip(group.names, got.sums or [None] * len(group.names), got.counts):
-                if count and moved is not None:
-                    sums[name] = moved
+                if count and moved is not None:  # a tensor in parts: each part moves it
+                    sums[name] = _sumhash.add(sums.get(name, _sumhash.ZERO), moved)
         with stage("code"):
             run_tasks(lambda task: self._count(task[0], task[1], hists), counted, workers, False, "")
 
@@ -447,19 +447,25 @@ class ChunkedCodec(Codec):
     def _decode_on_device(self, names, parsed, models, words, chunk, state, workers, keys) -> dict[str, Change]:
         """Decode the chunks on host threads into one array per group, then place them on the device
         (`_device_scan.locate`): positions and values stay there."""
-        changes = {}
+        parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, _sumhash.Sums | None]]] = defaultdict(list)
         for group in _device_scan.groups(state, names, chunk):
-            total = sum(parsed[n][0].changed for n in group.names)
+            members = []  # per member: its chunk rows
+            for t, name in enumerate(group.names):
+                first = group.first_chunk(t)
+                last = first + -(-group.sizes[t] // chunk)
+                members.append([row for row in parsed[name][1] if first <= row[0] < last])
+            counts = [sum(row[1] for row in rows) for rows in members]
             width = state[group.names[0]].element_size() * 8
+            total = sum(counts)
             cls, ranks = np.empty(total, np.uint16), np.empty(total, np.int32)
             steps, gchunk = np.empty(total, _UINT_OF_WIDTH[width]), np.empty(total, np.int64)
             tasks, at = [], 0
-            for t, name in enumerate(group.names):
-                e, chunks = parsed[name]
-                for row in chunks:
+            for t, rows in enumerate(members):
+                e = parsed[group.names[t]][0]
+                for row in rows:
                     size = min(e.numel, (row[0] + 1) * chunk) - row[0] * chunk
                     tasks.append((e, row, row[0] * chunk, size, at))
-                    gchunk[at:at + row[1]] = group.chunk_base[t] + row[0]
+                    gchunk[at:at + row[1]] = group.chunk_base[t] + row[0] - group.first_chunk(t)
                     at += row[1]
 
             def run(task: tuple) -> None:
@@ -471,13 +477,22 @@ class ChunkedCodec(Codec):
             with stage("decode"):
                 run_tasks(run, tasks, workers, False, "")
             shift, mask = self._field(state[group.names[0]].dtype)
-            counts = [parsed[n][0].changed for n in group.names]
             got = _device_scan.locate(state, group, shift, mask, cls, ranks, steps, gchunk, counts, keys)
             if got.bad is not None:
                 raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[8]}",
                                        tensor=group.names[got.bad])
             for t, name in enumerate(group.names):
-                changes[name] = Change(name, got.positions[t], got.values[t], got.sums[t] if got.sums else None)
+                parts[name].append((got.positions[t], got.values[t], got.sums[t] if got.sums else None))
+        changes = {}
+        for name, pieces in parts.items():
+            positions, values, moved = zip(*pieces)
+            sums = None
+            if keys is not None:
+                sums = _sumhash.ZERO
+                for m in moved:
+                    sums = _sumhash.add(sums, m)
+            changes[name] = Change(name, positions[0] if len(pieces) == 1 else torch.cat(positions),
+                                   values[0] if len(pieces) == 1 else torch.cat(values), sums)
         return changes
 
     def check(self, entries, blobs, workers=None, foreign=False):

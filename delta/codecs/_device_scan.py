@@ -35,51 +35,60 @@ from ..tensors._sumhash import Sums, TensorKey
 
 @dataclass(frozen=True)
 class Group:
-    """Tensors of one dtype scanned together, in name order.
+    """Ranges of tensors of one dtype scanned together: whole tensors in name order, or one chunk-aligned
+    part of a tensor larger than `_device.SEGMENT` elements.
 
     Attributes:
-        names: The tensors.
-        sizes: Elements of each.
+        names: The tensor of each member.
+        starts: Where each member starts in its tensor (a multiple of `chunk`; 0 for a whole tensor).
+        sizes: Elements of each member.
         chunk: Elements per chunk (chunks restart at each tensor).
     """
 
     names: tuple[str, ...]
+    starts: tuple[int, ...]
     sizes: tuple[int, ...]
     chunk: int
 
     @property
     def offsets(self) -> np.ndarray:
-        """Where each tensor starts in the group."""
+        """Where each member starts in the group."""
         return np.concatenate([[0], np.cumsum(self.sizes[:-1], dtype=np.int64)]).astype(np.int64)
 
     @property
     def chunk_base(self) -> np.ndarray:
-        """The group-wide number of each tensor's first chunk."""
+        """The group-wide number of each member's first chunk."""
         counts = [max(1, -(-n // self.chunk)) for n in self.sizes]
         return np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
 
-    @property
-    def total(self) -> int:
-        return int(sum(self.sizes))
+    def first_chunk(self, member: int) -> int:
+        """The member's first chunk, numbered in its tensor."""
+        return self.starts[member] // self.chunk
 
 
 def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int) -> list[Group]:
-    """`names` (sorted) cut into groups: one dtype and device each, at most `_device.GROUP` elements unless one
-    tensor alone is larger. Empty tensors are left out (nothing in them can change)."""
+    """`names` (sorted) cut into groups: one dtype and device each, at most `_device.GROUP` elements; a tensor of
+    more than `_device.SEGMENT` elements in chunk-aligned parts of at most that, one group each (so temporaries
+    stay bounded whatever a tensor's size). Empty tensors are left out (nothing in them can change)."""
     out: list[Group] = []
     open_: dict[tuple, list[str]] = {}
+    part = max(chunk, _device.SEGMENT // chunk * chunk)
 
     def close(key: tuple) -> None:
         members = open_.pop(key)
-        out.append(Group(tuple(members), tuple(tensors[n].numel() for n in members), chunk))
+        out.append(Group(tuple(members), (0,) * len(members), tuple(tensors[n].numel() for n in members), chunk))
 
     for name in names:
         t = tensors[name]
-        if t.numel() == 0:
+        n = t.numel()
+        if n == 0:
+            continue
+        if n > _device.SEGMENT:
+            out.extend(Group((name,), (a,), (min(part, n - a),), chunk) for a in range(0, n, part))
             continue
         key = (t.dtype, t.device)
-        held = sum(tensors[n].numel() for n in open_.get(key, ()))
-        if key in open_ and held + t.numel() > _device.GROUP:
+        held = sum(tensors[m].numel() for m in open_.get(key, ()))
+        if key in open_ and held + n > _device.GROUP:
             close(key)
         open_.setdefault(key, []).append(name)
     for key in list(open_):
@@ -88,8 +97,9 @@ def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int
 
 
 def _flat(tensors: Mapping[str, torch.Tensor], group: Group) -> torch.Tensor:
-    """The group's bits as one flat integer tensor: a view of a tensor alone, else one concatenation."""
-    views = [_device.int_view(tensors[n].contiguous()) for n in group.names]
+    """The group's bits as one flat integer tensor: a view of a member alone, else one concatenation."""
+    views = [_device.int_view(tensors[n].contiguous())[a:a + size]
+             for n, a, size in zip(group.names, group.starts, group.sizes)]
     return views[0] if len(views) == 1 else torch.cat(views)
 
 
@@ -146,10 +156,10 @@ class Scanned:
     Attributes:
         cls, gaps, steps: Per change: class, gap from the previous change of its class in its chunk (its rank
             for the first), zigzag step (>= 1).
-        chunks: Per chunk with changes: (tensor index in the group, chunk index in the tensor, first change,
-            one past its last change, lowest class, highest class).
-        counts: Changed elements per tensor of the group.
-        sums: Per tensor, how its element sums move (when keys were given).
+        chunks: Per chunk with changes: (member of the group, chunk index in its tensor, first change, one past
+            its last change, lowest class, highest class).
+        counts: Changed elements per member of the group.
+        sums: Per member, how its tensor's element sums move (when keys were given).
     """
 
     cls: np.ndarray
@@ -202,25 +212,27 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
         with stage("hash"):
             table = _sumhash.key_table([keys[n] for n in group.names], device)
             per_tensor = torch.zeros(len(group.names), 4, dtype=torch.int64, device=device)
-            per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(local, tid, table, av, bv))
+            index = local + torch.tensor(group.starts, dtype=torch.int64).to(device)[tid]  # in the tensor
+            per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(index, tid, table, av, bv))
             crossing.append(per_tensor)
     with stage("transfer"):
         host = _device.to_host_all(crossing)
     cls, gaps_h, steps_h, gchunk_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(np.uint64), host[3]
     sums = [_sumhash.sums_of_halves(row) for row in host[4].tolist()] if keys is not None else None
-    chunks, counts = _chunk_rows(cls, gchunk_h, chunk_base, len(group.names))
+    chunks, counts = _chunk_rows(group, cls, gchunk_h)
     return Scanned(cls, gaps_h, steps_h, chunks, counts, sums)
 
 
-def _chunk_rows(cls: np.ndarray, gchunk: np.ndarray, chunk_base: np.ndarray, tensors: int
+def _chunk_rows(group: Group, cls: np.ndarray, gchunk: np.ndarray
                 ) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]:
-    """Per chunk with changes: (tensor, chunk in the tensor, first, end, lowest class, highest class); and
-    changes per tensor. Host numpy over the changes: `gchunk` is ascending."""
+    """Per chunk with changes: (member, chunk in its tensor, first, end, lowest class, highest class); and
+    changes per member. Host numpy over the changes: `gchunk` is ascending."""
+    chunk_base = group.chunk_base
     starts = np.flatnonzero(np.diff(gchunk, prepend=-1)) if gchunk.size else np.zeros(0, np.int64)
     ends = np.append(starts[1:], gchunk.size)
     owner = np.searchsorted(chunk_base, gchunk[starts], side="right") - 1
-    counts = np.bincount(owner, weights=ends - starts, minlength=tensors).astype(np.int64).tolist()
-    rows = [(int(t), int(g - chunk_base[t]), int(s), int(e), int(cls[s]), int(cls[e - 1]))
+    counts = np.bincount(owner, weights=ends - starts, minlength=len(group.names)).astype(np.int64).tolist()
+    rows = [(t, int(g - chunk_base[t]) + group.first_chunk(t), int(s), int(e), int(cls[s]), int(cls[e - 1]))
             for t, g, s, e in zip(owner.tolist(), gchunk[starts].tolist(), starts.tolist(), ends.tolist())]
     return rows, counts
 
@@ -230,11 +242,11 @@ class Located:
     """One group's decoded changes on the device, per tensor of the group (in its order).
 
     Attributes:
-        positions: Flat positions in the tensor (int64), class by class within each chunk.
+        positions: Per member: flat positions in its tensor (int64), class by class within each chunk.
         values: New bit patterns (the tensor's integer view dtype).
-        sums: Per tensor, how its element sums move (when keys were given).
-        bad: The first tensor (index in the group) with a rank beyond its class in the old state (then the
-            rest is empty: the delta is for another state).
+        sums: Per member, how its tensor's element sums move (when keys were given).
+        bad: The first member with a rank beyond its class in the old state (then the rest is empty: the delta
+            is for another state).
     """
 
     positions: list[torch.Tensor]
@@ -249,10 +261,10 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
     """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
 
     Args:
-        cls, ranks, steps: The decoded changes (host), per tensor of the group in order, per chunk
+        cls, ranks, steps: The decoded changes (host), per member of the group in order, per chunk
             ascending, class by class with ranks ascending within a class (`_rans.decode_chunk`).
         gchunk: The group-wide chunk number of each change.
-        counts: Changes per tensor.
+        counts: Changes per member.
 
     Returns:
         The changes; `bad` says which tensor has a rank beyond its class in `old` (nothing else then).
@@ -283,7 +295,7 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
             pos = pos.clamp_(max=a.numel() - 1)
         av = _sumhash.as_int64(a[pos], width)
         bv = _unstep(av, z, width)
-        local = pos - off[tid]
+        local = pos - off[tid] + torch.tensor(group.starts, dtype=torch.int64).to(device)[tid]  # in the tensor
         crossing = [torch.zeros(len(group.names), dtype=torch.int64, device=device).index_add_(0, tid, bad.long())]
     if keys is not None:
         with stage("hash"):

@@ -115,13 +115,28 @@ def _index(j, base, block, skip):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _sum_range(a, lo, hi, base, block, skip, s0, s1):  # pragma: no cover - compiled
+def _sum_run(a, lo, hi, offset, s0, s1):  # pragma: no cover - compiled
+    """Sums of a[lo:hi], element i at full index offset + i."""
     t0, t1 = np.uint64(0), np.uint64(0)
-    for j in range(lo, hi):
-        g = _index(np.int64(j), base, block, skip)
-        v = np.uint64(a[j])
+    for i in range(lo, hi):
+        g = np.uint64(offset + i)
+        v = np.uint64(a[i])
         t0 += element_hash(g, v, s0)
         t1 += element_hash(g, v, s1)
+    return t0, t1
+
+
+@njit(nogil=True, cache=True)
+def _sum_range(a, lo, hi, base, block, skip, s0, s1):  # pragma: no cover - compiled
+    t0, t1 = np.uint64(0), np.uint64(0)
+    j = np.int64(lo)
+    while j < hi:  # run by run of consecutive full indices: one division per run, none per element
+        q = j // block
+        end = min(np.int64(hi), (q + 1) * block)
+        r0, r1 = _sum_run(a, j, end, base + q * skip, s0, s1)
+        t0 += r0
+        t1 += r1
+        j = end
     return t0, t1
 
 
@@ -137,21 +152,25 @@ def _sum_changes(positions, old, new, base, block, skip, s0, s1):  # pragma: no 
     return t0, t1
 
 
-HOST_SEGMENT = 1 << 22  # elements per task when a host tensor is summed on several threads
+HOST_SEGMENT = 1 << 22  # elements per task when host tensors are summed on several threads
 
 
-def host_sums(key: TensorKey, flat: np.ndarray, threads: int = 4) -> Sums:
-    """The sums of a tensor's flat unsigned bit view, on host threads."""
-    args = (key.base, key._block, key.skip, np.uint64(key.seeds[0]), np.uint64(key.seeds[1]))
-    bounds = list(range(0, flat.size, HOST_SEGMENT)) + [flat.size]
-    if len(bounds) <= 2 or threads <= 1:
-        return tuple(int(s) for s in _sum_range(flat, 0, flat.size, *args))
-    with ThreadPoolExecutor(threads) as pool:
-        parts = pool.map(lambda k: _sum_range(flat, bounds[k], bounds[k + 1], *args), range(len(bounds) - 1))
-        total = ZERO
-        for s0, s1 in parts:
-            total = add(total, (int(s0), int(s1)))
-        return total
+def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> list[Sums]:
+    """The sums of several tensors' flat unsigned bit views, in segments spread over host threads."""
+    tasks = [(t, lo, min(lo + HOST_SEGMENT, flat.size)) for t, (_, flat) in enumerate(pairs)
+             for lo in range(0, flat.size, HOST_SEGMENT)]
+
+    def run(task: tuple[int, int, int]) -> tuple[int, int]:
+        t, lo, hi = task
+        key, flat = pairs[t]
+        return _sum_range(flat, lo, hi, key.base, key._block, key.skip, np.uint64(key.seeds[0]),
+                          np.uint64(key.seeds[1]))
+
+    totals = [ZERO] * len(pairs)
+    with ThreadPoolExecutor(max(1, min(threads, len(tasks)))) as pool:
+        for (t, _, _), (s0, s1) in zip(tasks, pool.map(run, tasks)):
+            totals[t] = add(totals[t], (int(s0), int(s1)))
+    return totals
 
 
 def host_change_sums(key: TensorKey, positions: np.ndarray, old: np.ndarray, new: np.ndarray) -> Sums:

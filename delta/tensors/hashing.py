@@ -24,6 +24,7 @@ import torch
 import xxhash
 
 from ..errors import DeltaFormatError
+from .._cores import default_workers
 from . import _device, _sumhash
 from ._sumhash import Sums, TensorKey
 from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
@@ -206,10 +207,18 @@ class LegacyDigest(StateDigest):
 
 def tensor_sums(key: TensorKey, tensor: torch.Tensor) -> Sums:
     """The element sums of one tensor, where it lives (compiled host code, or torch ops on its device)."""
-    flat = tensor.detach().contiguous().reshape(-1)
-    if _device.on_host(tensor):
-        return _sumhash.host_sums(key, bits(flat))
-    return _device_sums(key, flat)
+    return _state_sums({"t": key}, {"t": tensor})["t"]
+
+
+def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]) -> dict[str, Sums]:
+    """Element sums of every tensor: host tensors together on host threads, device tensors on their device."""
+    host = [n for n in keys if _device.on_host(state[n])]
+    sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
+                                             default_workers())))
+    for n in keys:
+        if n not in sums:
+            sums[n] = _device_sums(keys[n], state[n].detach().contiguous().reshape(-1))
+    return sums
 
 
 def _device_sums(key: TensorKey, flat: torch.Tensor) -> Sums:
@@ -233,7 +242,8 @@ def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old:
     ops on their device."""
     if isinstance(new, np.ndarray) and isinstance(old, np.ndarray):
         if positions is None:
-            return _sumhash.sub(_sumhash.host_sums(key, new), _sumhash.host_sums(key, old.view(new.dtype)))
+            whole = _sumhash.host_sums([(key, new), (key, old.view(new.dtype))], default_workers())
+            return _sumhash.sub(*whole)
         return _sumhash.host_change_sums(key, np.asarray(positions), old, new.view(old.dtype))
     if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
         device = new.device if isinstance(new, torch.Tensor) else old.device
@@ -271,9 +281,9 @@ def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey
     """Hash every tensor of `state` (only read), where each lives; `keys` for pieces of sharded tensors
     (`delta.pieces`), else each tensor is its own full tensor."""
     keys = keys or {}
-    names = sorted(state)
-    key_of = {n: keys.get(n) or whole_key(n, state[n]) for n in names}
-    return SumDigest({n: _Part(key_of[n], tensor_sums(key_of[n], state[n])) for n in names})
+    key_of = {n: keys.get(n) or whole_key(n, state[n]) for n in sorted(state)}
+    sums = _state_sums(key_of, state)
+    return SumDigest({n: _Part(key_of[n], sums[n]) for n in key_of})
 
 
 def legacy_state_digest(state: Mapping[str, torch.Tensor]) -> LegacyDigest:
