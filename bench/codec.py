@@ -18,6 +18,9 @@ and applying on the host path (resident set), and on the GPU (allocator peak), a
 
 Synthetic shapes are made and measured one tensor at a time (see `_streamed`), so the figures add
 up per tensor: a state of any size fits, and small tensors get no help from their neighbours' threads.
+
+A white-box tool (tests/test_layout.py): it switches `delta.tensors._device.DEVICE_PATH` to run both paths
+in one process, and records stages with `delta._stages`.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from numba import njit
+from tqdm import tqdm
 
 from .._stages import stage
 from ..errors import DeltaFormatError
@@ -211,7 +212,7 @@ class ChunkedCodec(Codec):
         found: dict[str, list[tuple[int, _Scanned]]] = {name: [] for name in names}
         sums: dict[str, _sumhash.Sums] = {}
         on_device = [n for n in names if not _device.on_host(old[n])]
-        self._scan_on_device(old, new, on_device, chunk, keys, found, sums, hists, workers)
+        self._scan_on_device(old, new, on_device, chunk, keys, found, sums, hists, workers, progress)
         with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
             self._scan_on_host(old, new, [n for n in names if _device.on_host(old[n])], chunk, keys, found, sums,
                                hists, workers, progress)
@@ -273,11 +274,12 @@ class ChunkedCodec(Codec):
                 found[name].append((k, f))
                 sums[name] = _sumhash.add(sums.get(name, _sumhash.ZERO), moved)
 
-    def _scan_on_device(self, old, new, names, chunk, keys, found, sums, hists, workers) -> None:
+    def _scan_on_device(self, old, new, names, chunk, keys, found, sums, hists, workers, progress) -> None:
         """The whole-tensor scan (`_device_scan`) of `names`, group by group where they live; then the changes'
         symbols counted on host threads, chunk by chunk."""
         counted = []
-        for group in _device_scan.groups(old, names, chunk):
+        for group in tqdm(_device_scan.groups(old, names, chunk), desc=f"diff {self.name} on the device",
+                          unit="group", disable=not progress or not names):
             shift, mask = self._field(old[group.names[0]].dtype)
             got = _device_scan.scan(old, new, group, shift, mask, keys)
             for t, k, first, end, lo, hi in got.chunks:
