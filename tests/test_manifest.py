@@ -10,10 +10,16 @@ from delta.bucket.manifest import (FileRef, Manifest, VersionEntry, fetch_verifi
 from delta.storage import open_storage
 
 
+def h(version: int) -> str:
+    return f"xxh3-128:{version:032x}"
+
+
 def entry(version: int, kind: str = "delta") -> VersionEntry:
-    f = FileRef(f"versions/{version:08d}-ab/delta-r00000.safetensors", 10, "0" * 64)
-    return VersionEntry(version, kind, version - 1 if version > 1 else None, "xxh3-128:a", f"xxh3-128:{version}",
-                        delta=(f,) if version > 1 else (), anchor=(f,) if kind == "anchor" else ())
+    d = FileRef(f"versions/{version:08d}-ab/delta-r00000.safetensors", 10, "0" * 64)
+    a = FileRef(f"versions/{version:08d}-ab/anchor-r00000-00000-of-00001.safetensors", 10, "1" * 64)
+    first = version == 1
+    return VersionEntry(version, kind, None if first else version - 1, None if first else h(version - 1), h(version),
+                        delta=() if first else (d,), anchor=(a,) if kind == "anchor" else ())
 
 
 def test_round_trip_and_lookup():
