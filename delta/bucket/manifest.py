@@ -36,13 +36,15 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import DeltaFormatError, IntegrityError
 from ..storage import Storage
 from ._fields import array, integer, loads, number, obj, optional_integer, shown, text
 from ._whole import check_manifest
 from .pieces import Sharded, check_layout
+
+T = TypeVar("T")
 
 MANIFEST_FORMAT = "delta-weights-manifest"
 MANIFEST_FORMAT_VERSION = 2  # written when the manifest has `pieces`; otherwise 1, which older readers read
@@ -212,44 +214,53 @@ def _parse(body: Any) -> Manifest:
     obj(body, "manifest", ("commit", "shards", "versions"))
     shards = None
     if body["shards"] is not None:
-        shards = tuple(tuple(text(n, f"shards[{r}][{i}]", 1024) for i, n in enumerate(array(names, f"shards[{r}]")))
-                       for r, names in enumerate(array(body["shards"], "shards")))
+        shards = _each(body["shards"], "shards", lambda names: _each(names, "", lambda n: text(n, "", 1024)))
     layout = None
     if body.get("pieces"):
         layout = {text(n, "a pieces name", 1024): Sharded.from_json(b, n)
                   for n, b in obj(body["pieces"], "pieces").items()}
     world = len(shards) if shards is not None else 1
-    versions = tuple(_entry(v, i, world) for i, v in enumerate(array(body["versions"], "versions")))
+    versions = _each(body["versions"], "versions", lambda v: _entry(v, world))
     manifest = Manifest(integer(body["commit"], "commit"), versions, shards, layout)
     check_layout(manifest.pieces or {}, manifest.shards)
     check_manifest(manifest)
     return manifest
 
 
-def _entry(body: Any, i: int, world: int) -> VersionEntry:
-    what = f"versions[{i}]"
-    body = obj(body, what, ("version", "kind", "base_version", "base_hash", "state_hash", "delta", "anchor"))
+def _each(items: Any, where: str, parse: Callable[[Any], T]) -> tuple[T, ...]:
+    """Each element of the JSON array `items` parsed; an error names the element's place (built only then: a
+    manifest of thousands of versions parses without formatting a name per field)."""
+    out = []
+    for i, item in enumerate(array(items, where or "an element")):
+        try:
+            out.append(parse(item))
+        except DeltaFormatError as e:
+            raise DeltaFormatError(f"{where}[{i}]{'.' if e.detail[:1].isalpha() else ''}{e.detail}") from None
+    return tuple(out)
+
+
+def _entry(body: Any, world: int) -> VersionEntry:
+    body = obj(body, "", ("version", "kind", "base_version", "base_hash", "state_hash", "delta", "anchor"))
     if body["kind"] not in ("anchor", "delta"):
-        raise DeltaFormatError(f"{what}.kind must be 'anchor' or 'delta', got {shown(body['kind'])}")
+        raise DeltaFormatError(f"kind must be 'anchor' or 'delta', got {shown(body['kind'])}")
     published = body.get("published_at")
     return VersionEntry(
-        version=integer(body["version"], f"{what}.version"), kind=body["kind"],
-        base_version=optional_integer(body["base_version"], f"{what}.base_version"),
-        base_hash=None if body["base_hash"] is None else state_hash(body["base_hash"], f"{what}.base_hash"),
-        state_hash=state_hash(body["state_hash"], f"{what}.state_hash"),
-        delta=tuple(_file(f, f"{what}.delta[{j}]", world) for j, f in enumerate(array(body["delta"], f"{what}.delta"))),
-        anchor=tuple(_file(f, f"{what}.anchor[{j}]", world)
-                     for j, f in enumerate(array(body["anchor"], f"{what}.anchor"))),
-        published_at=None if published is None else number(published, f"{what}.published_at"))
+        version=integer(body["version"], "version"), kind=body["kind"],
+        base_version=optional_integer(body["base_version"], "base_version"),
+        base_hash=None if body["base_hash"] is None else state_hash(body["base_hash"], "base_hash"),
+        state_hash=state_hash(body["state_hash"], "state_hash"),
+        delta=_each(body["delta"], "delta", lambda f: _file(f, world)),
+        anchor=_each(body["anchor"], "anchor", lambda f: _file(f, world)),
+        published_at=None if published is None else number(published, "published_at"))
 
 
-def _file(body: Any, what: str, world: int) -> FileRef:
-    body = obj(body, what, ("path", "size", "sha256"))
+def _file(body: Any, world: int) -> FileRef:
+    body = obj(body, "", ("path", "size", "sha256"))
     digest = body["sha256"]
     if type(digest) is not str or not _SHA256.fullmatch(digest):
-        raise DeltaFormatError(f"{what}.sha256 must be 64 lowercase hex digits, got {shown(digest)}")
-    return FileRef(text(body["path"], f"{what}.path", 1024), integer(body["size"], f"{what}.size"), digest,
-                   integer(body.get("rank", 0), f"{what}.rank", 0, world - 1))
+        raise DeltaFormatError(f"sha256 must be 64 lowercase hex digits, got {shown(digest)}")
+    return FileRef(text(body["path"], "path", 1024), integer(body["size"], "size"), digest,
+                   integer(body.get("rank", 0), "rank", 0, world - 1))
 
 
 def state_hash(value: Any, what: str = "state hash") -> str:
