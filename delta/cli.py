@@ -112,7 +112,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from .bucket.publish import Publisher, PublisherConfig
 
-    check_bucket(args.bucket, args.create, "pass --create to start a new bucket there")
     state = load_state(args.state)
     config = PublisherConfig(anchor_every=args.anchor_every, keep_anchors=args.keep_anchors)
     with Publisher(args.bucket, config) as publisher:
@@ -127,7 +126,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def cmd_pull(args: argparse.Namespace) -> int:
     from .bucket.subscribe import Subscriber
 
-    check_bucket(args.bucket)
     with Subscriber(args.bucket) as subscriber:
         version = subscriber.sync(args.version)
     if version is None:
@@ -143,7 +141,6 @@ def cmd_log(args: argparse.Namespace) -> int:
     from .bucket.manifest import read_manifest
     from .storage import open_storage
 
-    check_bucket(args.bucket)
     manifest = read_manifest(open_storage(args.bucket), on_refused=_warn_refused)
     if manifest is None:
         print(f"{printable(args.bucket)}: no version yet")
@@ -172,7 +169,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from .bucket.retention import gc
     from .storage import open_storage
 
-    check_bucket(args.bucket)
     storage = open_storage(args.bucket)
     manifest = read_manifest(storage, on_refused=_warn_refused)
     if manifest is None:
@@ -249,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "bucket", None) is not None:  # every bucket command: a mistyped folder is not a new bucket
+            check_bucket(args.bucket, getattr(args, "create", False),
+                         "pass --create to start a new bucket there" if args.command == "publish" else "check the path")
         return args.func(args)
     except UsageError as e:
         print(f"error: {printable(str(e))}", file=sys.stderr)

@@ -317,9 +317,6 @@ def add_command(subparsers: Any) -> None:
 
 
 def _cmd_follow(args: Any) -> int:
-    from .cli import check_bucket
-
-    check_bucket(args.bucket, hint="start the trainer (or `python -m delta publish --create`) first")
     config = FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
                           poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
                           ready_timeout=args.ready_timeout)

@@ -13,39 +13,55 @@ name the step's files may write exists in the reader's state. Tiling of sharded 
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Sequence
+from typing import Protocol
 
 from ..errors import DeltaFormatError, StateMismatchError
 from ._fields import shown
 
-if TYPE_CHECKING:
-    from .catchup import Step
-    from .manifest import FileRef, Manifest, VersionEntry
+Shards = tuple[tuple[str, ...], ...]
 
 
-def check_manifest(manifest: Manifest) -> None:
-    """Refuse a manifest whose ranks' names overlap, or any of whose versions is not whole.
+class File(Protocol):
+    """What is checked of a version's file (`manifest.FileRef`)."""
+
+    path: str
+    rank: int
+
+
+class Version(Protocol):
+    """What is checked of a version (`manifest.VersionEntry`)."""
+
+    version: int
+    kind: str
+    base_version: int | None
+    base_hash: str | None
+    delta: tuple[File, ...]
+    anchor: tuple[File, ...]
+
+
+def check_manifest(shards: Shards | None, versions: Sequence[Version]) -> None:
+    """Refuse a manifest whose ranks' names (`shards`) overlap, or any of whose `versions` is not whole.
 
     Raises:
         DeltaFormatError: naming the version (or tensor) and what is wrong.
     """
     held: set[str] = set()
-    for rank, names in enumerate(manifest.shards or ()):
+    for rank, names in enumerate(shards or ()):
         for name in names:
             if name in held:
                 raise DeltaFormatError(f"tensor {shown(name)} is held by two ranks (or twice by rank {rank}) in "
                                        "shards: each tensor belongs to exactly one rank")
             held.add(name)
-    numbers = [v.version for v in manifest.versions]
+    numbers = [v.version for v in versions]
     if numbers and numbers != list(range(numbers[0], numbers[0] + len(numbers))):
         raise DeltaFormatError(f"manifest versions are not consecutive: {shown(numbers, 80)}")
-    world = len(manifest.shards) if manifest.shards is not None else 1
-    for entry in manifest.versions:
+    world = len(shards) if shards is not None else 1
+    for entry in versions:
         check_version(entry, world)
 
 
-def check_version(entry: VersionEntry, world: int) -> None:
+def check_version(entry: Version, world: int) -> None:
     """Refuse a version whose files do not make one version of a `world`-rank writer.
 
     Raises:
@@ -61,7 +77,7 @@ def check_version(entry: VersionEntry, world: int) -> None:
         raise DeltaFormatError(f"version {v} names a base but carries no delta")
     if not entry.delta and not entry.anchor:
         raise DeltaFormatError(f"version {v} has no files")
-    paths = [f.path for f in entry.files]
+    paths = [f.path for f in entry.delta + entry.anchor]
     if len(set(paths)) != len(paths):
         raise DeltaFormatError(f"version {v} lists a file twice")
     if entry.delta:
@@ -75,20 +91,16 @@ def check_version(entry: VersionEntry, world: int) -> None:
             raise DeltaFormatError(f"version {v}'s anchor has no file of rank(s) {shown(missing, 60)}")
 
 
-def check_step(step: Step, manifest: Manifest, state: Collection[str] | None) -> None:
-    """Refuse a delta step whose files would write tensors `state` (the names a reader holds) lacks.
+def check_step(delta_files: Sequence[File], shards: Shards | None, state: Collection[str] | None) -> None:
+    """Refuse the delta files of a step if they would write tensors `state` (the names a reader holds) lacks.
 
     Raises:
         StateMismatchError: a name of a rank's `shards` is not in the state (one line, the name escaped).
     """
-    if step.via != "delta" or manifest.shards is None or state is None:
+    if shards is None or state is None:
         return
-    for ref in step.files:
-        missing = _missing(ref, manifest, state)
-        if missing:
+    for ref in delta_files:
+        missing = next((n for n in shards[ref.rank] if n not in state), None)
+        if missing is not None:
             raise StateMismatchError(f"rank {ref.rank}'s tensors in the manifest include {shown(missing)}, which the "
                                      "state does not hold; this bucket was written for another model")
-
-
-def _missing(ref: FileRef, manifest: Manifest, state: Collection[str]) -> str | None:
-    return next((n for n in manifest.shards[ref.rank] if n not in state), None)

@@ -223,7 +223,7 @@ def _parse(body: Any) -> Manifest:
     versions = _each(body["versions"], "versions", lambda v: _entry(v, world))
     manifest = Manifest(integer(body["commit"], "commit"), versions, shards, layout)
     check_layout(manifest.pieces or {}, manifest.shards)
-    check_manifest(manifest)
+    check_manifest(manifest.shards, manifest.versions)
     return manifest
 
 
