@@ -493,6 +493,26 @@ def _neighbours(value) -> list:
             "".join(chr(0x660 + int(d)) for d in str(abs(value))), [value], None]
 
 
+TREE_EDITS = ("set", "neighbour", "delete", "duplicate")
+
+
+def edit_tree(draw, body, kind: str) -> None:
+    """One forger's edit anywhere in a JSON tree: a value replaced by any JSON or a neighbour of it, a key or
+    element deleted, an element of an array duplicated."""
+    spots = _positions(body)
+    if not spots:
+        return
+    node, key = spots[draw(st.integers(0, len(spots) - 1))]
+    if kind == "set":
+        node[key] = draw(JSON_VALUES)
+    elif kind == "neighbour":
+        node[key] = draw(st.sampled_from(_neighbours(node[key])))
+    elif kind == "delete":
+        del node[key]
+    elif isinstance(node[key], list) and node[key]:
+        node[key].insert(draw(st.integers(0, len(node[key]))), draw(st.sampled_from(node[key])))
+
+
 @st.composite
 def mutate_manifest(draw, body: dict) -> str:
     """JSON text of `body` (a manifest) after one to three forger's edits; values may be `Raw` text."""
@@ -510,17 +530,8 @@ def mutate_manifest(draw, body: dict) -> str:
         kind = draw(st.sampled_from(["set", "neighbour", "delete", "duplicate", "move_name", "rank", "swap",
                                      "slice", "raw"]))
         event(f"manifest mutation: {kind}")
-        spots = _positions(body)
-        if kind in ("set", "neighbour", "delete", "duplicate") and spots:
-            node, key = spots[draw(st.integers(0, len(spots) - 1))]
-            if kind == "set":
-                node[key] = draw(JSON_VALUES)
-            elif kind == "neighbour":
-                node[key] = draw(st.sampled_from(_neighbours(node[key])))
-            elif kind == "delete":
-                del node[key]
-            elif isinstance(node[key], list) and node[key]:
-                node[key].insert(draw(st.integers(0, len(node[key]))), draw(st.sampled_from(node[key])))
+        if kind in TREE_EDITS:
+            edit_tree(draw, body, kind)
         elif kind == "move_name" and body.get("shards"):
             ranks = body["shards"]
             src = draw(st.integers(0, len(ranks) - 1))
@@ -673,21 +684,15 @@ def mutate_group(draw) -> object:
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["set", "neighbour", "delete", "duplicate", "token", "number"]))
         event(f"group mutation: {kind}")
-        spots = _positions(body)
-        node, key = spots[draw(st.integers(0, len(spots) - 1))]
-        if kind == "set":
-            node[key] = draw(JSON_VALUES)
-        elif kind == "neighbour":
-            node[key] = draw(st.sampled_from(_neighbours(node[key])))
-        elif kind == "delete":
-            del node[key]
-        elif kind == "duplicate" and isinstance(node[key], list) and node[key]:
-            node[key].insert(draw(st.integers(0, len(node[key]))), draw(st.sampled_from(node[key])))
+        if kind in TREE_EDITS:
+            edit_tree(draw, body, kind)
         elif kind == "token":
             game = draw(st.sampled_from(body["games"])) if isinstance(body.get("games"), list) else None
             if isinstance(game, dict) and isinstance(game.get("prompt_ids"), list) and game["prompt_ids"]:
                 game["prompt_ids"][0] = draw(st.sampled_from([-5, 49, 50, 10**30, 2**31, "1", 1.0, True]))
         elif kind == "number":
+            spots = _positions(body)
+            node, key = spots[draw(st.integers(0, len(spots) - 1))]
             node[key] = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", Raw("NaN"), Raw("1e400"), 1e308, 50.0,
                                               -1e308, 10**12, "١٣٠"]))
     return body
