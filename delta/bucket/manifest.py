@@ -27,6 +27,11 @@ a manifest share its `shards` and `pieces`: a publisher that changes them starts
 
 An anchor version carries its full snapshot (`anchor`, sharded) and, when it has a predecessor, also
 the delta from it (`delta`), so readers that follow live never download an anchor.
+
+A manifest is written by whoever can write to the bucket: `Manifest.from_json` reads it strictly (every
+field's JSON type and range, `_fields`; state hashes of the form `STATE_HASH`) and checks each version's files
+as a whole (`_whole`); what fails is refused in one line, and `read_manifest` falls back to the manifest
+before it.
 """
 
 from __future__ import annotations
