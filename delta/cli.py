@@ -1,13 +1,16 @@
 """`python -m delta`: diff, apply, inspect and verify delta files; publish, pull, log and gc a bucket.
 
 Every command writes its output atomically (nothing is written on failure) and exits non-zero with
-a one-line message on bad input. Bucket commands take a URL (`open_storage`); S3 endpoints and
-credentials come from the usual AWS environment variables.
+a one-line message on bad input: 1 for a file or bucket that cannot be used, 2 for a usage error (such as
+a bucket folder that does not exist: mistyped, it would otherwise read as an empty bucket; `publish
+--create` makes a new one). Bucket commands take a URL (`open_storage`); S3 endpoints and credentials come
+from the usual AWS environment variables. Everything printed from a file is escaped (`printable`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -24,6 +27,39 @@ from .tensors.state import load_state, save_state
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+class UsageError(Exception):
+    """A command line that cannot work as given (exit status 2, as argparse's own usage errors)."""
+
+
+def local_folder(url: str) -> str | None:
+    """The folder of a local bucket URL (a plain path or file://), None for a remote one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    return rest if scheme == "file" else None
+
+
+def check_bucket(url: str, create: bool = False, hint: str = "check the path") -> None:
+    """Refuse a local bucket folder that does not exist, unless `create`: a mistyped path would otherwise be
+    created and read as a bucket with no version yet. Remote buckets are not checked (it would cost a call).
+
+    Raises:
+        UsageError: the folder does not exist and `create` is False; the message ends with `hint`.
+    """
+    folder = local_folder(url)
+    if folder is not None and not create and not os.path.exists(os.path.expanduser(folder)):
+        raise UsageError(f"the bucket folder {folder!r} does not exist; {hint}")
+
+
+def human_bytes(n: int) -> str:
+    """`n` bytes for people: 812 B, 40.1 kB, 1.2 MB, 3.4 GB (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -105,16 +141,27 @@ def cmd_log(args: argparse.Namespace) -> int:
     from .bucket.manifest import read_manifest
     from .storage import open_storage
 
-    manifest = read_manifest(open_storage(args.bucket))
+    manifest = read_manifest(open_storage(args.bucket), on_refused=_warn_refused)
     if manifest is None:
-        print(f"{args.bucket}: no version yet")
+        print(f"{printable(args.bucket)}: no version yet")
         return 0
-    for v in manifest.versions:
+    versions = manifest.versions
+    print(printable(f"{args.bucket}: versions {versions[0].version}..{versions[-1].version} "
+                    f"({len(manifest.anchors())} with an anchor), {manifest.path}"))
+    print(f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  {'published (UTC)':<19}  "
+          "state hash, sha256 of each file (first 12 hex digits)")
+    for v in versions:
         base = "-" if v.base_version is None else v.base_version
-        print(f"{v.version} {v.kind} base={base} files={len(v.files)} bytes={v.delta_bytes + v.anchor_bytes} "
-              f"delta_bytes={v.delta_bytes} anchor_bytes={v.anchor_bytes} state={v.state_hash} "
-              f"sha256={','.join(f.sha256[:12] for f in v.files)}")
+        when = "-" if v.published_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.published_at))
+        print(printable(f"{v.version:>8}  {v.kind:<6}  {base:>6}  {len(v.files):>5}  "
+                        f"{human_bytes(v.delta_bytes) if v.delta else '-':>9}  "
+                        f"{human_bytes(v.anchor_bytes) if v.anchor else '-':>9}  {when:<19}  {v.state_hash}  "
+                        f"{','.join(f.sha256[:12] for f in v.files)}"))
     return 0
+
+
+def _warn_refused(error: DeltaError) -> None:
+    print(f"warning: skipping a manifest: {printable(str(error))}", file=sys.stderr)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -123,9 +170,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from .storage import open_storage
 
     storage = open_storage(args.bucket)
-    manifest = read_manifest(storage)
+    manifest = read_manifest(storage, on_refused=_warn_refused)
     if manifest is None:
-        print(f"{args.bucket}: no version yet, nothing to collect")
+        print(f"{printable(args.bucket)}: no version yet, nothing to collect")
         return 0
     report = gc(storage, manifest, args.keep_anchors)
     print(f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "
@@ -170,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--anchor-every", type=int, default=50, help="an anchor every N versions (default 50)")
     p.add_argument("--keep-anchors", type=int, default=2, help="anchors kept by retention (default 2)")
     p.add_argument("--anchor", action="store_true", help="publish a full snapshot with this version")
+    p.add_argument("--create", action="store_true",
+                   help="start a new bucket if the folder does not exist (without it, a missing folder is an error)")
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("pull", help="write a bucket's version as one safetensors file, verified against its hash")
@@ -178,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, default=None, help="default: the newest")
     p.set_defaults(func=cmd_pull)
 
-    p = sub.add_parser("log", help="list a bucket's versions, one line each")
+    p = sub.add_parser("log", help="list a bucket's versions, one line each under a header (sizes in kB/MB/GB)")
     p.add_argument("--bucket", required=True)
     p.set_defaults(func=cmd_log)
 
@@ -196,7 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "bucket", None) is not None:  # every bucket command: a mistyped folder is not a new bucket
+            check_bucket(args.bucket, getattr(args, "create", False),
+                         "pass --create to start a new bucket there" if args.command == "publish" else "check the path")
         return args.func(args)
+    except UsageError as e:
+        print(f"error: {printable(str(e))}", file=sys.stderr)
+        return 2
     except (DeltaError, OSError, ValueError) as e:
         print(f"error: {printable(str(e))}", file=sys.stderr)  # one line, whatever the file put in it
         return 1

@@ -35,6 +35,7 @@ import torch
 
 from .atomic import write_atomic
 from .bucket.subscribe import Subscriber, SubscriberConfig, Update
+from .errors import printable
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
 from .retry import RetryPolicy
@@ -205,8 +206,8 @@ class ServerFollower:
         except Exception as e:
             self._failed = e
             self._note_failure(e)
-            self._log(f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server stays "
-                      "paused until the newest anchor and the deltas after it are applied in full")
+            self._log(printable(f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server "
+                                "stays paused until the newest anchor and the deltas after it are applied in full"))
 
     def _send(self, new: dict[str, torch.Tensor], old: dict[str, torch.Tensor] | None, version: int, via: str,
               fetched: int) -> AppliedVersion:
@@ -288,7 +289,7 @@ class ServerFollower:
 
     def _note_failure(self, error: BaseException) -> None:
         self.status.failures += 1
-        self.status.last_error = f"{type(error).__name__}: {error}"
+        self.status.last_error = printable(f"{type(error).__name__}: {error}")
         logger.warning("delta follow: %s", self.status.last_error)
 
     def _write_status(self) -> None:

@@ -52,6 +52,8 @@ class PlayParams:
             trained on). "" lets the model write the whole reply.
         stop: Strings that end a reply (kept in it): the guess's closing tag by default, so a turn costs
             the tokens of a guess, not of the prose a small model goes on writing after it.
+        max_game_tokens: Most tokens of a game, prompt and completion (a fleet run's bound); None: the engine's
+            context length alone. A game is cut (unfinished) before a reply could pass it.
     """
 
     max_tokens: int = 48
@@ -61,6 +63,7 @@ class PlayParams:
     seed: int | None = None
     reply_prefix: str = REPLY_PREFIX
     stop: tuple[str, ...] = (CLOSE_TAG,)
+    max_game_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -121,7 +124,7 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     """
     params = params or PlayParams()
     layout = ChatLayout(engine.tokenizer)
-    limit = engine.config.max_model_len
+    limit = min(engine.config.max_model_len, params.max_game_tokens or engine.config.max_model_len)
     prefix, prefix_ids = params.reply_prefix, layout.text(params.reply_prefix)
     live: list[Trajectory] = []
     shown: dict[str, str] = {}  # per game, the example guess the env's latest message showed

@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> None:
     service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
     if not args.no_produce:
         server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
-        service.attach_producer(FleetBucket(args.bucket), server_id, poll_s=polling.poll_interval)
+        # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
+        service.attach_producer(FleetBucket(args.bucket, secret=args.token), server_id, poll_s=polling.poll_interval)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)

@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 
 from delta import DeltaError, RetryPolicy, StorageError
 from wire.errors import RolloutError
-from wire.fleet import FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run
+from wire.fleet import (
+    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run,
+)
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
 from wire.trajectory import Trajectory
@@ -60,6 +62,9 @@ class GroupProducer:
             the trainer takes a step's groups right after publishing a version, so the room for the next
             batch appears just as a new version does; played with it, the batch is one version fresher
             when the trainer takes it. A failure is logged and the batch plays the weights held.
+        max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
+            written by whoever can write to the bucket, so they never make a server play more than it allows.
+        max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time.
@@ -69,8 +74,10 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None) -> None:
+                 catch_up: Callable[[], object] | None = None, max_games: int = 256, max_tokens: int = 1024) -> None:
         self.play = play
+        self.max_games = max_games
+        self.max_tokens = max_tokens
         self.catch_up = catch_up
         self.version = version
         self.bucket = bucket
@@ -191,6 +198,11 @@ class GroupProducer:
         if run.state != RunState.RUNNING:
             self.state = ServerState.PAUSED
             return self.poll_s
+        if run.num_generations > self.max_games or run.sampling.max_tokens > self.max_tokens:
+            raise FleetMessageError(RUN_PATH, f"the run asks for groups of {run.num_generations} games of replies of "
+                                              f"{run.sampling.max_tokens} tokens; this server plays at most "
+                                              f"{self.max_games} games (--max-games) of {self.max_tokens} tokens "
+                                              "(--max-tokens): not playing it")
         pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
         room = run.max_pending_groups - pending
         if room <= 0:
@@ -198,7 +210,8 @@ class GroupProducer:
             return self.poll_s
         self.state = ServerState.PRODUCING
         self._catch_up()
-        self._play_batch(run, min(run.groups_per_step, -(-room // (1 + self.peers))))
+        groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
+        self._play_batch(run, groups)
         self._failures = 0
         return 0.0
 
@@ -216,7 +229,7 @@ class GroupProducer:
         specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
         s = run.sampling
         params = PlayParams(max_tokens=s.max_tokens, temperature=s.temperature, max_turns=s.max_turns,
-                            reply_prefix=s.reply_prefix)
+                            reply_prefix=s.reply_prefix, max_game_tokens=run.max_game_tokens)
         start = time.monotonic()
         try:
             games = self.play(specs, params)

@@ -91,7 +91,8 @@ class RolloutService:
         trainer's priority over public games; returns the producer."""
         self.producer = GroupProducer(lambda specs, params: self.play(specs, params), lambda: self.engine.version,
                                       bucket, server_id, poll_s=poll_s,
-                                      catch_up=self.follower.sync if self.follower is not None else None)
+                                      catch_up=self.follower.sync if self.follower is not None else None,
+                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens)
         return self.producer
 
     def start(self) -> None:

@@ -42,3 +42,20 @@ def test_bad_files_are_avoided():
         plan(m, 14, have=12, have_hash="h12", avoid={"versions/00000014-a/d"})
     with pytest.raises(NoPathError, match="not in the manifest"):
         plan(m, 15)
+
+
+def test_a_manifest_of_thousands_of_anchors_is_planned_exactly():
+    """Planning prices every start in one pass (bench/catchup.py measures it: docs/benchmarks.md); here, that the
+    plan on an 8,000-anchor manifest is the cheapest one, from every kind of start."""
+    from bench.catchup import big_manifest
+
+    m = big_manifest(8000)
+    assert Manifest.from_json(m.to_json()) == m
+    assert route(plan(m, 8000)) == [(8000, "anchor")]
+    assert route(plan(m, 8000, have=7990, have_hash=f"xxh3-128:{7990:032x}")) == [(v, "delta") for v in range(7991, 8001)]
+    # deltas of 1.5 MB against anchors of 270 MB: 179 deltas are still cheaper than an anchor, 181 are not
+    assert route(plan(m, 8000, have=7821, have_hash=f"xxh3-128:{7821:032x}"))[0] == (7822, "delta")
+    assert route(plan(m, 8000, have=7819, have_hash=f"xxh3-128:{7819:032x}")) == [(8000, "anchor")]
+    avoid = {m.get(8000).anchor[0].path}
+    assert route(plan(m, 8000, avoid=avoid)) == [(7999, "anchor"), (8000, "delta")]
+    assert route(plan(m, 4000, have=2, have_hash="other")) == [(4000, "anchor")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -80,15 +81,19 @@ def test_bucket_commands_publish_log_pull_gc(tmp_path):
     bucket = str(tmp_path / "bucket")
     for i, s in enumerate(states[1:], start=1):
         save_file(s, tmp_path / f"s{i}.safetensors")
-        out = run("publish", str(tmp_path / f"s{i}.safetensors"), "--bucket", bucket, "--anchor-every", "2")
+        out = run("publish", str(tmp_path / f"s{i}.safetensors"), "--bucket", bucket, "--anchor-every", "2",
+                  *(["--create"] if i == 1 else []))
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(f"published version {i} ")
 
     out = run("log", "--bucket", bucket)
-    lines = out.stdout.splitlines()
-    assert out.returncode == 0 and [line.split()[:2] for line in lines] == [
-        ["1", "anchor"], ["2", "delta"], ["3", "anchor"], ["4", "delta"]]
-    assert "state=sum128:" in lines[0] and "sha256=" in lines[0] and "bytes=" in lines[0]
+    title, header, *lines = out.stdout.splitlines()
+    assert out.returncode == 0 and [line.split()[:3] for line in lines] == [
+        ["1", "anchor", "-"], ["2", "delta", "1"], ["3", "anchor", "2"], ["4", "delta", "3"]]
+    assert title == f"{bucket}: versions 1..4 (2 with an anchor), manifests/0000000004.json"
+    assert header.split()[:6] == ["version", "kind", "base", "files", "delta", "anchor"]
+    assert re.search(r" \d+\.\d kB .* sum128:[0-9a-f]{32}  [0-9a-f]{12}$", lines[0]), lines[0]
+    assert re.search(r"^ +2  delta +1 +1 +\d+(\.\d)? k?B +- ", lines[1]), lines[1]
 
     out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v2.safetensors"), "--version", "2")
     assert out.returncode == 0, out.stderr
@@ -101,3 +106,49 @@ def test_bucket_commands_publish_log_pull_gc(tmp_path):
     assert not (tmp_path / "never.safetensors").exists()
     out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v4.safetensors"))
     assert out.returncode == 0 and states_equal(delta.load_state(str(tmp_path / "v4.safetensors")), states[4])
+
+
+def test_a_bucket_folder_that_does_not_exist_is_a_usage_error_and_is_not_created(files, tmp_path):
+    d, old, _ = files
+    missing = tmp_path / "mistyped"
+    for args in (["log"], ["pull", "-o", str(tmp_path / "out.safetensors")], ["gc", "--keep-anchors", "1"],
+                 ["publish", str(d / "old.safetensors")], ["follow", "--vllm-url", "http://127.0.0.1:9"]):
+        out = run(*args, "--bucket", str(missing))
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert out.stderr.startswith(f"error: the bucket folder '{missing}' does not exist") and \
+            out.stderr.count("\n") == 1, out.stderr
+        assert not missing.exists()
+    assert "pass --create" in run("publish", str(d / "old.safetensors"), "--bucket", str(missing)).stderr
+    out = run("publish", str(d / "old.safetensors"), "--bucket", str(missing), "--create")
+    assert out.returncode == 0 and missing.is_dir(), out.stderr
+
+
+@pytest.mark.parametrize("index, message", [
+    ("{", "not valid JSON"),
+    ("[]", "expected a JSON object with a non-empty 'weight_map' object"),
+    ('{"weight_map": 5}', "expected a JSON object"),
+    ('{"weight_map": {"a.w": 5}}', "weight_map['a.w'] must name a .safetensors file in the folder, got 5"),
+    ('{"weight_map": {"a.w": "../old.safetensors"}}', "got '../old.safetensors'"),
+    ('{"weight_map": {"a.w": "/etc/passwd"}}', "got '/etc/passwd'"),
+])
+def test_a_malformed_model_folder_index_is_refused_in_one_line(tmp_path, index, message):
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(delta.DeltaFormatError, match=re.escape(message)) as e:
+        delta.load_state(str(tmp_path))
+    assert str(e.value).startswith(f"{tmp_path}/model.safetensors.index.json: ") and "\n" not in str(e.value)
+
+
+def test_every_command_reading_a_model_folder_says_what_is_wrong_with_its_index(files, tmp_path):
+    d, _, _ = files
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors.index.json").write_text('{"weight_map": {"a.w": ["model.safetensors"]}}')
+    assert run("diff", str(d / "old.safetensors"), str(d / "old.safetensors"), "-o", str(tmp_path / "x.delta")
+               ).returncode == 0
+    for args in (["diff", str(model), str(d / "old.safetensors"), "-o", str(tmp_path / "y.delta")],
+                 ["verify", str(tmp_path / "x.delta"), "--base", str(model)],
+                 ["apply", str(model), str(tmp_path / "x.delta"), "-o", str(tmp_path / "y.safetensors")]):
+        out = run(*args)
+        assert out.returncode == 1 and out.stderr == (
+            f"error: {model}/model.safetensors.index.json: weight_map['a.w'] must name a .safetensors file in the "
+            "folder, got ['model.safetensors']\n"), out.stderr

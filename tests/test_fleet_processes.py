@@ -23,8 +23,9 @@ import pytest
 from tests._env_server import running_app, running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
 from tests.test_wire_fleet import group
-from wire.fleet import encode, group_path
+from wire.fleet import GameGroup, encode, group_path
 from wire.fleet_bucket import FleetBucket
+from wire.trajectory import Trajectory
 
 ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
 
@@ -143,3 +144,40 @@ def test_a_fleet_trains_through_s3(tmp_path: Path, rclone_s3, where: str) -> Non
         steps = history(trainer.url)["steps"]
         assert all(s["groups"] and s["ratio_mean"] is not None for s in steps)
         assert status(rollout.url)["version"] >= 1
+
+
+def test_a_group_with_token_ids_beyond_the_vocabulary_is_refused_and_training_goes_on(tmp_path: Path) -> None:
+    """Issue 37: one crafted group used to end the run (IndexError in the GRPO step). Here the run signs its files
+    (the rollout token): a group signed with the token but holding a token id beyond the model's vocabulary, and a
+    well-formed group written without the token, are both refused and counted by reason, and training goes on."""
+    model, bucket, token = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket"), "fleet-secret"
+    shared = ("--bucket", bucket, "--model", model)
+    with running_server("env") as env, \
+            running_app("rollout", *shared, "--env-url", env, "--server-id", "a", "--token", token, *ROLLOUT_FLAGS,
+                        log=tmp_path / "a.log", timeout_s=300), \
+            running_app("trainer", *shared, "--env-url", env, "--max-steps", "1000", "--rollout-token", token,
+                        *FAST_TRAINING, log=tmp_path / "trainer.log", timeout_s=300) as trainer:
+        t = trainer.url
+        wait_until(lambda: status(t)["step"] >= 2, 240, "two steps")
+        now = status(t)
+        run = FleetBucket(bucket).read_run()  # read without the token: signed files stay readable
+        assert now["signed"] and run.vocab_size and run.run_id == now["run_id"]
+        version = now["trainer_version"]
+        game = Trajectory(prompt_ids=[1, 2, run.vocab_size + 5], episode_id="crafted",
+                          completion_ids=[3, 4, 5, 6, 7, 8], logprobs=[-0.5, -0.5, 0.0, 0.0, -0.5, -0.5], env_mask=[1, 1, 0, 0, 1, 1],
+                          turn_rewards=[0.0, 0.0], versions=[version, version])
+        crafted = GameGroup(run_id=run.run_id, server_id="crafted", boot="b00t", seq=0, seed=1, games=[game, game],
+                            played_s=1.0, created_at=time.time())
+        FleetBucket(bucket, secret=token).write_group(crafted)
+        clean = game.model_copy(update={"prompt_ids": [1, 2, 3]})
+        FleetBucket(bucket).write_group(crafted.model_copy(update={"seq": 1, "games": [clean, clean]}))  # no token
+        wait_until(lambda: status(t)["groups_refused"].get("token id out of the vocabulary") == 1
+                   and status(t)["groups_refused"].get("unsigned or forged") == 1, 120, "both groups refused")
+        at = status(t)["step"]
+        wait_until(lambda: status(t)["step"] >= at + 2, 240, "two more steps after the refusals")
+        final = status(t)
+        assert final["state"] == "running" and final["error"] is None, final
+        steps = history(t)["steps"]
+        assert not any(".crafted." in p for s in steps for p in s["groups"])
+        log = trainer.output()
+    assert "refused rollout group fleet/groups/" in log and "Traceback" not in log

@@ -30,7 +30,7 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time ther
 def publish(state: dict[str, torch.Tensor], bucket: Path, tmp: Path) -> None:
     path = tmp / "publish.safetensors"
     delta.save_state(state, str(path))
-    out = subprocess.run([sys.executable, "-m", "delta", "publish", str(path), "--bucket", str(bucket)],
+    out = subprocess.run([sys.executable, "-m", "delta", "publish", str(path), "--bucket", str(bucket), "--create"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 
@@ -145,6 +145,7 @@ def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Pa
     from bench._vllm_serve import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "bucket").mkdir()
     out = subprocess.run([sys.executable, "-m", "delta", "follow", "--bucket", str(tmp_path / "bucket"),
                           "--vllm-url", url, "--ready-timeout", "1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1

@@ -27,6 +27,8 @@ import contextlib
 import functools
 import io
 import json
+import logging
+import math
 import os
 import shutil
 import tempfile
@@ -42,13 +44,15 @@ from hypothesis import strategies as st
 
 from delta import Publisher, PublisherConfig, Subscriber
 import delta
-from delta.bucket.manifest import file_ref, read_manifest, write_manifest
+from delta.bucket.manifest import file_ref, manifest_commits, manifest_path, read_manifest, write_manifest
 from delta.cli import main
 from delta.format import read_header_json
 from delta.inspect import inspect_delta
 from delta.storage import open_storage
 
 from . import _trl_writers as trl
+from wire.fleet import decode
+
 from ._forgery import Parts, Raw, deep, dumps, forge_duplicate, forge_reorder, join, split
 from ._states import clone, states_equal
 
@@ -448,3 +452,355 @@ def test_a_mutated_version_never_advances_a_subscriber(bucket):
     fuzz()
     print(f"subscriber: {dict(outcomes)}")  # shown with -s
     assert outcomes["stayed at 1"] > 0
+
+
+# -- manifests, multi-rank and pieced versions (issue 37) -----------------------------------------------------------
+#
+# Real buckets written by two gloo ranks (`tests._ranked`: tensors split by name, and every tensor cut into pieces),
+# whose newest manifest a forger rewrites: fields replaced by any JSON (numbers in every form, strings where numbers
+# belong, control characters), entries deleted, duplicated, moved between ranks and versions, pieces re-cut; the
+# cases of issue 37 (`tests.test_whole.FORGED`) are seeds. For each, a new reader and one at version 1 sync, and
+# `delta log` and `delta pull` run: a reader either holds exactly the published state of the version it reports
+# (and its digest is its state's), or refuses in one line (`DeltaError`) keeping what it held; nothing printed
+# holds a control character.
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    from ._ranked import ranked_bucket
+
+    return {mode: ranked_bucket(tmp_path_factory.mktemp(mode) / "bucket", mode) for mode in ("names", "split")}
+
+
+def _positions(value, limit: int = 400) -> list[tuple[object, object]]:
+    """(container, key) of every value in a JSON tree, breadth first, at most `limit`."""
+    out, level = [], [value]
+    while level and len(out) < limit:
+        nxt = []
+        for node in level:
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for key, child in items:
+                out.append((node, key))
+                nxt.append(child)
+        level = nxt
+    return out[:limit]
+
+
+def _neighbours(value) -> list:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [value]
+    return [value + 1, value - 1, -value, str(value), float(value), True, Raw("1e400"), Raw(f"{value}.0"),
+            "".join(chr(0x660 + int(d)) for d in str(abs(value))), [value], None]
+
+
+TREE_EDITS = ("set", "neighbour", "delete", "duplicate")
+
+
+def edit_tree(draw, body, kind: str) -> None:
+    """One forger's edit anywhere in a JSON tree: a value replaced by any JSON or a neighbour of it, a key or
+    element deleted, an element of an array duplicated."""
+    spots = _positions(body)
+    if not spots:
+        return
+    node, key = spots[draw(st.integers(0, len(spots) - 1))]
+    if kind == "set":
+        node[key] = draw(JSON_VALUES)
+    elif kind == "neighbour":
+        node[key] = draw(st.sampled_from(_neighbours(node[key])))
+    elif kind == "delete":
+        del node[key]
+    elif isinstance(node[key], list) and node[key]:
+        node[key].insert(draw(st.integers(0, len(node[key]))), draw(st.sampled_from(node[key])))
+
+
+@st.composite
+def mutate_manifest(draw, body: dict) -> str:
+    """JSON text of `body` (a manifest) after one to three forger's edits; values may be `Raw` text."""
+    from .test_whole import FORGED
+
+    body = json.loads(json.dumps(body))
+    if draw(st.integers(0, 3)) == 0:
+        name = draw(st.sampled_from(sorted(FORGED)))
+        event(f"manifest seed: {name}")
+        try:
+            FORGED[name][1](body)
+        except (IndexError, KeyError, TypeError):  # a seed for the other layout
+            pass
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["set", "neighbour", "delete", "duplicate", "move_name", "rank", "swap",
+                                     "slice", "raw"]))
+        event(f"manifest mutation: {kind}")
+        if kind in TREE_EDITS:
+            edit_tree(draw, body, kind)
+        elif kind == "move_name" and body.get("shards"):
+            ranks = body["shards"]
+            src = draw(st.integers(0, len(ranks) - 1))
+            if ranks[src]:
+                name = ranks[src].pop(draw(st.integers(0, len(ranks[src]) - 1))) if draw(st.booleans()) \
+                    else draw(st.sampled_from(ranks[src]))
+                ranks[draw(st.integers(0, len(ranks) - 1))].append(name)
+        elif kind == "rank":
+            files = [f for v in body.get("versions", []) for f in v.get("delta", []) + v.get("anchor", [])]
+            if files:
+                draw(st.sampled_from(files))["rank"] = draw(st.sampled_from([0, 1, 2, 3, -1, 2**63, "1", True]))
+        elif kind == "swap":
+            versions = body.get("versions", [])
+            if len(versions) > 1:
+                i, j = draw(st.lists(st.integers(0, len(versions) - 1), min_size=2, max_size=2, unique=True))
+                field = draw(st.sampled_from(["delta", "anchor", "state_hash", "base_hash", "version"]))
+                versions[i][field], versions[j][field] = versions[j].get(field), versions[i].get(field)
+        elif kind == "slice" and body.get("pieces"):
+            cut = body["pieces"][draw(st.sampled_from(sorted(body["pieces"])))]
+            piece = draw(st.sampled_from(cut["slices"])) if cut["slices"] else None
+            if piece is not None:
+                piece[draw(st.integers(0, 2))] = draw(st.sampled_from([0, 1, 249, 250, 251, 500, 10**9, "250",
+                                                                        "layers.1.w", "head.fp32@0:0"]))
+        elif kind == "raw":
+            text = json.dumps(body)
+            return draw(st.sampled_from([text[:len(text) // 2], text.replace("1", "\u0661", 1), text + "x",
+                                         text.replace('"commit": ', '"commit": 1e400, "c": ', 1), deep(5000)]))
+    return dumps(body)
+
+
+class _Printed(logging.Handler):
+    """Keeps every log record's message: what the command line would print as a warning."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _printable(text: str) -> bool:
+    return all(c.isprintable() or c == "\n" for c in text)
+
+
+def check_reader(bucket: str, start: int | None) -> str:
+    from ._ranked import STATES
+
+    state = clone(STATES[1]) if start else None
+    with Subscriber(bucket, state, version=start) as reader:
+        try:
+            reader.sync()
+            outcome = f"at {reader.version}"
+        except delta.DeltaError as e:
+            assert "\n" not in str(e), str(e)
+            outcome = type(e).__name__
+        if reader.version is None:
+            assert reader.state is None
+            return outcome
+        assert states_equal(reader.state, STATES[reader.version]), f"version {reader.version} is not what was published"
+        assert reader.digest.hexdigest == delta.state_digest(reader.flat_state).hexdigest
+        return outcome
+
+
+def check_bucket_cli(bucket: str, folder: str) -> None:
+    from ._ranked import STATES
+
+    output = os.path.join(folder, "pulled.safetensors")
+    for args in (["log", "--bucket", bucket], ["pull", "--bucket", bucket, "-o", output]):
+        rc, out, err = run_cli(*args)
+        assert rc in (0, 1), (args, rc)
+        assert _printable(out) and _printable(err), repr(out + err)
+        if rc:
+            assert err.splitlines()[-1].startswith("error: "), err
+            assert not os.path.exists(output)
+        elif args[0] == "pull":
+            version = int(out.split("version ")[1].split(",")[0])
+            assert states_equal(delta.load_state(output), STATES[version])
+            os.remove(output)
+
+
+@pytest.mark.parametrize("mode", ["names", "split"])
+def test_a_forged_manifest_leaves_every_reader_on_a_state_it_reports_or_refused(ranked, mode, tmp_path):
+    from ._ranked import manifest_body
+
+    source = ranked[mode]
+    body = manifest_body(source)
+    body["commit"] += 1  # written as the next commit, where the real newest was
+    outcomes: Counter[str] = Counter()
+    printed = _Printed()
+    logging.getLogger("delta").addHandler(printed)
+
+    @seed(SEED)
+    @settings(FUZZ, max_examples=max(10, EXAMPLES // 2))
+    @given(st.data())
+    def fuzz(data):
+        text = data.draw(mutate_manifest(body))
+        note(text[:2000])
+        with tempfile.TemporaryDirectory() as folder:
+            bucket = os.path.join(folder, "bucket")
+            shutil.copytree(source, bucket)
+            storage = open_storage(bucket)
+            storage.delete([path for _, path in manifest_commits(storage)[:1]])  # the real newest leaves: good are 1-2
+            storage.write(manifest_path(body["commit"]), text.encode())
+            for start in (None, 1):
+                outcomes[check_reader(bucket, start)] += 1
+            check_bucket_cli(bucket, folder)
+        assert all(_printable(m) for m in printed.messages), [m for m in printed.messages if not _printable(m)][:1]
+        printed.messages.clear()
+
+    try:
+        fuzz()
+    finally:
+        logging.getLogger("delta").removeHandler(printed)
+    print(f"manifests ({mode}): {dict(outcomes)}")  # shown with -s
+    assert outcomes["at 2"] > 0 and outcomes["at 3"] > 0
+
+
+# -- fleet files (issue 37) -------------------------------------------------------------------------------------------
+#
+# A valid group of a run, its JSON mutated as a forger would (any JSON where numbers belong, "NaN" strings, ids beyond
+# the vocabulary, huge versions, games added and removed), then resealed (hash recomputed, and signed with the run's
+# key half of the time, as a buggy server holding the token would): `decode` and `check_group` refuse it with a
+# `FleetMessageError`, or the group holds only what a step can train on; the trainer's rollout function takes the
+# good group beside it and never raises.
+
+
+def _fleet_run():
+    from wire.fleet import RunSettings, RunState, Sampling
+
+    return RunSettings(run_id="run-1", state=RunState.RUNNING, num_generations=2, groups_per_step=1, max_staleness=2,
+                       max_pending_groups=4, max_game_tokens=64, vocab_size=50, trainer_version=5, updated_at=1.0,
+                       sampling=Sampling(max_tokens=4, temperature=1.0, max_turns=2, reply_prefix=""))
+
+
+def _fleet_group(seq: int = 0):
+    from wire.fleet import GameGroup
+    from wire.trajectory import Trajectory
+
+    game = Trajectory(prompt_ids=[1, 2, 3], episode_id="e", completion_ids=[4, 5, 6, 7, 8, 9],
+                      logprobs=[-0.5, -0.25, 0.0, 0.0, -1.5, -0.125], env_mask=[1, 1, 0, 0, 1, 1], reward=0.5,
+                      turn_rewards=[0.25, 0.25], guesses=["crane", ""], versions=[4, 5])
+    return GameGroup(run_id="run-1", server_id="srv", boot="b00t", seq=seq, seed=7, games=[game, game], played_s=1.0,
+                     created_at=1.0)
+
+
+@st.composite
+def mutate_group(draw) -> object:
+    body = _fleet_group().model_dump(mode="json")
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["set", "neighbour", "delete", "duplicate", "token", "number"]))
+        event(f"group mutation: {kind}")
+        if kind in TREE_EDITS:
+            edit_tree(draw, body, kind)
+        elif kind == "token":
+            game = draw(st.sampled_from(body["games"])) if isinstance(body.get("games"), list) else None
+            if isinstance(game, dict) and isinstance(game.get("prompt_ids"), list) and game["prompt_ids"]:
+                game["prompt_ids"][0] = draw(st.sampled_from([-5, 49, 50, 10**30, 2**31, "1", 1.0, True]))
+        elif kind == "number":
+            spots = _positions(body)
+            node, key = spots[draw(st.integers(0, len(spots) - 1))]
+            node[key] = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", Raw("NaN"), Raw("1e400"), 1e308, 50.0,
+                                              -1e308, 10**12, "١٣٠"]))
+    return body
+
+
+def _resealed(body, key: bytes | None) -> bytes:
+    import hashlib
+    import hmac
+
+    text = dumps(body)
+    try:
+        parsed = json.loads(text)
+        raw = json.dumps(parsed, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except (ValueError, RecursionError):  # NaN, 1e400: the forger cannot hash it as a reader would; hash the text
+        raw = text.encode()
+    envelope = (f'{{"kind":"fleet-group/1","sha256":"{hashlib.sha256(raw).hexdigest()}","body":{text}'
+                + (f',"hmac":"{hmac.new(key, b"fleet-group/1" + bytes([10]) + raw, hashlib.sha256).hexdigest()}"'
+                   if key else "") + "}")
+    return envelope.encode()
+
+
+def test_a_crafted_group_is_refused_in_one_line_or_holds_only_what_a_step_can_train_on(tmp_path):
+    from trainer_space.config import TrainerConfig
+    from trainer_space.fleet import FleetRollouts, FleetRun
+    from wire.fleet import FleetMessageError, GameGroup, RunState, fleet_key, group_path
+    from wire.fleet_bucket import FleetBucket
+    from wire.fleet_checks import check_group
+
+    run = _fleet_run()
+    key = fleet_key("rollout-token")
+    config = TrainerConfig(bucket=str(tmp_path), rollout_url=None, model="unused", games_per_step=2, num_generations=2,
+                           max_tokens=4, max_turns=2, max_game_tokens=64, max_staleness=2, reply_prefix="")
+    outcomes: Counter[str] = Counter()
+
+    @seed(SEED)
+    @settings(FUZZ, max_examples=max(20, EXAMPLES))
+    @given(st.data())
+    def fuzz(data):
+        signed = data.draw(st.integers(0, 3)) > 0
+        crafted = _resealed(data.draw(mutate_group()), key if signed else None)
+        note(crafted[:1500])
+        try:
+            group = decode(crafted, GameGroup, "g.json", key)
+            check_group(group, run, 5, "g.json")
+        except FleetMessageError as e:
+            assert "\n" not in str(e), str(e)
+            outcomes[str(e.category)] += 1
+            kept = False
+        else:
+            outcomes["accepted"] += 1
+            kept = group.path == group_path("run-1", "srv", "b00t", 0)  # else renamed: refused by the trainer
+            for game in group.games:
+                assert all(0 <= t < run.vocab_size for t in game.prompt_ids + game.completion_ids)
+                assert all(math.isfinite(x) and x <= 0 for x in game.logprobs)
+                assert all(math.isfinite(x) and abs(x) <= 1000 for x in [game.reward, *game.turn_rewards])
+                assert all(0 <= v <= 5 for v in game.versions) and len(game.prompt_ids + game.completion_ids) <= 64
+                torch.tensor(game.prompt_ids), torch.tensor(game.logprobs)
+        with tempfile.TemporaryDirectory() as folder:  # the trainer's rollout function over it and a good group
+            bucket = FleetBucket(folder, secret="rollout-token")
+            fleet_run = FleetRun(config, bucket, run_id="run-1")
+            fleet_run.know_vocabulary(run.vocab_size)
+            fleet_run.send(RunState.RUNNING, 5)
+            bucket.storage.write(group_path("run-1", "srv", "b00t", 0), crafted)
+            good = bucket.write_group(_fleet_group(seq=1))
+            fleet = FleetRollouts(config, fleet_run, lambda: 5)
+            taken = [g.path for g in fleet.take(1)]
+            assert taken == [good] or (kept and taken == [group_path("run-1", "srv", "b00t", 0)]), taken
+            assert sum(fleet.refused.values()) == (0 if kept else 1), dict(fleet.refused)
+
+    fuzz()
+    print(f"fleet groups: {dict(outcomes)}")  # shown with -s
+    assert outcomes["invalid fields"] > 0 and outcomes["accepted"] > 0
+
+
+# -- what reaches a terminal, in a subprocess (issue 37) --------------------------------------------------------------
+
+
+def test_no_traceback_and_no_control_character_reaches_a_terminal_from_crafted_files(ranked, tmp_path):
+    """The command line run as a user runs it, on the issue's crafted manifests and index files: one printable line
+    per warning or error, never a traceback."""
+    import subprocess
+    import sys
+
+    from ._ranked import RAW, forge
+    from .test_cli import ROOT
+
+    escape = "\x1b]0;owned\x07\x1b[2J\u202e\x9b31m"
+    buckets = {
+        "escapes in a path": forge(ranked["names"], tmp_path / "a", lambda b: b["versions"][2]["delta"][0].update(
+            path=f"versions/{escape}.safetensors")),
+        "escapes in kind and hash": forge(ranked["names"], tmp_path / "b", lambda b: b["versions"][2].update(
+            kind=escape, state_hash=escape)),
+        "a version of 1e400": forge(ranked["split"], tmp_path / "c", lambda b: b["versions"][2].update(
+            version=RAW + "1e400")),
+        "a name the state lacks": forge(ranked["names"], tmp_path / "d", lambda b: b["shards"][1].append(escape)),
+        "rank 3": forge(ranked["names"], tmp_path / "e", lambda b: b["versions"][2]["delta"][1].update(rank=3)),
+    }
+    model = tmp_path / "model"
+    model.mkdir()
+    (tmp_path / "x.delta").write_bytes(real_file("ctx"))
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {escape: [escape]}}))
+    runs = [(name, ["log", "--bucket", str(b)]) for name, b in buckets.items()]
+    runs += [(name, ["pull", "--bucket", str(b), "-o", str(tmp_path / "out.safetensors")]) for name, b in buckets.items()]
+    runs.append(("an index with escapes", ["verify", str(tmp_path / "x.delta"), "--base", str(model)]))
+    for name, args in runs:
+        out = subprocess.run([sys.executable, "-m", "delta", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode in (0, 1), (name, out.returncode, out.stderr)
+        assert "Traceback" not in out.stderr, (name, out.stderr)
+        assert _printable(out.stdout) and _printable(out.stderr), (name, repr(out.stdout + out.stderr))
+        assert out.returncode == 0 or out.stderr.splitlines()[-1].startswith("error: "), (name, out.stderr)

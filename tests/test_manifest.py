@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from delta import DeltaFormatError, IntegrityError
-from delta.bucket.manifest import (FileRef, Manifest, VersionEntry, fetch_verified, file_ref, manifest_path,
-                                   read_manifest, version_of_path, write_manifest)
+from delta.bucket.manifest import (STATE_HASH, FileRef, Manifest, VersionEntry, fetch_verified, file_ref,
+                                   manifest_path, read_manifest, version_of_path, write_manifest)
 from delta.storage import open_storage
 
 
+def h(version: int) -> str:
+    return f"xxh3-128:{version:032x}"
+
+
 def entry(version: int, kind: str = "delta") -> VersionEntry:
-    f = FileRef(f"versions/{version:08d}-ab/delta-r00000.safetensors", 10, "0" * 64)
-    return VersionEntry(version, kind, version - 1 if version > 1 else None, "xxh3-128:a", f"xxh3-128:{version}",
-                        delta=(f,) if version > 1 else (), anchor=(f,) if kind == "anchor" else ())
+    d = FileRef(f"versions/{version:08d}-ab/delta-r00000.safetensors", 10, "0" * 64)
+    a = FileRef(f"versions/{version:08d}-ab/anchor-r00000-00000-of-00001.safetensors", 10, "1" * 64)
+    first = version == 1
+    return VersionEntry(version, kind, None if first else version - 1, None if first else h(version - 1), h(version),
+                        delta=() if first else (d,), anchor=(a,) if kind == "anchor" else ())
 
 
 def test_round_trip_and_lookup():
@@ -50,3 +58,61 @@ def test_fetch_verified_detects_truncation_and_bit_flips(tmp_path):
     with pytest.raises(IntegrityError, match="SHA-256 mismatch"):
         fetch_verified(bucket, ref)
     assert version_of_path(ref.path) == 1 and version_of_path("manifests/0000000001.json") is None
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b'{"format": "delta-weights-manifest", "format_version": true, "commit": 1, "shards": null, "versions": []}',
+     "manifest format version True is not supported"),
+    (b'{"format": "delta-weights-manifest", "format_version": 1, "commit": 1e400, "shards": null, "versions": []}',
+     "commit must be an integer in [0, 9223372036854775807], got inf"),
+    (b'{"format": "delta-weights-manifest", "format_version": 1, "commit": 1, "shards": null, "versions": [5]}',
+     "versions[0] must be a JSON object, got 5"),
+    (b'{"format": "delta-weights-manifest", "format_version": 1, "commit": NaN, "shards": null, "versions": []}',
+     "manifest is not valid JSON (torn write?): 'NaN is not a JSON number'"),
+    (b'{"format": "delta-weights-manifest", "format_version": 1, "commit": 1, "shards": [[1]], "versions": []}',
+     "shards[0][0] must be a string of 1 to 1024 characters, got 1"),
+    (b'[' * 100_000 + b']' * 100_000, "manifest is not valid JSON"),
+])
+def test_fields_are_typed_and_errors_are_one_line(raw, message):
+    with pytest.raises(DeltaFormatError) as e:
+        Manifest.from_json(raw, path="manifests/0000000001.json")
+    assert str(e.value) == f"manifests/0000000001.json: {message}" or message in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("size", "123", "delta[0].size must be an integer"),
+    ("size", 2**64, "delta[0].size must be an integer"),
+    ("size", -1, "delta[0].size must be an integer"),
+    ("size", 12.0, "delta[0].size must be an integer"),
+    ("path", 5, "delta[0].path must be a string"),
+    ("path", None, "delta[0].path must be a string"),
+    ("path", "", "delta[0].path must be a string"),
+    ("sha256", "AB" * 32, "delta[0].sha256 must be 64 lowercase hex digits"),
+    ("rank", 1, "delta[0].rank must be an integer in [0, 0], got 1"),
+])
+def test_a_bad_file_entry_refuses_the_manifest_and_readers_keep_the_one_before(tmp_path, field, value, message):
+    bucket = open_storage(tmp_path)
+    good = write_manifest(bucket, Manifest(0).with_version(entry(1, "anchor")).with_version(entry(2)))
+    body = json.loads(good.with_version(entry(3)).to_json())
+    body["versions"][2]["delta"][0][field] = value
+    bucket.write(manifest_path(good.commit + 1), json.dumps(body).encode())
+    refused = []
+    assert read_manifest(bucket, on_refused=refused.append) == good
+    assert len(refused) == 1 and message in str(refused[0]) and "\n" not in str(refused[0])
+
+
+def test_a_manifest_copied_under_another_commit_number_is_refused(tmp_path):
+    bucket = open_storage(tmp_path)
+    good = write_manifest(bucket, Manifest(0).with_version(entry(1, "anchor")))
+    bucket.write(manifest_path(9), good.with_version(entry(2)).to_json())  # says commit 2
+    refused = []
+    assert read_manifest(bucket, on_refused=refused.append) == good
+    assert "holds commit 2, its name says 9" in str(refused[0])
+
+
+def test_state_hashes_are_opaque_strings_of_one_pattern():
+    assert STATE_HASH.fullmatch("xxh3-128:" + "0" * 32) and STATE_HASH.fullmatch("add-64:" + "f" * 64)
+    for bad in ("xxh3-128:" + "0" * 31, "XXH3:" + "0" * 32, "xxh3-128:" + "g" * 32, "x:" + "0" * 65,
+                "xxh3-128:" + "0" * 32 + "\n", "\u202e:" + "0" * 32, "a" * 33 + ":" + "0" * 32):
+        assert not STATE_HASH.fullmatch(bad), bad

@@ -11,13 +11,15 @@ from delta import SubscriberConfig, read_manifest
 from rollout_space.engines import EngineConfig, open_engine
 from rollout_space.env_client import EnvClient
 from rollout_space.follower import Follower
+from rollout_space.producer import GroupProducer
 from rollout_space.service import RolloutService
 from tests._engines import build_model, published
 from tests._env_server import running_server
 from tests.test_wire_fleet import run_settings
-from wire.fleet import Heartbeat, ServerState
+from wire.fleet import FleetMessageError, Heartbeat, RunState, ServerState
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import GONE_AFTER_S
+from wire.trajectory import Trajectory
 
 #: The follower's own thread is never started, and would poll only hourly: what the producer plays with, it
 #: loaded itself.
@@ -120,3 +122,37 @@ def test_with_other_servers_producing_each_plays_its_share_of_the_room(tmp_path,
     finally:
         publisher.close()
         service.close()
+
+
+def test_a_stranger_s_run_settings_never_make_a_server_play_more_than_its_own_caps(tmp_path) -> None:
+    played: list[tuple[int, int, int | None]] = []
+
+    def play(specs, params):
+        played.append((len(specs), params.max_tokens, params.max_game_tokens))
+        return [Trajectory(prompt_ids=[1], episode_id=f"e{i}", versions=[1]) for i in range(len(specs))]
+
+    bucket = FleetBucket(str(tmp_path / "bucket"))
+    producer = GroupProducer(play, lambda: 1, bucket, "s0", max_games=8, max_tokens=64)
+    greedy = run_settings().model_copy(update={"num_generations": 64, "groups_per_step": 256,
+                                               "max_pending_groups": 4096})
+    bucket.write_run(greedy)
+    with pytest.raises(FleetMessageError, match="asks for groups of 64 games of replies of 8 tokens; this server "
+                                                "plays at most 8 games"):
+        producer.step()
+    bucket.write_run(greedy.model_copy(update={"num_generations": 4}))
+    producer.step()
+    assert played == [(8, 8, 512)]  # two groups of 4: the server's cap, not the run's 256 groups
+    bucket.write_run(greedy.model_copy(update={"num_generations": 4, "sampling": greedy.sampling.model_copy(
+        update={"max_tokens": 4096})}))
+    with pytest.raises(FleetMessageError, match="replies of 4096 tokens"):
+        producer.step()
+
+
+def test_a_server_with_the_rollout_token_obeys_only_run_settings_signed_with_it(tmp_path) -> None:
+    signed = FleetBucket(str(tmp_path / "bucket"), secret="rollout-token")
+    producer = GroupProducer(lambda specs, params: [], lambda: 1, signed, "s0")
+    FleetBucket(signed.storage).write_run(run_settings())  # a stranger's, unsigned
+    with pytest.raises(FleetMessageError, match="unsigned, and this run signs its files"):
+        producer.step()
+    signed.write_run(run_settings(RunState.PAUSED))
+    assert producer.step() > 0 and producer.state == ServerState.PAUSED

@@ -193,6 +193,27 @@ def test_local_disk_errors_become_storage_errors(tmp_path: Path) -> None:
 # --- S3 through rclone serve s3 ------------------------------------------------------------------
 
 
+def test_local_links_that_leave_the_bucket_are_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"not the bucket's")
+    root = tmp_path / "bucket"
+    bucket = open_storage(str(root))
+    bucket.write("versions/a", b"inside")
+    (root / "versions" / "link").symlink_to(outside / "secret")
+    (root / "versions" / "inner").symlink_to(root / "versions" / "a")  # a link that stays inside is fine
+    (root / "out").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FileNotFoundError):
+        bucket.read("versions/link")
+    with pytest.raises(FileNotFoundError):
+        bucket.read("out/secret")
+    assert bucket.read("versions/inner") == b"inside"
+    for write in (lambda: bucket.write("out/new", b"x"), lambda: bucket.delete(["out/secret"])):
+        with pytest.raises(StorageError, match="a link that leaves the bucket"):
+            write()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"] and (outside / "secret").read_bytes() == b"not the bucket's"
+
+
 def test_s3_url_parsing() -> None:
     assert parse_s3_url("s3://bucket") == ("bucket", "")
     assert parse_s3_url("s3://bucket/") == ("bucket", "")

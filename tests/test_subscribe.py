@@ -96,6 +96,25 @@ def test_bad_files_are_detected_and_bypassed_through_an_anchor(tmp_path, damage)
     assert [(h.version, h.via) for h in reader.status().history] == [(6, "anchor"), (7, "delta"), (8, "delta")]
 
 
+@pytest.mark.parametrize("path", ["../../outside.safetensors", "/etc/passwd", "versions/a\x1bb", "versions//x"])
+def test_a_path_the_bucket_refuses_is_a_bad_file_routed_around_like_a_missing_one(tmp_path, path):
+    from dataclasses import replace
+
+    from delta.bucket.manifest import write_manifest
+
+    states = trajectory(6)
+    bucket = open_storage(tmp_path)
+    publish_all(bucket, states[1:], PublisherConfig(anchor_every=5))  # anchors at 1 and 6
+    manifest = read_manifest(bucket)
+    entry = manifest.get(6)
+    forged = replace(entry, delta=(replace(entry.delta[0], path=path),))
+    write_manifest(bucket, replace(manifest, versions=tuple(forged if v.version == 6 else v for v in manifest.versions)))
+    reader = Subscriber(bucket, clone(states[5]), version=5)  # the cheapest route to 6 is its delta: a bad path
+    assert reader.sync() == 6 and states_equal(reader.state, states[6])
+    assert [(h.version, h.via) for h in reader.status().history] == [(6, "anchor")]
+    assert reader.status().failures == 1 and "invalid bucket path" in reader.status().last_error
+
+
 def test_sixteen_readers_follow_fifty_versions_on_s3(rclone_s3):
     states = trajectory(50, n=20_000)
     options = rclone_s3.storage_options()

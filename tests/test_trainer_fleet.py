@@ -4,21 +4,27 @@ ends when groups arrive or the session stops, and the heartbeats read into the f
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import threading
 import time
+import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from delta import RetryPolicy
 from delta.storage import open_storage
-from tests.test_wire_fleet import group
+from tests.test_wire_fleet import game, group
 from trainer_space.config import TrainerConfig
 from trainer_space.fleet import FleetMonitor, FleetRollouts, FleetRun
 from wire.liveness import GONE_AFTER_S
 from trainer_space.rollouts import RolloutsStopped
 from wire.fleet import GameGroup, Heartbeat, RunState, ServerState, encode, group_path
 from wire.fleet_bucket import FleetBucket
+from wire.fleet_checks import max_group_bytes
 
 CONFIG = TrainerConfig(bucket="unused", rollout_url=None, model="unused", games_per_step=4, num_generations=2,
                        max_staleness=1)
@@ -162,3 +168,89 @@ def test_the_monitor_lists_each_server_and_marks_a_silent_one_gone(tmp_path: Pat
     monitor.refresh()
     assert {s.id: s.state for s in monitor.servers()} == {"a": "producing", "b": "gone"}
     assert {s.id: s.last_seen_s for s in monitor.servers()}["b"] > GONE_AFTER_S
+
+
+# -- issue 37: files that must never reach a step, counted by reason; bounded memory; no group ends a run ----------
+
+
+def test_every_crafted_group_is_refused_and_counted_by_reason_before_a_step_sees_it(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"), secret="rollout-token")
+    version = [5]
+    run = FleetRun(CONFIG, bucket, run_id="run-1")
+    run.know_vocabulary(100)
+    assert run.send(RunState.RUNNING, 5) and bucket.read_run().vocab_size == 100
+    fleet = FleetRollouts(CONFIG, run, lambda: version[0])
+
+    def crafted(seq: int, **game) -> GameGroup:
+        g = group(seq=seq, version=4)
+        return g.model_copy(update={"games": [x.model_copy(update=game) for x in g.games]})
+
+    bucket.write_group(crafted(0, completion_ids=[0, 1, 2, 10**6]))  # beyond the vocabulary
+    bucket.write_group(crafted(1, versions=[4, 10**12]))  # a version far ahead: never a negative staleness
+    bucket.write_group(crafted(2, prompt_ids=list(range(90)) * 30))  # longer than a game of the run may be
+    FleetBucket(bucket.storage).write_group(group(seq=3, version=4))  # unsigned: written without the token
+    body = group(seq=4, version=4).model_dump(mode="json")
+    body["games"][0]["logprobs"] = ["NaN"] * 4  # strings are not numbers
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 4), json.dumps(
+        {"kind": "fleet-group/1", "sha256": hashlib.sha256(raw).hexdigest(), "body": body,
+         "hmac": hmac.new(bucket.key, b"fleet-group/1\n" + raw, hashlib.sha256).hexdigest()}).encode())
+    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 5), b" " * (max_group_bytes(run.settings(
+        RunState.RUNNING)) + 1))  # larger than any group of the run: refused unread
+    good = [bucket.write_group(group(seq=s, version=4)) for s in (6, 7)]
+    taken = fleet.take(2)
+    assert [g.path for g in taken] == good
+    assert fleet.refused == {"token id out of the vocabulary": 1, "version ahead of the trainer": 1,
+                             "not the run's shape": 1, "unsigned or forged": 1, "invalid fields": 1, "too large": 1}
+    assert fleet.counts.totals().refused == 6 and bucket.list_groups() == []
+
+
+def test_the_groups_held_in_memory_stay_within_the_pending_bound_oldest_first(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"))
+    version = [12]
+    config = replace(CONFIG, max_staleness=11)  # pending bound: 2 groups a step x 10
+    fleet = rollouts(bucket, version)
+    fleet.config = config
+    big = [game(version=0).model_copy(update={"prompt_ids": list(range(1800))}) for _ in range(2)]
+    paths = []
+    for seq in range(24):  # newest first in the listing's order: the oldest are read last
+        g = group(seq=seq, version=12 - seq // 2).model_copy(update={"games": [
+            x.model_copy(update={"versions": [12 - seq // 2] * 2}) for x in big]})
+        paths.append(bucket.write_group(g))
+    tracemalloc.start()
+    try:
+        held = bucket.read_group(paths[0])  # what one group costs in memory, read and kept
+        one = tracemalloc.get_traced_memory()[0]
+        del held
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        taken = fleet.take(2)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert [g.seq for g in taken] == [22, 23]  # the two oldest (version 1), though listed last
+    assert peak < 6 * one, f"{peak / one:.1f} groups' worth held at the peak; 24 are in the bucket, the bound is 2"
+    assert [g.seq for g in fleet.take(2)] == [20, 21]
+
+
+class _Tokenizer:
+    """Decodes like a tokenizer, but fails on token id 66 (a bug or an id it cannot decode)."""
+
+    def batch_decode(self, rows: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        if any(66 in row for row in rows):
+            raise OverflowError("out of range integral type conversion attempted")
+        return ["x" * len(row) for row in rows]
+
+
+def test_a_group_that_fails_on_its_way_into_a_step_is_refused_and_the_step_takes_another(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "b"))
+    run = FleetRun(CONFIG, bucket, run_id="run-1")
+    assert run.send(RunState.RUNNING, 3)
+    fleet = FleetRollouts(CONFIG, run, lambda: 3, tokenizer=_Tokenizer())
+    bad = group(seq=0, version=2)
+    bad = bad.model_copy(update={"games": [bad.games[0].model_copy(update={"prompt_ids": [66]}), bad.games[1]]})
+    bucket.write_group(bad)  # the oldest: tried first
+    good = [bucket.write_group(group(seq=s, version=3)) for s in (1, 2)]
+    columns = fleet(["wordle-seed:1"] * 4)
+    assert len(columns["prompt_ids"]) == 4 and [p for p in fleet.last_step.groups] == good
+    assert fleet.refused == {"unexpected error": 1} and bucket.list_groups() == []

@@ -30,7 +30,16 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
         status = session.status().model_copy(update={"waiting_for_rollouts": True, "groups_ready": 1})
         text = status_markdown(status)
         assert f"games from the rollout fleet through the bucket (run `{session.fleet_run.run_id}`)" in text
-        assert "**waiting for rollouts**: 1 of 2 groups ready" in text and "groups refused" in text
+        assert "**waiting for rollouts**: 1 of 2 groups ready" in text and "no groups refused" in text
+        assert "no heartbeat files refused · files unsigned (no rollout token)" in text
+        from wire.trainer import Staleness
+
+        refused = status.model_copy(update={
+            "staleness": Staleness(refused=3), "signed": True,
+            "groups_refused": {"torn or corrupt": 2, "token id out of the vocabulary": 1},
+            "heartbeats_refused": {"renamed or copied": 1}})
+        assert ("3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary); 1 heartbeat file refused "
+                "(1 renamed or copied) · files signed (rollout token)") in status_markdown(refused)
         assert "No rollout server" in fleet_html([])
         row = fleet_html([FleetServer(id="a", version=3, games_per_min=12.0, last_seen_s=41, state="gone",
                                       idle_share=0.25, groups_written=7, run_id="r", last_error="<boom>")])

@@ -11,16 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wire.fleet import (
-    MAX_MESSAGE_BYTES, FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, Sampling, ServerState, decode,
-    encode, group_path, group_run,
+    MAX_MESSAGE_BYTES, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, Sampling, ServerState,
+    decode, encode, group_path, group_run,
 )
 from wire.fleet_bucket import FleetBucket
+from wire.fleet_checks import check_group, max_group_bytes
 from wire.trajectory import Trajectory
 
 
 def game(version: int = 3, tokens: int = 4) -> Trajectory:
     return Trajectory(prompt_ids=[1, 2, 3], episode_id="e1", completion_ids=list(range(tokens)),
-                      logprobs=[-0.5] * tokens, env_mask=[1] * tokens, reward=0.25, versions=[version, version + 1])
+                      logprobs=[-0.5] * tokens, env_mask=[1] * tokens, reward=0.25, versions=[version, version])
 
 
 def group(run: str = "run-1", seq: int = 0, version: int = 3, games: int = 2) -> GameGroup:
@@ -30,7 +31,7 @@ def group(run: str = "run-1", seq: int = 0, version: int = 3, games: int = 2) ->
 
 def run_settings(state: RunState = RunState.RUNNING) -> RunSettings:
     return RunSettings(run_id="run-1", state=state, num_generations=2, groups_per_step=2, max_staleness=1,
-                       max_pending_groups=2, trainer_version=5, updated_at=time.time(),
+                       max_pending_groups=2, trainer_version=5, updated_at=time.time(), max_game_tokens=512,
                        sampling=Sampling(max_tokens=8, temperature=1.0, max_turns=3, reply_prefix="<guess>"))
 
 
@@ -111,3 +112,134 @@ def test_a_file_renamed_by_hand_is_refused(tmp_path: Path) -> None:
 def test_an_oversized_message_is_refused_before_it_is_parsed() -> None:
     with pytest.raises(FleetMessageError, match="more than"):
         decode(b" " * (MAX_MESSAGE_BYTES + 1), GameGroup)
+
+
+# -- strict numbers, bounds and signatures (issue 37: every file in the bucket as hard to forge as a delta) --------
+
+
+def _resealed_raw(body_text: str, kind: str = "fleet-group/1") -> bytes:
+    """A crafted message whose body is `body_text` as written (strings where numbers belong...), its hash matching
+    the body as a reader re-serialises it."""
+    import hashlib
+
+    body = json.loads(body_text)
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps({"kind": kind, "sha256": hashlib.sha256(raw).hexdigest(), "body": body}).encode()
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda b: b["games"][0].update(logprobs=["NaN"] * 4), r"invalid games\.0\.logprobs\.0: Input should be a valid "
+                                                           "number"),
+    (lambda b: b["games"][0].update(reward="Infinity"), r"invalid games\.0\.reward: Input should be a valid number"),
+    (lambda b: b["games"][0].update(logprobs=[50.0] * 4), r"logprobs\.0: Input should be less than or equal to 0"),
+    (lambda b: b["games"][0].update(logprobs=[-1e308] * 3 + [1e308]), r"logprobs\.3: Input should be less than"),
+    (lambda b: b["games"][0].update(reward=1e308), r"games\.0\.reward: Input should be less than or equal to 1000"),
+    (lambda b: b["games"][0].update(turn_rewards=[-5000.0]), r"turn_rewards\.0: Input should be greater than"),
+    (lambda b: b["games"][0].update(prompt_ids=[1, -5, 3]), r"prompt_ids\.1: Input should be greater than or equal"),
+    (lambda b: b["games"][0].update(completion_ids=[0, 1, 2, 10**30]), r"completion_ids\.3: Input should be less"),
+    (lambda b: b.update(seq="123"), r"invalid seq: Input should be a valid integer"),
+    (lambda b: b.update(seq=True), r"invalid seq: Input should be a valid integer"),
+    (lambda b: b.update(seq=1.0), r"invalid seq: Input should be a valid integer"),
+    (lambda b: b["games"][0].update(versions=[10**20]), r"versions\.0: Input should be less than or equal"),
+    (lambda b: b["games"][0].update(won=1), r"games\.0\.won: Input should be a valid boolean"),
+])
+def test_numbers_are_strict_and_bounded_whatever_the_hash_says(edit, reason) -> None:
+    body = group().model_dump(mode="json")
+    edit(body)
+    with pytest.raises(FleetMessageError, match=reason) as e:
+        decode(_resealed(body), GameGroup, "g.json")
+    assert e.value.category == Refusal.INVALID
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_json_constants_that_are_not_numbers_are_refused(constant) -> None:
+    text = json.dumps(group().model_dump(mode="json")).replace('"reward": 0.25', f'"reward": {constant}', 1)
+    with pytest.raises(FleetMessageError, match="body cannot be hashed"):
+        decode(_resealed_raw(text), GameGroup, "g.json")
+
+
+def test_a_stranger_s_run_settings_are_bounded() -> None:
+    body = run_settings().model_dump(mode="json")
+    for field, value in [("max_pending_groups", 10**6), ("max_staleness", 10**9), ("max_game_tokens", 10**7),
+                         ("vocab_size", 0), ("trainer_version", -1)]:
+        with pytest.raises(FleetMessageError, match=f"invalid {field}: Input should be"):
+            decode(_resealed_raw(json.dumps({**body, field: value}), "fleet-run/1"), RunSettings)
+
+
+def test_signed_files_round_trip_and_every_forgery_is_refused(tmp_path: Path) -> None:
+    signed = FleetBucket(str(tmp_path / "bucket"), secret="the-rollout-token")
+    stranger = FleetBucket(signed.storage)  # write access to the bucket, no token
+    g = group()
+    signed.write_group(g)
+    assert signed.read_group(g.path) == g and stranger.read_group(g.path) == g  # a reader without the key reads it
+    data = signed.storage.read(g.path)
+    assert json.loads(data)["hmac"] and "the-rollout-token" not in data.decode()
+
+    def refused(path: str, match: str) -> None:
+        with pytest.raises(FleetMessageError, match=match) as e:
+            signed.read_group(path)
+        assert e.value.category in (Refusal.UNSIGNED, Refusal.RENAMED)
+
+    stranger.write_group(group(seq=1))
+    refused(group(seq=1).path, "unsigned, and this run signs its files")
+    # replayed under a new sequence number: the body edited to match its new name, resealed without the key
+    body = json.loads(data)
+    body["body"]["seq"] = 2
+    raw = json.dumps(body["body"], sort_keys=True, separators=(",", ":")).encode()
+    body["sha256"] = __import__("hashlib").sha256(raw).hexdigest()
+    signed.storage.write(group(seq=2).path, json.dumps(body).encode())
+    refused(group(seq=2).path, "the signature does not match")
+    # the same file copied as it is under another name
+    signed.storage.write(group(seq=3).path, data)
+    refused(group(seq=3).path, "renamed or copied")
+    # signed with another token
+    FleetBucket(signed.storage, secret="another-token").write_group(group(seq=4))
+    refused(group(seq=4).path, "the signature does not match")
+
+
+def test_a_heartbeat_under_another_server_s_name_is_refused(tmp_path: Path) -> None:
+    bucket = FleetBucket(str(tmp_path / "bucket"), secret="t")
+    beat = Heartbeat(server_id="srv-a", boot="b00t", beat=1, state=ServerState.PRODUCING, version=3,
+                     games_per_min=2.0, groups_written=1, idle_share=0.5, updated_at=time.time())
+    bucket.storage.write("fleet/servers/srv-b.json", encode(beat, bucket.key))
+    with pytest.raises(FleetMessageError, match="holds the heartbeat of server srv-a") as e:
+        bucket.read_heartbeat("fleet/servers/srv-b.json")
+    assert e.value.category == Refusal.RENAMED
+    FleetBucket(bucket.storage).write_heartbeat(beat)  # unsigned
+    with pytest.raises(FleetMessageError, match="unsigned"):
+        bucket.read_heartbeat("fleet/servers/srv-a.json")
+
+
+def _run(**update) -> RunSettings:
+    return run_settings().model_copy(update={"vocab_size": 100, **update})
+
+
+@pytest.mark.parametrize("games, run, newest, category, match", [
+    (lambda g: g.model_copy(update={"completion_ids": [0, 1, 2, 100]}), {}, 5, Refusal.VOCABULARY,
+     "token id 100, the run's vocabulary holds 100"),
+    (lambda g: g.model_copy(update={"prompt_ids": [99] * 600}), {}, 5, Refusal.SHAPE,
+     "604 tokens, more than the run's 512"),
+    (lambda g: g.model_copy(update={"versions": [3] * 4}), {}, 5, Refusal.SHAPE, "4 replies, the run plays at most 3"),
+    (lambda g: g.model_copy(update={"completion_ids": list(range(9)), "logprobs": [-1.0] * 9, "env_mask": [1] * 9}),
+     {}, 5, Refusal.SHAPE, r"a reply holds at most 8"),
+    (lambda g: g, {}, 2, Refusal.AHEAD, "a reply of weight version 3, newer than the trainer's 2"),
+    (lambda g: g.model_copy(update={"versions": [3, 10**12]}), {}, 5, Refusal.AHEAD, "version 1000000000000"),
+    (lambda g: g, {"num_generations": 4}, 5, Refusal.SHAPE, "2 games, the run's groups hold 4"),
+    (lambda g: g, {"run_id": "run-2"}, 5, Refusal.ANOTHER_RUN, "of run run-1, not run-2"),
+])
+def test_a_group_is_checked_against_its_run(games, run, newest, category, match) -> None:
+    g = group()
+    g = g.model_copy(update={"games": [games(x) for x in g.games]})
+    with pytest.raises(FleetMessageError, match=match) as e:
+        check_group(g, _run(**run), newest, g.path)
+    assert e.value.category == category
+    check_group(group(), _run(), 3, "ok.json")  # the same group as written passes
+
+
+def test_a_group_file_is_bounded_by_its_run_s_settings() -> None:
+    run = _run()
+    limit = max_group_bytes(run)
+    assert len(encode(group())) < limit < 2 * 2 * (64 << 10 + 256 * run.max_game_tokens)
+    with pytest.raises(FleetMessageError, match="more than the") as e:
+        decode(encode(group()), GameGroup, "g.json", max_bytes=100)
+    assert e.value.category == Refusal.TOO_LARGE

@@ -41,6 +41,9 @@ class TrainerConfig:
             its closing tag take ~4 tokens and generation stops at `</guess>`; under the strict rule only the
             first word after the tag is scored, so tokens past it are prose that costs generation and
             backward time and is never scored (16 before the strict rule).
+        max_game_tokens: Most tokens of one game, prompt and completion (fleet): the run's settings tell the rollout
+            servers, which cut a game there; a group holding a longer game is refused. It bounds what one game
+            costs the trainer's step (memory grows with it) and what one group file may weigh before it is read.
         max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
             cut short as unfinished). 3 by default: each turn generates over the whole conversation
             again, so on a CPU a step of 6-turn games takes about twice as long.
@@ -88,6 +91,7 @@ class TrainerConfig:
     device: str = "cpu"
     bf16: bool = False
     max_tokens: int = 8
+    max_game_tokens: int = 2048
     max_turns: int = 3
     temperature: float = 1.0
     credit: Credit = "move"
@@ -118,6 +122,8 @@ class TrainerConfig:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.max_tokens < 1 or not 1 <= self.max_turns <= 6:
             raise ValueError(f"need max_tokens >= 1 and 1 <= max_turns <= 6, got {self.max_tokens}, {self.max_turns}")
+        if not 16 <= self.max_game_tokens <= 65_536:
+            raise ValueError(f"max_game_tokens must be in [16, 65536], got {self.max_game_tokens}")
         if self.max_staleness < 0 or self.stale_retries < 0 or self.stale_wait < 0:
             raise ValueError("max_staleness, stale_retries and stale_wait must be >= 0, got "
                              f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")

@@ -7,9 +7,15 @@ GRPOTrainer's `rollout_func`: each step it takes the step's complete groups from
 wrote them, oldest first, and waits only while fewer are ready. A group is judged on the oldest weight
 version that played any of its replies: more than `max_staleness` versions behind the trainer's, it is
 dropped and counted; the rest is corrected for being off-policy (`offpolicy.OffPolicyGRPOTrainer`).
-Files from another run, and files that are torn, corrupt or crafted, are refused and counted, never
-trained on. Whatever the trainer took, dropped or refused, it deletes; it remembers what it took, so a
-group whose deletion failed is never used twice. `FleetMonitor` reads the servers' heartbeats.
+Files from another run, and files that are torn, corrupt, crafted, unsigned (when the run signs), too large
+for the run (refused before they are read), or that do not fit the run (`wire.fleet_checks`: token ids
+beyond the vocabulary, more turns or tokens than the run plays, versions newer than the trainer's), are
+refused and counted by reason, never trained on; so is a group that meets any unexpected error on its way
+into a step: the step takes another and trains on. Whatever the trainer took, dropped or refused, it deletes;
+it remembers what it took, so a group whose deletion failed is never used twice. The groups it holds read
+but not yet taken are at most `max_pending_groups` (or a step's worth, if more), each at most
+`fleet_checks.max_group_bytes`: the memory the fleet costs the trainer is bounded whatever the bucket holds.
+`FleetMonitor` reads the servers' heartbeats.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from delta import StorageError
-from wire.fleet import FleetMessageError, GameGroup, RunSettings, RunState, Sampling, group_run
+from wire.fleet import FleetMessageError, GameGroup, Refusal, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
+from wire.fleet_checks import check_group, max_group_bytes
 from wire.liveness import HeartbeatWatch, SeenServer
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
@@ -69,6 +76,8 @@ class FleetRun:
         self.run_id = run_id or new_run_id()
         self.state = RunState.STOPPED
         self.version = 0
+        self.vocab_size: int | None = None  # the model's, once loaded (`know_vocabulary`)
+        self.sent = False
         self.unsent = False
         self.last_error: str | None = None
 
@@ -80,12 +89,20 @@ class FleetRun:
             max_pending_groups=c.pending_groups(self.ranks),
             sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
                               reply_prefix=c.reply_prefix),
+            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size,
             trainer_version=trainer_version, updated_at=time.time())
+
+    def know_vocabulary(self, size: int) -> None:
+        """The loaded model's vocabulary size (its embedding rows): from now on in the run's settings, and
+        checked on every group; the settings are written again if they were written before."""
+        self.vocab_size = size
+        if self.sent:
+            self.send(self.state, self.version)
 
     def send(self, state: RunState, trainer_version: int) -> bool:
         """Tell the servers the run's state; False when the bucket refused the write (logged, and `unsent`
         stays True until `resend` or another `send` succeeds)."""
-        self.state, self.version = state, trainer_version
+        self.state, self.version, self.sent = state, trainer_version, True
         try:
             self.bucket.write_run(self.settings(state, trainer_version))
         except (OSError, StorageError) as e:
@@ -113,9 +130,12 @@ class FleetRollouts:
         stop: Set when the session stops: ends a wait for groups.
         ranks: The trainer's ranks (`torchrun`): rank 0 takes every rank's groups from the bucket and hands each
             rank its own; the other ranks never read the bucket. Default: one rank.
+        tokenizer: The model's tokenizer: each group's tokens are decoded as TRL will decode them before the
+            group is taken into a step (a group that fails is refused, another taken). None: not tried.
 
     Attributes (read by the session and the UI from other threads):
         counts: Staleness totals (games taken, dropped, refused).
+        refused: Groups refused, by reason (`wire.fleet.Refusal`).
         histogram: Staleness of every game taken, in versions -> games.
         recent: The latest games taken, newest last.
         waiting: True while a step waits for groups; `ready` groups of `needed` are there.
@@ -124,8 +144,10 @@ class FleetRollouts:
     """
 
     def __init__(self, config: TrainerConfig, run: FleetRun, current_version: Callable[[], int],
-                 stop: threading.Event | None = None, ranks: TrainerRanks | None = None) -> None:
+                 stop: threading.Event | None = None, ranks: TrainerRanks | None = None, tokenizer: Any = None) -> None:
         self.config = config
+        self.tokenizer = tokenizer
+        self.refused: Counter[str] = Counter()
         self.ranks = ranks or TrainerRanks()
         self.run = run
         self.bucket = run.bucket
@@ -142,12 +164,14 @@ class FleetRollouts:
         self.last_step = StepRollouts()
         self.last_error: str | None = None
         self.failing = 0
-        self._queue: dict[str, GameGroup] = {}  # read, valid, not yet taken
+        self._queue: dict[str, GameGroup] = {}  # read, valid, not yet taken: at most the pending bound
+        self._deferred: dict[str, tuple[int, float, str]] = {}  # read and valid, held back for room: their age
         self._done: set[str] = set()  # taken, dropped or refused: never read again
         self._undeleted: set[str] = set()  # done, but the delete failed: retried on the next look
 
     def take(self, n: int) -> list[GameGroup]:
-        """The `n` oldest fresh groups, waiting while fewer are ready; drops stale ones on the way.
+        """The `n` oldest fresh groups, waiting while fewer are ready; drops stale ones and refuses bad ones on
+        the way (a group that fails on its way into the step is refused and another taken).
 
         Raises:
             RolloutsStopped: the session stopped while waiting.
@@ -156,38 +180,62 @@ class FleetRollouts:
         step = StepRollouts()
         self.needed = n
         poll = FIRST_POLL_S
+        taken: list[GameGroup] = []
         try:
             while True:
-                self._look(step)
-                self.ready = len(self._queue)
-                if self.ready >= n:
+                self._look(step, n)
+                refused = []
+                for group in sorted(self._queue.values(), key=_age):
+                    if len(taken) == n:
+                        break
+                    del self._queue[group.path]
+                    self._done.add(group.path)
+                    (taken if self._admit(group, step) else refused).append(group)
+                self._delete([g.path for g in refused])
+                self.ready = len(self._queue) + len(taken)
+                if len(taken) == n:
                     break
                 self.waiting = True
                 self.run.resend()
                 if self._stop.wait(poll):
                     raise RolloutsStopped("stopped while waiting for rollout groups")
                 poll = min(POLL_S, 2 * poll)
+        except RolloutsStopped:
+            for group in taken:  # not trained on: back to the queue for the next step (a stop ends the run)
+                self._done.discard(group.path)
+                self._queue[group.path] = group
+            raise
         finally:
             self.waiting = False
-        oldest = sorted(self._queue.values(), key=lambda g: (g.version, g.created_at, g.path))[:n]
         now = self.current_version()
-        for group in oldest:
-            del self._queue[group.path]
-            self._done.add(group.path)
+        for group in taken:
             step.groups.append(group.path)
             step.staleness[now - group.version] = step.staleness.get(now - group.version, 0) + len(group.games)
-        self._delete([g.path for g in oldest])
+        self._delete([g.path for g in taken])
         self.ready = len(self._queue)
         step.waited_s = time.monotonic() - start
-        games = [g for group in oldest for g in group.games]
+        games = [g for group in taken for g in group.games]
         self.histogram.update(step.staleness)
         self.counts.add(games=len(games), seen=max(step.staleness, default=0))
         self.recent.extend(games)
         self.last_step = step
-        return oldest
+        return taken
 
-    def _look(self, step: StepRollouts) -> None:
-        """List the bucket's groups; read the new ones; drop stale and refuse bad ones (deleting them)."""
+    def _admit(self, group: GameGroup, step: StepRollouts) -> bool:
+        """Try the group as the step will use it (its columns, its tokens decoded); refuse it on any error."""
+        try:
+            columns = trajectory_columns(group.games, [False] * len(group.games))
+            if self.tokenizer is not None:
+                self.tokenizer.batch_decode(columns["prompt_ids"] + columns["completion_ids"], skip_special_tokens=True)
+        except Exception as e:  # noqa: BLE001 - whatever a group does, it must not end the run
+            logger.exception("group %s failed on its way into the step; refused", group.path)
+            self._count_refusal(group.path, f"{type(e).__name__}: {e}", Refusal.UNEXPECTED, step)
+            return False
+        return True
+
+    def _look(self, step: StepRollouts, needed: int) -> None:
+        """List the bucket's groups; read the new ones, holding at most the run's pending bound (or `needed`) in
+        memory, the oldest; drop stale and refuse bad ones (deleting them)."""
         try:
             listed = self.bucket.list_groups()
             if self._undeleted:
@@ -196,46 +244,94 @@ class FleetRollouts:
             self._failed(e)
             return
         now = self.current_version()
+        settings = self.run.settings(self.run.state, now)
+        room = max(settings.max_pending_groups, needed)
         discard: list[str] = []
-        for f in listed:
-            if f.path in self._done or f.path in self._queue:
-                continue
-            if group_run(f.path) != self.run_id:
-                self._refuse(f.path, "from another run", step, discard)
-                continue
-            try:
-                group = self.bucket.read_group(f.path)
-            except FileNotFoundError:
-                continue  # deleted meanwhile (by a trainer of an earlier process)
-            except FleetMessageError as e:
-                self._refuse(f.path, e.reason, step, discard)
-                continue
-            except (OSError, StorageError) as e:
-                self._failed(e)
-                return
-            if group.run_id != self.run_id or len(group.games) != self.config.num_generations:
-                why = "from another run" if group.run_id != self.run_id else \
-                    f"{len(group.games)} games, the run's groups hold {self.config.num_generations}"
-                self._refuse(f.path, why, step, discard)
-                continue
-            self._queue[f.path] = group
-        for path, group in list(self._queue.items()):
-            if now - group.version > self.config.max_staleness:
-                logger.info("dropped group %s: %d versions behind, the bound is %d", path, now - group.version,
+        for path in self._deferred.keys() - {f.path for f in listed}:
+            del self._deferred[path]
+        try:
+            for f in listed:
+                if f.path in self._done or f.path in self._queue or f.path in self._deferred:
+                    continue
+                if group_run(f.path) != self.run_id:
+                    self._refuse(f.path, "from another run", Refusal.ANOTHER_RUN, step, discard)
+                elif (group := self._read(f.path, f.size, settings, now, step, discard)) is not None:
+                    self._hold(group, room)
+            while len(self._queue) < room and self._deferred:  # room again: the oldest held back, read again
+                path = min(self._deferred, key=self._deferred.__getitem__)
+                del self._deferred[path]
+                if (group := self._read(path, 0, settings, now, step, discard)) is not None:
+                    self._queue[path] = group
+        except (OSError, StorageError) as e:
+            self._delete(discard)
+            self._failed(e)
+            return
+        stale = [(p, k[0]) for p, k in self._deferred.items()] + [(p, g.version) for p, g in self._queue.items()]
+        for path, version in stale:
+            if now - version > self.config.max_staleness:
+                logger.info("dropped group %s: %d versions behind, the bound is %d", path, now - version,
                             self.config.max_staleness)
-                del self._queue[path]
+                self._queue.pop(path, None)
+                self._deferred.pop(path, None)
                 self._done.add(path)
                 discard.append(path)
-                step.dropped += len(group.games)
-                self.counts.add(dropped=len(group.games))
+                step.dropped += self.config.num_generations
+                self.counts.add(dropped=self.config.num_generations)
         self._delete(discard)
         self.failing = 0
 
-    def _refuse(self, path: str, reason: str, step: StepRollouts, discard: list[str]) -> None:
-        logger.warning("refused rollout group %s: %s", path, reason)
+    def _read(self, path: str, size: int, settings: RunSettings, now: int, step: StepRollouts,
+              discard: list[str]) -> GameGroup | None:
+        """The group at `path` checked against the run (refused unread when its listed `size` is more than a
+        group of the run can be), or None: refused, or deleted meanwhile.
+
+        Raises:
+            OSError, StorageError: the bucket failed.
+        """
+        limit = max_group_bytes(settings)
+        if size > limit:
+            self._refuse(path, f"{size} bytes, more than a group of this run can be ({limit})", Refusal.TOO_LARGE,
+                         step, discard)
+            return None
+        try:
+            group = self.bucket.read_group(path, limit)
+            check_group(group, settings, now, path)
+        except FileNotFoundError:
+            return None  # deleted meanwhile (by a trainer of an earlier process)
+        except FleetMessageError as e:
+            self._refuse(path, e.reason, e.category, step, discard)
+            return None
+        except (OSError, StorageError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a file must never end the run
+            logger.exception("reading group %s failed unexpectedly; refused", path)
+            self._refuse(path, f"{type(e).__name__}: {e}", Refusal.UNEXPECTED, step, discard)
+            return None
+        return group
+
+    def _hold(self, group: GameGroup, room: int) -> None:
+        """Queue `group`, keeping the `room` oldest groups in memory; a newer one is held back by its key alone
+        (read again when there is room)."""
+        if len(self._queue) < room:
+            self._queue[group.path] = group
+            return
+        newest = max(self._queue.values(), key=_age)
+        if _age(group) < _age(newest):
+            del self._queue[newest.path]
+            self._deferred[newest.path] = _age(newest)
+            self._queue[group.path] = group
+        else:
+            self._deferred[group.path] = _age(group)
+
+    def _refuse(self, path: str, reason: str, category: Refusal, step: StepRollouts, discard: list[str]) -> None:
         self._done.add(path)
         discard.append(path)
+        self._count_refusal(path, reason, category, step)
+
+    def _count_refusal(self, path: str, reason: str, category: Refusal, step: StepRollouts) -> None:
+        logger.warning("refused rollout group %s (%s): %s", path, category, reason)
         step.refused += 1
+        self.refused[str(category)] += 1
         self.counts.add(refused=1)
 
     def _delete(self, paths: list[str]) -> None:
@@ -280,6 +376,11 @@ class FleetRollouts:
         return taken[self.ranks.rank * n:(self.ranks.rank + 1) * n]
 
 
+def _age(group: GameGroup) -> tuple[int, float, str]:
+    """What "oldest first" sorts groups by: the oldest weights that played them, then when they were written."""
+    return group.version, group.created_at, group.path
+
+
 class FleetMonitor:
     """Reads the rollout servers' heartbeats in a thread of its own, for `/status` and the UI.
 
@@ -312,6 +413,10 @@ class FleetMonitor:
     def servers(self) -> list[FleetServer]:
         """The servers seen, by id (a consistent snapshot)."""
         return self._servers
+
+    def refused(self) -> dict[str, int]:
+        """Heartbeat files refused so far, by reason (`wire.fleet.Refusal`), each file once per reason."""
+        return dict(self._watch.refused)
 
     def refresh(self) -> None:
         """Read the heartbeats once (the thread calls this every `interval`)."""

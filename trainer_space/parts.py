@@ -90,7 +90,8 @@ class TrainerParts:
                                         world=ranks.world, master_of=lambda model: master_tensors(model, c.model))
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
-            self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks)
+            fleet.know_vocabulary(self.model.get_input_embeddings().num_embeddings)
+            self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks, self.tokenizer)
         elif client is not None:
             self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
         else:

@@ -88,7 +88,7 @@ class TrainingSession:
         self.monitor: FleetMonitor | None = None
         self._fleet: FleetRun | None = None  # every rank's: whose groups count
         if config.fleet:
-            bucket = FleetBucket(config.bucket)
+            bucket = FleetBucket(config.bucket, secret=config.rollout_token)  # signed when a rollout token is set
             self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
             if self.ranks.main:
                 self.fleet_run = self._fleet
@@ -253,6 +253,9 @@ class TrainingSession:
             mode="fleet" if self.config.fleet else "request",
             rollout_url=self.config.rollout_url,
             run_id=self.fleet_run.run_id if self.fleet_run is not None else None,
+            groups_refused=dict(fleet.refused) if fleet is not None else {},
+            heartbeats_refused=self.monitor.refused() if self.monitor is not None else {},
+            signed=self.fleet_run is not None and self.fleet_run.bucket.signed,
             waiting_for_rollouts=fleet.waiting if fleet is not None else False,
             groups_ready=fleet.ready if fleet is not None else 0,
             groups_needed=self.config.groups_per_step,

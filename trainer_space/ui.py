@@ -77,10 +77,21 @@ def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
     """How stale the games trained on were, and what was done with the rest."""
     if status.mode == "fleet":
         return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
-                f"{stale.max_seen} versions behind), {stale.dropped} dropped as too stale, {stale.refused} groups "
-                "refused (another run, torn or invalid)")
+                f"{stale.max_seen} versions behind), {stale.dropped} dropped as too stale, "
+                f"{_refusals(stale.refused, status.groups_refused, 'group')}; "
+                f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}"
+                f" · files {'signed (rollout token)' if status.signed else 'unsigned (no rollout token)'}")
     return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
             f"{stale.replayed} replayed, {stale.dropped} dropped")
+
+
+def _refusals(total: int, by_reason: dict[str, int], what: str) -> str:
+    """"3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary)", or "no groups refused"
+    (`what` in the singular)."""
+    if not total:
+        return f"no {what}s refused"
+    reasons = ", ".join(f"{n} {html.escape(reason)}" for reason, n in sorted(by_reason.items(), key=lambda r: -r[1]))
+    return f"{total} {what}{'s' if total > 1 else ''} refused ({reasons})"
 
 
 def fleet_html(servers: Sequence[FleetServer]) -> str:

@@ -10,13 +10,19 @@ Three kinds of file, each JSON, each committed whole by one `Storage.write` (see
 - `Heartbeat` (``fleet/servers/<server>.json``), written by each rollout server every few seconds.
 
 On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash
-of the body's canonical JSON (sorted keys, no spaces), so a file damaged in storage or crafted by hand
-is refused by `decode` before anything reads its body. Pydantic only: light to import.
+of the body's canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode`
+before anything reads its body. When the run has a secret that only the trainer and its rollout servers
+know (the rollout token), the envelope also carries ``"hmac"``: HMAC-SHA256 of the kind and the body under a
+key derived from it (`fleet_key`), so a file written by anyone else with access to the bucket, or one whose
+body was edited (another sequence number, another server's id), is refused too. The body is then read
+strictly: a number is a JSON number of the field's type (never a string such as "NaN", never a bool for an
+int), every value within its bounds. Pydantic only: light to import.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from enum import Enum
@@ -24,10 +30,13 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .trajectory import Trajectory
+from .trajectory import MAX_VERSION, Trajectory
 
-#: Largest message file read: a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
+#: Largest message file read at all (a group is held to a tighter bound from its run's settings:
+#: `fleet_checks.max_group_bytes`): a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
 MAX_MESSAGE_BYTES = 64 << 20
+#: Largest integer a counter or id field holds (JSON numbers beyond 2**53 lose precision elsewhere).
+MAX_COUNT = 2**53
 #: What a server id and a run id may hold: they become parts of bucket paths.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
@@ -36,13 +45,38 @@ GROUPS_PREFIX = "fleet/groups/"
 SERVERS_PREFIX = "fleet/servers/"
 
 
-class FleetMessageError(ValueError):
-    """A fleet file that is not a whole, valid message of the kind expected (torn, corrupt, crafted)."""
+class Refusal(str, Enum):
+    """Why a fleet file was refused: what the trainer counts refusals by (`/status`, its page)."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    ANOTHER_RUN = "another run"
+    DAMAGED = "torn or corrupt"
+    UNSIGNED = "unsigned or forged"
+    TOO_LARGE = "too large"
+    INVALID = "invalid fields"
+    VOCABULARY = "token id out of the vocabulary"
+    SHAPE = "not the run's shape"
+    AHEAD = "version ahead of the trainer"
+    RENAMED = "renamed or copied"
+    UNEXPECTED = "unexpected error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FleetMessageError(ValueError):
+    """A fleet file that is not a whole, valid message of the kind expected (torn, corrupt, crafted).
+
+    Attributes:
+        path: The file.
+        reason: What was wrong, in words.
+        category: The `Refusal` it is counted under.
+    """
+
+    def __init__(self, path: str, reason: str, category: Refusal = Refusal.INVALID) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+        self.category = category
 
 
 class RunState(str, Enum):
@@ -62,7 +96,8 @@ class Sampling(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_tokens: int = Field(ge=1, le=4096, description="Most tokens per reply")
-    temperature: float = Field(gt=0, le=10, description="Sampling temperature (> 0: a group needs different games)")
+    temperature: float = Field(gt=0, le=10, allow_inf_nan=False,
+                               description="Sampling temperature (> 0: a group needs different games)")
     max_turns: int = Field(ge=1, le=6, description="Replies per game before it is cut")
     reply_prefix: str = Field(max_length=64, description="Text that opens each reply, written for the policy")
 
@@ -76,12 +111,18 @@ class RunSettings(BaseModel):
     state: RunState
     num_generations: int = Field(ge=2, le=64, description="Games per group, all on one seed (GRPO's group)")
     groups_per_step: int = Field(ge=1, le=256, description="Groups one optimizer step trains on")
-    max_staleness: int = Field(ge=0, description="Most versions a game's oldest reply may lag the trainer")
-    max_pending_groups: int = Field(ge=1, description="Back-pressure: servers stop producing while this many "
-                                                      "groups of the run wait in the bucket")
+    max_staleness: int = Field(ge=0, le=10_000, description="Most versions a game's oldest reply may lag the trainer")
+    max_pending_groups: int = Field(ge=1, le=4096, description="Back-pressure: servers stop producing while this "
+                                                               "many groups of the run wait in the bucket")
     sampling: Sampling
-    trainer_version: int = Field(ge=0, description="The trainer's weight version when this was written")
-    updated_at: float = Field(description="Unix time on the trainer's clock (informational)")
+    max_game_tokens: int = Field(ge=16, le=65_536, description="Most tokens of one game, prompt and completion: "
+                                                               "servers cut a game there, the trainer refuses "
+                                                               "longer ones")
+    vocab_size: int | None = Field(None, ge=1, le=2**24, description="Token ids of the run's model are below it "
+                                                                     "(None until the trainer loaded its model)")
+    trainer_version: int = Field(ge=0, le=MAX_VERSION, description="The trainer's weight version when this was "
+                                                                   "written")
+    updated_at: float = Field(allow_inf_nan=False, description="Unix time on the trainer's clock (informational)")
 
 
 class GameGroup(BaseModel):
@@ -92,11 +133,12 @@ class GameGroup(BaseModel):
     run_id: str = Field(pattern=ID_PATTERN)
     server_id: str = Field(pattern=ID_PATTERN)
     boot: str = Field(pattern=ID_PATTERN, description="The server process's start id (a restart gets a new one)")
-    seq: int = Field(ge=0, description="The group's number within the server process")
-    seed: int = Field(description="The env seed every game of the group was played on")
+    seq: int = Field(ge=0, le=MAX_COUNT, description="The group's number within the server process")
+    seed: int = Field(ge=-(2**63), lt=2**63, description="The env seed every game of the group was played on")
     games: list[Trajectory] = Field(min_length=1, max_length=64)
-    played_s: float = Field(ge=0, description="Seconds the batch holding this group took to play")
-    created_at: float = Field(description="Unix time on the server's clock (informational)")
+    played_s: float = Field(ge=0, le=10**7, allow_inf_nan=False,
+                            description="Seconds the batch holding this group took to play")
+    created_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
 
     @model_validator(mode="after")
     def _games_are_whole(self) -> GameGroup:
@@ -146,16 +188,18 @@ class Heartbeat(BaseModel):
 
     server_id: str = Field(pattern=ID_PATTERN)
     boot: str = Field(pattern=ID_PATTERN)
-    beat: int = Field(ge=0, description="Counts up with every heartbeat: a reader sees the server alive while it "
-                                        "changes, on the reader's own clock")
-    run_id: str | None = Field(None, description="The run it produces for")
+    beat: int = Field(ge=0, le=MAX_COUNT, description="Counts up with every heartbeat: a reader sees the server "
+                                                      "alive while it changes, on the reader's own clock")
+    run_id: str | None = Field(None, pattern=ID_PATTERN, description="The run it produces for")
     state: ServerState
-    version: int = Field(ge=0, description="The weight version it serves")
-    games_per_min: float = Field(ge=0, description="Games written per minute, over the last minutes")
-    groups_written: int = Field(ge=0, description="Groups written since it started")
-    idle_share: float = Field(ge=0, le=1, description="Share of its time since start with nothing to play")
+    version: int = Field(ge=0, le=MAX_VERSION, description="The weight version it serves")
+    games_per_min: float = Field(ge=0, le=10**6, allow_inf_nan=False,
+                                 description="Games written per minute, over the last minutes")
+    groups_written: int = Field(ge=0, le=MAX_COUNT, description="Groups written since it started")
+    idle_share: float = Field(ge=0, le=1, allow_inf_nan=False,
+                              description="Share of its time since start with nothing to play")
     last_error: str | None = Field(None, max_length=2000)
-    updated_at: float = Field(description="Unix time on the server's clock (informational)")
+    updated_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
 
 
 Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat)
@@ -179,42 +223,77 @@ def server_path(server_id: str) -> str:
     return f"{SERVERS_PREFIX}{server_id}.json"
 
 
+def fleet_key(secret: str) -> bytes:
+    """The key that signs a run's fleet files, derived from a secret the trainer and its rollout servers share
+    (the rollout token): a key of its own, so a signature never reveals or stands for the token itself."""
+    return hmac.new(secret.encode(), b"delta-fleet-signing/1", hashlib.sha256).digest()
+
+
 def _canonical(body: object) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
-def encode(message: BaseModel) -> bytes:
-    """The file form of `message`: the envelope with its kind and the hash of its body."""
+def _signature(key: bytes, kind: str, raw: bytes) -> str:
+    return hmac.new(key, kind.encode() + b"\n" + raw, hashlib.sha256).hexdigest()
+
+
+def encode(message: BaseModel, key: bytes | None = None) -> bytes:
+    """The file form of `message`: the envelope with its kind, the hash of its body and, with `key`, its
+    signature."""
     body = message.model_dump(mode="json")
     raw = _canonical(body)
-    return _canonical({"kind": _KINDS[type(message)], "sha256": hashlib.sha256(raw).hexdigest(), "body": body})
+    kind = _KINDS[type(message)]
+    envelope = {"kind": kind, "sha256": hashlib.sha256(raw).hexdigest(), "body": body}
+    if key is not None:
+        envelope["hmac"] = _signature(key, kind, raw)
+    return _canonical(envelope)
 
 
-def decode(data: bytes, kind: type[Message], path: str = "<message>") -> Message:
-    """The message in `data`, checked: size, JSON, kind, hash of the body, then every field.
+def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes | None = None,
+           max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """The message in `data`, checked: size, JSON, kind, hash of the body, signature (with `key`), then every
+    field, strictly (JSON types as the fields say, values within their bounds).
+
+    Args:
+        key: The run's signing key (`fleet_key`): the file must carry a valid signature. None: a signature, if
+            any, is not checked (the reader has no secret to check it with).
+        max_bytes: Larger files are refused before parsing.
 
     Raises:
-        FleetMessageError: any check failed; the message names the file and what was wrong.
+        FleetMessageError: any check failed; the message names the file and what was wrong, its `category`
+            what it is counted as.
     """
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise FleetMessageError(path, f"{len(data)} bytes, more than the {MAX_MESSAGE_BYTES} a message may hold")
+    if len(data) > max_bytes:
+        raise FleetMessageError(path, f"{len(data)} bytes, more than the {max_bytes} a message may hold here",
+                                Refusal.TOO_LARGE)
     try:
         envelope = json.loads(data)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise FleetMessageError(path, f"not whole JSON (torn or corrupt): {e}") from None
-    if not isinstance(envelope, dict) or set(envelope) != {"kind", "sha256", "body"}:
-        raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256 and body")
+        raise FleetMessageError(path, f"not whole JSON (torn or corrupt): {e}", Refusal.DAMAGED) from None
+    if not isinstance(envelope, dict) or not {"kind", "sha256", "body"} <= set(envelope) <= {"kind", "sha256", "body",
+                                                                                              "hmac"}:
+        raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256, body (and hmac)",
+                                Refusal.DAMAGED)
     expected: Literal["fleet-run/1", "fleet-group/1", "fleet-heartbeat/1"] = _KINDS[kind]  # type: ignore[assignment]
     if envelope["kind"] != expected:
         raise FleetMessageError(path, f"kind {str(envelope['kind'])[:40]!r}, expected {expected!r}")
     try:
-        digest = hashlib.sha256(_canonical(envelope["body"])).hexdigest()
+        raw = _canonical(envelope["body"])
     except (TypeError, ValueError, RecursionError) as e:
         raise FleetMessageError(path, f"body cannot be hashed: {e}") from None
-    if digest != envelope["sha256"]:
-        raise FleetMessageError(path, "the body does not match its sha256 (corrupt or edited)")
+    if hashlib.sha256(raw).hexdigest() != envelope["sha256"]:
+        raise FleetMessageError(path, "the body does not match its sha256 (corrupt or edited)", Refusal.DAMAGED)
+    if key is not None:
+        signature = envelope.get("hmac")
+        if not isinstance(signature, str):
+            raise FleetMessageError(path, "unsigned, and this run signs its files (the rollout token): written by "
+                                          "someone without it, or by a server started without --token", Refusal.UNSIGNED)
+        if not hmac.compare_digest(signature, _signature(key, expected, raw)):
+            raise FleetMessageError(path, "the signature does not match: forged or edited, or signed with another "
+                                          "rollout token", Refusal.UNSIGNED)
+    del envelope  # the body is read again from `raw`, strictly: hold one parse at a time
     try:
-        return kind.model_validate(envelope["body"])
+        return kind.model_validate_json(raw, strict=True)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"

@@ -2,8 +2,8 @@
 
 Atomicity is the storage backend's: a local folder writes a temporary file and renames it, S3 and
 Hugging Face buckets replace an object whole on upload. So a reader sees a message whole or not at
-all; `decode` still checks each one (its hash, every field), since a bucket is shared and files can
-be damaged or crafted. Who writes and who deletes:
+all; `decode` still checks each one (its hash, its signature when the run signs, every field), since a
+bucket is shared and files can be damaged or crafted. Who writes and who deletes:
 
 | file | written by | deleted by |
 |---|---|---|
@@ -17,8 +17,8 @@ from __future__ import annotations
 from delta.storage import Storage, StoredFile, open_storage
 
 from .fleet import (
-    GROUPS_PREFIX, RUN_PATH, SERVERS_PREFIX, FleetMessageError, GameGroup, Heartbeat, RunSettings, decode, encode,
-    server_path,
+    GROUPS_PREFIX, MAX_MESSAGE_BYTES, RUN_PATH, SERVERS_PREFIX, FleetMessageError, GameGroup, Heartbeat, Refusal,
+    RunSettings, decode, encode, fleet_key, server_path,
 )
 
 
@@ -28,13 +28,21 @@ class FleetBucket:
 
     Args:
         bucket: A bucket URL (as `delta.open_storage` takes) or an open `Storage`.
+        secret: The run's shared secret (the rollout token), or None. With it every file written is signed,
+            and every file read must carry a valid signature (`wire.fleet.decode`).
 
     Raises (every method): as `delta.storage.Storage` (FileNotFoundError is handled where a file may be
     missing), and `wire.fleet.FleetMessageError` for a file that is not a valid message.
     """
 
-    def __init__(self, bucket: str | Storage) -> None:
+    def __init__(self, bucket: str | Storage, secret: str | None = None) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
+        self.key = fleet_key(secret) if secret else None
+
+    @property
+    def signed(self) -> bool:
+        """Whether this bucket's files are signed (a secret was given)."""
+        return self.key is not None
 
     @property
     def url(self) -> str:
@@ -43,7 +51,7 @@ class FleetBucket:
     # -- the run (the trainer writes, the servers read) -----------------------------------------------
 
     def write_run(self, run: RunSettings) -> None:
-        self.storage.write(RUN_PATH, encode(run))
+        self.storage.write(RUN_PATH, encode(run, self.key))
 
     def read_run(self) -> RunSettings | None:
         """The run settings, or None while no trainer has written any."""
@@ -51,24 +59,26 @@ class FleetBucket:
             data = self.storage.read(RUN_PATH)
         except FileNotFoundError:
             return None
-        return decode(data, RunSettings, RUN_PATH)
+        return decode(data, RunSettings, RUN_PATH, self.key)
 
     # -- groups (the servers write, the trainer reads and deletes) -------------------------------------
 
     def write_group(self, group: GameGroup) -> str:
         """Commit one group; returns its path."""
-        self.storage.write(group.path, encode(group))
+        self.storage.write(group.path, encode(group, self.key))
         return group.path
 
     def list_groups(self) -> list[StoredFile]:
         """Every group file in the bucket, of any run, sorted by path."""
         return self.storage.list(GROUPS_PREFIX)
 
-    def read_group(self, path: str) -> GameGroup:
-        """The group at `path`, checked; FileNotFoundError when it was deleted meanwhile."""
-        group = decode(self.storage.read(path), GameGroup, path)
+    def read_group(self, path: str, max_bytes: int = MAX_MESSAGE_BYTES) -> GameGroup:
+        """The group at `path`, checked (larger than `max_bytes`: refused unparsed); FileNotFoundError when it
+        was deleted meanwhile."""
+        group = decode(self.storage.read(path), GameGroup, path, self.key, max_bytes)
         if group.path != path:
-            raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand")
+            raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand",
+                                    Refusal.RENAMED)
         return group
 
     def delete(self, paths: list[str]) -> None:
@@ -77,10 +87,15 @@ class FleetBucket:
     # -- heartbeats (each server writes its own, the trainer reads them all) ---------------------------
 
     def write_heartbeat(self, beat: Heartbeat) -> None:
-        self.storage.write(server_path(beat.server_id), encode(beat))
+        self.storage.write(server_path(beat.server_id), encode(beat, self.key))
 
     def list_heartbeats(self) -> list[StoredFile]:
         return self.storage.list(SERVERS_PREFIX)
 
     def read_heartbeat(self, path: str) -> Heartbeat:
-        return decode(self.storage.read(path), Heartbeat, path)
+        """The heartbeat at `path`, checked: also that it is the file of the server it names."""
+        beat = decode(self.storage.read(path), Heartbeat, path, self.key)
+        if server_path(beat.server_id) != path:
+            raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
+                                          "server's name", Refusal.RENAMED)
+        return beat

@@ -1,14 +1,17 @@
 """Which rollout servers are alive, for the trainer's fleet table and for each server's share of the work.
 
-A server is alive while the `beat` of its heartbeat keeps changing, judged on the reader's own clock: the
+A server is alive while the `beat` of its heartbeat keeps counting up, judged on the reader's own clock: the
 servers' clocks may differ from the reader's, so `updated_at` is shown, never trusted. A heartbeat seen
-for the first time counts as a change (a reader that just started gives every server `GONE_AFTER_S`).
+for the first time counts as a change (a reader that just started gives every server `GONE_AFTER_S`); an
+older beat of the same server process (a heartbeat copied back) does not. A heartbeat that is refused (torn,
+unsigned, written under another server's name) is skipped and counted by reason, once per file and reason.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from .fleet import FleetMessageError, Heartbeat
@@ -42,27 +45,37 @@ class HeartbeatWatch:
 
     def __init__(self, bucket: FleetBucket) -> None:
         self.bucket = bucket
-        self._seen: dict[str, tuple[int, float]] = {}  # path -> (beat, when it last changed)
+        self._seen: dict[str, tuple[str, int, float]] = {}  # path -> (boot, beat, when it last counted up)
+        self._bad: dict[str, str] = {}  # path -> the reason it was last refused for
+        self.refused: Counter[str] = Counter()  # refusals by `wire.fleet.Refusal`
 
     def read(self) -> list[SeenServer]:
-        """Every readable heartbeat, by path; an unreadable one is logged and skipped.
+        """Every readable heartbeat, by path; an unreadable one is logged, counted and skipped.
 
         Raises:
             OSError, delta.errors.StorageError: listing the bucket failed.
         """
         now = time.monotonic()
         seen = []
-        for f in self.bucket.list_heartbeats():
+        listed = self.bucket.list_heartbeats()
+        for path in self._bad.keys() - {f.path for f in listed}:
+            del self._bad[path]
+        for f in listed:
             try:
                 beat = self.bucket.read_heartbeat(f.path)
             except FileNotFoundError:
                 continue
             except FleetMessageError as e:
-                logger.warning("unreadable heartbeat %s", e)
+                if self._bad.get(f.path) != e.reason:
+                    self._bad[f.path] = e.reason
+                    self.refused[str(e.category)] += 1
+                    logger.warning("refused heartbeat %s", e)
                 continue
+            self._bad.pop(f.path, None)
             old = self._seen.get(f.path)
-            since = now if old is None or old[0] != beat.beat else old[1]
-            self._seen[f.path] = (beat.beat, since)
+            counted_up = old is None or old[0] != beat.boot or beat.beat > old[1]
+            boot, number, since = (beat.boot, beat.beat, now) if counted_up else old
+            self._seen[f.path] = (boot, number, since)
             seen.append(SeenServer(f.path, beat, now - since))
         return seen
 

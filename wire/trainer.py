@@ -87,6 +87,15 @@ class TrainerStatus(BaseModel):
                                   "(POST /rollout to one rollout server)")
     rollout_url: str | None = Field(description="The rollout server asked for games (request mode); None in a fleet")
     run_id: str | None = Field(description="The fleet run this trainer process writes (None in request mode)")
+    groups_refused: dict[str, int] = Field({}, description="Game groups refused (fleet), by reason: another run, torn "
+                                                           "or corrupt, unsigned or forged, too large, invalid fields, "
+                                                           "token id out of the vocabulary, not the run's shape, "
+                                                           "version ahead of the trainer, renamed or copied, "
+                                                           "unexpected error")
+    heartbeats_refused: dict[str, int] = Field({}, description="Heartbeat files refused (fleet), by reason, each file "
+                                                               "once per reason")
+    signed: bool = Field(False, description="The fleet's files are signed with a key from the rollout token (fleet): "
+                                            "unsigned or forged ones are refused")
     waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
     groups_ready: int = Field(description="Valid, fresh groups waiting in the bucket, as last seen (fleet)")
     groups_needed: int = Field(description="Groups one step takes")

@@ -6,7 +6,20 @@ the game groups the rollout servers write to the bucket (`wire.fleet`). Pydantic
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field, computed_field
+
+#: Bounds of what a game may hold, whoever wrote it (the fleet's files are written by strangers): token ids fit
+#: an int32 embedding index (the run's vocabulary bounds them further, `wire.fleet_checks`), a log-probability
+#: is finite and at most 0, a reward finite and at most `MAX_REWARD` in size (the env's rewards are a few units).
+MAX_TOKEN_ID = 2**31 - 1
+MAX_REWARD = 1000.0
+MAX_VERSION = 2**53
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
+Reward = Annotated[float, Field(ge=-MAX_REWARD, le=MAX_REWARD, allow_inf_nan=False)]
+Version = Annotated[int, Field(ge=0, le=MAX_VERSION)]
 
 
 class Trajectory(BaseModel):
@@ -15,16 +28,16 @@ class Trajectory(BaseModel):
     `games.play_games` fills it turn by turn (so it is not frozen); once returned it is not changed.
     """
 
-    prompt_ids: list[int] = Field(description="The chat-templated instructions, ending with the assistant's turn "
+    prompt_ids: list[TokenId] = Field(description="The chat-templated instructions, ending with the assistant's turn "
                                               "opening (and the reply prefix)")
     episode_id: str = Field(description="The env's name for the game")
-    completion_ids: list[int] = Field([], description="Every reply and the env's feedback between replies, "
+    completion_ids: list[TokenId] = Field([], description="Every reply and the env's feedback between replies, "
                                                       "concatenated, token for token as the model saw them")
-    logprobs: list[float] = Field([], description="Per completion token, its log-probability under the policy "
+    logprobs: list[LogProb] = Field([], description="Per completion token, its log-probability under the policy "
                                                   "(0.0 on env tokens)")
     env_mask: list[int] = Field([], description="Per completion token, 1 if the model produced it, 0 if the env did")
-    reward: float = Field(0.0, description="The env's total reward for the game")
-    turn_rewards: list[float] = Field([], description="The env's reward for each reply")
+    reward: Reward = Field(0.0, description="The env's total reward for the game")
+    turn_rewards: list[Reward] = Field([], description="The env's reward for each reply")
     won: bool = Field(False, description="Whether the policy found the word")
     guesses: list[str] = Field([], description="The word of each reply ('' when the move was invalid)")
     errors: list[str] = Field([], description="The env's reason for each invalid move ('' for a scored guess)")
@@ -33,10 +46,10 @@ class Trajectory(BaseModel):
     marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
     replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
                                                "env scored)")
-    invalid_moves: int = Field(0, description="The env's count of invalid moves (the env is the one record of a "
-                                              "game's result)")
+    invalid_moves: int = Field(0, ge=0, le=1000, description="The env's count of invalid moves (the env is the "
+                                                             "one record of a game's result)")
     secret: str = Field("", description="The word ('' if the game ended unfinished, before the env revealed it)")
-    versions: list[int] = Field([], description="The weight version of each reply")
+    versions: list[Version] = Field([], description="The weight version of each reply")
     finished: bool = Field(False, description="False if the game was cut (max_turns or the model's context "
                                               "length) before the env ended it")
 

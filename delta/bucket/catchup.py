@@ -61,24 +61,29 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
     def usable(files: tuple[FileRef, ...]) -> bool:
         return bool(files) and not any(f.path in avoid for f in files)
 
-    # suffix[v] = bytes of deltas v+1..target, or None if one of them is unusable.
-    deltas: dict[int, int | None] = {target: 0}
+    # deltas[v - first] = bytes of the deltas v+1..target, or None if one of them is unusable: one pass.
+    deltas: list[int | None] = [None] * (target - first + 1)
+    deltas[-1] = 0
     for v in range(target, first, -1):
         entry = manifest.get(v)
-        ok = deltas[v] is not None and usable(entry.delta) and entry.base_version == v - 1
-        deltas[v - 1] = deltas[v] + entry.delta_bytes if ok else None
+        if not (usable(entry.delta) and entry.base_version == v - 1):
+            break
+        deltas[v - 1 - first] = deltas[v - first] + entry.delta_bytes
 
-    routes: list[tuple[int, int, list[Step]]] = []
-    if have is not None and have_hash is not None and first <= have < target and deltas.get(have) is not None:
+    # Each candidate start costs O(1) to price; only the cheapest is spelled out as steps.
+    best: tuple[int, int, int, str] | None = None  # (bytes, steps, start version, "delta" | "anchor")
+    if have is not None and have_hash is not None and first <= have < target and deltas[have - first] is not None:
         if manifest.get(have + 1).base_hash == have_hash:
-            steps = [Step(manifest.get(v), "delta") for v in range(have + 1, target + 1)]
-            routes.append((deltas[have], len(steps), steps))
+            best = (deltas[have - first], target - have, have, "delta")
     for anchor in manifest.anchors():
-        if anchor.version <= target and usable(anchor.anchor) and deltas.get(anchor.version) is not None:
-            steps = [Step(anchor, "anchor")] + [Step(manifest.get(v), "delta")
-                                                for v in range(anchor.version + 1, target + 1)]
-            routes.append((anchor.anchor_bytes + deltas[anchor.version], len(steps), steps))
-    if not routes:
+        if anchor.version <= target and usable(anchor.anchor) and deltas[anchor.version - first] is not None:
+            route = (anchor.anchor_bytes + deltas[anchor.version - first], target - anchor.version + 1,
+                     anchor.version, "anchor")
+            if best is None or route[:2] < best[:2]:
+                best = route
+    if best is None:
         raise NoPathError(f"no usable route to version {target} from {have}: every route crosses a bad or "
                           f"missing file (avoided: {sorted(avoid)[:3]}); wait for a newer anchor", target=target)
-    return min(routes, key=lambda r: (r[0], r[1]))[2]
+    _, _, start, via = best
+    steps = [Step(manifest.get(start), "anchor")] if via == "anchor" else []
+    return steps + [Step(manifest.get(v), "delta") for v in range(start + 1, target + 1)]

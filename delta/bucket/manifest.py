@@ -14,7 +14,7 @@ Layout of a manifest (keys sorted, one JSON object):
      "shards": null | [[tensor names of rank 0], [names of rank 1], ...],
      "pieces": {NAME: {"shape": [16, 64], "dim": 0, "slices": [[PIECE, start, stop], ...]}, ...},  (format_version 2)
      "versions": [{"version": 7, "kind": "anchor" | "delta", "base_version": 6 | null,
-                   "base_hash": "xxh3-128:..." | null, "state_hash": "xxh3-128:...",
+                   "base_hash": "sum128:..." | null, "state_hash": "sum128:...",
                    "delta": [FILE, ...], "anchor": [FILE, ...], "published_at": 1764000000.0 | null}, ...]}
     FILE = {"path": "versions/00000007-1a2b3c4d/delta-r00000.safetensors", "size": 123,
             "sha256": "<hex>", "rank": 0}
@@ -27,6 +27,11 @@ a manifest share its `shards` and `pieces`: a publisher that changes them starts
 
 An anchor version carries its full snapshot (`anchor`, sharded) and, when it has a predecessor, also
 the delta from it (`delta`), so readers that follow live never download an anchor.
+
+A manifest is written by whoever can write to the bucket: `Manifest.from_json` reads it strictly (every
+field's JSON type and range, `_fields`; state hashes of the form `STATE_HASH`) and checks each version's files
+as a whole (`_whole`); what fails is refused in one line, and `read_manifest` falls back to the manifest
+before it.
 """
 
 from __future__ import annotations
@@ -34,19 +39,32 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from ..errors import DeltaFormatError, IntegrityError
 from ..storage import Storage
+from ._fields import array, integer, loads, number, obj, optional_integer, shown, text
+from ._whole import check_manifest
 from .pieces import Sharded, check_layout
+
+T = TypeVar("T")
 
 MANIFEST_FORMAT = "delta-weights-manifest"
 MANIFEST_FORMAT_VERSION = 2  # written when the manifest has `pieces`; otherwise 1, which older readers read
 _READABLE_VERSIONS = (1, 2)
 MANIFEST_DIR = "manifests/"
 VERSIONS_DIR = "versions/"
-_MANIFEST_NAME = re.compile(r"^manifests/(\d{10})\.json$")
-_VERSION_DIR = re.compile(r"^versions/(\d{8})-[0-9a-f]+/")
+_MANIFEST_NAME = re.compile(r"manifests/([0-9]{10})\.json")
+_VERSION_DIR = re.compile(r"versions/([0-9]{8})-[0-9a-f]+/")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: What a state hash looks like: a scheme (lowercase letters, digits, dashes) and its hex digest, such as
+#: ``sum128:<32 hex digits>`` (``xxh3-128:`` in buckets of format 2). The one place the form is defined: readers refuse a manifest whose hashes
+#: do not match it, and treat the hashes as opaque strings otherwise.
+STATE_HASH = re.compile(r"[a-z0-9-]{1,32}:[0-9a-f]{32,64}")
+#: The largest manifest read (a manifest lists every retained version: ~700 bytes per anchor version).
+MAX_MANIFEST_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -179,41 +197,82 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, path: str | None = None) -> Manifest:
-        """Parse and check a manifest.
+        """Parse and check a manifest: every field's JSON type and range (canonical integers, hashes in
+        their pattern), consecutive versions, and each version's files as a whole (`_whole.check_version`).
 
         Raises:
-            DeltaFormatError: not a manifest, an unsupported format version, or malformed fields.
+            DeltaFormatError: not a manifest, an unsupported format version, or malformed fields (one line).
         """
         try:
-            body = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DeltaFormatError(f"manifest is not valid JSON (torn write?): {e}", path=path) from e
-        if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT:
-            raise DeltaFormatError(f"not a {MANIFEST_FORMAT} file", path=path)
-        if body.get("format_version") not in _READABLE_VERSIONS:
-            raise DeltaFormatError(f"manifest format version {body.get('format_version')!r} is not supported "
-                                   f"(supports {_READABLE_VERSIONS}); upgrade the `delta` package", path=path)
-        try:
-            versions = tuple(
-                VersionEntry(
-                    version=int(v["version"]), kind=str(v["kind"]), base_version=v["base_version"],
-                    base_hash=v["base_hash"], state_hash=str(v["state_hash"]),
-                    delta=tuple(FileRef(**f) for f in v["delta"]), anchor=tuple(FileRef(**f) for f in v["anchor"]),
-                    published_at=None if v.get("published_at") is None else float(v["published_at"]))
-                for v in body["versions"])
-            shards = None if body["shards"] is None else tuple(tuple(s) for s in body["shards"])
-            pieces = {str(n): Sharded.from_json(b) for n, b in body["pieces"].items()} if body.get("pieces") else None
-            manifest = cls(int(body["commit"]), versions, shards, pieces)
-        except (KeyError, TypeError, ValueError) as e:
-            raise DeltaFormatError(f"manifest is malformed: {e!r}", path=path) from e
-        try:
-            check_layout(manifest.pieces or {}, manifest.shards)
+            return _parse(loads(data, "manifest"))
         except DeltaFormatError as e:
-            raise e.at(path) from e
-        numbers = [v.version for v in versions]
-        if numbers and numbers != list(range(numbers[0], numbers[0] + len(numbers))):
-            raise DeltaFormatError(f"manifest versions are not consecutive: {numbers}", path=path)
-        return manifest
+            raise e.at(path) from None
+
+
+def _parse(body: Any) -> Manifest:
+    if type(body) is not dict or body.get("format") != MANIFEST_FORMAT:
+        raise DeltaFormatError(f"not a {MANIFEST_FORMAT} file")
+    format_version = body.get("format_version")
+    if type(format_version) is not int or format_version not in _READABLE_VERSIONS:
+        raise DeltaFormatError(f"manifest format version {shown(format_version)} is not supported "
+                               f"(supports {_READABLE_VERSIONS}); upgrade the `delta` package")
+    obj(body, "manifest", ("commit", "shards", "versions"))
+    shards = None
+    if body["shards"] is not None:
+        shards = _each(body["shards"], "shards", lambda names: _each(names, "", lambda n: text(n, "", 1024)))
+    layout = None
+    if body.get("pieces"):
+        layout = {text(n, "a pieces name", 1024): Sharded.from_json(b, n)
+                  for n, b in obj(body["pieces"], "pieces").items()}
+    world = len(shards) if shards is not None else 1
+    versions = _each(body["versions"], "versions", lambda v: _entry(v, world))
+    manifest = Manifest(integer(body["commit"], "commit"), versions, shards, layout)
+    check_layout(manifest.pieces or {}, manifest.shards)
+    check_manifest(manifest.shards, manifest.versions)
+    return manifest
+
+
+def _each(items: Any, where: str, parse: Callable[[Any], T]) -> tuple[T, ...]:
+    """Each element of the JSON array `items` parsed; an error names the element's place (built only then: a
+    manifest of thousands of versions parses without formatting a name per field)."""
+    out = []
+    for i, item in enumerate(array(items, where or "an element")):
+        try:
+            out.append(parse(item))
+        except DeltaFormatError as e:
+            raise DeltaFormatError(f"{where}[{i}]{'.' if e.detail[:1].isalpha() else ''}{e.detail}") from None
+    return tuple(out)
+
+
+def _entry(body: Any, world: int) -> VersionEntry:
+    body = obj(body, "", ("version", "kind", "base_version", "base_hash", "state_hash", "delta", "anchor"))
+    if body["kind"] not in ("anchor", "delta"):
+        raise DeltaFormatError(f"kind must be 'anchor' or 'delta', got {shown(body['kind'])}")
+    published = body.get("published_at")
+    return VersionEntry(
+        version=integer(body["version"], "version"), kind=body["kind"],
+        base_version=optional_integer(body["base_version"], "base_version"),
+        base_hash=None if body["base_hash"] is None else state_hash(body["base_hash"], "base_hash"),
+        state_hash=state_hash(body["state_hash"], "state_hash"),
+        delta=_each(body["delta"], "delta", lambda f: _file(f, world)),
+        anchor=_each(body["anchor"], "anchor", lambda f: _file(f, world)),
+        published_at=None if published is None else number(published, "published_at"))
+
+
+def _file(body: Any, world: int) -> FileRef:
+    body = obj(body, "", ("path", "size", "sha256"))
+    digest = body["sha256"]
+    if type(digest) is not str or not _SHA256.fullmatch(digest):
+        raise DeltaFormatError(f"sha256 must be 64 lowercase hex digits, got {shown(digest)}")
+    return FileRef(text(body["path"], "path", 1024), integer(body["size"], "size"), digest,
+                   integer(body.get("rank", 0), "rank", 0, world - 1))
+
+
+def state_hash(value: Any, what: str = "state hash") -> str:
+    """`value` if it has the form of a state hash (`STATE_HASH`), else DeltaFormatError."""
+    if type(value) is not str or not STATE_HASH.fullmatch(value):
+        raise DeltaFormatError(f"{what} must look like 'sum128:<32 hex digits>', got {shown(value)}")
+    return value
 
 
 def manifest_path(commit: int) -> str:
@@ -235,34 +294,49 @@ def manifest_commits(storage: Storage) -> list[tuple[int, str]]:
     """(commit, path) of every manifest file in the bucket, newest first."""
     found = []
     for f in storage.list(MANIFEST_DIR):
-        m = _MANIFEST_NAME.match(f.path)
+        m = _MANIFEST_NAME.fullmatch(f.path)
         if m:
             found.append((int(m.group(1)), f.path))
     return sorted(found, reverse=True)
 
 
-def read_manifest(storage: Storage) -> Manifest | None:
+def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None) -> Manifest | None:
     """The newest manifest that reads and parses, or None for a bucket with no version yet.
 
-    A newest manifest that is missing by the time it is read (deleted by gc) or does not parse (a torn
-    write on a server without atomic PUT) is skipped in favour of the one before.
+    A newest manifest that is missing by the time it is read (deleted by gc), does not parse (a torn
+    write on a server without atomic PUT), is larger than `MAX_MANIFEST_BYTES` or fails a check (crafted)
+    is skipped in favour of the one before, and `on_refused` is told why.
 
     Raises:
         BucketUnreachableError, StorageError: from the bucket.
         DeltaFormatError: manifests exist but none parses (the message names the newest).
     """
-    commits = manifest_commits(storage)
     first_error: DeltaFormatError | None = None
-    for _, path in commits:
+    for commit, path in manifest_commits(storage):
         try:
-            return Manifest.from_json(storage.read(path), path=path)
+            manifest = _read_one(storage, commit, path)
         except FileNotFoundError:
             continue
         except DeltaFormatError as e:
             first_error = first_error or e
+            if on_refused is not None:
+                on_refused(e)
+            continue
+        return manifest
     if first_error is not None:
         raise first_error
     return None
+
+
+def _read_one(storage: Storage, commit: int, path: str) -> Manifest:
+    data = storage.read(path)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise DeltaFormatError(f"{len(data):,} bytes, more than the {MAX_MANIFEST_BYTES:,} a manifest may hold",
+                               path=path)
+    manifest = Manifest.from_json(data, path=path)
+    if manifest.commit != commit:
+        raise DeltaFormatError(f"holds commit {manifest.commit}, its name says {commit} (copied by hand?)", path=path)
+    return manifest
 
 
 def write_manifest(storage: Storage, manifest: Manifest) -> Manifest:

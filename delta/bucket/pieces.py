@@ -21,6 +21,7 @@ import torch
 from ..errors import DeltaFormatError
 from ..tensors._sumhash import TensorKey
 from ..tensors.bits import DTYPE_NAMES
+from ._fields import array, integer, obj, shown, text
 
 #: Tensors with fewer elements are not cut by `split` (one rank takes each whole).
 MIN_SPLIT_NUMEL = 1 << 16
@@ -67,9 +68,23 @@ class Sharded:
         return {"shape": list(self.shape), "dim": self.dim, "slices": [list(p) for p in self.pieces]}
 
     @classmethod
-    def from_json(cls, body: dict) -> Sharded:
-        return cls(tuple(int(n) for n in body["shape"]), int(body["dim"]),
-                   tuple((str(p), int(a), int(b)) for p, a, b in body["slices"]))
+    def from_json(cls, body: Any, name: str) -> Sharded:
+        """Parse one entry of a manifest's `pieces` (strict types; tiling is `check_layout`'s to check).
+
+        Raises:
+            DeltaFormatError: a field of the wrong JSON type or out of range.
+        """
+        what = f"pieces[{shown(name)}]"
+        body = obj(body, what, ("shape", "dim", "slices"))
+        shape = tuple(integer(n, f"{what}.shape[{i}]") for i, n in enumerate(array(body["shape"], f"{what}.shape")))
+        pieces = []
+        for i, entry in enumerate(array(body["slices"], f"{what}.slices")):
+            entry = array(entry, f"{what}.slices[{i}]")
+            if len(entry) != 3:
+                raise DeltaFormatError(f"{what}.slices[{i}] must be [piece, start, stop], got {shown(entry)}")
+            pieces.append((text(entry[0], f"{what}.slices[{i}] piece", 1024),
+                           integer(entry[1], f"{what}.slices[{i}] start"), integer(entry[2], f"{what}.slices[{i}] stop")))
+        return cls(shape, integer(body["dim"], f"{what}.dim", 0, max(len(shape) - 1, 0)), tuple(pieces))
 
 
 #: Full tensor name -> how it is cut.
@@ -168,15 +183,19 @@ def layout_of(records: list[PieceRecord]) -> Layout:
 def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], ...] | None) -> None:
     """Refuse a `pieces` table whose pieces do not tile their tensors exactly.
 
-    Every tensor's pieces must start at 0, each where the one before stopped, and stop at the tensor's
-    length along the cut dimension; every piece must be held by exactly one rank (`shards`), and no
-    piece may be named like a full tensor.
+    Every tensor has at least one piece; its pieces must start at 0, each where the one before stopped,
+    and stop at the tensor's length along the cut dimension; every piece must be held by exactly one rank
+    (`shards`), no piece may be named like a full tensor, and no rank may hold a sharded tensor whole.
 
     Raises:
         DeltaFormatError: naming the tensor and what is wrong.
     """
     if layout and shards is None:
         raise DeltaFormatError("the manifest lists sharded tensors but no ranks' names (shards)")
+    plain = sorted(layout.keys() & {n for names in shards or () for n in names})
+    if plain:
+        raise DeltaFormatError(f"{shown(plain[0])} is both cut into pieces and held whole by a rank; a tensor is "
+                               "one or the other: refusing the version")
     held: dict[str, int] = {}
     for names in shards or ():
         for n in names:
@@ -185,6 +204,8 @@ def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], .
         shape, dim = sharded.shape, sharded.dim
         if not 0 <= dim < len(shape) or any(n < 0 for n in shape):
             raise DeltaFormatError(f"cut along dim {dim} of a tensor of shape {shape}", tensor=name)
+        if not sharded.pieces:
+            raise DeltaFormatError("no pieces: a sharded tensor has at least one", tensor=name)
         at = 0
         for piece, start, stop in sharded.pieces:
             if start != at or stop <= start:

@@ -17,18 +17,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError
+from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError, printable
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
-from ..storage import Storage
+from ..storage import Storage, check_path
 from ..tensors.hashing import StateDigest, digest_like
 from ..tensors.state import State, check_same_layout
 from . import pieces
+from ._whole import check_step
 from .anchors import decode_anchor
 from .catchup import Step, plan
 from .manifest import FileRef, Manifest, VersionEntry, fetch_verified
@@ -65,7 +67,7 @@ class BadFiles(DeltaError):
     """A step cannot be used: its files (`paths`) are to be avoided, and the route planned again."""
 
     def __init__(self, paths: list[str], cause: Exception) -> None:
-        super().__init__(f"cannot use {paths}: {type(cause).__name__}: {cause}")
+        super().__init__(printable(f"cannot use {paths}: {type(cause).__name__}: {cause}"))
         self.paths = paths
 
 
@@ -162,15 +164,19 @@ class Reader:
             with self.lock:
                 self._digest = digest
         avoid: set[str] = set()
+        route: deque[Step] = deque()  # planned once, and again only after bad files: planning is O(manifest)
         while self._version != target and not stopped():
-            have_hash = self._digest.hexdigest if self._digest is not None else None
-            step = plan(manifest, target, have=self._version, have_hash=have_hash, avoid=avoid)[0]
+            if not route:
+                have_hash = self._digest.hexdigest if self._digest is not None else None
+                route.extend(plan(manifest, target, have=self._version, have_hash=have_hash, avoid=avoid))
+            step = route.popleft()
             try:
                 applied = self._apply(self._prepare(step, manifest))
             except BadFiles as e:
                 if on_bad_files is not None:
                     on_bad_files(e)
                 avoid.update(e.paths)
+                route.clear()
                 continue
             if on_applied is not None:
                 on_applied(applied)
@@ -193,16 +199,18 @@ class Reader:
 
     def _fetch(self, ref: FileRef) -> tuple[bytes, int]:
         """Fetch and verify one file, once more if it fails; returns (data, bytes read)."""
+        _check_path(ref)
         try:
             return fetch_verified(self.storage, ref), ref.size
         except (IntegrityError, FileNotFoundError) as first:
-            logger.warning("%s: %s; fetching it again", ref.path, first)
+            logger.warning("%s", printable(f"{ref.path}: {first}; fetching it again"))
             try:
                 return fetch_verified(self.storage, ref), 2 * ref.size
             except (IntegrityError, FileNotFoundError) as e:
                 raise BadFiles([ref.path], e) from e
 
     def _prepare(self, step: Step, manifest: Manifest) -> _Prepared:
+        _check_whole(step, manifest, self._state)
         start = time.perf_counter()
         results = list(self._pool.map(self._fetch, step.files))
         fetched = sum(n for _, n in results)
@@ -305,3 +313,22 @@ class Reader:
         pieces.write_back(self._full, self._state, self._layout, changed)
         owner = pieces.owners(self._layout)
         return digest, tuple(sorted({owner.get(n, n) for n in changed}))
+
+
+def _check_path(ref: FileRef) -> None:
+    """A path the bucket refuses (absolute, '..', control characters) makes its file a bad one, routed around
+    like a missing one."""
+    try:
+        check_path(ref.path)
+    except ValueError as e:
+        raise BadFiles([ref.path], e) from e
+
+
+def _check_whole(step: Step, manifest: Manifest, state: State | None) -> None:
+    """Before anything is fetched: a step whose files would write tensors the state lacks is a bad step."""
+    if step.via != "delta":
+        return
+    try:
+        check_step(step.files, manifest.shards, state)
+    except StateMismatchError as e:
+        raise BadFiles([f.path for f in step.files], e) from e

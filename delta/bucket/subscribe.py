@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeltaError
+from ..errors import DeltaError, StorageError, printable
 from ..format import DeltaHeader
 from ..retry import RetryPolicy
 from ..storage import Storage, open_storage
@@ -155,6 +155,7 @@ class Subscriber:
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
         self._last_error: str | None = None
+        self._refused: str | None = None  # the last manifest refused, as warned
         self._failures = 0
         self._history: deque[VersionStats] = deque(maxlen=self.config.history)
         self._stop = threading.Event()
@@ -192,17 +193,22 @@ class Subscriber:
 
         Blocks until done. Tries every route the manifest offers around bad files before giving up.
 
-        Raises:
+        Raises (only `DeltaError`s, whatever the bucket holds):
             NoPathError: no route around the bad files (the state is untouched at its old version).
-            BucketUnreachableError, StorageError: the bucket failed.
-            DeltaFormatError: the manifest cannot be parsed.
+            BucketUnreachableError, StorageError: the bucket failed (another OSError becomes a StorageError).
+            DeltaFormatError: no manifest in the bucket parses (a newest one that does not is skipped for the
+                one before it, with a warning).
         """
         with self._sync_lock:
             try:
                 return self._catch_up(version)
-            except (DeltaError, OSError) as e:
+            except DeltaError as e:
                 self._record(e)
                 raise
+            except OSError as e:
+                error = StorageError(f"{type(e).__name__}: {e}", url=self.storage.url)
+                self._record(error)
+                raise error from e
 
     def start(self) -> None:
         """Follow the bucket in a daemon thread: poll, catch up, back off on failures.
@@ -255,12 +261,19 @@ class Subscriber:
 
     def _record(self, error: BaseException) -> None:
         self._failures += 1
-        self._last_error = f"{type(error).__name__}: {error}"
+        self._last_error = printable(f"{type(error).__name__}: {error}")  # what a file put in it, escaped
         logger.warning("subscriber on %s: %s", self.storage.url, self._last_error)
+
+    def _refused_manifest(self, error: DeltaError) -> None:
+        """A newest manifest that does not parse: warned about once (it is skipped at every poll after)."""
+        text = printable(str(error))
+        if text != self._refused:
+            self._refused = text
+            logger.warning("subscriber on %s: skipping a manifest: %s", self.storage.url, text)
 
     def _catch_up(self, version: int | None) -> int | None:
         seen_at = time.monotonic()
-        manifest = read_manifest(self.storage)
+        manifest = read_manifest(self.storage, on_refused=self._refused_manifest)
         if manifest is None or manifest.latest is None:
             return self._reader.version
         self._latest = manifest.latest.version

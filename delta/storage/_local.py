@@ -12,7 +12,6 @@ from ..retry import RetryPolicy
 from ._base import Failure, Storage, StoredFile
 
 
-
 class LocalStorage(Storage):
     """A directory on the local disk (or a shared mount) used as a bucket; created if missing.
 
@@ -23,6 +22,10 @@ class LocalStorage(Storage):
     one (not atomic as a group) and leaves empty directories in place.
 
     Local failures are not retried: a full disk or a permission error does not go away by waiting.
+
+    Links: a file that is a symbolic link out of the directory (or sits below a linked folder that leads out)
+    reads as missing, and writes and deletes through such a folder are refused: the bucket's files are
+    written by strangers, and a link must not make a reader take, or a writer touch, a file elsewhere.
 
     Args:
         root: The directory; `~` is expanded.
@@ -36,6 +39,15 @@ class LocalStorage(Storage):
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StorageError(f"cannot create the bucket directory: {error}", url=self.url) from error
+        self._real_root = self.root.resolve()
+
+    def _inside(self, path: Path, what: str) -> Path:
+        """`path`, if it resolves (links followed) inside the bucket; else FileNotFoundError for a read,
+        PermissionError for a write or delete."""
+        if not path.resolve().is_relative_to(self._real_root):
+            error = FileNotFoundError if what == "read" else PermissionError
+            raise error(f"{what} refused: {path} is or lies under a link that leaves the bucket")
+        return path
 
     def _classify(self, error: Exception) -> Failure | None:
         if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
@@ -45,12 +57,13 @@ class LocalStorage(Storage):
         return None
 
     def _read(self, path: str) -> bytes:
-        return (self.root / path).read_bytes()
+        return self._inside(self.root / path, "read").read_bytes()
 
     def _write(self, path: str, data: bytes) -> None:
         target = self.root / path
         if target.name.startswith(TMP_PREFIX):
             raise ValueError(f"invalid bucket path {path!r}: names starting with {TMP_PREFIX!r} are reserved")
+        self._inside(target.parent, "write")
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, data)
 
@@ -68,5 +81,6 @@ class LocalStorage(Storage):
 
     def _delete(self, paths: list[str]) -> None:
         for path in paths:
-            (self.root / path).unlink(missing_ok=True)
+            target = self.root / path
+            (self._inside(target.parent, "delete") / target.name).unlink(missing_ok=True)
 

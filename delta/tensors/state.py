@@ -21,13 +21,12 @@ def load_state(path: str) -> State:
 
     Raises:
         FileNotFoundError: nothing at `path`, or a folder without safetensors files.
-        DeltaFormatError: a file is not valid safetensors.
+        DeltaFormatError: a file is not valid safetensors, or the folder's index is malformed.
     """
     if os.path.isdir(path):
         index = os.path.join(path, "model.safetensors.index.json")
         if os.path.exists(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
+            files = index_files(index)
         else:
             files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
         if not files:
@@ -42,6 +41,31 @@ def load_state(path: str) -> State:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
         raise DeltaFormatError(f"cannot read as safetensors: {e}", path=path) from e
+
+
+def index_files(index: str) -> list[str]:
+    """The shard files a `model.safetensors.index.json` names (its `weight_map`'s values), checked: a JSON
+    object whose `weight_map` maps tensor names to file names inside the folder.
+
+    Raises:
+        DeltaFormatError: in one line, what is wrong with the index.
+    """
+    try:
+        with open(index, "rb") as f:
+            body = json.loads(f.read())
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DeltaFormatError(f"not valid JSON: {e}", path=index) from None
+    weights = body.get("weight_map") if isinstance(body, dict) else None
+    if not isinstance(weights, dict) or not weights:
+        raise DeltaFormatError("expected a JSON object with a non-empty 'weight_map' object", path=index)
+    files = set()
+    for name, file in weights.items():
+        if not isinstance(file, str) or not file.endswith(".safetensors") or os.path.basename(file) != file or \
+                file.startswith("."):
+            raise DeltaFormatError(f"weight_map[{name!r:.60}] must name a .safetensors file in the folder, got "
+                                   f"{file!r:.80}", path=index)
+        files.add(file)
+    return sorted(files)
 
 
 def save_state(state: Mapping[str, torch.Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
