@@ -74,6 +74,7 @@ class RolloutService:
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
         self._games: deque[Trajectory] = deque(maxlen=100)  # the latest, for the UI
+        self._showcase_ids: deque[str] = deque(maxlen=100)  # which of them were showcase games
         self._played = 0  # every game, for /status
         self._tokens = 0
         self._busy_s = 0.0  # seconds inside play(), any caller
@@ -224,6 +225,11 @@ class RolloutService:
         with self._stats_lock:
             return list(self._games)[::-1][:limit]
 
+    def showcase_ids(self) -> set[str]:
+        """The episode ids of the latest showcase games (played whole when idle, for the UI; never trained on)."""
+        with self._stats_lock:
+            return set(self._showcase_ids)
+
     # -- internals -------------------------------------------------------------------------------------
 
     def _check(self, limit: str, value: int, cap: int, flag: str) -> None:
@@ -240,7 +246,11 @@ class RolloutService:
             if time.monotonic() - self._last_game < self.limits.showcase_every:
                 continue
             try:
-                self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
+                played = self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
+                with self._stats_lock:
+                    self._showcase_ids.extend(t.episode_id for t in played)
             except Exception as e:  # noqa: BLE001 - the env may be down for a while; the Space keeps serving
+                if self._stop.is_set():  # the engine was interrupted under the game: the server is stopping
+                    return
                 logger.warning("showcase game failed: %s", e)
                 self._last_game = time.monotonic()
