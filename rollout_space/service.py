@@ -105,20 +105,27 @@ class RolloutService:
             self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
             self._showcase.start()
 
-    def close(self) -> None:
-        """Stop following and playing, close the engine (which ends a batch in flight at its next token)."""
+    def begin_close(self) -> None:
+        """Stop playing and interrupt the engine: a batch in flight ends at its next token, and every game thread
+        sees the stop before the engine's error. Returns at once (a server calls it from its signal handler)."""
         self._stop.set()
         if self.producer is not None:
             self.producer.stop()
+        self.engine.interrupt()
+
+    def close(self) -> None:
+        """`begin_close`, then wait for the threads that play and follow, then close the env client and the engine
+        (in that order: a game still running would otherwise call a closed client)."""
+        self.begin_close()
         if self.follower is not None:
             self.follower.close()
         if self._showcase is not None:
             self._showcase.join(timeout=60)
+        if self.producer is not None:
+            self.producer.close()
         if self.env is not None:
             self.env.close()
         self.engine.close()
-        if self.producer is not None:
-            self.producer.close()
 
     # -- serving -------------------------------------------------------------------------------------
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uvicorn
 from fastapi import FastAPI
 
 import settings
 
+from dashboard import serving
 from dashboard.mount import mount_ui
 from dashboard.render import CSS
 
@@ -20,10 +20,19 @@ def build_app(session: TrainingSession) -> FastAPI:
     return mount_ui(build_api(session), build_ui(session), CSS)
 
 
-def serve(session: TrainingSession, host: str, port: int) -> None:
-    """Serve until interrupted, then stop training and flush the last version to the bucket. Blocks."""
+def serve(session: TrainingSession, host: str, port: int) -> bool:
+    """Serve until interrupted, then stop training and flush the last version to the bucket. Blocks.
+
+    Training is told to stop as the signal arrives (`dashboard.serving`'s `on_exit`), while the server shuts
+    down; then the step in flight gets `settings.TRAINER_STEP_WAIT_S` to end, is ended part way if it did not,
+    and the last finished version gets `settings.TRAINER_FLUSH_S` to be committed.
+
+    Returns:
+        True if every thread of the session ended (`TrainingSession.close`).
+    """
     try:
-        uvicorn.run(build_app(session), host=host, port=port, log_level="warning",
-                    timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)
+        serving.serve(build_app(session), host, port, on_exit=session.stop_soon)
     finally:
-        session.close(step_wait=settings.TRAINER_STEP_WAIT_S, flush_timeout=settings.TRAINER_FLUSH_S)
+        ended = session.close(step_wait=settings.TRAINER_STEP_WAIT_S, abandon_wait=settings.TRAINER_ABANDON_S,
+                              flush_timeout=settings.TRAINER_FLUSH_S)
+    return ended
