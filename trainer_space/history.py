@@ -48,7 +48,6 @@ class HistoryKeeper:
         self._changed = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._write_lock = threading.Lock()
         self._last_ok = False
 
     def load(self) -> TrainerHistory:
@@ -112,20 +111,20 @@ class HistoryKeeper:
         while True:
             self._changed.wait()
             self._changed.clear()
-            self._last_ok = self.write()
+            self._last_ok = self._write()
             if self._stop.is_set() and not self._changed.is_set():
                 return
             self._stop.wait(self.interval_s)  # changes meanwhile are folded into the next write; a close ends it
 
-    def write(self) -> bool:
-        """Write the snapshot now (the writer thread does it; `close` waits for its last). False if it failed."""
+    def _write(self) -> bool:
+        """Write the snapshot now (in the writer thread); False if it failed (logged: the next change writes it all
+        again)."""
         assert self._snapshot is not None, "start() gives the keeper its snapshot"
-        with self._write_lock:
-            try:
-                self.storage.write(HISTORY_PATH, encode_history(self._snapshot()))
-            except (OSError, delta.StorageError) as e:  # the next change writes it all again
-                self.failures += 1
-                logger.warning("could not write the history to the bucket (%d failed): %s", self.failures, e)
-                return False
-            self.writes += 1
-            return True
+        try:
+            self.storage.write(HISTORY_PATH, encode_history(self._snapshot()))
+        except (OSError, delta.StorageError) as e:
+            self.failures += 1
+            logger.warning("could not write the history to the bucket (%d failed): %s", self.failures, e)
+            return False
+        self.writes += 1
+        return True

@@ -23,7 +23,6 @@ class StepCount:
     """
 
     def __init__(self, first: int = 0) -> None:
-        self.first = first
         self._steps = first
         self._ends: deque[tuple[int, int]] = deque()  # (version, steps): one per step end, oldest first
         self._held = first  # steps held by the newest version asked about in `at`

@@ -295,7 +295,7 @@ class TrainingSession:
             state_hash=parts.state_hash if parts else None,
             resumed_from=parts.resumed_from if parts else None,
             resumed_hash=parts.resumed_hash if parts else None,
-            step=self.progress.at(version) if parts else self.progress.first,
+            step=self.progress.at(version) if parts else 0,  # with the version: none before the model loads
             max_steps=self.config.max_steps,
             last_step=self._run_end,
             mean_reward=last.reward if last else None,
