@@ -153,8 +153,18 @@ class PayloadLog:
         self._thread = threading.Thread(target=self._run, name="payload-log", daemon=True)
 
     def start(self) -> PayloadLog:
+        """Start polling. Versions from the bucket's newest on are measured (older ones may be gone, and an earlier
+        trainer measured them: `earlier`); the newest one, if `earlier` measured it already, gives the heatmap
+        its header only."""
         manifest = read_manifest(self.storage)
-        self._seen = manifest.latest.version if manifest and manifest.latest else 0  # measure new versions only
+        latest = manifest.latest if manifest is not None else None
+        known = max([p.version for p in self.records] + [a.version for a in self.anchors], default=0)
+        self._seen = 0 if latest is None else latest.version if known >= latest.version else latest.version - 1
+        if latest is not None and known >= latest.version and latest.delta:
+            try:
+                self.latest_header = delta.DeltaHeader.merged(self._headers(latest))
+            except (delta.DeltaError, OSError) as e:  # retention may delete a file first
+                logger.warning("payload log: %s", e)
         self._thread.start()
         return self
 
@@ -190,9 +200,12 @@ class PayloadLog:
             if self.on_record is not None:
                 self.on_record()
 
+    def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
+        return [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
+
     def _measure(self, entry: delta.VersionEntry) -> None:
         """Record what the delta of a committed version cost, from its files' headers."""
-        headers = [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
+        headers = self._headers(entry)
         self.records.append(Payload(version=entry.version, delta_bytes=sum(f.size for f in entry.delta),
                                     raw_bytes=sum(raw_bytes(h) for h in headers), dense_bytes=self.dense_bytes,
                                     changed=sum(h.changed for h in headers), total=headers[0].total,
