@@ -39,6 +39,9 @@ SHUTDOWN_GRACE_S = 3
 TRAINER_STEP_WAIT_S = 2
 TRAINER_ABANDON_S = 2
 TRAINER_FLUSH_S = 4
+#: Seconds a stopping rollout server waits for its threads (following the bucket, playing games) before it
+#: closes its engine: a version still being decoded (seconds of a busy CPU) is dropped, and ends with the process.
+ROLLOUT_CLOSE_S = 5
 #: Seconds every app takes at most to exit after SIGINT or SIGTERM (what the tests check).
 STOP_WITHIN_S = 10
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+import settings
 from dashboard import serving
 
 from .api import build_api
@@ -34,4 +35,4 @@ def serve(service: RolloutService, host: str, port: int, token: str | None = Non
     try:
         serving.serve(build_app(service, token, trust_forwarded), host, port, on_exit=service.begin_close)
     finally:
-        service.close()
+        service.close(settings.ROLLOUT_CLOSE_S)

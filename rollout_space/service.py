@@ -113,16 +113,22 @@ class RolloutService:
             self.producer.stop()
         self.engine.interrupt()
 
-    def close(self) -> None:
-        """`begin_close`, then wait for the threads that play and follow, then close the env client and the engine
-        (in that order: a game still running would otherwise call a closed client)."""
+    def close(self, timeout: float = 60.0) -> None:
+        """`begin_close`, then wait up to `timeout` s in all for the threads that play and follow, then close the env
+        client and the engine (in that order: a game still running would otherwise call a closed client). A thread
+        still decoding a version past the wait runs on (a daemon), and ends with the process."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self.begin_close()
         if self.follower is not None:
-            self.follower.close()
+            self.follower.close(left())
         if self._showcase is not None:
-            self._showcase.join(timeout=60)
+            self._showcase.join(left())
         if self.producer is not None:
-            self.producer.close()
+            self.producer.close(left())
         if self.env is not None:
             self.env.close()
         self.engine.close()
