@@ -278,16 +278,20 @@ class TrainingSession:
     def status(self) -> TrainerStatus:
         """What ``GET /status`` answers: state, versions, step, latest reward and win rate, staleness counts.
 
-        `version` is the last version committed to the bucket and `state_hash` its hash; `trainer_version`
-        the version of the weights in memory (ahead while a publish is in flight). After a resume,
+        `version` is the last version committed to the bucket and `state_hash` its hash, `step` the steps it holds,
+        and the step metrics (`mean_reward`... `recent`) those of its steps: a step whose version still uploads
+        shows once it is committed. `trainer_version` the version of the weights in memory (ahead while a publish is
+        in flight). After a resume,
         `resumed_from` is the bucket version loaded and `resumed_hash` the hash of the weights after loading.
         `device` is where the weights train (`cpu`, `cuda`). Until the model is loaded, the values that come
         from it are None (`rollout_failing` 0, `version` 0).
         """
         parts = self.parts  # read once: the training thread sets it
-        last = self.records[-1] if self.records else None
         fleet = parts.rollouts if parts is not None and isinstance(parts.rollouts, FleetRollouts) else None
         version = parts.version if parts else 0
+        step = self.progress.at(version) if parts else 0  # with the version: none before the model loads
+        held = [r for r in self.records if r.step <= step]  # the steps `version` holds (not one still uploading)
+        last = held[-1] if held else None
         return TrainerStatus(
             state=self.state,
             version=version,
@@ -295,7 +299,7 @@ class TrainingSession:
             state_hash=parts.state_hash if parts else None,
             resumed_from=parts.resumed_from if parts else None,
             resumed_hash=parts.resumed_hash if parts else None,
-            step=self.progress.at(version) if parts else 0,  # with the version: none before the model loads
+            step=step,
             max_steps=self.config.max_steps,
             last_step=self._run_end,
             mean_reward=last.reward if last else None,
@@ -303,7 +307,7 @@ class TrainingSession:
             valid_rate=last.valid_rate if last else None,
             letters=last.letters if last else None,
             max_turns=self.config.max_turns,
-            recent=list(self.records)[-RECENT_STEPS:],
+            recent=held[-RECENT_STEPS:],
             step_s=last.step_s if last else None,
             max_staleness=self.config.max_staleness,
             staleness=parts.rollouts.counts.totals() if parts else None,
