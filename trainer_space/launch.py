@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 import settings
@@ -92,6 +91,4 @@ def run(args: argparse.Namespace) -> None:
     games = f"rollout {args.rollout_url}" if args.rollout_url else "games from the fleet through the bucket"
     logging.getLogger(__name__).info("trainer on http://%s:%d (bucket %s, %s)", args.host, args.port, args.bucket,
                                      games)
-    if not serve(session, args.host, args.port):  # the process then ends without finalization (app.py)
-        left = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
-        logging.getLogger(__name__).warning("exiting with threads of the session still running (%s)", ", ".join(left))
+    serve(session, args.host, args.port)
