@@ -34,7 +34,7 @@ STOP_TIMEOUT_S = 30
 #: (`dashboard.serving`), so requests end well within it.
 SHUTDOWN_GRACE_S = 3
 #: Seconds a stopping trainer waits for the step in flight to end by itself (a step waiting for games ends at
-#: once; one computing takes a minute on a CPU), then for it to end part way (`trainer_space.abandon`), and
+#: once; one computing takes a minute on a CPU), then for it to end part way (`models.interrupt`), and
 #: then for its last finished version to reach the bucket. With the server's shutdown they fit in STOP_WITHIN_S.
 TRAINER_STEP_WAIT_S = 2
 TRAINER_ABANDON_S = 2

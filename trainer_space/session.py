@@ -40,7 +40,6 @@ from wire.history import up_to
 from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerHistory, TrainerState, TrainerStatus
 from wire.trajectory import Trajectory
 
-from .abandon import StepAbandoned, StepBreaker
 from .config import TrainerConfig
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
 from .history import HistoryKeeper
@@ -50,6 +49,7 @@ from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
     import delta
+    from models.interrupt import Breaker
 
     from .parts import TrainerParts
     from .publishing import PayloadLog, VersionPublisher
@@ -131,7 +131,7 @@ class TrainingSession:
         self._resume.set()
         self._stop = threading.Event()
         self._stop_asked: float | None = None  # when `stop_soon` was first called (`close` counts its wait from it)
-        self.breaker = StepBreaker()
+        self._breaker: Breaker | None = None  # ends a step part way when the process must exit (`close`)
         self._thread: threading.Thread | None = None
         self._load_lock = threading.Lock()
         # When the last step ended (wall and CPU clock), and when the step before it did: `on_log` turns them
@@ -219,8 +219,8 @@ class TrainingSession:
 
         Args:
             step_wait: Seconds, since the stop was asked (`stop_soon`), to wait for the step in flight to end by
-                itself; after that it is ended part way (`abandon.StepBreaker`, one rank only; its weights are not
-                published).
+                itself; after that it is ended part way (`models.interrupt.Breaker`, one rank only; its weights
+                are not published).
             abandon_wait: Seconds to wait for the step to end part way.
             flush_timeout: Seconds to wait for the last finished version to be committed.
 
@@ -233,7 +233,8 @@ class TrainingSession:
         ended = self.wait(max(0.0, step_wait - (time.monotonic() - (self._stop_asked or time.monotonic()))))
         if not ended and self.ranks.world == 1:
             logger.info("the step in flight did not end within %.0f s: ending it part way", step_wait)
-            self.breaker.abandon()
+            if self._breaker is not None:
+                self._breaker.trip()
             ended = self.wait(abandon_wait)
         if self.monitor is not None:
             self.monitor.close()
@@ -386,6 +387,8 @@ class TrainingSession:
                                     importance_cap=c.importance_cap)
 
     def _train(self) -> None:
+        from models.interrupt import Breaker, Interrupted
+
         try:
             parts = self.load()
             self._resume.wait()  # paused while the model loaded: hold before the first step
@@ -395,11 +398,13 @@ class TrainingSession:
             self._run_end = self.progress.steps + self.config.max_steps
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
             if self.ranks.world == 1:  # several ranks end a step together or not at all
-                self.breaker.attach(trainer.model)
+                self._breaker = Breaker()
+                self._breaker.attach(trainer.model)
             try:
                 trainer.train()
             finally:
-                self.breaker.detach()
+                if self._breaker is not None:
+                    self._breaker.detach()
             # The run's last step is committed before the run shows as stopped (every rank at once: with several,
             # a step's snapshot waits until the ranks agree it goes, and after the last step nothing else comes).
             if parts.publisher is not None and not parts.publisher.flush(RUN_END_FLUSH_S):
@@ -407,7 +412,7 @@ class TrainingSession:
                                RUN_END_FLUSH_S)
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
-        except StepAbandoned:
+        except Interrupted:
             logger.info("stopped part way through step %d: its weights are not published", self.progress.steps + 1)
         except Exception as e:  # reported through status(); the thread ends
             if isinstance(e, RolloutRefusedError):  # a setting to fix (token, caps), not a bug: no traceback
