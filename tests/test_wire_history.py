@@ -42,12 +42,13 @@ def test_each_bad_record_is_refused_alone_and_counted() -> None:
     steps.append({**steps[-2], "step": 10, "step_s": -3.0})  # a negative duration
     steps.append({**steps[-3], "step": 11, "letters": "many"})  # not a number
     steps.append({"step": 12})  # fields missing
+    steps.append({**steps[-5], "step": 10**30})  # a count no trainer reaches
     envelope["history"]["payloads"].append({**envelope["history"]["payloads"][-1]})  # the same version twice
     envelope["history"]["anchors"] = "nope"
     decoded = decode_history(json.dumps(envelope).encode())
     assert decoded.history.steps == HISTORY.steps and decoded.history.payloads == HISTORY.payloads
     assert decoded.history.anchors == []
-    assert decoded.skipped == {"steps": 5, "payloads": 1, "anchors": 1}
+    assert decoded.skipped == {"steps": 6, "payloads": 1, "anchors": 1}
     assert decoded.first_problem == "steps[1]: step 1 after step 1"
 
 

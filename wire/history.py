@@ -110,15 +110,22 @@ def _records(items: Sequence[Any], adapter: TypeAdapter[Any], name: str, decoded
 
 
 def _implausible(record: BaseModel) -> str | None:
-    """Why a record's values cannot be true (a negative count, a non-finite number), or None."""
+    """Why a record's values cannot be true (a negative count, a non-finite or absurdly large number), or None."""
     for key, value in record:
-        values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        values = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) \
+            else [value]
         for v in values:
-            if isinstance(v, float) and not math.isfinite(v):
-                return f"{key} is not a finite number"
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 and key not in _SIGNED:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if not math.isfinite(v) or abs(v) > _LARGEST:
+                return f"{key} is not a finite number below {_LARGEST:.0e}"
+            if v < 0 and key not in _SIGNED:
                 return f"{key} is negative"
     return None
+
+
+#: Largest magnitude a recorded number may have (2**53: every integer below it is exact as a float).
+_LARGEST = 2.0**53
 
 
 #: Fields whose values may be negative (rewards are penalties too).
