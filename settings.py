@@ -29,14 +29,21 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 ENGINES = ("transformers", "vllm")
 #: Seconds the launcher gives each app to exit after SIGTERM before it kills the app's process group.
 STOP_TIMEOUT_S = 30
-#: Seconds a server lets requests in flight finish after SIGTERM before it cancels them and closes
-#: (a rollout batch on a CPU can run for minutes).
-SHUTDOWN_GRACE_S = 5
-#: Seconds a stopping trainer waits for the step in flight (one takes a minute or more on a CPU) before
-#: leaving it unfinished, and then for its last finished version to reach the bucket. With the
-#: server's grace they fit inside STOP_TIMEOUT_S, so a stop never kills the trainer mid-upload.
-TRAINER_STEP_WAIT_S = 10
-TRAINER_FLUSH_S = 12
+#: Seconds a server lets requests in flight finish after SIGTERM before it cancels them and closes. Its
+#: pages' open streams are ended at the signal and a rollout's generation is interrupted
+#: (`dashboard.serving`), so requests end well within it.
+SHUTDOWN_GRACE_S = 3
+#: Seconds a stopping trainer waits for the step in flight to end by itself (a step waiting for games ends at
+#: once; one computing takes a minute on a CPU), then for it to end part way (`models.interrupt`), and
+#: then for its last finished version to reach the bucket. With the server's shutdown they fit in STOP_WITHIN_S.
+TRAINER_STEP_WAIT_S = 2
+TRAINER_ABANDON_S = 2
+TRAINER_FLUSH_S = 4
+#: Seconds a stopping rollout server waits for its threads (following the bucket, playing games) before it
+#: closes its engine: a version still being decoded (seconds of a busy CPU) is dropped, and ends with the process.
+ROLLOUT_CLOSE_S = 5
+#: Seconds every app takes at most to exit after SIGINT or SIGTERM (what the tests check).
+STOP_WITHIN_S = 10
 
 
 @dataclass(frozen=True)

@@ -190,12 +190,7 @@ def real_run(args: argparse.Namespace) -> None:
                     p.kill()
                     p.wait()
     command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    results = {**summary(history.steps, args.window),
-               "distinct_words_last_games": len({w for g in games for w in g.words}),
-               "scored_but_not_the_first_word": not_first_words(games),
-               **examples_played(games),
-               "letters_found_by_copying_only": copying_baseline(args.max_turns or TrainerConfig().max_turns),
-               "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
+    results = run_summary(history.steps, games, args)
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
@@ -218,6 +213,19 @@ def real_run(args: argparse.Namespace) -> None:
 #: The policy's latest games (from the env) kept in the JSON, to show what it writes by the end.
 LAST_GAMES = 40
 _GAMES = TypeAdapter(list[GameRecord])
+
+
+def run_summary(steps: list[StepRecord], games: Sequence[GameRecord], args: argparse.Namespace) -> dict[str, object]:
+    """What `run` prints and saves about a finished run: the curves' ends (`summary`), what the policy's last
+    games wrote, and the letters a copy-only player finds with the run's moves per game (the trainer's default
+    where `--max-turns` was not given)."""
+    max_turns = TrainerConfig.max_turns if args.max_turns is None else args.max_turns
+    return {**summary(steps, args.window),
+            "distinct_words_last_games": len({w for g in games for w in g.words}),
+            "scored_but_not_the_first_word": not_first_words(games),
+            **examples_played(games),
+            "letters_found_by_copying_only": copying_baseline(max_turns),
+            "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
 
 
 def _given(flags: dict[str, object]) -> list[str]:

@@ -20,6 +20,15 @@ from .sparsity import SparsityGrid
 
 HEIGHT = 320
 _MARGIN = {"l": 60, "r": 20, "t": 50, "b": 50}
+#: Room under the plot for the x ticks, the x axis title and a legend of one or two rows (`_LEGEND_BELOW`).
+_MARGIN_LEGEND = {**_MARGIN, "b": 110}
+#: A horizontal legend at the very bottom of the figure (container coordinates), below the x axis title: placed
+#: in plot coordinates (y = -0.25) it ran into that title, and into the ticks when the panel was narrow.
+_LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0, "xanchor": "left"}
+#: The toolbar plotly shows on hover, cut to what helps on these small figures (zoom, reset, save as PNG): with
+#: every button it covered the right half of a title.
+_MODEBAR = {"remove": ["pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "togglespikelines",
+                       "hoverclosest", "hovercompare"]}
 #: White for "nothing changed", to dark blue for "everything changed", on the heatmap's fixed log axis.
 _SCALE = [[0.0, "#f7fbff"], [0.2, "#deebf7"], [0.4, "#9ecae1"], [0.6, "#4292c6"], [0.8, "#2171b5"],
           [1.0, "#08306b"]]
@@ -54,11 +63,11 @@ def _empty(title: str, message: str) -> go.Figure:
     fig.add_annotation(text=message, showarrow=False, font={"size": 14, "color": "#787c7e"},
                        xref="paper", yref="paper", x=0.5, y=0.5)
     fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, xaxis={"visible": False},
-                      yaxis={"visible": False}, template="plotly_white")
+                      yaxis={"visible": False}, template="plotly_white", modebar=_MODEBAR)
     return fig
 
 
-def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.Figure:
+def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: str = "applied here") -> go.Figure:
     """Layers (rows) x tensor kinds (columns), coloured by the fraction of elements that changed.
 
     The colour scale is fixed and logarithmic (0.001 % or less is white, 100 % dark blue; ``z`` holds the
@@ -69,13 +78,18 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.
 
     Args:
         grid: ``dashboard.sparsity(header, names)``; None draws an empty "no delta yet" figure.
-        title: Defaults to the version and overall density.
+        title: Defaults to the delta's versions, what it is on this page (`side`), and on a second line its
+            overall density.
+        side: What the delta is on the page that draws it: "applied here" (a reader: the last delta it
+            applied), "published" (the trainer: the last delta it committed to the bucket).
     """
-    if grid is None or not grid.cells:
-        return _empty(title or "Delta sparsity", "No delta applied yet")
+    if grid is None:
+        return _empty(title or "Delta sparsity", f"No delta {side} yet")
+    if not grid.cells:  # a version in which no element changed (every game of its step was dropped, say)
+        return _empty(title or f"Delta v{grid.base_version}→v{grid.version} {side}", "No element changed")
     if title is None:
-        title = (f"Delta v{grid.base_version}→v{grid.version}: {grid.changed:,} of {grid.total:,} "
-                 f"elements changed ({100 * grid.density:.3g}%)")
+        title = (f"Delta v{grid.base_version}→v{grid.version} {side}<br><sup>{grid.changed:,} of {grid.total:,} "
+                 f"elements changed ({100 * grid.density:.3g}%)</sup>")
     z, text = [], []
     for row in grid.rows:
         z_row, text_row = [], []
@@ -95,9 +109,9 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None) -> go.
         hoverongaps=False, colorscale=_SCALE, zmin=low, zmax=high, xgap=1, ygap=1,
         colorbar={"title": {"text": "density<br>(fixed scale)"}, "tickvals": decades,
                   "ticktext": [f"{'≤' if d == low else ''}{10.0 ** (d + 2):g}%" for d in decades]}))
-    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)), margin=_MARGIN,
+    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)), margin={**_MARGIN, "t": 60},
                       template="plotly_white", yaxis={"autorange": "reversed", "type": "category"},
-                      xaxis={"type": "category", "tickangle": -35})
+                      xaxis={"type": "category", "tickangle": -35}, modebar=_MODEBAR)
     return fig
 
 
@@ -139,8 +153,8 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
                                  line={"color": color},
                                  hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>"),
                       secondary_y=True)
-    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.25}, bargap=0.3, barmode="overlay")
+    fig.update_layout(title=title, height=HEIGHT + 60, margin=_MARGIN_LEGEND, template="plotly_white",
+                      legend=_LEGEND_BELOW, bargap=0.3, barmode="overlay", modebar=_MODEBAR)
     fig.update_xaxes(title_text="version", range=[min(versions) - 0.6, max(versions) + 0.6], **_whole_ticks(versions))
     sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
     bottom, top = math.floor(math.log10(min(sizes))) - 1, math.log10(max(sizes)) + 1.2  # room for the label above
@@ -153,8 +167,12 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
 
 def _byte_decades(bottom: float, top: float) -> dict[str, Any]:
     """Log-axis settings for bytes between 10**bottom and 10**top: one tick per decade, labelled in bytes
-    ("1 kB", "10 MB"), instead of plotly's minor "2 5 2 5" labels."""
+    ("1 kB", "10 MB"), instead of plotly's minor "2 5 2 5" labels; ticks at 1, 2 and 5 of each decade where
+    the range holds fewer than two decades (one version: a point with no scale otherwise)."""
     ticks = [10**k for k in range(math.ceil(bottom), math.floor(top) + 1)]
+    if len(ticks) < 2:
+        ticks = [m * 10**k for k in range(math.floor(bottom), math.ceil(top) + 1) for m in (1, 2, 5)
+                 if bottom <= math.log10(m * 10**k) <= top]
     return {"tickvals": ticks, "ticktext": [size_text(t) for t in ticks]}
 
 
@@ -174,9 +192,12 @@ def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_t
     for s in series:
         fig.add_trace(go.Scatter(x=list(s.x), y=list(s.y), name=s.name, mode=s.mode,
                                  line={"dash": s.dash} if s.dash else None, connectgaps=False))
-    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.25})
-    fig.update_xaxes(title_text=x_title, **(_whole_ticks([v for s in series for v in s.x]) if whole_x else {}))
+    fig.update_layout(title=title, height=HEIGHT + 60, margin=_MARGIN_LEGEND, template="plotly_white",
+                      legend=_LEGEND_BELOW, showlegend=True, modebar=_MODEBAR)
+    xs = [v for s in series for v in s.x]
+    fig.update_xaxes(title_text=x_title, **(_whole_ticks(xs) if whole_x else {}))
+    if whole_x and len(set(xs)) == 1:  # one step or version: centred, not at the edge of a 0-2 axis
+        fig.update_xaxes(range=[xs[0] - 0.6, xs[0] + 0.6])
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", range=y_range)
     return fig
 
@@ -211,8 +232,8 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
                       row=row, col=1)
         # 3 significant digits: a constant series gets one tick at its exact value otherwise ("-0.20624999701976776")
         fig.update_yaxes(range=m.y_range, tickformat=".3~g", row=row, col=1)
-    fig.update_layout(title=title, height=HEIGHT + 140 * (len(metrics) - 1), margin=_MARGIN,
-                      template="plotly_white", legend={"orientation": "h", "y": -0.12})
+    fig.update_layout(title=title, height=HEIGHT + 60 + 140 * (len(metrics) - 1), margin=_MARGIN_LEGEND,
+                      template="plotly_white", legend=_LEGEND_BELOW, modebar=_MODEBAR)
     fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
     if whole_x:
         fig.update_xaxes(**_whole_ticks(x))

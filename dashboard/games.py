@@ -9,7 +9,7 @@ only: how the policy's board is shown to a person still guessing the same word.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from wire.rollout import Trajectory
 from wire.wordle import MAX_GUESSES
@@ -41,12 +41,18 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
 
 
-def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -> str:
+#: What the feed says beside a showcase game (`feed_html`'s `showcase`), which is played whole, unlike training games.
+SHOWCASE_NOTE = "showcase game: played whole, not trained on"
+
+
+def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed",
+              showcase: Collection[str] = ()) -> str:
     """Recent policy games, newest first: a small board, the weight version, the result and what the
-    model wrote for each move."""
+    model wrote for each move. Games whose episode id is in `showcase` say they are showcase games."""
     if not trajectories:
         return f'<div class="wordle-feed wordle-empty" data-testid="{testid}">No policy games yet.</div>'
     games = []
+    note = f' · <span data-testid="showcase">{SHOWCASE_NOTE}</span>'
     for i, t in enumerate(trajectories):
         words = scored_words(t)
         versions = sorted(set(t.versions))
@@ -55,7 +61,7 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed") -
         games.append(
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(t.episode_id)}">'
             f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
-            f"<div><b>policy {label}</b><br>{result_text(t)}<br>"
+            f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}<br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
             f'{render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples)}'
             '</div></div>')

@@ -40,7 +40,34 @@ GLOSSARY = """\
   (0.4-0.9 bytes per changed element, against 6 for `raw`: int32 positions + bf16 values).
 - **staleness bound**: how many versions a training game's weights may lag the trainer's; older
   games are played again, then dropped from the gradient.
-- **valid-guess rate**: the share of moves whose guess, read by the strict rule (the first word
-  after `<guess>`), is an allowed 5-letter word not guessed before in the game.
+- **guess**: what a reply plays, by the strict rule the env applies to everyone: `<think>` blocks are
+  dropped, then the guess is the first word after the *last* `<guess>` tag, closed or not (`<guess>crane
+  and more` plays CRANE); a reply with no tag counts only if it is one single word. No word is ever
+  picked out of the text around it.
+- **valid-guess rate**: the share of moves whose guess, read by that rule, is an allowed 5-letter word
+  not guessed before in the game.
 - **letters found**: per game, greens + yellows / 2 of its best guess (0-5).
+- **move**, **invalid move**: a move is one reply; an invalid one (no guess, not a word, a repeat)
+  costs no guess but a penalty, and the 7th ends the game lost, so a whole game holds up to 12 moves
+  for its 6 guesses.
+- **unfinished**: a training game cut after the trainer's `--max-turns` moves (3 by default, so that
+  a CPU gets more steps per minute), before a win or a loss.
+- **showcase game**: a whole game (up to 6 guesses) a rollout server plays on its own after a minute
+  with no game, so its page always shows the current policy; never trained on.
+- **env's example**: the example word the env's request showed before a move (never the secret); a
+  move marked so copied it.
+- **policy v3**, **policy v2–v3**: the weight versions that wrote a game's replies (a game played
+  while a new version arrived spans two).
+- **published** (trainer) and **applied here** (rollout): the trainer's newest version committed to
+  the bucket, and the version a rollout server has loaded and serves; **versions behind** is how
+  far a server's version trails the bucket's newest.
+- **fleet states** of a rollout server: **producing** (playing groups of games for the run),
+  **full** (enough groups wait in the bucket; it waits until the trainer takes some), **paused** /
+  **no run** (the trainer paused, or has written no run yet), **error** (its last batch failed; it
+  retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).
+- **idle**: the share of a server's time since it started with no game to play (full, paused, or
+  waiting for the run).
+- **refused groups**: game groups the trainer read and threw away without training on them: from
+  another run (an earlier trainer process), torn or corrupt files, or games that fail the checks
+  (token ids, logprobs, rewards out of range).
 """

@@ -182,10 +182,13 @@ def feed_html(records: Sequence[GameRecord]) -> str:
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
 
-#: Under the policy feed: why training games read "unfinished".
+#: Under the policy feed: why training games read "unfinished", and what the showcase games beside them are.
 UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped before the game ended: the trainer "
                    "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
-                   "minute on small machines. Each invalid move shows the reason it was refused, and a word marked "
+                   "minute on small machines. A policy game played to its end (up to 6 guesses) beside them is a "
+                   "rollout server's showcase game, played when it has been idle for a minute so that its page shows "
+                   "the current policy; it is never trained on. Each invalid move shows the reason it was refused, "
+                   "and a word marked "
                    "\"env's example\" was copied from the env's message (every request shows an "
                    "example guess, never the secret): those are not the policy's own words.*")
 

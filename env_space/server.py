@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import uvicorn
 from fastapi import FastAPI
 
-import settings
-
+from dashboard import serving
 from dashboard.mount import mount_ui
 from dashboard.render import CSS
 
@@ -26,6 +24,5 @@ def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = No
 
 
 def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> None:
-    """Serve until interrupted. Blocks."""
-    uvicorn.run(build_app(limits, access), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES,
-                timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)
+    """Serve until interrupted (`dashboard.serving`: its pages' streams end at the signal). Blocks."""
+    serving.serve(build_app(limits, access), host, port, ws_max_size=MAX_BODY_BYTES)

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from importlib import resources
 
+from dashboard.labels import counted
 from wire.wordle import WORD_LENGTH
 
 
@@ -42,7 +43,7 @@ class WordLists:
         if not word.isascii() or not word.isalpha():
             return f"{shown} must contain only the letters a-z"
         if len(word) != WORD_LENGTH:
-            return f"{shown} has {len(word)} letters; a guess must have exactly {WORD_LENGTH}"
+            return f"{shown} has {counted(len(word), 'letter')}; a guess must have exactly {WORD_LENGTH}"
         if word not in self.allowed:
             return f"{shown} is not in the word list"
         return None

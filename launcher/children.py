@@ -58,6 +58,8 @@ class Child:
     state: str = "waiting"
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _asked_at: float | None = field(default=None, repr=False)  # when `terminate` sent SIGTERM
+    _ended_at: float | None = field(default=None, repr=False)  # when it was first seen ended after that
 
     def __post_init__(self) -> None:
         self.name = self.name or self.role
@@ -74,7 +76,8 @@ class Child:
         return self._proc.pid if self._proc else None
 
     def start(self) -> None:
-        """Start it in a new session (its own process group). Returns at once. Call from the main thread."""
+        """Start it in a new session (its own process group); again after it exited, to restart it. Returns at
+        once. Call from the main thread: the parent-death signal follows the thread that started the child."""
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_VARIABLES}
         env.update(self.environ, PYTHONUNBUFFERED="1")
@@ -85,6 +88,7 @@ class Child:
             log.flush()
             self._proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)
+        self._asked_at = self._ended_at = None
         self.state = "starting"
 
     def returncode(self) -> int | None:
@@ -119,27 +123,59 @@ class Child:
             stop.wait(0.5)
         return False
 
-    def stop(self, timeout_s: float) -> int | None:
-        """SIGTERM its process group, wait up to `timeout_s`, then SIGKILL the group. Idempotent.
+    def terminate(self) -> None:
+        """Ask it to stop: SIGTERM its process group, if it runs (`wait_stopped` then waits). Returns at once."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None or self._asked_at is not None:
+                return
+            self.state = "stopping"
+            self._asked_at = time.monotonic()
+            self._signal_group(signal.SIGTERM)
 
-        Returns:
-            Its exit status (None if never started). Negative: killed by that signal.
-        """
+    def wait_stopped(self, timeout_s: float) -> Ended | None:
+        """After `terminate`: wait up to `timeout_s` seconds since it was asked, then SIGKILL the group; then
+        whatever it spawned into its group goes too. Idempotent. None if it was never started."""
         with self._lock:
             if self._proc is None:
                 return None
+            forced = False
             if self._proc.poll() is None:
-                self.state = "stopping"
-                self._signal_group(signal.SIGTERM)
+                left = timeout_s - (time.monotonic() - (self._asked_at or time.monotonic()))
                 try:
-                    self._proc.wait(timeout=timeout_s)
+                    self._proc.wait(timeout=max(0.0, left))
                 except subprocess.TimeoutExpired:
                     self._signal_group(signal.SIGKILL)
                     self._proc.wait(timeout=10)
-            # The app is gone; whatever it spawned into its group goes with it.
-            self._signal_group(signal.SIGKILL)
-            self.state = "stopped"
-            return self._proc.returncode
+                    forced = True
+            return self._ended(forced)
+
+    def poll_stopped(self) -> Ended | None:
+        """After `terminate`: how it ended if it has (its group's leftovers are then killed), None while it runs.
+        Never waits: the launcher polls every app it stopped, so each one's time is its own."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is None:
+                return None
+            return self._ended(False)
+
+    def _ended(self, forced: bool) -> Ended:
+        assert self._proc is not None and self._proc.returncode is not None
+        if self._ended_at is None:
+            self._ended_at = time.monotonic()
+        self._signal_group(signal.SIGKILL)  # the app is gone; whatever it spawned into its group goes with it
+        self.state = "stopped"
+        took = None if self._asked_at is None else self._ended_at - self._asked_at
+        return Ended(self._proc.returncode, forced, took)
+
+    def stop(self, timeout_s: float) -> Ended | None:
+        """`terminate`, then `wait_stopped`: SIGTERM, up to `timeout_s` seconds, then SIGKILL. Idempotent."""
+        self.terminate()
+        return self.wait_stopped(timeout_s)
+
+    def exited(self) -> Ended:
+        """How it ended, once `returncode` is not None, when nobody asked it to stop (it crashed, was killed)."""
+        code = self.returncode()
+        assert code is not None, "exited() is for an app that has exited"
+        return Ended(code, False, None)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
@@ -157,13 +193,35 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def exit_text(code: int | None) -> str:
-    """How a stopped app ended, in words: SIGTERM is how the launcher asks an app to stop, so an app it
-    ended is "stopped", not a failure with a negative exit status."""
-    if code in (0, None, -signal.SIGTERM):
-        return "stopped"
-    if code == -signal.SIGKILL:
-        return "killed (it did not stop in time)"
-    if code < 0:
-        return f"ended by signal {-code}"
-    return f"stopped (exit status {code})"
+@dataclass(frozen=True)
+class Ended:
+    """How an app's process ended.
+
+    Attributes:
+        code: Its exit status; negative: ended by that signal.
+        forced: The launcher killed it (SIGKILL) because it did not stop within the stop timeout.
+        seconds: From the launcher's SIGTERM to its end; None when the launcher did not ask it to stop.
+    """
+
+    code: int
+    forced: bool = False
+    seconds: float | None = None
+
+
+def exit_text(ended: Ended | None) -> str:
+    """How an app ended, in words, telling apart a clean stop, a kill by the launcher after its stop timeout, and
+    a signal from elsewhere (the kernel's OOM killer, a person's `kill -9`): "stopped in 2.1 s (exit status 0)",
+    "killed by the launcher: it did not stop within 30 s", "killed by signal 9 (SIGKILL), not by the launcher"."""
+    if ended is None:
+        return "never started"
+    took = "" if ended.seconds is None else f" in {ended.seconds:.1f} s"
+    if ended.forced:
+        return f"killed by the launcher: it did not stop{took.replace(' in ', ' within ')}"
+    if ended.code == 0:
+        return f"stopped{took} (exit status 0)"
+    if ended.code == -signal.SIGTERM and ended.seconds is not None:  # asked before its own handler was set up
+        return f"stopped{took} (by SIGTERM)"
+    if ended.code < 0:
+        name = signal.Signals(-ended.code).name if -ended.code in signal.valid_signals() else "unknown"
+        return f"killed by signal {-ended.code} ({name}){', not by the launcher' if ended.seconds is None else took}"
+    return f"exited with status {ended.code}{took}"

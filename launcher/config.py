@@ -32,6 +32,8 @@ class LauncherConfig:
         logs: Folder of the children's log files (one per app, appended to).
         ready_timeout_s: Seconds each app may take to answer its health check.
         stop_timeout_s: Seconds each app gets to exit after SIGTERM before its process group is killed.
+        rollout_restarts: Restarts of a rollout server that dies, within 10 minutes, waiting 5 s, 10 s, 20 s...
+            before each (`restarts.RestartPolicy`); past them it stays stopped and the fleet goes on without it.
         rollout_args / trainer_args: Extra flags for those two roles (e.g. smaller batches in tests).
     """
 
@@ -48,6 +50,7 @@ class LauncherConfig:
     logs: str = str(REPO / ".cache" / "app" / "logs")
     ready_timeout_s: float = 900.0
     stop_timeout_s: float = settings.STOP_TIMEOUT_S
+    rollout_restarts: int = 3
     rollout_args: list[str] = field(default_factory=list)
     trainer_args: list[str] = field(default_factory=list)
 
@@ -63,6 +66,8 @@ class LauncherConfig:
                              "--trainer-port")
         if self.ready_timeout_s <= 0 or self.stop_timeout_s <= 0:
             raise ValueError("--ready-timeout and --stop-timeout must be > 0 seconds")
+        if self.rollout_restarts < 0:
+            raise ValueError(f"--rollout-restarts must be 0 or more, got {self.rollout_restarts}")
 
     @property
     def rollout_ports(self) -> list[int]:
@@ -97,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds each app may take to get ready (default 900)")
     parser.add_argument("--stop-timeout", type=float, default=d.stop_timeout_s,
                         help=f"seconds each app gets to exit on Ctrl-C before it is killed (default {d.stop_timeout_s:g})")
+    parser.add_argument("--rollout-restarts", type=int, default=d.rollout_restarts,
+                        help=f"times a rollout server that dies is restarted within 10 minutes, after 5 s, 10 s, 20 s... "
+                             f"(default {d.rollout_restarts}; 0: never); then the fleet goes on without it")
     parser.add_argument("--rollout-args", default="", help="extra flags for the rollout, one quoted string")
     parser.add_argument("--trainer-args", default="",
                         help="extra flags for the trainer, one quoted string (e.g. \"--max-steps 50\")")
@@ -113,5 +121,5 @@ def config_from_args(args: argparse.Namespace) -> LauncherConfig:
         host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
         trainer_port=args.trainer_port, rollouts=args.rollouts, bucket=bucket, model=model, engine=args.engine,
         owner_token=args.owner_token, logs=os.path.abspath(args.logs), ready_timeout_s=args.ready_timeout,
-        stop_timeout_s=args.stop_timeout, rollout_args=shlex.split(args.rollout_args),
-        trainer_args=shlex.split(args.trainer_args))
+        stop_timeout_s=args.stop_timeout, rollout_restarts=args.rollout_restarts,
+        rollout_args=shlex.split(args.rollout_args), trainer_args=shlex.split(args.trainer_args))

@@ -27,6 +27,7 @@ from wire.rollout import RolloutStatus
 from wire.trainer import TrainerStatus
 
 from .children import Child
+from .restarts import Supervisor
 
 TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
 BLURBS = {
@@ -36,11 +37,15 @@ BLURBS = {
 }
 
 
-async def _app_status(client: httpx.AsyncClient, child: Child) -> dict[str, Any]:
-    """One card's data: the launcher's view of the process, plus what the app says about itself."""
+async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervisor | None = None) -> dict[str, Any]:
+    """One card's data: the launcher's view of the process (its state, its restarts), plus what the app says
+    about itself."""
     title = TITLES[child.role] + (f" · {child.name}" if child.name != child.role else "")
     card: dict[str, Any] = {"role": child.role, "name": child.name, "title": title, "blurb": BLURBS[child.role],
-                            "port": child.port, "state": child.state, "fields": [], "fleet": []}
+                            "port": child.port, "state": child.state, "fields": [], "fleet": [], "fleet_note": ""}
+    if restarts is not None and restarts.restarts(child.name):
+        card["fields"].append(["restarts", f"{restarts.restarts(child.name)} (last exit: "
+                                           f"{restarts.last_exit(child.name)})"])
     if child.state != "ready":
         return card
     path = "/health" if child.role == "env" else "/status"
@@ -80,8 +85,8 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
         if trainer.waiting_for_rollouts:
             training += f", waiting for rollouts ({trainer.groups_ready} of {trainer.groups_needed} groups ready)"
         recent = trainer.recent
-        return [("published version", trainer.version),
-                ("progress", step_text(trainer.step, trainer.max_steps, trainer.step_s)),
+        return [("published version", trainer.version or "none yet"),
+                ("progress", step_text(trainer.step, trainer.last_step, trainer.step_s)),
                 (f"valid guesses (strict), last {WINDOW} steps",
                  trend_text([r.valid_rate for r in recent], percent=True)),
                 (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
@@ -98,8 +103,22 @@ def fleet_rows(role: str, status: bytes) -> list[list[Any]]:
             for s in TrainerStatus.model_validate_json(status).fleet]
 
 
-def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
-    """The landing app for these children (their `state` is read live)."""
+def fleet_note(children: Sequence[Child], trainer_card: dict[str, Any]) -> str:
+    """What the trainer's card says of the fleet when it has no table of heartbeats to show: the rollout servers
+    stopping, not started yet, or started with no heartbeat in the bucket yet."""
+    if trainer_card["fleet"]:
+        return ""
+    rollouts = [c.state for c in children if c.role == "rollout"]
+    if any(state in ("stopping", "stopped") for state in rollouts):
+        return "rollout fleet: stopping"
+    if trainer_card["state"] != "ready" or any(state in ("waiting", "starting") for state in rollouts):
+        return "rollout fleet: not started yet"
+    return "rollout fleet: no heartbeat in the bucket yet (each server writes one every few seconds once it runs)"
+
+
+def build_app(children: Sequence[Child], bucket: str, restarts: Supervisor | None = None) -> FastAPI:
+    """The landing app for these children (their `state` is read live; `restarts` counts the rollout servers'
+    restarts)."""
     app = FastAPI(title="delta-sync: all three apps")
 
     @app.get("/", response_class=HTMLResponse)
@@ -117,7 +136,10 @@ def build_app(children: Sequence[Child], bucket: str) -> FastAPI:
     @app.get("/api/status")
     async def status() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
-            cards = await asyncio.gather(*(_app_status(client, c) for c in children))
+            cards = await asyncio.gather(*(_app_status(client, c, restarts) for c in children))
+        for card in cards:
+            if card["role"] == "trainer":
+                card["fleet_note"] = fleet_note(children, card)
         return {"bucket": public_location(bucket), "apps": list(cards)}
 
     return app
@@ -189,9 +211,9 @@ function card(app) {
   const cls = app.state === "ready" ? "ready" : "other";
   const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
   const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
-  const fleet = app.role !== "trainer" ? "" : (app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
+  const fleet = app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
     <table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th><th>state</th></tr>
-    ${rows}</table>` : "<div>rollout fleet: no heartbeat in the bucket yet</div>");
+    ${rows}</table>` : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
   return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>
@@ -201,7 +223,7 @@ async function refresh() {
   try {
     const status = await (await fetch("/api/status")).json();
     document.getElementById("cards").innerHTML = status.apps.map(card).join("");
-    document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString();
+    document.getElementById("updated").textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC";  // as the feeds' times
   } catch (e) {
     document.getElementById("updated").textContent = "The launcher is not answering (stopped?)";
   }

@@ -1,9 +1,11 @@
 """``python app.py`` (role ``all``): env, rollout and trainer as three local processes, and a landing page.
 
 Start-up: prepare the model once (progress shown), start env, rollout and trainer one after the
-other, each waiting for the previous one's health, serve the landing page, print the URLs. Ctrl-C or
-SIGTERM stops the trainer first (it finishes publishing), then the rollout, then the env; each gets
-`stop_timeout_s` before its process group is killed. The bucket stays, so the next start resumes.
+other, each waiting for the previous one's health, serve the landing page, print the URLs. While they
+run, a rollout server that dies is restarted (`restarts.Supervisor`); the env or the trainer dying stops
+everything. Ctrl-C or SIGTERM asks every app to stop at once, the trainer first (it commits its last
+version); each gets `stop_timeout_s` before its process group is killed. The bucket stays, so the next
+start resumes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 import settings
@@ -24,6 +27,7 @@ from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
 from .prepare import PrepareFailed, prepare_model
+from .restarts import RestartPolicy, Supervisor
 from .tokens import launch_tokens, role_environ
 
 
@@ -84,6 +88,28 @@ def _gpu_share(config: LauncherConfig) -> float | None:
     return share
 
 
+def _stop_all(children: list[Child], timeout_s: float) -> None:
+    """SIGTERM every running app at once, the trainer first (it commits its last version), then watch them all
+    until each has exited or `timeout_s` has passed since the signal, when what is left is killed: they stop side
+    by side, the whole stop takes as long as the slowest, and each one's time is its own."""
+    running = [c for c in reversed(children) if c.pid is not None and c.returncode() is None]
+    if running:
+        _say(f"stopping {', '.join(c.name for c in running)} (each gets up to {timeout_s:.0f} s)")
+    for child in running:
+        child.terminate()
+    deadline = time.monotonic() + timeout_s
+    while running and time.monotonic() < deadline:
+        for child in list(running):
+            if (ended := child.poll_stopped()) is not None:
+                _say(f"{child.name} {exit_text(ended)}")
+                running.remove(child)
+        time.sleep(0.1)
+    for child in running:
+        _say(f"{child.name} {exit_text(child.wait_stopped(timeout_s))}")
+    for child in children:  # those that had exited before: whatever they spawned into their group goes too
+        child.wait_stopped(timeout_s)
+
+
 def _link(config: LauncherConfig, port: int) -> str:
     host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
     return f"http://{host}:{port}"
@@ -96,10 +122,12 @@ def run(args: argparse.Namespace) -> None:
     """
     config = config_from_args(args)
     stop = threading.Event()
+    apps = 2 + config.rollouts
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if not stop.is_set():
-            _say(f"{signal.Signals(signum).name}: stopping all three (each gets up to {config.stop_timeout_s:.0f} s)")
+            _say(f"{signal.Signals(signum).name}: stopping all {apps} apps (each gets up to "
+                 f"{config.stop_timeout_s:.0f} s)")
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
@@ -120,7 +148,9 @@ def run(args: argparse.Namespace) -> None:
     tokens = launch_tokens()
     gpu_share = _gpu_share(config)
     children = build_children(config, folder, owner_token, tokens, gpu_share)
-    landing = LandingServer(build_app(children, config.bucket), config.host, config.port)
+    supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s,
+                            _say)
+    landing = LandingServer(build_app(children, config.bucket, supervisor), config.host, config.port)
     failed = False
     try:
         landing.start()
@@ -139,10 +169,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"    rollout token {tokens['ROLLOUT_TOKEN']}   (the rollout's /generate and /rollout)", flush=True)
         _say("Ctrl-C stops them all; the next start resumes from the bucket")
         while not stop.wait(1.0):
-            for child in children:
-                code = child.returncode()
-                if code is not None:
-                    raise ChildFailed(child.name, f"exited with status {code}", child.log_tail())
+            supervisor.tick()
     except ChildFailed as e:
         failed = True
         _say(str(e))
@@ -150,11 +177,7 @@ def run(args: argparse.Namespace) -> None:
         failed = True
         _say(str(e))
     finally:
-        for child in reversed(children):
-            if child.pid is not None:
-                _say(f"stopping {child.name} (up to {config.stop_timeout_s:.0f} s)")
-                code = child.stop(config.stop_timeout_s)
-                _say(f"{child.name} {exit_text(code)}")
+        _stop_all(children, config.stop_timeout_s)
         landing.stop()
     if failed:
         raise SystemExit(1)

@@ -133,14 +133,17 @@ class Follower:
             self._load_pending()
         return self._subscriber.version
 
-    def close(self) -> None:
-        """Stop following; a version decoded but not loaded yet is dropped."""
-        self._subscriber.close()
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop following; a version decoded but not loaded yet is dropped. Waits up to `timeout` s for a version
+        being fetched, decoded or loaded; True if both threads ended (else one runs on: a daemon)."""
+        deadline = time.monotonic() + timeout
+        self._subscriber.close(timeout)
         with self._arrived:
             self._closing = True
             self._arrived.notify_all()
         if self._loader.is_alive():
-            self._loader.join()
+            self._loader.join(max(0.0, deadline - time.monotonic()))
+        return not self._loader.is_alive() and time.monotonic() < deadline
 
     def _queue(self, update: Update) -> None:
         """Runs in the subscriber's thread after each version is written into the published state: hand

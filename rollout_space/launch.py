@@ -86,7 +86,6 @@ def run(args: argparse.Namespace) -> None:
     from .server import serve
     from .service import RolloutService, ServiceLimits
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     limits = ServiceLimits(args.max_batch, args.max_tokens, args.max_games, args.showcase_every)
     kind = args.engine or _default_engine()
     folder = resolve_model(args.model)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import FrameType
-
-import uvicorn
 from fastapi import FastAPI
 
 import settings
+from dashboard import serving
 
 from .api import build_api
 from .service import RolloutService
@@ -26,27 +23,16 @@ def build_app(service: RolloutService, token: str | None = None, trust_forwarded
     return mount_ui(build_api(service, token), service, trust_forwarded=trust_forwarded)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, which on SIGINT/SIGTERM first interrupts the engine: the generation in flight
-    ends at its next token and its request is answered (503) before the server closes, instead of
-    holding the exit for a whole batch or being cancelled with a traceback."""
-
-    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_exit = on_exit
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._on_exit()
-        super().handle_exit(sig, frame)
-
-
 def serve(service: RolloutService, host: str, port: int, token: str | None = None,
           trust_forwarded: bool = False) -> None:
-    """Start following, serve until interrupted, then stop following and close the engine. Blocks."""
+    """Start following, serve until interrupted, then stop following and close the engine. Blocks.
+
+    At SIGINT/SIGTERM the engine is interrupted first (`dashboard.serving`'s `on_exit`): the generation in flight
+    ends at its next token and its request is answered (503) before the server closes, instead of holding the
+    exit for a whole batch or being cancelled with a traceback.
+    """
     service.start()
     try:
-        config = uvicorn.Config(build_app(service, token, trust_forwarded), host=host, port=port, log_level="warning",
-                                timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S)
-        _Server(config, service.engine.interrupt).run()
+        serving.serve(build_app(service, token, trust_forwarded), host, port, on_exit=service.begin_close)
     finally:
-        service.close()
+        service.close(settings.ROLLOUT_CLOSE_S)

@@ -74,6 +74,7 @@ class RolloutService:
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
         self._games: deque[Trajectory] = deque(maxlen=100)  # the latest, for the UI
+        self._showcase_ids: deque[str] = deque(maxlen=100)  # which of them were showcase games
         self._played = 0  # every game, for /status
         self._tokens = 0
         self._busy_s = 0.0  # seconds inside play(), any caller
@@ -105,20 +106,33 @@ class RolloutService:
             self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
             self._showcase.start()
 
-    def close(self) -> None:
-        """Stop following and playing, close the engine (which ends a batch in flight at its next token)."""
+    def begin_close(self) -> None:
+        """Stop playing and interrupt the engine: a batch in flight ends at its next token, and every game thread
+        sees the stop before the engine's error. Returns at once (a server calls it from its signal handler)."""
         self._stop.set()
         if self.producer is not None:
             self.producer.stop()
+        self.engine.interrupt()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """`begin_close`, then wait up to `timeout` s in all for the threads that play and follow, then close the env
+        client and the engine (in that order: a game still running would otherwise call a closed client). A thread
+        still decoding a version past the wait runs on (a daemon), and ends with the process."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        self.begin_close()
         if self.follower is not None:
-            self.follower.close()
+            self.follower.close(left())
         if self._showcase is not None:
-            self._showcase.join(timeout=60)
+            self._showcase.join(left())
+        if self.producer is not None:
+            self.producer.close(left())
         if self.env is not None:
             self.env.close()
         self.engine.close()
-        if self.producer is not None:
-            self.producer.close()
 
     # -- serving -------------------------------------------------------------------------------------
 
@@ -225,6 +239,11 @@ class RolloutService:
         with self._stats_lock:
             return list(self._games)[::-1][:limit]
 
+    def showcase_ids(self) -> set[str]:
+        """The episode ids of the latest showcase games (played whole when idle, for the UI; never trained on)."""
+        with self._stats_lock:
+            return set(self._showcase_ids)
+
     # -- internals -------------------------------------------------------------------------------------
 
     def _check(self, limit: str, value: int, cap: int, flag: str) -> None:
@@ -241,7 +260,11 @@ class RolloutService:
             if time.monotonic() - self._last_game < self.limits.showcase_every:
                 continue
             try:
-                self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
+                played = self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
+                with self._stats_lock:
+                    self._showcase_ids.extend(t.episode_id for t in played)
             except Exception as e:  # noqa: BLE001 - the env may be down for a while; the Space keeps serving
+                if self._stop.is_set():  # the engine was interrupted under the game: the server is stopping
+                    return
                 logger.warning("showcase game failed: %s", e)
                 self._last_game = time.monotonic()

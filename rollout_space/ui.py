@@ -115,7 +115,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         header = service.last_delta()
         heatmap = sparsity_heatmap(sparsity(header, state_shapes()) if header is not None else None)
         shown = private.visible(service.recent_games(feed_size))
-        feed = gr.skip() if shown is None else games.feed_html(shown)
+        feed = gr.skip() if shown is None else games.feed_html(shown, showcase=service.showcase_ids())
         return heatmap, sync_timeline(service.syncs()), feed
 
     def play_one(request: gr.Request) -> str:

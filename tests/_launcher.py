@@ -53,6 +53,23 @@ class Launch:
         leaders = {pid for pid, (ppid, _) in _processes().items() if ppid == self.proc.pid}
         return {pid for pid, (_, pgid) in _processes().items() if pgid in leaders}
 
+    def app_pid(self, name: str) -> int:
+        """The process id of one app (`env`, `trainer`, `rollout`, `rollout-2`...): the launcher's child whose
+        command names it."""
+        for pid, (ppid, _) in _processes().items():
+            if ppid != self.proc.pid:
+                continue
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if "--server-id" in argv:  # a rollout server: named by its id
+                if argv[argv.index("--server-id") + 1] == name:
+                    return pid
+            elif "app.py" in argv and argv[argv.index("app.py") + 1] == name:
+                return pid
+        raise AssertionError(f"no app {name!r} among the launcher's children")
+
     def stop(self, sig: signal.Signals = signal.SIGINT, timeout_s: float = 120) -> int:
         """Send `sig` to the launcher (Ctrl-C is SIGINT); its exit status once it has exited."""
         self.proc.send_signal(sig)

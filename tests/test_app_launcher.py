@@ -1,20 +1,29 @@
-"""``python app.py`` with no role: three apps as processes, a landing page, clean stops, a resuming restart.
+"""``python app.py`` with no role: the apps as processes, a landing page, clean stops, a resuming restart, and
+a fleet that outlives one of its rollout servers.
 
 Real processes on loopback ports, a tiny model, a temporary bucket. The first start is stopped with
-SIGINT (what Ctrl-C sends; SIGTERM takes the same path, see test_product_browser.py); the second
-launcher is SIGKILLed and its apps must still go away (the kernel's parent-death signal).
+SIGINT (what Ctrl-C sends; SIGTERM takes the same path, see test_product_browser.py) while the apps work
+and every UI has a page open; each app must exit cleanly within `settings.STOP_WITHIN_S`, leaving logs
+without a traceback. The second start continues the history; its launcher is SIGKILLed and its apps must
+still go away (the kernel's parent-death signal).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from launcher.children import exit_text
+import settings
+from launcher.children import Ended, exit_text
 from launcher.config import LauncherConfig
 from launcher.launch import build_children
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
@@ -28,13 +37,55 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(str(tmp_path_factory.mktemp("model") / "tiny"))
 
 
+#: What a clean stop leaves in no app's log: a traceback, a C++ abort, uvicorn cancelling requests, a line per
+#: HTTP request.
+NOT_IN_A_CLEAN_LOG = ("Traceback", "terminate called", "signal 6", "Aborted", "timeout graceful shutdown exceeded",
+                      "CancelledError", "httpx: HTTP Request")
+
+
+@contextmanager
+def pages_open(urls: list[str]) -> Iterator[None]:
+    """Hold each UI's session heartbeat open, as a browser tab on the page does, until the block ends."""
+    def hold(url: str) -> None:
+        try:
+            with httpx.stream("GET", f"{url}/gradio_api/heartbeat/test-{url.rsplit(':', 1)[1]}", timeout=None) as r:
+                for _ in r.iter_bytes():
+                    pass
+        except httpx.HTTPError:  # the server went away: what a closing tab sees
+            pass
+
+    holders = [threading.Thread(target=hold, args=(u,), daemon=True) for u in urls]
+    for t in holders:
+        t.start()
+    time.sleep(1.0)
+    yield
+    for t in holders:
+        t.join(30)
+
+
+def assert_clean_stop(output: str, logs: Path, apps: list[str]) -> None:
+    """Every app stopped by itself within the promise, exit status 0, and its log holds nothing of a messy stop."""
+    for app in apps:
+        stopped = re.search(rf"\[app\] {app} stopped in ([\d.]+) s \(exit status 0\)", output)
+        assert stopped, f"{app} did not stop cleanly:\n{output}"
+        assert float(stopped.group(1)) < settings.STOP_WITHIN_S, output
+        log = (logs / f"{app}.log").read_text(errors="replace")
+        assert [bad for bad in NOT_IN_A_CLEAN_LOG if bad in log] == [], f"{app}.log:\n{log[-3000:]}"
+    assert f"stopping all {len(apps)} apps" in output
+
+
 def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str, tmp_path: Path) -> None:
     bucket, logs = tmp_path / "bucket", tmp_path / "logs"
     first = start_launcher(model, bucket, logs, tmp_path / "first.out")
     try:
         first.wait_ready(300)
-        cards = httpx.get(f"{first.url('landing')}/api/status", timeout=10).json()["apps"]
-        assert [(c["role"], c["state"]) for c in cards] == [("env", "ready"), ("rollout", "ready"), ("trainer", "ready")]
+        def states() -> list[tuple[str, str]]:
+            return [(c["role"], c["state"]) for c in httpx.get(f"{first.url('landing')}/api/status", timeout=10).json()["apps"]]
+
+        # (a card reads "not answering" while its app is too busy to answer within a second: loading a model on a
+        # loaded machine, say)
+        wait_until(lambda: states() == [("env", "ready"), ("rollout", "ready"), ("trainer", "ready")], 60,
+                   f"every card ready, not {states()}")
         assert "delta-sync" in httpx.get(first.url("landing"), timeout=10).text
         for app in ("env", "rollout", "trainer"):
             assert httpx.get(f"{first.url(app)}/health", timeout=10).status_code == 200
@@ -45,16 +96,21 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
         pids = first.app_pids()
         assert len(pids) >= 3
-        assert first.stop(signal.SIGINT) == 0
+        with pages_open([first.url(app) for app in ("env", "rollout", "trainer")]):
+            assert first.status("trainer")["state"] == "running"  # mid-work: training, playing, serving
+            began = time.monotonic()
+            assert first.stop(signal.SIGINT) == 0
+            took = time.monotonic() - began
     finally:
         if first.proc.poll() is None:
             first.kill()
     output = first.output()
-    assert "stopping trainer" in output and "all stopped" in output and "rollout token" in output
-    assert "trainer stopped" in output and "exit status" not in output  # SIGTERM is a clean stop
+    assert "stopping trainer, rollout, env" in output and "all stopped" in output and "rollout token" in output
+    assert_clean_stop(output, logs, ["env", "rollout", "trainer"])
+    assert took < settings.STOP_WITHIN_S + 2, f"the launcher took {took:.1f} s to exit"  # + its own start and end
     assert alive(pids) == set(), f"processes left after Ctrl-C: {alive(pids)}"
-    for role in ("env", "rollout", "trainer"):
-        assert (logs / f"{role}.log").stat().st_size > 0
+    first_steps = httpx_history_steps(bucket)
+    assert first_steps, "the first run's history was not kept in the bucket"
 
     second = start_launcher(model, bucket, logs, tmp_path / "second.out")
     try:
@@ -64,6 +120,14 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         assert status["resumed_from"] >= 2
         resumed = status["resumed_from"]
         wait_until(lambda: second.status("trainer")["version"] > resumed, 120, "a version after the resumed one")
+        # The restarted trainer shows the earlier versions' points and goes on counting steps from them.
+        history = httpx.get(f"{second.url('trainer')}/history", timeout=10).json()
+        steps = [(r["step"], r["version"]) for r in history["steps"]]
+        earlier = [(s, v) for s, v in first_steps if v <= resumed]
+        assert steps[:len(earlier)] == earlier and len(steps) > len(earlier)
+        assert [s for s, _ in steps] == list(range(1, len(steps) + 1))  # one count across both processes
+        assert second.status("trainer")["step"] >= earlier[-1][0]
+        assert [a["version"] for a in history["anchors"]][:1] == [1]  # the first version's full copy, still shown
         # Killed with no chance to clean up: the kernel's parent-death signal must stop the apps.
         pids = second.app_pids()
         second.proc.kill()
@@ -77,10 +141,46 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
     assert alive(pids) == set(), f"apps outlived a SIGKILLed launcher: {alive(pids)}"
 
 
-def test_exit_text_calls_the_launchers_own_sigterm_a_clean_stop() -> None:
-    assert exit_text(-signal.SIGTERM) == exit_text(0) == "stopped"
-    assert exit_text(-signal.SIGKILL) == "killed (it did not stop in time)"
-    assert exit_text(3) == "stopped (exit status 3)"
+def httpx_history_steps(bucket: Path) -> list[tuple[int, int]]:
+    """(step, version) of every step record in the bucket's history file (what the next trainer reads)."""
+    from wire.history import HISTORY_PATH, decode_history
+
+    return [(r.step, r.version) for r in decode_history((bucket / HISTORY_PATH).read_bytes()).history.steps]
+
+
+def test_exit_text_tells_a_clean_stop_a_kill_after_the_timeout_and_a_signal_from_elsewhere() -> None:
+    assert exit_text(Ended(0, seconds=2.14)) == "stopped in 2.1 s (exit status 0)"
+    assert exit_text(Ended(-signal.SIGTERM, seconds=0.3)) == "stopped in 0.3 s (by SIGTERM)"
+    assert exit_text(Ended(-signal.SIGKILL, forced=True, seconds=30.0)) == (
+        "killed by the launcher: it did not stop within 30.0 s")
+    assert exit_text(Ended(-signal.SIGKILL)) == "killed by signal 9 (SIGKILL), not by the launcher"
+    assert exit_text(Ended(3)) == "exited with status 3"
+    assert exit_text(None) == "never started"
+
+
+def test_a_fleet_outlives_a_killed_rollout_server(model: str, tmp_path: Path) -> None:
+    """SIGKILL one of two rollout servers: the launcher says so and restarts it, the trainer keeps publishing,
+    the landing page shows the restart; Ctrl-C then stops all four cleanly."""
+    bucket, logs = tmp_path / "bucket", tmp_path / "logs"
+    launch = start_launcher(model, bucket, logs, tmp_path / "launcher.out", "--rollouts", "2")
+    try:
+        launch.wait_ready(400)
+        wait_until(lambda: launch.status("trainer")["version"] >= 1, 240, "a first published version")
+        os.kill(launch.app_pid("rollout-2"), signal.SIGKILL)
+        killed_at = launch.status("trainer")["version"]
+        wait_until(lambda: "rollout-2 killed by signal 9 (SIGKILL), not by the launcher" in launch.output(), 30,
+                   "the launcher to say what happened to rollout-2")
+        wait_until(lambda: launch.status("trainer")["version"] >= killed_at + 2, 300,
+                   "two more versions with one rollout server gone")
+        wait_until(lambda: "rollout-2 is back (restart 1)" in launch.output(), 300, "rollout-2 to restart")
+        cards = {c["name"]: c for c in httpx.get(f"{launch.url('landing')}/api/status", timeout=10).json()["apps"]}
+        assert cards["rollout-2"]["state"] == "ready" and ["restarts", "1 (last exit: killed by signal 9 (SIGKILL), "
+                                                                       "not by the launcher)"] in cards["rollout-2"]["fields"]
+        assert launch.stop(signal.SIGINT) == 0
+    finally:
+        if launch.proc.poll() is None:
+            launch.kill()
+    assert_clean_stop(launch.output(), logs, ["env", "rollout", "rollout-2", "trainer"])
 
 
 def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> None:

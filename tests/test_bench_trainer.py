@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 
-from bench.trainer import copying_baseline, examples_played, not_first_words
+from bench.trainer import copying_baseline, examples_played, not_first_words, run_summary
 from env_space.game import WordleGame
 from env_space.words import load_word_lists
+from trainer_space import TrainerConfig
+from wire.trainer import StepRecord
 from wire.wordle import encode, letters_found, score
 
 
@@ -28,3 +31,18 @@ def test_the_copying_baseline_plays_the_envs_examples() -> None:
     crane_only = [letters_found([encode(score("crane", words.pick_secret(seed)))]) for seed in range(20)]
     assert copying_baseline(1, games=20) == statistics.fmean(crane_only)  # one move: the instructions' example
     assert copying_baseline(3, games=20) > copying_baseline(2, games=20) > copying_baseline(1, games=20)
+
+
+def test_the_runs_summary_reads_the_trainers_default_moves_when_max_turns_is_not_given() -> None:
+    """`run` builds its summary at its very end, after minutes of training: without `--max-turns` it must
+    take the trainer's default (it once called `TrainerConfig()` without its required arguments there)."""
+    steps = [StepRecord(step=i, version=i, reward=0.1 * i, win_rate=0.0, valid_rate=0.5, letters=1.0, step_s=40.0,
+                        cpu_s=70.0, publish_s=0.1, at=1.7e9 + 40 * i) for i in range(1, 9)]
+    game = WordleGame("mound", load_word_lists(), episode_id="g", player="policy v8")
+    game.step("<guess>crane</guess>")
+    default = run_summary(steps, [game.record()], argparse.Namespace(max_turns=None, window=5))
+    given = run_summary(steps, [game.record()], argparse.Namespace(max_turns=1, window=5))
+    assert default["letters_found_by_copying_only"] == copying_baseline(TrainerConfig.max_turns)
+    assert given["letters_found_by_copying_only"] == copying_baseline(1)
+    assert default["steps"] == 8 and default["reward_last"] == statistics.fmean(0.1 * i for i in range(4, 9))
+    assert default["distinct_words_last_games"] == 1

@@ -51,7 +51,7 @@ def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
     assert z["layer 0", "lm_head"] is None  # no such tensor: a gap, not a zero
     hover = heat.text[list(heat.y).index("layer 1")][list(heat.x).index("v_proj")]
     assert hover == "layer 1 · v_proj<br>8 of 32 changed (25%)<br>1 tensor"
-    assert fig.layout.title.text.startswith("Delta v6→v7: 11 of ")
+    assert fig.layout.title.text.startswith("Delta v6→v7 applied here<br><sup>11 of ")
     colour = {(r, k): heat.z[i][j] for i, r in enumerate(heat.y) for j, k in enumerate(heat.x)}
     assert colour["layer 1", "v_proj"] == math.log10(0.25) and colour["layer 0", "v_proj"] == -5
     assert (heat.zmin, heat.zmax) == (-5, 0)  # fixed: a colour means the same density in every version
@@ -61,7 +61,20 @@ def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
 
 
 def test_heatmap_without_a_delta_says_so() -> None:
-    assert _message(sparsity_heatmap(None)) == "No delta applied yet"
+    assert _message(sparsity_heatmap(None)) == "No delta applied here yet"
+    assert _message(sparsity_heatmap(None, side="published")) == "No delta published yet"
+
+
+def test_heatmap_says_what_the_delta_is_on_its_page_and_when_nothing_changed() -> None:
+    old = qwen3_state()
+    grid = sparsity(header_of(old, changed_copy(old, {"lm_head.weight": 2}), version=15))
+    published = sparsity_heatmap(grid, side="published")
+    assert published.layout.title.text.startswith("Delta v14→v15 published<br><sup>2 of ")
+    assert sparsity_heatmap(grid).layout.title.text.startswith("Delta v14→v15 applied here<br>")
+    unchanged = sparsity_heatmap(sparsity(header_of(old, old, version=16)), side="published")
+    assert (unchanged.layout.title.text, _message(unchanged)) == ("Delta v15→v16 published", "No element changed")
+    # The hover toolbar keeps zoom, reset and save only: with all its buttons it covered the title.
+    assert {"pan", "select", "lasso", "zoomin"} <= set(published.layout.modebar.remove)
 
 
 def test_sync_timeline_marks_anchors_and_keeps_deltas_readable() -> None:
@@ -112,3 +125,17 @@ def test_learning_and_payload_curves() -> None:
         ("default codec", [2], "lines+markers"), ("anchor (full copy)", [1], "markers")]
     assert _message(line_curves([Series("a", [], [])], "t")) == "No data yet"
     assert not math.isnan(fig.data[0].y[0])
+
+
+def test_the_legend_sits_below_the_x_axis_title_and_one_version_has_a_scale() -> None:
+    fig = payload_curves([2, 3], [700, 650], [3_000, 2_900], dense_bytes=1e6, codec="ctx")
+    legend = fig.layout.legend
+    # In the figure's own coordinates, at its bottom, inside a margin that holds ticks, axis title and legend.
+    assert (legend.yref, legend.yanchor, legend.y) == ("container", "bottom", 0.01) and fig.layout.margin.b >= 100
+    assert learning_curves([1], [Metric("r", [0.5])]).layout.legend.yref == "container"
+    anchor_only = payload_curves([], [], anchors=[(1, 269_000_000)])  # the first version: a full copy
+    ticks = list(anchor_only.layout.yaxis.tickvals)
+    low, high = anchor_only.layout.yaxis.range
+    assert len(ticks) >= 2 and all(low <= math.log10(t) <= high for t in ticks)
+    assert list(anchor_only.layout.yaxis.ticktext) == ["200 MB", "500 MB"]
+    assert tuple(anchor_only.layout.xaxis.range) == (0.4, 1.6)  # version 1 in the middle, no version 0 or 2

@@ -40,5 +40,8 @@ def test_feed() -> None:
     assert feed.count('data-testid="policy-game"') == 2
     assert 'data-episode="e1"' in feed and "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
     assert "No policy games yet." in games.feed_html([])
+    assert "showcase" not in feed
+    marked = games.feed_html([GAME, LOST], showcase={LOST.episode_id})
+    assert marked.count(games.SHOWCASE_NOTE) == 1 and marked.index(games.SHOWCASE_NOTE) > marked.index("policy v5")
     assert "2. invalid: hmm &lt;b&gt;no&lt;/b&gt;</li>" in feed  # what the model wrote, escaped
     assert games.board_html(None).count("data-mark") == 0

@@ -10,3 +10,10 @@ def test_labels_hide_local_paths_and_count_right(tmp_path) -> None:
     assert public_location("s3://team/runs/a") == "s3://team/runs/a"
     assert public_location("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert all(f"**{term}**" in GLOSSARY for term in ("anchor", "density", "ctx", "staleness bound"))
+
+
+def test_the_glossary_covers_the_words_of_the_fleet_tables_and_the_feeds() -> None:
+    terms = ("showcase game", "unfinished", "env's example", "producing", "full", "gone", "idle", "refused groups",
+             "published", "applied here", "versions behind")
+    assert [t for t in terms if f"**{t}**" not in GLOSSARY] == []
+    assert "first word after the *last* `<guess>` tag" in GLOSSARY  # the rule as env_space.prompt applies it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 import pytest
 import torch
@@ -192,3 +193,35 @@ def test_close_ends_a_generation_in_flight(model_dir: str) -> None:
     assert isinstance(outcome[0], EngineError) and "closed while generating" in str(outcome[0])
     with pytest.raises(EngineError, match="closed"):
         engine.generate(["Once"], SamplingParams(max_tokens=1))
+
+
+def test_interrupt_ends_a_long_prefill_part_way(model_dir: str) -> None:
+    """A prefill over long conversations is one forward pass, tens of seconds on a busy CPU, which the stopping
+    criteria see only after it: an interrupt ends it at the next layer (`models.interrupt.Breaker`)."""
+    engine = open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=2048))
+    prefilling = threading.Event()
+
+    def a_slow_cpu(*_: object) -> None:  # each layer of the prefill takes 3 s
+        prefilling.set()
+        threading.Event().wait(3.0)
+
+    for layer in engine._model.model.layers:  # 2 layers: 6 s, then a token's time for the stopping criteria
+        layer.register_forward_pre_hook(a_slow_cpu)
+    outcome: list[object] = []
+
+    def generate() -> None:
+        try:
+            outcome.append(engine.generate([[5] * 1000] * 4, SamplingParams(max_tokens=8)))
+        except EngineError as e:
+            outcome.append(e)
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    assert prefilling.wait(60)
+    interrupted = time.monotonic()
+    engine.interrupt()
+    worker.join(30)
+    took = time.monotonic() - interrupted
+    assert not worker.is_alive() and took < 4.5, f"{took:.1f} s: the prefill's next layer ran (3 s)"
+    assert isinstance(outcome[0], EngineError) and "closed while generating" in str(outcome[0])
+    engine.close()

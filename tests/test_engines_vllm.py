@@ -13,7 +13,9 @@ import torch
 
 import delta
 from rollout_space.engines import EngineConfig, SamplingParams, UpdateRefusedError, open_engine
-from tests._engines import build_model, follow, step
+from tests._engines import build_model, follow, needs_vllm, step
+
+pytestmark = needs_vllm
 
 #: Largest |logprob difference| allowed between vLLM and transformers (float32 both).
 ATOL = 5e-5

@@ -125,7 +125,7 @@ def test_record_says_who_played_and_how() -> None:
      "'the' has 3 letters; a guess must have exactly 5; the <guess> tag was left open, so its first word is the guess"),
     ("<guess>crane (no particular rules", "crane", None),
     ("<guess>slate</guess> and more", "slate", None),
-    ("<guess>I pick slate</guess>", None, "'i' has 1 letters; a guess must have exactly 5"),
+    ("<guess>I pick slate</guess>", None, "'i' has 1 letter; a guess must have exactly 5"),
 ])
 def test_the_env_scores_the_first_word_after_the_tag_and_nothing_else(reply: str, row: str | None,
                                                                       error: str | None) -> None:

@@ -32,7 +32,7 @@ def test_pick_secret_is_reproducible_by_seed() -> None:
         ("crâne", "'crâne' must contain only the letters a-z"),
         ("", "'' must contain only the letters a-z"),
         ("xyzzy", "'xyzzy' is not in the word list"),
-        ("x" * 1000, "'xxxxxxxxxxxxxxxxxxxx...' has 1000 letters; a guess must have exactly 5"),
+        ("x" * 1000, "'xxxxxxxxxxxxxxxxxxxx...' has 1,000 letters; a guess must have exactly 5"),
     ],
 )
 def test_check_explains_illegal_guesses(word: str, error: str | None) -> None:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 import delta
 from delta.follow import FollowConfig, ServerFollower
 from delta.integrations.vllm_http import VLLMHTTPClient
-from tests._engines import build_model, step
+from tests._engines import build_model, needs_vllm, step
 from tests._vllm_server import VLLMServer, install_package
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time there was", "def fibonacci(n):"]
@@ -84,6 +84,7 @@ def wait_until(condition, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
+@needs_vllm
 def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_apply(tmp_path: Path) -> None:
     model = build_model(str(tmp_path / "model"))
     site = install_package(tmp_path / "site")

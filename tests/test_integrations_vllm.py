@@ -23,6 +23,7 @@ import delta_vllm_plugin
 from delta.integrations.vllm_update import (
     DENSE_ABOVE, fused_groups, read_update, whole_groups, write_update,
 )
+from tests._engines import needs_vllm
 
 REPO = Path(__file__).resolve().parent.parent
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -34,6 +35,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
+@needs_vllm
 def test_registering_twice_is_harmless() -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
@@ -127,6 +129,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory):
             yield e
 
 
+@needs_vllm
 def test_the_cpu_worker_refuses_half_a_fused_group_and_sparse_entries_before_writing(engine, tmp_path: Path) -> None:
     if engine._worker.in_place:
         pytest.skip("the CPU path's checks")
@@ -148,6 +151,7 @@ def test_the_cpu_worker_refuses_half_a_fused_group_and_sparse_entries_before_wri
     assert [c.token_ids for c in engine.generate(["Once upon a time"], greedy)] == before
 
 
+@needs_vllm
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA path needs CUDA (not yet run on a GPU)")
 def test_cuda_worker_writes_sparse_changes_in_place_like_a_fresh_start(engine, tmp_path: Path) -> None:
     from rollout_space.engines import EngineConfig, SamplingParams, open_engine

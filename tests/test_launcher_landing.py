@@ -47,10 +47,28 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["env"]["state"] == "ready" and shown["env"]["fields"] == []
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
-    assert shown["trainer"]["fields"] == [["published version", 0], ["progress", "step 0"],
+    assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
                                           ["valid guesses (strict), last 5 steps", "-"],
                                           ["letters found of 5, last 5 steps", "-"], ["mean reward", "—"],
                                           ["training", "stopped"], ["resumed from version", "—"]]
+    assert shown["trainer"]["fleet"] == [] and shown["trainer"]["fleet_note"].startswith(
+        "rollout fleet: no heartbeat in the bucket yet")
+
+
+def test_the_fleet_line_tells_stopping_from_not_started(tmp_path) -> None:
+    """Without heartbeats to show, the trainer's card says what the launcher knows of its rollout servers."""
+    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    with serving(answering(trainer.model_dump())) as url:
+        rollout = ready("rollout", f"http://127.0.0.1:{free_port()}")
+        for state, note in (("starting", "rollout fleet: not started yet"), ("stopping", "rollout fleet: stopping"),
+                            ("stopped", "rollout fleet: stopping")):
+            rollout.state = state
+            assert cards([rollout, ready("trainer", url)])["trainer"]["fleet_note"] == note
+        trainer_child = ready("trainer", url)
+        trainer_child.state = "stopping"
+        rollout.state = "stopping"
+        card = cards([rollout, trainer_child])["trainer"]
+        assert (card["state"], card["fields"], card["fleet_note"]) == ("stopping", [], "rollout fleet: stopping")
 
 
 def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> None:

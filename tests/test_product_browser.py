@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
@@ -24,13 +25,14 @@ from ._trainer_stack import tiny_model, wait_until
 from .test_env_ui import CHROMIUM, CHROMIUM_ARGS, GUESSES, type_guess
 
 WAIT_MS = 90_000  # a 2-core machine trains, serves and draws beside the browser
+OWNER = "owner-of-the-browser-tests"
 
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
     root = tmp_path_factory.mktemp("product")
     model = tiny_model(str(root / "model"))
-    started = start_launcher(model, root / "bucket", root / "logs", root / "launcher.out")
+    started = start_launcher(model, root / "bucket", root / "logs", root / "launcher.out", "--owner-token", OWNER)
     try:
         started.wait_ready(300)
         yield started
@@ -98,7 +100,7 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
     first = shown_version(page, body, r"version (\d+) · step")
     wait_until(lambda: shown_version(page, body, r"version (\d+) · step") > first, WAIT_MS / 1000,
                "the trainer UI's version to advance")
-    expect(page.locator(body)).to_contain_text("Changed elements per layer and kind, version")
+    expect(page.locator(body)).to_contain_text(re.compile(r"Delta v\d+→v\d+ published"))
     expect(page.locator(".js-plotly-plot .heatmaplayer")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
     expect(page.locator("[data-testid=policy-feed]")).to_contain_text(re.compile(r"policy v\d+"))
@@ -129,7 +131,7 @@ def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: C
     wait_until(lambda: shown_version(page, status, r"Serving v(\d+)") > first, WAIT_MS / 1000,
                "the rollout UI's version to advance")
     heatmap = page.locator("#rollout-heatmap")
-    expect(heatmap).to_contain_text(re.compile(r"Delta v\d+→v\d+"))
+    expect(heatmap).to_contain_text(re.compile(r"Delta v\d+→v\d+ applied here"))
     expect(heatmap.locator(".heatmaplayer image, .hm")).not_to_have_count(0)
     page.locator("#rollout-play-one").click()
     expect(page.locator("[data-testid=policy-feed] [data-testid=policy-game]")).not_to_have_count(0)
@@ -147,3 +149,32 @@ def test_a_person_plays_a_game_to_the_end(launch: Launch, open_page: Callable[[s
             break
     expect(status).to_contain_text("The word was")
     assert Path(launch.out).exists()
+
+
+def versions_shown(landing: Page, trainer: Page, rollout: Page) -> dict[str, int]:
+    """The published version each page shows now, read one page right after the other."""
+    card = landing.locator("#card-trainer dl").inner_text()
+    return {"landing": int(m.group(1)) if (m := re.search(r"published version\s+(\d+)", card)) else 0,
+            "trainer": shown_version(trainer, "body", r"version (\d+) · step"),
+            "rollout": shown_version(rollout, "#rollout-status", r"(?:trainer's latest |with the trainer \()v(\d+)")}
+
+
+def test_every_page_shows_the_same_published_version(launch: Launch, open_page: Callable[[str], Page]) -> None:
+    """Read at one moment, the landing, trainer and rollout pages name the same published version (within one: each
+    refreshes every two seconds while versions come every few); paused, exactly the same one, with its step."""
+    pages = [open_page(launch.url(app)) for app in ("landing", "trainer", "rollout")]
+    wait_until(lambda: min(versions_shown(*pages).values()) >= 2, WAIT_MS / 1000, "every page to show version 2")
+    running = versions_shown(*pages)
+    assert max(running.values()) - min(running.values()) <= 1, running
+    control = {"action": "pause", "token": OWNER}
+    assert httpx.post(f"{launch.url('trainer')}/control", json=control, timeout=10).json()["state"] == "paused"
+    try:
+        status = wait_until(lambda: (s := launch.status("trainer"))["version"] == s["trainer_version"] and s, 120,
+                            "the paused trainer's last version to be committed")
+        wait_until(lambda: set(versions_shown(*pages).values()) == {status["version"]}, 30,
+                   f"every page to show version {status['version']} while paused")
+        # The version and the steps it holds, together, for the whole pause (not "version 8 · step 7").
+        assert f"version {status['version']} · step {status['step']}" in pages[1].locator("body").inner_text()
+        assert status["step"] == httpx.get(f"{launch.url('trainer')}/history", timeout=10).json()["steps"][-1]["step"]
+    finally:
+        httpx.post(f"{launch.url('trainer')}/control", json={**control, "action": "start"}, timeout=10)

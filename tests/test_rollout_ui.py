@@ -75,7 +75,7 @@ def test_version_syncs_heatmap_and_policy_games(stack: dict[str, Any], page: Pag
     status = page.locator("#rollout-status")
     expect(status).to_contain_text("up to date with the trainer (v1)")
     expect(status).to_contain_text("engine transformers")
-    expect(page.locator("#rollout-heatmap")).to_contain_text("No delta applied yet")
+    expect(page.locator("#rollout-heatmap")).to_contain_text("No delta applied here yet")
 
     state = stack["state"]
     names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"]

@@ -112,10 +112,14 @@ def test_trainer_publishes_rollout_follows_bit_for_bit_and_resume_continues(stac
     assert (tokens, logprobs) == local_logprobs(stack["model"], state)
     assert logprobs != local_logprobs(stack["model"], None)[1], "the check cannot tell the initial model apart"
 
-    # A new trainer process resumes from the bucket: same weights, numbering continues.
+    # A new trainer process resumes from the bucket: same weights, numbering continues, for versions and (from the
+    # history kept in the bucket) for steps, the first process's records shown before its own.
     second = train(stack, 2)
     assert (second["resumed_from"], second["resumed_hash"]) == (3, first["state_hash"])
-    assert (second["version"], second["step"]) == (5, 2)
+    assert (second["version"], second["step"]) == (5, 5)
+    assert second["history"]["steps"][:3] == first["history"]["steps"]
+    assert [(s["step"], s["version"]) for s in second["history"]["steps"]] == [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]
+    assert second["history"]["payloads"][:2] == payloads and second["history"]["anchors"][0]["version"] == 1
     manifest = read_manifest(delta.open_storage(stack["bucket"]))
     assert [v.version for v in manifest.versions] == [1, 2, 3, 4, 5]
     assert manifest.get(4).kind == "delta" and manifest.get(4).base_hash == first["state_hash"]

@@ -10,6 +10,7 @@ from delta import read_manifest
 from tests._trainer import trajectory
 from trainer_space.payload import raw_bytes
 from trainer_space.publishing import PayloadLog, PublishCallback
+from wire.trainer import Anchor, TrainerHistory
 
 
 def test_each_step_end_publishes_the_next_version_and_the_payload_log_measures_it(tmp_path) -> None:
@@ -67,3 +68,27 @@ def test_publishing_off_counts_versions_without_writing(tmp_path) -> None:
     callback.on_step_end(None, None, TrainerControl())
     assert callback.version == 8
     assert not (tmp_path / "bucket").exists()
+
+
+def test_a_restarted_payload_log_goes_on_from_the_history_and_draws_the_newest_delta(tmp_path) -> None:
+    bucket = str(tmp_path / "bucket")
+    states = trajectory(3, n=20_000)
+    with delta.Publisher(bucket, delta.PublisherConfig(anchor_every=50)) as publisher:
+        for state in states[1:]:  # versions 1 (the first: an anchor), 2 and 3
+            publisher.publish(state)
+            assert publisher.flush(30)
+
+    def started(earlier: TrainerHistory | None) -> PayloadLog:
+        log = PayloadLog(bucket, 1, earlier=earlier).start()
+        log.close()
+        return log
+
+    fresh = started(None)  # no history: the newest version is measured, older ones are left
+    assert [p.version for p in fresh.records] == [3] and fresh.latest_header.version == 3
+    v2 = fresh.records[0].model_copy(update={"version": 2})
+    anchor = Anchor(version=1, bytes=10, at=1.0)
+    missed = started(TrainerHistory(steps=[], payloads=[v2], anchors=[anchor]))  # killed before measuring 3
+    assert [p.version for p in missed.records] == [2, 3] and [a.version for a in missed.anchors] == [1]
+    whole = started(TrainerHistory(steps=[], payloads=missed.records, anchors=[anchor]))  # all measured before
+    assert whole.records == missed.records  # nothing twice
+    assert whole.latest_header is not None and whole.latest_header.version == 3  # the heatmap still has its delta

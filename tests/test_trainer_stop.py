@@ -1,9 +1,11 @@
-"""A trainer told to stop while its step hangs on the rollout (a CPU step takes minutes) does not wait
-for that step: it commits its last finished version and returns within its budget, so the launcher's
-kill after `settings.STOP_TIMEOUT_S` never catches it mid-upload."""
+"""A trainer told to stop does not wait for its step (a CPU step takes a minute): a step computing is ended part
+way (`models.interrupt.Breaker`), a step hung elsewhere is left; either way the last finished version is committed
+and `close` returns within its budget, so the process exits within `settings.STOP_WITHIN_S`, long before the
+launcher's kill after `settings.STOP_TIMEOUT_S`."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -34,8 +36,59 @@ class FirstStepThenHang:
                 for i, _ in enumerate(games)]
 
 
+def test_the_stop_budget_fits_the_promise() -> None:
+    # The step's wait runs beside the server's shutdown (both start at the signal), then the abandon, then the flush.
+    worst = max(settings.SHUTDOWN_GRACE_S, settings.TRAINER_STEP_WAIT_S) + settings.TRAINER_ABANDON_S + \
+        settings.TRAINER_FLUSH_S
+    assert worst < settings.STOP_WITHIN_S < settings.STOP_TIMEOUT_S
+
+
+class Instant(FirstStepThenHang):
+    """Plays every step's games at once: the steps only compute."""
+
+    def rollout(self, games: Sequence[dict], **kwargs: object) -> list[Trajectory]:
+        self.release.set()
+        return super().rollout(games, **kwargs)
+
+
+def test_a_step_computing_at_the_stop_is_ended_part_way_and_nothing_of_it_is_published(tmp_path, caplog) -> None:
+    bucket = str(tmp_path / "bucket")
+    config = TrainerConfig(bucket, "http://unused", tiny_model(str(tmp_path / "model")), games_per_step=4,
+                           num_generations=2, max_tokens=2, max_turns=1, learning_rate=1e-3)
+    caplog.set_level(logging.INFO, logger="trainer_space.session")
+    session = TrainingSession(config, client=Instant())
+    parts = session.load()
+    slow, computing = threading.Event(), threading.Event()
+
+    def big_model_on_a_slow_cpu(*_: object) -> None:  # each forward of the model takes a second from step 2 on
+        if slow.is_set():
+            computing.set()
+            time.sleep(1.0)
+
+    parts.model.model.layers[0].register_forward_hook(big_model_on_a_slow_cpu)
+    session.start()
+    try:
+        wait_until(lambda: parts.version >= 1, 120, "step 1's version to be committed")
+        slow.set()
+        assert computing.wait(120), "step 2 never computed"
+        began = time.monotonic()
+        assert session.close(step_wait=0.5, abandon_wait=10.0, flush_timeout=30.0)  # every thread ended
+        took = time.monotonic() - began
+    finally:
+        slow.clear()
+        session.wait(60)
+    assert took < 5, f"close took {took:.1f} s"
+    assert session.state == "stopped" and session.error is None
+    assert "stopped part way through step" in caplog.text
+    manifest = read_manifest(delta.open_storage(bucket))
+    status = session.status()
+    # Everything handed to the publisher is committed, whole, and the committed version holds every finished step;
+    # the step ended part way left no record, no count and no version.
+    assert manifest.latest.version == status.version == status.trainer_version
+    assert session.records[-1].step == status.step == session.steps
+
+
 def test_stop_leaves_a_hung_step_and_commits_the_last_finished_version(tmp_path) -> None:
-    assert settings.SHUTDOWN_GRACE_S + settings.TRAINER_STEP_WAIT_S + settings.TRAINER_FLUSH_S < settings.STOP_TIMEOUT_S
     bucket = str(tmp_path / "bucket")
     config = TrainerConfig(bucket, "http://unused", tiny_model(str(tmp_path / "model")), games_per_step=4,
                            num_generations=2, max_tokens=2, max_turns=1, learning_rate=1e-3)
@@ -45,7 +98,7 @@ def test_stop_leaves_a_hung_step_and_commits_the_last_finished_version(tmp_path)
     try:
         wait_until(lambda: client.calls >= 2, 120, "the second step to ask for games")
         began = time.monotonic()
-        session.close(step_wait=1.0, flush_timeout=60.0)
+        assert not session.close(step_wait=1.0, abandon_wait=1.0, flush_timeout=60.0)  # the step's thread runs on
         took = time.monotonic() - began
         assert took < 30, f"close waited {took:.0f} s for a step that cannot end"
         manifest = read_manifest(delta.open_storage(bucket))

@@ -116,5 +116,5 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
     assert list(payload.data[0].x) == [2]  # versions with a delta
     anchor = next(t for t in payload.data if t.name == "anchor (full copy)")
     assert list(anchor.x) == [1] and anchor.y[0] > 10 * payload.data[0].y[0]  # version 1: the full copy, shown
-    assert heatmap.layout.title.text == "Changed elements per layer and kind, version 2"
+    assert heatmap.layout.title.text.startswith("Delta v1→v2 published<br>")
     assert any(v for row in heatmap.data[0].customdata for v in row if v)  # the changed cells are drawn

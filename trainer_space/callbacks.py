@@ -12,24 +12,31 @@ from transformers import TrainerCallback
 
 
 class StepHooks(Protocol):
-    """What `SessionCallback` calls, from the training thread (see `TrainingSession.on_step_end`, `on_log`)."""
+    """What `SessionCallback` calls, from the training thread (see `TrainingSession.on_step_end`, `on_log`,
+    `after_step`)."""
 
-    def on_step_end(self, control: Any) -> None: ...
+    def on_step_end(self) -> None: ...
 
     def on_log(self, logs: dict[str, float]) -> None: ...
 
+    def after_step(self, control: Any) -> None: ...
+
 
 class SessionCallback(TrainerCallback):
-    """Pause and stop at step ends; per-step metrics from TRL's logs (`logging_steps=1`)."""
+    """A step's end, its metrics from TRL's logs (`logging_steps=1`), then pause and stop. Transformers logs a
+    step after its `on_step_end`, so pausing there held the step's record back for the whole pause: the pause
+    waits after the step's log (the one with "loss"), where `should_training_stop` is still read."""
 
     def __init__(self, hooks: StepHooks) -> None:
         self.hooks = hooks
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.hooks.on_step_end(control)
+        self.hooks.on_step_end()
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> Any:
         if logs:
             self.hooks.on_log(logs)
+            if "loss" in logs:  # the step's own log, not the run's summary ("train_loss")
+                self.hooks.after_step(control)
         return control

@@ -70,7 +70,6 @@ def run(args: argparse.Namespace) -> None:
     from .server import serve
     from .session import TrainingSession
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         config = config_from_args(args, resolve_model(args.model))
     except ValueError as e:  # a setting to change before anything loads: one line, no traceback

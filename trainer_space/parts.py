@@ -15,6 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import delta
+from wire.history import up_to
+from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
@@ -39,6 +41,8 @@ class TrainerParts:
         ranks: The trainer's ranks (`torchrun`, `ranks.TrainerRanks`): each rank publishes its own share of
             the weights over their gloo group, and takes its games through rank 0; the payload log runs on
             rank 0 only. Several ranks need the fleet. Default: one rank.
+        history: What the trainer processes before this one recorded (`history.HistoryKeeper.load`): the payload
+            log starts from its payloads and anchors, up to the version resumed.
 
     Attributes:
         tokenizer: The model folder's tokenizer.
@@ -59,7 +63,8 @@ class TrainerParts:
 
     def __init__(self, config: TrainerConfig, client: RolloutSource | None, stop: threading.Event,
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
-                 fleet: FleetRun | None = None, ranks: TrainerRanks | None = None) -> None:
+                 fleet: FleetRun | None = None, ranks: TrainerRanks | None = None,
+                 history: TrainerHistory | None = None) -> None:
         c = config
         ranks = ranks or TrainerRanks()
         if ranks.world > 1 and fleet is None:
@@ -84,7 +89,8 @@ class TrainerParts:
             base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
-                self.payloads = PayloadLog(c.bucket, dense_bytes(published)).start()
+                earlier = up_to(history, version) if history is not None else None
+                self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
                                         world=ranks.world, master_of=lambda model: master_tensors(model, c.model))

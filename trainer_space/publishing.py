@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 import delta
 from delta import PublishedVersion, read_manifest
-from wire.trainer import Payload
+from wire.trainer import Anchor, Payload, TrainerHistory
 
 from .payload import raw_bytes
 from .weights import cast_into
@@ -124,37 +124,63 @@ def _sharded(state: Mapping[str, torch.Tensor]) -> bool:
 
 class PayloadLog:
     """Follows a bucket's manifest in a daemon thread and measures each new delta (reads its header only
-    of the file; never decodes). `records` and `latest_header` are read by the UI and status.
+    of the file; never decodes). `records`, `anchors` and `latest_header` are read by the UI and status.
 
     Args:
         bucket: Bucket URL.
         dense_bytes: Bytes of the full published state.
         interval: Seconds between manifest polls.
+        history: Most payloads (and anchors) kept.
+        earlier: What earlier trainer processes measured (their history in the bucket): kept first.
+
+    Attributes:
+        on_record: Called (from its thread) after each version measured: the session writes the history then.
     """
 
-    def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000) -> None:
+    def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000,
+                 earlier: TrainerHistory | None = None) -> None:
         self.storage = delta.open_storage(bucket)
         self.dense_bytes = dense_bytes
         self.interval = interval
         self.history = history
-        self.records: list[Payload] = []
-        #: (version, bytes) of the versions committed with a full copy (anchor), such as the first one.
-        self.anchors: list[tuple[int, int]] = []
+        self.records: list[Payload] = list(earlier.payloads) if earlier is not None else []
+        #: The versions committed with a full copy (anchor), such as the first one.
+        self.anchors: list[Anchor] = list(earlier.anchors) if earlier is not None else []
+        self.on_record: Callable[[], None] | None = None
         self.latest_header: delta.DeltaHeader | None = None
         self._seen = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="payload-log", daemon=True)
 
     def start(self) -> PayloadLog:
+        """Start polling. Versions from the bucket's newest on are measured (older ones may be gone, and an earlier
+        trainer measured them: `earlier`); the newest one, if `earlier` measured it already, gives the heatmap
+        its header only."""
         manifest = read_manifest(self.storage)
-        self._seen = manifest.latest.version if manifest and manifest.latest else 0  # measure new versions only
+        latest = manifest.latest if manifest is not None else None
+        known = max([p.version for p in self.records] + [a.version for a in self.anchors], default=0)
+        self._seen = 0 if latest is None else latest.version if known >= latest.version else latest.version - 1
+        if latest is not None and known >= latest.version and latest.delta:
+            try:
+                self.latest_header = delta.DeltaHeader.merged(self._headers(latest))
+            except (delta.DeltaError, OSError) as e:  # retention may delete a file first
+                logger.warning("payload log: %s", e)
         self._thread.start()
         return self
 
     def close(self) -> None:
+        """Stop polling, after one last poll: a version committed as the trainer stopped is measured too."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
+        if not self._thread.is_alive():
+            self._poll_logged()
+
+    def _poll_logged(self) -> None:
+        try:
+            self.poll()
+        except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
+            logger.warning("payload log: %s", e)
 
     def poll(self) -> None:
         """Measure the versions committed since the last poll (deltas only: anchors replace everything)."""
@@ -166,21 +192,27 @@ class PayloadLog:
                 continue
             self._seen = entry.version
             if entry.anchor:
-                self.anchors.append((entry.version, sum(f.size for f in entry.anchor)))
+                self.anchors.append(Anchor(version=entry.version, bytes=sum(f.size for f in entry.anchor),
+                                           at=time.time()))
                 del self.anchors[:-self.history]
-            if not entry.delta:
-                continue
-            headers = [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
-            self.records.append(Payload(version=entry.version, delta_bytes=sum(f.size for f in entry.delta),
-                                        raw_bytes=sum(raw_bytes(h) for h in headers), dense_bytes=self.dense_bytes,
-                                        changed=sum(h.changed for h in headers), total=headers[0].total,
-                                        at=time.time()))
-            del self.records[:-self.history]
-            self.latest_header = delta.DeltaHeader.merged(headers)
+            if entry.delta:
+                self._measure(entry)
+            if self.on_record is not None:
+                self.on_record()
+
+    def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
+        return [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
+
+    def _measure(self, entry: delta.VersionEntry) -> None:
+        """Record what the delta of a committed version cost, from its files' headers."""
+        headers = self._headers(entry)
+        self.records.append(Payload(version=entry.version, delta_bytes=sum(f.size for f in entry.delta),
+                                    raw_bytes=sum(raw_bytes(h) for h in headers), dense_bytes=self.dense_bytes,
+                                    changed=sum(h.changed for h in headers), total=headers[0].total,
+                                    at=time.time()))
+        del self.records[:-self.history]
+        self.latest_header = delta.DeltaHeader.merged(headers)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                self.poll()
-            except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
-                logger.warning("payload log: %s", e)
+            self._poll_logged()

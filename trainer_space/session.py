@@ -4,15 +4,22 @@ The session holds what a run trains and publishes with, `parts.TrainerParts` (th
 the bucket, the publisher, the payload log, the publish callback and the rollout function), once loaded,
 and keeps it across runs: `start` after a `stop` begins a new `GRPOTrainer.train()` on the same weights
 (the optimizer's moments start afresh, as on a restart; the bucket holds weights, not optimizer state).
-Pausing waits at the end of an optimizer step, after its version was handed to the publisher.
+Pausing waits at the end of an optimizer step, after its version was handed to the publisher and its record
+was logged.
 
 Loading happens in the training thread, at the first `start` (`load` does it in the caller's thread
 instead): the constructor returns at once, so the server and UI come up while a model loads, which
 takes minutes for a big one on a GPU. Until then `parts` is None and `status` says so (`trainer_version`
 and `staleness` None, `version` 0).
 
-Threads: the training thread loads the parts and runs `train()`; the publisher and the payload log have
-their own; `status`, `history` and the control methods are called from the HTTP and UI threads.
+The history (step records, payloads, anchors) is kept in the bucket (`history.HistoryKeeper`): read when the
+session is made, so a restarted trainer shows the curves of the versions before it at once, trimmed to the
+bucket's newest version once the model is loaded, and written again after each step. The step count goes on
+from it (`progress.StepCount`), and `status` pairs the committed version with the steps it holds.
+
+Threads: the training thread loads the parts and runs `train()`; the publisher, the payload log and the
+history keeper have their own; `status`, `history` and the control methods are called from the HTTP and UI
+threads.
 """
 
 from __future__ import annotations
@@ -29,16 +36,20 @@ from webguard import token_matches
 from wire.errors import RolloutRefusedError
 from wire.fleet import RunState
 from wire.fleet_bucket import FleetBucket
-from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerState, TrainerStatus
+from wire.history import up_to
+from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerHistory, TrainerState, TrainerStatus
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
+from .history import HistoryKeeper
+from .progress import StepCount
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
     import delta
+    from models.interrupt import Breaker
 
     from .parts import TrainerParts
     from .publishing import PayloadLog, VersionPublisher
@@ -76,8 +87,10 @@ class TrainingSession:
     Attributes:
         parts: The loaded model, publisher and rollout function; None until loaded (see the module docstring).
         state, error: What `status` reports.
-        steps: Steps this session (all runs).
-        records: One `StepRecord` per step, oldest first.
+        progress: Steps taken (all runs, and the trainer processes before this one on the bucket) and the steps
+            each version holds.
+        records: One `StepRecord` per step, oldest first (the earlier processes' too).
+        keeper: Keeps the history in the bucket (rank 0; None on the other ranks).
     """
 
     def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: RolloutSource | None = None,
@@ -104,12 +117,21 @@ class TrainingSession:
         self.parts: TrainerParts | None = None
         self.state: TrainerState = TrainerState.STOPPED
         self.error: str | None = None
-        self.steps = 0
         self.records: deque[StepRecord] = deque(maxlen=10_000)
+        self.keeper: HistoryKeeper | None = None
+        self._earlier = TrainerHistory(steps=[], payloads=[])
+        if self.ranks.main:
+            self.keeper = HistoryKeeper(config.bucket)
+            self._earlier = self.keeper.load()
+            self.records.extend(self._earlier.steps)
+        self.progress = StepCount(self.records[-1].step if self.records else 0)
+        self._run_end = config.max_steps  # the step the current (or next) run ends at
         self._lock = threading.Lock()
         self._resume = threading.Event()
         self._resume.set()
         self._stop = threading.Event()
+        self._stop_asked: float | None = None  # when `stop_soon` was first called (`close` counts its wait from it)
+        self._breaker: Breaker | None = None  # ends a step part way when the process must exit (`close`)
         self._thread: threading.Thread | None = None
         self._load_lock = threading.Lock()
         # When the last step ended (wall and CPU clock), and when the step before it did: `on_log` turns them
@@ -156,6 +178,7 @@ class TrainingSession:
             self.state, self.error = TrainerState.RUNNING, None
             self._announce(RunState.RUNNING)
             self._stop.clear()
+            self._stop_asked = None
             self._resume.set()
             self._thread = threading.Thread(target=self._train, name="trainer", daemon=True)
             self._thread.start()
@@ -168,11 +191,18 @@ class TrainingSession:
                 self.state = TrainerState.PAUSED
                 self._announce(RunState.PAUSED)
 
+    def stop_soon(self) -> None:
+        """Tell the training thread to end the run (at the end of its step); no lock, no bucket write, returns at
+        once: safe in a signal handler, where a server calls it as it begins to shut down (`close` follows)."""
+        if self._stop_asked is None:
+            self._stop_asked = time.monotonic()
+        self._stop.set()
+        self._resume.set()
+
     def stop(self) -> None:
         """End the run at the end of the current step (a paused run ends at once)."""
         with self._lock:
-            self._stop.set()
-            self._resume.set()
+            self.stop_soon()
             self._announce(RunState.STOPPED)
             if self._thread is None or not self._thread.is_alive():
                 self.state = TrainerState.STOPPED
@@ -184,26 +214,41 @@ class TrainingSession:
             return not self._thread.is_alive()
         return True
 
-    def close(self, step_wait: float = 60.0, flush_timeout: float = 60.0) -> None:
-        """Stop, wait for the run, flush the last version to the bucket and stop the helper threads.
+    def close(self, step_wait: float = 60.0, abandon_wait: float = 10.0, flush_timeout: float = 60.0) -> bool:
+        """Stop, end the run, flush the last version to the bucket and stop the helper threads.
 
         Args:
-            step_wait: Seconds to wait for the step in flight to end; after that it is left unfinished (its
-                thread ends with the process) and the last finished version is flushed.
-            flush_timeout: Seconds to wait for that version to be committed.
+            step_wait: Seconds, since the stop was asked (`stop_soon`), to wait for the step in flight to end by
+                itself; after that it is ended part way (`models.interrupt.Breaker`, one rank only; its weights
+                are not published).
+            abandon_wait: Seconds to wait for the step to end part way.
+            flush_timeout: Seconds to wait for the last finished version to be committed.
+
+        Returns:
+            True if every thread of the session ended: the training thread, the publisher's, the payload log's
+            and the history's. False when one is still running (logged): the process must then end without
+            Python's finalization (`os._exit`), which aborts a process whose thread is inside a torch operation.
         """
         self.stop()
-        finished = self.wait(step_wait)
+        ended = self.wait(max(0.0, step_wait - (time.monotonic() - (self._stop_asked or time.monotonic()))))
+        if not ended and self.ranks.world == 1:
+            logger.info("the step in flight did not end within %.0f s: ending it part way", step_wait)
+            if self._breaker is not None:
+                self._breaker.trip()
+            ended = self.wait(abandon_wait)
         if self.monitor is not None:
             self.monitor.close()
         parts = self.parts
         if parts is None:
-            return
-        if not finished:
-            logger.warning("the step in flight did not end within %.0f s: left unfinished; flushing version %d",
-                           step_wait, parts.callback.version)
-        if not parts.close(flush_timeout):
+            return ended
+        if not ended:
+            logger.warning("the step in flight is still running; flushing version %d", parts.callback.version)
+        committed = parts.close(flush_timeout)
+        if not committed:
             logger.warning("version %d was not committed within %.0f s", parts.callback.version, flush_timeout)
+        if self.keeper is not None and self.keeper.problem is None and not self.keeper.close():
+            logger.warning("the history's last changes were not written to the bucket")
+        return ended and committed
 
     # -- what the UI and the API read ----------------------------------------------------------------
 
@@ -214,6 +259,18 @@ class TrainingSession:
         return parts.version if parts is not None else 0
 
     @property
+    def steps(self) -> int:
+        """Steps taken: this process's runs, and the processes before it on this bucket (from its history)."""
+        return self.progress.steps
+
+    def history(self) -> TrainerHistory:
+        """Every step, payload and anchor, oldest first: what ``GET /history`` answers and the bucket keeps."""
+        payloads = self.payloads
+        return TrainerHistory(steps=list(self.records),
+                              payloads=list(payloads.records) if payloads is not None else list(self._earlier.payloads),
+                              anchors=list(payloads.anchors) if payloads is not None else list(self._earlier.anchors))
+
+    @property
     def payloads(self) -> PayloadLog | None:
         """What each committed delta cost (None until loaded, or with publishing off)."""
         parts = self.parts
@@ -222,30 +279,36 @@ class TrainingSession:
     def status(self) -> TrainerStatus:
         """What ``GET /status`` answers: state, versions, step, latest reward and win rate, staleness counts.
 
-        `version` is the last version committed to the bucket and `state_hash` its hash; `trainer_version`
-        the version of the weights in memory (ahead while a publish is in flight). After a resume,
+        `version` is the last version committed to the bucket and `state_hash` its hash, `step` the steps it holds,
+        and the step metrics (`mean_reward`... `recent`) those of its steps: a step whose version still uploads
+        shows once it is committed. `trainer_version` the version of the weights in memory (ahead while a publish is
+        in flight). After a resume,
         `resumed_from` is the bucket version loaded and `resumed_hash` the hash of the weights after loading.
         `device` is where the weights train (`cpu`, `cuda`). Until the model is loaded, the values that come
         from it are None (`rollout_failing` 0, `version` 0).
         """
         parts = self.parts  # read once: the training thread sets it
-        last = self.records[-1] if self.records else None
         fleet = parts.rollouts if parts is not None and isinstance(parts.rollouts, FleetRollouts) else None
+        version = parts.version if parts else 0
+        step = self.progress.at(version) if parts else 0  # with the version: none before the model loads
+        held = [r for r in self.records if r.step <= step]  # the steps `version` holds (not one still uploading)
+        last = held[-1] if held else None
         return TrainerStatus(
             state=self.state,
-            version=parts.version if parts else 0,
+            version=version,
             trainer_version=parts.callback.version if parts else None,
             state_hash=parts.state_hash if parts else None,
             resumed_from=parts.resumed_from if parts else None,
             resumed_hash=parts.resumed_hash if parts else None,
-            step=self.steps,
+            step=step,
             max_steps=self.config.max_steps,
+            last_step=self._run_end,
             mean_reward=last.reward if last else None,
             win_rate=last.win_rate if last else None,
             valid_rate=last.valid_rate if last else None,
             letters=last.letters if last else None,
             max_turns=self.config.max_turns,
-            recent=list(self.records)[-RECENT_STEPS:],
+            recent=held[-RECENT_STEPS:],
             step_s=last.step_s if last else None,
             max_staleness=self.config.max_staleness,
             staleness=parts.rollouts.counts.totals() if parts else None,
@@ -289,9 +352,27 @@ class TrainingSession:
             if self.parts is None:
                 from .parts import TrainerParts
 
-                self.parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher,
-                                          self._fleet, self.ranks)
+                parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher, self._fleet,
+                                     self.ranks, self._earlier)
+                self._keep_history_up_to(parts.resumed_from or 0)
+                self.parts = parts
+                if self.keeper is not None:
+                    self.keeper.start(self.history)
+                    if self.parts.payloads is not None:
+                        self.parts.payloads.on_record = self.keeper.changed
             return self.parts
+
+    def _keep_history_up_to(self, version: int) -> None:
+        """Drop the history's records of versions after `version`, the one the model resumes from: a trainer
+        killed between a step's record and its version's commit left them, and their weights are gone."""
+        kept = up_to(self.history(), version)
+        dropped = len(self.records) - len(kept.steps)
+        if dropped:
+            logger.warning("history: %d step(s) of versions after %d, the bucket's newest, dropped (never committed)",
+                           dropped, version)
+        self.records = deque(kept.steps, maxlen=self.records.maxlen)
+        self._earlier = kept
+        self.progress = StepCount(self.records[-1].step if self.records else 0)
 
     def _trainer(self, parts: TrainerParts) -> Any:
         """A GRPOTrainer for one run of `max_steps` steps on the loaded model."""
@@ -309,14 +390,24 @@ class TrainingSession:
                                     importance_cap=c.importance_cap)
 
     def _train(self) -> None:
+        from models.interrupt import Breaker, Interrupted
+
         try:
             parts = self.load()
             self._resume.wait()  # paused while the model loaded: hold before the first step
             if self.ranks.broadcast(self._stop.is_set()):  # stopped meanwhile: no run (rank 0 decides)
                 return
             trainer = self._trainer(parts)
+            self._run_end = self.progress.steps + self.config.max_steps
             self._last_step_end, self._last_step_cpu = time.perf_counter(), time.process_time()
-            trainer.train()
+            if self.ranks.world == 1:  # several ranks end a step together or not at all
+                self._breaker = Breaker()
+                self._breaker.attach(trainer.model)
+            try:
+                trainer.train()
+            finally:
+                if self._breaker is not None:
+                    self._breaker.detach()
             # The run's last step is committed before the run shows as stopped (every rank at once: with several,
             # a step's snapshot waits until the ranks agree it goes, and after the last step nothing else comes).
             if parts.publisher is not None and not parts.publisher.flush(RUN_END_FLUSH_S):
@@ -324,6 +415,8 @@ class TrainingSession:
                                RUN_END_FLUSH_S)
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
+        except Interrupted:
+            logger.info("stopped part way through step %d: its weights are not published", self.progress.steps + 1)
         except Exception as e:  # reported through status(); the thread ends
             if isinstance(e, RolloutRefusedError):  # a setting to fix (token, caps), not a bug: no traceback
                 logger.error("training stopped: %s", e)
@@ -343,14 +436,19 @@ class TrainingSession:
             version = self.parts.callback.version if self.parts is not None else 0
             self.fleet_run.send(state, version)
 
-    # -- hooks (`callbacks.SessionCallback` calls them from TRL's loop) -------------------------------
+    # -- hooks (`callbacks.SessionCallback` calls them from TRL's loop, in this order) -------------------
 
-    def on_step_end(self, control: Any) -> None:
-        """At the end of each step: honour pause (wait here) and stop."""
+    def on_step_end(self) -> None:
+        """At the end of each step: count it, with the version its weights were handed to the publisher as."""
         self._step_end = time.perf_counter()
         self._step_end_cpu = time.process_time()
+        if self.parts is not None:  # the publish callback ran first: the version this step's weights go out as
+            self.progress.step_done(self.parts.callback.version)
         if self.fleet_run is not None:  # the run's state, if its last write to the bucket failed
             self.fleet_run.resend()
+
+    def after_step(self, control: Any) -> None:
+        """After each step's end and its record: honour pause (wait here) and stop."""
         if not self._resume.is_set():
             self._resume.wait()
         if self.ranks.broadcast(self._stop.is_set()):  # rank 0's decision; the others wait here while it pauses
@@ -365,9 +463,8 @@ class TrainingSession:
         now = time.perf_counter()
         end = self._step_end
         took = parts.rollouts.last_step
-        self.steps += 1
         self.records.append(StepRecord(
-            step=self.steps, version=parts.callback.version,
+            step=self.progress.steps, version=parts.callback.version,
             reward=_number(logs.get("rewards/game_reward/mean", logs["reward"])),
             win_rate=_number(logs.get("rewards/won/mean")),
             valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
@@ -378,6 +475,8 @@ class TrainingSession:
             ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
             ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()
+        if self.keeper is not None:
+            self.keeper.changed()
 
 
 def _number(value: float | None) -> float | None:

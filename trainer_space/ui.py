@@ -17,7 +17,7 @@ import gradio as gr
 from dashboard import sparsity
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import GLOSSARY, public_location
+from dashboard.labels import GLOSSARY, counted, public_location
 from dashboard.trend import step_text
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
@@ -44,7 +44,7 @@ def status_markdown(status: TrainerStatus) -> str:
     """One status block from `session.status()`."""
     stale = status.staleness or Staleness()
     reward = status.mean_reward
-    steps = step_text(status.step, status.max_steps, status.step_s).replace("step ", "step **", 1)
+    steps = step_text(status.step, status.last_step, status.step_s).replace("step ", "step **", 1)
     letters = "-" if status.letters is None else f"{status.letters:.2f}"
     lines = [
         f"**{status.state}** · version **{status.version}** · {steps}**",
@@ -77,7 +77,7 @@ def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
     """How stale the games trained on were, and what was done with the rest."""
     if status.mode == "fleet":
         return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
-                f"{stale.max_seen} versions behind), {stale.dropped} dropped as too stale, "
+                f"{counted(stale.max_seen, 'version')} behind), {stale.dropped} dropped as too stale, "
                 f"{_refusals(stale.refused, status.groups_refused, 'group')}; "
                 f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}"
                 f" · files {'signed (rollout token)' if status.signed else 'unsigned (no rollout token)'}")
@@ -145,14 +145,14 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
     """Learning curves, payload curves, the latest delta's sparsity heatmap and the off-policy figure."""
     records = list(session.records)
     learning = learning_figure(records, x_axis)
-    payloads = list(session.payloads.records) if session.payloads is not None else []
+    history = session.history()
+    payloads = history.payloads
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
                              codec=session.config.codec or "default codec (ctx)",
-                             anchors=list(session.payloads.anchors) if session.payloads is not None else [])
+                             anchors=[(a.version, a.bytes) for a in history.anchors])
     header = session.payloads.latest_header if session.payloads is not None else None
-    title = f"Changed elements per layer and kind, version {header.version}" if header else None
-    heatmap = sparsity_heatmap(sparsity(header) if header else None, title)
+    heatmap = sparsity_heatmap(sparsity(header) if header else None, side="published")
     return learning, payload, heatmap, offpolicy_figure(records)
 
 
@@ -188,8 +188,8 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
             message = gr.Markdown()
 
         def tick(last: Any, axis: str) -> tuple:
-            current = (session.version, session.steps)
             now = session.status()
+            current = (now.version, now.step, len(session.records))
             text, servers = status_markdown(now), fleet_html(now.fleet)
             if current == last:
                 return text, servers, last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()

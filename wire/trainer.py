@@ -67,8 +67,12 @@ class TrainerStatus(BaseModel):
                                                "records it")
     resumed_from: int | None = Field(description="The bucket version loaded at start, after a resume")
     resumed_hash: str | None = Field(description="Hash of the weights after that load (equal to the manifest's)")
-    step: int = Field(description="Optimizer steps this session (all runs)")
+    step: int = Field(description="Optimizer steps whose weights `version` holds: this process's runs and, from "
+                                  "the history in the bucket, the trainer processes before it (shown beside "
+                                  "`version`, so the two move together)")
     max_steps: int = Field(description="Steps of one run")
+    last_step: int = Field(0, description="The step the current (or next) run ends at: the steps before it plus "
+                                          "`max_steps`")
     mean_reward: float | None = Field(description="Mean env reward of the last step's games (None: all dropped)")
     win_rate: float | None = Field(description="Share of the last step's games won")
     valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses, "
@@ -119,7 +123,8 @@ class StepRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    step: int = Field(description="Steps this session (all runs)")
+    step: int = Field(description="Steps since the run's first (the history in the bucket carries the count "
+                                  "across restarts of the trainer)")
     version: int = Field(description="The version this step produced")
     reward: float | None = Field(description="Mean env reward of the step's games (dropped ones excluded; None "
                                              "if all were dropped)")
@@ -159,11 +164,23 @@ class Payload(BaseModel):
     at: float = Field(description="Unix time it was measured (shortly after its commit)")
 
 
+class Anchor(BaseModel):
+    """A version committed as a full copy of the weights (the first one, then every N versions)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    bytes: int = Field(description="Its file(s)")
+    at: float = Field(description="Unix time it was seen committed")
+
+
 class TrainerHistory(BaseModel):
-    """The answer of ``GET /history``: every step and every delta's cost, oldest first."""
+    """The answer of ``GET /history``: every step, every delta's cost and every anchor, oldest first; the same
+    records, kept in the bucket (`wire.history`), survive a restart of the trainer."""
 
     steps: list[StepRecord]
     payloads: list[Payload]
+    anchors: list[Anchor] = []
 
 
 class ControlResponse(BaseModel):

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 import torch
 from transformers import StoppingCriteria
 
+from models.interrupt import Breaker, Interrupted
+
 from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
 
 
@@ -34,6 +36,10 @@ class TransformersEngine(Engine):
         # make this engine sample differently from vLLM.
         model.generation_config = GenerationConfig(pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id)
         self._model = model
+        # `interrupt` ends a generation at the next module, prefill included (the stopping criteria below see it
+        # between tokens only, and a prefill over long conversations takes tens of seconds on a busy CPU).
+        self._breaker = Breaker(self._closing)
+        self._breaker.attach(model, gradients=False)
         self._params = model.state_dict()  # name -> tensor sharing the parameter's storage (tied names included)
         missing = sorted(set(self.state) - set(self._params))
         if missing:
@@ -58,10 +64,13 @@ class TransformersEngine(Engine):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-            out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
-                                       eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
-                                       output_logits=True, stopping_criteria=[_UntilSet(self._closing)],
-                                       **sampling, **self._stop_strings(params))
+            try:
+                out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
+                                           eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
+                                           output_logits=True, stopping_criteria=[_UntilSet(self._closing)],
+                                           **sampling, **self._stop_strings(params))
+            except Interrupted:  # closing: `generate` says so ("closed while generating")
+                return [Sampled([], [], "length") for _ in prompts]
         new = out.sequences[:, width:]
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw logits: before temperature/top-p
         sampled = logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1)

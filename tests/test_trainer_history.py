@@ -1,0 +1,81 @@
+"""The trainer's history kept in a real bucket folder: written after changes, read back by the next trainer, an
+unreadable file set aside (never overwritten unread), a bucket that cannot be read never written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import delta
+from tests._trainer_stack import wait_until
+from tests.test_wire_history import HISTORY, step
+from trainer_space.history import HistoryKeeper
+from wire.history import HISTORY_PATH, decode_history
+from wire.trainer import TrainerHistory
+
+
+def read_back(bucket: Path) -> TrainerHistory:
+    return decode_history((bucket / HISTORY_PATH).read_bytes()).history
+
+
+def test_changes_are_written_folded_and_read_back_by_the_next_trainer(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    keeper = HistoryKeeper(str(bucket), interval_s=0.2)
+    assert keeper.load() == TrainerHistory(steps=[], payloads=[]) and keeper.problem is None  # nothing yet
+    held = TrainerHistory(steps=list(HISTORY.steps[:2]), payloads=[])
+    keeper.start(lambda: held)
+    keeper.changed()
+    wait_until(lambda: keeper.writes == 1, 10, "the first write")
+    held = HISTORY
+    for _ in range(20):  # a burst of changes: folded into a write or two, not twenty
+        keeper.changed()
+    assert keeper.close(10)
+    assert keeper.writes <= 4 and read_back(bucket) == HISTORY
+    later = HistoryKeeper(str(bucket))
+    assert later.load() == HISTORY  # a restarted trainer reads what the last one wrote
+
+
+def test_an_unreadable_history_is_set_aside_and_a_new_one_begins(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    (bucket / "trainer").mkdir(parents=True)
+    (bucket / HISTORY_PATH).write_bytes(b'{"format": "trainer-history", "format_ver')  # torn by hand
+    keeper = HistoryKeeper(str(bucket), interval_s=0.1)
+    assert keeper.load() == TrainerHistory(steps=[], payloads=[]) and keeper.problem is None
+    [aside] = [p for p in (bucket / "trainer").iterdir() if p.name != "history.json"]
+    assert aside.name.startswith("history.unreadable-") and aside.read_bytes().endswith(b'"format_ver')
+    keeper.start(lambda: TrainerHistory(steps=[step(1)], payloads=[]))
+    keeper.changed()
+    assert keeper.close(10) and [s.step for s in read_back(bucket).steps] == [1]
+
+
+def test_bad_records_are_dropped_and_the_rest_kept(tmp_path: Path, caplog) -> None:
+    bucket = tmp_path / "bucket"
+    storage = delta.open_storage(str(bucket))
+    keeper = HistoryKeeper(str(bucket))
+    keeper.load()
+    keeper.start(lambda: HISTORY)
+    keeper.changed()
+    assert keeper.close(10)
+    text = storage.read(HISTORY_PATH).replace(b'"step":2,', b'"step":-2,', 1)
+    storage.write(HISTORY_PATH, text)
+    loaded = HistoryKeeper(str(bucket)).load()
+    assert [s.step for s in loaded.steps] == [1, 3, 4]
+    assert "1 record(s) refused (steps[1]: step is negative)" in caplog.text
+
+
+def test_a_history_that_cannot_be_read_is_never_replaced(rclone_s3) -> None:
+    options = dict(rclone_s3.storage_options(), retry=delta.RetryPolicy(attempts=2, first_delay=0.1, max_delay=0.2))
+    storage = delta.open_storage("s3://bucket/run", **options)
+    first = HistoryKeeper(storage)
+    first.load()
+    first.start(lambda: HISTORY)
+    first.changed()
+    assert first.close(30)
+    rclone_s3.stop()  # the bucket is unreachable when the next trainer starts
+    keeper = HistoryKeeper(storage, interval_s=0.05)
+    assert keeper.load() == TrainerHistory(steps=[], payloads=[])
+    assert keeper.problem is not None and "could not be read, so it is not written either" in keeper.problem
+    keeper.start(lambda: TrainerHistory(steps=[step(1)], payloads=[]))
+    keeper.changed()
+    assert not keeper.close(1) and keeper.writes == 0
+    rclone_s3.start()
+    assert decode_history(storage.read(HISTORY_PATH)).history == HISTORY  # the earlier trainer's, whole

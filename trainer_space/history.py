@@ -1,0 +1,130 @@
+"""The trainer's history kept in its bucket (`wire.history`), read back when a trainer starts on it.
+
+`HistoryKeeper.load` reads what an earlier trainer process wrote: the step records (the curves, and the
+step count to go on from), the payloads and the anchors (the bytes chart). `start` then writes the whole
+history again after each change, from a daemon thread that folds changes arriving within `interval_s`
+into one write (a step's record and its payload come seconds apart), so the training thread never waits
+on the bucket. A history file that is not one (torn, corrupt, another format, too big) is copied aside,
+once, under a name that says so, and a fresh one is started: nothing written by someone is overwritten
+unread. A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a
+history it could not read is never replaced by a shorter one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import delta
+from wire.history import HISTORY_PATH, HistoryFileError, decode_history, encode_history
+from wire.trainer import TrainerHistory
+
+logger = logging.getLogger(__name__)
+
+#: Seconds over which changes are folded into one write.
+WRITE_INTERVAL_S = 2.0
+
+
+class HistoryKeeper:
+    """Reads and writes one bucket's trainer history. Threads: `start` starts one writer (daemon).
+
+    Args:
+        bucket: The trainer's bucket: a URL (`delta.open_storage`) or an open storage.
+        interval_s: Seconds between two writes at most (changes in between are folded).
+
+    Attributes:
+        problem: Why the history is not kept (None while it is): the bucket could not be read at `load`.
+        writes, failures: Writes done and failed since `start`.
+    """
+
+    def __init__(self, bucket: str | delta.storage.Storage, interval_s: float = WRITE_INTERVAL_S) -> None:
+        self.storage = delta.open_storage(bucket) if isinstance(bucket, str) else bucket
+        self.interval_s = interval_s
+        self.problem: str | None = "not read yet"
+        self.writes = self.failures = 0
+        self._snapshot: Callable[[], TrainerHistory] | None = None
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_ok = False
+
+    def load(self) -> TrainerHistory:
+        """The history in the bucket; empty when there is none, or when it cannot be read (logged; see the module
+        docstring for what is kept and what is set aside). Never raises."""
+        empty = TrainerHistory(steps=[], payloads=[])
+        try:
+            data = self.storage.read(HISTORY_PATH)
+        except FileNotFoundError:
+            self.problem = None
+            return empty
+        except (OSError, delta.StorageError) as e:
+            self.problem = f"the bucket's history could not be read, so it is not written either: {e}"
+            logger.warning("%s", self.problem)
+            return empty
+        try:
+            decoded = decode_history(data)
+        except HistoryFileError as e:
+            self._set_aside(data, e)
+            self.problem = None
+            return empty
+        self.problem = None
+        if decoded.skipped:
+            logger.warning("history %s: %s record(s) refused (%s); the other %d steps kept", HISTORY_PATH,
+                           sum(decoded.skipped.values()), decoded.first_problem, len(decoded.history.steps))
+        return decoded.history
+
+    def _set_aside(self, data: bytes, error: HistoryFileError) -> None:
+        """Copy an unreadable history beside it, so the fresh one written next loses nothing."""
+        aside = f"{HISTORY_PATH.removesuffix('.json')}.unreadable-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
+        try:
+            self.storage.write(aside, data)
+        except (OSError, delta.StorageError) as e:
+            self.problem = f"unreadable history {error.reason}, and it could not be set aside ({e}): not written"
+            logger.warning("%s", self.problem)
+            return
+        logger.warning("history %s, set aside as %s; starting a new one", error, aside)
+
+    def start(self, snapshot: Callable[[], TrainerHistory]) -> HistoryKeeper:
+        """Write `snapshot()` after each `changed`, from a daemon thread; nothing if `load` found a problem."""
+        self._snapshot = snapshot
+        if self.problem is None:
+            self._thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
+            self._thread.start()
+        return self
+
+    def changed(self) -> None:
+        """Something was added to the history: it is written within `interval_s`. Returns at once."""
+        self._changed.set()
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop the writer once it has written the history as it is now; True if that write was done in time."""
+        self._stop.set()
+        self._changed.set()
+        if self._thread is None:
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive() and self._last_ok
+
+    def _run(self) -> None:
+        while True:
+            self._changed.wait()
+            self._changed.clear()
+            self._last_ok = self._write()
+            if self._stop.is_set() and not self._changed.is_set():
+                return
+            self._stop.wait(self.interval_s)  # changes meanwhile are folded into the next write; a close ends it
+
+    def _write(self) -> bool:
+        """Write the snapshot now (in the writer thread); False if it failed (logged: the next change writes it all
+        again)."""
+        assert self._snapshot is not None, "start() gives the keeper its snapshot"
+        try:
+            self.storage.write(HISTORY_PATH, encode_history(self._snapshot()))
+        except (OSError, delta.StorageError) as e:
+            self.failures += 1
+            logger.warning("could not write the history to the bucket (%d failed): %s", self.failures, e)
+            return False
+        self.writes += 1
+        return True
