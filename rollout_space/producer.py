@@ -60,6 +60,8 @@ class GroupProducer:
             the trainer takes a step's groups right after publishing a version, so the room for the next
             batch appears just as a new version does; played with it, the batch is one version fresher
             when the trainer takes it. A failure is logged and the batch plays the weights held.
+        examine: Called with the run's settings before each batch, after `catch_up` (`exam.Examiner.maybe`:
+            an exam when one is due); it must not raise.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time.
@@ -69,9 +71,11 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None) -> None:
+                 catch_up: Callable[[], object] | None = None,
+                 examine: Callable[[RunSettings], object] | None = None) -> None:
         self.play = play
         self.catch_up = catch_up
+        self.examine = examine
         self.version = version
         self.bucket = bucket
         self.server_id = server_id
@@ -198,6 +202,8 @@ class GroupProducer:
             return self.poll_s
         self.state = ServerState.PRODUCING
         self._catch_up()
+        if self.examine is not None:
+            self.examine(run)
         self._play_batch(run, min(run.groups_per_step, -(-room // (1 + self.peers))))
         self._failures = 0
         return 0.0
@@ -216,7 +222,7 @@ class GroupProducer:
         specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
         s = run.sampling
         params = PlayParams(max_tokens=s.max_tokens, temperature=s.temperature, max_turns=s.max_turns,
-                            reply_prefix=s.reply_prefix)
+                            reply_prefix=s.reply_prefix, examples=s.examples.probability(self.version()))
         start = time.monotonic()
         try:
             games = self.play(specs, params)
