@@ -43,4 +43,12 @@ GLOSSARY = """\
 - **valid-guess rate**: the share of moves whose guess, read by the strict rule (the first word
   after `<guess>`), is an allowed 5-letter word not guessed before in the game.
 - **letters found**: per game, greens + yellows / 2 of its best guess (0-5).
+- **example**: the word a message of the env offers as an example guess. Training games show it with a
+  probability that fades as training goes on (the trainer's `--examples`); exam games never show one.
+- **exam**: every few versions, games on held-out secret words (never used in training), without examples,
+  never trained on: what the policy plays by itself.
+- **own word**: a scored word that no message of the game had shown before the move (not an example, not a
+  word of the instructions such as GUESS). The exam's headline counts own words only.
+- **copy-only player**: a reference that plays the example of every message (examples on): what copying
+  alone finds.
 """

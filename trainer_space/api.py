@@ -45,7 +45,8 @@ def build_api(session: TrainingSession) -> FastAPI:
     @app.get("/history")
     def history() -> TrainerHistory:
         payloads = session.payloads.records if session.payloads is not None else []
-        return TrainerHistory(steps=list(session.records), payloads=list(payloads))
+        exams = session.exams.records() if session.exams is not None else []
+        return TrainerHistory(steps=list(session.records), payloads=list(payloads), exams=exams)
 
     @app.post("/control", response_model=ControlResponse,
               responses={403: {"description": "Not the owner's token"}, 409: {"description": "Not possible now"}})

@@ -79,8 +79,8 @@ class FleetRun:
             groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
             max_pending_groups=c.pending_groups(self.ranks),
             sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
-                              reply_prefix=c.reply_prefix),
-            trainer_version=trainer_version, updated_at=time.time())
+                              reply_prefix=c.reply_prefix, examples=c.examples),
+            exam=c.exam, trainer_version=trainer_version, updated_at=time.time())
 
     def send(self, state: RunState, trainer_version: int) -> bool:
         """Tell the servers the run's state; False when the bucket refused the write (logged, and `unsent`

@@ -1,0 +1,74 @@
+"""The trainer's view of the exams: the records the rollout servers write to the bucket (`wire.exam`), read in a
+thread of its own for `/status`, `/history` and the page's exam curves.
+
+The trainer plays no exam itself; it says how exams are played in the run's settings (`wire.fleet.RunSettings.exam`)
+and reads what the servers found. A record that fails its checks is refused (`wire.exam_shelf`) and shown as a
+count, never trained on or believed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from delta import StorageError
+from wire.exam import ExamRecord
+from wire.exam_shelf import ExamShelf
+
+logger = logging.getLogger(__name__)
+
+#: Exams `TrainerStatus.exams` carries (the landing page's last exam and trend).
+RECENT_EXAMS = 20
+
+
+class ExamWatch:
+    """Reads the bucket's exam records every `interval` seconds in a daemon thread.
+
+    Args:
+        bucket: The bucket URL (the one the weights are published to).
+        interval: Seconds between two reads.
+
+    Attributes:
+        last_error: The last failure to read the bucket, with its cause (kept until a read succeeds).
+    """
+
+    def __init__(self, bucket: str, interval: float = 5.0) -> None:
+        self.shelf = ExamShelf(bucket)
+        self.interval = interval
+        self.last_error: str | None = None
+        self._records: list[ExamRecord] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ExamWatch:
+        self._thread = threading.Thread(target=self._run, name="exam-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def records(self) -> list[ExamRecord]:
+        """Every exam read, by version (a consistent snapshot)."""
+        return self._records
+
+    @property
+    def refused(self) -> int:
+        """Exam files that failed their checks."""
+        return len(self.shelf.refused)
+
+    def refresh(self) -> None:
+        """Read the bucket's exams once (the thread calls this every `interval`)."""
+        try:
+            self._records = self.shelf.records()
+            self.last_error = None
+        except (OSError, StorageError) as e:
+            self.last_error = f"{type(e).__name__}: {e}"
+            logger.warning("reading the exams in the bucket failed: %s", e)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self.interval)
