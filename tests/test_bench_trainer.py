@@ -28,3 +28,24 @@ def test_the_copying_baseline_plays_the_envs_examples() -> None:
     crane_only = [letters_found([encode(score("crane", words.pick_secret(seed)))]) for seed in range(20)]
     assert copying_baseline(1, games=20) == statistics.fmean(crane_only)  # one move: the instructions' example
     assert copying_baseline(3, games=20) > copying_baseline(2, games=20) > copying_baseline(1, games=20)
+
+
+def test_the_exam_summary_and_the_collapse_check() -> None:
+    from bench.trainer import collapse, exam_summary
+    from tests.test_dashboard_exam import exam
+    from wire.trainer import StepRecord
+
+    exams = [exam(0, 0.0, 0.5), exam(5, 0.125, 1.0), exam(10, 0.25, 1.5), exam(15, 0.5, 2.0)]
+    s = exam_summary(exams)
+    assert s["exam_versions"] == [0, 5, 10, 15] and s["exam_own_rate"] == [0.0, 0.125, 0.25, 0.5]
+    assert s["exam_own_rise_points"] == 37.5 and s["exam_letters_last_two"] == 1.75
+    assert s["exam_letters_copying_only"] == exams[-1].copying.letters and exam_summary([]) == {"exams": 0}
+
+    def steps(rates: list[float]) -> list[StepRecord]:
+        return [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=r, step_s=1.0, cpu_s=1.0,
+                           publish_s=0.0, at=float(n)) for n, r in enumerate(rates, start=1)]
+
+    rising = steps([0.2] * 9 + [0.5] + [0.6, 0.4, 0.45, 0.7, 0.3, 0.3, 0.3, 0.8])
+    assert collapse(rising) == {"valid_rate_at_step_10": 0.5, "longest_run_below_it": 3}
+    broken = steps([0.5] * 10 + [0.3] * 6)
+    assert collapse(broken)["longest_run_below_it"] == 6 and collapse(steps([0.5] * 9))["longest_run_below_it"] is None
