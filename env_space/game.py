@@ -118,7 +118,8 @@ class WordleGame:
             self._rows.append(GuessRow(word=word, marks=encode(marks)))
             self._last_error = None
             self._last_reward = guess_reward(
-                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards
+                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards,
+                own=not self._copied[-1],
             )
             self._best_progress = max(self._best_progress, progress(marks))
             self._won = is_win(marks)
