@@ -4,10 +4,18 @@ handed in as a training group, and a failure that never stops the games for trai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import pytest
 
+import delta
 from env_space.words import load_word_lists
+from rollout_space.engines import Engine
+from rollout_space.env_client import EnvClient
 from rollout_space.exam import check_exam_games
+from rollout_space.producer import GroupProducer
+from rollout_space.service import RolloutService
 from tests._env_server import running_server
 from tests.test_rollout_producer import nudged, served
 from tests.test_wire_fleet import run_settings
@@ -17,6 +25,7 @@ from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
 from wire.exam import ExamSettings
 from wire.exam_shelf import ExamShelf
+from wire.fleet import RunSettings
 from wire.fleet_bucket import FleetBucket
 from wire.trajectory import Trajectory
 
@@ -30,90 +39,92 @@ def env() -> str:
         yield url
 
 
-def with_exam(examples: ExampleSchedule = ExampleSchedule(mode="fixed")):
+@dataclass
+class Server:
+    """A rollout service following a bucket at version 1, producing for the run in it (`served`)."""
+
+    publisher: delta.Publisher
+    state: dict
+    engine: Engine
+    service: RolloutService
+    producer: GroupProducer
+    bucket: FleetBucket
+
+
+@pytest.fixture()
+def server(tmp_path, env: str) -> Iterator[Server]:
+    publisher, state, engine, service, producer = served(tmp_path, env)
+    try:
+        yield Server(publisher, state, engine, service, producer, FleetBucket(publisher.storage.url))
+    finally:
+        publisher.close()
+        service.close()
+
+
+def with_exam(examples: ExampleSchedule = ExampleSchedule(mode="fixed")) -> RunSettings:
     run = run_settings()
     return run.model_copy(update={"exam": EXAM, "sampling": run.sampling.model_copy(update={"examples": examples})})
 
 
-def test_an_exam_plays_held_out_words_without_examples_and_is_recorded(tmp_path, env: str) -> None:
-    publisher, state, engine, service, producer = served(tmp_path, env)
+def test_an_exam_plays_held_out_words_without_examples_and_is_recorded(server: Server) -> None:
+    publisher, state, engine, service = server.publisher, server.state, server.engine, server.service
     shelf = ExamShelf(publisher.storage.url)
-    try:
-        record = service.examiner.maybe(with_exam())
-        assert record is not None and record.version == engine.version == 1 and shelf.records() == [record]
-        assert record.settings == EXAM and record.server_id == "s0" and record.state_hash is not None
-        assert record.scores.games == 4 and record.scores.moves <= 8 and record.copying.own == 0
-        assert record.copying.valid_rate == 1.0  # the reference: what copying the examples scores
-        exam_games = [g for g in service.recent_games(10) if g.exam]
-        assert len(exam_games) == 4 and all(not any(g.examples) for g in exam_games)
-        assert {g.secret for g in exam_games if g.secret} <= HELD_OUT
-        assert service.examiner.maybe(with_exam()) is None  # v1 examined: not due again in its block
-        publisher.publish(nudged(state, 0))
-        publisher.flush()
-        service.follower.sync()
-        assert engine.version == 2 and service.examiner.maybe(with_exam()).version == 2
-        assert [r.version for r in shelf.records()] == [1, 2] and service.examiner.latest(1).version == 1
-        assert service.examiner.maybe(run_settings()) is None  # a run without exams
-    finally:
-        publisher.close()
-        service.close()
+    record = service.examiner.maybe(with_exam())
+    assert record is not None and record.version == engine.version == 1 and shelf.records() == [record]
+    assert record.settings == EXAM and record.server_id == "s0" and record.state_hash is not None
+    assert record.scores.games == 4 and record.scores.moves <= 8 and record.copying.own == 0
+    assert record.copying.valid_rate == 1.0  # the reference: what copying the examples scores
+    exam_games = [g for g in service.recent_games(10) if g.exam]
+    assert len(exam_games) == 4 and all(not any(g.examples) for g in exam_games)
+    assert {g.secret for g in exam_games if g.secret} <= HELD_OUT
+    assert service.examiner.maybe(with_exam()) is None  # v1 examined: not due again in its block
+    publisher.publish(nudged(state, 0))
+    publisher.flush()
+    service.follower.sync()
+    assert engine.version == 2 and service.examiner.maybe(with_exam()).version == 2
+    assert [r.version for r in shelf.records()] == [1, 2] and service.examiner.latest(1).version == 1
+    assert service.examiner.maybe(run_settings()) is None  # a run without exams
 
 
-def test_no_exam_game_is_ever_handed_in_or_trained_on(tmp_path, env: str) -> None:
+def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
     """The producer examines before its batch; the groups it writes hold training games only, none on a held-out
     word, and the trainer's rollout function takes exactly those."""
-    publisher, state, engine, service, producer = served(tmp_path, env)
-    bucket = FleetBucket(publisher.storage.url)
-    try:
-        bucket.write_run(with_exam())
-        producer.step()
-        assert [r.version for r in ExamShelf(bucket.storage).records()] == [1]
-        groups = [bucket.read_group(f.path) for f in bucket.list_groups()]
-        games = [g for group in groups for g in group.games]
-        assert len(groups) == 2 and games and not any(g.exam for g in games)
-        assert not HELD_OUT & {g.secret for g in games}
-        exam_ids = {g.episode_id for g in service.recent_games(20) if g.exam}
-        assert len(exam_ids) == 4 and not exam_ids & {g.episode_id for g in games}
-        config = TrainerConfig(publisher.storage.url, None, "m", games_per_step=4, num_generations=2)
-        run = FleetRun(config, bucket, run_id="run-1")
-        taken = FleetRollouts(config, run, lambda: 1).take(2)
-        trained = [g for group in taken for g in group.games]
-        assert {g.episode_id for g in trained} == {g.episode_id for g in games} and not exam_ids & {
-            g.episode_id for g in trained}
-    finally:
-        publisher.close()
-        service.close()
+    bucket, service, producer = server.bucket, server.service, server.producer
+    bucket.write_run(with_exam())
+    producer.step()
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1]
+    groups = [bucket.read_group(f.path) for f in bucket.list_groups()]
+    games = [g for group in groups for g in group.games]
+    assert len(groups) == 2 and games and not any(g.exam for g in games)
+    assert not HELD_OUT & {g.secret for g in games}
+    exam_ids = {g.episode_id for g in service.recent_games(20) if g.exam}
+    assert len(exam_ids) == 4 and not exam_ids & {g.episode_id for g in games}
+    config = TrainerConfig(bucket.url, None, "m", games_per_step=4, num_generations=2)
+    run = FleetRun(config, bucket, run_id="run-1")
+    taken = FleetRollouts(config, run, lambda: 1).take(2)
+    trained = [g for group in taken for g in group.games]
+    assert {g.episode_id for g in trained} == {g.episode_id for g in games}
+    assert not exam_ids & {g.episode_id for g in trained}
 
 
-def test_training_games_show_examples_by_the_runs_schedule(tmp_path, env: str) -> None:
-    publisher, state, engine, service, producer = served(tmp_path, env)
-    bucket = FleetBucket(publisher.storage.url)
-    try:
-        for mode, shown in (("off", False), ("fixed", True)):
-            bucket.write_run(run_settings().model_copy(update={"sampling": run_settings().sampling.model_copy(
-                update={"examples": ExampleSchedule(mode=mode)})}))
-            producer.step()
-            games = [g for f in bucket.list_groups() for g in bucket.read_group(f.path).games]
-            assert games and all(all(bool(e) == shown for e in g.examples) for g in games), mode
-            bucket.delete([f.path for f in bucket.list_groups()])
-    finally:
-        publisher.close()
-        service.close()
+def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> None:
+    bucket = server.bucket
+    for mode, shown in (("off", False), ("fixed", True)):
+        bucket.write_run(with_exam(ExampleSchedule(mode=mode)).model_copy(update={"exam": None}))
+        server.producer.step()
+        games = [g for f in bucket.list_groups() for g in bucket.read_group(f.path).games]
+        assert games and all(all(bool(e) == shown for e in g.examples) for g in games), mode
+        bucket.delete([f.path for f in bucket.list_groups()])
 
 
-def test_a_failed_exam_is_retried_later_and_training_games_go_on(tmp_path, env: str) -> None:
-    publisher, state, engine, service, producer = served(tmp_path, env)
-    bucket = FleetBucket(publisher.storage.url)
-    try:
-        service.examiner.env = type(service.env)("http://127.0.0.1:9")  # an env that does not answer
-        bucket.write_run(with_exam())
-        producer.step()
-        assert "EnvUnavailableError" in service.examiner.last_error and ExamShelf(bucket.storage).records() == []
-        assert len(bucket.list_groups()) == 2  # the batch for training was played all the same
-        assert service.examiner.maybe(with_exam()) is None  # not tried again before RETRY_S
-    finally:
-        publisher.close()
-        service.close()
+def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server) -> None:
+    examiner = server.service.examiner
+    examiner.env = EnvClient("http://127.0.0.1:9")  # an env that does not answer
+    server.bucket.write_run(with_exam())
+    server.producer.step()
+    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(server.bucket.storage).records() == []
+    assert len(server.bucket.list_groups()) == 2  # the batch for training was played all the same
+    assert examiner.maybe(with_exam()) is None  # not tried again before RETRY_S
 
 
 def test_exam_games_must_be_exam_games_without_examples_of_one_version() -> None:

@@ -9,11 +9,12 @@ count, never trained on or believed.
 from __future__ import annotations
 
 import logging
-import threading
 
 from delta import StorageError
 from wire.exam import ExamRecord
 from wire.exam_shelf import ExamShelf
+
+from .periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -34,21 +35,16 @@ class ExamWatch:
 
     def __init__(self, bucket: str, interval: float = 5.0) -> None:
         self.shelf = ExamShelf(bucket)
-        self.interval = interval
         self.last_error: str | None = None
         self._records: list[ExamRecord] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = Periodic(self.refresh, interval, "exam-watch")
 
     def start(self) -> ExamWatch:
-        self._thread = threading.Thread(target=self._run, name="exam-watch", daemon=True)
-        self._thread.start()
+        self._reader.start()
         return self
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._reader.close()
 
     def records(self) -> list[ExamRecord]:
         """Every exam read, by version (a consistent snapshot)."""
@@ -67,8 +63,3 @@ class ExamWatch:
         except (OSError, StorageError) as e:
             self.last_error = f"{type(e).__name__}: {e}"
             logger.warning("reading the exams in the bucket failed: %s", e)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.refresh()
-            self._stop.wait(self.interval)
