@@ -162,7 +162,7 @@ def real_run(args: argparse.Namespace) -> None:
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
                     *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
                              "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
-                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature,
+                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature, "--kl": args.kl,
                              "--examples": args.examples, "--fade-start": args.fade_start,
                              "--fade-end": args.fade_end, "--exam-every": args.exam_every,
                              "--exam-games": args.exam_games, "--exam-turns": args.exam_turns}),
@@ -408,6 +408,7 @@ def main() -> None:
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
     r.add_argument("--credit", choices=CREDITS, default=None, help="what GRPO credits (default: the trainer's)")
     r.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the trainer's)")
+    r.add_argument("--kl", type=float, default=None, help="KL weight to the reference model (default: the trainer's, 0)")
     r.add_argument("--examples", choices=["off", "fixed", "fading"], default=None,
                    help="the env's examples in training games (default: the trainer's, fading)")
     r.add_argument("--fade-start", type=int, default=None, help="fading: last version showing every example")

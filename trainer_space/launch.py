@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "never trained on; 0: no exams")
     parser.add_argument("--exam-games", type=int, default=defaults.exam_games, help="held-out words an exam plays")
     parser.add_argument("--exam-turns", type=int, default=None, help="replies per exam game (default: --max-turns)")
+    parser.add_argument("--kl", type=float, default=defaults.kl,
+                        help="weight of the KL divergence to the model folder's weights in GRPO's loss (TRL's beta; "
+                             "default 0: no reference model loaded)")
     parser.add_argument("--exam-greedy", action="store_true",
                         help="exams sample greedily (default: at the training temperature, with a fixed seed)")
     settings.add_server_arguments(parser)
@@ -81,7 +84,7 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
         max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token,
         examples=ExampleSchedule(mode=ExampleMode(args.examples), start=args.fade_start, end=args.fade_end),
         exam_every=args.exam_every, exam_games=args.exam_games, exam_turns=args.exam_turns,
-        exam_greedy=args.exam_greedy)
+        exam_greedy=args.exam_greedy, kl=args.kl)
 
 
 def run(args: argparse.Namespace) -> None:
