@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 from delta import StorageError
 from wire.errors import RolloutError
@@ -55,7 +55,7 @@ class Examiner:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  state_hash: Callable[[], str | None], env: EnvClient, shelf: ExamShelf, server_id: str,
-                 hold: Callable[[], ContextManager[object]] = contextlib.nullcontext) -> None:
+                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
         self.play = play
         self.version = version
         self.state_hash = state_hash

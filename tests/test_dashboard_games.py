@@ -42,3 +42,8 @@ def test_feed() -> None:
     assert "No policy games yet." in games.feed_html([])
     assert "2. invalid: hmm &lt;b&gt;no&lt;/b&gt;</li>" in feed  # what the model wrote, escaped
     assert games.board_html(None).count("data-mark") == 0
+
+
+def test_an_exam_game_says_so_in_the_feed() -> None:
+    feed = games.feed_html([LOST.model_copy(update={"exam": True}), GAME])
+    assert feed.count("exam (held-out word, no examples)") == 1
