@@ -7,7 +7,9 @@
 
 Every flag defaults to an environment variable (a Space's variables and secrets): DELTA_BUCKET,
 ROLLOUT_URL, ENV_URL, MODEL, ENGINE, DEVICE, OWNER_TOKEN, ENV_TOKEN, ROLLOUT_TOKEN, HF_TOKEN,
-GRADIO_SERVER_NAME/PORT; the shared ones are defined once, in ``settings.py``.
+GRADIO_SERVER_NAME/PORT; the shared ones are defined once, in ``settings.py``. ``APP_ARGS`` holds more
+flags for the role (a Space variable: ``--learning-rate 1e-5 --max-turns 6``), read before the command
+line's, which win.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import signal
 import sys
 from types import FrameType, ModuleType
@@ -102,6 +105,7 @@ def main(argv: list[str]) -> None:
         print(_usage(), end="")
         return
     role, rest = pick_role(argv, os.environ)
+    rest = shlex.split(os.environ.get("APP_ARGS", "")) + rest
     launch = _load(role)
     parser = argparse.ArgumentParser(prog=f"{PROG} {role}", description=ROLES[role][1])
     launch.add_arguments(parser)

@@ -1,7 +1,8 @@
 """What publishing costs the trainer, and a bounded real training run.
 
     python -m bench.trainer overhead [--model PATH] [--triples 4] [--warmup 2] [--games 4]
-    python -m bench.trainer run [--minutes 12] [--device auto] [--seed 0] [--png docs/training.png]
+    python -m bench.trainer run [--minutes 12] [--device auto] [--seed 0] [--examples fading] [--exam-every 5]
+                                [--png docs/training.png]
 
 `overhead`: GRPO step time with a delta published after a step, and without, interleaved in one run.
 
@@ -17,13 +18,17 @@ for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a s
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
 local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
 needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
-unless `--games`, `--max-tokens`, `--max-turns`, `--lr` or `--credit` say otherwise; then the trainer's `/history`
-is saved to `--json` with a summary (mean reward, win rate and valid-guess rate over the
-first and the last `--window` steps; how many different words the policy's last 40 games scored, and how
-many of their later moves played the example the env's request showed, and the letters a player that
-only copies the examples finds) and
-those games (what the policy wrote), and drawn (those three per step; bytes per version: the default
-codec, `raw`, the dense model) to `--png`.
+unless `--games`, `--max-tokens`, `--max-turns`, `--lr`, `--credit`, `--temperature`, the examples' schedule
+(`--examples`, `--fade-start`, `--fade-end`) or the exam's settings (`--exam-every`, `--exam-games`,
+`--exam-turns`, `--exam-greedy`) say otherwise; each exam is printed as it comes in. Then the trainer's
+`/history` (its steps, payloads and exams) is saved to `--json` with a summary (mean reward, win rate and
+valid-guess rate over the first and the last `--window` steps; the exam series, the rise of its own-word
+valid-guess rate from the first exam to the last two, and the last two exams' letters found against the
+copy-only player's; the no-collapse check: the training valid-guess rate at step 10 and the longest run of
+later steps below it; how many different words the policy's last 40 games scored, and how many of their
+later moves played the example the env's request showed, and the letters a player that only copies the
+examples finds) and those games (what the policy wrote), and drawn (those per step; the exams; bytes per
+version: the default codec, `raw`, the dense model) to `--png`.
 """
 
 from __future__ import annotations
@@ -42,11 +47,13 @@ import torch
 from pydantic import TypeAdapter
 
 import delta
-from env_space.game import WordleGame
+from env_space.exam import copying_games
 from env_space.words import load_word_lists
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
+from dashboard.exam import exam_text
 from wire.env import GameRecord
+from wire.exam import ExamRecord
 from wire.rollout import RolloutStatus, Trajectory
 from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
 from wire.wordle import letters_found
@@ -147,7 +154,7 @@ def real_run(args: argparse.Namespace) -> None:
     ports = {role: free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
     url = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     roles = {
-        "env": [],
+        "env": _given({"--own-word-reward": args.own_word_reward}),
         "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
                     "--showcase-every", "0", "--device", args.device],
         # as `python app.py` runs them: the trainer takes its games from the fleet, through the bucket
@@ -155,7 +162,11 @@ def real_run(args: argparse.Namespace) -> None:
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
                     *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
                              "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
-                             "--learning-rate": args.lr, "--credit": args.credit})],
+                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature, "--kl": args.kl,
+                             "--examples": args.examples, "--fade-start": args.fade_start,
+                             "--fade-end": args.fade_end, "--exam-every": args.exam_every,
+                             "--exam-games": args.exam_games, "--exam-turns": args.exam_turns}),
+                    *(["--exam-greedy"] if args.exam_greedy else [])],
     }
     procs = []
     tokens = launch_tokens({})  # fresh tokens for the apps, as `python app.py` makes them
@@ -167,19 +178,25 @@ def real_run(args: argparse.Namespace) -> None:
                                               env={**os.environ, **role_environ(name, tokens)}))
                 _wait_healthy(url[name], procs[-1], logs.name)
             start = time.monotonic()
+            examined: set[int] = set()
             while time.monotonic() - start < 60 * args.minutes:
                 time.sleep(10)
                 status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
                 print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
                       f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
                       f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}", flush=True)
+                for exam in status.exams:
+                    if exam.version not in examined:
+                        examined.add(exam.version)
+                        print(f"        exam {exam_text(exam)} ({exam.played_s:.0f} s)", flush=True)
                 if status.error:
                     break
             history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
             status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
             rollout = RolloutStatus.model_validate_json(httpx.get(f"{url['rollout']}/status", timeout=10).content)
-            games = _GAMES.validate_json(httpx.get(f"{url['env']}/games", timeout=10,
-                                                   params={"limit": LAST_GAMES, "policy_only": True}).content)
+            played = _GAMES.validate_json(httpx.get(f"{url['env']}/games", timeout=10,
+                                                    params={"limit": 200, "policy_only": True}).content)
+            games = [g for g in played if not g.exam][:LAST_GAMES]  # the training games (exams are in /history)
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -190,12 +207,15 @@ def real_run(args: argparse.Namespace) -> None:
                     p.kill()
                     p.wait()
     command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    results = run_summary(history.steps, games, args)
+    results = run_summary(history.steps, history.exams, games, args)
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
         print(f"  {g.player}: {' '.join(g.words).upper() or '(no valid guess)'}, {g.invalid_moves} invalid, "
               f"reward {g.total_reward:+.2f}{first}")
+    print("the exams (held-out words, no examples, never trained on):")
+    for exam in history.exams:
+        print(f"  {exam_text(exam)}; words {' '.join(exam.scores.words[:12]).upper() or '-'}")
     print(json.dumps(results, indent=1))
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
@@ -215,12 +235,13 @@ LAST_GAMES = 40
 _GAMES = TypeAdapter(list[GameRecord])
 
 
-def run_summary(steps: list[StepRecord], games: Sequence[GameRecord], args: argparse.Namespace) -> dict[str, object]:
-    """What `run` prints and saves about a finished run: the curves' ends (`summary`), what the policy's last
-    games wrote, and the letters a copy-only player finds with the run's moves per game (the trainer's default
-    where `--max-turns` was not given)."""
+def run_summary(steps: list[StepRecord], exams: Sequence[ExamRecord], games: Sequence[GameRecord],
+                args: argparse.Namespace) -> dict[str, object]:
+    """What `run` prints and saves about a finished run: the curves' ends (`summary`), the exam series and the
+    collapse check, what the policy's last games wrote, and the letters a copy-only player finds with the run's
+    moves per game (the trainer's default where `--max-turns` was not given)."""
     max_turns = TrainerConfig.max_turns if args.max_turns is None else args.max_turns
-    return {**summary(steps, args.window),
+    return {**summary(steps, args.window), **exam_summary(exams), **collapse(steps),
             "distinct_words_last_games": len({w for g in games for w in g.words}),
             "scored_but_not_the_first_word": not_first_words(games),
             **examples_played(games),
@@ -274,16 +295,42 @@ def copying_baseline(moves: int, games: int = 400) -> float:
     """Mean letters found (`letters_found`) by a player that only ever plays the example the env's message
     shows, over `games` seeded secrets of `moves` moves: the baseline a policy that learned only to copy
     reaches, to read the run's letters found against."""
-    words, found = load_word_lists(), []
-    for seed in range(games):
-        game = WordleGame(words.pick_secret(seed), words, episode_id=str(seed), player="copying")
-        for _ in range(moves):
-            observation = game.observe()
-            if observation.done:
-                break
-            game.step(f"<guess>{observation.example}</guess>")
-        found.append(letters_found(game.record().marks))
-    return statistics.fmean(found)
+    words = load_word_lists()
+    played = copying_games(words, [words.pick_secret(seed) for seed in range(games)], moves)
+    return statistics.fmean(letters_found(g.marks) for g in played)
+
+
+def exam_summary(exams: Sequence[ExamRecord]) -> dict[str, object]:
+    """The exam series, and the targets' figures: the strict valid-guess rate of own words at the first exam
+    and over the last two, its rise in points, and the last two exams' letters found against the copy-only
+    player's on the same words (`ExamRecord.copying`)."""
+    if not exams:
+        return {"exams": 0}
+    last = exams[-2:]
+    first_own, last_own = exams[0].scores.own_rate, statistics.fmean(e.scores.own_rate for e in last)
+    copying = exams[-1].copying
+    return {"exams": len(exams), "exam_versions": [e.version for e in exams],
+            "exam_own_rate": [round(e.scores.own_rate, 4) for e in exams],
+            "exam_valid_rate": [round(e.scores.valid_rate, 4) for e in exams],
+            "exam_letters": [round(e.scores.letters, 4) for e in exams],
+            "exam_wins": [e.scores.wins for e in exams],
+            "exam_own_first": first_own, "exam_own_last_two": last_own,
+            "exam_own_rise_points": round(100 * (last_own - first_own), 1),
+            "exam_letters_last_two": statistics.fmean(e.scores.letters for e in last),
+            "exam_letters_copying_only": copying.letters if copying is not None else None}
+
+
+def collapse(steps: Sequence[StepRecord], at: int = 10) -> dict[str, object]:
+    """The no-collapse check: the training valid-guess rate at step `at`, and the longest run of later steps in
+    a row below it (the target: never more than 5)."""
+    if len(steps) < at:
+        return {"valid_rate_at_step_10": None, "longest_run_below_it": None}
+    level = steps[at - 1].valid_rate
+    longest = run = 0
+    for s in steps[at:]:
+        run = run + 1 if s.valid_rate is not None and level is not None and s.valid_rate < level else 0
+        longest = max(longest, run)
+    return {"valid_rate_at_step_10": level, "longest_run_below_it": longest}
 
 
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
@@ -311,7 +358,7 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     steps, payloads = history.steps, history.payloads
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(18, 5))
     x = [s.step for s in steps]
     left.plot(x, [s.reward for s in steps], "o-", label="mean env reward per step")
     left.plot(x, [s.win_rate for s in steps], "s--", label="win rate")
@@ -320,6 +367,20 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     left.set_xlabel("optimizer step")
     left.set_title(f"GRPO on Wordle, SmolLM2-135M-Instruct ({device})")
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
+    exams = history.exams
+    e = [r.version for r in exams]
+    middle.plot(e, [r.scores.own_rate for r in exams], "o-", label="exam: valid-guess rate, own words")
+    middle.plot(e, [r.scores.valid_rate for r in exams], "s--", label="exam: any valid word")
+    middle.plot(e, [r.scores.letters / 5 for r in exams], "d-.", label="exam: letters found / 5")
+    untrained = next((r for r in exams if r.version == 0), None)
+    if untrained is not None:
+        middle.axhline(untrained.scores.own_rate, color="tab:red", ls=":", label="untrained (v0): own words")
+    if exams and exams[-1].copying is not None:
+        middle.axhline(exams[-1].copying.letters / 5, color="tab:green", ls=":", label="copy-only: letters / 5")
+    middle.set_xlabel("version examined")
+    middle.set_ylim(-0.05, 1.05)
+    middle.set_title("Exam: held-out words, no examples, never trained on")
+    middle.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8)
     v = [p.version for p in payloads]
     right.semilogy(v, [p.delta_bytes for p in payloads], "o-", label="published delta (default codec)")
     right.semilogy(v, [p.raw_bytes for p in payloads], "s--", label="raw: int32 positions + bf16 values")
@@ -328,7 +389,7 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     right.set_ylabel("bytes")
     right.set_title("Bytes per published version")
     right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8)
-    for axis in (left, right):  # steps and versions are counts: no "2.5"
+    for axis in (left, middle, right):  # steps and versions are counts: no "2.5"
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -354,6 +415,19 @@ def main() -> None:
     r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
     r.add_argument("--credit", choices=CREDITS, default=None, help="what GRPO credits (default: the trainer's)")
+    r.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the trainer's)")
+    r.add_argument("--kl", type=float, default=None, help="KL weight to the reference model (default: the trainer's, 0)")
+    r.add_argument("--examples", choices=["off", "fixed", "fading"], default=None,
+                   help="the env's examples in training games (default: the trainer's, fading)")
+    r.add_argument("--fade-start", type=int, default=None, help="fading: last version showing every example")
+    r.add_argument("--fade-end", type=int, default=None, help="fading: first version showing none")
+    r.add_argument("--exam-every", type=int, default=None, help="an exam every this many versions (default: "
+                   "the trainer's)")
+    r.add_argument("--exam-games", type=int, default=None, help="held-out words per exam (default: the trainer's)")
+    r.add_argument("--exam-turns", type=int, default=None, help="replies per exam game (default: --max-turns)")
+    r.add_argument("--exam-greedy", action="store_true", help="greedy exams (default: the training temperature)")
+    r.add_argument("--own-word-reward", type=float, default=None,
+                   help="the env's reward term for a word of the policy's own (default: the env's)")
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")

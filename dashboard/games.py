@@ -61,7 +61,8 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed",
         games.append(
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(t.episode_id)}">'
             f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
-            f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}<br>{result_text(t)}<br>"
+            f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}"
+            f"{' · exam (held-out word, no examples)' if t.exam else ''}<br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
             f'{render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples)}'
             '</div></div>')

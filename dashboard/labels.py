@@ -70,4 +70,12 @@ GLOSSARY = """\
 - **refused groups**: game groups the trainer read and threw away without training on them: from
   another run (an earlier trainer process), torn or corrupt files, or games that fail the checks
   (token ids, logprobs, rewards out of range).
+- **example**: the word a message of the env offers as an example guess. Training games show it with a
+  probability that fades as training goes on (the trainer's `--examples`); exam games never show one.
+- **exam**: every few versions, games on held-out secret words (never used in training), without examples,
+  never trained on: what the policy plays by itself.
+- **own word**: a scored word that no message of the game had shown before the move (not an example, not a
+  word of the instructions such as GUESS). The exam's headline counts own words only.
+- **copy-only player**: a reference that plays the example of every message (examples on): what copying
+  alone finds.
 """

@@ -26,6 +26,7 @@ from wire.env import (
     HUMAN,
     CloseResponse,
     EpisodeRequest,
+    ExamInfo,
     GameRecord,
     PlayerStats,
     ResetRequest,
@@ -35,6 +36,8 @@ from wire.env import (
     WordleObservation,
     player_label,
 )
+
+from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS
 
 from .errors import (
     ClientLimitError,
@@ -46,6 +49,7 @@ from .errors import (
     SessionNotFoundError,
     WordleError,
 )
+from .exam import copying_reference
 from .mcp import add_mcp
 from .sessions import SessionStore
 
@@ -102,6 +106,8 @@ def _start(store: SessionStore, request: ResetRequest, client: str | None) -> Wo
         episode_id=request.episode_id,
         max_invalid_moves=request.max_invalid_moves,
         client=client,
+        examples=request.example_probability,
+        exam=request.exam,
     )
 
 
@@ -162,6 +168,13 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
     async def games(limit: int = Query(20, ge=1, le=200), policy_only: bool = False) -> list[GameRecord]:
         """The latest finished games, newest first."""
         return store.history.recent(limit, policy_only)
+
+    @app.get("/exam")
+    def exam(games: int = Query(16, ge=1, le=HELD_OUT_SECRETS),
+             turns: int = Query(3, ge=1, le=MAX_EXAM_TURNS)) -> ExamInfo:
+        """The held-out secrets' count, and what a player copying the examples scores on the first `games` of
+        them in `turns` moves (the exam's reference line)."""
+        return copying_reference(games, turns)
 
     add_mcp(app, METADATA["name"], METADATA["version"])
 

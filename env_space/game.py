@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from wire.env import MAX_REPLY_CHARS, GameRecord, GuessRow, WordleObservation
 from wire.wordle import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, OPEN_TAG, encode, is_win, progress, score
 
 from . import prompt
+from .curriculum import shows_example
 from .errors import GameOverError, InvalidSecretError
 from .rewards import DEFAULT_REWARDS, RewardConfig, guess_reward, invalid_move_reward
 from .words import WordLists
@@ -19,6 +21,11 @@ class WordleGame:
     Not thread-safe: callers serialise moves (the session store holds a lock). Invalid moves
     (no guess found, not an allowed word, a word already guessed) do not use up a guess, but each costs
     a penalty, and the game is lost at the first invalid move beyond ``max_invalid_moves`` (None: no limit).
+
+    ``examples`` is the probability that a message shows an example guess (1: every message, as for people;
+    0: none, as in an exam); which messages do is drawn from the secret and the move's number
+    (`env_space.curriculum`). Every scored word is marked ``copied`` when a message of this game showed it
+    before that move (an example, a word of the instructions or of the feedback).
 
     Example:
         >>> game = WordleGame("crane", load_word_lists(), episode_id="e1", player="human")
@@ -35,15 +42,21 @@ class WordleGame:
         player: str,
         max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
         rewards: RewardConfig = DEFAULT_REWARDS,
+        examples: float = 1.0,
+        exam: bool = False,
     ) -> None:
         reason = words.check(secret.lower())
         if reason is not None:
             raise InvalidSecretError(secret, reason)
         if max_invalid_moves is not None and max_invalid_moves < 0:
             raise ValueError(f"max_invalid_moves must be >= 0 or None, got {max_invalid_moves}")
+        if not 0 <= examples <= 1:
+            raise ValueError(f"examples is a probability in [0, 1], got {examples}")
         self.secret = secret.lower()
         self.episode_id = episode_id
         self.player = player
+        self.examples = examples
+        self.exam = exam
         self._words = words
         self._rewards = rewards
         self._max_invalid = max_invalid_moves
@@ -55,8 +68,10 @@ class WordleGame:
         self._total = 0.0
         self._last_reward: float | None = None
         self._last_error: str | None = None
-        self._message = prompt.INSTRUCTIONS
-        self._example: str | None = prompt.FIRST_EXAMPLE
+        self._example: str | None = prompt.FIRST_EXAMPLE if shows_example(self.secret, 0, examples) else None
+        self._message = prompt.instructions(self._example)
+        self._shown = _words_of(self._message)
+        self._copied: list[bool] = []
         self._examples: list[str] = []
         self._replies: list[str] = []
         self._guesses: list[str] = []
@@ -90,6 +105,7 @@ class WordleGame:
         self._replies.append(text[:MAX_REPLY_CHARS])
         self._examples.append(self._example or "")
         self._guesses.append("" if error is not None else parsed.word or "")
+        self._copied.append(error is None and parsed.word in self._shown)
         self._errors.append(error or "")
         if error is not None:
             self._invalid += 1
@@ -102,7 +118,8 @@ class WordleGame:
             self._rows.append(GuessRow(word=word, marks=encode(marks)))
             self._last_error = None
             self._last_reward = guess_reward(
-                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards
+                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards,
+                own=not self._copied[-1],
             )
             self._best_progress = max(self._best_progress, progress(marks))
             self._won = is_win(marks)
@@ -112,9 +129,12 @@ class WordleGame:
             self._example = None
             lines.append(prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid))
         else:
-            self._example = self._words.example(self.secret, self._steps, [r.word for r in self._rows])
+            shown = shows_example(self.secret, self._steps, self.examples)
+            self._example = self._words.example(self.secret, self._steps, [r.word for r in self._rows]) if shown \
+                else None
             lines.append(prompt.next_move_text(MAX_GUESSES - len(self._rows), self._example))
         self._message = "\n".join(lines)
+        self._shown |= _words_of(self._message)
         return self.observe()
 
     def _repeated(self, word: str) -> str | None:
@@ -141,6 +161,7 @@ class WordleGame:
             done=self.done,
             reward=None if self._last_reward is None else round(self._last_reward, 6),
             example=self._example,
+            copied=self._copied[-1] if self._copied and self._guesses[-1] else None,
         )
 
     def record(self) -> GameRecord:
@@ -160,4 +181,11 @@ class WordleGame:
             guesses=tuple(self._guesses),
             errors=tuple(self._errors),
             examples=tuple(self._examples),
+            copied=tuple(self._copied),
+            exam=self.exam,
         )
+
+
+def _words_of(text: str) -> set[str]:
+    """The lowercase words of a message, as a player could copy them."""
+    return set(re.findall(r"[a-z]+", text.lower()))

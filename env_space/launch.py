@@ -7,6 +7,7 @@ import logging
 import os
 
 import settings
+from env_space.rewards import DEFAULT_REWARDS, RewardConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="live games of one anonymous visitor (by address) at most (default 4)")
     parser.add_argument("--public-ttl", type=_positive_seconds, default=180.0,
                         help="idle seconds before an anonymous visitor's game is dropped (default 180)")
+    parser.add_argument("--own-word-reward", type=float, default=DEFAULT_REWARDS.own_word,
+                        help="reward term of a legal guess no message of the game had shown (the player's own "
+                             f"word; default {DEFAULT_REWARDS.own_word}; see docs/spaces.md, Rewards)")
 
 
 def _at_least_one(text: str) -> int:
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
     """Serve the UI and the HTTP API on one port until interrupted. Blocks.
 
     Raises:
-        ValueError: a session limit out of range (the message names the setting).
+        ValueError: a session limit or a reward out of range (the message names the setting).
     """
     from .api import Access
     from .server import serve
@@ -60,4 +64,5 @@ def run(args: argparse.Namespace) -> None:
     limits = SessionLimits(args.max_sessions, args.session_ttl, args.public_sessions, args.per_client,
                            args.public_ttl)
     # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.
-    serve(args.host, args.port, limits, Access(args.token, trust_forwarded=bool(os.environ.get("SPACE_ID"))))
+    rewards = RewardConfig(own_word=args.own_word_reward)
+    serve(args.host, args.port, limits, Access(args.token, trust_forwarded=bool(os.environ.get("SPACE_ID"))), rewards)

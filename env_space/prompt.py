@@ -16,15 +16,23 @@ _MARK_TILES = {Mark.GREEN: "🟩", Mark.YELLOW: "🟨", Mark.GRAY: "⬛"}
 #: The instructions' example guess (each later request shows its own: `next_move_text`).
 FIRST_EXAMPLE = "crane"
 
-INSTRUCTIONS = f"""Let's play Wordle. Find the secret {WORD_LENGTH}-letter English word in at most \
+
+def instructions(example: str | None = FIRST_EXAMPLE) -> str:
+    """The first message of a game: the rules, and the format with `example` as its example guess (None: a
+    session without examples, `env_space.curriculum`, names no word)."""
+    shown = f", for example <guess>{example}</guess>" if example else ""
+    return f"""Let's play Wordle. Find the secret {WORD_LENGTH}-letter English word in at most \
 {MAX_GUESSES} guesses.
 After each guess you get feedback for every letter:
 - green: the letter is in the word, in that spot;
 - yellow: the letter is in the word, in another spot;
 - gray: the letter is not in the word (or not as many times as you used it).
 Every guess must be a real {WORD_LENGTH}-letter English word. Think briefly, then write your guess \
-inside <guess></guess> tags, for example <guess>{FIRST_EXAMPLE}</guess>.
+inside <guess></guess> tags{shown}.
 Make your first guess."""
+
+
+INSTRUCTIONS = instructions()
 
 
 _OPEN = re.compile(re.escape(OPEN_TAG), re.IGNORECASE)
@@ -92,16 +100,16 @@ def invalid_line(error: str) -> str:
     return f"Invalid move: {error}. It did not use up a guess."
 
 
-def next_move_text(guesses_left: int, example: str) -> str:
-    """The request for the next guess, with an example of the format.
+def next_move_text(guesses_left: int, example: str | None) -> str:
+    """The request for the next guess, with an example of the format (None: without one).
 
     The example is a different word each move (`WordLists.example`): a small model copies the words its
     context shows, and with the first message's example as the only word in sight it repeated it on every
     move. The example says nothing about the secret.
     """
     plural = "es" if guesses_left != 1 else ""
-    return (f"You have {guesses_left} guess{plural} left. Reply with your next guess inside <guess></guess>, "
-            f"for example <guess>{example}</guess>.")
+    shown = f", for example <guess>{example}</guess>" if example else ""
+    return f"You have {guesses_left} guess{plural} left. Reply with your next guess inside <guess></guess>{shown}."
 
 
 def result_text(won: bool, secret: str, guesses_used: int, too_many_invalid: bool = False) -> str:

@@ -1,11 +1,13 @@
 """Rewards for one move, as pure functions. docs/spaces.md#wordle-environment ("Rewards") documents the formula.
 
-reward = format + validity + progress + win, where
+reward = format + validity + own + progress + win, where
 
 - format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
             ``no_guess`` when no guess could be found at all;
 - validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word, or was
             already guessed in this game;
+- own:      ``own_word`` for a legal guess that no message of the game had shown before it (not an
+            example, not a word of the instructions or the feedback): the player's own word;
 - progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
             p = (greens + yellows / 2) / 5. This is potential-based shaping: over a game it adds up
             to at most ``progress_weight``, so playing longer never earns more;
@@ -40,10 +42,12 @@ class RewardConfig:
     """Nothing that looks like a guess."""
     invalid_word: float = -0.1
     """A guess with the wrong length, non-letters, not in the word list, or already guessed."""
+    own_word: float = 0.0
+    """A legal guess of the player's own: no message of the game had shown it (0: no such term)."""
 
     def __post_init__(self) -> None:
-        if self.win <= 0 or self.speed < 0 or self.progress_weight < 0:
-            raise ValueError("win must be > 0, speed and progress_weight >= 0")
+        if self.win <= 0 or self.speed < 0 or self.progress_weight < 0 or self.own_word < 0:
+            raise ValueError("win must be > 0, speed, progress_weight and own_word >= 0")
         if max(self.untagged, self.no_guess, self.invalid_word) > 0:
             raise ValueError("untagged, no_guess and invalid_word are penalties: use values <= 0")
 
@@ -69,6 +73,7 @@ def guess_reward(
     guesses_left: int,
     tagged: bool,
     config: RewardConfig = DEFAULT_REWARDS,
+    own: bool = False,
 ) -> float:
     """Reward of a legal, scored guess.
 
@@ -77,8 +82,9 @@ def guess_reward(
         best_progress_before: the best :func:`progress` of earlier guesses in the game (0 at first).
         guesses_left: guesses still unused after this one.
         tagged: whether the guess was inside <guess></guess>.
+        own: whether no message of the game had shown the word before (`own_word`).
     """
-    reward = format_reward(True, tagged, config)
+    reward = format_reward(True, tagged, config) + (config.own_word if own else 0.0)
     reward += config.progress_weight * max(0.0, progress(marks) - best_progress_before)
     if is_win(marks):
         reward += config.win + config.speed * guesses_left

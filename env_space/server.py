@@ -10,19 +10,22 @@ from dashboard.render import CSS
 
 from .api import MAX_BODY_BYTES, Access, build_api
 from .history import GameHistory
+from .rewards import DEFAULT_REWARDS, RewardConfig
 from .sessions import DEFAULT_LIMITS, SessionLimits, SessionStore
 from .ui import build_ui
 from .words import load_word_lists
 
 
-def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> FastAPI:
+def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None,
+              rewards: RewardConfig = DEFAULT_REWARDS) -> FastAPI:
     """API routes first, then the UI mounted at ``/`` (so ``/reset``, ``/health``... stay the API's)."""
     access = access or Access()
-    store = SessionStore(load_word_lists(), GameHistory(), limits)
+    store = SessionStore(load_word_lists(), GameHistory(), limits, rewards)
     app = build_api(store, access)
     return mount_ui(app, build_ui(store, access.trust_forwarded), CSS)
 
 
-def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None) -> None:
+def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None,
+          rewards: RewardConfig = DEFAULT_REWARDS) -> None:
     """Serve until interrupted (`dashboard.serving`: its pages' streams end at the signal). Blocks."""
-    serving.serve(build_app(limits, access), host, port, ws_max_size=MAX_BODY_BYTES)
+    serving.serve(build_app(limits, access, rewards), host, port, ws_max_size=MAX_BODY_BYTES)

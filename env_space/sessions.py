@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from wire.env import WordleObservation
 from wire.wordle import DEFAULT_MAX_INVALID_MOVES
 
-from .errors import SessionExistsError, SessionNotFoundError
+from .errors import InvalidSecretError, SessionExistsError, SessionNotFoundError
 from .game import WordleGame
 from .history import GameHistory
 from .pool import SessionPool
@@ -96,6 +96,8 @@ class SessionStore:
         episode_id: str | None = None,
         max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
         client: str | None = None,
+        examples: float = 1.0,
+        exam: int | None = None,
     ) -> WordleObservation:
         """Start a game and return its first observation (the instructions).
 
@@ -107,14 +109,25 @@ class SessionStore:
             max_invalid_moves: see :class:`~env_space.game.WordleGame`.
             client: an anonymous visitor's address: the game goes to the public pool, under its
                 per-client cap; None for token holders and in-process callers.
+            examples: the probability that a message shows an example guess (see
+                :class:`~env_space.game.WordleGame`): 1 every message, 0 none.
+            exam: play the exam's held-out secret with this number (`WordLists.exam_secrets`) instead of a
+                seeded one; the game is recorded as an exam game. Not with ``secret``.
 
         Raises:
             ServerFullError: when the game's pool is full.
             ClientLimitError: when ``client`` already has ``per_client`` live games.
             SessionExistsError: when ``episode_id`` is already live.
-            InvalidSecretError: when ``secret`` is not an allowed word.
+            InvalidSecretError: when ``secret`` is not an allowed word, or ``exam`` is given with a secret or
+                numbers no held-out secret.
         """
         episode_id = episode_id or uuid.uuid4().hex
+        if exam is not None:
+            held_out = self.words.exam_secrets
+            if secret is not None or not 0 <= exam < len(held_out):
+                raise InvalidSecretError(f"exam {exam}", f"an exam game names one of the {len(held_out)} held-out "
+                                                         "secrets by its number (0 first), and no secret")
+            secret = held_out[exam]
         game = WordleGame(
             secret or self.words.pick_secret(seed),
             self.words,
@@ -122,6 +135,8 @@ class SessionStore:
             player=player,
             max_invalid_moves=max_invalid_moves,
             rewards=self._rewards,
+            examples=examples,
+            exam=exam is not None,
         )
         pool = self._trusted if client is None else self._public
         with self._lock:

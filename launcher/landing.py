@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
+from dashboard.exam import exam_text, exam_trend_text
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
 from wire.rollout import RolloutStatus
@@ -91,8 +92,18 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
                  trend_text([r.valid_rate for r in recent], percent=True)),
                 (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
                 ("mean reward", trainer.mean_reward), ("training", training),
-                ("resumed from version", trainer.resumed_from)]
+                ("resumed from version", trainer.resumed_from),
+                *exam_fields(trainer)]
     return []
+
+
+def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
+    """The trainer card's exam rows: the last exam (held-out words, no examples) and its trend."""
+    if trainer.exam is None:
+        return [("exam", "off (--exam-every 0)")]
+    exams = trainer.exams
+    return [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
+            ("exam: own valid words, trend", exam_trend_text(exams))]
 
 
 def fleet_rows(role: str, status: bytes) -> list[list[Any]]:

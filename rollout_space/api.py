@@ -72,6 +72,8 @@ class RolloutRequest(_Sampling):
     max_turns: int = Field(PlayParams.max_turns, ge=1, le=64, description="Most replies per game")
     reply_prefix: str = Field(PlayParams.reply_prefix, max_length=64,
                               description="Text that opens every reply, written for the policy (never sampled)")
+    examples: float = Field(PlayParams.examples, ge=0, le=1,
+                            description="The probability that a game's messages show the env's example guess")
 
 
 #: The errors a request can cause, and their answers. Anything else is a bug: a 500, logged with its
@@ -122,7 +124,7 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
     async def rollout(request: RolloutRequest) -> RolloutResponse:
         """Whole Wordle games, one trajectory each, in the shape of TRL's `rollout_func` output."""
         params = PlayParams(request.max_tokens, request.temperature, request.top_p, request.max_turns, request.seed,
-                            request.reply_prefix)
+                            request.reply_prefix, examples=request.examples)
         games = [GameSpec(g.seed, g.secret) for g in request.games]
         trajectories = await run(engine_pool, partial(service.play, games, params))
         return RolloutResponse(trajectories=trajectories)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from webguard import auth_headers
-from wire.env import StepResponse, WordleObservation
+from wire.env import ExamInfo, StepResponse, WordleObservation
 from wire.http import request_json
 
 from .errors import EnvUnavailableError
@@ -35,13 +35,15 @@ class EnvClient:
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
     def reset(self, *, seed: int | None = None, secret: str | None = None,
-              weight_version: int | None = None, human: bool = False) -> WordleObservation:
+              weight_version: int | None = None, human: bool = False, examples: float | None = None,
+              exam: int | None = None) -> WordleObservation:
         """Start a game; returns the observation (its ``episode_id`` names the game).
 
         ``human``: a person plays it (a match against the policy): the env records it as a person's
-        game, and invalid moves never end it.
+        game, and invalid moves never end it. ``examples``: the probability that the game's messages show an
+        example guess (None: the env's default, every message). ``exam``: play that held-out secret.
         """
-        body = {"seed": seed, "secret": secret, "weight_version": weight_version}
+        body = {"seed": seed, "secret": secret, "weight_version": weight_version, "examples": examples, "exam": exam}
         body = {k: v for k, v in body.items() if v is not None}
         if human:
             body |= {"human": True, "max_invalid_moves": None}
@@ -57,6 +59,16 @@ class EnvClient:
             self._http.post("/close", json={"episode_id": episode_id})
         except httpx.HTTPError:
             pass
+
+    def exam_info(self, games: int, turns: int) -> ExamInfo:
+        """The env's ``GET /exam``: its held-out secrets and what copying the examples scores on them.
+
+        Raises:
+            EnvUnavailableError: the env did not answer it.
+        """
+        return request_json(self._http, "GET", f"/exam?games={games}&turns={turns}", None,
+                            what=f"the env Space at {self.url}", flag="--env-url", error=EnvUnavailableError,
+                            answer=ExamInfo)
 
     def health(self) -> bool:
         """Whether the env answers ``/health``."""

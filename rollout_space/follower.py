@@ -16,6 +16,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import delta
@@ -86,6 +88,7 @@ class Follower:
         self._pending: list[tuple[Update, float]] = []
         self._arrived = threading.Condition()
         self._closing = False
+        self._hold = threading.RLock()  # held by `holding` and by every load: no load while a caller holds it
         self._loader = threading.Thread(target=self._load_forever, name="follower-load", daemon=True)
 
     @property
@@ -133,6 +136,14 @@ class Follower:
             self._load_pending()
         return self._subscriber.version
 
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep the engine on the version it serves while inside (an exam is of one version): new versions are
+        still fetched and decoded meanwhile, and loaded once the holder leaves. Re-entrant; holders in other
+        threads wait for it."""
+        with self._hold:
+            yield
+
     def close(self, timeout: float = 30.0) -> bool:
         """Stop following; a version decoded but not loaded yet is dropped. Waits up to `timeout` s for a version
         being fetched, decoded or loaded; True if both threads ended (else one runs on: a daemon)."""
@@ -171,8 +182,19 @@ class Follower:
 
         Holds generation off (waiting for the batch in flight) and the subscriber's writes (its lock),
         so the engine reads a state that is exactly the newest queued version. A version written but
-        not queued yet (its subscriber is between the two) is waited for: it is the newest.
+        not queued yet (its subscriber is between the two) is waited for: it is the newest. Waits while a
+        caller is `holding` the version served.
         """
+        while not self._hold.acquire(timeout=0.5):
+            if self._closing:
+                return
+        try:
+            self._load_held()
+        finally:
+            self._hold.release()
+
+    def _load_held(self) -> None:
+        """`_load_pending`'s work, `_hold` held."""
         with self.engine.paused(), self._subscriber.lock:  # the batch in flight ends; then a pause
             taken = self._take_pending()
             if not taken:

@@ -32,10 +32,12 @@ REPLY_PREFIX = OPEN_TAG
 @dataclass(frozen=True)
 class GameSpec:
     """Which word a game is played on: `secret` if given, else the env's pick from `seed` (random if None).
-    Games with the same seed get the same word, which is how GRPO groups compare like with like."""
+    Games with the same seed get the same word, which is how GRPO groups compare like with like. `exam`: the
+    env's held-out secret with that number, played without examples (an exam game, never trained on)."""
 
     seed: int | None = None
     secret: str | None = None
+    exam: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class PlayParams:
             the tokens of a guess, not of the prose a small model goes on writing after it.
         max_game_tokens: Most tokens of a game, prompt and completion (a fleet run's bound); None: the engine's
             context length alone. A game is cut (unfinished) before a reply could pass it.
+        examples: The probability that a game's messages show the env's example guess (`wire.curriculum`):
+            told to the env for each game's session; 1 is every message. Exam games are played with none.
     """
 
     max_tokens: int = 48
@@ -64,10 +68,13 @@ class PlayParams:
     reply_prefix: str = REPLY_PREFIX
     stop: tuple[str, ...] = (CLOSE_TAG,)
     max_game_tokens: int | None = None
+    examples: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if not 0 <= self.examples <= 1:
+            raise ValueError(f"examples is a probability in [0, 1], got {self.examples}")
         SamplingParams(self.max_tokens, self.temperature, self.top_p)  # same checks as every sampling
 
 
@@ -130,9 +137,11 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     shown: dict[str, str] = {}  # per game, the example guess the env's latest message showed
     try:
         for spec in games:
-            observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version)
+            examples = 0.0 if spec.exam is not None else params.examples
+            observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version,
+                                    examples=None if examples == 1 else examples, exam=spec.exam)
             live.append(Trajectory(prompt_ids=layout.prompt(observation.message) + prefix_ids,
-                                   episode_id=observation.episode_id))
+                                   episode_id=observation.episode_id, exam=spec.exam is not None))
             shown[observation.episode_id] = observation.example or ""
         for turn in range(params.max_turns):
             playing = [g for g in live if not g.finished
@@ -181,6 +190,7 @@ def _observe(game: Trajectory, observation: WordleObservation) -> None:
     game.reward = observation.total_reward
     rows = observation.rows
     game.guesses.append(rows[-1].word if observation.last_move_valid and rows else "")
+    game.copied.append(bool(observation.copied))
     game.errors.append("" if observation.last_move_valid else observation.error or "invalid move")
     game.marks = [row.marks for row in rows]
     game.won = observation.won

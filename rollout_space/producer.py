@@ -65,6 +65,8 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
+        examine: Called with the run's settings before each batch, after `catch_up` (`exam.Examiner.maybe`:
+            an exam when one is due); it must not raise.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time.
@@ -74,11 +76,13 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None, max_games: int = 256, max_tokens: int = 1024) -> None:
+                 catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings], object] | None = None,
+                 max_games: int = 256, max_tokens: int = 1024) -> None:
         self.play = play
         self.max_games = max_games
         self.max_tokens = max_tokens
         self.catch_up = catch_up
+        self.examine = examine
         self.version = version
         self.bucket = bucket
         self.server_id = server_id
@@ -210,6 +214,8 @@ class GroupProducer:
             return self.poll_s
         self.state = ServerState.PRODUCING
         self._catch_up()
+        if self.examine is not None:
+            self.examine(run)
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         self._play_batch(run, groups)
         self._failures = 0
@@ -229,7 +235,8 @@ class GroupProducer:
         specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
         s = run.sampling
         params = PlayParams(max_tokens=s.max_tokens, temperature=s.temperature, max_turns=s.max_turns,
-                            reply_prefix=s.reply_prefix, max_game_tokens=run.max_game_tokens)
+                            reply_prefix=s.reply_prefix, max_game_tokens=run.max_game_tokens,
+                            examples=s.examples.probability(self.version()))
         start = time.monotonic()
         try:
             games = self.play(specs, params)

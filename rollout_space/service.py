@@ -3,6 +3,7 @@ generation for the trainer within caps, and Wordle games against the env Space."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from delta import DeltaHeader
 from wire.errors import RolloutError
+from wire.exam_shelf import ExamShelf
 from wire.fleet_bucket import FleetBucket
 from wire.rollout import RolloutStatus, Trajectory
 
@@ -19,6 +21,7 @@ from .engines import Completion, Engine, SamplingParams
 from .engines.base import Prompt
 from .env_client import EnvClient
 from .errors import LimitExceededError
+from .exam import Examiner
 from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, play_games
 from .priority import BehindTrainer, TrainerFirst
@@ -84,15 +87,26 @@ class RolloutService:
         self._showcase: threading.Thread | None = None
         self._gate = TrainerFirst()
         self.producer: GroupProducer | None = None
+        self.examiner: Examiner | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`), with the
-        trainer's priority over public games; returns the producer."""
-        self.producer = GroupProducer(lambda specs, params: self.play(specs, params), lambda: self.engine.version,
-                                      bucket, server_id, poll_s=poll_s,
+        trainer's priority over public games, and the exams the run asks for (`exam.Examiner`, with an env);
+        returns the producer."""
+        def play(specs: Sequence[GameSpec], params: PlayParams) -> list[Trajectory]:
+            return self.play(specs, params)
+
+        def version() -> int:
+            return self.engine.version
+
+        if self.env is not None:
+            self.examiner = Examiner(play, version, self._served_hash, self.env, ExamShelf(bucket.storage, bucket.key), server_id,
+                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
+        self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
+                                      examine=self.examiner.maybe if self.examiner is not None else None,
                                       max_games=self.limits.max_games, max_tokens=self.limits.max_tokens)
         return self.producer
 
@@ -225,6 +239,13 @@ class RolloutService:
             fleet_run=producer.run_id if producer is not None else None,
             groups_written=producer.groups_written if producer is not None else 0,
         )
+
+    def _served_hash(self) -> str | None:
+        """The hash of the weights served, as verified against the manifest (None: not claimed, as in `status`)."""
+        if self.follower is None or not self.engine.exact:
+            return None
+        digest = self.follower.status().get("state_hash")
+        return digest if isinstance(digest, str) else None
 
     def syncs(self) -> list[SyncRecord]:
         """The latest versions applied, oldest first."""

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from dashboard import games, sparsity
 from dashboard import render
+from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.labels import GLOSSARY, counted, public_location
 from dashboard.mount import mount_ui as _mount
@@ -166,6 +167,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
             return show(match, f"The env did not take the guess: {html.escape(str(e))}")
         return show(match)
 
+    def opponent() -> str:
+        version = service.engine.version
+        examiner = service.examiner
+        return opponent_text(version, examiner.latest(version) if examiner is not None else None)
+
     def refresh_policy(match: Match | None) -> tuple:
         if match is None:
             return gr.skip(), gr.skip()
@@ -193,6 +199,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                             "the colours of its rows as you play yours, and its words once your game is over. "
                             "Type a word and press Enter.")
                 gr.Markdown(MATCH_SLOWS_TRAINING, elem_id="versus-slows-training")
+                exam_note = gr.Markdown(opponent(), elem_id="versus-exam")
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### You")
@@ -218,6 +225,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         timer.tick(tick, None, [status, seen], show_progress="hidden", api_visibility="private")
         timer.tick(refresh_policy, match, [policy_board, policy_status], show_progress="hidden",
                    api_visibility="private")
+        timer.tick(opponent, None, exam_note, show_progress="hidden", api_visibility="private")
         seen.change(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
         demo.load(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
     return demo

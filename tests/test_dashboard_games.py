@@ -45,3 +45,8 @@ def test_feed() -> None:
     assert marked.count(games.SHOWCASE_NOTE) == 1 and marked.index(games.SHOWCASE_NOTE) > marked.index("policy v5")
     assert "2. invalid: hmm &lt;b&gt;no&lt;/b&gt;</li>" in feed  # what the model wrote, escaped
     assert games.board_html(None).count("data-mark") == 0
+
+
+def test_an_exam_game_says_so_in_the_feed() -> None:
+    feed = games.feed_html([LOST.model_copy(update={"exam": True}), GAME])
+    assert feed.count("exam (held-out word, no examples)") == 1

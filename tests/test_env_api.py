@@ -280,3 +280,35 @@ def test_256_concurrent_games_each_get_their_own_answers(url: str) -> None:
     stats = {s["player"]: s for s in httpx.get(f"{url}/stats").json()}
     assert stats["policy v99"] == {"player": "policy v99", "games": 256, "wins": 256, "win_rate": 1.0}
     assert elapsed < 60
+
+
+def test_examples_false_and_exams_over_http_and_the_websocket(url: str) -> None:
+    held_out = load_word_lists().exam_secrets
+    started = reset(url, weight_version=2, exam=5, examples=False).json()["observation"]
+    assert started["example"] is None and "for example" not in started["message"]
+    moved = step(url, started["episode_id"], "<guess>guess</guess>").json()["observation"]
+    assert moved["example"] is None and moved["copied"] is True  # GUESS: a word of the instructions
+    fading = reset(url, seed=9, examples=0.0).json()["observation"]
+    assert fading["example"] is None
+    assert reset(url, seed=9, examples=1).json()["observation"]["example"] == "crane"
+    for bad in ({"examples": 1.5}, {"examples": "some"}, {"exam": 64}, {"exam": -1}):
+        assert reset(url, **bad).status_code == 422
+    with ws_connect(url) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"exam": 0, "examples": False, "weight_version": 3}}))
+        observation = json.loads(ws.recv())["data"]["observation"]
+        assert observation["example"] is None and "for example" not in observation["message"]
+        for word in ("slate", "round", "piano"):
+            ws.send(json.dumps({"type": "step", "data": {"guess": f"<guess>{word}</guess>"}}))
+            assert json.loads(ws.recv())["data"]["observation"]["example"] is None
+    done = False
+    while not done:  # the exam game to its end: recorded as an exam game
+        done = step(url, started["episode_id"], "<guess>zzzzz</guess>").json()["done"]
+    [record] = [GameRecord.model_validate(g) for g in httpx.get(f"{url}/games", params={"limit": 200}).json()
+                if g["episode_id"] == started["episode_id"]]
+    assert record.exam and record.secret == held_out[5] and record.copied == (True,) + (False,) * 7
+
+
+def test_the_exam_reference_is_served(url: str) -> None:
+    info = httpx.get(f"{url}/exam", params={"games": 16, "turns": 3}).json()
+    assert info["held_out"] == 64 and info["copying"]["valid_rate"] == 1.0 and info["copying"]["own"] == 0
+    assert httpx.get(f"{url}/exam", params={"games": 65}).status_code == 422

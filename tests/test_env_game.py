@@ -24,7 +24,7 @@ def test_win_reveals_the_secret_and_ends_the_game() -> None:
     assert first.rows[0].model_dump() == {"word": "slate", "marks": "XXGXG"}
     assert first.message == (
         "SLATE ⬛⬛🟩⬛🟩 (S gray, L gray, A green, T gray, E green).\n"
-        "You have 5 guesses left. Reply with your next guess inside <guess></guess>, for example <guess>fated</guess>."
+        "You have 5 guesses left. Reply with your next guess inside <guess></guess>, for example <guess>filly</guess>."
     )
     assert first.reward == pytest.approx(0.2) and not first.done and first.secret is None
     last = game.step("<guess>CRANE</guess>")

@@ -52,3 +52,24 @@ def test_config_checks_signs() -> None:
         RewardConfig(invalid_word=0.5)
     with pytest.raises(ValueError, match="win must be > 0"):
         RewardConfig(win=0.0)
+
+
+def test_an_own_word_earns_its_term_and_a_copied_one_does_not() -> None:
+    config = RewardConfig(own_word=0.1)
+    assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=True, config=config, own=True) == pytest.approx(0.25)
+    assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=True, config=config) == pytest.approx(0.15)
+    assert guess_reward(decode("GYXXX"), 0.0, 5, tagged=True, own=True) == pytest.approx(0.15)  # default: no term
+    with pytest.raises(ValueError, match="own_word >= 0"):
+        RewardConfig(own_word=-0.1)
+
+
+def test_a_game_pays_the_own_word_term_for_words_no_message_showed() -> None:
+    from env_space.game import WordleGame
+    from env_space.words import load_word_lists
+
+    game = WordleGame("tiger", load_word_lists(), episode_id="e", player="policy v1",
+                      rewards=RewardConfig(own_word=0.1))
+    copied = game.step("<guess>crane</guess>")  # the instructions' example
+    own = game.step("<guess>mouse</guess>")
+    assert copied.copied and copied.reward == pytest.approx(0.5 * 0.2)  # R, E yellow: progress only
+    assert own.copied is False and own.reward == pytest.approx(0.1)  # no new progress, the own word's term

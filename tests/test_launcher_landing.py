@@ -50,7 +50,9 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
                                           ["valid guesses (strict), last 5 steps", "-"],
                                           ["letters found of 5, last 5 steps", "-"], ["mean reward", "—"],
-                                          ["training", "stopped"], ["resumed from version", "—"]]
+                                          ["training", "stopped"], ["resumed from version", "—"],
+                                          ["last exam (held-out words, no examples)", "no exam yet"],
+                                          ["exam: own valid words, trend", "-"]]
     assert shown["trainer"]["fleet"] == [] and shown["trainer"]["fleet_note"].startswith(
         "rollout fleet: no heartbeat in the bucket yet")
 
@@ -100,3 +102,19 @@ def test_an_app_answering_something_else_gets_a_card_saying_so() -> None:
     assert shown["trainer"]["state"].startswith("answering something other than its status")
     assert shown["env"]["state"] == "not answering (ConnectError)"
     assert all(card["fields"] == [] for card in shown.values())
+
+
+def test_the_trainer_card_shows_the_last_exam_and_its_trend(tmp_path) -> None:
+    from tests.test_wire_exam import record, scores
+    from wire.exam import ExamRecord
+
+    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    exams = [ExamRecord.model_validate(record(version=0, scores=scores(own_rate=0.0, valid_rate=0.25, own=0))),
+             ExamRecord.model_validate(record(version=5, scores=scores(own_rate=0.5, valid_rate=0.5, own=3,
+                                                                      letters=1.75)))]
+    fields = dict(card_fields("trainer", status.model_copy(update={"exams": exams}).model_dump_json().encode()))
+    assert fields["last exam (held-out words, no examples)"] == (
+        "v5: own words on 50% of moves (valid 50%) · 1.75 letters · 0 of 2 won")
+    assert fields["exam: own valid words, trend"] == "50% (v0: 0%, up 50 pts over 2 exams)"
+    off = dict(card_fields("trainer", status.model_copy(update={"exam": None}).model_dump_json().encode()))
+    assert off["exam"] == "off (--exam-every 0)"

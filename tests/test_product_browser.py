@@ -117,6 +117,23 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
             assert verdict == first_word_after_the_tag(title).upper(), (verdict, title)
 
 
+def test_trainer_page_draws_the_exam_curve_and_its_reference_lines(launch: Launch,
+                                                                   open_page: Callable[[str], Page]) -> None:
+    """The exam of version 0 (the untrained policy) comes before the first training batch: the curve, the
+    untrained policy's line and the copy-only player's line, each named in the figure's legend."""
+    page = open_page(launch.url("trainer"))
+    exam = page.locator("#trainer-exam")
+    for name in ("exam: own words", "exam: any valid word", "untrained policy (v0)", "copy-only player (examples on)"):
+        expect(exam.locator(".legendtext", has_text=name)).to_have_count(1)
+    expect(exam.locator(".scatterlayer .trace")).not_to_have_count(0)
+    expect(exam).to_contain_text("valid-guess rate (strict)")
+    expect(page.locator("#trainer-exam-note")).to_contain_text("held-out secret words")
+    landing = open_page(launch.url("landing"))
+    expect(landing.locator("#card-trainer")).to_contain_text(re.compile(r"last exam .*v\d+: own words on \d+% of moves"))
+    rollout = open_page(launch.url("rollout"))
+    expect(rollout.locator("#versus-exam")).to_contain_text(re.compile(r"its (own exam|latest exam is of v\d+)"))
+
+
 def first_word_after_the_tag(reply: str) -> str:
     """The first word the model wrote after the last <guess> (what the strict rule scores), read by hand."""
     after = re.split(r"<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()

@@ -170,3 +170,25 @@ def test_versions_that_arrive_during_a_batch_are_served_together_right_after_it(
                 assert fresh.generate(prompt, params)[0].token_ids == engine.generate(prompt, params)[0].token_ids
         finally:
             follower.close()
+
+
+def test_holding_keeps_the_version_served_until_released(tmp_path, model):
+    """An exam is of one version: while it holds, new versions are decoded but not loaded; once released they
+    load."""
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(model)
+    _publish(bucket, [v0])
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        follower.start()
+        try:
+            with follower.holding():
+                _publish(bucket, [v0, step(v0, sorted(v0)[:2], seed=3)])
+                _wait(lambda: follower.decoded_version == 3)
+                time.sleep(0.3)
+                assert engine.version == 1
+                engine.generate([[5, 6, 7]], SamplingParams(max_tokens=2, temperature=0))  # serving goes on
+                assert engine.version == 1
+            _wait(lambda: engine.version == 3)
+        finally:
+            follower.close()

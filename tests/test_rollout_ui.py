@@ -105,6 +105,8 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     policy_status = page.locator("#versus-policy-status")
     policy_tiles = page.locator("#versus-policy [data-mark]")
     before = {g.episode_id for g in stack["service"].recent_games(100)}
+    expect(page.locator("#versus-exam")).to_contain_text(  # this server plays no fleet run: no exam of its own
+        f"Your opponent: policy v{stack['service'].status().version}. No exam yet")
     page.locator("#versus-new-match").click()
     expect(human).to_contain_text("6 guesses left")
     expect(policy_status).to_contain_text("has played", timeout=WAIT_MS)

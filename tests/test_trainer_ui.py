@@ -118,3 +118,20 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
     assert list(anchor.x) == [1] and anchor.y[0] > 10 * payload.data[0].y[0]  # version 1: the full copy, shown
     assert heatmap.layout.title.text.startswith("Delta v1→v2 published<br>")
     assert any(v for row in heatmap.data[0].customdata for v in row if v)  # the changed cells are drawn
+
+
+def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_path) -> None:
+    from tests.test_dashboard_exam import exam
+    from wire.curriculum import ExampleSchedule
+
+    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path),
+                                            examples=ExampleSchedule(start=0, end=10)))
+    try:
+        status = session.status().model_copy(update={"version": 5, "exams": [exam(0, 0.0), exam(5, 0.25)]})
+        text = status_markdown(status)
+        assert "examples in training games: fading: every message up to v0, none from v10 (now 50% of messages)" in text
+        assert "last exam v5: own words on 25% of moves" in text
+        assert "no exams (--exam-every 0)" in status_markdown(status.model_copy(update={"exam": None}))
+        assert "(now 50% of messages) · no exam yet" in status_markdown(status.model_copy(update={"exams": []}))
+    finally:
+        session.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wire.curriculum import ExampleSchedule
+from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
 from wire.wordle import OPEN_TAG
 
 from .credit import CREDITS, Credit
@@ -78,6 +80,19 @@ class TrainerConfig:
             and `status()` shows the last error.
         retry_max_wait: Longest wait between two retries.
         rollout_token: The rollout Space's token (its `--token`), sent as a bearer token; None: none sent.
+        examples: How likely a training game's messages show the env's example guess, by the weight version
+            that starts it (`wire.curriculum.ExampleSchedule`): off, fixed (every message) or fading (default).
+            Written into the run's settings (fleet) or sent with each request (request mode): the same rule
+            for every player of the session.
+        exam_every: An exam every this many versions, and one of version 0 (the untrained policy), played by a
+            rollout server of the fleet on held-out secrets without examples (`wire.exam`); 0: no exams.
+        exam_games: Held-out secrets an exam plays, one game each.
+        exam_turns: Replies per exam game; None: `max_turns`, so exams read like the training games.
+        exam_greedy: Exams sample greedily; by default they sample at `temperature`, the training's, with a fixed
+            seed (every exam draws the same random numbers: two exams differ by the weights alone).
+        kl: Weight of the KL divergence to the reference model (the model folder's weights) in GRPO's loss (TRL's
+            `beta`): a guard against the policy drifting into degenerate replies. 0 (the default) loads no reference
+            model; above 0 TRL loads one more copy of the model and runs it on every step's games.
     """
 
     bucket: str
@@ -109,6 +124,12 @@ class TrainerConfig:
     retry_wait: float = 1.0
     retry_max_wait: float = 10.0
     rollout_token: str | None = field(default=None, repr=False)
+    examples: ExampleSchedule = ExampleSchedule()
+    exam_every: int = 5
+    exam_games: int = 16
+    exam_turns: int | None = None
+    exam_greedy: bool = False
+    kl: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -142,20 +163,35 @@ class TrainerConfig:
             raise ValueError(f"credit must be one of {', '.join(CREDITS)}, got {self.credit!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
+        if self.exam_every < 0 or not 1 <= self.exam_games <= HELD_OUT_SECRETS:
+            raise ValueError(f"need exam_every >= 0 (0: no exams) and 1 <= exam_games <= {HELD_OUT_SECRETS}, got "
+                             f"{self.exam_every}, {self.exam_games}")
+        if not 0 <= self.kl < 10:
+            raise ValueError(f"kl must be >= 0 and below 10, got {self.kl}")
+        if self.exam_turns is not None and not 1 <= self.exam_turns <= MAX_EXAM_TURNS:
+            raise ValueError(f"exam_turns must be 1 to {MAX_EXAM_TURNS}, got {self.exam_turns}")
 
     def grpo_config(self, reward_weights: list[float]) -> Any:
-        """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, no
-        KL term, a log line per step, nothing saved (the bucket is the checkpoint)."""
+        """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, the KL
+        term `kl`, a log line per step, nothing saved (the bucket is the checkpoint)."""
         from trl import GRPOConfig
 
         return GRPOConfig(
             output_dir=self.output_dir, max_steps=self.max_steps, learning_rate=self.learning_rate,
             per_device_train_batch_size=self.games_per_step, gradient_accumulation_steps=1,
             num_generations=self.num_generations, max_completion_length=self.max_tokens * self.max_turns * 4,
-            temperature=self.temperature, reward_weights=reward_weights, beta=0.0,
+            temperature=self.temperature, reward_weights=reward_weights, beta=self.kl,
             use_cpu=self.device == "cpu", bf16=self.bf16, logging_steps=1, save_strategy="no", report_to="none",
             disable_tqdm=True, seed=self.seed, data_seed=self.seed, dataloader_num_workers=0,
         )
+
+    @property
+    def exam(self) -> ExamSettings | None:
+        """How the rollout servers examine the policy (None: `exam_every` 0, no exams)."""
+        if not self.exam_every:
+            return None
+        return ExamSettings(every=self.exam_every, games=self.exam_games, turns=self.exam_turns or self.max_turns,
+                            temperature=0.0 if self.exam_greedy else self.temperature, seed=self.seed % 2**31)
 
     @property
     def fleet(self) -> bool:

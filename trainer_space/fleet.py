@@ -88,8 +88,8 @@ class FleetRun:
             groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
             max_pending_groups=c.pending_groups(self.ranks),
             sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
-                              reply_prefix=c.reply_prefix),
-            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size,
+                              reply_prefix=c.reply_prefix, examples=c.examples),
+            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size, exam=c.exam,
             trainer_version=trainer_version, updated_at=time.time())
 
     def know_vocabulary(self, size: int) -> None:

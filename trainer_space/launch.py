@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import settings
+from wire.curriculum import ExampleMode, ExampleSchedule
 
 from .config import TrainerConfig
 from .credit import CREDITS
@@ -35,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per model turn")
     parser.add_argument("--max-turns", type=int, default=defaults.max_turns, help="guesses per game")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature,
+                        help="sampling temperature of the training games (and of the exams, unless --exam-greedy)")
     parser.add_argument("--credit", choices=CREDITS, default=defaults.credit,
                         help="what GRPO trains with which reward: one move per group with its own reward (move), or "
                              "every move with the game's total (game); see docs/training.md")
@@ -44,6 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-staleness", type=int, default=defaults.max_staleness,
                         help="most versions a game's weights may lag the trainer's")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    schedule = defaults.examples
+    parser.add_argument("--examples", choices=[str(m) for m in ExampleMode], default=str(schedule.mode),
+                        help="whether training games show the env's example guess: off, fixed (every message) or "
+                             f"fading (every message up to --fade-start, none from --fade-end; default "
+                             f"{schedule.mode}); see docs/training.md")
+    parser.add_argument("--fade-start", type=int, default=schedule.start,
+                        help="fading: the last weight version whose games show every example")
+    parser.add_argument("--fade-end", type=int, default=schedule.end,
+                        help="fading: the first weight version whose games show none")
+    parser.add_argument("--exam-every", type=int, default=defaults.exam_every,
+                        help="an exam every this many versions (and of version 0): held-out words, no examples, "
+                             "never trained on; 0: no exams")
+    parser.add_argument("--exam-games", type=int, default=defaults.exam_games, help="held-out words an exam plays")
+    parser.add_argument("--exam-turns", type=int, default=None, help="replies per exam game (default: --max-turns)")
+    parser.add_argument("--kl", type=float, default=defaults.kl,
+                        help="weight of the KL divergence to the model folder's weights in GRPO's loss (TRL's beta; "
+                             "default 0: no reference model loaded)")
+    parser.add_argument("--exam-greedy", action="store_true",
+                        help="exams sample greedily (default: at the training temperature, with a fixed seed)")
     settings.add_server_arguments(parser)
 
 
@@ -58,8 +80,11 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
         bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
         games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
         learning_rate=args.learning_rate, device=plan.device, bf16=plan.bf16, max_tokens=args.max_tokens,
-        max_turns=args.max_turns, credit=args.credit, reply_prefix=args.reply_prefix,
-        max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token)
+        max_turns=args.max_turns, temperature=args.temperature, credit=args.credit, reply_prefix=args.reply_prefix,
+        max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token,
+        examples=ExampleSchedule(mode=ExampleMode(args.examples), start=args.fade_start, end=args.fade_end),
+        exam_every=args.exam_every, exam_games=args.exam_games, exam_turns=args.exam_turns,
+        exam_greedy=args.exam_greedy, kl=args.kl)
 
 
 def run(args: argparse.Namespace) -> None:

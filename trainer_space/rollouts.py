@@ -89,7 +89,8 @@ class WordleRollouts:
             try:
                 games = self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
                                             temperature=c.temperature, max_turns=c.max_turns,
-                                            reply_prefix=c.reply_prefix)
+                                            reply_prefix=c.reply_prefix,
+                                            examples=c.examples.probability(self.current_version()))
             except RolloutError as e:
                 self.failing += 1
                 self.last_error = f"{time.strftime('%H:%M:%S')} {e}"

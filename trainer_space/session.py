@@ -41,6 +41,7 @@ from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerHistory, TrainerS
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
+from .exam import RECENT_EXAMS, ExamWatch
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
 from .history import HistoryKeeper
 from .progress import StepCount
@@ -111,6 +112,7 @@ class TrainingSession:
 
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
+        self.exams = ExamWatch(config.bucket, secret=config.rollout_token).start() if self.ranks.main else None  # what the fleet's exams found
         self._owner_token = owner_token
         self._client = client
         self._wrap_publisher = wrap_publisher
@@ -238,6 +240,8 @@ class TrainingSession:
             ended = self.wait(abandon_wait)
         if self.monitor is not None:
             self.monitor.close()
+        if self.exams is not None:
+            self.exams.close()
         parts = self.parts
         if parts is None:
             return ended
@@ -329,6 +333,9 @@ class TrainingSession:
             error=self.error,
             rollout_error=parts.rollouts.last_error if parts else None,
             rollout_failing=parts.rollouts.failing if parts else 0,
+            examples=self.config.examples,
+            exam=self.config.exam,
+            exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:

@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from dashboard import sparsity
+from dashboard.exam import exam_figure, exam_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 from dashboard.labels import GLOSSARY, counted, public_location
@@ -56,6 +57,7 @@ def status_markdown(status: TrainerStatus) -> str:
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
             else f"games from the rollout at {status.rollout_url}"),
     ]
+    lines.append(_exam_line(status))
     if status.waiting_for_rollouts:
         lines.insert(1, f"**waiting for rollouts**: {status.groups_ready} of {status.groups_needed} groups ready")
     if status.error:
@@ -71,6 +73,40 @@ def status_markdown(status: TrainerStatus) -> str:
             state = f"retrying ({failing} failed in a row)"
         lines.append(f"**last rollout error** ({state}): {html.escape(rollout_error)}")
     return "\n\n".join(lines)
+
+
+def _exam_line(status: TrainerStatus) -> str:
+    """The examples' rule now, and the last exam."""
+    shown = status.examples.probability(status.version)
+    examples = f"examples in training games: {status.examples.describe()} (now {100 * shown:.0f}% of messages)"
+    if status.exam is None:
+        return f"{examples} · no exams (--exam-every 0)"
+    last = status.exams[-1] if status.exams else None
+    return f"{examples} · " + (f"last exam {exam_text(last)}" if last else "no exam yet")
+
+
+#: Beside the exam curves: what the exam is, and how to read it.
+EXAM_NOTE = ("**The exam** tells whether the policy plays by itself. Every few versions a rollout server plays "
+             "held-out secret words (never used in training) with the env's examples off, and the games are never "
+             "trained on. The headline counts moves that scored a word **of the policy's own**: not shown in any "
+             "message before it (an example, or a word of the instructions such as GUESS). The untrained policy's "
+             "exam and a player that copies every example (examples on) are the reference lines.")
+
+
+def exam_panel(session: TrainingSession) -> None:
+    """The exam curves and their note, redrawn when a new exam comes in (call inside the page's Blocks)."""
+    watch = session.exams
+    records = watch.records() if watch is not None else []
+    plot = gr.Plot(exam_figure(records), label="exam", elem_id="trainer-exam")
+    gr.Markdown(EXAM_NOTE, elem_id="trainer-exam-note")
+    seen = gr.State([(r.version, r.at) for r in records])
+
+    def tick(last: Any) -> tuple:
+        now = watch.records() if watch is not None else []
+        key = [(r.version, r.at) for r in now]
+        return (gr.skip(), last) if key == last else (exam_figure(now), key)
+
+    gr.Timer(TICK_S).tick(tick, seen, [plot, seen], show_progress="hidden", queue=False)
 
 
 def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
@@ -166,6 +202,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
             with gr.Column(scale=2):
                 x_axis = gr.Radio(list(X_AXES), value=X_AXES[0], label="x axis", elem_id="trainer-x-axis")
                 learning_plot = gr.Plot(label="learning", elem_id="trainer-learning")
+                exam_panel(session)
             with gr.Column(scale=1):
                 gr.Markdown("### The policy's latest games (trained on)")
                 gr.Markdown(cut_games_note(session.config.max_turns), elem_id="trainer-cut-note")

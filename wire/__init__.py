@@ -8,4 +8,7 @@ another. It imports no app and no drawing code (``dashboard``).
 - `wire.fleet`: the run settings, game groups and heartbeats the trainer and the rollout servers
   exchange through the bucket, and their checked file form; `wire.fleet_bucket` reads and writes them;
   `wire.liveness` tells a live server from a silent one by its heartbeats.
+- `wire.curriculum`: the schedule by which training games show the env's example words (examples that fade).
+- `wire.exam`: the exam's settings, scores and record; `wire.exam_shelf` reads and writes the records in the
+  bucket (``exams/``).
 """

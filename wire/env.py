@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from webguard import MAX_INT63
 
+from .exam import HELD_OUT_SECRETS, ExamScores
 from .wordle import DEFAULT_MAX_INVALID_MOVES
 
 MAX_ACTION_CHARS = 32_768
@@ -76,7 +77,11 @@ class StepObservation(_Strict):
     secret: str | None = Field(None, description="Revealed once the game is over")
     total_reward: float = 0.0
     example: str | None = Field(None, description="The example guess this message shows (the instructions' for "
-                                                  "the first move, a new one in each request after); None once over")
+                                                  "the first move, a new one in each request after); None once over, "
+                                                  "and in a message the session's `examples` left without one")
+    copied: bool | None = Field(None, description="Whether the last move's scored word had been shown by a message "
+                                                  "of this game before it (an example, a word of the instructions or "
+                                                  "of the feedback): not the player's own; None when no word scored")
 
 
 class WordleObservation(StepObservation):
@@ -104,6 +109,26 @@ class ResetRequest(BaseModel):
         le=1000,
         description="Invalid moves tolerated before the game is lost; null: no limit",
     )
+    examples: bool | float = Field(
+        True, description="Whether the session's messages show an example guess: true (every message), false (none: "
+                          "the policy plays by itself), or the probability that each message shows one, drawn from "
+                          "the secret and the move's number (a fading curriculum)")
+    exam: int | None = Field(
+        None, ge=0, lt=HELD_OUT_SECRETS, description="Play the exam's held-out secret number `exam` (a word no "
+                                                     "seeded or random game ever gets); the game is recorded as an "
+                                                     "exam game")
+
+    @field_validator("examples")
+    @classmethod
+    def _probability(cls, value: bool | float) -> bool | float:
+        if not isinstance(value, bool) and not 0 <= value <= 1:
+            raise ValueError("examples must be true, false or a probability in [0, 1]")
+        return value
+
+    @property
+    def example_probability(self) -> float:
+        """`examples` as a probability."""
+        return float(self.examples)
 
 
 class StepRequest(BaseModel):
@@ -168,6 +193,9 @@ class GameRecord(BaseModel):
     errors: tuple[str, ...] = Field((), description="Why each move was invalid ('' for a scored guess)")
     examples: tuple[str, ...] = Field((), description="The example guess the message before each move showed: a "
                                                       "move that scored it copied the env's example")
+    copied: tuple[bool, ...] = Field((), description="Per move, whether it scored a word a message of the game had "
+                                                     "shown before it (not the player's own)")
+    exam: bool = Field(False, description="An exam game: a held-out secret, played without examples, never trained on")
 
     @property
     def is_policy(self) -> bool:
@@ -192,3 +220,14 @@ class PlayerStats(BaseModel):
     @property
     def weight_version(self) -> int | None:
         return weight_version_of(self.player)
+
+
+class ExamInfo(BaseModel):
+    """The answer of ``GET /exam``: what the env holds out for exams, and the reference a copying player sets."""
+
+    held_out: int = Field(description="Secrets held out for exams (`ResetRequest.exam` numbers them from 0)")
+    games: int = Field(description="The first `games` of them were played for `copying`")
+    turns: int = Field(description="Moves per game of `copying`")
+    copying: ExamScores = Field(description="A player that plays the example word of every message, on those "
+                                            "secrets with examples on: what copying alone scores")
+

@@ -9,6 +9,7 @@ Three kinds of file, each JSON, each committed whole by one `Storage.write` (see
   per-token logprobs of the sampler. The trainer deletes a group once it took it (or refused it).
 - `Heartbeat` (``fleet/servers/<server>.json``), written by each rollout server every few seconds.
 
+The exam records (`wire.exam`, ``exams/``, read and written by `wire.exam_shelf`) travel in the same envelope.
 On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash
 of the body's canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode`
 before anything reads its body. When the run has a secret that only the trainer and its rollout servers
@@ -30,6 +31,8 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .curriculum import ExampleSchedule
+from .exam import ExamRecord, ExamSettings
 from .trajectory import MAX_VERSION, Trajectory
 
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
@@ -100,6 +103,8 @@ class Sampling(BaseModel):
                                description="Sampling temperature (> 0: a group needs different games)")
     max_turns: int = Field(ge=1, le=6, description="Replies per game before it is cut")
     reply_prefix: str = Field(max_length=64, description="Text that opens each reply, written for the policy")
+    examples: ExampleSchedule = Field(ExampleSchedule(), description="How likely a game's messages show the env's "
+                                                                     "example guess, by the version playing it")
 
 
 class RunSettings(BaseModel):
@@ -120,6 +125,7 @@ class RunSettings(BaseModel):
                                                                "longer ones")
     vocab_size: int | None = Field(None, ge=1, le=2**24, description="Token ids of the run's model are below it "
                                                                      "(None until the trainer loaded its model)")
+    exam: ExamSettings | None = Field(None, description="How the servers examine the policy (None: no exams)")
     trainer_version: int = Field(ge=0, le=MAX_VERSION, description="The trainer's weight version when this was "
                                                                    "written")
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the trainer's clock (informational)")
@@ -202,9 +208,9 @@ class Heartbeat(BaseModel):
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
 
 
-Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat)
+Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat, ExamRecord)
 _KINDS: dict[type[BaseModel], str] = {RunSettings: "fleet-run/1", GameGroup: "fleet-group/1",
-                                      Heartbeat: "fleet-heartbeat/1"}
+                                      Heartbeat: "fleet-heartbeat/1", ExamRecord: "exam/1"}
 
 
 def group_path(run_id: str, server_id: str, boot: str, seq: int) -> str:
@@ -274,7 +280,7 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
                                                                                               "hmac"}:
         raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256, body (and hmac)",
                                 Refusal.DAMAGED)
-    expected: Literal["fleet-run/1", "fleet-group/1", "fleet-heartbeat/1"] = _KINDS[kind]  # type: ignore[assignment]
+    expected: Literal["fleet-run/1", "fleet-group/1", "fleet-heartbeat/1", "exam/1"] = _KINDS[kind]  # type: ignore[assignment]
     if envelope["kind"] != expected:
         raise FleetMessageError(path, f"kind {str(envelope['kind'])[:40]!r}, expected {expected!r}")
     try:

@@ -12,6 +12,9 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .curriculum import ExampleSchedule
+from .exam import ExamRecord, ExamSettings
+
 
 class TrainerState(str, Enum):
     """What `TrainerStatus.state` says (a str, so it reads and serialises as its value)."""
@@ -111,6 +114,11 @@ class TrainerStatus(BaseModel):
     rollout_error: str | None = Field(description="The last failed rollout request, with its time (kept after "
                                                   "recovery)")
     rollout_failing: int = Field(description="Failed rollout requests in a row now (0 once one succeeds)")
+    examples: ExampleSchedule = Field(ExampleSchedule(), description="How likely the training games' messages show "
+                                                                     "the env's example guess, by version")
+    exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
+    exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
+                                                    "landing page's last exam and trend")
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
@@ -181,6 +189,7 @@ class TrainerHistory(BaseModel):
     steps: list[StepRecord]
     payloads: list[Payload]
     anchors: list[Anchor] = []
+    exams: list[ExamRecord] = Field([], description="Every exam in the bucket, by version")
 
 
 class ControlResponse(BaseModel):

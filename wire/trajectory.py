@@ -43,6 +43,9 @@ class Trajectory(BaseModel):
     errors: list[str] = Field([], description="The env's reason for each invalid move ('' for a scored guess)")
     examples: list[str] = Field([], description="The example guess the env's message before each reply showed "
                                                 "('' from an env that shows none)")
+    copied: list[bool] = Field([], description="Per reply, whether it scored a word a message of the game had shown "
+                                               "before it (the env's verdict: not the policy's own word)")
+    exam: bool = Field(False, description="An exam game (a held-out secret, no examples): never trained on")
     marks: list[str] = Field([], description="Feedback per valid guess, one of G/Y/X per letter")
     replies: list[str] = Field([], description="The text of each reply, its reply prefix included (the move the "
                                                "env scored)")

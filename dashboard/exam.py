@@ -1,0 +1,114 @@
+"""The exam on the pages: does the policy play Wordle by itself? (`wire.exam`)
+
+Texts for status lines, the landing page and the rollout's match, and the trainer's exam curves: per exam, the
+strict valid-guess rate counting the policy's own words only (the headline), the same with any valid word,
+letters found and the win rate, with two reference lines: the untrained policy's exam (version 0) and a player
+that copies the env's example on every move, examples on (what copying alone finds).
+
+The texts are pure Python (the landing page imports this module without a UI stack); plotly is imported by
+`exam_figure` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wire.exam import ExamRecord, ExamScores
+
+#: Trace names the trainer's page shows (a browser test reads them).
+EXAM_OWN = "exam: own words"
+EXAM_ANY = "exam: any valid word"
+UNTRAINED = "untrained policy (v0)"
+COPYING = "copy-only player (examples on)"
+
+
+def untrained(records: Sequence[ExamRecord]) -> ExamRecord | None:
+    """The exam of version 0 (the weights before any step), if the bucket holds it."""
+    return next((r for r in records if r.version == 0), None)
+
+
+def scores_text(scores: ExamScores) -> str:
+    """"own words on 31% of moves (valid 44%) · 1.20 letters · 0 of 16 won"."""
+    wins = f"{scores.wins} of {scores.games} won"
+    if scores.win_guesses is not None:
+        wins += f" in {scores.win_guesses:.1f} guesses"
+    return (f"own words on {100 * scores.own_rate:.0f}% of moves (valid {100 * scores.valid_rate:.0f}%) · "
+            f"{scores.letters:.2f} letters · {wins}")
+
+
+def exam_text(record: ExamRecord | None) -> str:
+    """One line on the last exam, or that none was taken yet."""
+    if record is None:
+        return "no exam yet"
+    return f"v{record.version}: {scores_text(record.scores)}"
+
+
+def exam_trend_text(records: Sequence[ExamRecord]) -> str:
+    """How the headline moved since the first exam: "31% (v0: 6%, up 25 pts over 7 exams)"; "-" without one."""
+    if not records:
+        return "-"
+    first, last = records[0], records[-1]
+    shown = f"{100 * last.scores.own_rate:.0f}%"
+    if len(records) == 1:
+        return f"{shown} (one exam, v{last.version})"
+    change = round(100 * (last.scores.own_rate - first.scores.own_rate))
+    moved = "flat" if change == 0 else f"{'up' if change > 0 else 'down'} {abs(change)} pts"
+    return f"{shown} (v{first.version}: {100 * first.scores.own_rate:.0f}%, {moved} over {len(records)} exams)"
+
+
+def opponent_text(version: int, record: ExamRecord | None) -> str:
+    """What the rollout's match says of its opponent: the version it plays and the exam that version scored."""
+    if record is None:
+        return (f"Your opponent: **policy v{version}**. No exam yet: the trainer's run asks the rollout servers for "
+                "one every few versions (held-out words, no examples).")
+    same = "its own exam" if record.version == version else f"its latest exam is of **v{record.version}**"
+    return (f"Your opponent: **policy v{version}**; {same} ({record.settings.describe()}): "
+            f"{scores_text(record.scores)}.")
+
+
+def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out words, no examples") -> Any:
+    """Per exam (x: the version examined): the strict valid-guess rate of own words and of any word, letters
+    found and the win rate, with the untrained policy's exam and the copy-only player as flat reference lines."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .figures import HEIGHT, _empty
+
+    if not records:
+        return _empty(title, "No exam yet: the first is of version 0, before the first step")
+    x = [r.version for r in records]
+    span = [min(x), max(x)] if len(x) > 1 else [x[0] - 0.5, x[0] + 0.5]
+    panels = [("valid-guess rate (strict)", (-0.05, 1.05)), ("letters found (of 5)", (-0.1, 5.1)),
+              ("win rate", (-0.05, 1.05))]
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=[name for name, _ in panels])
+
+    def metrics(s: ExamScores) -> list[float]:
+        return [s.own_rate, s.letters, s.wins / s.games]
+
+    own = [metrics(r.scores) for r in records]
+    for row in range(3):
+        fig.add_trace(go.Scatter(x=x, y=[m[row] for m in own], name=EXAM_OWN, mode="lines+markers",
+                                 line={"color": "#08306b", "width": 2}, legendgroup="own", showlegend=row == 0),
+                      row=row + 1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[r.scores.valid_rate for r in records], name=EXAM_ANY, mode="lines+markers",
+                             line={"color": "#6baed6", "dash": "dash"}), row=1, col=1)
+    references = [(UNTRAINED, untrained(records), "#e6550d", "dot"),
+                  (COPYING, records[-1], "#31a354", "dashdot")]
+    for name, record, color, dash in references:
+        scores = None if record is None else (record.copying if name == COPYING else record.scores)
+        if scores is None:
+            continue
+        for row, value in enumerate(metrics(scores)):
+            fig.add_trace(go.Scatter(x=span, y=[value, value], name=name, mode="lines",
+                                     line={"color": color, "dash": dash}, legendgroup=name, showlegend=row == 0,
+                                     hovertemplate=f"{value:.3g}<extra>{name}</extra>"), row=row + 1, col=1)
+    for row, (_, y_range) in enumerate(panels, start=1):
+        fig.update_yaxes(range=y_range, tickformat=".3~g", row=row, col=1)
+    settings = records[-1].settings.describe()
+    fig.update_layout(title=f"{title}<br><sup>{settings}; own words: not shown in any message before the move</sup>",
+                      height=HEIGHT + 280, margin={"l": 60, "r": 20, "t": 80, "b": 50}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.12})
+    fig.update_xaxes(title_text="version examined", tickformat="d", row=3, col=1)
+    return fig

@@ -1,0 +1,139 @@
+"""The rollout server's exams: when the run's settings ask for them, play the held-out secrets without the env's
+examples with the weights it holds, and write the record to the bucket (`wire.exam`).
+
+`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run: an exam is due at version 0
+(the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions,
+judged against the newest exam in the bucket, whoever wrote it (with several servers two may examine the
+same block at once: both records are kept, the later replacing the earlier of the same version). The
+weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
+Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
+group: no exam game is trained on. An exam that fails (the env down, a bucket error) is logged and retried
+after `RETRY_S`; training games go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+from delta import StorageError
+from wire.errors import RolloutError
+from wire.exam import ExamRecord, ExamScores, ExamSettings
+from wire.exam_shelf import ExamShelf
+from wire.fleet import RunSettings
+from wire.trajectory import Trajectory
+
+from .env_client import EnvClient
+from .games import GameSpec, PlayParams
+
+logger = logging.getLogger(__name__)
+
+#: Seconds before an exam that failed is tried again.
+RETRY_S = 60.0
+
+
+class Examiner:
+    """Plays and records exams for one rollout server.
+
+    Args:
+        play: Plays whole games with the current policy (`RolloutService.play`, trainer priority).
+        version: The weight version served now.
+        state_hash: The hash of the weights served, as verified against the manifest (None: not claimed).
+        env: The env's client (its ``GET /exam`` gives the copying reference).
+        shelf: The bucket's exam records.
+        server_id: This server's name, written into each record.
+        hold: Keeps the served version while an exam plays (`Follower.holding`; default: nothing to hold).
+
+    Attributes:
+        records: The bucket's exam records as last read, by version.
+        last_error: The last failure, with its time.
+    """
+
+    def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
+                 state_hash: Callable[[], str | None], env: EnvClient, shelf: ExamShelf, server_id: str,
+                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+        self.play = play
+        self.version = version
+        self.state_hash = state_hash
+        self.env = env
+        self.shelf = shelf
+        self.server_id = server_id
+        self.hold = hold
+        self.records: list[ExamRecord] = []
+        self.last_error: str | None = None
+        self._retry_at = 0.0
+        self._references: dict[tuple[int, int], ExamScores] = {}
+        self._lock = threading.Lock()
+
+    def latest(self, version: int | None = None) -> ExamRecord | None:
+        """The newest exam of a version at most `version` (None: of any version), as last read."""
+        exams = [r for r in self.records if version is None or r.version <= version]
+        return exams[-1] if exams else None
+
+    def maybe(self, run: RunSettings) -> ExamRecord | None:
+        """Take the exam the run's settings make due for the version held, if any; returns it. Never raises: a
+        failure is logged, kept in `last_error` and retried after `RETRY_S`."""
+        if run.exam is None or time.monotonic() < self._retry_at:
+            return None
+        try:
+            self.records = self.shelf.records()
+            last = self.records[-1].version if self.records else None
+            if not run.exam.due(self.version(), last):
+                return None
+            return self.take(run)
+        except (OSError, StorageError, RolloutError) as e:
+            self._retry_at = time.monotonic() + RETRY_S
+            self.last_error = f"{time.strftime('%H:%M:%S')} {type(e).__name__}: {e}"
+            logger.warning("the exam failed (retried in %.0f s): %s", RETRY_S, e)
+            return None
+
+    def take(self, run: RunSettings) -> ExamRecord:
+        """Play the exam now with the weights held, write its record to the bucket and return it.
+
+        Raises:
+            RolloutError: the env did not play the exam as asked (it showed examples, or is too old to know
+                exams); EnvUnavailableError (a RolloutError) when it failed.
+            OSError, delta.StorageError: the record could not be written.
+        """
+        settings = run.exam or ExamSettings()
+        copying = self._reference(settings)
+        params = PlayParams(max_tokens=run.sampling.max_tokens, temperature=settings.temperature,
+                            max_turns=settings.turns, seed=settings.seed, reply_prefix=run.sampling.reply_prefix,
+                            examples=0.0)
+        with self._lock, self.hold():
+            version, state_hash = self.version(), self.state_hash()
+            start = time.monotonic()
+            games = self.play([GameSpec(exam=i) for i in range(settings.games)], params)
+            played_s = time.monotonic() - start
+        check_exam_games(games, version)
+        record = ExamRecord(version=version, state_hash=state_hash, server_id=self.server_id, settings=settings,
+                            scores=ExamScores.of(games), copying=copying, played_s=round(played_s, 3), at=time.time())
+        self.shelf.write(record)
+        self.records = sorted([r for r in self.records if r.version != version] + [record], key=lambda r: r.version)
+        self.last_error = None
+        s = record.scores
+        logger.info("exam of v%d: own words %.0f%% of moves (valid %.0f%%), letters %.2f, %d wins, in %.0f s",
+                    version, 100 * s.own_rate, 100 * s.valid_rate, s.letters, s.wins, played_s)
+        return record
+
+    def _reference(self, settings: ExamSettings) -> ExamScores:
+        key = (settings.games, settings.turns)
+        if key not in self._references:
+            self._references[key] = self.env.exam_info(*key).copying
+        return self._references[key]
+
+
+def check_exam_games(games: Sequence[Trajectory], version: int) -> None:
+    """Raise RolloutError unless every game is an exam game without any example shown, every reply of
+    weight `version`."""
+    for game in games:
+        if not game.exam or any(game.examples):
+            raise RolloutError(f"the env showed example words in exam game {game.episode_id}: it does not take "
+                               "examples: false (an env of an older version?)")
+        if any(v != version for v in game.versions):
+            raise RolloutError(f"exam game {game.episode_id} was played by versions {sorted(set(game.versions))}, "
+                               f"not {version} alone")

@@ -1,0 +1,137 @@
+"""A rollout server's exams against a real env, a real engine (tiny model) and a real bucket: due at version 0
+and in each new block of versions, played on held-out secrets without examples, recorded to the bucket, never
+handed in as a training group, and a failure that never stops the games for training."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+import delta
+from env_space.words import load_word_lists
+from rollout_space.engines import Engine
+from rollout_space.env_client import EnvClient
+from rollout_space.exam import check_exam_games
+from rollout_space.producer import GroupProducer
+from rollout_space.service import RolloutService
+from tests._env_server import running_server
+from tests.test_rollout_producer import nudged, served
+from tests.test_wire_fleet import run_settings
+from trainer_space import TrainerConfig
+from trainer_space.fleet import FleetRollouts, FleetRun
+from wire.curriculum import ExampleSchedule
+from wire.errors import RolloutError
+from wire.exam import ExamSettings
+from wire.exam_shelf import ExamShelf
+from wire.fleet import RunSettings
+from wire.fleet_bucket import FleetBucket
+from wire.trajectory import Trajectory
+
+HELD_OUT = set(load_word_lists().exam_secrets)
+EXAM = ExamSettings(every=2, games=4, turns=2, temperature=1.0, seed=7)
+
+
+@pytest.fixture(scope="module")
+def env() -> str:
+    with running_server("env") as url:
+        yield url
+
+
+@dataclass
+class Server:
+    """A rollout service following a bucket at version 1, producing for the run in it (`served`)."""
+
+    publisher: delta.Publisher
+    state: dict
+    engine: Engine
+    service: RolloutService
+    producer: GroupProducer
+    bucket: FleetBucket
+
+
+@pytest.fixture()
+def server(tmp_path, env: str) -> Iterator[Server]:
+    publisher, state, engine, service, producer = served(tmp_path, env)
+    try:
+        yield Server(publisher, state, engine, service, producer, FleetBucket(publisher.storage.url))
+    finally:
+        publisher.close()
+        service.close()
+
+
+def with_exam(examples: ExampleSchedule = ExampleSchedule(mode="fixed")) -> RunSettings:
+    run = run_settings()
+    return run.model_copy(update={"exam": EXAM, "sampling": run.sampling.model_copy(update={"examples": examples})})
+
+
+def test_an_exam_plays_held_out_words_without_examples_and_is_recorded(server: Server) -> None:
+    publisher, state, engine, service = server.publisher, server.state, server.engine, server.service
+    shelf = ExamShelf(publisher.storage.url)
+    record = service.examiner.maybe(with_exam())
+    assert record is not None and record.version == engine.version == 1 and shelf.records() == [record]
+    assert record.settings == EXAM and record.server_id == "s0" and record.state_hash is not None
+    assert record.scores.games == 4 and record.scores.moves <= 8 and record.copying.own == 0
+    assert record.copying.valid_rate == 1.0  # the reference: what copying the examples scores
+    exam_games = [g for g in service.recent_games(10) if g.exam]
+    assert len(exam_games) == 4 and all(not any(g.examples) for g in exam_games)
+    assert {g.secret for g in exam_games if g.secret} <= HELD_OUT
+    assert service.examiner.maybe(with_exam()) is None  # v1 examined: not due again in its block
+    publisher.publish(nudged(state, 0))
+    publisher.flush()
+    service.follower.sync()
+    assert engine.version == 2 and service.examiner.maybe(with_exam()).version == 2
+    assert [r.version for r in shelf.records()] == [1, 2] and service.examiner.latest(1).version == 1
+    assert service.examiner.maybe(run_settings()) is None  # a run without exams
+
+
+def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
+    """The producer examines before its batch; the groups it writes hold training games only, none on a held-out
+    word, and the trainer's rollout function takes exactly those."""
+    bucket, service, producer = server.bucket, server.service, server.producer
+    bucket.write_run(with_exam())
+    producer.step()
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1]
+    groups = [bucket.read_group(f.path) for f in bucket.list_groups()]
+    games = [g for group in groups for g in group.games]
+    assert len(groups) == 2 and games and not any(g.exam for g in games)
+    assert not HELD_OUT & {g.secret for g in games}
+    exam_ids = {g.episode_id for g in service.recent_games(20) if g.exam}
+    assert len(exam_ids) == 4 and not exam_ids & {g.episode_id for g in games}
+    config = TrainerConfig(bucket.url, None, "m", games_per_step=4, num_generations=2)
+    run = FleetRun(config, bucket, run_id="run-1")
+    taken = FleetRollouts(config, run, lambda: 1).take(2)
+    trained = [g for group in taken for g in group.games]
+    assert {g.episode_id for g in trained} == {g.episode_id for g in games}
+    assert not exam_ids & {g.episode_id for g in trained}
+
+
+def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> None:
+    bucket = server.bucket
+    for mode, shown in (("off", False), ("fixed", True)):
+        bucket.write_run(with_exam(ExampleSchedule(mode=mode)).model_copy(update={"exam": None}))
+        server.producer.step()
+        games = [g for f in bucket.list_groups() for g in bucket.read_group(f.path).games]
+        assert games and all(all(bool(e) == shown for e in g.examples) for g in games), mode
+        bucket.delete([f.path for f in bucket.list_groups()])
+
+
+def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server) -> None:
+    examiner = server.service.examiner
+    examiner.env = EnvClient("http://127.0.0.1:9")  # an env that does not answer
+    server.bucket.write_run(with_exam())
+    server.producer.step()
+    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(server.bucket.storage).records() == []
+    assert len(server.bucket.list_groups()) == 2  # the batch for training was played all the same
+    assert examiner.maybe(with_exam()) is None  # not tried again before RETRY_S
+
+
+def test_exam_games_must_be_exam_games_without_examples_of_one_version() -> None:
+    ok = Trajectory(prompt_ids=[1], episode_id="e", exam=True, examples=["", ""], versions=[3, 3])
+    check_exam_games([ok], 3)
+    for bad, why in ((ok.model_copy(update={"examples": ["", "crane"]}), "showed example words"),
+                     (ok.model_copy(update={"exam": False}), "showed example words"),
+                     (ok.model_copy(update={"versions": [3, 4]}), "played by versions")):
+        with pytest.raises(RolloutError, match=why):
+            check_exam_games([bad], 3)

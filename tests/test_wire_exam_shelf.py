@@ -1,0 +1,62 @@
+"""Exam records in a real local bucket: written whole, read back checked, and a stranger's bad file refused
+with its reason, never an error for the reader."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from tests.test_wire_exam import record
+from tests.test_wire_fleet import run_settings
+from wire.exam import ExamRecord
+from wire.exam_shelf import MAX_EXAM_BYTES, ExamShelf
+from wire.fleet import encode
+
+
+def exam(version: int) -> ExamRecord:
+    return ExamRecord.model_validate(record(version=version))
+
+
+def test_records_round_trip_by_version(tmp_path: Path) -> None:
+    shelf = ExamShelf(str(tmp_path / "bucket"))
+    assert shelf.records() == []
+    for v in (10, 0, 5):
+        shelf.write(exam(v))
+    assert [r.version for r in shelf.records()] == [0, 5, 10]
+    assert ExamShelf(str(tmp_path / "bucket")).records() == shelf.records() and shelf.refused == {}
+    shelf.write(exam(5).model_copy(update={"played_s": 99.5}))  # a second exam of v5: the newer file counts
+    assert [r.played_s for r in shelf.records()] == [3.0, 99.5, 3.0]
+    (tmp_path / "bucket" / "exams" / "v0000000010.json").unlink()
+    assert [r.version for r in shelf.records()] == [0, 5]
+
+
+def test_bad_files_are_refused_with_their_reason_and_the_rest_read(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    shelf = ExamShelf(str(root))
+    shelf.write(exam(5))
+    exams = root / "exams"
+    good = (exams / "v0000000005.json").read_bytes()
+    (exams / "v0000000006.json").write_bytes(good[: len(good) // 2])  # torn
+    envelope = json.loads(good)
+    envelope["body"]["scores"]["letters"] = 4.9  # edited: the hash no longer matches
+    (exams / "v0000000007.json").write_text(json.dumps(envelope))
+    (exams / "v0000000008.json").write_bytes(good)  # copied under another version's name
+    (exams / "v0000000009.json").write_bytes(encode(run_settings()))  # another kind of message
+    crafted = exam(11).model_dump(mode="json")
+    crafted["scores"]["own"] = 10**6  # a crafted record, hashed as it should be, out of range
+    raw = json.dumps(crafted, sort_keys=True, separators=(",", ":")).encode()
+    (exams / "v0000000011.json").write_text(json.dumps({"kind": "exam/1", "sha256": hashlib.sha256(raw).hexdigest(),
+                                                        "body": crafted}))
+    (exams / "v0000000012.json").write_bytes(b" " * (MAX_EXAM_BYTES + 1))
+    (exams / "notes.txt").write_text("hello")
+    assert [r.version for r in shelf.records()] == [5]
+    reasons = {path.rsplit("/", 1)[-1]: why for path, why in shelf.refused.items()}
+    assert "torn or corrupt" in reasons["v0000000006.json"]
+    assert "does not match its sha256" in reasons["v0000000007.json"]
+    assert "holds the exam of version 5" in reasons["v0000000008.json"]
+    assert "expected 'exam/1'" in reasons["v0000000009.json"]
+    assert "invalid scores" in reasons["v0000000011.json"]
+    assert "more than the" in reasons["v0000000012.json"] and "not an exam file name" in reasons["notes.txt"]
+    (exams / "v0000000006.json").write_bytes(encode(exam(6)))  # repaired: read again, refusal dropped
+    assert [r.version for r in shelf.records()] == [5, 6] and not any("v0000000006" in p for p in shelf.refused)

@@ -1,0 +1,67 @@
+"""The trainer's view of the exams: the records the rollout servers write to the bucket (`wire.exam`), read in a
+thread of its own for `/status`, `/history` and the page's exam curves.
+
+The trainer plays no exam itself; it says how exams are played in the run's settings (`wire.fleet.RunSettings.exam`)
+and reads what the servers found. A record that fails its checks is refused (`wire.exam_shelf`) and shown as a
+count, never trained on or believed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from delta import StorageError
+from wire.exam import ExamRecord
+from wire.exam_shelf import ExamShelf
+from wire.fleet import fleet_key
+
+from .periodic import Periodic
+
+logger = logging.getLogger(__name__)
+
+#: Exams `TrainerStatus.exams` carries (the landing page's last exam and trend).
+RECENT_EXAMS = 20
+
+
+class ExamWatch:
+    """Reads the bucket's exam records every `interval` seconds in a daemon thread.
+
+    Args:
+        bucket: The bucket URL (the one the weights are published to).
+        secret: The run's rollout token, when it has one: only exams signed with it are read.
+        interval: Seconds between two reads.
+
+    Attributes:
+        last_error: The last failure to read the bucket, with its cause (kept until a read succeeds).
+    """
+
+    def __init__(self, bucket: str, interval: float = 5.0, secret: str | None = None) -> None:
+        self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None)
+        self.last_error: str | None = None
+        self._records: list[ExamRecord] = []
+        self._reader = Periodic(self.refresh, interval, "exam-watch")
+
+    def start(self) -> ExamWatch:
+        self._reader.start()
+        return self
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def records(self) -> list[ExamRecord]:
+        """Every exam read, by version (a consistent snapshot)."""
+        return self._records
+
+    @property
+    def refused(self) -> int:
+        """Exam files that failed their checks."""
+        return len(self.shelf.refused)
+
+    def refresh(self) -> None:
+        """Read the bucket's exams once (the thread calls this every `interval`)."""
+        try:
+            self._records = self.shelf.records()
+            self.last_error = None
+        except (OSError, StorageError) as e:
+            self.last_error = f"{type(e).__name__}: {e}"
+            logger.warning("reading the exams in the bucket failed: %s", e)
