@@ -75,10 +75,10 @@ class Follower:
                  history: int = 200) -> None:
         self.engine = engine
         storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
-        version = self._version_of_model(storage)
+        version, digest = self._version_of_model(storage)
         if version is not None:
             engine.update({}, version)
-        self._subscriber = delta.Subscriber(storage, engine.state, version=version, config=config,
+        self._subscriber = delta.Subscriber(storage, engine.state, version=version, digest=digest, config=config,
                                             on_update=self._queue)
         self._records: deque[SyncRecord] = deque(maxlen=history)
         self._last_header: DeltaHeader | None = None
@@ -101,8 +101,9 @@ class Follower:
         finishes the batch in flight (None before the first)."""
         return self._subscriber.version
 
-    def _version_of_model(self, storage: Storage) -> int | None:
-        """The bucket's version whose state hash is the model's, if any: then no anchor needs fetching.
+    def _version_of_model(self, storage: Storage) -> tuple[int | None, delta.StateDigest | None]:
+        """The bucket's version whose state hash is the model's, if any (then no anchor needs fetching), with
+        the model's digest (so the subscriber need not hash it again).
 
         An unreachable bucket is not fatal here: the follower starts and keeps retrying.
         """
@@ -110,12 +111,12 @@ class Follower:
             manifest = read_manifest(storage)
         except (delta.DeltaError, OSError) as e:
             logger.warning("cannot read the manifest of %s yet (%s); will retry", storage.url, e)
-            return None
+            return None, None
         if manifest is None:
-            return None
-        digest = delta.state_digest(self.engine.state).hexdigest
-        matches = [v.version for v in manifest.versions if v.state_hash == digest]
-        return max(matches) if matches else None
+            return None, None
+        digest = delta.state_digest(self.engine.state)
+        matches = [v.version for v in manifest.versions if v.state_hash == digest.hexdigest]
+        return (max(matches), digest) if matches else (None, None)
 
     def start(self) -> None:
         """Follow the bucket in a background thread, and load what it decodes in another."""

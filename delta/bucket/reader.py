@@ -27,7 +27,7 @@ from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatch
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
 from ..storage import Storage, check_path
-from ..tensors.hashing import StateDigest, digest_like
+from ..tensors.hashing import StateDigest, digest_like, scheme_of
 from ..tensors.state import State, check_same_layout
 from . import pieces
 from ._whole import check_step
@@ -98,7 +98,7 @@ class Reader:
     """
 
     def __init__(self, storage: Storage, state: State | None = None, *, version: int | None = None,
-                 fetch_threads: int = 4, workers: int | None = None) -> None:
+                 digest: StateDigest | None = None, fetch_threads: int = 4, workers: int | None = None) -> None:
         self.storage = storage
         self.workers = workers
         self.lock = threading.RLock()
@@ -106,7 +106,8 @@ class Reader:
         self._full = state  # what callers see: full tensors
         self._layout: pieces.Layout = {}
         self._version = version if state is not None else None
-        self._digest: StateDigest | None = None  # hashed at the first catch-up, in the bucket's scheme
+        # The state's digest: the caller's, or hashed at the first catch-up; either way in the bucket's scheme.
+        self._digest: StateDigest | None = digest if self._version is not None else None
         self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
 
@@ -158,8 +159,10 @@ class Reader:
             NoPathError: no route around the bad files (the state is untouched at its last version).
         """
         self.adopt_layout(manifest.pieces or {})
-        if self._digest is None and self._state is not None and self._version is not None:
-            held = manifest.get(self._version)  # hashed in its scheme (the state is only read: no lock)
+        held = manifest.get(self._version) if self._version is not None else None
+        if self._state is not None and self._version is not None and (
+                self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme)):
+            # hashed in the scheme of the version held (the state is only read: no lock)
             digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
             with self.lock:
                 self._digest = digest

@@ -133,6 +133,8 @@ class Subscriber:
             first anchor becomes the state (on the CPU).
         version: The version `state` holds, if known (checked against the manifest's hashes); None
             means unknown, so the first step loads an anchor into `state`.
+        digest: `state`'s digest (`delta.state_digest`), if the caller has hashed it already: the first
+            catch-up then skips hashing the whole state. None: hashed then.
         config: Polling and fetching settings.
         on_update: Called after each applied version with an `Update`, in the applying thread,
             outside `lock`. An exception it raises is logged, not propagated.
@@ -144,13 +146,13 @@ class Subscriber:
     """
 
     def __init__(self, bucket: str | Storage, state: State | None = None, *, version: int | None = None,
-                 config: SubscriberConfig | None = None, on_update: Callable[[Update], None] | None = None,
-                 **storage_options: Any) -> None:
+                 digest: StateDigest | None = None, config: SubscriberConfig | None = None,
+                 on_update: Callable[[Update], None] | None = None, **storage_options: Any) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or SubscriberConfig()
         self.on_update = on_update
-        self._reader = Reader(self.storage, state, version=version, fetch_threads=self.config.fetch_threads,
-                              workers=self.config.workers)
+        self._reader = Reader(self.storage, state, version=version, digest=digest,
+                              fetch_threads=self.config.fetch_threads, workers=self.config.workers)
         self.lock = self._reader.lock
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
