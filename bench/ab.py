@@ -7,7 +7,7 @@ Loads the other checkout's `delta` package under another name, then, round after
 implementation after the other on the same states: `Publisher.publish` blocking time, the writer's
 time per version (publish to commit, `flush`), and `delta.apply` time per version (decode + write).
 Prints the best of the rounds for each version, and the ratio of the fastest of each side (the figure
-least touched by other processes). Interleaving in one process spreads the load of other
+least touched by other processes), then the bytes of each version's delta on both sides and their ratio. Interleaving in one process spreads the load of other
 processes over both sides alike, which a run of `bench.sync` per checkout does not.
 """
 
@@ -41,8 +41,10 @@ def _load_package(checkout: str, alias: str) -> ModuleType:
     return module
 
 
-def _one_round(lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: str) -> dict[str, list[float]]:
-    """Publish every state (flushing each), then apply each delta to a copy of the first state."""
+def _one_round(lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: str
+               ) -> tuple[dict[str, list[float]], list[int]]:
+    """Publish every state (flushing each), then apply each delta to a copy of the first state; returns the
+    times and the bytes of each version's delta."""
     blocking, writer, apply_s = [], [], []
     with lib.Publisher(folder, lib.PublisherConfig(anchor_every=1000)) as pub:
         pub.publish(states[0])
@@ -57,12 +59,13 @@ def _one_round(lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: s
     manifest = lib.read_manifest(storage)
     reader = {k: v.clone() for k, v in states[0].items()}
     digest = None
+    sizes = [sum(f.size for f in entry.delta) for entry in manifest.versions[1:]]
     for entry in manifest.versions[1:]:
         data = storage.read(entry.delta[0].path)
         start = time.perf_counter()
         digest = lib.apply(reader, data, digest=digest).digest
         apply_s.append(time.perf_counter() - start)
-    return {"publish() blocking": blocking, "writer per version": writer, "apply per version": apply_s}
+    return {"publish() blocking": blocking, "writer per version": writer, "apply per version": apply_s}, sizes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,10 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"state: {args.data}, {len(states)} states, {sum(t.numel() for t in states[0].values()):,} elements; "
           f"{args.rounds} rounds, the two implementations alternating")
     best: dict[str, dict[str, list[float]]] = {"base": {}, "this": {}}
+    sizes: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
         for r in range(args.rounds):
             for name, lib in (("base", base), ("this", delta)) if r % 2 == 0 else (("this", delta), ("base", base)):
-                got = _one_round(lib, states, str(Path(tmp) / f"{name}-{r}"))
+                got, sizes[name] = _one_round(lib, states, str(Path(tmp) / f"{name}-{r}"))
                 for metric, values in got.items():
                     old = best[name].get(metric)
                     best[name][metric] = values if old is None else [min(a, b) for a, b in zip(old, values)]
@@ -92,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
         b, t = best["base"][metric], best["this"][metric]
         print(f"{metric} (best of {args.rounds} per version): base {', '.join(f'{x * 1e3:.0f}' for x in b)} ms; this "
               f"{', '.join(f'{x * 1e3:.0f}' for x in t)} ms; fastest this/base {min(t) / min(b):.2f}x")
+    print(f"bytes per delta: base {', '.join(f'{n:,}' for n in sizes['base'])}; this "
+          f"{', '.join(f'{n:,}' for n in sizes['this'])}; this/base {sum(sizes['this']) / sum(sizes['base']):.4f}")
 
 
 if __name__ == "__main__":
