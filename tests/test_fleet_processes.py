@@ -22,7 +22,7 @@ import pytest
 
 from tests._env_server import running_app, running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
-from tests.test_wire_fleet import group
+from tests.test_wire_fleet import game, group
 from wire.fleet import GameGroup, encode, group_path
 from wire.fleet_bucket import FleetBucket
 from wire.trajectory import Trajectory
@@ -79,7 +79,8 @@ def test_a_fleet_survives_a_killed_server_a_late_one_bad_files_and_a_pause(tmp_p
         # bad files: torn, another run's, and a group older than the bound (version 0)
         fleet_bucket.storage.write(group_path(run_id, "crafted", "b00t", 0), encode(group(run=run_id))[:200])
         fleet_bucket.write_group(group(run="19990101-000000-deadbeef", seq=1))
-        stale = group(run=run_id, seq=2, version=0).model_copy(update={"server_id": "crafted"})
+        stale = group(run=run_id, seq=2, version=0).model_copy(  # the run's shape: replies of its 2 tokens at most
+            update={"server_id": "crafted", "games": [game(0, tokens=2), game(0, tokens=2)]})
         fleet_bucket.write_group(stale)
         wait_until(lambda: status(t)["staleness"]["refused"] >= 2 and status(t)["staleness"]["dropped"] >= 2, 120,
                    "the bad files refused and the stale group dropped")
