@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -186,12 +187,21 @@ def test_every_page_shows_the_same_published_version(launch: Launch, open_page: 
     control = {"action": "pause", "token": OWNER}
     assert httpx.post(f"{launch.url('trainer')}/control", json=control, timeout=10).json()["state"] == "paused"
     try:
-        status = wait_until(lambda: (s := launch.status("trainer"))["version"] == s["trainer_version"] and s, 120,
-                            "the paused trainer's last version to be committed")
+        def last_step() -> int:
+            return httpx.get(f"{launch.url('trainer')}/history", timeout=10).json()["steps"][-1]["step"]
+
+        def committed() -> dict:
+            """The status once the newest version is committed and holds every step logged."""
+            return wait_until(lambda: (s := launch.status("trainer"))["version"] == s["trainer_version"]
+                              and s["step"] == last_step() and s, 120, "the paused trainer's last version to be committed")
+
+        # The pause holds at the end of the step in flight: wait for that step (twice a step's time), then read.
+        time.sleep(2 * (committed()["step_s"] or 10))
+        status = committed()
         wait_until(lambda: set(versions_shown(*pages).values()) == {status["version"]}, 30,
                    f"every page to show version {status['version']} while paused")
         # The version and the steps it holds, together, for the whole pause (not "version 8 · step 7").
         assert f"version {status['version']} · step {status['step']}" in pages[1].locator("body").inner_text()
-        assert status["step"] == httpx.get(f"{launch.url('trainer')}/history", timeout=10).json()["steps"][-1]["step"]
+        assert status["step"] == last_step()  # no step after the pause
     finally:
         httpx.post(f"{launch.url('trainer')}/control", json={**control, "action": "start"}, timeout=10)

@@ -224,18 +224,23 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
                 buttons = {a: gr.Button(a) for a in ("start", "pause", "stop")}
             message = gr.Markdown()
 
+        def tick_status() -> tuple[str, str]:
+            """The status line and the fleet table: cheap, so on their own timer, never behind the figures."""
+            now = session.status()
+            return status_markdown(now), fleet_html(now.fleet)
+
         def tick(last: Any, axis: str) -> tuple:
             now = session.status()
             current = (now.version, now.step, len(session.records))
-            text, servers = status_markdown(now), fleet_html(now.fleet)
             if current == last:
-                return text, servers, last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                return last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             learning, payload, heatmap, offpolicy = figures(session, axis)
-            return (text, servers, current, learning, payload, heatmap, offpolicy,
-                    feed_html(session.recent_games(FEED_SIZE)))
+            return current, learning, payload, heatmap, offpolicy, feed_html(session.recent_games(FEED_SIZE))
 
-        outputs = [status, fleet, seen, learning_plot, payload_plot, heatmap_plot, offpolicy_plot, games]
+        outputs = [seen, learning_plot, payload_plot, heatmap_plot, offpolicy_plot, games]
+        gr.Timer(TICK_S).tick(tick_status, None, [status, fleet], show_progress="hidden", queue=False)
         gr.Timer(TICK_S).tick(tick, [seen, x_axis], outputs, show_progress="hidden", queue=False)
+        demo.load(tick_status, None, [status, fleet], show_progress="hidden")
         demo.load(tick, [seen, x_axis], outputs, show_progress="hidden")
         x_axis.change(lambda axis: learning_figure(list(session.records), axis), x_axis, learning_plot,
                       show_progress="hidden", api_visibility="private")
