@@ -11,6 +11,7 @@ The texts are pure Python (the landing page imports this module without a UI sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -110,5 +111,7 @@ def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out 
     fig.update_layout(title=f"{title}<br><sup>{settings}; own words: not shown in any message before the move</sup>",
                       height=HEIGHT + 280, margin={"l": 60, "r": 20, "t": 80, "b": 50}, template="plotly_white",
                       legend={"orientation": "h", "y": -0.12})
-    fig.update_xaxes(title_text="version examined", tickformat="d", row=3, col=1)
+    versions = [r.version for r in records]  # ticks on whole versions, ~10 at most (one exam: not "0 0 0 0")
+    fig.update_xaxes(tickformat="d", dtick=max(1, math.ceil((max(versions) - min(versions)) / 10)))
+    fig.update_xaxes(title_text="version examined", row=3, col=1)
     return fig
