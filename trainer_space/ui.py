@@ -230,8 +230,7 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
             return status_markdown(now), fleet_html(now.fleet)
 
         def tick(last: Any, axis: str) -> tuple:
-            now = session.status()
-            current = (now.version, now.step, len(session.records))
+            current = (session.version, len(session.records))  # a new version or step record: draw again
             if current == last:
                 return last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             learning, payload, heatmap, offpolicy = figures(session, axis)

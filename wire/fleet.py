@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import json
 import re
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -48,7 +48,7 @@ GROUPS_PREFIX = "fleet/groups/"
 SERVERS_PREFIX = "fleet/servers/"
 
 
-class Refusal(str, Enum):
+class Refusal(StrEnum):  # str() and f-strings give the value
     """Why a fleet file was refused: what the trainer counts refusals by (`/status`, its page)."""
 
     ANOTHER_RUN = "another run"
@@ -61,9 +61,6 @@ class Refusal(str, Enum):
     AHEAD = "version ahead of the trainer"
     RENAMED = "renamed or copied"
     UNEXPECTED = "unexpected error"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class FleetMessageError(ValueError):
@@ -170,7 +167,7 @@ class GameGroup(BaseModel):
         return group_path(self.run_id, self.server_id, self.boot, self.seq)
 
 
-class ServerState(str, Enum):
+class ServerState(StrEnum):  # str() and f-strings give the value
     """What a rollout server is doing, as its heartbeat says."""
 
     PRODUCING = "producing"
@@ -182,9 +179,6 @@ class ServerState(str, Enum):
     """No trainer has written a run yet."""
     ERROR = "error"
     """The last attempt failed (the env, the bucket); retrying."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Heartbeat(BaseModel):

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 import torch
@@ -60,22 +61,25 @@ class StateDigest(ABC):
     def hexdigest(self) -> str:
         """The state hash, as written in delta headers and manifests."""
 
-    @property
-    @abstractmethod
-    def names(self) -> frozenset[str]:
-        """The tensor names it covers."""
-
-    @abstractmethod
-    def subset(self, names: Iterable[str]) -> StateDigest:
-        """The digest of the part of the state holding `names`."""
-
-    @abstractmethod
-    def merged(self, other: StateDigest) -> StateDigest:
-        """This digest with `other`'s tensors added or replacing its own (same scheme)."""
-
     @abstractmethod
     def _items(self) -> dict:
-        """What it is made of, for equality."""
+        """What it is made of, per tensor name: what the subclass's constructor takes back."""
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The tensor names it covers."""
+        return frozenset(self._items())
+
+    def subset(self, names: Iterable[str]) -> Self:
+        """The digest of the part of the state holding `names`."""
+        items = self._items()
+        return type(self)({n: items[n] for n in names})
+
+    def merged(self, other: StateDigest) -> Self:
+        """This digest with `other`'s tensors added or replacing its own (same scheme)."""
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
+        return type(self)({**self._items(), **other._items()})
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self._items() == other._items()
@@ -110,10 +114,6 @@ class SumDigest(StateDigest):
             h.update(f"{name}\0{dtype}\0{list(shape)}\0{s0:016x}{s1:016x}\n".encode())
         return HASH_PREFIX + h.hexdigest()
 
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(self._parts)
-
     def _items(self) -> dict:
         return self._parts
 
@@ -124,14 +124,6 @@ class SumDigest(StateDigest):
 
     def sums(self, name: str) -> Sums:
         return self._parts[name].sums
-
-    def subset(self, names: Iterable[str]) -> SumDigest:
-        return SumDigest({n: self._parts[n] for n in names})
-
-    def merged(self, other: StateDigest) -> SumDigest:
-        if not isinstance(other, SumDigest):
-            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
-        return SumDigest({**self._parts, **other._parts})
 
     def moved(self, deltas: Mapping[str, Sums]) -> SumDigest:
         """The digest after changes that move each named tensor's sums by `deltas[name]`."""
@@ -186,20 +178,8 @@ class LegacyDigest(StateDigest):
             h.update(f"{name}\0{self.tensors[name]}\n".encode())
         return LEGACY_PREFIX + h.hexdigest()
 
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(self.tensors)
-
     def _items(self) -> dict:
         return self.tensors
-
-    def subset(self, names: Iterable[str]) -> LegacyDigest:
-        return LegacyDigest({n: self.tensors[n] for n in names})
-
-    def merged(self, other: StateDigest) -> LegacyDigest:
-        if not isinstance(other, LegacyDigest):
-            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
-        return LegacyDigest({**self.tensors, **other.tensors})
 
 
 # -- computing digests -----------------------------------------------------------------------------------
