@@ -154,7 +154,7 @@ def real_run(args: argparse.Namespace) -> None:
     ports = {role: free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
     url = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     roles = {
-        "env": _given({"--own-word-reward": args.own_word_reward}),
+        "env": _given({"--own-word-reward": args.own_word_reward, "--five-letter-reward": args.five_letter_reward}),
         "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
                     "--showcase-every", "0", "--device", args.device],
         # as `python app.py` runs them: the trainer takes its games from the fleet, through the bucket
@@ -428,6 +428,8 @@ def main() -> None:
     r.add_argument("--exam-greedy", action="store_true", help="greedy exams (default: the training temperature)")
     r.add_argument("--own-word-reward", type=float, default=None,
                    help="the env's reward term for a word of the policy's own (default: the env's)")
+    r.add_argument("--five-letter-reward", type=float, default=None,
+                   help="the env's reward back for a non-word of five letters (default: the env's)")
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")

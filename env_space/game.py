@@ -110,7 +110,8 @@ class WordleGame:
         if error is not None:
             self._invalid += 1
             self._last_error = error
-            self._last_reward = invalid_move_reward(parsed.word is not None, parsed.tagged, self._rewards)
+            self._last_reward = invalid_move_reward(parsed.word is not None, parsed.tagged, self._rewards,
+                                                    five_letters=self._words.right_shape(parsed.word or ""))
             lines = [prompt.invalid_line(error)]
         else:
             word = parsed.word or ""

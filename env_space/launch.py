@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--own-word-reward", type=float, default=DEFAULT_REWARDS.own_word,
                         help="reward term of a legal guess no message of the game had shown (the player's own "
                              f"word; default {DEFAULT_REWARDS.own_word}; see docs/spaces.md, Rewards)")
+    parser.add_argument("--five-letter-reward", type=float, default=DEFAULT_REWARDS.five_letters,
+                        help="given back of the invalid-word penalty for five letters a-z outside the word list (a "
+                             f"word's shape; default {DEFAULT_REWARDS.five_letters}, at most "
+                             f"{-DEFAULT_REWARDS.invalid_word:g}; see docs/spaces.md, Rewards)")
 
 
 def _at_least_one(text: str) -> int:
@@ -64,5 +68,5 @@ def run(args: argparse.Namespace) -> None:
     limits = SessionLimits(args.max_sessions, args.session_ttl, args.public_sessions, args.per_client,
                            args.public_ttl)
     # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.
-    rewards = RewardConfig(own_word=args.own_word_reward)
+    rewards = RewardConfig(own_word=args.own_word_reward, five_letters=args.five_letter_reward)
     serve(args.host, args.port, limits, Access(args.token, trust_forwarded=bool(os.environ.get("SPACE_ID"))), rewards)

@@ -5,7 +5,8 @@ reward = format + validity + own + progress + win, where
 - format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
             ``no_guess`` when no guess could be found at all;
 - validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word, or was
-            already guessed in this game;
+            already guessed in this game; ``five_letters`` back when that guess was five letters a-z that
+            are not in the word list (a word of the right shape: a step towards a real one);
 - own:      ``own_word`` for a legal guess that no message of the game had shown before it (not an
             example, not a word of the instructions or the feedback): the player's own word;
 - progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
@@ -44,12 +45,18 @@ class RewardConfig:
     """A guess with the wrong length, non-letters, not in the word list, or already guessed."""
     own_word: float = 0.0
     """A legal guess of the player's own: no message of the game had shown it (0: no such term)."""
+    five_letters: float = 0.0
+    """Given back on an invalid guess of five letters a-z that is not in the word list (never on a repeat): the
+    right shape, a step from BLUE or COFFEE towards a word. At most ``-invalid_word``: a non-word never earns."""
 
     def __post_init__(self) -> None:
         if self.win <= 0 or self.speed < 0 or self.progress_weight < 0 or self.own_word < 0:
             raise ValueError("win must be > 0, speed, progress_weight and own_word >= 0")
         if max(self.untagged, self.no_guess, self.invalid_word) > 0:
             raise ValueError("untagged, no_guess and invalid_word are penalties: use values <= 0")
+        if not 0 <= self.five_letters <= -self.invalid_word:
+            raise ValueError(f"five_letters must be between 0 and -invalid_word ({-self.invalid_word:g}): a "
+                             f"non-word never earns, got {self.five_letters:g}")
 
 
 DEFAULT_REWARDS = RewardConfig()
@@ -62,9 +69,13 @@ def format_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWA
     return 0.0 if tagged else config.untagged
 
 
-def invalid_move_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS) -> float:
-    """Reward of a move that was not a legal guess (nothing found, or not an allowed word)."""
-    return format_reward(found, tagged, config) + (config.invalid_word if found else 0.0)
+def invalid_move_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS,
+                        five_letters: bool = False) -> float:
+    """Reward of a move that was not a legal guess (nothing found, or not an allowed word); `five_letters`: the
+    guess was five letters a-z outside the word list (`RewardConfig.five_letters`)."""
+    if not found:
+        return format_reward(found, tagged, config)
+    return format_reward(found, tagged, config) + config.invalid_word + (config.five_letters if five_letters else 0.0)
 
 
 def guess_reward(

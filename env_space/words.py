@@ -58,6 +58,11 @@ class WordLists:
         candidates = [w for w in pool if w != secret and w not in board] or list(pool)
         return random.Random(f"{secret}:{moves_made}").choice(candidates)
 
+    def right_shape(self, word: str) -> bool:
+        """Whether ``word`` has a guess's shape (five letters a-z) without being in the list: what the
+        ``five_letters`` reward term pays back part of the penalty for."""
+        return len(word) == WORD_LENGTH and word.isascii() and word.isalpha() and word not in self.allowed
+
     def check(self, word: str) -> str | None:
         """Why ``word`` is not a legal guess, or None when it is. ``word`` is expected lowercase."""
         shown = repr(word if len(word) <= 20 else word[:20] + "...")

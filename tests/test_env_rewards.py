@@ -73,3 +73,27 @@ def test_a_game_pays_the_own_word_term_for_words_no_message_showed() -> None:
     own = game.step("<guess>mouse</guess>")
     assert copied.copied and copied.reward == pytest.approx(0.5 * 0.2)  # R, E yellow: progress only
     assert own.copied is False and own.reward == pytest.approx(0.1)  # no new progress, the own word's term
+
+
+def test_five_letters_outside_the_list_get_part_of_the_penalty_back() -> None:
+    config = RewardConfig(five_letters=0.05)
+    assert invalid_move_reward(True, True, config, five_letters=True) == pytest.approx(-0.05)
+    assert invalid_move_reward(True, True, config) == pytest.approx(-0.1)
+    assert invalid_move_reward(False, False, config, five_letters=True) == pytest.approx(-0.2)  # nothing found
+    assert invalid_move_reward(True, True, five_letters=True) == pytest.approx(-0.1)  # default: no term
+    with pytest.raises(ValueError, match="five_letters must be between 0 and -invalid_word"):
+        RewardConfig(five_letters=0.2)  # a non-word would earn
+    with pytest.raises(ValueError, match="five_letters"):
+        RewardConfig(five_letters=-0.01)
+
+
+def test_a_game_gives_back_the_five_letter_term_for_the_shape_of_a_word_only() -> None:
+    from env_space.game import WordleGame
+    from env_space.words import load_word_lists
+
+    game = WordleGame("tiger", load_word_lists(), episode_id="e", player="policy v1",
+                      rewards=RewardConfig(five_letters=0.05))
+    rewards = [game.step(f"<guess>{word}</guess>").reward for word in ("blue", "qzxvw", "coffee", "crane", "crane")]
+    # 4 letters, 5 letters outside the list, 6 letters, a legal word, its repeat (in the list: no term)
+    assert rewards == [pytest.approx(-0.1), pytest.approx(-0.05), pytest.approx(-0.1), pytest.approx(0.1),
+                       pytest.approx(-0.1)]
