@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--own-word-reward", type=float, default=DEFAULT_REWARDS.own_word,
                         help="reward term of a legal guess no message of the game had shown (the player's own "
                              f"word; default {DEFAULT_REWARDS.own_word}; see docs/spaces.md, Rewards)")
-    parser.add_argument("--five-letter-reward", type=float, default=DEFAULT_REWARDS.five_letters,
+    parser.add_argument("--five-letter-reward", type=_penalty_part, default=DEFAULT_REWARDS.five_letters,
                         help="given back of the invalid-word penalty for five letters a-z outside the word list (a "
                              f"word's shape; default {DEFAULT_REWARDS.five_letters}, at most "
                              f"{-DEFAULT_REWARDS.invalid_word:g}; see docs/spaces.md, Rewards)")
@@ -40,6 +40,14 @@ def _at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _penalty_part(text: str) -> float:
+    """A float from 0 to the invalid-word penalty's size, for argparse (its error then names the flag)."""
+    value, most = float(text), -DEFAULT_REWARDS.invalid_word
+    if not 0 <= value <= most:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {most:g} (a non-word never earns), got {value:g}")
     return value
 
 

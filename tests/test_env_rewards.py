@@ -97,3 +97,16 @@ def test_a_game_gives_back_the_five_letter_term_for_the_shape_of_a_word_only() -
     # 4 letters, 5 letters outside the list, 6 letters, a legal word, its repeat (in the list: no term)
     assert rewards == [pytest.approx(-0.1), pytest.approx(-0.05), pytest.approx(-0.1), pytest.approx(0.1),
                        pytest.approx(-0.1)]
+
+
+def test_the_env_flag_refuses_a_five_letter_term_that_would_pay_a_non_word() -> None:
+    import argparse
+
+    from env_space.launch import add_arguments
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser)
+    assert parser.parse_args(["--five-letter-reward", "0.05"]).five_letter_reward == 0.05
+    assert parser.parse_args([]).five_letter_reward == 0.0
+    with pytest.raises(argparse.ArgumentError, match="must be from 0 to 0.1"):
+        parser.parse_args(["--five-letter-reward", "0.5"])
