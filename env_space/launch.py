@@ -44,10 +44,13 @@ def _at_least_one(text: str) -> int:
 
 
 def _penalty_part(text: str) -> float:
-    """A float from 0 to the invalid-word penalty's size, for argparse (its error then names the flag)."""
-    value, most = float(text), -DEFAULT_REWARDS.invalid_word
-    if not 0 <= value <= most:
-        raise argparse.ArgumentTypeError(f"must be from 0 to {most:g} (a non-word never earns), got {value:g}")
+    """A `RewardConfig.five_letters` that the config takes, for argparse (its error then names the flag)."""
+    value = float(text)
+    try:
+        RewardConfig(five_letters=value)  # the bound lives there
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {-DEFAULT_REWARDS.invalid_word:g} (a non-word never "
+                                         f"earns), got {value:g}") from None
     return value
 
 

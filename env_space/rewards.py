@@ -73,9 +73,10 @@ def invalid_move_reward(found: bool, tagged: bool, config: RewardConfig = DEFAUL
                         five_letters: bool = False) -> float:
     """Reward of a move that was not a legal guess (nothing found, or not an allowed word); `five_letters`: the
     guess was five letters a-z outside the word list (`RewardConfig.five_letters`)."""
-    if not found:
-        return format_reward(found, tagged, config)
-    return format_reward(found, tagged, config) + config.invalid_word + (config.five_letters if five_letters else 0.0)
+    reward = format_reward(found, tagged, config)
+    if found:
+        reward += config.invalid_word + (config.five_letters if five_letters else 0.0)
+    return reward
 
 
 def guess_reward(
