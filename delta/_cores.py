@@ -1,10 +1,54 @@
-"""How many threads the compiled host code runs on by default: shared by every layer."""
+"""How the compiled host code is spread over the cores: how many threads by default, how a table of work is cut
+into one slice per thread, and the threads that run one compiled call each. Shared by every layer."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+from numba.typed import List
+
+R = TypeVar("R")
 
 
 def default_workers() -> int:
     """Threads for coding and hashing: the cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def typed(arrays: Sequence[np.ndarray]) -> List:
+    """A numba typed list of flat arrays of one dtype (what the compiled calls take for "many tensors")."""
+    out = List()
+    for a in arrays:
+        out.append(a)
+    return out
+
+
+def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) ranges of the rows, exactly min(`parts`, rows) of them and none empty, of about equal
+    total cost (each row costs at least 1)."""
+    n = int(costs.size)
+    if n == 0:
+        return []
+    parts = max(1, min(int(parts), n))
+    total = np.cumsum(np.asarray(costs, np.float64) + 1.0)
+    k = np.arange(1, parts)
+    bounds = np.clip(np.searchsorted(total, total[-1] * k / parts, side="right"), k, n - parts + k)
+    bounds = np.maximum.accumulate(bounds - k) + k  # strictly increasing: no empty range
+    edges = np.concatenate([[0], bounds, [n]]).tolist()
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]]) -> list[R]:
+    """`fn(lo, hi)` for every span, one thread each (the compiled calls release the GIL); results in order.
+
+    The first span runs in the calling thread. An exception is raised once every span has finished."""
+    if len(spans) <= 1:
+        return [fn(lo, hi) for lo, hi in spans]
+    with ThreadPoolExecutor(len(spans) - 1, thread_name_prefix="delta-code") as pool:
+        futures = [pool.submit(fn, lo, hi) for lo, hi in spans[1:]]
+        first = fn(*spans[0])
+        return [first] + [f.result() for f in futures]

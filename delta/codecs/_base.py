@@ -4,16 +4,12 @@ delta's table, and blobs back into changes."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from .._cores import default_workers
 from ..tensors._sumhash import TensorKey
 
 
@@ -142,42 +138,3 @@ class Codec(ABC):
 
         Checks the streams' structure like `decode` does, without needing the reader's state.
         """
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int | None, progress: bool, desc: str) -> list[R]:
-    """`[fn(t) for t in tasks]` on `workers` threads (the compiled kernels release the GIL), in order.
-
-    On the first failure the tasks not yet started are cancelled (a bad chunk stops the decode: a file
-    full of them costs no more than one per thread), and the first failure in task order among those
-    that ran is raised once every running task has finished: nothing runs after this returns or raises.
-    """
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    bar = tqdm(total=len(tasks), desc=desc, unit="chunk", disable=not progress)
-    if workers == 1 or len(tasks) <= 1:
-        out = []
-        for t in tasks:
-            out.append(fn(t))
-            bar.update()
-        bar.close()
-        return out
-    with ThreadPoolExecutor(workers, thread_name_prefix="delta-code") as pool:
-        futures = [pool.submit(fn, t) for t in tasks]
-        for f in futures:
-            f.add_done_callback(lambda _: bar.update())
-        try:
-            _, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in pending:
-                f.cancel()
-            wait(futures)  # the ones already running finish; cancelled ones count as done
-            failed = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
-            if failed:
-                raise failed[0]
-            return [f.result() for f in futures]
-        finally:
-            bar.close()

@@ -11,7 +11,8 @@ scanning its own old tensor, and every (kind, width, class) has its own model. `
 with one class: plain position gaps, and decoding touches only the changed elements.
 
 Every tensor is cut into chunks of `chunk` elements (the first value of stream `chunks`); ranks
-restart in each chunk, so chunks are coded and decoded independently, one per thread.
+restart in each chunk, so chunks are coded and decoded independently: the chunks of many tensors are rows
+of one table, and each worker thread makes one compiled call over its slice of the rows (`_batch`).
 
 Streams:
   `models`  zstd uint32: per model, sorted by (kind, width, class): kind (0 gap, 1 step), width,
@@ -26,71 +27,28 @@ Streams:
 
 from __future__ import annotations
 
-import threading
+import contextvars
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from numba import njit
 from tqdm import tqdm
 
+from .._cores import cut, default_workers, in_threads, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _sumhash
 from ..tensors.bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
-from . import _device_scan, _rans
-from ._base import Change, Codec, Encoded, TensorEntry, run_tasks
-from ._kernels import locate_chunk, scan_chunk
+from . import _batch, _device_scan, _rans
+from ._base import Change, Codec, Encoded, TensorEntry
 from ._streams import pack, unpack
 
 CHUNK = 1 << 20
 MAX_CHUNK = 1 << 26
-KINDS = ("gap", "step")
 _UINT_OF_WIDTH = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 Key = tuple[int, int, int]  # (kind index, width in bits, class)
-
-
-@dataclass
-class _Scanned:
-    """One chunk's changes, as the writer's scan found them."""
-
-    count: int
-    lo: int
-    hi: int
-    cls: np.ndarray
-    gaps: np.ndarray
-    steps: np.ndarray
-
-
-class _Histograms:
-    """Symbol counts per (width, class), one set per thread, summed at the end."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._all: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []
-        self._lock = threading.Lock()
-
-    def of(self, width: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
-        """This thread's histograms for `width` (dtypes of one width share them: `classes` is their most)."""
-        mine = getattr(self._local, "hists", None)
-        if mine is None:
-            mine = self._local.hists = {}
-            with self._lock:
-                self._all.append(mine)
-        if width not in mine:
-            mine[width] = (np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32))
-        return mine[width]
-
-    def total(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for hists in self._all:
-            for width, (g, s) in hists.items():
-                if width in out:
-                    out[width] = (out[width][0] + g, out[width][1] + s)
-                else:
-                    out[width] = (g.copy(), s.copy())
-        return out
 
 
 class _Models:
@@ -172,17 +130,59 @@ def _chunks_of(numel: int, chunk: int) -> int:
     return max(1, -(-numel // chunk))
 
 
-class _Scratch(threading.local):
-    """Per-thread buffers for the scan (a chunk's worth), reused across chunks and calls."""
+@dataclass
+class _Found:
+    """The changes of some chunks as a scan found them: one array each, chunk after chunk, and a row per chunk
+    with changes: (tensor, chunk in the tensor, first change, one past its last, lowest class, highest class),
+    tensors numbered in name order."""
 
-    def take(self, chunk: int, itemsize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        bufs = getattr(self, "bufs", None)
-        if bufs is None or bufs[0].size < chunk:
-            bufs = self.bufs = (np.empty(chunk, np.uint16), np.empty(chunk, np.uint32), np.empty(chunk, np.uint64))
-        return bufs
+    cls: np.ndarray
+    gaps: np.ndarray
+    steps: np.ndarray
+    rows: np.ndarray
 
 
-_SCRATCH = _Scratch()
+class _Counts:
+    """Symbol counts per (width, class) of one delta, added up from the threads' own histograms."""
+
+    def __init__(self, context: bool) -> None:
+        self.context = context
+        self.hists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def fresh(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Empty histograms for one thread's changes of `width` (dtypes of one width share their models)."""
+        classes = classes_of_width(width) if self.context else 1
+        return np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32)
+
+    def add(self, width: int, gap: np.ndarray, step: np.ndarray) -> None:
+        if width in self.hists:
+            self.hists[width][0].__iadd__(gap)
+            self.hists[width][1].__iadd__(step)
+        else:
+            self.hists[width] = (gap, step)
+
+
+def _ordered_chunks(sizes: np.ndarray, chunk: int) -> np.ndarray:
+    """(member, lo, hi) of every chunk of tensors of `sizes` elements, members in order, chunks ascending."""
+    counts = np.maximum(1, -(-sizes // chunk))
+    member = np.repeat(np.arange(sizes.size, dtype=np.int64), counts)
+    k = np.arange(member.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = k * chunk
+    return np.stack([member, lo, np.minimum(lo + chunk, sizes[member])], axis=1)
+
+
+def _key_tables(keys, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(base, block, skip) as int64 and the two seeds as uint64, one row per name (zeros without keys)."""
+    rows = [_sumhash.kernel_key(keys[n] if keys is not None else None) for n in names]
+    return (np.array([r[:3] for r in rows], np.int64).reshape(-1, 3),
+            np.array([r[3:] for r in rows], np.uint64).reshape(-1, 2))
+
+
+def _by_dtype(tensors, names: list[str]) -> dict[torch.dtype, list[str]]:
+    out: dict[torch.dtype, list[str]] = defaultdict(list)
+    for n in names:
+        out[tensors[n].dtype].append(n)
+    return out
 
 
 class ChunkedCodec(Codec):
@@ -201,101 +201,159 @@ class ChunkedCodec(Codec):
         layout = layout_of(dtype)
         return (layout.shift, layout.mask) if self.context else (0, 0)
 
+    def _classes(self, width: int) -> int:
+        return classes_of_width(width) if self.context else 1
+
     # -- encode -----------------------------------------------------------------------------------
 
     def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
         chunk = CHUNK if chunk is None else chunk
         if not 1 <= chunk <= MAX_CHUNK:
             raise ValueError(f"chunk must be in [1, {MAX_CHUNK}] elements, got {chunk}")
+        workers = default_workers() if workers is None else workers
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
         names = sorted(names)
-        hists = _Histograms()
-        found: dict[str, list[tuple[int, _Scanned]]] = {name: [] for name in names}
-        sums: dict[str, _sumhash.Sums] = {}
-        on_device = [n for n in names if not _device.on_host(old[n])]
-        self._scan_on_device(old, new, on_device, chunk, keys, found, sums, hists, workers, progress)
-        with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
-            self._scan_on_host(old, new, [n for n in names if _device.on_host(old[n])], chunk, keys, found, sums,
-                               hists, workers, progress)
-        with stage("code"):
-            models = _Models.build(hists.total())
-            changed = [(name, k, f) for name in names for k, f in found[name]]
-            words = run_tasks(self._coder(old, models), changed, workers, False, "")
-        return self._encoded(old, names, found, words, chunk, sums if keys is not None else None, models)
-
-    def _coder(self, old, models: _Models):
-        """The task that rANS-codes one chunk (name, index, scanned) into its words."""
-
-        def code(task: tuple[str, int, _Scanned]) -> np.ndarray:
-            name, _, f = task
-            width = old[name].element_size() * 8
-            classes = self._field(old[name].dtype)[1] + 1
-            out = np.empty(2 + 10 * f.count + (f.hi - f.lo + 1), np.uint16)
-            n = _rans.encode_chunk(f.cls, f.gaps, f.steps, f.lo, f.hi, models.of(0, width, classes),
-                                   models.of(1, width, classes), models.freq, models.cum, out)
-            return out[out.size - n:].copy()
-
-        return code
-
-    @staticmethod
-    def _encoded(old, names, found, words, chunk, sums, models: _Models) -> Encoded:
-        """The table of changed tensors and the three streams, from each chunk's words."""
-        entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse",
-                               sum(f.count for _, f in found[name])) for name in names if found[name]]
-        rows = [chunk]
-        for (k, f), w in zip(((k, f) for name in names for k, f in found[name]), words):
-            rows += [k, f.count, w.size, f.lo, f.hi]
-        stream = np.concatenate(words).astype("<u2") if words else np.zeros(0, "<u2")
-        blobs = {"models": pack(models.to_table()), "chunks": pack(np.asarray(rows, np.uint32)),
-                 "words": stream.tobytes()}
+        counts = _Counts(self.context)
+        moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
+        with _device.Staging() as staging:  # the device scans' host copies live until coded
+            found = self._scan_on_device(old, new, names, chunk, keys, counts, moved, workers, progress, staging)
+            with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
+                found += self._scan_on_host(old, new, names, chunk, keys, counts, moved, workers, progress)
+            with stage("code"):
+                models = _Models.build(counts.hists)
+                table, words = self._code(old, names, found, models, workers)
+        changed = np.bincount(table[:, 0], weights=table[:, 2], minlength=len(names)).astype(np.int64)
+        entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
+                   for name, c in zip(names, changed.tolist()) if c]
+        sums = ({name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
+                if keys is not None else None)
+        rows = np.concatenate([[chunk], table[:, 1:].reshape(-1)]).astype(np.uint32)
+        blobs = {"models": pack(models.to_table()), "chunks": pack(rows), "words": words.astype("<u2").tobytes()}
         return Encoded(entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if v else
                                  torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}, sums)
 
-    def _scan_on_host(self, old, new, names, chunk, keys, found, sums, hists, workers, progress) -> None:
-        """The compiled scan, one chunk per thread: changes, symbol counts and hash sums of `names`."""
-        tasks = [(name, k) for name in names for k in range(_chunks_of(old[name].numel(), chunk))]
-        flat = {name: (bits(old[name].detach()), bits(new[name].detach())) for name in names}
-        hash_keys = {name: _sumhash.kernel_key(keys[name] if keys is not None else None) for name in names}
+    def _scan_on_host(self, old, new, names, chunk, keys, counts: _Counts, moved, workers, progress) -> list[_Found]:
+        """The compiled scan of the host tensors among `names`, dtype by dtype: one call per worker, each over its
+        share of the chunks (changes, symbol counts and hash moves)."""
+        index = {n: i for i, n in enumerate(names)}
+        host = [n for n in names if _device.on_host(old[n])]
+        found = []
+        with tqdm(total=sum(old[n].numel() for n in host), desc=f"diff {self.name}", unit="el", unit_scale=True,
+                  disable=not progress or not host) as bar:
+            for dtype, members in _by_dtype(old, host).items():
+                shift, mask = self._field(dtype)
+                a_list = typed([bits(old[n].detach()) for n in members])
+                b_list = typed([bits(new[n].detach()) for n in members])
+                view = a_list[0].dtype.type
+                width = a_list[0].itemsize * 8
+                chunks = _ordered_chunks(np.array([old[n].numel() for n in members], np.int64), chunk)
+                ikeys, seeds = _key_tables(keys, members)
+                guess = max(1, chunk, int(chunks[:, 2].sum() - chunks[:, 1].sum()) // (64 * workers))
 
-        def scan(task: tuple[str, int]) -> tuple[_Scanned, _sumhash.Sums]:
-            name, k = task
-            a, b = flat[name]
-            shift, mask = self._field(old[name].dtype)
-            lo, hi = k * chunk, min(a.size, (k + 1) * chunk)
-            cls, gaps, steps = _SCRATCH.take(chunk, a.itemsize)
-            m, cmin, cmax, h0, h1 = scan_chunk(a, b, lo, hi, a.dtype.type(shift), a.dtype.type(mask), cls, gaps,
-                                               steps, hash_keys[name])
-            f = _Scanned(m, cmin, cmax, cls[:m].copy(), gaps[:m].copy(), steps[:m].copy())
-            if f.count:
-                self._count(old[name].dtype, f, hists)
-            return f, (int(h0), int(h1))
+                def scan(lo: int, hi: int, chunks=chunks, a_list=a_list, b_list=b_list, shift=view(shift),
+                         mask=view(mask), ikeys=ikeys, seeds=seeds, width=width, guess=guess) -> tuple:
+                    gap, step = counts.fresh(width)
+                    out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step, guess)
+                    bar.update(int(chunks[hi - 1, 2] - chunks[lo, 1]) if hi > lo else 0)
+                    return out + (gap, step)
 
-        for (name, k), (f, moved) in zip(tasks, run_tasks(scan, tasks, workers, progress, f"diff {self.name}")):
-            if f.count:
-                found[name].append((k, f))
-                sums[name] = _sumhash.add(sums.get(name, _sumhash.ZERO), moved)
+                spans = cut(chunks[:, 2] - chunks[:, 1], workers)
+                tensor = np.array([index[n] for n in members], np.int64)
+                for (lo, hi), (cls, gaps, steps, table, row_moved, gap, step) in zip(spans,
+                                                                                     in_threads(scan, spans)):
+                    counts.add(width, gap, step)
+                    part = chunks[lo:hi]
+                    moved += _batch.sum_by(tensor[part[:, 0]], row_moved, len(names))
+                    keep = table[:, 0] > 0
+                    ends = np.cumsum(table[keep, 0])
+                    rows = np.stack([tensor[part[keep, 0]], part[keep, 1] // chunk, ends - table[keep, 0], ends,
+                                     table[keep, 1], table[keep, 2]], axis=1)
+                    found.append(_Found(cls, gaps, steps, rows))
+        return found
 
-    def _scan_on_device(self, old, new, names, chunk, keys, found, sums, hists, workers, progress) -> None:
-        """The whole-tensor scan (`_device_scan`) of `names`, group by group where they live; then the changes'
-        symbols counted on host threads, chunk by chunk."""
-        counted = []
-        for group in tqdm(_device_scan.groups(old, names, chunk), desc=f"diff {self.name} on the device",
-                          unit="group", disable=not progress or not names):
-            shift, mask = self._field(old[group.names[0]].dtype)
-            got = _device_scan.scan(old, new, group, shift, mask, keys)
-            for t, k, first, end, lo, hi in got.chunks:
-                f = _Scanned(end - first, lo, hi, got.cls[first:end], got.gaps[first:end], got.steps[first:end])
-                found[group.names[t]].append((k, f))
-                counted.append((old[group.names[t]].dtype, f))
-            for name, moved, count in zip(group.names, got.sums or [None] * len(group.names), got.counts):
-                if count and moved is not None:  # a tensor in parts: each part moves it
-                    sums[name] = _sumhash.add(sums.get(name, _sumhash.ZERO), moved)
+    def _scan_on_device(self, old, new, names, chunk, keys, counts: _Counts, moved, workers, progress,
+                        staging) -> list[_Found]:
+        """The whole-tensor scan (`_device_scan`) of the device tensors among `names`, group by group where they
+        live; each group's symbols are counted on host threads while the device scans the next group."""
+        index = {n: i for i, n in enumerate(names)}
+        found = []
+        pending = None
+
+        def count(got: _device_scan.Scanned, width: int) -> None:
+            spans = cut(got.rows[:, 3] - got.rows[:, 2], workers)
+            results = in_threads(lambda lo, hi: self._count_rows(got, lo, hi, width), spans)
+            for gap, step in results:
+                counts.add(width, gap, step)
+
+        on_device = [n for n in names if not _device.on_host(old[n])]
+        with ThreadPoolExecutor(1, thread_name_prefix="delta-count") as host_stage:
+            for group in tqdm(_device_scan.groups(old, on_device, chunk), desc=f"diff {self.name} on the device",
+                              unit="group", disable=not progress or not on_device):
+                shift, mask = self._field(old[group.names[0]].dtype)
+                got = _device_scan.scan(old, new, group, shift, mask, keys, staging)
+                tensor = np.array([index[n] for n in group.names], np.int64)
+                if got.sums is not None:
+                    moved += _batch.sum_by(tensor, got.sums, len(names))
+                rows = got.rows.copy()
+                rows[:, 0] = tensor[rows[:, 0]]
+                found.append(_Found(got.cls, got.gaps, got.steps, rows))
+                if pending is not None:
+                    pending.result()
+                pending = host_stage.submit(contextvars.copy_context().run, self._counted_in_stage, count, got,
+                                            old[group.names[0]].element_size() * 8)
+            if pending is not None:
+                pending.result()
+        return found
+
+    @staticmethod
+    def _counted_in_stage(count, got, width) -> None:
         with stage("code"):
-            run_tasks(lambda task: self._count(task[0], task[1], hists), counted, workers, False, "")
+            count(got, width)
 
-    def _count(self, dtype: torch.dtype, f: _Scanned, hists: _Histograms) -> None:
-        width = dtype.itemsize * 8
-        gap_hist, step_hist = hists.of(width, classes_of_width(width) if self.context else 1)
-        _rans.count_symbols(f.cls, f.gaps, f.steps, f.lo, f.hi, gap_hist, step_hist)
+    def _count_rows(self, got: _device_scan.Scanned, lo: int, hi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        gap, step = _Counts(self.context).fresh(width)
+        _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step)
+        return gap, step
+
+    def _code(self, old, names, found: list[_Found], models: _Models, workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """rANS-code every chunk with changes, width by width, one compiled call per worker; returns the chunk
+        table (tensor, chunk, changed, words, lowest class, highest class per row, in file order) and the words."""
+        found = [f for f in found if len(f.rows)]
+        if not found:
+            return np.zeros((0, 6), np.int64), np.zeros(0, np.uint16)
+        source = np.concatenate([np.full(len(f.rows), i, np.int64) for i, f in enumerate(found)])
+        rows = np.concatenate([f.rows for f in found])
+        order = np.lexsort((rows[:, 1], rows[:, 0]))  # file order: tensors by name, chunks ascending
+        rows, source = rows[order], source[order]
+        widths = np.array([old[n].element_size() * 8 for n in names], np.int64)[rows[:, 0]]
+        nwords = np.zeros(len(rows), np.int64)
+        where = np.zeros((len(rows), 3), np.int64)  # buffer, start in it, words
+        buffers = []
+        for width in np.unique(widths).tolist():
+            sel = np.flatnonzero(widths == width)
+            used = np.unique(source[sel])
+            local = np.searchsorted(used, source[sel])
+            lists = [typed([getattr(found[i], f) for i in used.tolist()]) for f in ("cls", "gaps", "steps")]
+            coded = np.stack([local, rows[sel, 2], rows[sel, 3], rows[sel, 4], rows[sel, 5]], axis=1)
+            classes = self._classes(width)
+            gap_model, step_model = models.of(0, width, classes), models.of(1, width, classes)
+
+            def code(lo: int, hi: int, coded=coded, lists=lists, gap_model=gap_model, step_model=step_model):
+                return _batch.code_rows(*lists, coded[lo:hi], gap_model, step_model, models.freq, models.cum)
+
+            spans = cut(coded[:, 2] - coded[:, 1], workers)
+            for (lo, hi), (words, counts) in zip(spans, in_threads(code, spans)):
+                at = sel[lo:hi]
+                nwords[at] = counts
+                where[at, 0] = len(buffers)
+                where[at, 1] = np.cumsum(counts) - counts
+                buffers.append(words)
+        where[:, 2] = nwords
+        words = np.empty(int(nwords.sum()), np.uint16)
+        _batch.gather_words(typed(buffers), where, words)
+        table = np.stack([rows[:, 0], rows[:, 1], rows[:, 3] - rows[:, 2], nwords, rows[:, 4], rows[:, 5]], axis=1)
+        return table, words
 
     # -- decode -----------------------------------------------------------------------------------
 
@@ -309,9 +367,10 @@ class ChunkedCodec(Codec):
                 raise DeltaFormatError(f"stream {name!r} must be a 1-D uint8 tensor, got "
                                        f"{'nothing' if blob is None else f'{blob.dtype} {tuple(blob.shape)}'}")
 
-    def _parse(self, entries: tuple[TensorEntry, ...], blobs) -> tuple[_Models, list[list[tuple]], np.ndarray, int]:
-        """Models, per entry its chunks with changes (index, count, words start, words end, lo, hi), the words
-        and the chunk size.
+    def _parse(self, entries: tuple[TensorEntry, ...], blobs) -> tuple[_Models, np.ndarray, np.ndarray, int]:
+        """Models, the chunk rows with changes, the words and the chunk size. A row is (entry, chunk, changed,
+        first word, one past its last word, lowest class, highest class, first change in its entry's changes),
+        entries in order, chunks ascending.
 
         Every count is checked against the tensor sizes and the stream lengths before anything the
         size of a tensor is allocated: the chunk table is bounded by the words it describes, the
@@ -336,155 +395,228 @@ class ChunkedCodec(Codec):
             raise DeltaFormatError(f"stream 'chunks' is malformed: chunk size {int(head[0]) if head.size else None} "
                                    f"(must be in [1, {MAX_CHUNK}]), {head.size - 1} values (a multiple of 5)")
         chunk = int(head[0])
-        rows = head[1:].reshape(-1, 5).astype(np.int64)
-        plan, at, row = [], 0, 0
-        classes: dict[int, set[int]] = defaultdict(set)  # classes a chunk of each width spans
-        largest: dict[int, int] = defaultdict(int)  # the largest chunk of each width: gaps stay below it
-        symbols = 0  # the most distinct symbols the models can need: a gap and a step per change, an END per class
+        table = head[1:].reshape(-1, 5).astype(np.int64)
+        dtypes = [DTYPES_BY_NAME[e.dtype] for e in entries]
+        masks = np.array([self._field(d)[1] for d in dtypes], np.int64)
+        widths = np.array([layout_of(d).itemsize * 8 for d in dtypes], np.int64)
+        numel = np.array([e.numel for e in entries], np.int64)
+        changed = np.array([e.changed for e in entries], np.int64)
+        owner, first_word, used, at, err, row, bad, held = _batch.walk_rows(table, changed, numel, masks, chunk)
+        if err == 1:
+            raise DeltaFormatError(f"stream 'chunks' ends after {held} of {changed[bad]} changed elements",
+                                   tensor=entries[bad].name)
+        if err == 2:
+            k, count, n_words, lo, hi = table[row].tolist()
+            raise DeltaFormatError(f"chunk row {row + 1} is malformed (chunk {k}, {count} changed, {n_words} words, "
+                                   f"classes {lo}..{hi})", tensor=entries[bad].name)
+        if used != len(table) or at != words.size:
+            raise DeltaFormatError(f"streams 'chunks' and 'words' hold data no tensor uses ({len(table) - used} rows, "
+                                   f"{words.size - at} words)")
+        ends = np.cumsum(table[:, 1])
+        starts = np.repeat(np.cumsum(changed) - changed, np.bincount(owner[:used], minlength=len(entries)))
+        rows = np.stack([owner, table[:, 0], table[:, 1], first_word, first_word + table[:, 2], table[:, 3],
+                         table[:, 4], ends - table[:, 1] - starts], axis=1)
+        allowed = self._allowed(rows, widths, numel, chunk)
+        models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models",
+                                           self._most_model_values(rows, allowed)), allowed)
+        return models, rows, words, chunk
+
+    @staticmethod
+    def _sizes(rows: np.ndarray, numel: np.ndarray, chunk: int) -> np.ndarray:
+        """Elements of each row's chunk."""
+        return np.minimum(numel[rows[:, 0]], (rows[:, 1] + 1) * chunk) - rows[:, 1] * chunk
+
+    def _allowed(self, rows, widths, numel, chunk) -> dict[Key, int]:
+        """Per model the chunk table's classes can use, the largest symbol its values can need: a gap is below its
+        chunk's size, a step minus one below 2**width - 1."""
+        allowed: dict[Key, int] = {}
+        sizes = self._sizes(rows, numel, chunk)
+        for width in np.unique(widths[rows[:, 0]]).tolist():
+            sel = widths[rows[:, 0]] == width
+            span = np.zeros(self._classes(width) + 1, np.int64)  # classes some chunk of this width spans
+            np.add.at(span, rows[sel, 5], 1)
+            np.add.at(span, rows[sel, 6] + 1, -1)
+            gap_top, step_top = _rans.symbol_of(int(sizes[sel].max()) - 1), _rans.symbol_of((1 << width) - 2)
+            for c in np.flatnonzero(np.cumsum(span)[:-1] > 0).tolist():
+                allowed[(0, width, c)] = gap_top
+                allowed[(1, width, c)] = step_top
+        return allowed
+
+    @staticmethod
+    def _most_model_values(rows, allowed: dict[Key, int]) -> int:
+        """The most values stream `models` can hold: 4 per model, 2 per (symbol, frequency) pair, pairs bounded by
+        the symbols the changes can need (a gap and a step per change, an END per class) and by the alphabets."""
+        symbols = int((2 * rows[:, 2] + rows[:, 6] - rows[:, 5] + 1).sum())
+        pairs = 0
+        for key, top in allowed.items():
+            pairs += top + 1 + (key[0] == 0)
+        return 4 * len(allowed) + 2 * min(symbols, pairs)
+
+    def _model_tables(self, models: _Models, entries) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per entry its family (width, classes) and width; per family the model of each class (-1: none), padded
+        to the most classes: what `_batch.decode_rows` takes."""
+        families: dict[tuple[int, int], int] = {}
+        family, width = [], []
         for e in entries:
             dtype = DTYPES_BY_NAME[e.dtype]
-            mask, width = self._field(dtype)[1], layout_of(dtype).itemsize * 8
-            chunks, held, previous = [], 0, -1
-            while held < e.changed:
-                if row >= len(rows):
-                    raise DeltaFormatError(f"stream 'chunks' ends after {held} of {e.changed} changed elements",
-                                           tensor=e.name)
-                k, count, n_words, lo, hi = rows[row].tolist()
-                row += 1
-                size = min(e.numel, (k + 1) * chunk) - k * chunk
-                if (not previous < k < _chunks_of(e.numel, chunk) or not 1 <= count <= min(size, e.changed - held)
-                        or n_words < 2 or not 0 <= lo <= hi <= mask):
-                    raise DeltaFormatError(f"chunk row {row} is malformed (chunk {k}, {count} changed, {n_words} words, "
-                                           f"classes {lo}..{hi})", tensor=e.name)
-                chunks.append((k, count, at, at + n_words, lo, hi))
-                classes[width].update(range(lo, hi + 1))
-                largest[width] = max(largest[width], size)
-                symbols += 2 * count + hi - lo + 1
-                held, previous, at = held + count, k, at + n_words
-            plan.append(chunks)
-        if row != len(rows) or at != words.size:
-            raise DeltaFormatError(f"streams 'chunks' and 'words' hold data no tensor uses ({len(rows) - row} rows, "
-                                   f"{words.size - at} words)")
-        # Per model, the largest symbol its values can need: a gap is below its chunk's size, a step minus one
-        # below 2**width - 1; so the most symbols (pairs) it holds, END included for gap models.
-        allowed = {(kind, width, c): _rans.symbol_of(largest[width] - 1 if kind == 0 else (1 << width) - 2)
-                   for width, cs in classes.items() for c in cs for kind in range(len(KINDS))}
-        pairs = sum(top + 1 + (key[0] == 0) for key, top in allowed.items())
-        most = 4 * len(allowed) + 2 * min(symbols, pairs)
-        models = _Models.from_table(unpack(raw["models"], np.uint32, None, "models", most), allowed)
-        return models, plan, words, chunk
+            w, classes = layout_of(dtype).itemsize * 8, self._field(dtype)[1] + 1
+            family.append(families.setdefault((w, classes), len(families)))
+            width.append(w)
+        most = max([c for _, c in families] + [1])
+        gap_models = np.full((max(1, len(families)), most), -1, np.int32)
+        step_models = gap_models.copy()
+        for (w, classes), f in families.items():
+            gap_models[f, :classes], step_models[f, :classes] = models.of(0, w, classes), models.of(1, w, classes)
+        return np.array(family, np.int64), np.array(width, np.int64), gap_models, step_models
+
+    def _decode_table(self, models, entries, rows, chunk, out: np.ndarray | None) -> tuple:
+        """Rows for `_batch.decode_rows` (columns FAMILY..OUT) and the model tables; `out`: each row's first change
+        in the output arrays (None: check only)."""
+        family, width, gap_models, step_models = self._model_tables(models, entries)
+        numel = np.array([e.numel for e in entries], np.int64)
+        e = rows[:, 0]
+        table = np.stack([family[e], width[e], self._sizes(rows, numel, chunk), rows[:, 2], rows[:, 3], rows[:, 4],
+                          rows[:, 5], rows[:, 6], np.zeros(len(rows), np.int64) if out is None else out], axis=1)
+        return table, gap_models, step_models
+
+    def _raise_at(self, err: int, row: int, rows: np.ndarray, entries, chunk) -> None:
+        raise DeltaFormatError(f"chunk at element {int(rows[row, 1]) * chunk} does not decode: "
+                               f"{_rans.DECODE_ERRORS[err]}", tensor=entries[int(rows[row, 0])].name)
 
     def decode(self, entries, blobs, state, workers=None, keys=None):
-        models, plan, words, chunk = self._parse(entries, blobs)
-        parsed = dict(zip((e.name for e in entries), zip(entries, plan)))
-        on_device = [e.name for e in entries if not _device.on_host(state[e.name])]
-        changes = self._decode_on_device(on_device, parsed, models, words, chunk, state, workers, keys)
-        changes.update(self._decode_on_host([e.name for e in entries if _device.on_host(state[e.name])], parsed,
-                                            models, words, chunk, state, workers, keys))
+        workers = default_workers() if workers is None else workers
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        models, rows, words, chunk = self._parse(entries, blobs)
+        on_device = [i for i, e in enumerate(entries) if not _device.on_host(state[e.name])]
+        on_host = [i for i, e in enumerate(entries) if _device.on_host(state[e.name])]
+        changes = self._decode_on_device(on_device, entries, models, rows, words, chunk, state, workers, keys)
+        changes.update(self._decode_on_host(on_host, entries, models, rows, words, chunk, state, workers, keys))
         return [changes[e.name] for e in entries]
 
-    def _decode_chunk(self, models: _Models, words: np.ndarray, e: TensorEntry, row: tuple, start: int, size: int,
-                      cls: np.ndarray, ranks: np.ndarray, steps: np.ndarray) -> None:
-        """rANS-decode one chunk (of `size` elements from `start`) of tensor `e` into class-major (cls, ranks,
-        steps); raises on a bad stream."""
-        _, count, w0, w1, lo, hi = row
-        mask, width = self._field(DTYPES_BY_NAME[e.dtype])[1], layout_of(DTYPES_BY_NAME[e.dtype]).itemsize * 8
-        err = _rans.decode_chunk(words[w0:w1], lo, hi, size, width, models.of(0, width, mask + 1),
-                                 models.of(1, width, mask + 1), models.freq, models.cum, models.lut, count, cls, ranks,
-                                 steps)
-        if err:
-            raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
-                                   tensor=e.name)
+    def _decode_on_host(self, chosen, entries, models, rows, words, chunk, state, workers, keys) -> dict[str, Change]:
+        """Decode, place and hash the changes of entries `chosen` (host tensors), dtype by dtype: one compiled call
+        per worker over its share of the chunks."""
+        changes = {}
+        by_dtype: dict[torch.dtype, list[int]] = defaultdict(list)
+        for i in chosen:
+            by_dtype[state[entries[i].name].dtype].append(i)
+        for dtype, members in by_dtype.items():
+            shift, mask = self._field(dtype)
+            names = [entries[i].name for i in members]
+            a = [bits(state[n]) for n in names]
+            dense = np.array([entries[i].changed * (8 + x.itemsize) > x.nbytes for i, x in zip(members, a)])
+            # Positions and values would take more room than the tensor where `dense`: build the new tensor
+            # instead (a copy of the old one with each chunk's changes written in), so no delta costs the reader
+            # more than one copy of each tensor it changes.
+            pos = [np.empty(0 if d else entries[i].changed, np.int64) for i, d in zip(members, dense)]
+            val = [x.copy() if d else np.empty(entries[i].changed, x.dtype) for i, x, d in zip(members, a, dense)]
+            local = np.full(len(entries), -1, np.int64)
+            local[members] = np.arange(len(members))
+            sel = np.flatnonzero(local[rows[:, 0]] >= 0)
+            part = rows[sel]
+            placed = np.stack([local[part[:, 0]], part[:, 1], part[:, 2], part[:, 3], part[:, 4], part[:, 5],
+                               part[:, 6], part[:, 7]], axis=1)
+            ikeys, seeds = _key_tables(keys, names)
+            width = a[0].itemsize * 8
+            classes = self._classes(width)
+            lists = (typed(a), typed(pos), typed(val))
+            view = a[0].dtype.type
+            moved = np.zeros((len(placed), 2), np.uint64)
 
-    def _decode_on_host(self, names, parsed, models, words, chunk, state, workers, keys) -> dict[str, Change]:
-        """Decode and locate chunk by chunk on host threads (compiled), hashing each change as it is placed."""
-        changes, tasks = {}, []
-        for name in names:
-            e, chunks = parsed[name]
-            a = bits(state[name])
-            if e.changed * (8 + a.itemsize) > a.nbytes:
-                # Positions and values would take more room than the tensor: build the new tensor instead (a
-                # copy of the old one, each chunk's changes written into it), so no delta costs the reader
-                # more than one copy of each tensor it changes.
-                change = Change(name, None, a.copy())
-            else:
-                change = Change(name, np.empty(e.changed, np.int64), np.empty(e.changed, a.dtype))
-            changes[name] = change
-            key = _sumhash.kernel_key(keys[name] if keys is not None else None)
-            offset = 0
-            for row in chunks:
-                tasks.append((e, a, row, change, offset, key))
-                offset += row[1]
+            def run(lo: int, hi: int, placed=placed, lists=lists, dense=dense, shift=view(shift), mask=view(mask),
+                    gap_model=models.of(0, width, classes), step_model=models.of(1, width, classes), ikeys=ikeys,
+                    seeds=seeds, moved=moved) -> tuple[int, int]:
+                err, row = _batch.place_rows(words, placed[lo:hi], *lists, dense, shift, mask, chunk, gap_model,
+                                             step_model, models.freq, models.cum, models.lut, ikeys, seeds,
+                                             moved[lo:hi])
+                return err, (lo + row if err else -1)
 
-        def run(task: tuple) -> _sumhash.Sums:
-            e, a, row, change, offset, key = task
-            k, count = row[0], row[1]
-            start, end = k * chunk, min(a.size, (k + 1) * chunk)
-            shift, mask = self._field(DTYPES_BY_NAME[e.dtype])
-            # Per change: its class, its rank in the chunk (< 2**26) and its step (fits the tensor's width).
-            cls, ranks, steps = np.empty(count, np.uint16), np.empty(count, np.int32), np.empty(count, a.dtype)
-            self._decode_chunk(models, words, e, row, start, end - start, cls, ranks, steps)
-            if change.positions is None:
-                positions = np.empty(count, np.int32 if a.size < 2**31 else np.int64)
-                values = np.empty(count, a.dtype)
-            else:
-                positions, values = change.positions[offset:offset + count], change.values[offset:offset + count]
-            err, h0, h1 = locate_chunk(a, start, end, a.dtype.type(shift), a.dtype.type(mask), cls, ranks, steps,
-                                       positions, values, key)
-            if not err and change.positions is None:
-                _put(change.values, positions, values)
-            del positions, values, cls, ranks, steps  # the error's traceback keeps this frame: not its scratch
-            if err:
-                raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
-                                       tensor=e.name)
-            return int(h0), int(h1)
-
-        with stage("decode"):  # rANS, placing and hashing each change: one compiled pass per chunk
-            moved = run_tasks(run, tasks, workers, False, "")
-        if keys is not None:
-            for (e, *_), d in zip(tasks, moved):
-                changes[e.name].sums = _sumhash.add(changes[e.name].sums or _sumhash.ZERO, d)
+            # cost: the context scan walks every element of a chunk; `gap` only its changes
+            sizes = self._sizes(part, np.array([e.numel for e in entries], np.int64), chunk)
+            spans = cut(sizes if self.context else part[:, 2], workers)
+            with stage("decode"):  # rANS, placing and hashing each change
+                failed = [(row, err) for err, row in in_threads(run, spans) if err]
+            if failed:
+                row, err = min(failed)
+                self._raise_at(err, int(sel[row]), rows, entries, chunk)
+            sums = _batch.sum_by(placed[:, 0], moved, len(members))
+            for t, name in enumerate(names):
+                changes[name] = Change(name, None if dense[t] else pos[t], val[t],
+                                       (int(sums[t, 0]), int(sums[t, 1])) if keys is not None else None)
         return changes
 
-    def _decode_on_device(self, names, parsed, models, words, chunk, state, workers, keys) -> dict[str, Change]:
-        """Decode the chunks on host threads into one array per group, then place them on the device
-        (`_device_scan.locate`): positions and values stay there."""
+    def _decode_on_device(self, chosen, entries, models, rows, words, chunk, state, workers, keys
+                          ) -> dict[str, Change]:
+        """Decode each group's chunks on host threads into staging memory, then place them on the device
+        (`_device_scan.locate`): the host decodes group k + 1 while the device places group k."""
+        if not chosen:
+            return {}
+        names = [entries[i].name for i in chosen]
+        index = {e.name: i for i, e in enumerate(entries)}
+        groups = _device_scan.groups(state, names, chunk)
+        table, gap_models, step_models = self._decode_table(models, entries, rows, chunk, None)
         parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, _sumhash.Sums | None]]] = defaultdict(list)
-        for group in _device_scan.groups(state, names, chunk):
-            members = []  # per member: its chunk rows
-            for t, name in enumerate(group.names):
+        device = state[names[0]].device
+
+        bounds = np.searchsorted(rows[:, 0], np.arange(len(entries) + 1))  # each entry's rows
+
+        def decode_group(group: _device_scan.Group, staging: _device.Staging) -> tuple:
+            picked = []
+            for t, name in enumerate(group.names):  # the member's rows: its chunks inside the group's part
+                lo, hi = bounds[index[name]], bounds[index[name] + 1]
                 first = group.first_chunk(t)
+                k = rows[lo:hi, 1]
                 last = first + -(-group.sizes[t] // chunk)
-                members.append([row for row in parsed[name][1] if first <= row[0] < last])
-            counts = [sum(row[1] for row in rows) for rows in members]
+                picked.append(np.arange(lo + np.searchsorted(k, first), lo + np.searchsorted(k, last)))
+            sel = np.concatenate(picked)
+            counts = [int(rows[p, 2].sum()) for p in picked]
+            total = int(rows[sel, 2].sum())
             width = state[group.names[0]].element_size() * 8
-            total = sum(counts)
-            cls, ranks = np.empty(total, np.uint16), np.empty(total, np.int32)
-            steps, gchunk = np.empty(total, _UINT_OF_WIDTH[width]), np.empty(total, np.int64)
-            tasks, at = [], 0
-            for t, rows in enumerate(members):
-                e = parsed[group.names[t]][0]
-                for row in rows:
-                    size = min(e.numel, (row[0] + 1) * chunk) - row[0] * chunk
-                    tasks.append((e, row, row[0] * chunk, size, at))
-                    gchunk[at:at + row[1]] = group.chunk_base[t] + row[0] - group.first_chunk(t)
-                    at += row[1]
-
-            def run(task: tuple) -> None:
-                e, row, start, size, at = task
-                n = row[1]
-                self._decode_chunk(models, words, e, row, start, size, cls[at:at + n], ranks[at:at + n],
-                                   steps[at:at + n])
-
+            pinned = device.type != "cpu"
+            cls = staging.empty(total, np.uint16, pinned)
+            ranks = staging.empty(total, np.int32, pinned)
+            steps = staging.empty(total, _UINT_OF_WIDTH[width], pinned)
+            part = table[sel].copy()
+            part[:, _batch.OUT] = np.cumsum(part[:, _batch.COUNT]) - part[:, _batch.COUNT]
+            spans = cut(part[:, _batch.COUNT], workers)
             with stage("decode"):
-                run_tasks(run, tasks, workers, False, "")
-            shift, mask = self._field(state[group.names[0]].dtype)
-            got = _device_scan.locate(state, group, shift, mask, cls, ranks, steps, gchunk, counts, keys)
-            if got.bad is not None:
-                raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[8]}",
-                                       tensor=group.names[got.bad])
-            for t, name in enumerate(group.names):
-                parts[name].append((got.positions[t], got.values[t], got.sums[t] if got.sums else None))
+                failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
+                    lambda lo, hi: _batch.decode_rows(words, part[lo:hi], gap_models, step_models, models.freq,
+                                                      models.cum, models.lut, cls, ranks, steps), spans)) if err]
+            if failed:
+                row, err = min(failed)
+                return None, (err, int(sel[row]))
+            member = np.repeat(np.arange(len(group.names)), [p.size for p in picked])
+            gchunk = group.chunk_base[member] + rows[sel, 1] - np.array(group.starts, np.int64)[member] // chunk
+            return (cls, ranks, steps, gchunk, rows[sel, 2], counts), None
+
+        with ThreadPoolExecutor(1, thread_name_prefix="delta-decode") as host_stage:
+            stagings = [_device.Staging() for _ in groups]
+            ahead = [host_stage.submit(contextvars.copy_context().run, decode_group, g, s)
+                     for g, s in zip(groups[:1], stagings[:1])]
+            try:
+                for k, group in enumerate(groups):
+                    decoded, failure = ahead[k].result()
+                    if k + 1 < len(groups):  # the host decodes the next group while the device places this one
+                        ahead.append(host_stage.submit(contextvars.copy_context().run, decode_group, groups[k + 1],
+                                                       stagings[k + 1]))
+                    if failure is not None:
+                        self._raise_at(*failure, rows, entries, chunk)
+                    shift, mask = self._field(state[group.names[0]].dtype)
+                    got = _device_scan.locate(state, group, shift, mask, *decoded, keys)
+                    stagings[k].close()  # `locate` waited for the device: the uploads are done
+                    if got.bad is not None:
+                        raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[8]}",
+                                               tensor=group.names[got.bad])
+                    for t, name in enumerate(group.names):
+                        parts[name].append((got.positions[t], got.values[t], got.sums[t] if got.sums else None))
+            finally:
+                for f in ahead:
+                    f.cancel()
+                wait(ahead)
+                for s in stagings:
+                    s.close()
         changes = {}
         for name, pieces in parts.items():
             positions, values, moved = zip(*pieces)
@@ -502,44 +634,26 @@ class ChunkedCodec(Codec):
         every word used, holds as many changes per class range as the chunk table says, ranks below the
         chunk's size, steps within the dtype's width. Not checkable without the old tensor: for `ctx`,
         that each rank exists in its class of the old tensor; for both, the new values themselves."""
-        models, plan, words, chunk = self._parse(entries, blobs)
+        workers = default_workers() if workers is None else workers
+        models, rows, words, chunk = self._parse(entries, blobs)
+        table, gap_models, step_models = self._decode_table(models, entries, rows, chunk, None)
         none16, none32, noneu = np.empty(0, np.uint16), np.empty(0, np.int32), np.empty(0, np.uint64)
-        tasks = []
-        for e, chunks in zip(entries, plan):
-            dtype = DTYPES_BY_NAME[e.dtype]
-            mask, width = self._field(dtype)[1], layout_of(dtype).itemsize * 8
-            gap_model, step_model = models.of(0, width, mask + 1), models.of(1, width, mask + 1)
-            for k, count, w0, w1, lo, hi in chunks:
-                size = min(e.numel, (k + 1) * chunk) - k * chunk
-                tasks.append((e.name, k * chunk, size, width, count, w0, w1, lo, hi, gap_model, step_model))
-
-        def run(task: tuple) -> None:
-            name, start, size, width, count, w0, w1, lo, hi, gap_model, step_model = task
-            err = _rans.decode_chunk(words[w0:w1], lo, hi, size, width, gap_model, step_model, models.freq, models.cum,
-                                     models.lut, count, none16, none32, noneu)
-            if err:
-                raise DeltaFormatError(f"chunk at element {start} does not decode: {_rans.DECODE_ERRORS[err]}",
-                                       tensor=name)
-
-        run_tasks(run, tasks, workers, False, "")
+        spans = cut(table[:, _batch.COUNT], workers)
+        failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
+            lambda lo, hi: _batch.decode_rows(words, table[lo:hi], gap_models, step_models, models.freq, models.cum,
+                                              models.lut, none16, none32, noneu), spans)) if err]
+        if failed:
+            row, err = min(failed)
+            self._raise_at(err, row, rows, entries, chunk)
         where = ("positions inside their chunk, strictly increasing" if not self.context else
                  "class ranks inside their chunk")
-        return (f"{len(entries)} tensors in {len(tasks)} chunks, every chunk's rANS words decoding exactly to the "
+        return (f"{len(entries)} tensors in {len(rows)} chunks, every chunk's rANS words decoding exactly to the "
                 f"chunk table's counts, with {where} and steps within each dtype's width")
 
     def tensor_bytes(self, entries, blobs):
         """Each tensor's rANS words, plus its share of the tables by the share of words it holds."""
-        _, plan, _, _ = self._parse(entries, blobs)
+        _, rows, _, _ = self._parse(entries, blobs)
         tables = sum(v.numel() for k, v in blobs.items() if k != "words")
-        own = {e.name: 2 * sum(c[3] - c[2] for c in chunks) for e, chunks in zip(entries, plan)}
-        total = max(1, sum(own.values()))
-        return {name: n + round(tables * n / total) for name, n in own.items()}
-
-
-@njit(nogil=True, cache=True)
-def _put(flat, positions, values):  # pragma: no cover - compiled
-    """flat[positions] = values, without the GIL (numpy's fancy assignment holds it)."""
-    for j in range(positions.size):
-        flat[positions[j]] = values[j]
-
-
+        own = 2 * np.bincount(rows[:, 0], weights=rows[:, 4] - rows[:, 3], minlength=len(entries)).astype(np.int64)
+        total = max(1, int(own.sum()))
+        return {e.name: int(n) + round(tables * int(n) / total) for e, n in zip(entries, own.tolist())}

@@ -14,7 +14,7 @@ over a whole group of tensors (one tensor, or small tensors of one dtype concate
   found at (where c's run enters the chunk) + r. Old values are gathered there, new ones computed, and the
   result's hash moved by the changed elements alone, before anything is written.
 
-The host coder (`_rans`) takes the changes chunk by chunk, exactly as the host scan would have produced
+The host coder (`_batch`, `_rans`) takes the changes chunk by chunk, exactly as the host scan would have produced
 them (a chunk's changes class by class: the order the coder groups them in anyway), so the bytes are the
 same. Every step is plain torch: on CPU tensors (`DELTA_DEVICE_PATH=1`) it is the same code, tested bit
 for bit against the host path.
@@ -155,24 +155,26 @@ class Scanned:
 
     Attributes:
         cls, gaps, steps: Per change: class, gap from the previous change of its class in its chunk (its rank
-            for the first), zigzag step (>= 1).
-        chunks: Per chunk with changes: (member of the group, chunk index in its tensor, first change, one past
-            its last change, lowest class, highest class).
-        counts: Changed elements per member of the group.
-        sums: Per member, how its tensor's element sums move (when keys were given).
+            for the first), zigzag step (>= 1) in the tensors' own width (unsigned).
+        rows: Per chunk with changes (int64): member of the group, chunk index in its tensor, first change, one
+            past its last change, lowest class, highest class.
+        sums: Per member, how its tensor's element sums move (two uint64 lanes; when keys were given).
     """
 
     cls: np.ndarray
     gaps: np.ndarray
     steps: np.ndarray
-    chunks: list[tuple[int, int, int, int, int, int]]
-    counts: list[int]
-    sums: list[Sums] | None
+    rows: np.ndarray
+    sums: np.ndarray | None
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
-         keys: Mapping[str, TensorKey] | None) -> Scanned:
-    """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host.
+         keys: Mapping[str, TensorKey] | None, staging: _device.Staging | None = None) -> Scanned:
+    """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host
+    (into `staging`'s buffers when given), of 2 + 4 + the element size bytes per change and a few per chunk.
 
     `keys`: hash the changes too (`_sumhash`), per tensor.
     """
@@ -207,7 +209,11 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
         gaps = rank - previous - 1
         av, bv = _sumhash.as_int64(a[pos], width), _sumhash.as_int64(b[pos], width)
         steps = _steps(av, bv, width)
-        crossing = [c.to(torch.int16), gaps.to(torch.int32), steps, gchunk]
+        # Per chunk with changes: its number, its changes, its lowest and highest class (classes ascend in a chunk).
+        ids, per = torch.unique_consecutive(gchunk, return_counts=True)
+        ends = torch.cumsum(per, 0)
+        lo_hi = torch.stack([c[ends - per], c[ends - 1]], dim=1) if pos.numel() else per.new_zeros((0, 2))
+        crossing = [c.to(torch.int16), gaps.to(torch.int32), _narrow(steps, a.dtype, width), ids, per, lo_hi]
     if keys is not None:
         with stage("hash"):
             table = _sumhash.key_table([keys[n] for n in group.names], device)
@@ -216,25 +222,21 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
             per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(index, tid, table, av, bv))
             crossing.append(per_tensor)
     with stage("transfer"):
-        host = _device.to_host_all(crossing)
-    cls, gaps_h, steps_h, gchunk_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(np.uint64), host[3]
-    sums = [_sumhash.sums_of_halves(row) for row in host[4].tolist()] if keys is not None else None
-    chunks, counts = _chunk_rows(group, cls, gchunk_h)
-    return Scanned(cls, gaps_h, steps_h, chunks, counts, sums)
+        host = _device.to_host_all(crossing, staging)
+    cls, gaps_h, steps_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(_UINT[a.element_size()])
+    sums = _sumhash.sums_of_halves_array(host[6]) if keys is not None else None
+    return Scanned(cls, gaps_h, steps_h, _chunk_rows(group, host[3], host[4], host[5]), sums)
 
 
-def _chunk_rows(group: Group, cls: np.ndarray, gchunk: np.ndarray
-                ) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]:
-    """Per chunk with changes: (member, chunk in its tensor, first, end, lowest class, highest class); and
-    changes per member. Host numpy over the changes: `gchunk` is ascending."""
+def _chunk_rows(group: Group, ids: np.ndarray, per: np.ndarray, lo_hi: np.ndarray) -> np.ndarray:
+    """Rows (member, chunk in its tensor, first, end, lowest class, highest class) of the chunks with changes,
+    from their group-wide numbers `ids` (ascending) and changes `per` chunk."""
     chunk_base = group.chunk_base
-    starts = np.flatnonzero(np.diff(gchunk, prepend=-1)) if gchunk.size else np.zeros(0, np.int64)
-    ends = np.append(starts[1:], gchunk.size)
-    owner = np.searchsorted(chunk_base, gchunk[starts], side="right") - 1
-    counts = np.bincount(owner, weights=ends - starts, minlength=len(group.names)).astype(np.int64).tolist()
-    rows = [(t, int(g - chunk_base[t]) + group.first_chunk(t), int(s), int(e), int(cls[s]), int(cls[e - 1]))
-            for t, g, s, e in zip(owner.tolist(), gchunk[starts].tolist(), starts.tolist(), ends.tolist())]
-    return rows, counts
+    owner = np.searchsorted(chunk_base, ids, side="right") - 1
+    ends = np.cumsum(per)
+    first_chunk = np.asarray(group.starts, np.int64) // group.chunk
+    return np.stack([owner, ids - chunk_base[owner] + first_chunk[owner], ends - per, ends, lo_hi[:, 0],
+                     lo_hi[:, 1]], axis=1).astype(np.int64).reshape(-1, 6)
 
 
 @dataclass
@@ -256,14 +258,15 @@ class Located:
 
 
 def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int, cls: np.ndarray,
-           ranks: np.ndarray, steps: np.ndarray, gchunk: np.ndarray, counts: Sequence[int],
-           keys: Mapping[str, TensorKey] | None) -> Located:
+           ranks: np.ndarray, steps: np.ndarray, chunk_ids: np.ndarray, chunk_counts: np.ndarray,
+           counts: Sequence[int], keys: Mapping[str, TensorKey] | None) -> Located:
     """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
 
     Args:
         cls, ranks, steps: The decoded changes (host), per member of the group in order, per chunk
-            ascending, class by class with ranks ascending within a class (`_rans.decode_chunk`).
-        gchunk: The group-wide chunk number of each change.
+            ascending, class by class with ranks ascending within a class (`_batch.decode_rows`); steps in the
+            tensors' own width.
+        chunk_ids, chunk_counts: Per chunk with changes, in that order: its group-wide number and its changes.
         counts: Changes per member.
 
     Returns:
@@ -273,11 +276,15 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
     width = a.element_size() * 8
     device = a.device
     offsets, chunk_base = group.offsets, group.chunk_base
-    with stage("transfer"):
-        wide_steps = steps.view(np.int64) if steps.dtype.itemsize == 8 else steps.astype(np.int64)
-        c, r, z, g = _device.to_device([cls.astype(np.int64), ranks.astype(np.int64), wide_steps,
-                                        gchunk.astype(np.int64)], device)
+    with stage("transfer"):  # as they are: widened on the device
+        c, r, z, ids, per = _device.to_device([cls.view(np.int16), ranks, steps.view(steps.dtype.str.replace("u", "i")),
+                                               chunk_ids.astype(np.int64), chunk_counts.astype(np.int64)], device)
     with stage("locate"):
+        c = c.to(torch.int64) & 0xFFFF
+        r = r.to(torch.int64)
+        z = _sumhash.as_int64(z, width)
+        within = torch.arange(int(cls.size), dtype=torch.int64, device=device)
+        g = ids[torch.searchsorted(torch.cumsum(per, 0), within, right=True)]  # each change's chunk
         tid = _owner(group, g, chunk_base)
         off, size = torch.from_numpy(offsets).to(device), torch.tensor(group.sizes, dtype=torch.int64).to(device)
         start = off[tid] + (g - torch.from_numpy(chunk_base).to(device)[tid]) * group.chunk
@@ -308,5 +315,8 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
     if host[0].any():
         return Located([], [], None, int(np.flatnonzero(host[0])[0]))
     values = _narrow(bv, a.dtype, width)
-    sums = [_sumhash.sums_of_halves(row) for row in host[1].tolist()] if keys is not None else None
+    sums = None
+    if keys is not None:
+        lanes = _sumhash.sums_of_halves_array(host[1])
+        sums = [(int(x), int(y)) for x, y in lanes.tolist()]
     return Located(list(torch.split(local, list(counts))), list(torch.split(values, list(counts))), sums)

@@ -6,6 +6,7 @@ compact codecs are measured against: 4 + itemsize bytes per changed element.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
@@ -13,9 +14,10 @@ import torch
 from tqdm import tqdm
 
 from ..errors import DeltaFormatError
-from ..tensors._device import changed_positions, int_view
+from ..tensors import _device, _sumhash
+from ..tensors._sumhash import Sums
 from ..tensors.bits import DTYPE_NAMES, bits
-from ..tensors.hashing import change_sums
+from . import _raw_groups
 from ._base import Change, Codec, Encoded, TensorEntry
 
 INT32_MAX = 2**31 - 1
@@ -27,21 +29,29 @@ class RawCodec(Codec):
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
     def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
-        entries, blobs, sums = [], {}, {}
-        for name in tqdm(names, desc="diff raw", unit="tensor", disable=not progress):
+        for name in names:
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
-            positions = changed_positions(old[name], new[name])
-            if positions.numel() == 0:
-                continue
-            values = new[name].reshape(-1)[positions.to(new[name].device)]
-            if keys is not None:
-                sums[name] = change_sums(keys[name], old[name], positions, int_view(values))
-            blobs[f"{name}.indices"] = positions.to(torch.int32).cpu()
-            blobs[f"{name}.values"] = values.cpu()
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        moved: dict[str, Sums] = {}
+        with _device.Staging() as staging:
+            for group in tqdm(_raw_groups.groups(old, names), desc="diff raw", unit="group", disable=not progress):
+                positions, values, sums = _raw_groups.scan(old, new, group, keys, staging)
+                for t, name in enumerate(group.names):
+                    if positions[t].size:  # copied out of the staging buffers, which go back to the pool
+                        parts[name].append((positions[t].copy(), values[t].copy()))
+                        if sums is not None:
+                            part = (int(sums[t, 0]), int(sums[t, 1]))
+                            moved[name] = _sumhash.add(moved.get(name, _sumhash.ZERO), part)
+        entries, blobs = [], {}
+        for name in sorted(parts):
+            positions = np.concatenate([p for p, _ in parts[name]])
+            values = np.concatenate([v for _, v in parts[name]])
+            blobs[f"{name}.indices"] = torch.from_numpy(positions)
+            blobs[f"{name}.values"] = torch.from_numpy(values).view(new[name].dtype)
             entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices",
-                                       positions.numel()))
-        return Encoded(entries, blobs, sums if keys is not None else None)
+                                       positions.size))
+        return Encoded(entries, blobs, moved if keys is not None else None)
 
     def stream_names(self, entries):
         return {f"{e.name}.{kind}" for e in entries
@@ -91,7 +101,7 @@ class RawCodec(Codec):
 
     def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None):
         self._all_streams(entries, blobs)
-        changes = []
+        changes, on_device = {}, {}
         for entry in entries:
             target = state[entry.name]
             if DTYPE_NAMES.get(target.dtype) != entry.dtype:
@@ -101,11 +111,40 @@ class RawCodec(Codec):
                 if tuple(target.shape) != entry.shape:
                     raise DeltaFormatError(f"the file holds {entry.shape}, the tensor is {tuple(target.shape)}",
                                            tensor=entry.name)
-                changes.append(Change(entry.name, None, bits(val.contiguous()).reshape(-1).copy()))
+                changes[entry.name] = Change(entry.name, None, bits(val.contiguous()).reshape(-1).copy())
                 continue
             if pos.size and pos[-1] >= target.numel():
                 raise DeltaFormatError(f"positions out of range [0, {target.numel()})", tensor=entry.name)
-            changes.append(Change(entry.name, pos, bits(val.contiguous()).copy()))
+            if _device.on_host(target):
+                changes[entry.name] = Change(entry.name, pos, bits(val.contiguous()).copy())
+            else:
+                on_device[entry.name] = (pos, bits(val.contiguous()))
+        changes.update(self._place_on_device(state, on_device, keys))
+        return [changes[e.name] for e in entries]
+
+    @staticmethod
+    def _place_on_device(state, found: dict[str, tuple[np.ndarray, np.ndarray]], keys) -> dict[str, Change]:
+        """Send the changes of device tensors up a group at a time, their hash moves proven there (with keys)."""
+        parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, Sums | None]]] = defaultdict(list)
+        for group in _raw_groups.groups(state, sorted(found)):
+            positions, values = [], []
+            for name, start, size in zip(group.names, group.starts, group.sizes):  # the member's part of its tensor
+                pos, val = found[name]
+                lo, hi = np.searchsorted(pos, [start, start + size])
+                positions.append(pos[lo:hi])
+                values.append(val[lo:hi])
+            local, new, sums = _raw_groups.place(state, group, positions, values, keys)
+            for t, name in enumerate(group.names):
+                parts[name].append((local[t], new[t], None if sums is None else (int(sums[t, 0]), int(sums[t, 1]))))
+        changes = {}
+        for name, pieces in parts.items():
+            sums = None
+            if keys is not None:
+                sums = _sumhash.ZERO
+                for _, _, moved in pieces:
+                    sums = _sumhash.add(sums, moved)
+            changes[name] = Change(name, torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces]),
+                                   sums)
         return changes
 
     def check(self, entries, blobs, workers=None, foreign=False):

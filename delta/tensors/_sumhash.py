@@ -261,6 +261,12 @@ def sums_of_halves(rows: Sequence[int]) -> Sums:
     return from_halves(rows[0], rows[1]), from_halves(rows[2], rows[3])
 
 
+def sums_of_halves_array(rows: np.ndarray) -> np.ndarray:
+    """`sums_of_halves` of every row of an (n, 4) int64 array, as (n, 2) uint64 (wrapping like the lanes)."""
+    halves_ = rows.astype(np.uint64).reshape(-1, 2, 2)
+    return halves_[:, :, 0] + (halves_[:, :, 1] << np.uint64(32))
+
+
 def kernel_key(key: TensorKey | None) -> tuple:
     """A key as the compiled scans take it: (base, block, skip, seed 0, seed 1); None hashes under zeros (the
     caller ignores the result)."""
