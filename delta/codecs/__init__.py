@@ -1,13 +1,16 @@
 """The codecs a delta can be written with; `ctx` is the default.
 
 A codec turns the changed elements of each tensor into streams (`_raw`: positions and values; `_chunked`:
-rANS-coded (`_rans`) gaps and steps from compiled chunk scans, `_kernels`) and back. It knows nothing of
+rANS-coded (`_rans`) gaps and steps from compiled chunk scans (`_kernels`), a thread's share of the
+chunks in one compiled call (`_batch`)) and back; on a device, whole groups of tensors at once
+(`_device_scan`, `_raw_groups`). It knows nothing of
 the file around them (`delta.format`).
 """
 
 from __future__ import annotations
 
-from ._base import Change, Codec, TensorEntry, default_workers
+from .._cores import default_workers
+from ._base import Change, Codec, TensorEntry
 from ._chunked import ChunkedCodec
 from ._raw import RawCodec
 
