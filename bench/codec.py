@@ -4,15 +4,19 @@
     python -m bench.codec --data smollm2-fp32master --threads 1 2
     python -m bench.codec --synthetic qwen3-8b --layers 4   # large shapes, streamed tensor by tensor
     python -m bench.codec --device cuda                     # states on the GPU
+    python -m bench.codec --device cuda --synthetic qwen3-8b --paths device   # the GPU's yardstick
 
 Per pair and thread count, interleaved and best of --repeat: an in-place copy of the state; the floor
 (`old != new` then `nonzero`, tensor by tensor, where the state lives); the `raw` diff (TRL's layout);
 and the default codec's diff (state hashes moved by the changes, as a publisher does) and apply (decode,
-hash proof and write, onto a copy of the old state where it lives) on both paths: the **device path**
+hash proof and write, onto a copy of the old state where it lives) on the paths `--paths` names (both by
+default; the device path alone for synthetic shapes on a GPU, where the host path would take minutes): the
+**device path**
 (whole-tensor torch work where the state lives: on the GPU with --device cuda, on CPU tensors with
 --device cpu, as `DELTA_DEVICE_PATH=1` runs it) and the **host path** (compiled chunk scans on the host's
-cores, the state in host memory). Where the device path's time goes, stage by stage (one more recorded
-run each: `delta._stages`), in a second table. Sizes in bytes per changed element for `raw`, `gap`,
+cores, the state in host memory). Where each path's time goes, stage by stage (one more recorded run
+each: `delta._stages`), in a second table, with the host's nanoseconds per changed element per thread for
+coding and decoding (at all cores' rate, the figure stays put as threads are added). Sizes in bytes per changed element for `raw`, `gap`,
 `ctx` (default) and the conditional entropy bound. Peak extra memory above the states while encoding
 and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
 
@@ -159,6 +163,8 @@ class Row:
     encode_gpu_extra: int
     encode_stages: dict[str, float] = field(default_factory=dict)
     apply_stages: dict[str, float] = field(default_factory=dict)
+    host_encode_stages: dict[str, float] = field(default_factory=dict)
+    host_apply_stages: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: Row) -> Row:
         """Sums of sizes and times; peaks are the largest."""
@@ -179,12 +185,18 @@ class Row:
             apply_host_extra=max(self.apply_host_extra, other.apply_host_extra),
             encode_gpu_extra=max(self.encode_gpu_extra, other.encode_gpu_extra),
             encode_stages=stages(self.encode_stages, other.encode_stages),
-            apply_stages=stages(self.apply_stages, other.apply_stages))
+            apply_stages=stages(self.apply_stages, other.apply_stages),
+            host_encode_stages=stages(self.host_encode_stages, other.host_encode_stages),
+            host_apply_stages=stages(self.host_apply_stages, other.host_apply_stages))
+
+
+PATHS = ("device", "host")
 
 
 def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, device: str, repeat: int,
-                 entropy: bool = True) -> Row:
-    """All figures for one (old, new) pair on `device` with `threads`; the states are not modified."""
+                 entropy: bool = True, paths: tuple[str, ...] = PATHS) -> Row:
+    """All figures for one (old, new) pair on `device` with `threads`, on the `paths` asked for (the other's figures
+    are NaN); the states are not modified."""
     torch.set_num_threads(threads)
     host_old = {k: v.cpu() for k, v in old.items()}
     host_new = {k: v.cpu() for k, v in new.items()}
@@ -192,64 +204,79 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
         old, new = {k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()}
     elements = sum(t.numel() for t in new.values())
     nbytes = sum(t.numel() * t.element_size() for t in new.values())
-    old_digest = state_digest(host_old)  # the same digest on either path
-    with _Path(device=False):
-        sizes = {codec: len(delta.diff(host_old, host_new, codec=codec, old_digest=old_digest, workers=threads))
+    old_digest = state_digest(old)  # the same digest on either path
+    on_device = "device" in paths
+    with _Path(device=on_device):  # sizes: the same bytes on either path
+        src_old, src_new = (old, new) if on_device else (host_old, host_new)
+        sizes = {codec: len(delta.diff(src_old, src_new, codec=codec, old_digest=old_digest, workers=threads))
                  for codec in ("raw", "gap")}
     # Filled once untimed, so no timed pass pays for first-touch page faults.
     scratch = {k: v.clone() for k, v in old.items()}
-    reader = {k: v.clone() for k, v in old.items()}
-    host_reader = {k: v.clone() for k, v in host_old.items()}
-    best: dict[str, float] = defaultdict(lambda: math.inf)
+    reader = {k: v.clone() for k, v in old.items()} if on_device else {}
+    host_reader = {k: v.clone() for k, v in host_old.items()} if "host" in paths else {}
+    best: dict[str, float] = defaultdict(lambda: math.nan)
     encode_extra = apply_extra = gpu_extra = 0
     data = b""
 
     def keep(key: str, seconds: float) -> None:
-        best[key] = min(best[key], seconds)
+        best[key] = seconds if math.isnan(best[key]) else min(best[key], seconds)
 
     for _ in range(repeat):  # interleaved, so a busy moment of a shared machine hits every figure alike
         keep("copy", _timed(lambda: [scratch[k].copy_(old[k]) for k in old], device)[0])
         keep("floor", _timed(lambda: _floor(old, new), device)[0])
-        with _Path(device=True):
-            keep("raw", _timed(lambda: delta.diff(old, new, codec="raw", old_digest=old_digest, workers=threads),
-                               device)[0])
-            with PeakMemory(device == "cuda") as mem:
-                seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
-            keep("encode", seconds)
-            gpu_extra = max(gpu_extra, mem.gpu_extra)
-            for k in reader:
-                reader[k].copy_(old[k])
-            keep("apply", _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), device)[0])
-        with _Path(device=False):
-            with PeakMemory(False) as mem:
-                seconds, host_data = _timed(lambda: delta.diff(host_old, host_new, old_digest=old_digest,
-                                                               workers=threads), "cpu")
-            keep("host_encode", seconds)
-            encode_extra = max(encode_extra, mem.extra)
-            assert host_data == data, "the device path and the host path wrote different bytes"
-            for k in host_reader:
-                host_reader[k].copy_(host_old[k])
-            with PeakMemory(False) as mem:
-                seconds, _ = _timed(lambda: delta.apply(host_reader, data, digest=old_digest, workers=threads), "cpu")
-            keep("host_apply", seconds)
-            apply_extra = max(apply_extra, mem.extra)
-    with _Path(device=True):  # where the device path's time goes: one more run of each, recorded
-        with recording() as encode_stages:
-            delta.diff(old, new, old_digest=old_digest, workers=threads)
-        for k in reader:
-            reader[k].copy_(old[k])
-        with recording() as apply_stages:
-            delta.apply(reader, data, digest=old_digest, workers=threads)
+        if on_device:
+            with _Path(device=True):
+                keep("raw", _timed(lambda: delta.diff(old, new, codec="raw", old_digest=old_digest, workers=threads),
+                                   device)[0])
+                with PeakMemory(device == "cuda") as mem:
+                    seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
+                keep("encode", seconds)
+                gpu_extra = max(gpu_extra, mem.gpu_extra)
+                for k in reader:
+                    reader[k].copy_(old[k])
+                keep("apply", _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), device)[0])
+        if "host" in paths:
+            with _Path(device=False):
+                if not on_device:
+                    keep("raw", _timed(lambda: delta.diff(host_old, host_new, codec="raw", old_digest=old_digest,
+                                                          workers=threads), "cpu")[0])
+                with PeakMemory(False) as mem:
+                    seconds, host_data = _timed(lambda: delta.diff(host_old, host_new, old_digest=old_digest,
+                                                                   workers=threads), "cpu")
+                keep("host_encode", seconds)
+                encode_extra = max(encode_extra, mem.extra)
+                assert not data or host_data == data, "the device path and the host path wrote different bytes"
+                data = host_data
+                for k in host_reader:
+                    host_reader[k].copy_(host_old[k])
+                with PeakMemory(False) as mem:
+                    seconds, _ = _timed(lambda: delta.apply(host_reader, data, digest=old_digest, workers=threads),
+                                        "cpu")
+                keep("host_apply", seconds)
+                apply_extra = max(apply_extra, mem.extra)
+    stages = {}
+    for path in paths:  # where each path's time goes: one more run of each, recorded
+        src_old, src_new, target = (old, new, reader) if path == "device" else (host_old, host_new, host_reader)
+        with _Path(device=path == "device"):
+            with recording() as encode_stages:
+                delta.diff(src_old, src_new, old_digest=old_digest, workers=threads)
+            for k in target:
+                target[k].copy_(src_old[k])
+            with recording() as apply_stages:
+                delta.apply(target, data, digest=old_digest, workers=threads)
+        stages[path] = (dict(encode_stages), dict(apply_stages))
     header, _ = delta.read_delta(data)
     changed = max(header.changed, 1)
     bound = conditional_entropy_bits(host_old, host_new) / 8 / changed if entropy else math.nan
+    none = ({}, {})
     return Row(
         data=name, step=step, device=device, threads=threads, elements=elements, state_bytes=nbytes,
         changed=header.changed, raw=sizes["raw"] / changed, gap=sizes["gap"] / changed, ctx=len(data) / changed,
         entropy=bound, copy_s=best["copy"], floor_s=best["floor"], raw_s=best["raw"], encode_s=best["encode"],
         apply_s=best["apply"], host_encode_s=best["host_encode"], host_apply_s=best["host_apply"],
         encode_host_extra=encode_extra, apply_host_extra=apply_extra, encode_gpu_extra=gpu_extra,
-        encode_stages=dict(encode_stages), apply_stages=dict(apply_stages))
+        encode_stages=stages.get("device", none)[0], apply_stages=stages.get("device", none)[1],
+        host_encode_stages=stages.get("host", none)[0], host_apply_stages=stages.get("host", none)[1])
 
 
 def render(rows: list[Row]) -> str:
@@ -272,18 +299,31 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _per_change_core(seconds: float, r: Row) -> str:
+    """Host nanoseconds per changed element per core (threads x seconds / changes)."""
+    return f"{1e9 * seconds * r.threads / r.changed:>6.1f}" if r.changed and seconds else f"{'-':>6}"
+
+
 def render_stages(rows: list[Row]) -> str:
-    """Milliseconds per stage of the device path's diff and apply (a recorded run: waits at each stage)."""
-    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} | diff: " + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
-            + " | apply: " + " ".join(f"{s:>8}" for s in APPLY_STAGES))
-    lines = ["device path, milliseconds per stage (scan: compare, classes, sort, ranks, steps; hash: the changes' "
-             "state-hash sums; transfer: host<->device copies; code: symbol counts and rANS on host threads; "
-             "decode: rANS on host threads; locate: positions and new values on the device; write: the file, or "
-             "index_copy_ into the state)", head, "-" * len(head)]
+    """Milliseconds per stage of each path's diff and apply (a recorded run: waits at each stage), and the host's
+    nanoseconds per change per core for coding (code) and decoding (decode)."""
+    lines = ["milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
+             "counts; hash: the changes' state-hash sums; transfer: host<->device copies; code: symbol counts and rANS "
+             "on host threads; decode: rANS on host threads, on the host path also placing; locate: positions and new "
+             "values on the device; write: the file, or index_copy_ into the state); ns/ch/core: host nanoseconds per "
+             "changed element per thread for code and decode"]
+    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'path':>6} {'thr':>3} | diff: " + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
+            + " | apply: " + " ".join(f"{s:>8}" for s in APPLY_STAGES) + " | ns/ch/core: code decode")
+    lines += [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.data:<20} {r.step:>4} {r.device:>4} {r.threads:>3} | diff: "
-                     + " ".join(f"{1e3 * r.encode_stages.get(s, 0.0):>8.1f}" for s in ENCODE_STAGES)
-                     + " | apply: " + " ".join(f"{1e3 * r.apply_stages.get(s, 0.0):>8.1f}" for s in APPLY_STAGES))
+        for path, (enc, app) in (("device", (r.encode_stages, r.apply_stages)),
+                                 ("host", (r.host_encode_stages, r.host_apply_stages))):
+            if not enc:
+                continue
+            lines.append(f"{r.data:<20} {r.step:>4} {r.device:>4} {path:>6} {r.threads:>3} | diff: "
+                         + " ".join(f"{1e3 * enc.get(s, 0.0):>8.1f}" for s in ENCODE_STAGES)
+                         + " | apply: " + " ".join(f"{1e3 * app.get(s, 0.0):>8.1f}" for s in APPLY_STAGES)
+                         + f" | {_per_change_core(enc.get('code', 0.0), r)} {_per_change_core(app.get('decode', 0.0), r)}")
     return "\n".join(lines)
 
 
@@ -322,17 +362,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count() or 1],
                         help="coding threads to measure (default: one per core)")
     parser.add_argument("--repeat", type=int, default=3, help="timing repeats, best kept")
+    parser.add_argument("--paths", choices=["device", "host", "both"], default=None,
+                        help="which paths to measure (default: device alone for --synthetic on --device cuda, else both)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
     names = args.data if args.data is not None else ([] if args.synthetic else
                                                       [d for d in DATASETS if d != "tiny-qwen3"])
-    print(f"measured on: {machine(args.device)}", flush=True)
+    if args.paths is None:
+        args.paths = "device" if args.synthetic and args.device == "cuda" else "both"
+    paths = PATHS if args.paths == "both" else (args.paths,)
+    print(f"measured on: {machine(args.device)}; paths: {', '.join(paths)}", flush=True)
     rows: list[Row] = []
     for name, step, old, new in checkpoint_pairs(names, args.steps, args.data_dir):
         for threads in args.threads:
-            rows.append(measure_pair(name, step, old, new, threads=threads, device=args.device, repeat=args.repeat))
+            rows.append(measure_pair(name, step, old, new, threads=threads, device=args.device, repeat=args.repeat,
+                                     paths=paths))
             print(render(rows[-1:]).splitlines()[-1], flush=True)
     for model in args.synthetic:
         shapes = _streamed.qwen3_shapes(model, args.layers)
@@ -341,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         for tensor, old, new in _streamed.pairs(shapes, SYNTHETIC_LR):
             for threads in args.threads:
                 row = measure_pair(label, 2, {tensor: old}, {tensor: new}, threads=threads, device=args.device,
-                                   repeat=args.repeat, entropy=False)
+                                   repeat=args.repeat, entropy=False, paths=paths)
                 totals[threads] = totals[threads].add(row) if threads in totals else row
             del old, new
         for threads in args.threads:

@@ -39,7 +39,7 @@ from tqdm import tqdm
 from .._cores import cut, default_workers, in_threads, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
-from ..tensors import _device, _sumhash
+from ..tensors import _device, _groups, _sumhash
 from ..tensors.bits import DTYPE_NAMES, DTYPES_BY_NAME, bits, classes_of_width, layout_of
 from . import _batch, _device_scan, _rans
 from ._base import Change, Codec, Encoded, TensorEntry
@@ -288,7 +288,7 @@ class ChunkedCodec(Codec):
 
         on_device = [n for n in names if not _device.on_host(old[n])]
         with ThreadPoolExecutor(1, thread_name_prefix="delta-count") as host_stage:
-            for group in tqdm(_device_scan.groups(old, on_device, chunk), desc=f"diff {self.name} on the device",
+            for group in tqdm(_groups.groups(old, on_device, chunk), desc=f"diff {self.name} on the device",
                               unit="group", disable=not progress or not on_device):
                 shift, mask = self._field(old[group.names[0]].dtype)
                 got = _device_scan.scan(old, new, group, shift, mask, keys, staging)
@@ -554,14 +554,14 @@ class ChunkedCodec(Codec):
             return {}
         names = [entries[i].name for i in chosen]
         index = {e.name: i for i, e in enumerate(entries)}
-        groups = _device_scan.groups(state, names, chunk)
+        groups = _groups.groups(state, names, chunk)
         table, gap_models, step_models = self._decode_table(models, entries, rows, chunk, None)
         parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, _sumhash.Sums | None]]] = defaultdict(list)
         device = state[names[0]].device
 
         bounds = np.searchsorted(rows[:, 0], np.arange(len(entries) + 1))  # each entry's rows
 
-        def decode_group(group: _device_scan.Group, staging: _device.Staging) -> tuple:
+        def decode_group(group: _groups.Group, staging: _device.Staging) -> tuple:
             picked = []
             for t, name in enumerate(group.names):  # the member's rows: its chunks inside the group's part
                 lo, hi = bounds[index[name]], bounds[index[name] + 1]

@@ -30,77 +30,8 @@ import torch
 
 from .._stages import stage
 from ..tensors import _device, _sumhash
+from ..tensors._groups import UINT, Group, flat, owner
 from ..tensors._sumhash import Sums, TensorKey
-
-
-@dataclass(frozen=True)
-class Group:
-    """Ranges of tensors of one dtype scanned together: whole tensors in name order, or one chunk-aligned
-    part of a tensor larger than `_device.SEGMENT` elements.
-
-    Attributes:
-        names: The tensor of each member.
-        starts: Where each member starts in its tensor (a multiple of `chunk`; 0 for a whole tensor).
-        sizes: Elements of each member.
-        chunk: Elements per chunk (chunks restart at each tensor).
-    """
-
-    names: tuple[str, ...]
-    starts: tuple[int, ...]
-    sizes: tuple[int, ...]
-    chunk: int
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """Where each member starts in the group."""
-        return np.concatenate([[0], np.cumsum(self.sizes[:-1], dtype=np.int64)]).astype(np.int64)
-
-    @property
-    def chunk_base(self) -> np.ndarray:
-        """The group-wide number of each member's first chunk."""
-        counts = [max(1, -(-n // self.chunk)) for n in self.sizes]
-        return np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
-
-    def first_chunk(self, member: int) -> int:
-        """The member's first chunk, numbered in its tensor."""
-        return self.starts[member] // self.chunk
-
-
-def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int) -> list[Group]:
-    """`names` (sorted) cut into groups: one dtype and device each, at most `_device.GROUP` elements; a tensor of
-    more than `_device.SEGMENT` elements in chunk-aligned parts of at most that, one group each (so temporaries
-    stay bounded whatever a tensor's size). Empty tensors are left out (nothing in them can change)."""
-    out: list[Group] = []
-    open_: dict[tuple, list[str]] = {}
-    part = max(chunk, _device.SEGMENT // chunk * chunk)
-
-    def close(key: tuple) -> None:
-        members = open_.pop(key)
-        out.append(Group(tuple(members), (0,) * len(members), tuple(tensors[n].numel() for n in members), chunk))
-
-    for name in names:
-        t = tensors[name]
-        n = t.numel()
-        if n == 0:
-            continue
-        if n > _device.SEGMENT:
-            out.extend(Group((name,), (a,), (min(part, n - a),), chunk) for a in range(0, n, part))
-            continue
-        key = (t.dtype, t.device)
-        held = sum(tensors[m].numel() for m in open_.get(key, ()))
-        if key in open_ and held + n > _device.GROUP:
-            close(key)
-        open_.setdefault(key, []).append(name)
-    for key in list(open_):
-        close(key)
-    return out
-
-
-def _flat(tensors: Mapping[str, torch.Tensor], group: Group) -> torch.Tensor:
-    """The group's bits as one flat integer tensor: a view of a member alone, else one concatenation."""
-    views = [_device.int_view(tensors[n].contiguous())[a:a + size]
-             for n, a, size in zip(group.names, group.starts, group.sizes)]
-    return views[0] if len(views) == 1 else torch.cat(views)
 
 
 def _class_runs(a: torch.Tensor, shift: int, mask: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,11 +75,6 @@ def _narrow(v: torch.Tensor, dtype: torch.dtype, width: int) -> torch.Tensor:
     return v.to(dtype)
 
 
-def _owner(group: Group, values: torch.Tensor, starts: np.ndarray) -> torch.Tensor:
-    """Index of the tensor each value belongs to, given the tensors' `starts` (group offsets or chunk bases)."""
-    return torch.searchsorted(torch.from_numpy(starts).to(values.device), values, right=True) - 1
-
-
 @dataclass
 class Scanned:
     """One group's changes on the host, ordered (tensor, chunk, class, rank).
@@ -168,9 +94,6 @@ class Scanned:
     sums: np.ndarray | None
 
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
 def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
          keys: Mapping[str, TensorKey] | None, staging: _device.Staging | None = None) -> Scanned:
     """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host
@@ -179,12 +102,12 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
     `keys`: hash the changes too (`_sumhash`), per tensor.
     """
     with stage("scan"):
-        a, b = _flat(old, group), _flat(new, group)
+        a, b = flat(old, group), flat(new, group)
         width = a.element_size() * 8
         device = a.device
         offsets, chunk_base = group.offsets, group.chunk_base
         pos = torch.nonzero(a != b).reshape(-1)
-        tid = _owner(group, pos, offsets)
+        tid = owner(group, pos, offsets)
         off = torch.from_numpy(offsets).to(device)
         local = pos - off[tid]
         k = local // group.chunk
@@ -223,7 +146,7 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
             crossing.append(per_tensor)
     with stage("transfer"):
         host = _device.to_host_all(crossing, staging)
-    cls, gaps_h, steps_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(_UINT[a.element_size()])
+    cls, gaps_h, steps_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(UINT[a.element_size()])
     sums = _sumhash.sums_of_halves_array(host[6]) if keys is not None else None
     return Scanned(cls, gaps_h, steps_h, _chunk_rows(group, host[3], host[4], host[5]), sums)
 
@@ -272,7 +195,7 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
     Returns:
         The changes; `bad` says which tensor has a rank beyond its class in `old` (nothing else then).
     """
-    a = _flat(old, group)
+    a = flat(old, group)
     width = a.element_size() * 8
     device = a.device
     offsets, chunk_base = group.offsets, group.chunk_base
@@ -285,7 +208,7 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
         z = _sumhash.as_int64(z, width)
         within = torch.arange(int(cls.size), dtype=torch.int64, device=device)
         g = ids[torch.searchsorted(torch.cumsum(per, 0), within, right=True)]  # each change's chunk
-        tid = _owner(group, g, chunk_base)
+        tid = owner(group, g, chunk_base)
         off, size = torch.from_numpy(offsets).to(device), torch.tensor(group.sizes, dtype=torch.int64).to(device)
         start = off[tid] + (g - torch.from_numpy(chunk_base).to(device)[tid]) * group.chunk
         end = torch.minimum(start + group.chunk, off[tid] + size[tid])

@@ -1,5 +1,5 @@
 """Codec `raw`'s work a group of tensors at a time, where the tensors live: a few torch ops and one host round
-trip per group (`_device_scan.groups`), however many tensors the group holds.
+trip per group (`delta.tensors._groups`), however many tensors the group holds.
 
 Tensor by tensor, a GPU diff of a 300-tensor model made ~310 small launches and a wait each for the hash
 moves, and copied each tensor's changes to unpinned memory on its own: slower than the scan itself. Here
@@ -16,17 +16,16 @@ import numpy as np
 import torch
 
 from .._stages import stage
-from ..tensors import _device, _sumhash
+from ..tensors import _device, _groups, _sumhash
 from ..tensors._sumhash import TensorKey
-from . import _device_scan
 
 
-def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str]) -> list[_device_scan.Group]:
+def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str]) -> list[_groups.Group]:
     """`names` in groups of one dtype and device (chunks play no part in `raw`)."""
-    return _device_scan.groups(tensors, names, 1)
+    return _groups.groups(tensors, names, 1)
 
 
-def _hash_moves(group: _device_scan.Group, keys: Mapping[str, TensorKey], local: torch.Tensor, tid: torch.Tensor,
+def _hash_moves(group: _groups.Group, keys: Mapping[str, TensorKey], local: torch.Tensor, tid: torch.Tensor,
                 old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """(members, 4) int64 halves of each member's hash moves (`_sumhash.device_lane_halves`)."""
     table = _sumhash.key_table([keys[n] for n in group.names], local.device)
@@ -34,17 +33,17 @@ def _hash_moves(group: _device_scan.Group, keys: Mapping[str, TensorKey], local:
     return per_tensor.index_add_(0, tid, _sumhash.device_lane_halves(local, tid, table, old, new))
 
 
-def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: _device_scan.Group,
+def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: _groups.Group,
          keys: Mapping[str, TensorKey] | None, staging: _device.Staging
          ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
     """The changes of one group: per member its positions in its tensor (int32, ascending) and new bits, and
     per member its hash moves ((members, 2) uint64; with keys). Host arrays live in `staging`'s buffers."""
     with stage("scan"):
-        a, b = _device_scan._flat(old, group), _device_scan._flat(new, group)
+        a, b = _groups.flat(old, group), _groups.flat(new, group)
         width = a.element_size() * 8
         device = a.device
         pos = torch.nonzero(a != b).reshape(-1)
-        tid = _device_scan._owner(group, pos, group.offsets)
+        tid = _groups.owner(group, pos, group.offsets)
         starts = torch.tensor(group.starts, dtype=torch.int64).to(device)
         local = pos - torch.from_numpy(group.offsets).to(device)[tid] + starts[tid]
         values = b[pos]
@@ -62,18 +61,18 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
     return [host[0][s] for s in split], [host[1][s] for s in split], sums
 
 
-def place(state: Mapping[str, torch.Tensor], group: _device_scan.Group, positions: Sequence[np.ndarray],
+def place(state: Mapping[str, torch.Tensor], group: _groups.Group, positions: Sequence[np.ndarray],
           values: Sequence[np.ndarray], keys: Mapping[str, TensorKey] | None
           ) -> tuple[list[torch.Tensor], list[torch.Tensor], np.ndarray | None]:
     """The reader's side for one group: each member's positions (int64, checked in range) and new bits sent to
     the device in one copy each; with keys, the members' hash moves from the old bits there ((members, 2) uint64)."""
-    a = _device_scan._flat(state, group)
+    a = _groups.flat(state, group)
     width = a.element_size() * 8
     device = a.device
     counts = [p.size for p in positions]
     with stage("transfer"):
         pos, val = _device.to_device([np.concatenate(positions).astype(np.int64),
-                                      np.concatenate(values).view(_device_scan._UINT[a.element_size()])], device)
+                                      np.concatenate(values).view(_groups.UINT[a.element_size()])], device)
         val = val.view(a.dtype) if val.dtype != a.dtype else val
     local = list(torch.split(pos, counts))
     new = list(torch.split(val, counts))

@@ -19,13 +19,14 @@ two sums (`Sums`) are the lanes' sums mod 2**64, so:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import xxhash
 from numba import njit
+
+from .._cores import cut, in_threads, typed
 
 MASK = (1 << 64) - 1
 K = 0x9E3779B97F4A7C15
@@ -152,24 +153,42 @@ def _sum_changes(positions, old, new, base, block, skip, s0, s1):  # pragma: no 
     return t0, t1
 
 
-HOST_SEGMENT = 1 << 22  # elements per task when host tensors are summed on several threads
+HOST_SEGMENT = 1 << 22  # elements per row when host tensors are summed on several threads
+
+
+@njit(nogil=True, cache=True)
+def _sum_rows(arrays, rows, ikeys, seeds, out):  # pragma: no cover - compiled
+    """Sums of rows (tensor, lo, hi) of `arrays` into `out` (one row each)."""
+    for r in range(rows.shape[0]):
+        t = rows[r, 0]
+        out[r, 0], out[r, 1] = _sum_range(arrays[t], rows[r, 1], rows[r, 2], ikeys[t, 0], ikeys[t, 1], ikeys[t, 2],
+                                          seeds[t, 0], seeds[t, 1])
 
 
 def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> list[Sums]:
-    """The sums of several tensors' flat unsigned bit views, in segments spread over host threads."""
-    tasks = [(t, lo, min(lo + HOST_SEGMENT, flat.size)) for t, (_, flat) in enumerate(pairs)
-             for lo in range(0, flat.size, HOST_SEGMENT)]
-
-    def run(task: tuple[int, int, int]) -> tuple[int, int]:
-        t, lo, hi = task
-        key, flat = pairs[t]
-        return _sum_range(flat, lo, hi, key.base, key._block, key.skip, np.uint64(key.seeds[0]),
-                          np.uint64(key.seeds[1]))
-
+    """The sums of several tensors' flat unsigned bit views: segments of every tensor of one dtype cut into one
+    slice per thread, one compiled call each."""
     totals = [ZERO] * len(pairs)
-    with ThreadPoolExecutor(max(1, min(threads, len(tasks)))) as pool:
-        for (t, _, _), (s0, s1) in zip(tasks, pool.map(run, tasks)):
-            totals[t] = add(totals[t], (int(s0), int(s1)))
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for t, (_, flat) in enumerate(pairs):
+        if flat.size:
+            by_dtype.setdefault(flat.dtype, []).append(t)
+    for members in by_dtype.values():
+        sizes = np.array([pairs[t][1].size for t in members], np.int64)
+        counts = -(-sizes // HOST_SEGMENT)
+        member = np.repeat(np.arange(len(members)), counts)
+        lo = (np.arange(member.size) - np.repeat(np.cumsum(counts) - counts, counts)) * HOST_SEGMENT
+        rows = np.stack([member, lo, np.minimum(lo + HOST_SEGMENT, sizes[member])], axis=1)
+        keys = [pairs[t][0] for t in members]
+        ikeys = np.array([[k.base, k._block, k.skip] for k in keys], np.int64)
+        seeds = np.array([k.seeds for k in keys], np.uint64)
+        arrays = typed([pairs[t][1] for t in members])
+        out = np.zeros((len(rows), 2), np.uint64)
+        in_threads(lambda a, b: _sum_rows(arrays, rows[a:b], ikeys, seeds, out[a:b]),
+                   cut(rows[:, 2] - rows[:, 1], threads))
+        for m, t in enumerate(members):
+            mine = out[member == m]
+            totals[t] = (int(mine[:, 0].sum(dtype=np.uint64)), int(mine[:, 1].sum(dtype=np.uint64)))
     return totals
 
 

@@ -191,17 +191,25 @@ def tensor_sums(key: TensorKey, tensor: torch.Tensor) -> Sums:
 
 
 def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]) -> dict[str, Sums]:
-    """Element sums of every tensor: host tensors together on host threads, device tensors on their device."""
+    """Element sums of every tensor: host tensors together on host threads, device tensors on their device with
+    one wait for all of them."""
     host = [n for n in keys if _device.on_host(state[n])]
     sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
                                              default_workers())))
+    by_device: dict[torch.device, list[str]] = {}
     for n in keys:
         if n not in sums:
-            sums[n] = _device_sums(keys[n], state[n].detach().contiguous().reshape(-1))
+            by_device.setdefault(state[n].device, []).append(n)
+    names = [ns for ns in by_device.values()]
+    totals = [torch.stack([_device_sums(keys[n], state[n].detach().contiguous().reshape(-1)) for n in ns])
+              for ns in names]
+    for ns, rows in zip(names, _device.to_host_all(totals) if totals else []):
+        sums.update((n, _sumhash.sums_of_halves(row)) for n, row in zip(ns, rows.tolist()))
     return sums
 
 
-def _device_sums(key: TensorKey, flat: torch.Tensor) -> Sums:
+def _device_sums(key: TensorKey, flat: torch.Tensor) -> torch.Tensor:
+    """A device tensor's four summed halves (`_sumhash.sums_of_halves`), left on the device (not waited for)."""
     width = flat.element_size() * 8
     total = torch.zeros(4, dtype=torch.int64, device=flat.device)
     block = key.block if key.block > 0 else _sumhash._NO_BLOCK
@@ -212,7 +220,7 @@ def _device_sums(key: TensorKey, flat: torch.Tensor) -> Sums:
         v = _sumhash.as_int64(part, width)
         for lane in (0, 1):
             total[2 * lane:2 * lane + 2] += _sumhash.halves(_sumhash.device_hashes(g, v, key.seeds[lane])).sum(0)
-    return _sumhash.sums_of_halves(_device.to_host(total).tolist())
+    return total
 
 
 def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old: np.ndarray | torch.Tensor,
