@@ -154,7 +154,7 @@ def _one_tensor_pair(n: int) -> tuple[dict, dict]:
     return old, new
 
 
-@pytest.mark.parametrize("codec", ["ctx", "gap"])
+@pytest.mark.parametrize("codec", ["ctx", "gap", "raw"])
 def test_device_work_does_not_grow_with_elements_or_chunks(codec, monkeypatch) -> None:
     """One diff and one apply of a state, and of the same kind of state 8x larger (8x the chunks): the same
     torch operations, the same number of host round trips."""
@@ -181,6 +181,25 @@ def test_device_work_does_not_grow_with_elements_or_chunks(codec, monkeypatch) -
     assert small == large
     assert sum(small[0].values()) < 1500 and sum(small[2].values()) < 1500  # a few hundred per group of tensors
     assert small[1] <= 4 and small[3] <= 8
+
+
+def test_raw_crosses_once_per_group_however_many_tensors(on_device: Crossings) -> None:
+    """`raw` a group at a time: 40 small tensors of one dtype are one group, so one copy to the host on the writer,
+    one upload of positions and values and one copy of the hash proofs back on the reader."""
+    g = torch.Generator().manual_seed(5)
+    old = {f"t{i:02d}": torch.randn(300, generator=g).bfloat16() for i in range(40)}
+    new = {k: (v.float() + 0.05 * torch.randn(300, generator=g)).bfloat16() for k, v in old.items()}
+    digest = delta.state_digest(old)
+    on_device.calls.clear()
+    data = delta.diff(old, new, codec="raw", old_digest=digest)
+    assert dict(on_device.calls) == {"to_host_all": 1}
+    state = clone(old)
+    on_device.calls.clear()
+    result = delta.apply(state, data, digest=digest)
+    assert dict(on_device.calls) == {"to_device": 1, "to_host_all": 1}
+    on_device.calls.clear()
+    assert states_equal(state, new) and result.digest.hexdigest == delta.state_digest(new).hexdigest
+    assert dict(on_device.calls) == {"to_host_all": 1}  # the whole state's hash: one wait for every tensor
 
 
 # -- device states through apply, the publisher and the Subscriber ------------------------------------------
