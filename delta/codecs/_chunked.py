@@ -156,8 +156,9 @@ class _Counts:
 
     def add(self, width: int, gap: np.ndarray, step: np.ndarray) -> None:
         if width in self.hists:
-            self.hists[width][0].__iadd__(gap)
-            self.hists[width][1].__iadd__(step)
+            held_gap, held_step = self.hists[width]
+            np.add(held_gap, gap, out=held_gap)
+            np.add(held_step, step, out=held_step)
         else:
             self.hists[width] = (gap, step)
 
