@@ -39,8 +39,8 @@ PLAIN = textwrap.dedent("""
 """)
 
 
-def stop_with_a_page_open(how: str, tmp_path: Path) -> tuple[float, int, str]:
-    """Start the server, open a page's heartbeat stream, SIGTERM it: (seconds to exit, exit status, its output)."""
+def stop_with_a_page_open(how: str, tmp_path: Path, sig: signal.Signals = signal.SIGTERM) -> tuple[float, int, str]:
+    """Start the server, open a page's heartbeat stream, send it `sig`: (seconds to exit, exit status, its output)."""
     port = free_port()
     out = tmp_path / f"{how}.out"
     command = (["app.py", "env", "--port", str(port)] if how == "python app.py env"
@@ -60,7 +60,7 @@ def stop_with_a_page_open(how: str, tmp_path: Path) -> tuple[float, int, str]:
         stream.start()
         time.sleep(1.0)
         began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         code = proc.wait(60)
         return time.monotonic() - began, code, out.read_text()
     finally:
@@ -78,11 +78,14 @@ def hold_heartbeat(url: str) -> None:
         pass
 
 
-def test_a_page_open_does_not_hold_the_server_up(tmp_path: Path) -> None:
-    took, code, output = stop_with_a_page_open("python app.py env", tmp_path)  # served by `dashboard.serving`
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_page_open_does_not_hold_the_server_up(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGINT (Ctrl-C) takes SIGTERM's path: the same cleanup, exit status 0, no KeyboardInterrupt traceback."""
+    took, code, output = stop_with_a_page_open("python app.py env", tmp_path, sig)  # served by `dashboard.serving`
     assert code == 0
     assert "graceful shutdown exceeded" not in output and "Traceback" not in output and "CancelledError" not in output
     assert took < settings.SHUTDOWN_GRACE_S, f"{took:.1f} s"
+    assert f"{sig.name}: stopping" in output
 
 
 @pytest.mark.parametrize("how", ["plain uvicorn"])
