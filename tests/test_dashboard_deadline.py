@@ -14,11 +14,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import settings
-from tests._env_server import REPO, free_port
+from tests._env_server import REPO, free_port, wait_healthy
 
 #: `python app.py env` whose server, once shut down, waits on an event nobody sets.
 HANGING = textwrap.dedent("""
@@ -48,14 +47,7 @@ def test_a_cleanup_that_hangs_ends_at_the_deadline_with_the_stacks_in_the_log(tm
         proc = subprocess.Popen([sys.executable, "-c", HANGING, str(port)], cwd=REPO, stdout=f,
                                 stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", out)
         began = time.monotonic()
         proc.send_signal(sig)
         code = proc.wait(settings.STOP_WITHIN_S + 20)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 import settings
-from tests._env_server import REPO, free_port
+from tests._env_server import REPO, free_port, wait_healthy
 
 #: A server of the same shape (a FastAPI app with a Gradio UI mounted) run by plain `uvicorn.run`, for contrast.
 PLAIN = textwrap.dedent("""
@@ -48,14 +48,7 @@ def stop_with_a_page_open(how: str, tmp_path: Path, sig: signal.Signals = signal
     with open(out, "wb") as f:
         proc = subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", out)
         stream = threading.Thread(target=hold_heartbeat, args=(f"http://127.0.0.1:{port}",), daemon=True)
         stream.start()
         time.sleep(1.0)
