@@ -79,17 +79,26 @@ def _load(role: str) -> ModuleType:
         raise  # unreachable: _fail exits
 
 
-def _unwind_on_sigterm() -> None:
-    """Make SIGTERM (a Space restarting, the launcher stopping an app) end a role as Ctrl-C does, through
-    its cleanup: the trainer flushes its last version to the bucket, the rollout closes its engine.
+def _stop_on_signals() -> None:
+    """Make SIGTERM (a Space restarting, the launcher or `bench.trainer` stopping an app) and SIGINT (Ctrl-C) end a
+    role the same way, through its cleanup: the trainer flushes its last version to the bucket, the rollout closes
+    its engine; and start the exit deadline (`dashboard.deadline`) at the first of them.
 
-    uvicorn catches the signal while it serves and raises it again once it has shut down; left to its
-    default action, that ends the process on the spot, skipping every ``finally``.
+    While a role serves, uvicorn takes both signals (`dashboard.serving.UIServer`, which starts the deadline too),
+    shuts the server down and raises the signal again: the role is stopping already, so that is ignored and its
+    cleanup runs on. Before and after serving, the first signal unwinds the main thread (SystemExit) through the
+    role's ``finally`` blocks; a later one is ignored, so it cannot cut the cleanup short (the deadline bounds it).
+    Left to their defaults, SIGTERM would end the process on the spot, skipping every ``finally``, and SIGINT would
+    end it with a KeyboardInterrupt traceback and Python's slow finalization.
     """
+    from dashboard import deadline
+
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(0)
+        if deadline.arm(signum):
+            raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
 
 
 def _configure_logging() -> None:
@@ -119,11 +128,11 @@ def main(argv: list[str]) -> None:
     if errors:
         parser.error("; ".join(errors))
     if role != "all":  # the launcher handles its own signals (it stops its apps)
-        _unwind_on_sigterm()
+        _stop_on_signals()
     _configure_logging()
     try:
         launch.run(args)
-    except SystemExit as e:  # SIGTERM's way out (`_unwind_on_sigterm`; uvicorn raises it again once it has shut down)
+    except SystemExit as e:  # a signal's way out (`_stop_on_signals`)
         if e.code not in (0, None):
             raise
     _exit_without_finalizing()

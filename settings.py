@@ -41,7 +41,17 @@ TRAINER_ABANDON_S = 2
 TRAINER_FLUSH_S = 4
 #: Seconds a stopping rollout server waits for its threads (following the bucket, playing games) before it
 #: closes its engine: a version still being decoded (seconds of a busy CPU) is dropped, and ends with the process.
-ROLLOUT_CLOSE_S = 5
+ROLLOUT_CLOSE_S = 4
+#: Seconds a stopping trainer's cleanup takes at most in all, from the signal: each wait above is cut to what is
+#: left of it (the flush first, then the history), so the process ends before its deadline.
+TRAINER_CLOSE_S = 8
+#: Seconds a stopping rollout server then waits for a call in flight to leave its engine before it leaves the
+#: engine's memory to the process's end.
+ENGINE_CLOSE_S = 1
+#: Seconds after the first SIGINT or SIGTERM at which a role's process ends whatever its cleanup is doing, writing
+#: every thread's stack to its log and exiting with status 1 (`dashboard.deadline`): the backstop for a wait that
+#: nothing bounds (a lock held across a driver call, a library's shutdown).
+STOP_DEADLINE_S = 9
 #: Seconds every app takes at most to exit after SIGINT or SIGTERM (what the tests check).
 STOP_WITHIN_S = 10
 

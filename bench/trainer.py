@@ -28,7 +28,11 @@ copy-only player's; the no-collapse check: the training valid-guess rate at step
 later steps below it; how many different words the policy's last 40 games scored, and how many of their
 later moves played the example the env's request showed, and the letters a player that only copies the
 examples finds) and those games (what the policy wrote), and drawn (those per step; the exams; bytes per
-version: the default codec, `raw`, the dense model) to `--png`.
+version: the default codec, `raw`, the dense model) to `--png`. At the end the three roles get SIGTERM at once
+and are waited for side by side; one still running `--stop-timeout` seconds later is killed (its process group).
+The JSON is written whatever happened: `stops` says how each role ended and in how many seconds, `killed_roles`
+which had to be killed, `logs` where each role's log is (`ROLE.log`); a role that did not answer at the end
+leaves its part null.
 """
 
 from __future__ import annotations
@@ -40,23 +44,29 @@ import random
 import re
 import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from pydantic import TypeAdapter
 
 import delta
+import settings
 from env_space.exam import copying_games
 from env_space.words import load_word_lists
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
 from dashboard.exam import exam_text
+from launcher.children import Child, exit_text, stop_all
 from wire.env import GameRecord
 from wire.exam import ExamRecord
 from wire.rollout import RolloutStatus, Trajectory
 from wire.trainer import StepRecord, TrainerHistory, TrainerStatus
 from wire.wordle import letters_found
+
+T = TypeVar("T")
 
 
 class ReplayedGames:
@@ -137,91 +147,134 @@ def overhead(args: argparse.Namespace) -> None:
           f"{100 * (ratio - 1):+.1f} % of a step; goal <= 5 %)")
 
 
-def real_run(args: argparse.Namespace) -> None:
-    import json
-    import subprocess
-    import sys
-
-    import httpx
-
+def role_children(root: str, model: str, args: argparse.Namespace) -> list[Child]:
+    """The three roles of `run` (env, rollout, trainer, in start order) as `python app.py ROLE` processes on free
+    loopback ports and a fresh bucket under `root`, each logging to `root/ROLE.log`, with the tokens the apps check
+    or send (fresh, as `python app.py` makes them). Each starts in its own process group (`launcher.children`), so
+    stopping one stops what it spawned too."""
     from launcher.tokens import launch_tokens, role_environ
-    from models import resolve_model
     from tests._env_server import free_port
 
-    model = resolve_model(args.model)
-    root = tempfile.mkdtemp(prefix="training-run-")
     bucket = os.path.join(root, "bucket")
     ports = {role: free_port() for role in ("env", "rollout", "trainer")}  # never a server left from a run before
-    url = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
+    env_url = f"http://127.0.0.1:{ports['env']}"
     roles = {
         "env": _given({"--own-word-reward": args.own_word_reward, "--five-letter-reward": args.five_letter_reward}),
-        "rollout": ["--bucket", bucket, "--model", model, "--env-url", url["env"], "--engine", "transformers",
+        "rollout": ["--bucket", bucket, "--model", model, "--env-url", env_url, "--engine", "transformers",
                     "--showcase-every", "0", "--device", args.device],
         # as `python app.py` runs them: the trainer takes its games from the fleet, through the bucket
-        "trainer": ["--bucket", bucket, "--model", model, "--env-url", url["env"],
+        "trainer": ["--bucket", bucket, "--model", model, "--env-url", env_url,
                     "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
                     *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
                              "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
-                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature, "--kl": args.kl,
-                             "--examples": args.examples, "--fade-start": args.fade_start,
+                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature,
+                             "--kl": args.kl, "--examples": args.examples, "--fade-start": args.fade_start,
                              "--fade-end": args.fade_end, "--exam-every": args.exam_every,
                              "--exam-games": args.exam_games, "--exam-turns": args.exam_turns}),
                     *(["--exam-greedy"] if args.exam_greedy else [])],
     }
-    procs = []
-    tokens = launch_tokens({})  # fresh tokens for the apps, as `python app.py` makes them
-    with open(os.path.join(root, "roles.log"), "w") as logs:
-        try:
-            for name, flags in roles.items():
-                procs.append(subprocess.Popen([sys.executable, "app.py", name, *flags, "--port", str(ports[name])],
-                                              stdout=logs, stderr=subprocess.STDOUT,
-                                              env={**os.environ, **role_environ(name, tokens)}))
-                _wait_healthy(url[name], procs[-1], logs.name)
-            start = time.monotonic()
-            examined: set[int] = set()
-            while time.monotonic() - start < 60 * args.minutes:
-                time.sleep(10)
-                status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
-                print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
-                      f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
-                      f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}", flush=True)
-                for exam in status.exams:
-                    if exam.version not in examined:
-                        examined.add(exam.version)
-                        print(f"        exam {exam_text(exam)} ({exam.played_s:.0f} s)", flush=True)
-                if status.error:
-                    break
-            history = TrainerHistory.model_validate_json(httpx.get(f"{url['trainer']}/history", timeout=10).content)
-            status = TrainerStatus.model_validate_json(httpx.get(f"{url['trainer']}/status", timeout=10).content)
-            rollout = RolloutStatus.model_validate_json(httpx.get(f"{url['rollout']}/status", timeout=10).content)
-            played = _GAMES.validate_json(httpx.get(f"{url['env']}/games", timeout=10,
-                                                    params={"limit": 200, "policy_only": True}).content)
-            games = [g for g in played if not g.exam][:LAST_GAMES]  # the training games (exams are in /history)
-        finally:
-            for p in reversed(procs):
-                p.terminate()
-            for p in reversed(procs):  # every process is stopped, even when one is slow to exit
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-    command = "python -m bench.trainer run " + " ".join(sys.argv[2:])
-    results = run_summary(history.steps, history.exams, games, args)
+    tokens = launch_tokens({})
+    return [Child(role, "127.0.0.1", ports[role], flags, os.path.join(root, f"{role}.log"), role_environ(role, tokens))
+            for role, flags in roles.items()]
+
+
+def stop_roles(children: Sequence[Child], timeout_s: float) -> dict[str, dict[str, object]]:
+    """SIGTERM every role at once and wait for them side by side, up to `timeout_s` seconds, then SIGKILL what is
+    left (`launcher.children.stop_all`): returns at most about `timeout_s` seconds after the signal, however a role
+    stops. How each ended, by role, as the JSON keeps it: `ended` in words, `code`, `killed` (it did not stop in
+    time) and `seconds` from the signal."""
+    stopped = stop_all(children, timeout_s, lambda line: print(line, flush=True), by="bench.trainer")
+    return {name: {"ended": exit_text(end, "bench.trainer"), "code": None if end is None else end.code,
+                   "killed": end is not None and end.forced, "seconds": None if end is None else end.seconds}
+            for name, end in stopped.items()}
+
+
+def _fetch(url: str, parse: Callable[[bytes], T], **params: object) -> T | None:
+    """GET `url` and parse its answer; None (said) when the role does not answer or answers nonsense: what the
+    other roles answered is still saved."""
+    import httpx
+
+    try:
+        return parse(httpx.get(url, timeout=10, params=params).content)
+    except (httpx.HTTPError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        print(f"no answer from {url}: {type(e).__name__}: {e}", flush=True)
+        return None
+
+
+def real_run(args: argparse.Namespace) -> None:
+    import sys
+
+    from models import resolve_model
+
+    model = resolve_model(args.model)
+    root = tempfile.mkdtemp(prefix="training-run-")
+    children = role_children(root, model, args)
+    url = {c.role: c.url for c in children}
+    history = status = rollout = None
+    games: list[GameRecord] = []
+    try:
+        for child in children:
+            child.start()
+            child.wait_ready(300, threading.Event())  # ChildFailed, with the end of its log, if it does not
+        start = time.monotonic()
+        examined: set[int] = set()
+        while time.monotonic() - start < 60 * args.minutes:
+            time.sleep(10)
+            status = _fetch(f"{url['trainer']}/status", TrainerStatus.model_validate_json)
+            if status is None:
+                break
+            print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
+                  f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
+                  f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}", flush=True)
+            for exam in status.exams:
+                if exam.version not in examined:
+                    examined.add(exam.version)
+                    print(f"        exam {exam_text(exam)} ({exam.played_s:.0f} s)", flush=True)
+            if status.error:
+                break
+        history = _fetch(f"{url['trainer']}/history", TrainerHistory.model_validate_json)
+        status = _fetch(f"{url['trainer']}/status", TrainerStatus.model_validate_json) or status
+        rollout = _fetch(f"{url['rollout']}/status", RolloutStatus.model_validate_json)
+        played = _fetch(f"{url['env']}/games", _GAMES.validate_json, limit=200, policy_only=True) or []
+        games = [g for g in played if not g.exam][:LAST_GAMES]  # the training games (exams are in /history)
+    finally:  # every role is stopped, within --stop-timeout however it stops, and the run is saved regardless
+        stops = stop_roles(children, args.stop_timeout)
+        save_run(args, "python -m bench.trainer run " + " ".join(sys.argv[2:]), history, status, rollout, games,
+                 stops, root)
+
+
+def save_run(args: argparse.Namespace, command: str, history: TrainerHistory | None, status: TrainerStatus | None,
+             rollout: RolloutStatus | None, games: Sequence[GameRecord], stops: dict[str, dict[str, object]],
+             logs: str) -> None:
+    """Print the run's summary and write it to `--json` (and draw `--png`): what the roles answered (None: that
+    role did not), how each role stopped (`stops`, with `killed_roles`: those killed after `--stop-timeout`), and
+    where the roles' logs are."""
+    import json
+
+    killed = [name for name, stop in stops.items() if stop["killed"]]
+    results = run_summary(history.steps, history.exams, games, args) if history is not None else {}
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
         print(f"  {g.player}: {' '.join(g.words).upper() or '(no valid guess)'}, {g.invalid_moves} invalid, "
               f"reward {g.total_reward:+.2f}{first}")
     print("the exams (held-out words, no examples, never trained on):")
-    for exam in history.exams:
+    for exam in history.exams if history is not None else []:
         print(f"  {exam_text(exam)}; words {' '.join(exam.scores.words[:12]).upper() or '-'}")
     print(json.dumps(results, indent=1))
+    if killed:
+        print(f"killed after --stop-timeout {args.stop_timeout:.0f} s: {', '.join(killed)} (see the logs in {logs})")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({**history.model_dump(mode="json"), "status": status.model_dump(mode="json"),
-                   "rollout": rollout.model_dump(mode="json"), "command": command, "minutes": args.minutes,
-                   "summary": results, "last_games": [g.model_dump(mode="json") for g in games]}, f, indent=1)
+        json.dump({**(history.model_dump(mode="json") if history is not None else {}),
+                   "status": status.model_dump(mode="json") if status is not None else None,
+                   "rollout": rollout.model_dump(mode="json") if rollout is not None else None,
+                   "command": command, "minutes": args.minutes, "summary": results,
+                   "last_games": [g.model_dump(mode="json") for g in games],
+                   "stops": stops, "killed_roles": killed, "logs": logs}, f, indent=1)
+    if history is None or status is None:
+        print(f"saved {args.json} (no figure: the trainer did not answer)")
+        return
     try:
         plot(history, status.device, f"{command}  ({args.minutes} min, {len(history.steps)} steps)", args.png)
     except ModuleNotFoundError as e:  # the run's numbers are saved: a missing plotting package loses nothing
@@ -252,23 +305,6 @@ def run_summary(steps: list[StepRecord], exams: Sequence[ExamRecord], games: Seq
 def _given(flags: dict[str, object]) -> list[str]:
     """The flags given a value; the others are left to the trainer's defaults (what `python app.py` runs)."""
     return [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
-
-
-def _wait_healthy(url: str, proc: object, log: str, timeout_s: float = 300) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited before it was ready; see {log}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not start within {timeout_s:.0f} s; see {log}")
-        time.sleep(1)
 
 
 def not_first_words(games: Sequence[GameRecord]) -> int:
@@ -396,7 +432,8 @@ def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of both modes."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
     o = modes.add_parser("overhead", help="step time with publishing on and off")
@@ -435,7 +472,14 @@ def main() -> None:
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")
     r.add_argument("--png", default="docs/training.png")
     r.add_argument("--json", default="bench/out/training.json", help="where the history and summary go")
-    args = parser.parse_args()
+    r.add_argument("--stop-timeout", type=float, default=settings.STOP_TIMEOUT_S,
+                   help="seconds the roles get to exit after SIGTERM before they are killed (default "
+                        f"{settings.STOP_TIMEOUT_S}; each promises {settings.STOP_WITHIN_S})")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     (overhead if args.mode == "overhead" else real_run)(args)
 
 

@@ -6,7 +6,8 @@ cancels what is left, logging "Cancel N running task(s), timeout graceful shutdo
 heartbeat, a stream that ends only when the page closes or when Gradio's stop event is set, which
 `gr.Blocks.launch` does and a mounted UI never gets. `UIServer` sets it as the signal arrives, and calls
 the app's own `on_exit` first (the rollout interrupts its engine, the trainer stops training), so what
-is in flight ends by itself and the server closes at once.
+is in flight ends by itself and the server closes at once. It also starts the process's exit deadline
+(`dashboard.deadline`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from fastapi import FastAPI
 from starlette.routing import Mount
 
 import settings
+
+from . import deadline
 
 
 def end_ui_streams(app: FastAPI) -> int:
@@ -47,6 +50,7 @@ class UIServer(uvicorn.Server):
         self._on_exit = on_exit
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        deadline.arm(sig)  # the process ends by `settings.STOP_DEADLINE_S` from now, whatever holds its cleanup
         if self._on_exit is not None:
             self._on_exit()
         if isinstance(self.config.app, FastAPI):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -208,20 +209,49 @@ class Ended:
     seconds: float | None = None
 
 
-def exit_text(ended: Ended | None) -> str:
-    """How an app ended, in words, telling apart a clean stop, a kill by the launcher after its stop timeout, and
-    a signal from elsewhere (the kernel's OOM killer, a person's `kill -9`): "stopped in 2.1 s (exit status 0)",
+def stop_all(children: Sequence[Child], timeout_s: float, say: Callable[[str], None],
+             by: str = "the launcher") -> dict[str, Ended | None]:
+    """SIGTERM every running app at once, the last one first (the trainer: it commits its last version), then watch
+    them all until each has exited or `timeout_s` has passed since the signal, when what is left is killed (SIGKILL
+    to its process group): they stop side by side, the whole stop takes as long as the slowest, at most `timeout_s`
+    and the kill's wait, and each one's time is its own. `say` is told how each ended (`exit_text`; `by` names who
+    kills). Returns how each ended, by name (None: never started)."""
+    running = [c for c in reversed(children) if c.pid is not None and c.returncode() is None]
+    if running:
+        say(f"stopping {', '.join(c.name for c in running)} (each gets up to {timeout_s:.0f} s)")
+    for child in running:
+        child.terminate()
+    ended: dict[str, Ended | None] = {}
+    deadline = time.monotonic() + timeout_s
+    while running and time.monotonic() < deadline:
+        for child in list(running):
+            if (end := child.poll_stopped()) is not None:
+                say(f"{child.name} {exit_text(end, by)}")
+                ended[child.name] = end
+                running.remove(child)
+        time.sleep(0.1)
+    for child in running:
+        ended[child.name] = child.wait_stopped(timeout_s)
+        say(f"{child.name} {exit_text(ended[child.name], by)}")
+    for child in children:  # those that had exited before: whatever they spawned into their group goes too
+        ended.setdefault(child.name, child.wait_stopped(timeout_s) if child.pid is not None else None)
+    return ended
+
+
+def exit_text(ended: Ended | None, by: str = "the launcher") -> str:
+    """How an app ended, in words, telling apart a clean stop, a kill by the launcher (`by`) after its stop timeout,
+    and a signal from elsewhere (the kernel's OOM killer, a person's `kill -9`): "stopped in 2.1 s (exit status 0)",
     "killed by the launcher: it did not stop within 30 s", "killed by signal 9 (SIGKILL), not by the launcher"."""
     if ended is None:
         return "never started"
     took = "" if ended.seconds is None else f" in {ended.seconds:.1f} s"
     if ended.forced:
-        return f"killed by the launcher: it did not stop{took.replace(' in ', ' within ')}"
+        return f"killed by {by}: it did not stop{took.replace(' in ', ' within ')}"
     if ended.code == 0:
         return f"stopped{took} (exit status 0)"
     if ended.code == -signal.SIGTERM and ended.seconds is not None:  # asked before its own handler was set up
         return f"stopped{took} (by SIGTERM)"
     if ended.code < 0:
         name = signal.Signals(-ended.code).name if -ended.code in signal.valid_signals() else "unknown"
-        return f"killed by signal {-ended.code} ({name}){', not by the launcher' if ended.seconds is None else took}"
+        return f"killed by signal {-ended.code} ({name}){f', not by {by}' if ended.seconds is None else took}"
     return f"exited with status {ended.code}{took}"

@@ -16,13 +16,12 @@ import secrets
 import signal
 import sys
 import threading
-import time
 from types import FrameType
 
 import settings
 from models.hardware import Machine, rollout_share_beside_trainer
 
-from .children import Child, ChildFailed, exit_text
+from .children import Child, ChildFailed, stop_all
 from .config import LauncherConfig, config_from_args
 from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
@@ -86,28 +85,6 @@ def _gpu_share(config: LauncherConfig) -> float | None:
         _say(f"one GPU for the trainer and {config.rollouts} rollout server(s): each server's vLLM takes "
              f"{share:.2f} of its memory (GPU_MEMORY_UTILIZATION sets another share)")
     return share
-
-
-def _stop_all(children: list[Child], timeout_s: float) -> None:
-    """SIGTERM every running app at once, the trainer first (it commits its last version), then watch them all
-    until each has exited or `timeout_s` has passed since the signal, when what is left is killed: they stop side
-    by side, the whole stop takes as long as the slowest, and each one's time is its own."""
-    running = [c for c in reversed(children) if c.pid is not None and c.returncode() is None]
-    if running:
-        _say(f"stopping {', '.join(c.name for c in running)} (each gets up to {timeout_s:.0f} s)")
-    for child in running:
-        child.terminate()
-    deadline = time.monotonic() + timeout_s
-    while running and time.monotonic() < deadline:
-        for child in list(running):
-            if (ended := child.poll_stopped()) is not None:
-                _say(f"{child.name} {exit_text(ended)}")
-                running.remove(child)
-        time.sleep(0.1)
-    for child in running:
-        _say(f"{child.name} {exit_text(child.wait_stopped(timeout_s))}")
-    for child in children:  # those that had exited before: whatever they spawned into their group goes too
-        child.wait_stopped(timeout_s)
 
 
 def _link(config: LauncherConfig, port: int) -> str:
@@ -177,7 +154,7 @@ def run(args: argparse.Namespace) -> None:
         failed = True
         _say(str(e))
     finally:
-        _stop_all(children, config.stop_timeout_s)
+        stop_all(children, config.stop_timeout_s, _say)
         landing.stop()
     if failed:
         raise SystemExit(1)

@@ -35,4 +35,4 @@ def serve(service: RolloutService, host: str, port: int, token: str | None = Non
     try:
         serving.serve(build_app(service, token, trust_forwarded), host, port, on_exit=service.begin_close)
     finally:
-        service.close(settings.ROLLOUT_CLOSE_S)
+        service.close(settings.ROLLOUT_CLOSE_S, engine_timeout=settings.ENGINE_CLOSE_S)

@@ -128,10 +128,11 @@ class RolloutService:
             self.producer.stop()
         self.engine.interrupt()
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 60.0, engine_timeout: float | None = None) -> None:
         """`begin_close`, then wait up to `timeout` s in all for the threads that play and follow, then close the env
-        client and the engine (in that order: a game still running would otherwise call a closed client). A thread
-        still decoding a version past the wait runs on (a daemon), and ends with the process."""
+        client and the engine (in that order: a game still running would otherwise call a closed client), waiting up
+        to `engine_timeout` s (None: as long as it takes) for a call still in the engine. A thread still decoding a
+        version past the wait runs on (a daemon), and ends with the process."""
         deadline = time.monotonic() + timeout
 
         def left() -> float:
@@ -146,7 +147,7 @@ class RolloutService:
             self.producer.close(left())
         if self.env is not None:
             self.env.close()
-        self.engine.close()
+        self.engine.close(engine_timeout)
 
     # -- serving -------------------------------------------------------------------------------------
 

@@ -28,6 +28,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, output: Path, timeout_s: float = 120.0) -> None:
+    """Until ``GET url/health`` answers 200; AssertionError with the process's `output` if it exits or
+    `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, output.read_text(errors="replace")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.2)
+
+
 @dataclass
 class App:
     """A running ``python app.py ROLE``: its URL, its process and the file its output goes to."""

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 import settings
-from tests._env_server import REPO, free_port
+from tests._env_server import REPO, free_port, wait_healthy
 
 #: A server of the same shape (a FastAPI app with a Gradio UI mounted) run by plain `uvicorn.run`, for contrast.
 PLAIN = textwrap.dedent("""
@@ -39,8 +39,8 @@ PLAIN = textwrap.dedent("""
 """)
 
 
-def stop_with_a_page_open(how: str, tmp_path: Path) -> tuple[float, int, str]:
-    """Start the server, open a page's heartbeat stream, SIGTERM it: (seconds to exit, exit status, its output)."""
+def stop_with_a_page_open(how: str, tmp_path: Path, sig: signal.Signals = signal.SIGTERM) -> tuple[float, int, str]:
+    """Start the server, open a page's heartbeat stream, send it `sig`: (seconds to exit, exit status, its output)."""
     port = free_port()
     out = tmp_path / f"{how}.out"
     command = (["app.py", "env", "--port", str(port)] if how == "python app.py env"
@@ -48,19 +48,12 @@ def stop_with_a_page_open(how: str, tmp_path: Path) -> tuple[float, int, str]:
     with open(out, "wb") as f:
         proc = subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", out)
         stream = threading.Thread(target=hold_heartbeat, args=(f"http://127.0.0.1:{port}",), daemon=True)
         stream.start()
         time.sleep(1.0)
         began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         code = proc.wait(60)
         return time.monotonic() - began, code, out.read_text()
     finally:
@@ -78,11 +71,14 @@ def hold_heartbeat(url: str) -> None:
         pass
 
 
-def test_a_page_open_does_not_hold_the_server_up(tmp_path: Path) -> None:
-    took, code, output = stop_with_a_page_open("python app.py env", tmp_path)  # served by `dashboard.serving`
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_page_open_does_not_hold_the_server_up(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGINT (Ctrl-C) takes SIGTERM's path: the same cleanup, exit status 0, no KeyboardInterrupt traceback."""
+    took, code, output = stop_with_a_page_open("python app.py env", tmp_path, sig)  # served by `dashboard.serving`
     assert code == 0
     assert "graceful shutdown exceeded" not in output and "Traceback" not in output and "CancelledError" not in output
     assert took < settings.SHUTDOWN_GRACE_S, f"{took:.1f} s"
+    assert f"{sig.name}: stopping" in output
 
 
 @pytest.mark.parametrize("how", ["plain uvicorn"])

@@ -225,3 +225,30 @@ def test_interrupt_ends_a_long_prefill_part_way(model_dir: str) -> None:
     assert not worker.is_alive() and took < 4.5, f"{took:.1f} s: the prefill's next layer ran (3 s)"
     assert isinstance(outcome[0], EngineError) and "closed while generating" in str(outcome[0])
     engine.close()
+
+
+
+def test_close_does_not_wait_on_a_call_that_does_not_return(model_dir: str, caplog) -> None:
+    """A stopping server closes its engine within its bound even when a call holds the engine past the interrupt
+    (a load stuck in a driver call, say): the backend is left to the process's end, and that is logged."""
+    engine = open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128))
+    holding, release = threading.Event(), threading.Event()
+
+    def stuck_load() -> None:
+        with engine.paused():  # what `update` holds while it loads
+            holding.set()
+            release.wait(60)
+
+    worker = threading.Thread(target=stuck_load)
+    worker.start()
+    assert holding.wait(10)
+    began = time.monotonic()
+    closed = engine.close(timeout=0.5)
+    took = time.monotonic() - began
+    release.set()
+    worker.join(10)
+    assert not closed and took < 2, f"close took {took:.1f} s"
+    assert "a call in flight still held the engine after 0.5 s: not closing it" in caplog.text
+    assert engine.close(timeout=0.5)  # free now: it closes
+    with pytest.raises(EngineError, match="closed"):
+        engine.generate(["Once"], SamplingParams(max_tokens=1))

@@ -37,10 +37,13 @@ class FirstStepThenHang:
 
 
 def test_the_stop_budget_fits_the_promise() -> None:
-    # The step's wait runs beside the server's shutdown (both start at the signal), then the abandon, then the flush.
-    worst = max(settings.SHUTDOWN_GRACE_S, settings.TRAINER_STEP_WAIT_S) + settings.TRAINER_ABANDON_S + \
-        settings.TRAINER_FLUSH_S
-    assert worst < settings.STOP_WITHIN_S < settings.STOP_TIMEOUT_S
+    # The trainer: the step's wait runs beside the server's shutdown (both start at the signal), then the abandon,
+    # then the flush, all cut to TRAINER_CLOSE_S from the signal. The rollout: the server's shutdown, its threads,
+    # its engine. Both end before the process's deadline, which ends it before the promise and the launcher's kill.
+    trainer = max(settings.SHUTDOWN_GRACE_S, settings.TRAINER_STEP_WAIT_S) + settings.TRAINER_ABANDON_S
+    assert trainer < settings.TRAINER_CLOSE_S < settings.STOP_DEADLINE_S
+    rollout = settings.SHUTDOWN_GRACE_S + settings.ROLLOUT_CLOSE_S + settings.ENGINE_CLOSE_S
+    assert rollout < settings.STOP_DEADLINE_S < settings.STOP_WITHIN_S < settings.STOP_TIMEOUT_S
 
 
 class Instant(FirstStepThenHang):

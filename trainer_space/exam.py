@@ -45,8 +45,9 @@ class ExamWatch:
         self._reader.start()
         return self
 
-    def close(self) -> None:
-        self._reader.close()
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop reading, waiting up to `timeout` seconds for a read in flight (the thread is a daemon)."""
+        self._reader.close(timeout)
 
     def records(self) -> list[ExamRecord]:
         """Every exam read, by version (a consistent snapshot)."""

@@ -405,10 +405,11 @@ class FleetMonitor:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop reading, waiting up to `timeout` seconds for a read in flight (the thread is a daemon)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout)
 
     def servers(self) -> list[FleetServer]:
         """The servers seen, by id (a consistent snapshot)."""

@@ -9,6 +9,7 @@ small model on a CPU, minutes for a big one on a GPU. `TrainingSession` builds i
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -130,10 +131,12 @@ class TrainerParts:
         return last.state_hash if last is not None else None
 
     def close(self, timeout: float | None = None) -> bool:
-        """Flush the last version to the bucket and stop the publisher's and the payload log's threads;
-        True if that version was committed within `timeout` seconds (or nothing was to be)."""
+        """Flush the last version to the bucket and stop the publisher's and the payload log's threads, within
+        `timeout` seconds in all (None: as long as the flush takes); True if that version was committed (or nothing
+        was to be)."""
+        end = None if timeout is None else time.monotonic() + timeout
         try:
             return self.publisher.close(timeout) if self.publisher is not None else True
         finally:
             if self.payloads is not None:
-                self.payloads.close()
+                self.payloads.close(5.0 if end is None else max(0.0, end - time.monotonic()))

@@ -168,11 +168,12 @@ class PayloadLog:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop polling, after one last poll: a version committed as the trainer stopped is measured too."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop polling, after one last poll: a version committed as the trainer stopped is measured too. Waits up
+        to `timeout` seconds for a poll in flight; past that, the thread (a daemon) is left and no last poll made."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(5)
+            self._thread.join(timeout)
         if not self._thread.is_alive():
             self._poll_logged()
 

@@ -216,7 +216,8 @@ class TrainingSession:
             return not self._thread.is_alive()
         return True
 
-    def close(self, step_wait: float = 60.0, abandon_wait: float = 10.0, flush_timeout: float = 60.0) -> bool:
+    def close(self, step_wait: float = 60.0, abandon_wait: float = 10.0, flush_timeout: float = 60.0,
+              total: float | None = None) -> bool:
         """Stop, end the run, flush the last version to the bucket and stop the helper threads.
 
         Args:
@@ -225,6 +226,9 @@ class TrainingSession:
                 are not published).
             abandon_wait: Seconds to wait for the step to end part way.
             flush_timeout: Seconds to wait for the last finished version to be committed.
+            total: Seconds, since the stop was asked, that the whole close may take (None: no bound beyond the
+                waits'): each wait is cut to what is left, in the order of what matters (the step, the flush, the
+                history, then the threads that only read the bucket).
 
         Returns:
             True if every thread of the session ended: the training thread, the publisher's, the payload log's
@@ -232,26 +236,34 @@ class TrainingSession:
             Python's finalization (`os._exit`), which aborts a process whose thread is inside a torch operation.
         """
         self.stop()
-        ended = self.wait(max(0.0, step_wait - (time.monotonic() - (self._stop_asked or time.monotonic()))))
+        asked = self._stop_asked or time.monotonic()
+
+        def within(seconds: float) -> float:
+            left = seconds if total is None else min(seconds, asked + total - time.monotonic())
+            return max(0.0, left)
+
+        ended = self.wait(within(step_wait - (time.monotonic() - asked)))
         if not ended and self.ranks.world == 1:
             logger.info("the step in flight did not end within %.0f s: ending it part way", step_wait)
             if self._breaker is not None:
                 self._breaker.trip()
-            ended = self.wait(abandon_wait)
-        if self.monitor is not None:
-            self.monitor.close()
-        if self.exams is not None:
-            self.exams.close()
+            ended = self.wait(within(abandon_wait))
         parts = self.parts
-        if parts is None:
-            return ended
-        if not ended:
-            logger.warning("the step in flight is still running; flushing version %d", parts.callback.version)
-        committed = parts.close(flush_timeout)
-        if not committed:
-            logger.warning("version %d was not committed within %.0f s", parts.callback.version, flush_timeout)
-        if self.keeper is not None and self.keeper.problem is None and not self.keeper.close():
-            logger.warning("the history's last changes were not written to the bucket")
+        committed = True
+        if parts is not None:
+            if not ended:
+                logger.warning("the step in flight is still running; flushing version %d", parts.callback.version)
+            flush_s = within(flush_timeout)
+            committed = parts.close(flush_s)
+            if not committed:
+                logger.warning("version %d was not committed within %.1f s", parts.callback.version, flush_s)
+            if self.keeper is not None and self.keeper.problem is None and not self.keeper.close(within(5.0)):
+                logger.warning("the history's last changes were not written to the bucket")
+        # They only read the bucket (heartbeats, exams): nothing of theirs to save, so they get what is left.
+        if self.monitor is not None:
+            self.monitor.close(within(1.0))
+        if self.exams is not None:
+            self.exams.close(within(1.0))
         return ended and committed
 
     # -- what the UI and the API read ----------------------------------------------------------------

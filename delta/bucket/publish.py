@@ -254,14 +254,16 @@ class Publisher:
         return True
 
     def close(self, timeout: float | None = None) -> bool:
-        """Flush (up to `timeout` seconds), then stop the background thread. True if all was committed."""
+        """Flush, then stop the background thread, within `timeout` seconds in all (None: no bound). True if all
+        was committed. Past `timeout` the thread (a daemon) is left running."""
+        end = None if timeout is None else time.monotonic() + timeout
         try:
             done = self.flush(timeout)
         finally:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
-            self._worker.join(0 if timeout is not None and not self._worker.is_alive() else timeout)
+            self._worker.join(None if end is None else max(0.0, end - time.monotonic()))
         return done
 
     def __enter__(self) -> Publisher:

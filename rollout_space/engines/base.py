@@ -16,6 +16,7 @@ names; `update` also accepts new tensors from elsewhere (they are copied into th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -29,6 +30,8 @@ import delta
 from wire.rollout import Completion
 
 from .errors import EngineError, PromptError, UpdateRefusedError
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -295,17 +298,29 @@ class Engine(ABC):
         so requests in flight are answered instead of cancelled)."""
         self._closing.set()
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> bool:
         """Stop the backend and free its memory; later calls raise EngineError. Safe to call twice.
 
         A generation in flight ends early where the backend allows it (transformers: at its next
-        token) and raises EngineError; otherwise `close` waits for it.
+        token) and raises EngineError; otherwise `close` waits for it, up to `timeout` seconds (None: as long
+        as it takes). Past that the backend is left as it is (logged), for the process's end to free: a
+        stopping server must not wait on a call that does not return.
+
+        Returns:
+            True if the backend is closed.
         """
         self.interrupt()
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            logger.warning("a call in flight still held the engine after %.1f s: not closing it (its memory goes "
+                           "with the process)", timeout)
+            return False
+        try:
             if not self._closed:
                 self._closed = True
                 self._close()
+        finally:
+            self._lock.release()
+        return True
 
     def __enter__(self) -> Engine:
         return self
