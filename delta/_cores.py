@@ -3,12 +3,15 @@ into one slice per thread, and the threads that run one compiled call each. Shar
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import numba
 import numpy as np
+from numba import types
 from numba.typed import List
 
 R = TypeVar("R")
@@ -20,11 +23,17 @@ def default_workers() -> int:
 
 
 def typed(arrays: Sequence[np.ndarray]) -> List:
-    """A numba typed list of flat arrays of one dtype (what the compiled calls take for "many tensors")."""
-    out = List()
+    """A numba typed list of flat contiguous arrays of one dtype (what the compiled calls take for "many
+    tensors"); its item type is made once per dtype (inferring it from the first item costs milliseconds)."""
+    out = List.empty_list(_array_type(arrays[0].dtype))
     for a in arrays:
         out.append(a)
     return out
+
+
+@functools.cache
+def _array_type(dtype: np.dtype) -> types.Array:
+    return types.Array(numba.from_dtype(dtype), 1, "C")
 
 
 def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:
