@@ -44,22 +44,25 @@ def qwen3_shapes(model: str, layers: int | None = None) -> dict[str, tuple[int, 
     return shapes
 
 
-def pairs(shapes: dict[str, tuple[int, ...]], lr: float, seed: int = 0) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
-    """(name, old, new) per tensor: bf16 states after AdamW steps 1 and 2 (see the module docstring)."""
+def pairs(shapes: dict[str, tuple[int, ...]], lr: float, seed: int = 0, device: str = "cpu"
+          ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, old, new) per tensor: bf16 states after AdamW steps 1 and 2 (see the module docstring), made on
+    `device` (on a GPU in seconds where the host would take minutes; other draws than the CPU's)."""
     b1, b2 = BETAS
     for name, shape in shapes.items():
         numel = int(torch.Size(shape).numel())
-        old, new = torch.empty(numel, dtype=torch.bfloat16), torch.empty(numel, dtype=torch.bfloat16)
-        gens = [_generator(seed, name, k) for k in range(3)]
+        old = torch.empty(numel, dtype=torch.bfloat16, device=device)
+        new = torch.empty(numel, dtype=torch.bfloat16, device=device)
+        gens = [_generator(seed, name, k, device) for k in range(3)]
         for lo in range(0, numel, BLOCK_ELEMENTS):
             n = min(BLOCK_ELEMENTS, numel - lo)
             if name.endswith("norm.weight"):
-                w = torch.ones(n)
+                w = torch.ones(n, device=device)
             else:
-                w = torch.randn(n, generator=gens[0]).mul_(INIT_STD).bfloat16().float()
-            m, v = torch.zeros(n), torch.zeros(n)
+                w = torch.randn(n, generator=gens[0], device=device).mul_(INIT_STD).bfloat16().float()
+            m, v = torch.zeros(n, device=device), torch.zeros(n, device=device)
             for step, out in ((1, old), (2, new)):
-                g = torch.randn(n, generator=gens[step])
+                g = torch.randn(n, generator=gens[step], device=device)
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 w.mul_(1 - lr * WEIGHT_DECAY)

@@ -128,7 +128,8 @@ def _init(name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=_generator(seed, name, 0)).mul_(INIT_STD).bfloat16().float()
 
 
-def _generator(seed: int, name: str, step: int) -> torch.Generator:
-    """A generator seeded from (seed, tensor name, step): the draws do not depend on tensor order."""
+def _generator(seed: int, name: str, step: int, device: str = "cpu") -> torch.Generator:
+    """A generator on `device` seeded from (seed, tensor name, step): the draws do not depend on tensor order (a
+    GPU's generator draws other numbers than the CPU's from the same seed)."""
     digest = hashlib.sha256(f"{seed}/{name}/{step}".encode("utf-8")).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    return torch.Generator(device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -198,8 +198,9 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
     """All figures for one (old, new) pair on `device` with `threads`, on the `paths` asked for (the other's figures
     are NaN); the states are not modified."""
     torch.set_num_threads(threads)
-    host_old = {k: v.cpu() for k, v in old.items()}
-    host_new = {k: v.cpu() for k, v in new.items()}
+    need_host = "host" in paths or entropy  # host copies: for the host path and the entropy bound only
+    host_old = {k: v.cpu() for k, v in old.items()} if need_host else {}
+    host_new = {k: v.cpu() for k, v in new.items()} if need_host else {}
     if device == "cuda":
         old, new = {k: v.cuda() for k, v in old.items()}, {k: v.cuda() for k, v in new.items()}
     elements = sum(t.numel() for t in new.values())
@@ -384,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
         shapes = _streamed.qwen3_shapes(model, args.layers)
         label = model if args.layers is None else f"{model}/{args.layers}L"
         totals: dict[int, Row] = {}
-        for tensor, old, new in _streamed.pairs(shapes, SYNTHETIC_LR):
+        for tensor, old, new in _streamed.pairs(shapes, SYNTHETIC_LR, device=args.device):
             for threads in args.threads:
                 row = measure_pair(label, 2, {tensor: old}, {tensor: new}, threads=threads, device=args.device,
                                    repeat=args.repeat, entropy=False, paths=paths)
