@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -28,7 +27,7 @@ from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
 from .prepare import PrepareFailed, prepare_model
 from .restarts import RestartPolicy, Supervisor
-from .tokens import launch_tokens, role_environ
+from .tokens import KeptTokens, launch_tokens, role_environ
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,7 +132,9 @@ def run(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    owner_token = config.owner_token or secrets.token_urlsafe(12)
+    kept = KeptTokens(config.keys, config.bucket)
+    tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    owner_token = tokens["OWNER_TOKEN"]
     _say(f"bucket {config.bucket} · logs {config.logs}")
     _say(f"preparing the model {config.model} (once; later starts reuse it)")
     try:
@@ -145,7 +146,8 @@ def run(args: argparse.Namespace) -> None:
         return
     _say(f"model ready: {folder}")
 
-    tokens = launch_tokens()
+    _say(f"tokens for this bucket kept in {kept.path} (owner-only; set ENV_TOKEN, ROLLOUT_TOKEN or OWNER_TOKEN "
+         "to use others)")
     gpu_share = _gpu_share(config)
     children = build_children(config, folder, owner_token, tokens, gpu_share)
     supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s,

@@ -27,7 +27,7 @@ from launcher.children import Ended, exit_text
 from launcher.config import LauncherConfig
 from launcher.launch import build_children
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
-from launcher.tokens import launch_tokens
+from launcher.tokens import KeptTokens, launch_tokens
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -196,6 +196,33 @@ def test_tokens_set_beforehand_are_kept() -> None:
     """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
     tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})
     assert tokens["ROLLOUT_TOKEN"] == "mine" and len(tokens["ENV_TOKEN"]) >= 24
+
+
+def test_the_launcher_keeps_its_tokens_per_bucket_in_an_owner_only_file(tmp_path: Path) -> None:
+    """A second start on the same bucket gets the same tokens (its exam records still verify), another bucket its
+    own; the file is 0600 in a 0700 folder, outside the bucket; an explicit token wins and is never written."""
+    keys = tmp_path / "keys"
+    first = launch_tokens({}, KeptTokens(str(keys), "/data/bucket"))
+    assert launch_tokens({}, KeptTokens(str(keys), "/data/bucket")) == first
+    assert launch_tokens({}, KeptTokens(str(keys), "/data/other"))["ROLLOUT_TOKEN"] != first["ROLLOUT_TOKEN"]
+    kept = KeptTokens(str(keys), "/data/bucket")
+    assert kept.path.parent == keys and oct(kept.path.stat().st_mode & 0o777) == "0o600"
+    assert oct(keys.stat().st_mode & 0o777) == "0o700"
+    assert kept.read() == first and set(first) == {"ENV_TOKEN", "ROLLOUT_TOKEN", "OWNER_TOKEN"}
+    mine = launch_tokens({"ROLLOUT_TOKEN": "explicit-token-of-mine"}, kept, owner_token="owner-of-mine-1234567")
+    assert mine == {**first, "ROLLOUT_TOKEN": "explicit-token-of-mine", "OWNER_TOKEN": "owner-of-mine-1234567"}
+    assert "explicit" not in kept.path.read_text() and "owner-of-mine" not in kept.path.read_text()
+    assert launch_tokens({}, kept) == first  # the explicit token gone, the kept one again
+
+
+def test_a_kept_tokens_file_others_can_read_is_tightened_and_a_damaged_one_replaced(tmp_path: Path) -> None:
+    kept = KeptTokens(str(tmp_path), "s3://b/run")
+    first = launch_tokens({}, kept)
+    kept.path.chmod(0o644)
+    assert launch_tokens({}, kept) == first and oct(kept.path.stat().st_mode & 0o777) == "0o600"
+    kept.path.write_text("{not json")
+    fresh = launch_tokens({}, kept)
+    assert fresh["ROLLOUT_TOKEN"] != first["ROLLOUT_TOKEN"] and kept.read() == fresh
 
 
 def test_n_rollout_servers_share_the_bucket_and_the_trainer_names_none() -> None:
