@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from delta import DeltaError, RetryPolicy, StorageError
 from wire.errors import RolloutError
 from wire.fleet import (
-    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run,
+    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, ServerState, group_run,
 )
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
@@ -69,7 +69,8 @@ class GroupProducer:
             an exam when one is due); it must not raise.
 
     Attributes:
-        state: What it does now; `last_error`: the last failure, with its time.
+        state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
+            run settings signed with another key, until a run signed with this server's is read).
         groups_written, games_written: Since it started.
         peers: The other servers producing for the run, at the last heartbeat.
     """
@@ -103,6 +104,7 @@ class GroupProducer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failures = 0
+        self._run_refused: str | None = None  # the last_error a run signed with another key set (cleared by a good one)
         self._retry = RetryPolicy(None, poll_s, 30.0)
         self._watch = HeartbeatWatch(bucket)
         self.peers = 0
@@ -194,7 +196,20 @@ class GroupProducer:
     def step(self) -> float:
         """Look at the run once; play and write one batch of groups if it asks for them. Returns the seconds
         to wait before the next look (0 after a batch)."""
-        run = self.bucket.read_run()
+        try:
+            run = self.bucket.read_run()
+        except FleetMessageError as e:
+            if e.category != Refusal.UNSIGNED:
+                raise
+            # A run signed with another key: a previous start's (with another rollout token) until the current
+            # trainer writes its own, or a stranger's. Not an error of this server: wait for a run it can trust.
+            self.state, self.run_id = ServerState.NO_RUN, None
+            self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with this "
+                                                   f"server's token: {e}")
+            return self.poll_s
+        if self._run_refused is not None and self.last_error == self._run_refused:
+            self.last_error = None  # the current trainer wrote its run: the wait is over, not an error to show
+        self._run_refused = None
         if run is None:
             self.state, self.run_id = ServerState.NO_RUN, None
             return self.poll_s
@@ -218,6 +233,8 @@ class GroupProducer:
             self.examine(run)
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         self._play_batch(run, groups)
+        if self._failures:  # a batch handed in: an earlier failure is over (the heartbeat shows only what holds now)
+            self.last_error = None
         self._failures = 0
         return 0.0
 
