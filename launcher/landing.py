@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
-from dashboard.exam import exam_text, exam_trend_text
+from dashboard.exam import exam_text, exam_trend_text, refused_exams_text
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
 from wire.rollout import RolloutStatus
@@ -102,8 +102,11 @@ def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
     if trainer.exam is None:
         return [("exam", "off (--exam-every 0)")]
     exams = trainer.exams
-    return [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
-            ("exam: own valid words, trend", exam_trend_text(exams))]
+    rows: list[tuple[str, Any]] = [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
+                                   ("exam: own valid words, trend", exam_trend_text(exams))]
+    if refused := refused_exams_text(trainer.exams_refused):
+        rows.append(("exam records not read", refused))
+    return rows
 
 
 def fleet_rows(role: str, status: bytes) -> list[list[Any]]:

@@ -118,3 +118,8 @@ def test_the_trainer_card_shows_the_last_exam_and_its_trend(tmp_path) -> None:
     assert fields["exam: own valid words, trend"] == "50% (v0: 0%, up 50 pts over 2 exams)"
     off = dict(card_fields("trainer", status.model_copy(update={"exam": None}).model_dump_json().encode()))
     assert off["exam"] == "off (--exam-every 0)"
+    assert "exam records not read" not in fields
+    other = dict(card_fields("trainer", status.model_copy(update={"exams_refused": {"signed with another token": 2}})
+                             .model_dump_json().encode()))
+    assert other["exam records not read"].startswith("2 exam records signed with another token (not shown)")
+    assert "ROLLOUT_TOKEN" in other["exam records not read"]  # what to do about it

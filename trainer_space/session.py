@@ -336,6 +336,7 @@ class TrainingSession:
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
+            exams_refused=self.exams.refusals() if self.exams is not None else {},
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:

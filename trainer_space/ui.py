@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from dashboard import sparsity
-from dashboard.exam import exam_figure, exam_text
+from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 from dashboard.labels import GLOSSARY, counted, public_location
@@ -82,7 +82,9 @@ def _exam_line(status: TrainerStatus) -> str:
     if status.exam is None:
         return f"{examples} · no exams (--exam-every 0)"
     last = status.exams[-1] if status.exams else None
-    return f"{examples} · " + (f"last exam {exam_text(last)}" if last else "no exam yet")
+    line = f"{examples} · " + (f"last exam {exam_text(last)}" if last else "no exam yet")
+    refused = refused_exams_text(status.exams_refused)
+    return f"{line} · {refused}" if refused else line
 
 
 #: Beside the exam curves: what the exam is, and how to read it.

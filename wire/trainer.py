@@ -119,6 +119,9 @@ class TrainerStatus(BaseModel):
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
     exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
                                                     "landing page's last exam and trend")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket not read, by why: 'signed with "
+                                                          "another token' (an earlier start's rollout token), or "
+                                                          "damaged, invalid...")
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
