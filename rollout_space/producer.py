@@ -8,7 +8,8 @@ committed whole, with the weight version of every reply and the sampler's logpro
 while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
 (back-pressure: more would only go stale), and starts again by itself. With other servers producing
 for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
-step's groups are ready once each server has played its share, not a whole step. A heartbeat thread
+step's groups are ready once each server has played its share, not a whole step. One server of the run, the
+live one with the lowest id, takes the exams (`examines`), after its first batch. A heartbeat thread
 writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses
 only the batch it was playing: nothing it wrote is ever half a file.
 """
@@ -65,14 +66,16 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        examine: Called with the run's settings before each batch, after `catch_up` (`exam.Examiner.maybe`:
-            an exam when one is due); it must not raise.
+        examine: Called with the run's settings before each batch (`exam.Examiner.maybe`: an exam when one is
+            due, of the weights held); it must not raise. Only on the run's examiner (`examines`: one server per
+            run, so the others go on producing and each version has one record), and never before this server's
+            first batch for the run: the trainer's first step waits on groups, not on the exam of version 0.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
             run settings signed with another key, until a run signed with this server's is read).
         groups_written, games_written: Since it started.
-        peers: The other servers producing for the run, at the last heartbeat.
+        peers, peer_ids: How many other servers produce for the run, and their ids, at the last heartbeat.
     """
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
@@ -108,6 +111,8 @@ class GroupProducer:
         self._retry = RetryPolicy(None, poll_s, 30.0)
         self._watch = HeartbeatWatch(bucket)
         self.peers = 0
+        self.peer_ids: list[str] = []
+        self._handed_in: str | None = None  # the run this server last handed a batch in for
 
     def start(self) -> GroupProducer:
         self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
@@ -156,20 +161,32 @@ class GroupProducer:
             except (OSError, StorageError) as e:
                 logger.warning("could not write this server's heartbeat: %s", e)
             try:
-                self.peers = self.count_peers()
+                self.peer_ids = self.live_peers()
+                self.peers = len(self.peer_ids)
             except (OSError, StorageError) as e:
                 logger.warning("could not read the other servers' heartbeats: %s", e)
             if self._stop.wait(self.heartbeat_s):
                 return
 
-    def count_peers(self) -> int:
-        """The other live servers producing for this server's run (read from their heartbeats); 0 before it
-        knows the run."""
+    def live_peers(self) -> list[str]:
+        """The ids of the other live servers producing for this server's run (read from their heartbeats), sorted;
+        none before it knows the run."""
         if self.run_id is None:
-            return 0
-        return sum(1 for s in self._watch.read()
-                   if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
-                   and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
+            return []
+        return sorted(s.heartbeat.server_id for s in self._watch.read()
+                      if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
+                      and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
+
+    def count_peers(self) -> int:
+        """How many other live servers produce for this server's run (`live_peers`)."""
+        return len(self.live_peers())
+
+    def examines(self) -> bool:
+        """Whether this server is the run's examiner: the live server of the run with the lowest id, as the last
+        heartbeats said (`peer_ids`). Decided through the bucket alone, so every server comes to the same answer
+        without talking to the others; one that dies mid-exam stops counting once its heartbeat is gone
+        (`wire.liveness.GONE_AFTER_S`), and the next one takes the exam, still due, over."""
+        return not self.peer_ids or self.server_id < self.peer_ids[0]
 
     def _produce(self) -> None:
         while not self._stop.is_set():
@@ -228,9 +245,9 @@ class GroupProducer:
             self.state = ServerState.FULL
             return self.poll_s
         self.state = ServerState.PRODUCING
+        if self.examine is not None and self._handed_in == run.run_id and self.examines():
+            self.examine(run)  # of the weights the last batch played, before catching up
         self._catch_up()
-        if self.examine is not None:
-            self.examine(run)
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         self._play_batch(run, groups)
         if self._failures:  # a batch handed in: an earlier failure is over (the heartbeat shows only what holds now)
@@ -274,3 +291,4 @@ class GroupProducer:
             self.groups_written += 1
             self.games_written += g
         self._written.append((time.monotonic(), groups * g))
+        self._handed_in = run.run_id
