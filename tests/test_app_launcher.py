@@ -25,9 +25,11 @@ import pytest
 import settings
 from launcher.children import Ended, exit_text
 from launcher.config import LauncherConfig
-from launcher.launch import build_children
+from launcher.launch import build_children, start_together
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
 from launcher.tokens import KeptTokens, launch_tokens
+from wire.exam_shelf import ExamShelf
+from wire.fleet import fleet_key
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -94,6 +96,8 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         # Training runs and the rollout follows the bucket.
         wait_until(lambda: first.status("trainer")["version"] >= 2, 180, "two published versions")
         wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
+        # The untrained policy's exam, taken after the server's first batch (it never held the first step back).
+        wait_until(lambda: [e["version"] for e in first.status("trainer")["exams"]][:1] == [0], 180, "the v0 exam")
         pids = first.app_pids()
         assert len(pids) >= 3
         with pages_open([first.url(app) for app in ("env", "rollout", "trainer")]):
@@ -128,6 +132,17 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         assert [s for s, _ in steps] == list(range(1, len(steps) + 1))  # one count across both processes
         assert second.status("trainer")["step"] >= earlier[-1][0]
         assert [a["version"] for a in history["anchors"]][:1] == [1]  # the first version's full copy, still shown
+        # The launcher kept its tokens: the exams signed before the restart still verify, every one is shown, and
+        # no page calls a file of the run "forged".
+        key = fleet_key(KeptTokens(str(tmp_path / "keys"), str(bucket)).read()["ROLLOUT_TOKEN"])
+        in_bucket = [r.model_dump(mode="json") for r in ExamShelf(str(bucket), key).records()]
+        assert in_bucket and in_bucket[0]["version"] == 0 and history["exams"] == in_bucket
+        status = second.status("trainer")
+        assert status["exams_refused"] == {} and status["exams"][0]["version"] == 0
+        wait_until(lambda: all(s["state"] == "producing" or s["state"] == "full" for s in second.status("trainer")["fleet"]),
+                   60, "the server producing again")
+        shown = str(second.status("trainer")["fleet"]) + str(second.status("rollout"))
+        assert "forged" not in shown and "signature" not in shown, shown
         # Killed with no chance to clean up: the kernel's parent-death signal must stop the apps.
         pids = second.app_pids()
         second.proc.kill()
@@ -254,3 +269,13 @@ def test_on_one_gpu_the_rollout_servers_leave_the_trainer_its_share() -> None:
     mine = LauncherConfig(rollout_args=["--gpu-memory-utilization", "0.3"])  # the person's own share wins
     rollout = build_children(mine, "/models/tiny", "owner", launch_tokens({}), 0.5)[1]
     assert rollout.args.count("--gpu-memory-utilization") == 1 and rollout.args[-1] == "0.3"
+
+
+def test_without_a_gpu_the_apps_start_at_once_and_beside_vllm_on_a_gpu_one_after_the_other() -> None:
+    """On CPUs each app loads its model while the others do (the first step comes sooner); vLLM sizes its share of
+    a GPU from the memory free when it starts, so there each app waits for the previous one."""
+    l4 = Gpu("NVIDIA L4", (8, 9), True, 22 << 30, 22 << 30)
+    assert start_together(LauncherConfig(engine="transformers"), None)
+    assert start_together(LauncherConfig(), Machine(()))
+    assert not start_together(LauncherConfig(), Machine((l4,)))
+    assert not start_together(LauncherConfig(engine="vllm"), Machine((l4,)))
