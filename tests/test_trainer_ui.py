@@ -78,16 +78,17 @@ def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
-                          letters=0.5 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n)
+                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n)
                for n in (1, 2, 3)]
     by_step = learning_figure(records)
     assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate (strict)",
-                                                            "letters found (of 5)"]
+                                                            "letters found (of 5)", "messages that showed an example"]
+    assert "the exam below plays without" in by_step.layout.title.text
     assert list(by_step.data[0].x) == [1, 2, 3] and list(by_step.data[4].y) == [0.2, 0.4, 0.6000000000000001]
-    assert list(by_step.data[6].y) == [0.5, 1.0, 1.5]
+    assert list(by_step.data[6].y) == [0.5, 1.0, 1.5] and list(by_step.data[8].y) == [0.75, 0.5, 0.25]
     by_time = learning_figure(records, X_AXES[1])
     assert list(by_time.data[0].x) == [0.5, 1.0, 1.5]  # minutes since the first step began
-    assert by_time.layout.xaxis4.title.text == "wall time (minutes)"
+    assert by_time.layout.xaxis5.title.text == "wall time (minutes)"
 
 
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:

@@ -18,7 +18,7 @@ from dashboard import sparsity
 from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
 from dashboard.trend import step_text
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
@@ -160,13 +160,20 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
                        whole_x=True)
 
 
+#: The learning curves' title: what the training games' scores are (games with the env's example in most messages,
+#: whose valid guesses can be copies), and where to look for what the policy does alone.
+LEARNING_TITLE = "Training games (examples shown: a valid guess may be a copy; the exam below plays without)"
+#: The panel of the share of the training games' messages that showed the env's example.
+EXAMPLES_PANEL = "messages that showed an example"
+
 #: The x axes the learning curves offer (the radio's choices).
 X_AXES = ("step", "wall time (minutes)")
 
 
 def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> Any:
-    """Reward, win rate, strict valid-guess rate and letters found per step, raw and smoothed, against steps
-    or against minutes since the first step began (all from the env's scores of the games trained on)."""
+    """Reward, win rate, strict valid-guess rate, letters found and the share of messages that showed the env's
+    example per step, raw and smoothed, against steps or against minutes since the first step began (all from the
+    games trained on)."""
     if x_axis == X_AXES[0] or not records:
         x: list[float] = [r.step for r in records]
     else:
@@ -175,8 +182,9 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
     metrics = [Metric("mean reward", [r.reward for r in records]),
                Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
                Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
-               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE)]
-    return learning_curves(x, metrics, x_title=x_axis, whole_x=x_axis == X_AXES[0])
+               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE),
+               Metric(EXAMPLES_PANEL, [r.examples_shown for r in records], _RATE_RANGE)]
+    return learning_curves(x, metrics, x_title=x_axis, title=LEARNING_TITLE, whole_x=x_axis == X_AXES[0])
 
 
 def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any, Any]:
@@ -211,7 +219,9 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
                 games = gr.HTML(feed_html(session.recent_games(FEED_SIZE)), elem_id="trainer-games")
         with gr.Row():
             payload_plot = gr.Plot(label="payload")
-            heatmap_plot = gr.Plot(label="sparsity")
+            with gr.Column():
+                heatmap_plot = gr.Plot(label="sparsity")
+                gr.Markdown(DENSITY_NOTE, elem_id="trainer-density-note")
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("### Rollout fleet (heartbeats in the bucket)")
