@@ -19,7 +19,7 @@ from dashboard import games, sparsity
 from dashboard import render
 from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
-from dashboard.labels import GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
 from dashboard.mount import mount_ui as _mount
 from webguard import client_address
 from wire.errors import RolloutError
@@ -186,6 +186,7 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         with gr.Row():
             timeline = gr.Plot(sync_timeline([]), show_label=False, elem_id="rollout-timeline")
             heatmap = gr.Plot(sparsity_heatmap(None), show_label=False, elem_id="rollout-heatmap")
+        gr.Markdown(DENSITY_NOTE, elem_id="rollout-density-note")
         with gr.Accordion("What the words mean", open=False):
             gr.Markdown(GLOSSARY, elem_id="rollout-glossary")
         with gr.Row():
