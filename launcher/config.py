@@ -99,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                    "resumes)")
     settings.MODEL.add_to(parser, "model folder or Hub id (offline default, prepared once)")
     settings.ENGINE.add_to(parser)
-    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: the one kept for the bucket, or a new one; printed)")
+    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: the one kept for the bucket, or a new one; "
+                                        "printed)")
     parser.add_argument("--logs", default=d.logs, help="folder of the three apps' logs (default .cache/app/logs)")
     parser.add_argument("--keys", default=d.keys,
                         help="folder where the tokens the launcher makes are kept between starts, one owner-only file "
@@ -127,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> LauncherConfig:
     return LauncherConfig(
         host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
         trainer_port=args.trainer_port, rollouts=args.rollouts, bucket=bucket, model=model, engine=args.engine,
-        owner_token=args.owner_token, logs=os.path.abspath(args.logs), keys=os.path.abspath(args.keys), ready_timeout_s=args.ready_timeout,
+        owner_token=args.owner_token, logs=os.path.abspath(args.logs), keys=os.path.abspath(args.keys),
+        ready_timeout_s=args.ready_timeout,
         stop_timeout_s=args.stop_timeout, rollout_restarts=args.rollout_restarts,
         rollout_args=shlex.split(args.rollout_args), trainer_args=shlex.split(args.trainer_args))

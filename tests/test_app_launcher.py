@@ -139,8 +139,8 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         assert in_bucket and in_bucket[0]["version"] == 0 and history["exams"] == in_bucket
         status = second.status("trainer")
         assert status["exams_refused"] == {} and status["exams"][0]["version"] == 0
-        wait_until(lambda: all(s["state"] == "producing" or s["state"] == "full" for s in second.status("trainer")["fleet"]),
-                   60, "the server producing again")
+        wait_until(lambda: all(s["state"] in ("producing", "full") for s in second.status("trainer")["fleet"]), 60,
+                   "the server producing again")
         shown = str(second.status("trainer")["fleet"]) + str(second.status("rollout"))
         assert "forged" not in shown and "signature" not in shown, shown
         # Killed with no chance to clean up: the kernel's parent-death signal must stop the apps.

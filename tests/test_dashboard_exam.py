@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.exam import (COPYING, EXAM_ANY, EXAM_OWN, UNTRAINED, exam_figure, exam_text, exam_trend_text, refused_exams_text,
-                            opponent_text)
+from dashboard.exam import (COPYING, EXAM_ANY, EXAM_OWN, UNTRAINED, exam_figure, exam_text, exam_trend_text,
+                            opponent_text, refused_exams_text)
 from env_space.exam import copying_reference
 from tests.test_wire_exam import record, scores
 from wire.exam import OTHER_KEY, ExamRecord

@@ -78,7 +78,8 @@ def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
-                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n)
+                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1,
+                          at=1000.0 + 30.0 * n)
                for n in (1, 2, 3)]
     by_step = learning_figure(records)
     assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate (strict)",
