@@ -1,7 +1,8 @@
 """The rollout server's exams: when the run's settings ask for them, play the held-out secrets without the env's
 examples with the weights it holds, and write the record to the bucket (`wire.exam`).
 
-`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run, once it has handed in its first
+`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run and while the bucket holds all the
+groups the run allows (nothing to play), once it has handed in its first
 batch (the trainer's first step never waits on the exam of version 0), and only on the run's examiner: the live
 server with the lowest id (`GroupProducer.examines`), so the other servers go on producing and each version has
 one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. An exam is

@@ -66,8 +66,8 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        examine: Called with the run's settings before each batch (`exam.Examiner.maybe`: an exam when one is
-            due, of the weights held); it must not raise. Only on the run's examiner (`examines`: one server per
+        examine: Called with the run's settings before each batch and while the bucket is full
+            (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must not raise. Only on the run's examiner (`examines`: one server per
             run, so the others go on producing and each version has one record), and never before this server's
             first batch for the run: the trainer's first step waits on groups, not on the exam of version 0.
 
@@ -243,10 +243,10 @@ class GroupProducer:
         room = run.max_pending_groups - pending
         if room <= 0:
             self.state = ServerState.FULL
+            self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
         self.state = ServerState.PRODUCING
-        if self.examine is not None and self._handed_in == run.run_id and self.examines():
-            self.examine(run)  # of the weights the last batch played, before catching up
+        self._examine(run)  # of the weights the last batch played, before catching up
         self._catch_up()
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         self._play_batch(run, groups)
@@ -254,6 +254,11 @@ class GroupProducer:
             self.last_error = None
         self._failures = 0
         return 0.0
+
+    def _examine(self, run: RunSettings) -> None:
+        """Take the exam due, if this server is the run's examiner and has handed in a batch for the run."""
+        if self.examine is not None and self._handed_in == run.run_id and self.examines():
+            self.examine(run)
 
     def _catch_up(self) -> None:
         if self.catch_up is None:

@@ -26,7 +26,7 @@ from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
 from wire.exam import ExamSettings
 from wire.exam_shelf import ExamShelf
-from wire.fleet import RunSettings
+from wire.fleet import RunSettings, ServerState
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import GONE_AFTER_S
 from wire.trajectory import Trajectory
@@ -111,6 +111,16 @@ def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
     trained = [g for group in taken for g in group.games]
     assert {g.episode_id for g in trained} == {g.episode_id for g in games}
     assert not exam_ids & {g.episode_id for g in trained}
+
+
+def test_a_server_with_nothing_to_play_takes_the_exam_due_meanwhile(server: Server) -> None:
+    """Back-pressure (enough groups wait in the bucket) leaves the server idle: the exam due is taken then."""
+    bucket, producer = server.bucket, server.producer
+    bucket.write_run(with_exam())  # room for 2 groups: one batch fills it
+    producer.step()
+    assert len(bucket.list_groups()) == 2 and ExamShelf(bucket.storage).records() == []
+    assert producer.step() > 0 and producer.state == ServerState.FULL
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1] and len(bucket.list_groups()) == 2
 
 
 def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> None:
