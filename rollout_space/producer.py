@@ -113,6 +113,8 @@ class GroupProducer:
         self.peers = 0
         self.peer_ids: list[str] = []
         self._handed_in: str | None = None  # the run this server last handed a batch in for
+        self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
+        self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
         self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
@@ -156,17 +158,28 @@ class GroupProducer:
 
     def _heartbeats(self) -> None:
         while True:
-            try:
-                self.bucket.write_heartbeat(self.heartbeat())
-            except (OSError, StorageError) as e:
-                logger.warning("could not write this server's heartbeat: %s", e)
-            try:
-                self.peer_ids = self.live_peers()
-                self.peers = len(self.peer_ids)
-            except (OSError, StorageError) as e:
-                logger.warning("could not read the other servers' heartbeats: %s", e)
+            self._write_heartbeat()
+            self._read_peers()
             if self._stop.wait(self.heartbeat_s):
                 return
+
+    def _write_heartbeat(self) -> None:
+        """Write this server's heartbeat now (either thread); a failure is logged."""
+        try:
+            with self._beat_lock:
+                self.bucket.write_heartbeat(self.heartbeat())
+        except (OSError, StorageError) as e:
+            logger.warning("could not write this server's heartbeat: %s", e)
+
+    def _read_peers(self) -> None:
+        """Read the other servers' heartbeats into `peer_ids` and `peers` (either thread); on a failure they stay
+        as they were, and it is logged."""
+        try:
+            with self._beat_lock:
+                self.peer_ids = self.live_peers()
+            self.peers = len(self.peer_ids)
+        except (OSError, StorageError) as e:
+            logger.warning("could not read the other servers' heartbeats: %s", e)
 
     def live_peers(self) -> list[str]:
         """The ids of the other live servers producing for this server's run (read from their heartbeats), sorted;
@@ -243,9 +256,11 @@ class GroupProducer:
         room = run.max_pending_groups - pending
         if room <= 0:
             self.state = ServerState.FULL
+            self._announce(run)
             self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
         self.state = ServerState.PRODUCING
+        self._announce(run)
         self._examine(run)  # of the weights the last batch played, before catching up
         self._catch_up()
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
@@ -255,9 +270,20 @@ class GroupProducer:
         self._failures = 0
         return 0.0
 
+    def _announce(self, run: RunSettings) -> None:
+        """The first time this server works for `run`, say so at once (a heartbeat now, not at the next beat): the
+        other servers then count it when they decide who examines."""
+        if self._announced != run.run_id:
+            self._announced = run.run_id
+            self._write_heartbeat()
+
     def _examine(self, run: RunSettings) -> None:
-        """Take the exam due, if this server is the run's examiner and has handed in a batch for the run."""
-        if self.examine is not None and self._handed_in == run.run_id and self.examines():
+        """Take the exam due, if this server has handed in a batch for the run and is its examiner, judged on
+        heartbeats read now (not a beat ago: two servers that started together must not both examine)."""
+        if self.examine is None or self._handed_in != run.run_id:
+            return
+        self._read_peers()
+        if self.examines():
             self.examine(run)
 
     def _catch_up(self) -> None:

@@ -183,10 +183,10 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
         bucket.write_run(with_exam().model_copy(update={"max_pending_groups": 8}))
         a.step(), b.step()  # the first batches: no exam before them
         assert shelf.records() == [] and handed_in("s0") and handed_in("s1")
-        heartbeats(a, b)
-        assert a.examines() and not b.examines() and a.peer_ids == ["s1"] and b.peer_ids == ["s0"]
+        assert a.peer_ids == b.peer_ids == []  # no heartbeat thread runs here: each said it works for the run at once
         bucket.delete([f.path for f in bucket.list_groups()])
-        a.step(), b.step()
+        a.step(), b.step()  # who examines is judged on the heartbeats read at that moment
+        assert a.peer_ids == ["s1"] and b.peer_ids == ["s0"] and a.examines() and not b.examines()
         assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0")]
         assert handed_in("s0") and handed_in("s1")  # the examiner plays its batch after the exam
         assert not any(g.exam for g in second.recent_games(50))  # s1 played training games only
@@ -197,9 +197,10 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
         heartbeats(b)
         assert b.peer_ids == [] and b.examines()
         bucket.delete([f.path for f in bucket.list_groups()])
-        b.step()  # holds version 1 (examined): catches up to 3 and plays
-        b.step()  # examines 3, due in its block, in s0's place
-        assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0"), (3, "s1")]
+        b.step()  # holds version 1 (examined): catches up (to 2 or 3: the block of 2 and 3) and plays
+        b.step()  # examines the version it holds, due in its block, in s0's place
+        assert other.version in (2, 3)
+        assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0"), (other.version, "s1")]
     finally:
         publisher.close()
         first.close()
