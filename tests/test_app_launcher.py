@@ -196,6 +196,10 @@ def test_a_fleet_outlives_a_killed_rollout_server(model: str, tmp_path: Path) ->
         if launch.proc.poll() is None:
             launch.kill()
     assert_clean_stop(launch.output(), logs, ["env", "rollout", "rollout-2", "trainer"])
+    # One examiner per version: the servers never both play the same version's exam.
+    examined = [int(v) for name in ("rollout", "rollout-2")
+                for v in re.findall(r"exam of v(\d+):", (logs / f"{name}.log").read_text(errors="replace"))]
+    assert examined and len(examined) == len(set(examined)), examined
 
 
 def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> None:
