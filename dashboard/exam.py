@@ -65,9 +65,9 @@ def refused_exams_text(refused: dict[str, int]) -> str | None:
 
 
 def exam_trend_text(records: Sequence[ExamRecord]) -> str:
-    """How the headline moved since the first exam: "31% (v0: 6%, up 25 pts over 7 exams)"; "-" without one."""
+    """How the headline moved since the first exam: "31% (v0: 6%, up 25 pts over 7 exams)"; "—" without one."""
     if not records:
-        return "-"
+        return "—"
     first, last = records[0], records[-1]
     shown = f"{100 * last.scores.own_rate:.0f}%"
     if len(records) == 1:

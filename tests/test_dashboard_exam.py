@@ -47,7 +47,7 @@ def test_texts_for_the_landing_page_the_status_line_and_the_match() -> None:
     exams = [exam(0, 0.0), exam(5, 0.25, wins=1)]
     assert exam_text(None) == "no exam yet"
     assert exam_text(exams[-1]) == "v5: own words on 25% of moves (valid 50%) · 1.00 letters · 1 of 2 won in 3.0 guesses"
-    assert exam_trend_text([]) == "-" and exam_trend_text(exams[:1]) == "0% (one exam, v0)"
+    assert exam_trend_text([]) == "—" and exam_trend_text(exams[:1]) == "0% (one exam, v0)"
     assert exam_trend_text(exams) == "25% (v0: 0%, up 25 pts over 2 exams)"
     assert exam_trend_text([exams[1], exam(9, 0.25)]) == "25% (v5: 25%, flat over 2 exams)"
     assert "policy v7**; its latest exam is of **v5**" in opponent_text(7, exams[-1])

@@ -48,13 +48,13 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
     assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
-                                          ["valid guesses (strict), last 5 steps", "-"],
+                                          ["valid guesses (strict), last 5 steps", "—"],
                                           [EXAMPLES_ROW, "100% by the run's schedule · what the policy plays alone: "
                                                          "the exam, below"],
-                                          ["letters found of 5, last 5 steps", "-"], ["mean reward", "—"],
+                                          ["letters found of 5, last 5 steps", "—"], ["mean reward", "—"],
                                           ["training", "stopped"], ["resumed from version", "—"],
                                           ["last exam (held-out words, no examples)", "no exam yet"],
-                                          ["exam: own valid words, trend", "-"]]
+                                          ["exam: own valid words, trend", "—"]]
     assert shown["trainer"]["fleet"] == [] and shown["trainer"]["fleet_note"].startswith(
         "rollout fleet: no heartbeat in the bucket yet")
 

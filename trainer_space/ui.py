@@ -46,12 +46,12 @@ def status_markdown(status: TrainerStatus) -> str:
     stale = status.staleness or Staleness()
     reward = status.mean_reward
     steps = step_text(status.step, status.last_step, status.step_s).replace("step ", "step **", 1)
-    letters = "-" if status.letters is None else f"{status.letters:.2f}"
+    letters = "—" if status.letters is None else f"{status.letters:.2f}"
     lines = [
         f"**{status.state}** · version **{status.version}** · {steps}**",
-        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
-         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · step "
-         f"{'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
+        (f"mean reward {'—' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
+         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
+         f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         _staleness_line(status, stale),
         f"training on **{status.device}** · bucket `{html.escape(public_location(status.bucket))}` · " + (
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
@@ -268,4 +268,4 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
 
 
 def _percent(rate: float | None) -> str:
-    return "-" if rate is None else f"{100 * rate:.0f}%"
+    return "—" if rate is None else f"{100 * rate:.0f}%"
