@@ -49,6 +49,8 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
                             publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)
         figure = offpolicy_figure([record])
         assert [t.y[0] for t in figure.data] == [1.1, 0.5, 3.0, 1.0]
+        assert [t.yaxis for t in figure.data] == [None, None, None, "y2"]  # staleness (versions) on its own axis
+        assert figure.layout.yaxis2.title.text == "staleness (versions)"
     finally:
         session.close()
 

@@ -144,6 +144,10 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
             f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table>")
 
 
+#: The off-policy figure's staleness series, drawn against its own axis (versions, not a weight).
+STALENESS_SERIES = "mean staleness (versions)"
+
+
 def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
     """Per step: the importance weights of its model tokens (mean, min, max) and its games' mean staleness."""
     steps = [r.step for r in records]
@@ -155,9 +159,15 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
     series = [Series("weight mean", steps, [r.ratio_mean for r in records]),
               Series("weight min", steps, [r.ratio_min for r in records], "dot"),
               Series("weight max", steps, [r.ratio_max for r in records], "dot"),
-              Series("mean staleness (versions)", steps, [mean_staleness(r) for r in records], "dash")]
-    return line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
-                       whole_x=True)
+              Series(STALENESS_SERIES, steps, [mean_staleness(r) for r in records], "dash")]
+    figure = line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
+                         whole_x=True)
+    # Two quantities, two axes: a weight is a ratio around 1, staleness a count of versions.
+    figure.update_traces(yaxis="y2", selector={"name": STALENESS_SERIES})
+    figure.update_layout(yaxis={"title": {"text": "importance weight"}},
+                         yaxis2={"title": {"text": "staleness (versions)"}, "overlaying": "y", "side": "right",
+                                 "rangemode": "tozero", "showgrid": False})
+    return figure
 
 
 #: The learning curves' title: what the training games' scores are (games with the env's example in most messages,
