@@ -140,8 +140,10 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
-    return ("<table style='font-size:.85em;width:100%'><tr><th>server</th><th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
-            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table>")
+    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen.
+    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%'><tr><th>server</th>"
+            "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
+            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table></div>")
 
 
 #: The off-policy figure's staleness series, drawn against its own axis (versions, not a weight).
