@@ -190,11 +190,8 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         with gr.Accordion("What the words mean", open=False):
             gr.Markdown(GLOSSARY, elem_id="rollout-glossary")
         with gr.Row():
-            with gr.Column(scale=1):
-                gr.Markdown("## The policy playing (live)")
-                feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
-                play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
-                play_note = gr.HTML("", elem_id="rollout-played")
+            # The match first: on a phone the columns stack, and a visitor who came to play should not scroll
+            # past the whole live feed to find it.
             with gr.Column(scale=2):
                 gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
                             "the colours of its rows as you play yours, and its words once your game is over. "
@@ -217,6 +214,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                         policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")
                         policy_status = gr.Markdown("", elem_id="versus-policy-status")
                 restart = gr.Button("New match", elem_id="versus-new-match")
+            with gr.Column(scale=1):
+                gr.Markdown("## The policy playing (live)")
+                feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
+                play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
+                play_note = gr.HTML("", elem_id="rollout-played")
 
         outputs = [match, human_board, keyboard, human_status, policy_board, policy_status, box]
         restart.click(new_match, match, outputs, api_visibility="private")
