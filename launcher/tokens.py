@@ -71,9 +71,10 @@ class KeptTokens:
         """Replace the file with `tokens`, atomically (a new file created 0600, then renamed over the old one)."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp.unlink(missing_ok=True)  # a crashed start's: the new file is created, never opened through a link
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by the umask; an existing temp keeps its own
+            os.fchmod(fd, 0o600)  # whatever the umask
             with os.fdopen(fd, "w") as f:
                 json.dump({"bucket": self.bucket, **tokens}, f, indent=1)
                 f.flush()
