@@ -66,10 +66,11 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        examine: Called with the run's settings before each batch and while the bucket is full
-            (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must not raise. Only on the run's examiner (`examines`: one server per
-            run, so the others go on producing and each version has one record), and never before this server's
-            first batch for the run: the trainer's first step waits on groups, not on the exam of version 0.
+        examine: Called with the run's settings before each batch, and once per version held while the bucket is
+            full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must not raise. Only on
+            the run's examiner (`examines`: one server per run, so the others go on producing and each version has
+            one record), and never before this server's first batch for the run: the trainer's first step waits on
+            groups, not on the exam of version 0.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
@@ -114,6 +115,7 @@ class GroupProducer:
         self.peer_ids: list[str] = []
         self._handed_in: str | None = None  # the run this server last handed a batch in for
         self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
+        self._full_at: tuple[str, int] | None = None  # (run, version) last looked at for an exam while full
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
@@ -257,7 +259,9 @@ class GroupProducer:
         if room <= 0:
             self.state = ServerState.FULL
             self._announce(run)
-            self._examine(run)  # nothing to play: the time an exam costs nobody
+            if self._full_at != (run.run_id, self.version()):  # once per version: not a bucket listing per poll
+                self._full_at = (run.run_id, self.version())
+                self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
         self.state = ServerState.PRODUCING
         self._announce(run)
