@@ -139,7 +139,8 @@ def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_pat
         assert "no exams (--exam-every 0)" in status_markdown(status.model_copy(update={"exam": None}))
         assert "(now 50% of messages) · no exam yet" in status_markdown(status.model_copy(update={"exams": []}))
         assert "signed with another token" not in text
-        other = status_markdown(status.model_copy(update={"exams": [], "exams_refused": {"signed with another token": 2}}))
+        other = status_markdown(status.model_copy(update={"exams": [],
+                                                          "exams_refused": {"signed with another token": 2}}))
         assert "no exam yet · 2 exam records signed with another token (not shown)" in other  # never in silence
     finally:
         session.close()
