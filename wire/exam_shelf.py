@@ -36,7 +36,6 @@ class ExamShelf:
         refused: Path -> why, for every exam file that failed its checks.
     """
 
-
     def __init__(self, bucket: str | Storage, key: bytes | None = None) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = key
