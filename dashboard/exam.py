@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from wire.exam import ExamRecord, ExamScores
+from wire.exam import OTHER_KEY, ExamRecord, ExamScores
 
 #: Trace names the trainer's page shows (a browser test reads them).
 EXAM_OWN = "exam: own words"
@@ -45,10 +45,29 @@ def exam_text(record: ExamRecord | None) -> str:
     return f"v{record.version}: {scores_text(record.scores)}"
 
 
+def refused_exams_text(refused: dict[str, int]) -> str | None:
+    """What the pages say of exam records in the bucket that were not read (None: none), with what to do:
+    "2 exam records signed with another token (not shown): ..."."""
+    if not refused:
+        return None
+    parts = []
+    other = refused.get(OTHER_KEY, 0)
+    if other:
+        parts.append(f"{other} exam record{'s' * (other != 1)} signed with another token (not shown): written under "
+                     "another ROLLOUT_TOKEN, an earlier start's or another machine's. Start again with that token "
+                     "(ROLLOUT_TOKEN=… python app.py) to see them, or delete exams/ in the bucket to begin the "
+                     "series anew")
+    rest = sum(n for why, n in refused.items() if why != OTHER_KEY)
+    if rest:
+        whys = ", ".join(sorted(why for why in refused if why != OTHER_KEY))
+        parts.append(f"{rest} damaged or invalid exam file{'s' * (rest != 1)} skipped ({whys})")
+    return "; ".join(parts)
+
+
 def exam_trend_text(records: Sequence[ExamRecord]) -> str:
-    """How the headline moved since the first exam: "31% (v0: 6%, up 25 pts over 7 exams)"; "-" without one."""
+    """How the headline moved since the first exam: "31% (v0: 6%, up 25 pts over 7 exams)"; "—" without one."""
     if not records:
-        return "-"
+        return "—"
     first, last = records[0], records[-1]
     shown = f"{100 * last.scores.own_rate:.0f}%"
     if len(records) == 1:

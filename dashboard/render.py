@@ -215,7 +215,7 @@ def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
     version first (a long run has hundreds of versions: the top of the table is the one a visitor reads)."""
     ordered = sorted(stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None
                                                                   else -1)))
-    return [[s.player, s.games, s.wins, round(s.win_rate, 3)] for s in ordered]
+    return [[s.player, s.games, s.wins, f"{100 * s.win_rate:.0f}%"] for s in ordered]
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:

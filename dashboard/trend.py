@@ -16,12 +16,12 @@ OPEN_ENDED_S = 2 * 3600.0
 
 def trend_text(values: Sequence[float | None], percent: bool = False, window: int = WINDOW) -> str:
     """The mean of the last `window` values, and how it moved since the first `window` of `values`:
-    "54% (up 21 pts over 20 steps)", "2.1 (down 0.3 over 12 steps)"; "-" without a value. None values
+    "54% (up 21 pts over 20 steps)", "2.1 (down 0.3 over 12 steps)"; "—" without a value. None values
     (steps whose games were all dropped) are left out.
     """
     kept = [v for v in values if v is not None]
     if not kept:
-        return "-"
+        return "—"
     last = sum(kept[-window:]) / len(kept[-window:])
     shown = f"{100 * last:.0f}%" if percent else f"{last:.2f}"
     if len(kept) <= window:

@@ -88,12 +88,13 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
                 gr.Markdown("## Policy games (live)")
                 feed = gr.HTML(render.feed_html([]))
                 gr.Markdown(render.UNFINISHED_NOTE, elem_id="wordle-unfinished-note")
-                gr.Markdown("## Win rate by weight version")
+                gr.Markdown("## Win rate by weight version\nCounted since this env started: a restart begins "
+                            "the counts again (the trainer's curves, kept in the bucket, go on).")
                 plot = gr.LinePlot(
                     x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False
                 )
                 plot_note = gr.Markdown(render.win_rate_note([]), elem_id="wordle-win-note")
-                gr.Markdown("## Every player (newest policy versions first)")
+                gr.Markdown("## Every player since this env started (newest policy versions first)")
                 table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats",
                                      max_height=2000)
 

@@ -30,6 +30,8 @@ class LauncherConfig:
         engine: Rollout engine, `vllm` or `transformers`; None lets the rollout pick (vllm with a GPU).
         owner_token: The trainer's control secret; None: the launcher makes one and prints it.
         logs: Folder of the children's log files (one per app, appended to).
+        keys: Folder of the tokens the launcher made, kept between starts, one owner-only file per bucket
+            (`tokens.KeptTokens`; never in the bucket): records signed before a restart still verify.
         ready_timeout_s: Seconds each app may take to answer its health check.
         stop_timeout_s: Seconds each app gets to exit after SIGTERM before its process group is killed.
         rollout_restarts: Restarts of a rollout server that dies, within 10 minutes, waiting 5 s, 10 s, 20 s...
@@ -48,6 +50,7 @@ class LauncherConfig:
     engine: str | None = None
     owner_token: str | None = None
     logs: str = str(REPO / ".cache" / "app" / "logs")
+    keys: str = str(REPO / ".cache" / "app" / "keys")
     ready_timeout_s: float = 900.0
     stop_timeout_s: float = settings.STOP_TIMEOUT_S
     rollout_restarts: int = 3
@@ -96,8 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                    "resumes)")
     settings.MODEL.add_to(parser, "model folder or Hub id (offline default, prepared once)")
     settings.ENGINE.add_to(parser)
-    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: a new one, printed)")
+    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: the one kept for the bucket, or a new one; "
+                                        "printed)")
     parser.add_argument("--logs", default=d.logs, help="folder of the three apps' logs (default .cache/app/logs)")
+    parser.add_argument("--keys", default=d.keys,
+                        help="folder where the tokens the launcher makes are kept between starts, one owner-only file "
+                             "per bucket, never in the bucket (default .cache/app/keys); ENV_TOKEN, ROLLOUT_TOKEN and "
+                             "OWNER_TOKEN, when set, win")
     parser.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s,
                         help="seconds each app may take to get ready (default 900)")
     parser.add_argument("--stop-timeout", type=float, default=d.stop_timeout_s,
@@ -120,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> LauncherConfig:
     return LauncherConfig(
         host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
         trainer_port=args.trainer_port, rollouts=args.rollouts, bucket=bucket, model=model, engine=args.engine,
-        owner_token=args.owner_token, logs=os.path.abspath(args.logs), ready_timeout_s=args.ready_timeout,
+        owner_token=args.owner_token, logs=os.path.abspath(args.logs), keys=os.path.abspath(args.keys),
+        ready_timeout_s=args.ready_timeout,
         stop_timeout_s=args.stop_timeout, rollout_restarts=args.rollout_restarts,
         rollout_args=shlex.split(args.rollout_args), trainer_args=shlex.split(args.trainer_args))

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
-from dashboard.exam import exam_text, exam_trend_text
+from dashboard.exam import exam_text, exam_trend_text, refused_exams_text
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
 from wire.rollout import RolloutStatus
@@ -90,6 +90,7 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
                 ("progress", step_text(trainer.step, trainer.last_step, trainer.step_s)),
                 (f"valid guesses (strict), last {WINDOW} steps",
                  trend_text([r.valid_rate for r in recent], percent=True)),
+                (EXAMPLES_ROW, examples_text(trainer)),
                 (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
                 ("mean reward", trainer.mean_reward), ("training", training),
                 ("resumed from version", trainer.resumed_from),
@@ -97,13 +98,34 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     return []
 
 
+#: The row beside the training valid-guess rate: how many of those messages offered the env's example to copy.
+EXAMPLES_ROW = "messages that showed the env's example (a copy counts as valid)"
+
+
+def examples_text(trainer: TrainerStatus) -> str:
+    """The share of the training games' messages that showed the env's example guess (a valid guess may be that
+    copy), over the last `WINDOW` steps, and where to read what the policy does alone: "62% (last 3 steps) · what
+    the policy plays alone: the exam, below"."""
+    shares = [r.examples_shown for r in trainer.recent if r.examples_shown is not None]
+    if shares:
+        last = shares[-WINDOW:]
+        shown = f"{100 * sum(last) / len(last):.0f}% (last {len(last)} step{'s' * (len(last) != 1)})"
+    else:
+        shown = f"{100 * trainer.examples.probability(trainer.version or 0):.0f}% by the run's schedule"
+    alone = "the exam, below" if trainer.exam is not None else "no exams in this run (--exam-every 0)"
+    return f"{shown} · what the policy plays alone: {alone}"
+
+
 def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
     """The trainer card's exam rows: the last exam (held-out words, no examples) and its trend."""
     if trainer.exam is None:
         return [("exam", "off (--exam-every 0)")]
     exams = trainer.exams
-    return [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
-            ("exam: own valid words, trend", exam_trend_text(exams))]
+    rows: list[tuple[str, Any]] = [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
+                                   ("exam: own valid words, trend", exam_trend_text(exams))]
+    if refused := refused_exams_text(trainer.exams_refused):
+        rows.append(("exam records not read", refused))
+    return rows
 
 
 def fleet_rows(role: str, status: bytes) -> list[list[Any]]:

@@ -1,7 +1,10 @@
 """``python app.py`` (role ``all``): env, rollout and trainer as three local processes, and a landing page.
 
-Start-up: prepare the model once (progress shown), start env, rollout and trainer one after the
-other, each waiting for the previous one's health, serve the landing page, print the URLs. While they
+Start-up: prepare the model once (progress shown), serve the landing page, start env, rollout(s) and
+trainer, and print the URLs once all are healthy. Without a GPU they start at once (each loads its model
+while the others do: the first step comes sooner); where vLLM shares a GPU with the trainer they start one
+after the other, each waiting for the previous one's health, since vLLM sizes its share from the memory free
+when it starts. While they
 run, a rollout server that dies is restarted (`restarts.Supervisor`); the env or the trainer dying stops
 everything. Ctrl-C or SIGTERM asks every app to stop at once, the trainer first (it commits its last
 version); each gets `stop_timeout_s` before its process group is killed. The bucket stays, so the next
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -27,7 +29,7 @@ from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
 from .prepare import PrepareFailed, prepare_model
 from .restarts import RestartPolicy, Supervisor
-from .tokens import launch_tokens, role_environ
+from .tokens import KeptTokens, launch_tokens, role_environ
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,13 +73,20 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
     ]
 
 
-def _gpu_share(config: LauncherConfig) -> float | None:
+def start_together(config: LauncherConfig, machine: Machine | None) -> bool:
+    """Whether the apps may start at once: unless vLLM may run on a GPU (`machine` has one and the engine is not
+    transformers), where each must start after the previous one is healthy. `machine`: None when not probed
+    (the transformers engine)."""
+    return config.engine == "transformers" or machine is None or not machine.gpus
+
+
+def _gpu_share(config: LauncherConfig, machine: Machine | None) -> float | None:
     """Each rollout server's vLLM memory share when they and the trainer share a GPU (None: no GPU, the
     transformers engine, or a share the person set with GPU_MEMORY_UTILIZATION)."""
-    if config.engine == "transformers" or settings.GPU_MEMORY_UTILIZATION.value() is not None:
+    if machine is None or settings.GPU_MEMORY_UTILIZATION.value() is not None:
         return None
     try:
-        share = rollout_share_beside_trainer(Machine.probe(), config.rollouts)
+        share = rollout_share_beside_trainer(machine, config.rollouts)
     except ValueError as e:
         _say(str(e))
         raise SystemExit(1) from e
@@ -110,7 +119,9 @@ def run(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    owner_token = config.owner_token or secrets.token_urlsafe(12)
+    kept = KeptTokens(config.keys, config.bucket)
+    tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    owner_token = tokens["OWNER_TOKEN"]
     _say(f"bucket {config.bucket} · logs {config.logs}")
     _say(f"preparing the model {config.model} (once; later starts reuse it)")
     try:
@@ -122,8 +133,10 @@ def run(args: argparse.Namespace) -> None:
         return
     _say(f"model ready: {folder}")
 
-    tokens = launch_tokens()
-    gpu_share = _gpu_share(config)
+    _say(f"tokens for this bucket kept in {kept.path} (owner-only; set ENV_TOKEN, ROLLOUT_TOKEN or OWNER_TOKEN "
+         "to use others)")
+    machine = None if config.engine == "transformers" else Machine.probe()
+    gpu_share = _gpu_share(config, machine)
     children = build_children(config, folder, owner_token, tokens, gpu_share)
     supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s,
                             _say)
@@ -132,12 +145,15 @@ def run(args: argparse.Namespace) -> None:
     try:
         landing.start()
         _say(f"landing page: {_link(config, config.port)} (shows each app as it gets ready)")
-        for child in children:
-            _say(f"starting {child.name} on {child.url} (log {child.log_path})")
-            child.start()
-            if not child.wait_ready(config.ready_timeout_s, stop):
-                return
-            _say(f"{child.name} ready")
+        waves = [children] if start_together(config, machine) else [[child] for child in children]
+        for wave in waves:
+            for child in wave:
+                _say(f"starting {child.name} on {child.url} (log {child.log_path})")
+                child.start()
+            for child in wave:
+                if not child.wait_ready(config.ready_timeout_s, stop):
+                    return
+                _say(f"{child.name} ready")
         _say("all apps are ready:")
         print(f"    landing page  {_link(config, config.port)}", flush=True)
         for child in children:

@@ -1,10 +1,13 @@
 """The rollout server's exams: when the run's settings ask for them, play the held-out secrets without the env's
 examples with the weights it holds, and write the record to the bucket (`wire.exam`).
 
-`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run: an exam is due at version 0
-(the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions,
-judged against the newest exam in the bucket, whoever wrote it (with several servers two may examine the
-same block at once: both records are kept, the later replacing the earlier of the same version). The
+`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run and while the bucket holds all the
+groups the run allows (nothing to play), once it has handed in its first
+batch (the trainer's first step never waits on the exam of version 0), and only on the run's examiner: the live
+server with the lowest id (`GroupProducer.examines`), so the other servers go on producing and each version has
+one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. An exam is
+due at version 0 (the untrained policy) and at the first version held in each later block of
+`ExamSettings.every` versions, judged against the newest exam in the bucket, whoever wrote it. The
 weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
 Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
 group: no exam game is trained on. An exam that fails (the env down, a bucket error) is logged and retried

@@ -8,7 +8,8 @@ committed whole, with the weight version of every reply and the sampler's logpro
 while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
 (back-pressure: more would only go stale), and starts again by itself. With other servers producing
 for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
-step's groups are ready once each server has played its share, not a whole step. A heartbeat thread
+step's groups are ready once each server has played its share, not a whole step. One server of the run, the
+live one with the lowest id, takes the exams (`examines`), after its first batch. A heartbeat thread
 writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses
 only the batch it was playing: nothing it wrote is ever half a file.
 """
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 from delta import DeltaError, RetryPolicy, StorageError
 from wire.errors import RolloutError
 from wire.fleet import (
-    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, RunSettings, RunState, ServerState, group_run,
+    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, ServerState, group_run,
 )
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
@@ -65,13 +66,17 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        examine: Called with the run's settings before each batch, after `catch_up` (`exam.Examiner.maybe`:
-            an exam when one is due); it must not raise.
+        examine: Called with the run's settings before each batch, and once per version held while the bucket is
+            full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must not raise. Only on
+            the run's examiner (`examines`: one server per run, so the others go on producing and each version has
+            one record), and never before this server's first batch for the run: the trainer's first step waits on
+            groups, not on the exam of version 0.
 
     Attributes:
-        state: What it does now; `last_error`: the last failure, with its time.
+        state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
+            run settings signed with another key, until a run signed with this server's is read).
         groups_written, games_written: Since it started.
-        peers: The other servers producing for the run, at the last heartbeat.
+        peers, peer_ids: How many other servers produce for the run, and their ids, at the last heartbeat.
     """
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
@@ -103,9 +108,15 @@ class GroupProducer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failures = 0
+        self._run_refused: str | None = None  # the last_error a run signed with another key set (cleared by a good one)
         self._retry = RetryPolicy(None, poll_s, 30.0)
         self._watch = HeartbeatWatch(bucket)
         self.peers = 0
+        self.peer_ids: list[str] = []
+        self._handed_in: str | None = None  # the run this server last handed a batch in for
+        self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
+        self._full_at: tuple[str, int] | None = None  # (run, version) last looked at for an exam while full
+        self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
         self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
@@ -149,25 +160,48 @@ class GroupProducer:
 
     def _heartbeats(self) -> None:
         while True:
-            try:
-                self.bucket.write_heartbeat(self.heartbeat())
-            except (OSError, StorageError) as e:
-                logger.warning("could not write this server's heartbeat: %s", e)
-            try:
-                self.peers = self.count_peers()
-            except (OSError, StorageError) as e:
-                logger.warning("could not read the other servers' heartbeats: %s", e)
+            self._write_heartbeat()
+            self._read_peers()
             if self._stop.wait(self.heartbeat_s):
                 return
 
-    def count_peers(self) -> int:
-        """The other live servers producing for this server's run (read from their heartbeats); 0 before it
-        knows the run."""
+    def _write_heartbeat(self) -> None:
+        """Write this server's heartbeat now (either thread); a failure is logged."""
+        try:
+            with self._beat_lock:
+                self.bucket.write_heartbeat(self.heartbeat())
+        except (OSError, StorageError) as e:
+            logger.warning("could not write this server's heartbeat: %s", e)
+
+    def _read_peers(self) -> None:
+        """Read the other servers' heartbeats into `peer_ids` and `peers` (either thread); on a failure they stay
+        as they were, and it is logged."""
+        try:
+            with self._beat_lock:
+                self.peer_ids = self.live_peers()
+            self.peers = len(self.peer_ids)
+        except (OSError, StorageError) as e:
+            logger.warning("could not read the other servers' heartbeats: %s", e)
+
+    def live_peers(self) -> list[str]:
+        """The ids of the other live servers producing for this server's run (read from their heartbeats), sorted;
+        none before it knows the run."""
         if self.run_id is None:
-            return 0
-        return sum(1 for s in self._watch.read()
-                   if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
-                   and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
+            return []
+        return sorted(s.heartbeat.server_id for s in self._watch.read()
+                      if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
+                      and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL))
+
+    def count_peers(self) -> int:
+        """How many other live servers produce for this server's run (`live_peers`)."""
+        return len(self.live_peers())
+
+    def examines(self) -> bool:
+        """Whether this server is the run's examiner: the live server of the run with the lowest id, as the last
+        heartbeats said (`peer_ids`). Decided through the bucket alone, so every server comes to the same answer
+        without talking to the others; one that dies mid-exam stops counting once its heartbeat is gone
+        (`wire.liveness.GONE_AFTER_S`), and the next one takes the exam, still due, over."""
+        return not self.peer_ids or self.server_id < self.peer_ids[0]
 
     def _produce(self) -> None:
         while not self._stop.is_set():
@@ -194,7 +228,20 @@ class GroupProducer:
     def step(self) -> float:
         """Look at the run once; play and write one batch of groups if it asks for them. Returns the seconds
         to wait before the next look (0 after a batch)."""
-        run = self.bucket.read_run()
+        try:
+            run = self.bucket.read_run()
+        except FleetMessageError as e:
+            if e.category != Refusal.UNSIGNED:
+                raise
+            # A run signed with another key: a previous start's (with another rollout token) until the current
+            # trainer writes its own, or a stranger's. Not an error of this server: wait for a run it can trust.
+            self.state, self.run_id = ServerState.NO_RUN, None
+            self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with this "
+                                                   f"server's token: {e}")
+            return self.poll_s
+        if self._run_refused is not None and self.last_error == self._run_refused:
+            self.last_error = None  # the current trainer wrote its run: the wait is over, not an error to show
+        self._run_refused = None
         if run is None:
             self.state, self.run_id = ServerState.NO_RUN, None
             return self.poll_s
@@ -211,15 +258,37 @@ class GroupProducer:
         room = run.max_pending_groups - pending
         if room <= 0:
             self.state = ServerState.FULL
+            self._announce(run)
+            if self._full_at != (run.run_id, self.version()):  # once per version: not a bucket listing per poll
+                self._full_at = (run.run_id, self.version())
+                self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
         self.state = ServerState.PRODUCING
+        self._announce(run)
+        self._examine(run)  # of the weights the last batch played, before catching up
         self._catch_up()
-        if self.examine is not None:
-            self.examine(run)
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         self._play_batch(run, groups)
+        if self._failures:  # a batch handed in: an earlier failure is over (the heartbeat shows only what holds now)
+            self.last_error = None
         self._failures = 0
         return 0.0
+
+    def _announce(self, run: RunSettings) -> None:
+        """The first time this server works for `run`, say so at once (a heartbeat now, not at the next beat): the
+        other servers then count it when they decide who examines."""
+        if self._announced != run.run_id:
+            self._announced = run.run_id
+            self._write_heartbeat()
+
+    def _examine(self, run: RunSettings) -> None:
+        """Take the exam due, if this server has handed in a batch for the run and is its examiner, judged on
+        heartbeats read now (not a beat ago: two servers that started together must not both examine)."""
+        if self.examine is None or self._handed_in != run.run_id:
+            return
+        self._read_peers()
+        if self.examines():
+            self.examine(run)
 
     def _catch_up(self) -> None:
         if self.catch_up is None:
@@ -257,3 +326,4 @@ class GroupProducer:
             self.groups_written += 1
             self.games_written += g
         self._written.append((time.monotonic(), groups * g))
+        self._handed_in = run.run_id

@@ -19,7 +19,7 @@ from dashboard import games, sparsity
 from dashboard import render
 from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
-from dashboard.labels import GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
 from dashboard.mount import mount_ui as _mount
 from webguard import client_address
 from wire.errors import RolloutError
@@ -186,14 +186,12 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         with gr.Row():
             timeline = gr.Plot(sync_timeline([]), show_label=False, elem_id="rollout-timeline")
             heatmap = gr.Plot(sparsity_heatmap(None), show_label=False, elem_id="rollout-heatmap")
+        gr.Markdown(DENSITY_NOTE, elem_id="rollout-density-note")
         with gr.Accordion("What the words mean", open=False):
             gr.Markdown(GLOSSARY, elem_id="rollout-glossary")
         with gr.Row():
-            with gr.Column(scale=1):
-                gr.Markdown("## The policy playing (live)")
-                feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
-                play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
-                play_note = gr.HTML("", elem_id="rollout-played")
+            # The match first: on a phone the columns stack, and a visitor who came to play should not scroll
+            # past the whole live feed to find it.
             with gr.Column(scale=2):
                 gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
                             "the colours of its rows as you play yours, and its words once your game is over. "
@@ -216,6 +214,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                         policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")
                         policy_status = gr.Markdown("", elem_id="versus-policy-status")
                 restart = gr.Button("New match", elem_id="versus-new-match")
+            with gr.Column(scale=1):
+                gr.Markdown("## The policy playing (live)")
+                feed = gr.HTML(games.feed_html([]), elem_id="rollout-feed")
+                play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
+                play_note = gr.HTML("", elem_id="rollout-played")
 
         outputs = [match, human_board, keyboard, human_status, policy_board, policy_status, box]
         restart.click(new_match, match, outputs, api_visibility="private")

@@ -120,10 +120,12 @@ def alive(pids: set[int]) -> set[int]:
 
 
 def start_launcher(model: str, bucket: Path, logs: Path, out: Path, *extra: str) -> Launch:
-    """Start ``python app.py all`` on free ports with the tests' fast training settings. Returns at once."""
+    """Start ``python app.py all`` on free ports with the tests' fast training settings, its kept tokens beside
+    `logs` (so a second start with the same `logs` finds them). Returns at once."""
     ports = {app: free_port() for app in ("landing", "env", "rollout", "trainer")}
     env = {k: v for k, v in os.environ.items() if k not in ("SPACE_ROLE", "SPACE_ID", "DELTA_BUCKET", "MODEL")}
     args = [sys.executable, "app.py", "all", "--model", model, "--bucket", str(bucket), "--logs", str(logs),
+            "--keys", str(logs.parent / "keys"),
             "--port", str(ports["landing"]), "--env-port", str(ports["env"]),
             "--rollout-port", str(ports["rollout"]), "--trainer-port", str(ports["trainer"]),
             "--engine", "transformers", "--ready-timeout", "240", "--stop-timeout", "20",

@@ -25,9 +25,11 @@ import pytest
 import settings
 from launcher.children import Ended, exit_text
 from launcher.config import LauncherConfig
-from launcher.launch import build_children
+from launcher.launch import build_children, start_together
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
-from launcher.tokens import launch_tokens
+from launcher.tokens import KeptTokens, launch_tokens
+from wire.exam_shelf import ExamShelf
+from wire.fleet import fleet_key
 from tests._launcher import alive, start_launcher
 from tests._trainer_stack import tiny_model, wait_until
 
@@ -94,6 +96,10 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         # Training runs and the rollout follows the bucket.
         wait_until(lambda: first.status("trainer")["version"] >= 2, 180, "two published versions")
         wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
+        # The untrained policy's exam, taken after the server's first batch (it never held the first step back), and
+        # the next one (every 5 versions): the two the restart must keep.
+        wait_until(lambda: [e["version"] for e in first.status("trainer")["exams"]][:2] == [0, 5], 240,
+                   "the exams of v0 and v5")
         pids = first.app_pids()
         assert len(pids) >= 3
         with pages_open([first.url(app) for app in ("env", "rollout", "trainer")]):
@@ -128,6 +134,17 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         assert [s for s, _ in steps] == list(range(1, len(steps) + 1))  # one count across both processes
         assert second.status("trainer")["step"] >= earlier[-1][0]
         assert [a["version"] for a in history["anchors"]][:1] == [1]  # the first version's full copy, still shown
+        # The launcher kept its tokens: the exams signed before the restart still verify, every one is shown, and
+        # no page calls a file of the run "forged".
+        key = fleet_key(KeptTokens(str(tmp_path / "keys"), str(bucket)).read()["ROLLOUT_TOKEN"])
+        in_bucket = [r.model_dump(mode="json") for r in ExamShelf(str(bucket), key).records()]
+        assert [r["version"] for r in in_bucket][:2] == [0, 5] and history["exams"] == in_bucket
+        status = second.status("trainer")
+        assert status["exams_refused"] == {} and [e["version"] for e in status["exams"]][:2] == [0, 5]
+        wait_until(lambda: all(s["state"] in ("producing", "full") for s in second.status("trainer")["fleet"]), 60,
+                   "the server producing again")
+        shown = str(second.status("trainer")["fleet"]) + str(second.status("rollout"))
+        assert "forged" not in shown and "signature" not in shown, shown
         # Killed with no chance to clean up: the kernel's parent-death signal must stop the apps.
         pids = second.app_pids()
         second.proc.kill()
@@ -181,6 +198,10 @@ def test_a_fleet_outlives_a_killed_rollout_server(model: str, tmp_path: Path) ->
         if launch.proc.poll() is None:
             launch.kill()
     assert_clean_stop(launch.output(), logs, ["env", "rollout", "rollout-2", "trainer"])
+    # One examiner per version: the servers never both play the same version's exam.
+    examined = [int(v) for name in ("rollout", "rollout-2")
+                for v in re.findall(r"exam of v(\d+):", (logs / f"{name}.log").read_text(errors="replace"))]
+    assert examined and len(examined) == len(set(examined)), examined
 
 
 def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> None:
@@ -196,6 +217,33 @@ def test_tokens_set_beforehand_are_kept() -> None:
     """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
     tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})
     assert tokens["ROLLOUT_TOKEN"] == "mine" and len(tokens["ENV_TOKEN"]) >= 24
+
+
+def test_the_launcher_keeps_its_tokens_per_bucket_in_an_owner_only_file(tmp_path: Path) -> None:
+    """A second start on the same bucket gets the same tokens (its exam records still verify), another bucket its
+    own; the file is 0600 in a 0700 folder, outside the bucket; an explicit token wins and is never written."""
+    keys = tmp_path / "keys"
+    first = launch_tokens({}, KeptTokens(str(keys), "/data/bucket"))
+    assert launch_tokens({}, KeptTokens(str(keys), "/data/bucket")) == first
+    assert launch_tokens({}, KeptTokens(str(keys), "/data/other"))["ROLLOUT_TOKEN"] != first["ROLLOUT_TOKEN"]
+    kept = KeptTokens(str(keys), "/data/bucket")
+    assert kept.path.parent == keys and oct(kept.path.stat().st_mode & 0o777) == "0o600"
+    assert oct(keys.stat().st_mode & 0o777) == "0o700"
+    assert kept.read() == first and set(first) == {"ENV_TOKEN", "ROLLOUT_TOKEN", "OWNER_TOKEN"}
+    mine = launch_tokens({"ROLLOUT_TOKEN": "explicit-token-of-mine"}, kept, owner_token="owner-of-mine-1234567")
+    assert mine == {**first, "ROLLOUT_TOKEN": "explicit-token-of-mine", "OWNER_TOKEN": "owner-of-mine-1234567"}
+    assert "explicit" not in kept.path.read_text() and "owner-of-mine" not in kept.path.read_text()
+    assert launch_tokens({}, kept) == first  # the explicit token gone, the kept one again
+
+
+def test_a_kept_tokens_file_others_can_read_is_tightened_and_a_damaged_one_replaced(tmp_path: Path) -> None:
+    kept = KeptTokens(str(tmp_path), "s3://b/run")
+    first = launch_tokens({}, kept)
+    kept.path.chmod(0o644)
+    assert launch_tokens({}, kept) == first and oct(kept.path.stat().st_mode & 0o777) == "0o600"
+    kept.path.write_text("{not json")
+    fresh = launch_tokens({}, kept)
+    assert fresh["ROLLOUT_TOKEN"] != first["ROLLOUT_TOKEN"] and kept.read() == fresh
 
 
 def test_n_rollout_servers_share_the_bucket_and_the_trainer_names_none() -> None:
@@ -227,3 +275,13 @@ def test_on_one_gpu_the_rollout_servers_leave_the_trainer_its_share() -> None:
     mine = LauncherConfig(rollout_args=["--gpu-memory-utilization", "0.3"])  # the person's own share wins
     rollout = build_children(mine, "/models/tiny", "owner", launch_tokens({}), 0.5)[1]
     assert rollout.args.count("--gpu-memory-utilization") == 1 and rollout.args[-1] == "0.3"
+
+
+def test_without_a_gpu_the_apps_start_at_once_and_beside_vllm_on_a_gpu_one_after_the_other() -> None:
+    """On CPUs each app loads its model while the others do (the first step comes sooner); vLLM sizes its share of
+    a GPU from the memory free when it starts, so there each app waits for the previous one."""
+    l4 = Gpu("NVIDIA L4", (8, 9), True, 22 << 30, 22 << 30)
+    assert start_together(LauncherConfig(engine="transformers"), None)
+    assert start_together(LauncherConfig(), Machine(()))
+    assert not start_together(LauncherConfig(), Machine((l4,)))
+    assert not start_together(LauncherConfig(engine="vllm"), Machine((l4,)))

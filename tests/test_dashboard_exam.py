@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from dashboard.exam import (COPYING, EXAM_ANY, EXAM_OWN, UNTRAINED, exam_figure, exam_text, exam_trend_text,
-                            opponent_text)
+                            opponent_text, refused_exams_text)
 from env_space.exam import copying_reference
 from tests.test_wire_exam import record, scores
-from wire.exam import ExamRecord
+from wire.exam import OTHER_KEY, ExamRecord
 
 COPY = copying_reference(2, 3).copying
 
@@ -47,9 +47,17 @@ def test_texts_for_the_landing_page_the_status_line_and_the_match() -> None:
     exams = [exam(0, 0.0), exam(5, 0.25, wins=1)]
     assert exam_text(None) == "no exam yet"
     assert exam_text(exams[-1]) == "v5: own words on 25% of moves (valid 50%) · 1.00 letters · 1 of 2 won in 3.0 guesses"
-    assert exam_trend_text([]) == "-" and exam_trend_text(exams[:1]) == "0% (one exam, v0)"
+    assert exam_trend_text([]) == "—" and exam_trend_text(exams[:1]) == "0% (one exam, v0)"
     assert exam_trend_text(exams) == "25% (v0: 0%, up 25 pts over 2 exams)"
     assert exam_trend_text([exams[1], exam(9, 0.25)]) == "25% (v5: 25%, flat over 2 exams)"
     assert "policy v7**; its latest exam is of **v5**" in opponent_text(7, exams[-1])
     assert "policy v5**; its own exam" in opponent_text(5, exams[-1])
     assert "No exam yet" in opponent_text(3, None)
+
+
+def test_records_not_read_are_said_with_what_to_do() -> None:
+    assert refused_exams_text({}) is None
+    text = refused_exams_text({OTHER_KEY: 1, "torn or corrupt": 2, "invalid fields": 1})
+    assert text.startswith("1 exam record signed with another token (not shown)")
+    assert "ROLLOUT_TOKEN=… python app.py" in text and "delete exams/" in text
+    assert text.endswith("3 damaged or invalid exam files skipped (invalid fields, torn or corrupt)")

@@ -103,7 +103,7 @@ def test_stats_rows_and_win_rate_curve() -> None:
         PlayerStats(player="policy v2", games=3, wins=1),
         PlayerStats(player="policy", games=1, wins=1),
     ]
-    assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, 0.333]]
+    assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, "33%"]]  # a share, not 0.333 (or 1 and 0)
     assert [row[0] for row in stats_rows(stats)] == ["human", "policy v10", "policy v2", "policy"]
     assert win_rate_curve(stats) == [
         ["v2", 0.333],

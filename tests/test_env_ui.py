@@ -118,8 +118,8 @@ def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page
     expect(feed).to_contain_text("won in 2")
     assert feed.locator(".wordle-tile.green").count() == 2 + 5
     table = page.locator("#wordle-stats")
-    expect(table).to_contain_text("policy v5\n1\n1\n1")
-    expect(table).to_contain_text("policy v6\n1\n0\n0")
+    expect(table).to_contain_text("policy v5\n1\n1\n100%")  # a share, not 1 or 0
+    expect(table).to_contain_text("policy v6\n1\n0\n0%")
 
 
 def test_the_status_announcer_gets_words_not_raw_i18n_keys(url: str) -> None:

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from launcher.children import Child
-from launcher.landing import build_app
+from launcher.landing import EXAMPLES_ROW, build_app
 from launcher.landing import shown as card_fields
 from trainer_space import TrainerConfig, TrainingSession
 from wire.rollout import RolloutStatus
@@ -48,11 +48,13 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
     assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
-                                          ["valid guesses (strict), last 5 steps", "-"],
-                                          ["letters found of 5, last 5 steps", "-"], ["mean reward", "—"],
+                                          ["valid guesses (strict), last 5 steps", "—"],
+                                          [EXAMPLES_ROW, "100% by the run's schedule · what the policy plays alone: "
+                                                         "the exam, below"],
+                                          ["letters found of 5, last 5 steps", "—"], ["mean reward", "—"],
                                           ["training", "stopped"], ["resumed from version", "—"],
                                           ["last exam (held-out words, no examples)", "no exam yet"],
-                                          ["exam: own valid words, trend", "-"]]
+                                          ["exam: own valid words, trend", "—"]]
     assert shown["trainer"]["fleet"] == [] and shown["trainer"]["fleet_note"].startswith(
         "rollout fleet: no heartbeat in the bucket yet")
 
@@ -83,6 +85,15 @@ def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> N
     assert fields["progress"] == "step 12"  # 988 steps to go at 50 s: no real end, no "12 / 1000"
     assert fields["valid guesses (strict), last 5 steps"] == "60% (up 40 pts over 12 steps)"
     assert fields["letters found of 5, last 5 steps"] == "1.50 (up 0.50 over 12 steps)"
+    # Beside the valid-guess rate: how many of those messages offered an example to copy, and where the exam is.
+    labels = [label for label, _ in card_fields("trainer", status.model_dump_json().encode())]
+    assert labels.index(EXAMPLES_ROW) == labels.index("valid guesses (strict), last 5 steps") + 1
+    by_schedule = status.examples.probability(status.version or 0)
+    assert fields[EXAMPLES_ROW] == f"{100 * by_schedule:.0f}% by the run's schedule · what the policy plays alone: " \
+                                   "the exam, below"  # steps without the share recorded (an older history)
+    shown = [s.model_copy(update={"examples_shown": 0.5 if s.step <= 10 else 0.8}) for s in steps]
+    fields = dict(card_fields("trainer", status.model_copy(update={"recent": shown}).model_dump_json().encode()))
+    assert fields[EXAMPLES_ROW] == "62% (last 5 steps) · what the policy plays alone: the exam, below"
 
 
 def test_the_page_has_an_icon_and_shows_no_local_path(tmp_path) -> None:
@@ -118,3 +129,8 @@ def test_the_trainer_card_shows_the_last_exam_and_its_trend(tmp_path) -> None:
     assert fields["exam: own valid words, trend"] == "50% (v0: 0%, up 50 pts over 2 exams)"
     off = dict(card_fields("trainer", status.model_copy(update={"exam": None}).model_dump_json().encode()))
     assert off["exam"] == "off (--exam-every 0)"
+    assert "exam records not read" not in fields
+    other = dict(card_fields("trainer", status.model_copy(update={"exams_refused": {"signed with another token": 2}})
+                             .model_dump_json().encode()))
+    assert other["exam records not read"].startswith("2 exam records signed with another token (not shown)")
+    assert "ROLLOUT_TOKEN" in other["exam records not read"]  # what to do about it

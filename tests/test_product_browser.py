@@ -120,8 +120,8 @@ def test_trainer_ui_version_advances_and_heatmap_is_drawn(launch: Launch, open_p
 
 def test_trainer_page_draws_the_exam_curve_and_its_reference_lines(launch: Launch,
                                                                    open_page: Callable[[str], Page]) -> None:
-    """The exam of version 0 (the untrained policy) comes before the first training batch: the curve, the
-    untrained policy's line and the copy-only player's line, each named in the figure's legend."""
+    """The exam of version 0 (the untrained policy) comes right after the server's first training batch: the curve,
+    the untrained policy's line and the copy-only player's line, each named in the figure's legend."""
     page = open_page(launch.url("trainer"))
     exam = page.locator("#trainer-exam")
     for name in ("exam: own words", "exam: any valid word", "untrained policy (v0)", "copy-only player (examples on)"):
@@ -139,6 +139,21 @@ def first_word_after_the_tag(reply: str) -> str:
     """The first word the model wrote after the last <guess> (what the strict rule scores), read by hand."""
     after = re.split(r"<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
     return after[0].strip("\"'`*_.,;:!?()[]{}<>") if after else ""
+
+
+def test_the_landing_card_shows_the_example_share_beside_the_valid_guess_rate(
+        launch: Launch, open_page: Callable[[str], Page]) -> None:
+    """A training valid guess may be a copy of the env's example: the landing card says how many messages showed
+    one, right after the rate, and points to the exam."""
+    page = open_page(launch.url("landing"))
+    card = page.locator("#card-trainer")
+    expect(card).to_contain_text("messages that showed the env's example")
+    labels = card.locator("dt").all_inner_texts()
+    rate = next(i for i, t in enumerate(labels) if t.startswith("valid guesses (strict)"))
+    assert labels[rate + 1] == "messages that showed the env's example (a copy counts as valid)", labels
+    share = card.locator("dd").nth(rate + 1).inner_text()
+    assert re.fullmatch(r"\d+% (\(last \d+ steps?\)|by the run's schedule) · what the policy plays alone: the exam, "
+                        r"below", share), share
 
 
 def test_rollout_ui_follows_and_shows_a_policy_game(launch: Launch, open_page: Callable[[str], Page]) -> None:

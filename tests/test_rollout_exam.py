@@ -11,13 +11,14 @@ import pytest
 
 import delta
 from env_space.words import load_word_lists
-from rollout_space.engines import Engine
+from rollout_space.engines import Engine, EngineConfig, open_engine
 from rollout_space.env_client import EnvClient
 from rollout_space.exam import check_exam_games
+from rollout_space.follower import Follower
 from rollout_space.producer import GroupProducer
 from rollout_space.service import RolloutService
 from tests._env_server import running_server
-from tests.test_rollout_producer import nudged, served
+from tests.test_rollout_producer import NEVER, nudged, served
 from tests.test_wire_fleet import run_settings
 from trainer_space import TrainerConfig
 from trainer_space.fleet import FleetRollouts, FleetRun
@@ -25,8 +26,9 @@ from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
 from wire.exam import ExamSettings
 from wire.exam_shelf import ExamShelf
-from wire.fleet import RunSettings
+from wire.fleet import RunSettings, ServerState
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import GONE_AFTER_S
 from wire.trajectory import Trajectory
 
 HELD_OUT = set(load_word_lists().exam_secrets)
@@ -87,10 +89,14 @@ def test_an_exam_plays_held_out_words_without_examples_and_is_recorded(server: S
 
 
 def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
-    """The producer examines before its batch; the groups it writes hold training games only, none on a held-out
-    word, and the trainer's rollout function takes exactly those."""
+    """The producer's first batch goes before any exam (the trainer's first step never waits on it); the next look
+    examines the weights held, then plays. The groups it writes hold training games only, none on a held-out word,
+    and the trainer's rollout function takes exactly those."""
     bucket, service, producer = server.bucket, server.service, server.producer
     bucket.write_run(with_exam())
+    producer.step()
+    assert ExamShelf(bucket.storage).records() == [] and len(bucket.list_groups()) == 2  # groups first
+    bucket.delete([f.path for f in bucket.list_groups()])  # the trainer took them
     producer.step()
     assert [r.version for r in ExamShelf(bucket.storage).records()] == [1]
     groups = [bucket.read_group(f.path) for f in bucket.list_groups()]
@@ -105,6 +111,16 @@ def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
     trained = [g for group in taken for g in group.games]
     assert {g.episode_id for g in trained} == {g.episode_id for g in games}
     assert not exam_ids & {g.episode_id for g in trained}
+
+
+def test_a_server_with_nothing_to_play_takes_the_exam_due_meanwhile(server: Server) -> None:
+    """Back-pressure (enough groups wait in the bucket) leaves the server idle: the exam due is taken then."""
+    bucket, producer = server.bucket, server.producer
+    bucket.write_run(with_exam())  # room for 2 groups: one batch fills it
+    producer.step()
+    assert len(bucket.list_groups()) == 2 and ExamShelf(bucket.storage).records() == []
+    assert producer.step() > 0 and producer.state == ServerState.FULL
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1] and len(bucket.list_groups()) == 2
 
 
 def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> None:
@@ -122,6 +138,8 @@ def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server)
     examiner.env = EnvClient("http://127.0.0.1:9")  # an env that does not answer
     server.bucket.write_run(with_exam())
     server.producer.step()
+    server.bucket.delete([f.path for f in server.bucket.list_groups()])
+    server.producer.step()
     assert "EnvUnavailableError" in examiner.last_error and ExamShelf(server.bucket.storage).records() == []
     assert len(server.bucket.list_groups()) == 2  # the batch for training was played all the same
     assert examiner.maybe(with_exam()) is None  # not tried again before RETRY_S
@@ -135,3 +153,55 @@ def test_exam_games_must_be_exam_games_without_examples_of_one_version() -> None
                      (ok.model_copy(update={"versions": [3, 4]}), "played by versions")):
         with pytest.raises(RolloutError, match=why):
             check_exam_games([bad], 3)
+
+
+def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_groups(tmp_path, env: str,
+                                                                                    monkeypatch) -> None:
+    """The live server with the lowest id is the examiner: the other plays only training games, so one record per
+    version and the fleet never stops producing all at once. When the examiner dies (its heartbeat gone, an exam
+    left untaken), the other takes the exam that is still due."""
+    clock = [1000.0]
+    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
+    publisher, state, engine, first, a = served(tmp_path, env)  # server s0, following the bucket at version 1
+    url = publisher.storage.url
+    other = open_engine("transformers", EngineConfig(str(tmp_path / "model"), dtype="bfloat16", max_model_len=4096))
+    second = RolloutService(other, Follower(other, url, NEVER), EnvClient(env))
+    b = second.attach_producer(FleetBucket(url), "s1", poll_s=0.05)
+    bucket, shelf = FleetBucket(url), ExamShelf(url)
+
+    def heartbeats(*producers: GroupProducer) -> None:
+        for p in producers:
+            bucket.write_heartbeat(p.heartbeat())
+        for p in producers:
+            p.peer_ids = p.live_peers()
+            p.peers = len(p.peer_ids)
+
+    def handed_in(server: str) -> int:
+        return sum(1 for f in bucket.list_groups() if bucket.read_group(f.path).server_id == server)
+
+    try:
+        bucket.write_run(with_exam().model_copy(update={"max_pending_groups": 8}))
+        a.step(), b.step()  # the first batches: no exam before them
+        assert shelf.records() == [] and handed_in("s0") and handed_in("s1")
+        assert a.peer_ids == b.peer_ids == []  # no heartbeat thread runs here: each said it works for the run at once
+        bucket.delete([f.path for f in bucket.list_groups()])
+        a.step(), b.step()  # who examines is judged on the heartbeats read at that moment
+        assert a.peer_ids == ["s1"] and b.peer_ids == ["s0"] and a.examines() and not b.examines()
+        assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0")]
+        assert handed_in("s0") and handed_in("s1")  # the examiner plays its batch after the exam
+        assert not any(g.exam for g in second.recent_games(50))  # s1 played training games only
+        for step in (0, 1):  # versions 2 and 3: a new block of `every` (2) versions
+            publisher.publish(nudged(state, step))
+        publisher.flush()
+        clock[0] += GONE_AFTER_S + 1  # s0 died (mid-exam, say): its heartbeat stops counting up
+        heartbeats(b)
+        assert b.peer_ids == [] and b.examines()
+        bucket.delete([f.path for f in bucket.list_groups()])
+        b.step()  # holds version 1 (examined): catches up (to 2 or 3: the block of 2 and 3) and plays
+        b.step()  # examines the version it holds, due in its block, in s0's place
+        assert other.version in (2, 3)
+        assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0"), (other.version, "s1")]
+    finally:
+        publisher.close()
+        first.close()
+        second.close()

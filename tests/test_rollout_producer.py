@@ -152,7 +152,25 @@ def test_a_server_with_the_rollout_token_obeys_only_run_settings_signed_with_it(
     signed = FleetBucket(str(tmp_path / "bucket"), secret="rollout-token")
     producer = GroupProducer(lambda specs, params: [], lambda: 1, signed, "s0")
     FleetBucket(signed.storage).write_run(run_settings())  # a stranger's, unsigned
-    with pytest.raises(FleetMessageError, match="unsigned, and this run signs its files"):
-        producer.step()
+    assert producer.step() > 0 and producer.state == ServerState.NO_RUN and producer.run_id is None
+    assert "waiting for a run signed with this server's token" in producer.last_error
+    assert "unsigned, and this run signs its files" in producer.last_error
     signed.write_run(run_settings(RunState.PAUSED))
     assert producer.step() > 0 and producer.state == ServerState.PAUSED
+    assert producer.last_error is None  # the current trainer's run: nothing left to show
+
+
+def test_a_previous_start_s_run_signed_with_another_token_waits_for_the_current_trainer(tmp_path) -> None:
+    """A restart with another rollout token: the server reads the last start's run before the new trainer writes
+    its own. It waits ("no run") instead of showing "forged" for good, and produces once the trainer has written."""
+    bucket = str(tmp_path / "bucket")
+    FleetBucket(bucket, secret="last-start-token").write_run(run_settings())
+    played = []
+    producer = GroupProducer(lambda specs, params: played.append(len(specs)) or [
+        Trajectory(prompt_ids=[1], episode_id=f"e{i}", versions=[1]) for i in range(len(specs))], lambda: 1,
+        FleetBucket(bucket, secret="this-start-token"), "s0")
+    assert producer.step() > 0 and producer.state == ServerState.NO_RUN and played == []
+    assert "signature does not match" in producer.last_error
+    FleetBucket(bucket, secret="this-start-token").write_run(run_settings())
+    assert producer.step() == 0 and producer.state == ServerState.PRODUCING and played
+    assert producer.last_error is None and producer.heartbeat().last_error is None

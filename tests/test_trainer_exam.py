@@ -56,6 +56,10 @@ def test_the_watch_reads_the_bucket_refuses_bad_files_and_survives_an_unreadable
     watch = ExamWatch(bucket)
     watch.refresh()
     assert [r.version for r in watch.records()] == [0, 5] and watch.refused == 1 and watch.last_error is None
+    assert watch.refusals() == {"torn or corrupt": 1}
+    signed = ExamWatch(bucket, secret="this-start")  # the records were written unsigned: not this run's key
+    signed.refresh()
+    assert signed.records() == [] and signed.refusals() == {"signed with another token": 2, "torn or corrupt": 1}
 
 
     def unreachable(prefix: str) -> None:

@@ -254,3 +254,19 @@ def test_a_group_that_fails_on_its_way_into_a_step_is_refused_and_the_step_takes
     columns = fleet(["wordle-seed:1"] * 4)
     assert len(columns["prompt_ids"]) == 4 and [p for p in fleet.last_step.groups] == good
     assert fleet.refused == {"unexpected error": 1} and bucket.list_groups() == []
+
+
+def test_a_step_records_the_share_of_its_messages_that_showed_an_example(tmp_path: Path) -> None:
+    """What the landing page shows beside the training valid-guess rate: a valid guess there may be a copy."""
+    bucket = FleetBucket(str(tmp_path / "bucket"))
+    fleet = rollouts(bucket, [3])
+    shown = game().model_copy(update={"examples": ["crane", "stood"]})
+    half = game().model_copy(update={"examples": ["crane", ""]})
+    bucket.write_group(group(seq=0).model_copy(update={"games": [shown, half]}))
+    bucket.write_group(group(seq=1).model_copy(update={"games": [half, half]}))
+    fleet.take(2)
+    assert fleet.last_step.examples_shown == 5 / 8
+    bucket.write_group(group(seq=2))
+    bucket.write_group(group(seq=3))
+    fleet.take(2)
+    assert fleet.last_step.examples_shown is None  # games that recorded no message: nothing to count

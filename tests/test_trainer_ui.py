@@ -14,7 +14,7 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     assert isinstance(build_ui(session), gr.Blocks)
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
-    assert "valid guesses - · letters found - of 5 · step -" in text  # no step yet: no made-up 0.0 s
+    assert "valid guesses — · letters found — of 5 · last step took —" in text  # no step yet: no made-up 0.0 s
     assert str(tmp_path) not in text and "bucket `local folder b`" in text  # no local path on a public page
     assert "cut after **3 moves**" in cut_games_note(session.config.max_turns)
     learning, payload, heatmap, offpolicy = figures(session)  # no data yet: figures that say so, no error
@@ -45,10 +45,13 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
                                       idle_share=0.25, groups_written=7, run_id="r", last_error="<boom>")])
         assert "<td>a</td><td>3</td><td>12.0</td><td>41 s ago</td><td>gone</td><td>25%</td>" in row
         assert "&lt;boom&gt;" in row
+        assert row.startswith("<div style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
         record = StepRecord(step=1, version=1, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
                             publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)
         figure = offpolicy_figure([record])
         assert [t.y[0] for t in figure.data] == [1.1, 0.5, 3.0, 1.0]
+        assert [t.yaxis for t in figure.data] == [None, None, None, "y2"]  # staleness (versions) on its own axis
+        assert figure.layout.yaxis2.title.text == "staleness (versions)"
     finally:
         session.close()
 
@@ -78,16 +81,18 @@ def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
-                          letters=0.5 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1, at=1000.0 + 30.0 * n)
+                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1,
+                          at=1000.0 + 30.0 * n)
                for n in (1, 2, 3)]
     by_step = learning_figure(records)
     assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate (strict)",
-                                                            "letters found (of 5)"]
+                                                            "letters found (of 5)", "messages that showed an example"]
+    assert "the exam below plays without" in by_step.layout.title.text
     assert list(by_step.data[0].x) == [1, 2, 3] and list(by_step.data[4].y) == [0.2, 0.4, 0.6000000000000001]
-    assert list(by_step.data[6].y) == [0.5, 1.0, 1.5]
+    assert list(by_step.data[6].y) == [0.5, 1.0, 1.5] and list(by_step.data[8].y) == [0.75, 0.5, 0.25]
     by_time = learning_figure(records, X_AXES[1])
     assert list(by_time.data[0].x) == [0.5, 1.0, 1.5]  # minutes since the first step began
-    assert by_time.layout.xaxis4.title.text == "wall time (minutes)"
+    assert by_time.layout.xaxis5.title.text == "wall time (minutes)"
 
 
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:
@@ -133,5 +138,9 @@ def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_pat
         assert "last exam v5: own words on 25% of moves" in text
         assert "no exams (--exam-every 0)" in status_markdown(status.model_copy(update={"exam": None}))
         assert "(now 50% of messages) · no exam yet" in status_markdown(status.model_copy(update={"exams": []}))
+        assert "signed with another token" not in text
+        other = status_markdown(status.model_copy(update={"exams": [],
+                                                          "exams_refused": {"signed with another token": 2}}))
+        assert "no exam yet · 2 exam records signed with another token (not shown)" in other  # never in silence
     finally:
         session.close()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.test_wire_exam import record
 from tests.test_wire_fleet import run_settings
-from wire.exam import ExamRecord
+from wire.exam import OTHER_KEY, ExamRecord
 from wire.exam_shelf import MAX_EXAM_BYTES, ExamShelf
-from wire.fleet import encode
+from wire.fleet import encode, fleet_key
 
 
 def exam(version: int) -> ExamRecord:
@@ -60,3 +60,22 @@ def test_bad_files_are_refused_with_their_reason_and_the_rest_read(tmp_path: Pat
     assert "more than the" in reasons["v0000000012.json"] and "not an exam file name" in reasons["notes.txt"]
     (exams / "v0000000006.json").write_bytes(encode(exam(6)))  # repaired: read again, refusal dropped
     assert [r.version for r in shelf.records()] == [5, 6] and not any("v0000000006" in p for p in shelf.refused)
+
+
+def test_records_signed_with_another_token_are_counted_as_such_never_dropped_in_silence(tmp_path: Path) -> None:
+    """An earlier start's records, signed with another rollout token: refused (their signature cannot be trusted),
+    and counted apart from damaged files so the pages can say what happened and what to do."""
+    bucket = str(tmp_path / "bucket")
+    ExamShelf(bucket, fleet_key("last-start")).write(exam(0))
+    ExamShelf(bucket, fleet_key("last-start")).write(exam(5))
+    ExamShelf(bucket).write(exam(7))  # unsigned
+    (tmp_path / "bucket" / "exams" / "v0000000008.json").write_text("{torn")
+    shelf = ExamShelf(bucket, fleet_key("this-start"))
+    shelf.write(exam(10))
+    assert [r.version for r in shelf.records()] == [10]
+    assert shelf.refusals() == {OTHER_KEY: 3, "torn or corrupt": 1}
+    assert "signed with another rollout token" in shelf.refused["exams/v0000000000.json"]
+    assert [r.version for r in ExamShelf(bucket, fleet_key("last-start")).records()] == [0, 5]  # its own key reads them
+    (tmp_path / "bucket" / "exams" / "v0000000005.json").unlink()
+    shelf.records()
+    assert shelf.refusals() == {OTHER_KEY: 2, "torn or corrupt": 1}

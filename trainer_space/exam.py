@@ -58,6 +58,10 @@ class ExamWatch:
         """Exam files that failed their checks."""
         return len(self.shelf.refused)
 
+    def refusals(self) -> dict[str, int]:
+        """Exam files that failed their checks, by why (`ExamShelf.refusals`: signed with another token...)."""
+        return self.shelf.refusals()
+
     def refresh(self) -> None:
         """Read the bucket's exams once (the thread calls this every `interval`)."""
         try:

@@ -40,7 +40,7 @@ from .config import TrainerConfig
 from .credit import move_chooser
 from .ranks import TrainerRanks
 from .rollouts import RolloutsStopped, trajectory_columns
-from .staleness import StalenessCounts, StepRollouts
+from .staleness import StalenessCounts, StepRollouts, examples_shown
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +215,7 @@ class FleetRollouts:
         self.ready = len(self._queue)
         step.waited_s = time.monotonic() - start
         games = [g for group in taken for g in group.games]
+        step.examples_shown = examples_shown(games)
         self.histogram.update(step.staleness)
         self.counts.add(games=len(games), seen=max(step.staleness, default=0))
         self.recent.extend(games)

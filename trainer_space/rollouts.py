@@ -27,7 +27,7 @@ from wire.wordle import letters_found
 
 from .config import TrainerConfig
 from .credit import MoveChooser, move_chooser, whole_game
-from .staleness import StalenessCounts, StepRollouts, stale_indices, staleness
+from .staleness import StalenessCounts, StepRollouts, examples_shown, stale_indices, staleness
 from .task import prompt_seed
 
 logger = logging.getLogger(__name__)
@@ -128,7 +128,8 @@ class WordleRollouts:
                         seen=max((staleness(g, now) for g in kept), default=0))
         self.recent.extend(kept)
         hist = Counter(staleness(g, now) for g in kept)
-        self.last_step = StepRollouts(waited_s=time.monotonic() - start, staleness=dict(hist), dropped=len(stale))
+        self.last_step = StepRollouts(waited_s=time.monotonic() - start, staleness=dict(hist), dropped=len(stale),
+                                      examples_shown=examples_shown(kept))
         return games, dropped
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:

@@ -348,6 +348,7 @@ class TrainingSession:
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
+            exams_refused=self.exams.refusals() if self.exams is not None else {},
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:
@@ -490,7 +491,7 @@ class TrainingSession:
             letters=_number(logs.get("rewards/letters/mean")),
             step_s=end - self._last_step_end, cpu_s=self._step_end_cpu - self._last_step_cpu,
             publish_s=parts.callback.copy_s, wait_s=took.waited_s, groups=took.groups, staleness=took.staleness,
-            dropped=took.dropped,
+            dropped=took.dropped, examples_shown=took.examples_shown,
             ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
             ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))
         self._last_step_end, self._last_step_cpu = now, time.process_time()

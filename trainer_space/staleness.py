@@ -15,6 +15,13 @@ from wire.trainer import Staleness
 from wire.trajectory import Trajectory
 
 
+def examples_shown(games: list[Trajectory]) -> float | None:
+    """Share of the games' replies whose message showed the env's example guess (None: no reply): how much of the
+    training valid-guess rate can be a copied example."""
+    shown = [bool(e) for g in games for e in g.examples]
+    return sum(shown) / len(shown) if shown else None
+
+
 def staleness(trajectory: Trajectory, current_version: int) -> int:
     """Versions between the trainer's current weights and the oldest weights that played the game."""
     return current_version - trajectory.version
@@ -55,3 +62,5 @@ class StepRollouts:
     staleness: dict[int, int] = field(default_factory=dict)
     dropped: int = 0
     refused: int = 0
+    examples_shown: float | None = None
+    """Share of the replies of the games trained on whose message showed the env's example guess (`examples_shown`)."""

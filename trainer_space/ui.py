@@ -15,10 +15,10 @@ from typing import Any
 import gradio as gr
 
 from dashboard import sparsity
-from dashboard.exam import exam_figure, exam_text
+from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
 from dashboard.trend import step_text
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
@@ -46,12 +46,12 @@ def status_markdown(status: TrainerStatus) -> str:
     stale = status.staleness or Staleness()
     reward = status.mean_reward
     steps = step_text(status.step, status.last_step, status.step_s).replace("step ", "step **", 1)
-    letters = "-" if status.letters is None else f"{status.letters:.2f}"
+    letters = "—" if status.letters is None else f"{status.letters:.2f}"
     lines = [
         f"**{status.state}** · version **{status.version}** · {steps}**",
-        (f"mean reward {'-' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
-         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · step "
-         f"{'-' if status.step_s is None else f'{status.step_s:.1f} s'}"),
+        (f"mean reward {'—' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
+         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
+         f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         _staleness_line(status, stale),
         f"training on **{status.device}** · bucket `{html.escape(public_location(status.bucket))}` · " + (
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
@@ -82,7 +82,9 @@ def _exam_line(status: TrainerStatus) -> str:
     if status.exam is None:
         return f"{examples} · no exams (--exam-every 0)"
     last = status.exams[-1] if status.exams else None
-    return f"{examples} · " + (f"last exam {exam_text(last)}" if last else "no exam yet")
+    line = f"{examples} · " + (f"last exam {exam_text(last)}" if last else "no exam yet")
+    refused = refused_exams_text(status.exams_refused)
+    return f"{line} · {refused}" if refused else line
 
 
 #: Beside the exam curves: what the exam is, and how to read it.
@@ -138,8 +140,14 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
-    return ("<table style='font-size:.85em;width:100%'><tr><th>server</th><th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
-            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table>")
+    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen.
+    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%'><tr><th>server</th>"
+            "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
+            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table></div>")
+
+
+#: The off-policy figure's staleness series, drawn against its own axis (versions, not a weight).
+STALENESS_SERIES = "mean staleness (versions)"
 
 
 def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
@@ -153,18 +161,31 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
     series = [Series("weight mean", steps, [r.ratio_mean for r in records]),
               Series("weight min", steps, [r.ratio_min for r in records], "dot"),
               Series("weight max", steps, [r.ratio_max for r in records], "dot"),
-              Series("mean staleness (versions)", steps, [mean_staleness(r) for r in records], "dash")]
-    return line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
-                       whole_x=True)
+              Series(STALENESS_SERIES, steps, [mean_staleness(r) for r in records], "dash")]
+    figure = line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
+                         whole_x=True)
+    # Two quantities, two axes: a weight is a ratio around 1, staleness a count of versions.
+    figure.update_traces(yaxis="y2", selector={"name": STALENESS_SERIES})
+    figure.update_layout(yaxis={"title": {"text": "importance weight"}},
+                         yaxis2={"title": {"text": "staleness (versions)"}, "overlaying": "y", "side": "right",
+                                 "rangemode": "tozero", "showgrid": False})
+    return figure
 
+
+#: The learning curves' title: what the training games' scores are (games with the env's example in most messages,
+#: whose valid guesses can be copies), and where to look for what the policy does alone.
+LEARNING_TITLE = "Training games (examples shown: a valid guess may be a copy; the exam below plays without)"
+#: The panel of the share of the training games' messages that showed the env's example.
+EXAMPLES_PANEL = "messages that showed an example"
 
 #: The x axes the learning curves offer (the radio's choices).
 X_AXES = ("step", "wall time (minutes)")
 
 
 def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> Any:
-    """Reward, win rate, strict valid-guess rate and letters found per step, raw and smoothed, against steps
-    or against minutes since the first step began (all from the env's scores of the games trained on)."""
+    """Reward, win rate, strict valid-guess rate, letters found and the share of messages that showed the env's
+    example per step, raw and smoothed, against steps or against minutes since the first step began (all from the
+    games trained on)."""
     if x_axis == X_AXES[0] or not records:
         x: list[float] = [r.step for r in records]
     else:
@@ -173,8 +194,9 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
     metrics = [Metric("mean reward", [r.reward for r in records]),
                Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
                Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
-               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE)]
-    return learning_curves(x, metrics, x_title=x_axis, whole_x=x_axis == X_AXES[0])
+               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE),
+               Metric(EXAMPLES_PANEL, [r.examples_shown for r in records], _RATE_RANGE)]
+    return learning_curves(x, metrics, x_title=x_axis, title=LEARNING_TITLE, whole_x=x_axis == X_AXES[0])
 
 
 def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any, Any]:
@@ -209,7 +231,9 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
                 games = gr.HTML(feed_html(session.recent_games(FEED_SIZE)), elem_id="trainer-games")
         with gr.Row():
             payload_plot = gr.Plot(label="payload")
-            heatmap_plot = gr.Plot(label="sparsity")
+            with gr.Column():
+                heatmap_plot = gr.Plot(label="sparsity")
+                gr.Markdown(DENSITY_NOTE, elem_id="trainer-density-note")
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("### Rollout fleet (heartbeats in the bucket)")
@@ -256,4 +280,4 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
 
 
 def _percent(rate: float | None) -> str:
-    return "-" if rate is None else f"{100 * rate:.0f}%"
+    return "—" if rate is None else f"{100 * rate:.0f}%"

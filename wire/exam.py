@@ -31,6 +31,9 @@ HELD_OUT_SECRETS = 64
 EXAMS_PREFIX = "exams/"
 #: Most replies an exam game may have: one per guess, and as many invalid moves.
 MAX_EXAM_TURNS = 2 * MAX_GUESSES
+#: Why an exam record is not read when its signature does not match the reader's key (`wire.exam_shelf`): signed
+#: with another rollout token (an earlier start's, another machine's), or edited.
+OTHER_KEY = "signed with another token"
 _PATH = re.compile(re.escape(EXAMS_PREFIX) + r"v(\d{10})\.json")
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 

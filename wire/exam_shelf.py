@@ -15,8 +15,8 @@ import threading
 
 from delta.storage import Storage, open_storage
 
-from .exam import EXAMS_PREFIX, ExamRecord, path_version
-from .fleet import FleetMessageError, decode, encode
+from .exam import EXAMS_PREFIX, OTHER_KEY, ExamRecord, path_version
+from .fleet import FleetMessageError, Refusal, decode, encode
 
 #: Most exam files read from one bucket: an exam every version for 10,000 versions.
 MAX_EXAMS = 10_000
@@ -40,6 +40,7 @@ class ExamShelf:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = key
         self.refused: dict[str, str] = {}
+        self._categories: dict[str, str] = {}  # path -> what it is counted as (`refusals`)
         self._read: dict[str, tuple[int, ExamRecord | None]] = {}  # path -> (size read, record or None: refused)
         self._lock = threading.Lock()
 
@@ -59,6 +60,8 @@ class ExamShelf:
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]
+                self.refused.pop(gone, None)
+                self._categories.pop(gone, None)
             for f in listed:
                 if self._read.get(f.path, (None,))[0] != f.size:
                     self._read[f.path] = (f.size, self._check(f.path, f.size))
@@ -79,6 +82,18 @@ class ExamShelf:
             return None
         except FleetMessageError as e:
             self.refused[path] = e.reason
+            self._categories[path] = OTHER_KEY if e.category == Refusal.UNSIGNED else str(e.category)
             return None
         self.refused.pop(path, None)
+        self._categories.pop(path, None)
         return record
+
+    def refusals(self) -> dict[str, int]:
+        """The exam files refused at the last `records()`, counted by why: `OTHER_KEY` (unsigned, or signed with
+        another rollout token than the reader's: an earlier start's, or edited), or the `wire.fleet.Refusal`."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for path, category in self._categories.items():
+                if path in self._read:
+                    counts[category] = counts.get(category, 0) + 1
+            return counts

@@ -119,6 +119,9 @@ class TrainerStatus(BaseModel):
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
     exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
                                                     "landing page's last exam and trend")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket not read, by why: 'signed with "
+                                                          "another token' (an earlier start's rollout token), or "
+                                                          "damaged, invalid...")
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
@@ -150,6 +153,9 @@ class StepRecord(BaseModel):
     groups: list[str] = Field([], description="The bucket paths of the game groups trained on (fleet)")
     staleness: dict[int, int] = Field({}, description="Versions behind the trainer -> games trained on")
     dropped: int = Field(0, description="Games dropped as too stale while this step gathered its groups")
+    examples_shown: float | None = Field(None, description="Share of the replies trained on whose message showed the "
+                                                           "env's example guess: how much of valid_rate can be a copy "
+                                                           "(None: not recorded)")
     ratio_mean: float | None = Field(None, description="Mean importance weight of the step's model tokens "
                                                        "(current policy / sampler, truncated)")
     ratio_min: float | None = Field(None, description="Smallest importance weight")
