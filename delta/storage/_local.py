@@ -56,8 +56,8 @@ class LocalStorage(Storage):
             return Failure(StorageError, str(error))
         return None
 
-    def _read(self, path: str) -> bytes:
-        return self._inside(self.root / path, "read").read_bytes()
+    def _read(self, path: str, max_bytes: int | None) -> bytes:
+        return self._read_local(self._inside(self.root / path, "read"), path, max_bytes)
 
     def _write(self, path: str, data: bytes) -> None:
         target = self.root / path
