@@ -9,6 +9,7 @@ import pytest
 from delta import NoPathError, Publisher, PublisherConfig, Subscriber, SubscriberConfig, read_manifest, state_digest
 from delta.storage import open_storage
 
+from ._capped import run_capped
 from ._states import clone, states_equal
 from ._trainer import trajectory
 
@@ -165,3 +166,54 @@ def test_an_unexpected_failure_is_reported_and_retried_not_fatal(tmp_path, monke
             assert states_equal(reader.state, states[2])
     finally:
         reader.close()
+
+
+# A bucket whose reads are counted (a real local bucket; `_read` is the one primitive every read goes through).
+_COUNTING = '''
+from delta.storage import LocalStorage
+class Counting(LocalStorage):
+    reads = {}
+    def _read(self, path, max_bytes):
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return super()._read(path, max_bytes)
+'''
+
+
+def test_a_2_gb_newest_manifest_is_refused_unread_and_the_one_before_followed(tmp_path):
+    """Under a memory cap that reading it whole breaks: `sync` falls back to the previous manifest, raises nothing,
+    and the refused one is not read again until its listing changes."""
+    setup = (_COUNTING + "import sys\nfrom delta import Publisher, Subscriber\nfrom tests._trainer import trajectory\n"
+             "from tests._capped import sparse\nfrom pathlib import Path\n"
+             f"root = Path({str(tmp_path)!r})\nstates = trajectory(3, n=2000)\n"
+             "with Publisher(str(root)) as pub:\n    for s in states[1:]:\n        pub.publish(s)\n"
+             "        assert pub.flush(timeout=60)\n"
+             "huge = sparse(root / 'manifests' / '9999999999.json', head=b'{')\n"
+             "reader = Subscriber(Counting(root))")
+    body = ("print('held', reader.sync(), reader.sync())\n"
+            "print('reads', reader.storage.reads.get('manifests/9999999999.json', 0))\n"
+            "huge.write_bytes(b'not json')  # its listing changes: read once more, refused as a manifest that does not parse\n"
+            "print('again', reader.sync(), reader.storage.reads['manifests/9999999999.json'])\n"
+            "print('status', reader.status().failures)")
+    done = run_capped(setup, body)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "held 3 3\nreads 0\nagain 3 1\nstatus 0\n" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "more than the 268,435,456 a manifest may hold" in done.stderr  # warned about, in one line
+
+
+def test_a_data_file_swapped_for_a_2_gb_one_is_a_bad_file_not_read_past_its_size(tmp_path):
+    setup = ("from delta import Publisher, PublisherConfig, Subscriber, read_manifest, state_digest\n"
+             "from delta.storage import open_storage\nfrom tests._trainer import trajectory\n"
+             "from tests._capped import sparse\nfrom pathlib import Path\n"
+             f"root = Path({str(tmp_path)!r})\nstates = trajectory(7, n=2000)\n"
+             "with Publisher(str(root), PublisherConfig(anchor_every=5)) as pub:\n    for s in states[1:]:\n"
+             "        pub.publish(s)\n        assert pub.flush(timeout=60)\n"
+             "manifest = read_manifest(open_storage(root))\n"
+             "sparse(root / manifest.get(5).delta[0].path)  # the route from 4: around it, through the anchor of 6\n"
+             "reader = Subscriber(str(root), {k: v.clone() for k, v in states[4].items()}, version=4)")
+    body = ("print('held', reader.sync())\nprint('via', [h.via for h in reader.status().history])\n"
+            "print('same', reader.digest.hexdigest == state_digest(states[7]).hexdigest)\n"
+            "print('error', reader.status().last_error)")
+    done = run_capped(setup, body)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "held 7\nvia ['anchor', 'delta']\nsame True\n" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "wrong size (expected " in done.stdout and ", got 2147483648)" in done.stdout  # the listed size, unread

@@ -25,7 +25,7 @@ from ..retry import RetryPolicy
 from ..storage import Storage, open_storage
 from ..tensors.hashing import StateDigest
 from ..tensors.state import State
-from .manifest import read_manifest
+from .manifest import Refused, read_manifest
 from .reader import Applied, Reader
 
 logger = logging.getLogger(__name__)
@@ -158,6 +158,7 @@ class Subscriber:
         self._latest: int | None = None
         self._last_error: str | None = None
         self._refused: str | None = None  # the last manifest refused, as warned
+        self._refused_manifests: Refused = {}  # skipped unread until their listing changes
         self._failures = 0
         self._history: deque[VersionStats] = deque(maxlen=self.config.history)
         self._stop = threading.Event()
@@ -275,7 +276,7 @@ class Subscriber:
 
     def _catch_up(self, version: int | None) -> int | None:
         seen_at = time.monotonic()
-        manifest = read_manifest(self.storage, on_refused=self._refused_manifest)
+        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, refused=self._refused_manifests)
         if manifest is None or manifest.latest is None:
             return self._reader.version
         self._latest = manifest.latest.version
