@@ -226,7 +226,9 @@ class Storage(ABC):
             size = os.fstat(f.fileno()).st_size
             if size > max_bytes:
                 raise self._too_large(path, max_bytes, size)
-            data = f.read(max_bytes + 1)
+            data = f.read(size + 1)  # a buffer of the file's size, not of the bound
+            if len(data) > size:  # it grew since: read on, to the bound
+                data += f.read(max_bytes + 1 - len(data))
         if len(data) > max_bytes:
             raise self._too_large(path, max_bytes)
         return data
