@@ -3,7 +3,8 @@ examples with the weights it holds, and write the record to the bucket (`wire.ex
 
 `GroupProducer` asks `Examiner.maybe` before each batch it plays for the run: an exam is due at version 0
 (the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions,
-judged against the newest exam in the bucket, whoever wrote it (with several servers two may examine the
+judged against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a later
+version, ahead of what the bucket published, is refused by the shelf and silences nothing) (with several servers two may examine the
 same block at once: both records are kept, the later replacing the earlier of the same version). The
 weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
 Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
@@ -81,8 +82,9 @@ class Examiner:
             return None
         try:
             self.records = self.shelf.records()
-            last = self.records[-1].version if self.records else None
-            if not run.exam.due(self.version(), last):
+            held = self.version()
+            last = self.latest(held)
+            if not run.exam.due(held, last.version if last is not None else None):
                 return None
             return self.take(run)
         except (OSError, StorageError, RolloutError) as e:

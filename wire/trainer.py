@@ -101,6 +101,11 @@ class TrainerStatus(BaseModel):
                                                            "unexpected error")
     heartbeats_refused: dict[str, int] = Field({}, description="Heartbeat files refused (fleet), by reason, each file "
                                                                "once per reason")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by reason (torn or "
+                                                          "corrupt, unsigned or forged, too large, invalid fields, "
+                                                          "renamed or copied, version ahead of the trainer: of a "
+                                                          "version the bucket has not published); a file deleted or "
+                                                          "repaired drops out")
     signed: bool = Field(False, description="The fleet's files are signed with a key from the rollout token (fleet): "
                                             "unsigned or forged ones are refused")
     waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
@@ -190,6 +195,8 @@ class TrainerHistory(BaseModel):
     payloads: list[Payload]
     anchors: list[Anchor] = []
     exams: list[ExamRecord] = Field([], description="Every exam in the bucket, by version")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by reason (as in "
+                                                          "`TrainerStatus`); not kept in the bucket's history file")
 
 
 class ControlResponse(BaseModel):
