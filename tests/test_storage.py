@@ -113,6 +113,17 @@ def test_a_folder_is_not_a_file(bucket: Storage) -> None:
         bucket.read("folder")
 
 
+def test_move_takes_a_file_to_another_path_replacing_what_was_there(bucket: Storage) -> None:
+    bucket.write("trainer/history.json", b"old history")
+    bucket.write("aside/history.json", b"x")
+    bucket.move("trainer/history.json", "aside/history.json")
+    assert bucket.list() == [StoredFile("aside/history.json", 11)] and bucket.read("aside/history.json") == b"old history"
+    with pytest.raises(FileNotFoundError):
+        bucket.move("trainer/history.json", "elsewhere.json")
+    with pytest.raises(ValueError, match="invalid bucket path"):
+        bucket.move("aside/history.json", "../out")
+
+
 def test_a_bounded_read_refuses_a_file_over_its_bound_and_reads_one_at_it(bucket: Storage) -> None:
     bucket.write("f", b"12345")
     bucket.write("empty", b"")
@@ -360,6 +371,7 @@ def test_hf_calls_run_through_huggingface_hub_up_to_the_network() -> None:
     for call in (
         lambda: bucket.read("v/1"),  # download_bucket_files
         lambda: bucket.read("v/1", max_bytes=10),  # get_bucket_file_metadata
+        lambda: no_create.move("v/1", "v/2"),  # get_bucket_file_metadata, then batch_bucket_files(copy=...)
         lambda: bucket.write("v/1", b"x"),  # create_bucket
         lambda: no_create.write("v/1", b"x"),  # batch_bucket_files(add=...), through hf_xet
         lambda: bucket.list("v/"),  # list_bucket_tree

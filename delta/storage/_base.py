@@ -2,7 +2,7 @@
 and turning a backend's failures into the errors callers see.
 
 A bucket holds flat files addressed by relative paths with '/' separators. Backends implement a few
-primitives (`_read`, `_write`, `_list`, `_delete`) and one function, `_classify`, that says which of
+primitives (`_read`, `_write`, `_move`, `_list`, `_delete`) and one function, `_classify`, that says which of
 their exceptions mean "missing", "unreachable, try again" or "failed"; the public methods here check
 the paths, retry what is worth retrying and raise the errors documented below.
 """
@@ -158,6 +158,14 @@ class Storage(ABC):
             return []
         return sorted((f for f in files if f.path.startswith(prefix)), key=lambda f: f.path)
 
+    def move(self, source: str, target: str) -> None:
+        """Move the file at `source` to `target` (replacing a file there) without reading it: a rename on a local
+        folder, a copy made by the server then a delete on S3 and Hugging Face buckets (not atomic there: a crash
+        between the two leaves both). How a file too large to read is set aside."""
+        check_path(source)
+        check_path(target)
+        self._call("move", source, lambda: self._move(source, target))
+
     def delete(self, paths: Iterable[str]) -> None:
         """Delete the files at `paths`; paths that do not exist are skipped. Not atomic: on an error,
         some of the files may be deleted and others not."""
@@ -241,6 +249,10 @@ class Storage(ABC):
     @abstractmethod
     def _write(self, path: str, data: bytes) -> None:
         """Create or replace `path` (already checked) with `data`."""
+
+    @abstractmethod
+    def _move(self, source: str, target: str) -> None:
+        """Move `source` to `target` (both checked) without the content passing through this process."""
 
     @abstractmethod
     def _list(self, folder: str) -> Iterable[StoredFile]:

@@ -180,6 +180,10 @@ class S3Storage(Storage):
                 self._run(self._fs._mkdir, self.bucket)
             self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
 
+    def _move(self, source: str, target: str) -> None:
+        self._run(self._fs._cp_file, self._key(source), self._key(target))  # CopyObject: made by the server
+        self._run(self._fs._rm_file, self._key(source))
+
     def _list(self, folder: str) -> list[StoredFile]:
         found = self._run(self._fs._find, self._key(folder), detail=True)
         start = len(self._key(""))

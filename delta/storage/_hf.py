@@ -145,6 +145,12 @@ class HfBucketStorage(Storage):
             self._create = False  # once per instance; a race between threads only repeats an idempotent call
         self._api.batch_bucket_files(self.bucket_id, add=[(data, self._key(path))])
 
+    def _move(self, source: str, target: str) -> None:
+        # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted.
+        xet_hash = self._api.get_bucket_file_metadata(self.bucket_id, self._key(source)).xet_file_data.file_hash
+        self._api.batch_bucket_files(self.bucket_id, copy=[("bucket", self.bucket_id, xet_hash, self._key(target))])
+        self._api.batch_bucket_files(self.bucket_id, delete=[self._key(source)])
+
     def _list(self, folder: str) -> Iterator[StoredFile]:
         # The Hub filters by string prefix; pass the folder without its '/' as huggingface_hub's sync does.
         prefix = self._key(folder).rstrip("/") or None

@@ -67,6 +67,15 @@ class LocalStorage(Storage):
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, data)
 
+    def _move(self, source: str, target: str) -> None:
+        to = self.root / target
+        if to.name.startswith(TMP_PREFIX):
+            raise ValueError(f"invalid bucket path {target!r}: names starting with {TMP_PREFIX!r} are reserved")
+        origin = self._inside(self.root / source, "read")
+        self._inside(to.parent, "write")
+        to.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(origin, to)
+
     def _list(self, folder: str) -> Iterator[StoredFile]:
         for directory, _, names in os.walk(self.root / folder):
             relative = Path(directory).relative_to(self.root).as_posix()
