@@ -217,3 +217,46 @@ def test_a_data_file_swapped_for_a_2_gb_one_is_a_bad_file_not_read_past_its_size
     assert done.returncode == 0, done.stderr[-3000:]
     assert "held 7\nvia ['anchor', 'delta']\nsame True\n" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "wrong size (expected " in done.stdout and ", got 2147483648)" in done.stdout  # the listed size, unread
+
+
+def _format_2_before_format_3(root):
+    """A bucket where version 1 is an anchor hashed in format 2's scheme (xxh3-128) and version 2 a format-3 delta
+    straight after it (no anchor between): a writer that moved to the new scheme, or a stranger's bucket."""
+    from dataclasses import replace
+
+    from delta.bucket.anchors import encode_anchor
+    from delta.bucket.manifest import file_ref, write_manifest
+    from delta.tensors.hashing import legacy_state_digest
+
+    states = trajectory(2, n=2000)
+    bucket = open_storage(root)
+    publish_all(bucket, states[1:3])
+    manifest = read_manifest(bucket)
+    first, second = manifest.get(1), manifest.get(2)
+    legacy = legacy_state_digest(states[1]).hexdigest
+    [shard] = encode_anchor(states[1], version=1, state_hash=legacy)
+    bucket.write(first.anchor[0].path, shard)
+    versions = (replace(first, state_hash=legacy, anchor=(file_ref(first.anchor[0].path, shard),)), second)
+    write_manifest(bucket, replace(manifest, versions=versions))
+    return states, bucket
+
+
+def test_a_format_3_delta_straight_after_a_format_2_version_is_proven_in_its_scheme_then_written(tmp_path,
+                                                                                               monkeypatch):
+    import delta.bucket.reader as reader_module
+
+    states, bucket = _format_2_before_format_3(tmp_path)
+    writes, real = [], reader_module.write_changes
+
+    def recorded(header, changes, state, digest, rollback=None):
+        writes.append(digest.scheme)  # the scheme the write's result is checked in: the file's, proven already
+        return real(header, changes, state, digest, rollback)
+
+    monkeypatch.setattr(reader_module, "write_changes", recorded)
+    reader = Subscriber(bucket, clone(states[1]), version=1)
+    assert reader.sync() == 2 and states_equal(reader.state, states[2])
+    assert [(h.version, h.via) for h in reader.status().history] == [(2, "delta")] and reader.status().failures == 0
+    assert writes == ["sum128"] and reader.digest.hexdigest == state_digest(states[2]).hexdigest
+    late = Subscriber(bucket)  # from nothing: the format-2 anchor, then the format-3 delta
+    assert late.sync() == 2 and states_equal(late.state, states[2])
+    assert [h.via for h in late.status().history] == ["anchor", "delta"]
