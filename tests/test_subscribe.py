@@ -193,10 +193,10 @@ def test_a_2_gb_newest_manifest_is_refused_unread_and_the_one_before_followed(tm
             "print('reads', reader.storage.reads.get('manifests/9999999999.json', 0))\n"
             "huge.write_bytes(b'not json')  # its listing changes: read once more, refused as a manifest that does not parse\n"
             "print('again', reader.sync(), reader.storage.reads['manifests/9999999999.json'])\n"
-            "print('status', reader.status().failures)")
+            "print('status', reader.status().failures, reader.status().manifests_refused)")
     done = run_capped(setup, body)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "held 3 3\nreads 0\nagain 3 1\nstatus 0\n" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "held 3 3\nreads 0\nagain 3 1\nstatus 0 1\n" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "more than the 268,435,456 a manifest may hold" in done.stderr  # warned about, in one line
 
 

@@ -93,6 +93,8 @@ class SubscriberStatus:
         last_error: The most recent failure, as text, or None.
         failures: Failures so far (bad files, unreachable bucket, ...); each was recovered from or retried.
         history: Statistics of the most recently applied versions, oldest first.
+        manifests_refused: Manifests in the bucket refused now (too large, torn, crafted), each skipped unread
+            until its listing changes; the newest one before them is followed.
     """
 
     version: int | None
@@ -101,6 +103,7 @@ class SubscriberStatus:
     last_error: str | None
     failures: int
     history: tuple[VersionStats, ...]
+    manifests_refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ class Subscriber:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
         return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history))
+                                tuple(self._history), len(self._refused_manifests))
 
     def sync(self, version: int | None = None) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
