@@ -35,9 +35,9 @@ from .tensors.state import State, load_state, save_state
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
     "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
-    "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest", "StateMismatchError", "Storage",
-    "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update",
-    "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode", "diff", "load_state",
-    "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest", "write_atomic",
-    "write_changes",
+    "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest",
+    "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus",
+    "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode",
+    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest",
+    "write_atomic", "write_changes",
 ]

@@ -3,9 +3,10 @@ examples with the weights it holds, and write the record to the bucket (`wire.ex
 
 `GroupProducer` asks `Examiner.maybe` before each batch it plays for the run: an exam is due at version 0
 (the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions,
-judged against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a later
-version, ahead of what the bucket published, is refused by the shelf and silences nothing) (with several servers two may examine the
-same block at once: both records are kept, the later replacing the earlier of the same version). The
+judged against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a
+version ahead of what the bucket published is refused by the shelf and silences nothing). With several servers
+two may examine the same block at once: both records are kept, the later replacing the earlier of the same
+version. The
 weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
 Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
 group: no exam game is trained on. An exam that fails (the env down, a bucket error) is logged and retried

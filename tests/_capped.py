@@ -27,7 +27,8 @@ def sparse(path: Path, size: int = HUGE, head: bytes = b"") -> Path:
 
 def run_capped(setup: str, body: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run `setup` (imports, fixtures), then cap the address space at what it uses plus `HEADROOM`, then run `body`;
-    returns the finished child (its output text). Asserting on it is the caller's."""
+    returns the finished child (its output text), having checked that it exited without an error (a MemoryError
+    or any other traceback fails the test with the end of its output)."""
     code = "\n".join([
         setup,
         "import resource as _r",
@@ -36,5 +37,7 @@ def run_capped(setup: str, body: str, timeout: float = 300) -> subprocess.Comple
         body,
     ])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MALLOC_ARENA_MAX": "2"}  # threads reserve no arena each
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done

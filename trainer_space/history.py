@@ -7,8 +7,9 @@ into one write (a step's record and its payload come seconds apart), so the trai
 on the bucket. A history file that is not one (torn, corrupt, another format, too big) is moved aside,
 once, under a name that says so, and a fresh one is started: nothing written by someone is overwritten
 unread. A file over `MAX_HISTORY_BYTES` is refused by its listed size, or at that many bytes while reading,
-and moved aside without being read or copied (`Storage.move`): a 2 GB history costs the trainer no memory. A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a
-history it could not read is never replaced by a shorter one.
+and moved aside without being read or copied (`Storage.move`): a 2 GB history costs the trainer no memory.
+A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a history it could
+not read is never replaced by a shorter one.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class HistoryKeeper:
             return self._load()
         except Exception as e:  # the promise to the trainer's constructor: whatever the bucket holds, it starts
             logger.exception("reading the bucket's history failed unexpectedly")
-            self.problem = f"the bucket's history could not be read, so it is not written either: {type(e).__name__}: {e}"
+            self.problem = (f"the bucket's history could not be read, so it is not written either: "
+                            f"{type(e).__name__}: {e}")
             return TrainerHistory(steps=[], payloads=[])
 
     def _load(self) -> TrainerHistory:

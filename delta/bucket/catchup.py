@@ -39,7 +39,8 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
 
     Candidates: the deltas after `have` (only if the first one's base hash is `have_hash`, the
     reader's actual state; or, when that base is hashed in another scheme, if `have_hash` is the
-    manifest's hash of `have`: the reader proves the base in the delta's scheme before it writes), or any anchor at or below `target` followed by the deltas after it. Files
+    manifest's hash of `have`: the reader proves the base in the delta's scheme before it writes),
+    or any anchor at or below `target` followed by the deltas after it. Files
     in `avoid` (found bad) are never used. Ties go to the route with fewer steps.
 
     Args:
