@@ -21,8 +21,8 @@ from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
 from .codecs import CODECS, DEFAULT_CODEC, Change
 from .errors import (
-    BucketUnreachableError, DeltaError, DeltaFormatError, IntegrityError, NoPathError, PublishError,
-    StateMismatchError, StorageError,
+    BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, NoPathError,
+    PublishError, StateMismatchError, StorageError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta
 from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
@@ -34,10 +34,10 @@ from .tensors.state import State, load_state, save_state
 
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "FileRef", "IntegrityError", "Manifest", "NoPathError", "PublishError", "PublishedVersion",
-    "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest", "StateMismatchError", "Storage",
-    "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Update",
-    "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode", "diff", "load_state",
-    "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest", "write_atomic",
-    "write_changes",
+    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
+    "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest",
+    "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus",
+    "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode",
+    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest",
+    "write_atomic", "write_changes",
 ]

@@ -107,6 +107,25 @@ class BucketUnreachableError(StorageError, ConnectionError):
         self.attempts = attempts
 
 
+class FileTooLargeError(StorageError):
+    """A file is larger than its reader takes (`Storage.read(path, max_bytes=...)`): refused before it was read
+    whole, so no file in a bucket costs a reader more memory than the limit it states. Not retried.
+
+    Attributes:
+        url: The bucket.
+        path: The file.
+        limit: The most bytes the reader takes.
+        size: The file's size where the bucket told it, or None where more than `limit` bytes came while reading.
+    """
+
+    def __init__(self, *, url: str, path: str, limit: int, size: int | None = None) -> None:
+        told = f"{size:,} bytes" if size is not None else "more bytes"
+        super().__init__(f"{told}, more than the {limit:,} this file may hold: refused, not read past that",
+                         url=url, path=path)
+        self.limit = limit
+        self.size = size
+
+
 class PublishError(DeltaError, RuntimeError):
     """The publisher's background thread stopped on an error it cannot retry (refused credentials,
     a full disk, ranks out of step). Nothing after the last committed version was published; create a

@@ -7,7 +7,9 @@ batch (the trainer's first step never waits on the exam of version 0), and only 
 server with the lowest id (`GroupProducer.examines`), so the other servers go on producing and each version has
 one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. An exam is
 due at version 0 (the untrained policy) and at the first version held in each later block of
-`ExamSettings.every` versions, judged against the newest exam in the bucket, whoever wrote it. The
+`ExamSettings.every` versions, judged against the newest exam in the bucket at or below the version held,
+whoever wrote it (a record of a version ahead of what the bucket published is refused by the shelf and silences
+nothing). The
 weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
 Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
 group: no exam game is trained on. An exam that fails (the env down, a bucket error) is logged and retried
@@ -84,8 +86,9 @@ class Examiner:
             return None
         try:
             self.records = self.shelf.records()
-            last = self.records[-1].version if self.records else None
-            if not run.exam.due(self.version(), last):
+            held = self.version()
+            last = self.latest(held)
+            if not run.exam.due(held, last.version if last is not None else None):
                 return None
             return self.take(run)
         except (OSError, StorageError, RolloutError) as e:

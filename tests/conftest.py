@@ -1,18 +1,27 @@
-"""Fixtures shared by several test files."""
+"""Fixtures shared by several test files.
+
+Nothing of the web stack (uvicorn, httpx, the apps) is imported here: every test collects this file, and
+`delta`'s own tests must collect and run with `delta`'s dependencies and the test tools alone
+(`tests/test_collect.py`). A fixture that needs a server imports it when it runs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.rclone_server import RcloneS3Server
+if TYPE_CHECKING:
+    from tests.rclone_server import RcloneS3Server
 
 
 @pytest.fixture
 def rclone_s3(tmp_path: Path) -> Iterator[RcloneS3Server]:
     """A running `rclone serve s3` over `tmp_path / "s3"`, stopped after the test. Stop, pause and
     restart it freely inside the test: see `RcloneS3Server`."""
+    from tests.rclone_server import RcloneS3Server
+
     with RcloneS3Server(tmp_path / "s3") as server:
         yield server

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests._env_server import free_port
+from tests._ports import free_port
 
 
 def rclone_binary() -> str:

@@ -312,3 +312,32 @@ def test_the_exam_reference_is_served(url: str) -> None:
     info = httpx.get(f"{url}/exam", params={"games": 16, "turns": 3}).json()
     assert info["held_out"] == 64 and info["copying"]["valid_rate"] == 1.0 and info["copying"]["own"] == 0
     assert httpx.get(f"{url}/exam", params={"games": 65}).status_code == 422
+
+
+def test_request_fields_take_their_own_json_type_only(url: str) -> None:
+    for bad in ({"human": "yes"}, {"seed": "3"}, {"weight_version": "3"}, {"examples": "true"}, {"seed": 3.0},
+                {"exam": "5", "examples": False}, {"max_invalid_moves": "2"}):
+        answer = reset(url, **bad)
+        assert answer.status_code == 422, (bad, answer.text)
+        assert any(field in answer.json()["detail"][0]["loc"] for field in bad), answer.text
+    assert reset(url, seed=3, human=True, examples=1).status_code == 200  # an integer stands for a float
+    assert httpx.post(f"{url}/step", json={"episode_id": 7, "action": {"guess": "crane"}}).status_code == 422
+    assert httpx.post(f"{url}/step", json={"episode_id": "x", "action": {"guess": 12345}}).status_code == 422
+    assert httpx.post(f"{url}/close", json={"episode_id": 7}).status_code == 422
+    with ws_connect(url) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"seed": "3"}}))
+        answer = json.loads(ws.recv())
+        assert answer["type"] == "error" and answer["data"]["code"] == "VALIDATION_ERROR", answer
+
+
+def test_an_exam_game_with_examples_is_refused_by_the_env(url: str) -> None:
+    for examples in (True, 0.5, 1):
+        answer = reset(url, exam=3, examples=examples)
+        assert answer.status_code == 422 and "an exam game shows no examples" in answer.text, answer.text
+    plain = reset(url, exam=3).json()["observation"]  # examples left out: none, as an exam shows
+    assert plain["example"] is None and "for example" not in plain["message"]
+    assert reset(url, exam=3, examples=0).json()["observation"]["example"] is None
+    with ws_connect(url) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"exam": 0, "examples": True}}))
+        answer = json.loads(ws.recv())
+        assert answer["type"] == "error" and "an exam game shows no examples" in answer["data"]["message"], answer

@@ -19,7 +19,7 @@ from delta.bucket.pieces import (Sharded, Slice, assemble, check_layout, flatten
                                  write_back)
 from delta.storage import open_storage
 
-from ._env_server import free_port
+from ._ports import free_port
 from ._states import states_equal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,9 +14,9 @@ from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, stat
 from delta.bucket.manifest import read_manifest, version_of_path
 from delta.storage import RetryPolicy, open_storage
 
+from ._ports import free_port
 from ._states import states_equal
 from ._trainer import trajectory
-from ._env_server import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,12 +19,13 @@ from rollout_space.producer import GroupProducer
 from rollout_space.service import RolloutService
 from tests._env_server import running_server
 from tests.test_rollout_producer import NEVER, nudged, served
+from tests.test_wire_exam import record
 from tests.test_wire_fleet import run_settings
 from trainer_space import TrainerConfig
 from trainer_space.fleet import FleetRollouts, FleetRun
 from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
-from wire.exam import ExamSettings
+from wire.exam import ExamRecord, ExamSettings
 from wire.exam_shelf import ExamShelf
 from wire.fleet import RunSettings, ServerState
 from wire.fleet_bucket import FleetBucket
@@ -205,3 +206,15 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
         publisher.close()
         first.close()
         second.close()
+
+
+def test_an_exam_record_far_ahead_silences_no_exam(server: Server) -> None:
+    """A stranger's `exams/v9999999999.json` (valid, signed alike) is ahead of every version the bucket published:
+    refused, counted, and the exam due at the version held is taken all the same."""
+    shelf = ExamShelf(server.bucket.storage, server.bucket.key)
+    far = ExamRecord.model_validate(record(version=9_999_999_999))
+    shelf.write(far)
+    taken = server.service.examiner.maybe(with_exam())
+    assert taken is not None and taken.version == server.engine.version == 1
+    assert [r.version for r in shelf.records()] == [1] and shelf.refusals() == {"version ahead of the trainer": 1}
+    assert server.service.examiner.latest().version == 1  # what the pages show as the last exam

@@ -7,6 +7,7 @@ call through the real huggingface_hub code against an endpoint that cannot be co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from delta import BucketUnreachableError, DeltaError, StorageError
+from delta import BucketUnreachableError, DeltaError, FileTooLargeError, StorageError
 from delta.storage import (
     HfBucketStorage,
     LocalStorage,
@@ -30,6 +31,7 @@ from delta.storage import (
 from delta.atomic import TMP_PREFIX
 from delta.storage._fsspec import parse_s3_url
 from delta.storage._hf import parse_hf_bucket_url
+from tests._capped import HUGE, run_capped, sparse
 from tests.rclone_server import RcloneS3Server
 
 # Retries that give up in well under a second, so failure tests stay fast.
@@ -109,6 +111,58 @@ def test_a_folder_is_not_a_file(bucket: Storage) -> None:
     bucket.write("folder/file", b"x")
     with pytest.raises(FileNotFoundError):
         bucket.read("folder")
+
+
+def test_move_takes_a_file_to_another_path_replacing_what_was_there(bucket: Storage) -> None:
+    bucket.write("trainer/history.json", b"old history")
+    bucket.write("aside/history.json", b"x")
+    bucket.move("trainer/history.json", "aside/history.json")
+    assert bucket.list() == [StoredFile("aside/history.json", 11)]
+    assert bucket.read("aside/history.json") == b"old history"
+    with pytest.raises(FileNotFoundError):
+        bucket.move("trainer/history.json", "elsewhere.json")
+    with pytest.raises(ValueError, match="invalid bucket path"):
+        bucket.move("aside/history.json", "../out")
+
+
+def test_a_bounded_read_refuses_a_file_over_its_bound_and_reads_one_at_it(bucket: Storage) -> None:
+    bucket.write("f", b"12345")
+    bucket.write("empty", b"")
+    assert bucket.read("f", max_bytes=5) == b"12345" and bucket.read("f", max_bytes=1 << 30) == b"12345"
+    assert bucket.read("empty", max_bytes=0) == b""
+    with pytest.raises(FileTooLargeError) as info:
+        bucket.read("f", max_bytes=4)
+    assert info.value.limit == 4 and info.value.path == "f" and info.value.size in (5, None)
+    assert str(info.value).startswith(f"{bucket.url}/f: ") and "more than the 4 this file may hold" in str(info.value)
+    assert isinstance(info.value, StorageError)  # callers that know StorageError still catch it
+    with pytest.raises(FileNotFoundError):
+        bucket.read("not/there", max_bytes=4)
+    with pytest.raises(ValueError, match="max_bytes must be >= 0"):
+        bucket.read("f", max_bytes=-1)
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_2_gb_file_costs_a_bounded_read_no_memory(backend: str, tmp_path: Path) -> None:
+    """Under a memory cap that reading the file whole breaks, a bounded read refuses it, and an unbounded one fails:
+    the proof that the cap bites."""
+    root = tmp_path / ("bucket" if backend == "local" else "s3/test-bucket")
+    sparse(root / "huge.json", HUGE, b'{"a": 1}')
+    (root / "small.json").write_bytes(b"{}")
+    server = RcloneS3Server(tmp_path / "s3") if backend == "s3" else None
+    url = str(tmp_path / "bucket") if server is None else "s3://test-bucket"
+    setup = (f"from delta.storage import open_storage\nfrom delta import FileTooLargeError\n"
+             f"bucket = open_storage({url!r}, **{server.storage_options() if server else {}!r})\n"
+             "bucket.read('small.json', max_bytes=10)")
+    body = ("try:\n    bucket.read('huge.json', max_bytes=1 << 20)\n"
+            "except FileTooLargeError as e:\n    print('refused:', e)\n"
+            "print('small:', bucket.read('small.json', max_bytes=10))\n"
+            "try:\n    bucket.read('huge.json')\nexcept MemoryError:\n    print('whole: MemoryError')\n"
+            "except Exception as e:\n    print('whole:', type(e).__name__, e)")
+    with server or contextlib.nullcontext():
+        done = run_capped(setup, body)
+    assert "refused: " in done.stdout and "more than the 1,048,576 this file may hold" in done.stdout, done.stdout
+    assert "small: b'{}'" in done.stdout
+    assert "whole: " in done.stdout and "whole: None" not in done.stdout, done.stdout  # the cap bites
 
 
 def test_a_bucket_not_created_yet_is_empty_until_the_first_write(open_bucket: OpenBucket) -> None:
@@ -317,6 +371,8 @@ def test_hf_calls_run_through_huggingface_hub_up_to_the_network() -> None:
     assert token not in repr(bucket)
     for call in (
         lambda: bucket.read("v/1"),  # download_bucket_files
+        lambda: bucket.read("v/1", max_bytes=10),  # get_bucket_file_metadata
+        lambda: no_create.move("v/1", "v/2"),  # get_bucket_file_metadata, then batch_bucket_files(copy=...)
         lambda: bucket.write("v/1", b"x"),  # create_bucket
         lambda: no_create.write("v/1", b"x"),  # batch_bucket_files(add=...), through hf_xet
         lambda: bucket.list("v/"),  # list_bucket_tree

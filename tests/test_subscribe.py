@@ -9,6 +9,7 @@ import pytest
 from delta import NoPathError, Publisher, PublisherConfig, Subscriber, SubscriberConfig, read_manifest, state_digest
 from delta.storage import open_storage
 
+from ._capped import run_capped
 from ._states import clone, states_equal
 from ._trainer import trajectory
 
@@ -165,3 +166,95 @@ def test_an_unexpected_failure_is_reported_and_retried_not_fatal(tmp_path, monke
             assert states_equal(reader.state, states[2])
     finally:
         reader.close()
+
+
+# A bucket whose reads are counted (a real local bucket; `_read` is the one primitive every read goes through).
+_COUNTING = '''
+from delta.storage import LocalStorage
+class Counting(LocalStorage):
+    reads = {}
+    def _read(self, path, max_bytes):
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return super()._read(path, max_bytes)
+'''
+
+
+def test_a_2_gb_newest_manifest_is_refused_unread_and_the_one_before_followed(tmp_path):
+    """Under a memory cap that reading it whole breaks: `sync` falls back to the previous manifest, raises nothing,
+    and the refused one is not read again until its listing changes."""
+    setup = (_COUNTING + "import sys\nfrom delta import Publisher, Subscriber\nfrom tests._trainer import trajectory\n"
+             "from tests._capped import sparse\nfrom pathlib import Path\n"
+             f"root = Path({str(tmp_path)!r})\nstates = trajectory(3, n=2000)\n"
+             "with Publisher(str(root)) as pub:\n    for s in states[1:]:\n        pub.publish(s)\n"
+             "        assert pub.flush(timeout=60)\n"
+             "huge = sparse(root / 'manifests' / '9999999999.json', head=b'{')\n"
+             "reader = Subscriber(Counting(root))")
+    body = ("print('held', reader.sync(), reader.sync())\n"
+            "print('reads', reader.storage.reads.get('manifests/9999999999.json', 0))\n"
+            "huge.write_bytes(b'not json')  # its listing changes: read once more, refused as not parsing\n"
+            "print('again', reader.sync(), reader.storage.reads['manifests/9999999999.json'])\n"
+            "print('status', reader.status().failures, reader.status().manifests_refused)")
+    done = run_capped(setup, body)
+    assert "held 3 3\nreads 0\nagain 3 1\nstatus 0 1\n" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "more than the 268,435,456 a manifest may hold" in done.stderr  # warned about, in one line
+
+
+def test_a_data_file_swapped_for_a_2_gb_one_is_a_bad_file_not_read_past_its_size(tmp_path):
+    setup = ("from delta import Publisher, PublisherConfig, Subscriber, read_manifest, state_digest\n"
+             "from delta.storage import open_storage\nfrom tests._trainer import trajectory\n"
+             "from tests._capped import sparse\nfrom pathlib import Path\n"
+             f"root = Path({str(tmp_path)!r})\nstates = trajectory(7, n=2000)\n"
+             "with Publisher(str(root), PublisherConfig(anchor_every=5)) as pub:\n    for s in states[1:]:\n"
+             "        pub.publish(s)\n        assert pub.flush(timeout=60)\n"
+             "manifest = read_manifest(open_storage(root))\n"
+             "sparse(root / manifest.get(5).delta[0].path)  # the route from 4: around it, through the anchor of 6\n"
+             "reader = Subscriber(str(root), {k: v.clone() for k, v in states[4].items()}, version=4)")
+    body = ("print('held', reader.sync())\nprint('via', [h.via for h in reader.status().history])\n"
+            "print('same', reader.digest.hexdigest == state_digest(states[7]).hexdigest)\n"
+            "print('error', reader.status().last_error)")
+    done = run_capped(setup, body)
+    assert "held 7\nvia ['anchor', 'delta']\nsame True\n" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "wrong size (expected " in done.stdout and ", got 2147483648)" in done.stdout  # the listed size, unread
+
+
+def _format_2_before_format_3(root):
+    """A bucket where version 1 is an anchor hashed in format 2's scheme (xxh3-128) and version 2 a format-3 delta
+    straight after it (no anchor between): a writer that moved to the new scheme, or a stranger's bucket."""
+    from dataclasses import replace
+
+    from delta.bucket.anchors import encode_anchor
+    from delta.bucket.manifest import file_ref, write_manifest
+    from delta.tensors.hashing import legacy_state_digest
+
+    states = trajectory(2, n=2000)
+    bucket = open_storage(root)
+    publish_all(bucket, states[1:3])
+    manifest = read_manifest(bucket)
+    first, second = manifest.get(1), manifest.get(2)
+    legacy = legacy_state_digest(states[1]).hexdigest
+    [shard] = encode_anchor(states[1], version=1, state_hash=legacy)
+    bucket.write(first.anchor[0].path, shard)
+    versions = (replace(first, state_hash=legacy, anchor=(file_ref(first.anchor[0].path, shard),)), second)
+    write_manifest(bucket, replace(manifest, versions=versions))
+    return states, bucket
+
+
+def test_a_format_3_delta_straight_after_a_format_2_version_is_proven_in_its_scheme_then_written(tmp_path,
+                                                                                               monkeypatch):
+    import delta.bucket.reader as reader_module
+
+    states, bucket = _format_2_before_format_3(tmp_path)
+    writes, real = [], reader_module.write_changes
+
+    def recorded(header, changes, state, digest, rollback=None):
+        writes.append(digest.scheme)  # the scheme the write's result is checked in: the file's, proven already
+        return real(header, changes, state, digest, rollback)
+
+    monkeypatch.setattr(reader_module, "write_changes", recorded)
+    reader = Subscriber(bucket, clone(states[1]), version=1)
+    assert reader.sync() == 2 and states_equal(reader.state, states[2])
+    assert [(h.version, h.via) for h in reader.status().history] == [(2, "delta")] and reader.status().failures == 0
+    assert writes == ["sum128"] and reader.digest.hexdigest == state_digest(states[2]).hexdigest
+    late = Subscriber(bucket)  # from nothing: the format-2 anchor, then the format-3 delta
+    assert late.sync() == 2 and states_equal(late.state, states[2])
+    assert [h.via for h in late.status().history] == ["anchor", "delta"]

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from delta.errors import BucketUnreachableError
+from tests._published import publish_versions
 from tests.test_wire_exam import record
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.api import build_api
@@ -51,15 +52,16 @@ def test_exam_settings_out_of_range_are_refused(bad: dict) -> None:
 def test_the_watch_reads_the_bucket_refuses_bad_files_and_survives_an_unreadable_bucket(tmp_path,
                                                                                         monkeypatch) -> None:
     bucket = str(tmp_path / "b")
-    write_exams(bucket, 0, 5)
+    publish_versions(bucket, 5)
+    write_exams(bucket, 0, 5, 6)
     (tmp_path / "b" / "exams" / "v0000000009.json").write_text("{not json")
     watch = ExamWatch(bucket)
     watch.refresh()
-    assert [r.version for r in watch.records()] == [0, 5] and watch.refused == 1 and watch.last_error is None
-    assert watch.refusals() == {"torn or corrupt": 1}
+    assert [r.version for r in watch.records()] == [0, 5] and watch.last_error is None
+    assert watch.refused() == {"torn or corrupt": 1, "version ahead of the trainer": 1}
     signed = ExamWatch(bucket, secret="this-start")  # the records were written unsigned: not this run's key
     signed.refresh()
-    assert signed.records() == [] and signed.refusals() == {"signed with another token": 2, "torn or corrupt": 1}
+    assert signed.records() == [] and signed.refused() == {"signed with another token": 3, "torn or corrupt": 1}
 
 
     def unreachable(prefix: str) -> None:
@@ -72,7 +74,9 @@ def test_the_watch_reads_the_bucket_refuses_bad_files_and_survives_an_unreadable
 
 def test_status_and_history_carry_the_exams(tmp_path) -> None:
     bucket = str(tmp_path / "b")
-    write_exams(bucket, *range(0, 50, 2))
+    publish_versions(bucket, 48)
+    write_exams(bucket, *range(0, 52, 2))  # v50: ahead of the bucket, refused
+    (tmp_path / "b" / "exams" / "v0000000049.json").write_text("{torn")
     session = TrainingSession(TrainerConfig(bucket, "http://127.0.0.1:1", str(tmp_path)))
     try:
         deadline = time.monotonic() + 30
@@ -81,9 +85,11 @@ def test_status_and_history_carry_the_exams(tmp_path) -> None:
             time.sleep(0.1)
         status = session.status()
         assert [r.version for r in status.exams] == list(range(10, 50, 2))  # the latest 20
+        refused = {"torn or corrupt": 1, "version ahead of the trainer": 1}
+        assert status.exams_refused == refused
         assert status.exam == session.config.exam and status.examples.mode == ExampleMode.FADING
         with TestClient(build_api(session)) as client:
             history = TrainerHistory.model_validate(client.get("/history").json())
-        assert [r.version for r in history.exams] == list(range(0, 50, 2))
+        assert [r.version for r in history.exams] == list(range(0, 50, 2)) and history.exams_refused == refused
     finally:
         session.close()

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import delta
+from tests._capped import HUGE, run_capped, sparse
 from tests._trainer_stack import wait_until
 from tests.test_wire_history import HISTORY, step
 from trainer_space.history import HistoryKeeper
-from wire.history import HISTORY_PATH, decode_history
+from wire.history import HISTORY_PATH, MAX_HISTORY_BYTES, decode_history
 from wire.trainer import TrainerHistory
 
 
@@ -79,3 +80,58 @@ def test_a_history_that_cannot_be_read_is_never_replaced(rclone_s3) -> None:
     assert not keeper.close(1) and keeper.writes == 0
     rclone_s3.start()
     assert decode_history(storage.read(HISTORY_PATH)).history == HISTORY  # the earlier trainer's, whole
+
+
+def test_a_2_gb_history_is_moved_aside_unread_and_a_fresh_one_begins(tmp_path: Path) -> None:
+    """Under a memory cap that reading it whole breaks, `load` does not raise: the file is moved aside uncopied and a
+    fresh history begins."""
+    root = tmp_path / "bucket"
+    sparse(root / HISTORY_PATH, HUGE, b'{"format": "trainer-history"')
+    setup = ("from trainer_space.history import HistoryKeeper\nfrom wire.trainer import TrainerHistory\n"
+             f"keeper = HistoryKeeper({str(root)!r}, interval_s=0.05)")
+    body = ("print('loaded', keeper.load() == TrainerHistory(steps=[], payloads=[]), keeper.problem)\n"
+            "keeper.start(lambda: TrainerHistory(steps=[], payloads=[]))\nkeeper.changed()\n"
+            "print('wrote', keeper.close(30))")
+    done = run_capped(setup, body)
+    assert done.stdout == "loaded True None\nwrote True\n", done.stdout + done.stderr[-2000:]
+    assert "2147483648 bytes, more than the 33554432 a history may hold, set aside as trainer/history.unreadable-" \
+        in done.stderr
+    [aside] = [p for p in (root / "trainer").iterdir() if p.name != "history.json"]
+    assert aside.stat().st_size == HUGE and aside.stat().st_blocks * 512 < 1 << 20  # moved, never copied
+    assert decode_history((root / HISTORY_PATH).read_bytes()).history == TrainerHistory(steps=[], payloads=[])
+
+
+def test_a_history_over_its_bound_on_s3_is_moved_aside_by_the_server(rclone_s3) -> None:
+    storage = delta.open_storage("s3://bucket/run", **rclone_s3.storage_options())
+    storage.write(HISTORY_PATH, b" " * (MAX_HISTORY_BYTES + 1))
+    keeper = HistoryKeeper(storage, interval_s=0.05)
+    assert keeper.load() == TrainerHistory(steps=[], payloads=[]) and keeper.problem is None
+    [aside] = [f for f in storage.list("trainer/") if f.path != HISTORY_PATH]
+    assert aside.path.startswith("trainer/history.unreadable-") and aside.size == MAX_HISTORY_BYTES + 1
+    keeper.start(lambda: HISTORY)
+    keeper.changed()
+    assert keeper.close(30) and decode_history(storage.read(HISTORY_PATH)).history == HISTORY
+
+
+def test_the_trainer_starts_and_answers_with_a_2_gb_file_in_every_place(tmp_path: Path) -> None:
+    """history, run settings, a heartbeat, an exam record and the newest manifest, each a 2 GB file, under a memory
+    cap that reading any one whole breaks: the session starts, reads the bucket, and its status counts the refusals."""
+    from tests._published import publish_versions
+
+    bucket = tmp_path / "bucket"
+    publish_versions(str(bucket), 2)
+    for path in (HISTORY_PATH, "fleet/run.json", "fleet/servers/srv-a.json", "exams/v0000000001.json",
+                 "manifests/9999999999.json"):
+        sparse(bucket / path, HUGE, b"{")
+    setup = ("import time\nfrom trainer_space import TrainerConfig, TrainingSession\n"
+             f"config = TrainerConfig({str(bucket)!r}, None, {str(tmp_path / 'model')!r})")
+    body = ("session = TrainingSession(config)\nsession.exams.refresh()\n"
+            "deadline = time.monotonic() + 30\n"
+            "while not session.status().heartbeats_refused and time.monotonic() < deadline:\n    time.sleep(0.1)\n"
+            "status = session.status()\n"
+            "print('history', session.keeper.problem, len(session.history().steps))\n"
+            "print('refused', status.heartbeats_refused, status.exams_refused, session.exams.shelf.published)\n"
+            "session.close()")
+    done = run_capped(setup, body)
+    assert "history None 0\nrefused {'too large': 1} {'too large': 1} 2\n" in done.stdout, \
+        done.stdout + done.stderr[-3000:]

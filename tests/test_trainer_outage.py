@@ -16,6 +16,11 @@ from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
 
 TOKENS = {"ENV_TOKEN": "env-secret", "ROLLOUT_TOKEN": "rollout-secret"}
 OWNER = "owner-secret"
+#: What the trainer may see of a rollout that stops, each a documented answer (`rollout_space.engines.base`): the
+#: request it was generating for answered 503 "closed while generating"; one that arrived once the close began,
+#: 503 "is closed" (which comes first is a race between the request and the stop); then no answer at all.
+STOPPING_ROLLOUT = ("did not answer /rollout", "the engine was closed while generating",
+                    "the engine is closed; start a new one")
 
 
 def status(trainer: str) -> dict[str, Any]:
@@ -59,8 +64,7 @@ def test_training_stays_running_through_an_env_and_a_rollout_outage(tmp_path) ->
                             env={"ROLLOUT_TOKEN": TOKENS["ROLLOUT_TOKEN"], "OWNER_TOKEN": OWNER}) as trainer:
             wait_until(lambda: status(trainer)["step"] >= 1, 240, "the first step")
             ride_out(trainer, env_up, start_env, "(HTTP 502)")  # the rollout's games fail on the env
-            # a stopping rollout answers the request it was generating for with 503, then no longer answers
-            ride_out(trainer, rollout_up, start_rollout, "did not answer /rollout", "the engine was closed while generating")
+            ride_out(trainer, rollout_up, start_rollout, *STOPPING_ROLLOUT)
             rollout_up.close()  # the owner's stop ends the wait between retries
             wait_until(lambda: status(trainer)["rollout_failing"], 60, "the trainer to see the rollout gone")
             stop = httpx.post(f"{trainer}/control", json={"action": "stop"}, headers={"Authorization": f"Bearer {OWNER}"})

@@ -31,15 +31,17 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
         text = status_markdown(status)
         assert f"games from the rollout fleet through the bucket (run `{session.fleet_run.run_id}`)" in text
         assert "**waiting for rollouts**: 1 of 2 groups ready" in text and "no groups refused" in text
-        assert "no heartbeat files refused · files unsigned (no rollout token)" in text
+        assert "no heartbeat files refused; no exam files refused · files unsigned (no rollout token)" in text
         from wire.trainer import Staleness
 
         refused = status.model_copy(update={
             "staleness": Staleness(refused=3), "signed": True,
             "groups_refused": {"torn or corrupt": 2, "token id out of the vocabulary": 1},
-            "heartbeats_refused": {"renamed or copied": 1}})
+            "heartbeats_refused": {"renamed or copied": 1},
+            "exams_refused": {"version ahead of the trainer": 1, "too large": 2}})
         assert ("3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary); 1 heartbeat file refused "
-                "(1 renamed or copied) · files signed (rollout token)") in status_markdown(refused)
+                "(1 renamed or copied); 3 exam files refused (2 too large, 1 version ahead of the trainer) · files "
+                "signed (rollout token)") in status_markdown(refused)
         assert "No rollout server" in fleet_html([])
         row = fleet_html([FleetServer(id="a", version=3, games_per_min=12.0, last_seen_s=41, state="gone",
                                       idle_share=0.25, groups_written=7, run_id="r", last_error="<boom>")])

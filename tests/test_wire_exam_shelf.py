@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from tests._capped import HUGE, run_capped, sparse
+from tests._published import publish_versions
 from tests.test_wire_exam import record
 from tests.test_wire_fleet import run_settings
 from wire.exam import OTHER_KEY, ExamRecord
@@ -21,6 +23,7 @@ def exam(version: int) -> ExamRecord:
 def test_records_round_trip_by_version(tmp_path: Path) -> None:
     shelf = ExamShelf(str(tmp_path / "bucket"))
     assert shelf.records() == []
+    publish_versions(str(tmp_path / "bucket"), 10)
     for v in (10, 0, 5):
         shelf.write(exam(v))
     assert [r.version for r in shelf.records()] == [0, 5, 10]
@@ -33,6 +36,7 @@ def test_records_round_trip_by_version(tmp_path: Path) -> None:
 
 def test_bad_files_are_refused_with_their_reason_and_the_rest_read(tmp_path: Path) -> None:
     root = tmp_path / "bucket"
+    publish_versions(str(root), 12)
     shelf = ExamShelf(str(root))
     shelf.write(exam(5))
     exams = root / "exams"
@@ -66,6 +70,7 @@ def test_records_signed_with_another_token_are_counted_as_such_never_dropped_in_
     """An earlier start's records, signed with another rollout token: refused (their signature cannot be trusted),
     and counted apart from damaged files so the pages can say what happened and what to do."""
     bucket = str(tmp_path / "bucket")
+    publish_versions(bucket, 10)  # records of published versions: refused here only for their signatures
     ExamShelf(bucket, fleet_key("last-start")).write(exam(0))
     ExamShelf(bucket, fleet_key("last-start")).write(exam(5))
     ExamShelf(bucket).write(exam(7))  # unsigned
@@ -79,3 +84,42 @@ def test_records_signed_with_another_token_are_counted_as_such_never_dropped_in_
     (tmp_path / "bucket" / "exams" / "v0000000005.json").unlink()
     shelf.records()
     assert shelf.refusals() == {OTHER_KEY: 2, "torn or corrupt": 1}
+
+
+def test_a_record_ahead_of_the_newest_published_version_is_refused_until_published(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    publish_versions(str(root), 3)
+    shelf = ExamShelf(str(root))
+    for v in (0, 3, 4, 9_999_999_999):
+        shelf.write(exam(v))
+    assert [r.version for r in shelf.records()] == [0, 3] and shelf.published == 3
+    assert shelf.refusals() == {"version ahead of the trainer": 2}
+    assert "ahead of the newest version published in the bucket (3)" in shelf.refused["exams/v0000000004.json"]
+    publish_versions(str(root), 1)  # version 4 published (a publisher resumes from the bucket): its exam counts now
+    assert [r.version for r in shelf.records()] == [0, 3, 4] and shelf.refusals() == {"version ahead of the trainer": 1}
+    (root / "exams" / "v9999999999.json").unlink()  # gone: no longer counted
+    assert shelf.records()[-1].version == 4 and shelf.refusals() == {} and shelf.refused == {}
+
+
+def test_a_refused_file_that_is_deleted_drops_out_of_the_count(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    shelf = ExamShelf(str(root))
+    shelf.write(exam(0))
+    (root / "exams" / "v0000000001.json").write_text("{torn")
+    assert [r.version for r in shelf.records()] == [0] and shelf.refusals() == {"torn or corrupt": 1}
+    (root / "exams" / "v0000000001.json").unlink()
+    assert [r.version for r in shelf.records()] == [0] and shelf.refusals() == {}
+
+
+def test_a_2_gb_exam_file_is_refused_unread_and_one_that_grew_is_not_read_past_the_bound(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    sparse(root / "exams" / "v0000000000.json", HUGE, b'{"kind"')
+    setup = ("from wire.exam_shelf import ExamShelf, MAX_EXAM_BYTES\nfrom wire.exam import ExamRecord\n"
+             "from wire.fleet import FleetMessageError\nfrom wire.fleet_bucket import read_message\n"
+             f"shelf = ExamShelf({str(root)!r})")
+    body = ("print('records', shelf.records(), shelf.refusals())\n"
+            "try:\n    read_message(shelf.storage, 'exams/v0000000000.json', ExamRecord, None, MAX_EXAM_BYTES, 100)\n"
+            "except FleetMessageError as e:\n    print('grew:', e.category, e.reason)")
+    done = run_capped(setup, body)
+    assert "records [] {'too large': 1}\n" in done.stdout, done.stdout
+    assert "grew: too large 2147483648 bytes, more than the 262144 a message may hold here" in done.stdout

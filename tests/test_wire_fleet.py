@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests._capped import HUGE, run_capped, sparse
 from wire.fleet import (
-    MAX_MESSAGE_BYTES, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, Sampling, ServerState,
-    decode, encode, group_path, group_run,
+    MAX_MESSAGE_BYTES, MAX_RUN_BYTES, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, Sampling,
+    ServerState, decode, encode, group_path, group_run,
 )
 from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
@@ -243,3 +244,28 @@ def test_a_group_file_is_bounded_by_its_run_s_settings() -> None:
     with pytest.raises(FleetMessageError, match="more than the") as e:
         decode(encode(group()), GameGroup, "g.json", max_bytes=100)
     assert e.value.category == Refusal.TOO_LARGE
+
+
+def test_2_gb_fleet_files_are_refused_without_being_read_and_the_readers_keep_answering(tmp_path: Path) -> None:
+    """run.json, a heartbeat and a group swapped for 2 GB files, read under a memory cap that reading one whole
+    breaks: each is refused as too large, and the heartbeat watch still reads the good heartbeat beside it."""
+    root = tmp_path / "bucket"
+    good = Heartbeat(server_id="srv-a", boot="b00t", beat=1, state=ServerState.PRODUCING, version=3,
+                     games_per_min=2.0, groups_written=1, idle_share=0.5, updated_at=time.time())
+    FleetBucket(str(root)).write_heartbeat(good)
+    for path in ("fleet/run.json", "fleet/servers/srv-b.json", group().path):
+        sparse(root / path, HUGE, b'{"kind": "fleet-run/1", "body": {')
+    setup = ("from wire.fleet_bucket import FleetBucket\nfrom wire.fleet import FleetMessageError\n"
+             "from wire.liveness import HeartbeatWatch\n"
+             f"bucket = FleetBucket({str(root)!r})\nwatch = HeartbeatWatch(bucket)\n"
+             "def refused(call):\n    try:\n        call()\n    except FleetMessageError as e:\n"
+             "        return f'{e.category}: {e.reason}'\n")
+    body = ("for _ in range(3):  # every poll: no read costs more than the bound\n"
+            "    print('run', refused(bucket.read_run))\n"
+            "    print('beats', [s.heartbeat.server_id for s in watch.read()], dict(watch.refused))\n"
+            f"print('group', refused(lambda: bucket.read_group({group().path!r})))")
+    done = run_capped(setup, body)
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"run too large: 2147483648 bytes, more than the {MAX_RUN_BYTES} a message may hold here"
+    assert lines.count(lines[0]) == 3 and lines.count("beats ['srv-a'] {'too large': 1}") == 3, lines
+    assert lines[-1] == "group too large: 2147483648 bytes, more than the 67108864 a message may hold here", lines

@@ -45,7 +45,9 @@ def build_api(session: TrainingSession) -> FastAPI:
     @app.get("/history")
     def history() -> TrainerHistory:
         history = session.history()  # the exams live in the bucket's exam files, not in the trainer's history
-        return history.model_copy(update={"exams": session.exams.records() if session.exams is not None else []})
+        exams = session.exams
+        return history.model_copy(update={"exams": exams.records() if exams is not None else [],
+                                          "exams_refused": exams.refused() if exams is not None else {}})
 
     @app.post("/control", response_model=ControlResponse,
               responses={403: {"description": "Not the owner's token"}, 409: {"description": "Not possible now"}})

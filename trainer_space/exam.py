@@ -2,8 +2,9 @@
 thread of its own for `/status`, `/history` and the page's exam curves.
 
 The trainer plays no exam itself; it says how exams are played in the run's settings (`wire.fleet.RunSettings.exam`)
-and reads what the servers found. A record that fails its checks is refused (`wire.exam_shelf`) and shown as a
-count, never trained on or believed.
+and reads what the servers found. A record that fails its checks, or is of a version the bucket has not published,
+is refused (`wire.exam_shelf`) and shown as a count by reason on `/status`, `/history` and the page, never trained on
+or believed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ExamWatch:
         self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None)
         self.last_error: str | None = None
         self._records: list[ExamRecord] = []
+        self._refused: dict[str, int] = {}
         self._reader = Periodic(self.refresh, interval, "exam-watch")
 
     def start(self) -> ExamWatch:
@@ -53,19 +55,16 @@ class ExamWatch:
         """Every exam read, by version (a consistent snapshot)."""
         return self._records
 
-    @property
-    def refused(self) -> int:
-        """Exam files that failed their checks."""
-        return len(self.shelf.refused)
-
-    def refusals(self) -> dict[str, int]:
-        """Exam files that failed their checks, by why (`ExamShelf.refusals`: signed with another token...)."""
-        return self.shelf.refusals()
+    def refused(self) -> dict[str, int]:
+        """Exam files in the bucket refused at the last read, by why (`ExamShelf.refusals`: signed with another
+        token, or the `wire.fleet.Refusal`)."""
+        return self._refused
 
     def refresh(self) -> None:
         """Read the bucket's exams once (the thread calls this every `interval`)."""
         try:
             self._records = self.shelf.records()
+            self._refused = self.shelf.refusals()
             self.last_error = None
         except (OSError, StorageError) as e:
             self.last_error = f"{type(e).__name__}: {e}"

@@ -295,7 +295,7 @@ class FleetRollouts:
                          step, discard)
             return None
         try:
-            group = self.bucket.read_group(path, limit)
+            group = self.bucket.read_group(path, limit, size)
             check_group(group, settings, now, path)
         except FileNotFoundError:
             return None  # deleted meanwhile (by a trainer of an earlier process)

@@ -4,10 +4,12 @@
 step count to go on from), the payloads and the anchors (the bytes chart). `start` then writes the whole
 history again after each change, from a daemon thread that folds changes arriving within `interval_s`
 into one write (a step's record and its payload come seconds apart), so the training thread never waits
-on the bucket. A history file that is not one (torn, corrupt, another format, too big) is copied aside,
+on the bucket. A history file that is not one (torn, corrupt, another format, too big) is moved aside,
 once, under a name that says so, and a fresh one is started: nothing written by someone is overwritten
-unread. A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a
-history it could not read is never replaced by a shorter one.
+unread. A file over `MAX_HISTORY_BYTES` is refused by its listed size, or at that many bytes while reading,
+and moved aside without being read or copied (`Storage.move`): a 2 GB history costs the trainer no memory.
+A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a history it could
+not read is never replaced by a shorter one.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 
 import delta
-from wire.history import HISTORY_PATH, HistoryFileError, decode_history, encode_history
+from wire.history import HISTORY_PATH, MAX_HISTORY_BYTES, HistoryFileError, decode_history, encode_history
 from wire.trainer import TrainerHistory
 
 logger = logging.getLogger(__name__)
@@ -52,12 +54,27 @@ class HistoryKeeper:
 
     def load(self) -> TrainerHistory:
         """The history in the bucket; empty when there is none, or when it cannot be read (logged; see the module
-        docstring for what is kept and what is set aside). Never raises."""
+        docstring for what is kept and what is set aside). Never raises: a failure no one foresaw (a bucket's
+        reply its library could not take) leaves the keeper off, as an unreadable bucket does."""
+        try:
+            return self._load()
+        except Exception as e:  # the promise to the trainer's constructor: whatever the bucket holds, it starts
+            logger.exception("reading the bucket's history failed unexpectedly")
+            self.problem = (f"the bucket's history could not be read, so it is not written either: "
+                            f"{type(e).__name__}: {e}")
+            return TrainerHistory(steps=[], payloads=[])
+
+    def _load(self) -> TrainerHistory:
         empty = TrainerHistory(steps=[], payloads=[])
         try:
-            data = self.storage.read(HISTORY_PATH)
+            data = self._read()
         except FileNotFoundError:
             self.problem = None
+            return empty
+        except delta.FileTooLargeError as e:
+            told = f"{e.size} bytes" if e.size is not None else "more bytes"
+            self._set_aside(HistoryFileError(HISTORY_PATH, f"{told}, more than the {MAX_HISTORY_BYTES} a history may "
+                                                           "hold"))
             return empty
         except (OSError, delta.StorageError) as e:
             self.problem = f"the bucket's history could not be read, so it is not written either: {e}"
@@ -66,8 +83,7 @@ class HistoryKeeper:
         try:
             decoded = decode_history(data)
         except HistoryFileError as e:
-            self._set_aside(data, e)
-            self.problem = None
+            self._set_aside(e)
             return empty
         self.problem = None
         if decoded.skipped:
@@ -75,15 +91,29 @@ class HistoryKeeper:
                            sum(decoded.skipped.values()), decoded.first_problem, len(decoded.history.steps))
         return decoded.history
 
-    def _set_aside(self, data: bytes, error: HistoryFileError) -> None:
-        """Copy an unreadable history beside it, so the fresh one written next loses nothing."""
+    def _read(self) -> bytes:
+        """The history file, read no further than `MAX_HISTORY_BYTES` (refused by its listed size before that).
+
+        Raises:
+            FileNotFoundError, delta.FileTooLargeError, OSError, delta.StorageError: as `Storage.read`.
+        """
+        listed = [f for f in self.storage.list(HISTORY_PATH) if f.path == HISTORY_PATH]
+        if listed and listed[0].size > MAX_HISTORY_BYTES:
+            raise delta.FileTooLargeError(url=self.storage.url, path=HISTORY_PATH, limit=MAX_HISTORY_BYTES,
+                                          size=listed[0].size)
+        return self.storage.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES)
+
+    def _set_aside(self, error: HistoryFileError) -> None:
+        """Move an unreadable history beside it (unread and uncopied), so the fresh one written next loses nothing;
+        if it cannot be moved, nothing is written (`problem` says why)."""
         aside = f"{HISTORY_PATH.removesuffix('.json')}.unreadable-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
         try:
-            self.storage.write(aside, data)
+            self.storage.move(HISTORY_PATH, aside)
         except (OSError, delta.StorageError) as e:
             self.problem = f"unreadable history {error.reason}, and it could not be set aside ({e}): not written"
             logger.warning("%s", self.problem)
             return
+        self.problem = None
         logger.warning("history %s, set aside as %s; starting a new one", error, aside)
 
     def start(self, snapshot: Callable[[], TrainerHistory]) -> HistoryKeeper:

@@ -202,7 +202,7 @@ class PayloadLog:
                 self.on_record()
 
     def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
-        return [delta.read_delta(self.storage.read(f.path), f.path)[0] for f in entry.delta]
+        return [delta.read_delta(self.storage.read(f.path, max_bytes=f.size), f.path)[0] for f in entry.delta]
 
     def _measure(self, entry: delta.VersionEntry) -> None:
         """Record what the delta of a committed version cost, from its files' headers."""

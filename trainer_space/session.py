@@ -334,6 +334,7 @@ class TrainingSession:
             run_id=self.fleet_run.run_id if self.fleet_run is not None else None,
             groups_refused=dict(fleet.refused) if fleet is not None else {},
             heartbeats_refused=self.monitor.refused() if self.monitor is not None else {},
+            exams_refused=self.exams.refused() if self.exams is not None else {},
             signed=self.fleet_run is not None and self.fleet_run.bucket.signed,
             waiting_for_rollouts=fleet.waiting if fleet is not None else False,
             groups_ready=fleet.ready if fleet is not None else 0,
@@ -348,7 +349,6 @@ class TrainingSession:
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
-            exams_refused=self.exams.refusals() if self.exams is not None else {},
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:

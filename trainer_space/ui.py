@@ -117,7 +117,8 @@ def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
         return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
                 f"{counted(stale.max_seen, 'version')} behind), {stale.dropped} dropped as too stale, "
                 f"{_refusals(stale.refused, status.groups_refused, 'group')}; "
-                f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}"
+                f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}; "
+                f"{_refusals(sum(status.exams_refused.values()), status.exams_refused, 'exam file')}"
                 f" · files {'signed (rollout token)' if status.signed else 'unsigned (no rollout token)'}")
     return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
             f"{stale.replayed} replayed, {stale.dropped} dropped")

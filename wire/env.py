@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from webguard import MAX_INT63
 
@@ -42,8 +42,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: What every request body is read with: a field takes its own JSON type only ("yes" is no boolean, "3" no number;
+#: an integer may stand for a float), and unknown fields are ignored, as OpenEnv's clients send more.
+_REQUEST = ConfigDict(extra="ignore", strict=True)
+
+
 class WordleAction(_Strict):
     """One move: free text, such as a model's whole reply or a word typed by a person."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     guess: str = Field(
         max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'"
@@ -92,9 +99,10 @@ class WordleObservation(StepObservation):
 
 
 class ResetRequest(BaseModel):
-    """Body of ``POST /reset`` (OpenEnv's ``seed`` and ``episode_id``, plus Wordle options)."""
+    """Body of ``POST /reset`` (OpenEnv's ``seed`` and ``episode_id``, plus Wordle options). An exam game shows no
+    example: with ``exam``, ``examples`` left out means none, and any other value than false or 0 is refused."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _REQUEST
 
     seed: int | None = Field(None, ge=0, le=MAX_INT63, description="Picks the secret reproducibly")
     episode_id: str | None = Field(None, min_length=1, max_length=255, description="Own id for the session")
@@ -125,6 +133,15 @@ class ResetRequest(BaseModel):
             raise ValueError("examples must be true, false or a probability in [0, 1]")
         return value
 
+    @model_validator(mode="after")
+    def _exam_alone(self) -> ResetRequest:
+        if self.exam is not None:
+            if "examples" in self.model_fields_set and self.example_probability != 0:
+                raise ValueError(f"an exam game shows no examples: send examples: false with exam (got "
+                                 f"{str(self.examples).lower()})")
+            self.examples = False
+        return self
+
     @property
     def example_probability(self) -> float:
         """`examples` as a probability."""
@@ -134,7 +151,7 @@ class ResetRequest(BaseModel):
 class StepRequest(BaseModel):
     """Body of ``POST /step``: OpenEnv's ``action`` plus the session's ``episode_id``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _REQUEST
 
     episode_id: str = Field(min_length=1, max_length=255)
     action: WordleAction
@@ -142,6 +159,8 @@ class StepRequest(BaseModel):
 
 class EpisodeRequest(BaseModel):
     """Body of ``POST /close``."""
+
+    model_config = _REQUEST
 
     episode_id: str = Field(min_length=1, max_length=255)
 

@@ -2,21 +2,26 @@
 rollout's match and the pages read them.
 
 Each record is committed whole by one `Storage.write`, in the fleet's envelope (its kind and the hash of its
-body, `wire.fleet.encode`), signed like the fleet's files when the run has a rollout token (`key`). Everything read is a stranger's file: the envelope, every field and its range
-(`wire.exam.ExamRecord`) and the version the file's name claims are checked, and a file that fails is
-refused (counted, with its reason, and skipped: nobody deletes exam records), never an error for the
-reader. A record is read once: records are written once per version, and a file that changed size since
-is read again.
+body, `wire.fleet.encode`), signed like the fleet's files when the run has a rollout token (`key`). Everything read
+is a stranger's file: its size (by the listing, then while reading: never read past `MAX_EXAM_BYTES`), the
+envelope, every field and its range (`wire.exam.ExamRecord`), the version the file's name claims, and that the
+version is not ahead of the bucket's newest published one (weights nobody published were never examined) are
+checked, and a file that fails is refused (counted by reason, and skipped: nobody deletes exam records), never an
+error for the reader. A record is read once: records are written once per version, and a file that changed size
+since is read again. A refusal is counted while its file is there: a file deleted or repaired drops out of the count.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
+from delta import DeltaFormatError, read_manifest
 from delta.storage import Storage, open_storage
 
 from .exam import EXAMS_PREFIX, OTHER_KEY, ExamRecord, path_version
-from .fleet import FleetMessageError, Refusal, decode, encode
+from .fleet import FleetMessageError, Refusal, encode
+from .fleet_bucket import read_message
 
 #: Most exam files read from one bucket: an exam every version for 10,000 versions.
 MAX_EXAMS = 10_000
@@ -33,16 +38,31 @@ class ExamShelf:
             with it. None: unsigned (a run without a rollout token).
 
     Attributes:
-        refused: Path -> why, for every exam file that failed its checks.
+        published: The bucket's newest published version as last read (0 before any): records of later versions
+            are refused.
     """
 
     def __init__(self, bucket: str | Storage, key: bytes | None = None) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = key
-        self.refused: dict[str, str] = {}
-        self._categories: dict[str, str] = {}  # path -> what it is counted as (`refusals`)
+        self.published = 0
+        self._refusals: dict[str, FleetMessageError] = {}  # path -> why, for the files in the bucket now
         self._read: dict[str, tuple[int, ExamRecord | None]] = {}  # path -> (size read, record or None: refused)
+        self._manifests: dict[str, tuple[int, DeltaFormatError]] = {}  # refused, skipped unread (`read_manifest`)
         self._lock = threading.Lock()
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Path -> why, for every exam file in the bucket refused at the last `records`."""
+        return {path: error.reason for path, error in self._refusals.items()}
+
+    def refusals(self) -> dict[str, int]:
+        """How many exam files in the bucket were refused at the last `records`, by why: `OTHER_KEY` (unsigned, or
+        signed with another rollout token than the reader's: an earlier start's, or edited), or the
+        `wire.fleet.Refusal`."""
+        with self._lock:
+            return dict(Counter(OTHER_KEY if error.category == Refusal.UNSIGNED else str(error.category)
+                                for error in self._refusals.values()))
 
     def write(self, record: ExamRecord) -> str:
         """Commit `record` (replacing an exam of the same version); returns its path."""
@@ -50,7 +70,7 @@ class ExamShelf:
         return record.path
 
     def records(self) -> list[ExamRecord]:
-        """Every valid exam record in the bucket, by version.
+        """Every valid exam record in the bucket, by version, none ahead of its newest published version.
 
         Raises:
             OSError, delta.StorageError: the bucket could not be listed or read (as `Storage`).
@@ -60,40 +80,47 @@ class ExamShelf:
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]
-                self.refused.pop(gone, None)
-                self._categories.pop(gone, None)
+            for gone in set(self._refusals) - present:
+                del self._refusals[gone]
             for f in listed:
                 if self._read.get(f.path, (None,))[0] != f.size:
                     self._read[f.path] = (f.size, self._check(f.path, f.size))
-            return sorted((r for _, r in self._read.values() if r is not None), key=lambda r: r.version)
+            self.published = self._newest_published()
+            kept = []
+            for path, (_, record) in self._read.items():
+                if record is None:
+                    continue
+                if record.version > self.published:
+                    self._refusals[path] = FleetMessageError(
+                        path, f"the exam of version {record.version}, ahead of the newest version published in the "
+                              f"bucket ({self.published})", Refusal.AHEAD)
+                    continue
+                self._refusals.pop(path, None)
+                kept.append(record)
+            return sorted(kept, key=lambda r: r.version)
+
+    def _newest_published(self) -> int:
+        """The newest version the bucket's manifest lists (0 with none: the untrained weights every server starts
+        from)."""
+        try:
+            manifest = read_manifest(self.storage, refused=self._manifests)
+        except DeltaFormatError:  # no manifest parses: no version can be shown to be published
+            return 0
+        return manifest.latest.version if manifest is not None and manifest.latest is not None else 0
 
     def _check(self, path: str, size: int) -> ExamRecord | None:
         claimed = path_version(path)
         try:
             if claimed is None:
                 raise FleetMessageError(path, "not an exam file name (exams/v<10 digits>.json)")
-            if size > MAX_EXAM_BYTES:
-                raise FleetMessageError(path, f"{size} bytes, more than the {MAX_EXAM_BYTES} an exam record may hold")
-            record = decode(self.storage.read(path), ExamRecord, path, self.key)
+            record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, size)
             if record.version != claimed:
                 raise FleetMessageError(path, f"holds the exam of version {record.version}: a file renamed or "
-                                              "copied by hand")
+                                              "copied by hand", Refusal.RENAMED)
         except FileNotFoundError:
             return None
         except FleetMessageError as e:
-            self.refused[path] = e.reason
-            self._categories[path] = OTHER_KEY if e.category == Refusal.UNSIGNED else str(e.category)
+            self._refusals[path] = e
             return None
-        self.refused.pop(path, None)
-        self._categories.pop(path, None)
+        self._refusals.pop(path, None)
         return record
-
-    def refusals(self) -> dict[str, int]:
-        """The exam files refused at the last `records()`, counted by why: `OTHER_KEY` (unsigned, or signed with
-        another rollout token than the reader's: an earlier start's, or edited), or the `wire.fleet.Refusal`."""
-        with self._lock:
-            counts: dict[str, int] = {}
-            for path, category in self._categories.items():
-                if path in self._read:
-                    counts[category] = counts.get(category, 0) + 1
-            return counts

@@ -38,6 +38,10 @@ from .trajectory import MAX_VERSION, Trajectory
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
 #: `fleet_checks.max_group_bytes`): a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
 MAX_MESSAGE_BYTES = 64 << 20
+#: Largest run settings file read (``fleet/run.json`` is about 1 kB): read no further, whatever the file holds.
+MAX_RUN_BYTES = 1 << 20
+#: Largest heartbeat read (about 700 bytes; a 2,000-character last error at most).
+MAX_HEARTBEAT_BYTES = 64 << 10
 #: Largest integer a counter or id field holds (JSON numbers beyond 2**53 lose precision elsewhere).
 MAX_COUNT = 2**53
 #: What a server id and a run id may hold: they become parts of bucket paths.
@@ -77,6 +81,12 @@ class FleetMessageError(ValueError):
         self.path = path
         self.reason = reason
         self.category = category
+
+
+def too_large(path: str, size: int | None, max_bytes: int) -> FleetMessageError:
+    """The refusal of a file over its kind's bound (`size` None: more bytes came than the bound while reading)."""
+    told = f"{size} bytes" if size is not None else "more bytes"
+    return FleetMessageError(path, f"{told}, more than the {max_bytes} a message may hold here", Refusal.TOO_LARGE)
 
 
 class RunState(str, Enum):
@@ -264,8 +274,7 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
             what it is counted as.
     """
     if len(data) > max_bytes:
-        raise FleetMessageError(path, f"{len(data)} bytes, more than the {max_bytes} a message may hold here",
-                                Refusal.TOO_LARGE)
+        raise too_large(path, len(data), max_bytes)
     try:
         envelope = json.loads(data)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

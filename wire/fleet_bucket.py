@@ -14,12 +14,30 @@ bucket is shared and files can be damaged or crafted. Who writes and who deletes
 
 from __future__ import annotations
 
-from delta.storage import Storage, StoredFile, open_storage
+from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
 
 from .fleet import (
-    GROUPS_PREFIX, MAX_MESSAGE_BYTES, RUN_PATH, SERVERS_PREFIX, FleetMessageError, GameGroup, Heartbeat, Refusal,
-    RunSettings, decode, encode, fleet_key, server_path,
+    GROUPS_PREFIX, MAX_HEARTBEAT_BYTES, MAX_MESSAGE_BYTES, MAX_RUN_BYTES, RUN_PATH, SERVERS_PREFIX, FleetMessageError,
+    GameGroup, Heartbeat, Message, Refusal, RunSettings, decode, encode, fleet_key, server_path, too_large,
 )
+
+
+def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | None, max_bytes: int,
+                 listed: int | None = None) -> Message:
+    """The message of `kind` at `path`, from one bounded read: refused unread when its `listed` size is over
+    `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed).
+
+    Raises:
+        FleetMessageError: over the bound (`Refusal.TOO_LARGE`) or not a valid message (`wire.fleet.decode`).
+        FileNotFoundError, delta.StorageError: as `Storage.read`.
+    """
+    if listed is not None and listed > max_bytes:
+        raise too_large(path, listed, max_bytes)
+    try:
+        data = storage.read(path, max_bytes=max_bytes)
+    except FileTooLargeError as e:
+        raise too_large(path, e.size, max_bytes) from e
+    return decode(data, kind, path, key, max_bytes)
 
 
 class FleetBucket:
@@ -54,12 +72,11 @@ class FleetBucket:
         self.storage.write(RUN_PATH, encode(run, self.key))
 
     def read_run(self) -> RunSettings | None:
-        """The run settings, or None while no trainer has written any."""
+        """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`)."""
         try:
-            data = self.storage.read(RUN_PATH)
+            return read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES)
         except FileNotFoundError:
             return None
-        return decode(data, RunSettings, RUN_PATH, self.key)
 
     # -- groups (the servers write, the trainer reads and deletes) -------------------------------------
 
@@ -72,10 +89,10 @@ class FleetBucket:
         """Every group file in the bucket, of any run, sorted by path."""
         return self.storage.list(GROUPS_PREFIX)
 
-    def read_group(self, path: str, max_bytes: int = MAX_MESSAGE_BYTES) -> GameGroup:
-        """The group at `path`, checked (larger than `max_bytes`: refused unparsed); FileNotFoundError when it
-        was deleted meanwhile."""
-        group = decode(self.storage.read(path), GameGroup, path, self.key, max_bytes)
+    def read_group(self, path: str, max_bytes: int = MAX_MESSAGE_BYTES, listed: int | None = None) -> GameGroup:
+        """The group at `path`, checked (over `max_bytes`, by its `listed` size or while reading: refused, not read
+        past that); FileNotFoundError when it was deleted meanwhile."""
+        group = read_message(self.storage, path, GameGroup, self.key, max_bytes, listed)
         if group.path != path:
             raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand",
                                     Refusal.RENAMED)
@@ -92,9 +109,10 @@ class FleetBucket:
     def list_heartbeats(self) -> list[StoredFile]:
         return self.storage.list(SERVERS_PREFIX)
 
-    def read_heartbeat(self, path: str) -> Heartbeat:
-        """The heartbeat at `path`, checked: also that it is the file of the server it names."""
-        beat = decode(self.storage.read(path), Heartbeat, path, self.key)
+    def read_heartbeat(self, path: str, listed: int | None = None) -> Heartbeat:
+        """The heartbeat at `path`, checked: also that it is the file of the server it names. Over
+        `MAX_HEARTBEAT_BYTES` (by its `listed` size, or while reading): refused, not read past that."""
+        beat = read_message(self.storage, path, Heartbeat, self.key, MAX_HEARTBEAT_BYTES, listed)
         if server_path(beat.server_id) != path:
             raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
                                           "server's name", Refusal.RENAMED)

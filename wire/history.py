@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -34,6 +34,10 @@ FORMAT = "trainer-history"
 FORMAT_VERSION = 1
 #: Largest history file read: 10,000 steps of ~700 bytes and as many payloads of ~200 bytes are ~9 MB.
 MAX_HISTORY_BYTES = 32 << 20
+
+
+#: The lists of records a history holds (its other fields, such as `exams_refused`, are this process's counts).
+_RECORDS = tuple(name for name, info in TrainerHistory.model_fields.items() if get_origin(info.annotation) is list)
 
 
 class HistoryFileError(ValueError):
@@ -56,7 +60,8 @@ class DecodedHistory:
 
 def encode_history(history: TrainerHistory) -> bytes:
     """The file form of `history` (compact JSON)."""
-    envelope = {"format": FORMAT, "format_version": FORMAT_VERSION, "history": history.model_dump(mode="json")}
+    body = history.model_dump(mode="json", exclude={"exams_refused"})  # this process's counts, not history
+    envelope = {"format": FORMAT, "format_version": FORMAT_VERSION, "history": body}
     return TypeAdapter(dict[str, Any]).dump_json(envelope)
 
 
@@ -79,8 +84,8 @@ def decode_history(data: bytes, path: str = HISTORY_PATH) -> DecodedHistory:
                                      f"trainer reads {FORMAT_VERSION}")
     decoded = DecodedHistory(TrainerHistory(steps=[], payloads=[]))
     kept: dict[str, list[BaseModel]] = {}
-    for name, info in TrainerHistory.model_fields.items():
-        (kind,) = get_args(info.annotation)
+    for name in _RECORDS:
+        (kind,) = get_args(TrainerHistory.model_fields[name].annotation)
         items = envelope["history"].get(name, [])
         if not isinstance(items, list):
             decoded.skipped[name] = 1
@@ -149,5 +154,5 @@ def up_to(history: TrainerHistory, version: int) -> TrainerHistory:
     """`history` without the records of versions after `version` (the bucket's newest): a trainer killed after a
     step was recorded and before its version was committed left them; their weights are gone."""
     kept = {name: [r for r in getattr(history, name) if getattr(r, "version", 0) <= version]
-            for name in TrainerHistory.model_fields}
-    return TrainerHistory(**kept)
+            for name in _RECORDS}
+    return history.model_copy(update=kept)

@@ -62,7 +62,7 @@ class HeartbeatWatch:
             del self._bad[path]
         for f in listed:
             try:
-                beat = self.bucket.read_heartbeat(f.path)
+                beat = self.bucket.read_heartbeat(f.path, f.size)
             except FileNotFoundError:
                 continue
             except FleetMessageError as e:

@@ -101,6 +101,12 @@ class TrainerStatus(BaseModel):
                                                            "unexpected error")
     heartbeats_refused: dict[str, int] = Field({}, description="Heartbeat files refused (fleet), by reason, each file "
                                                                "once per reason")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by why: 'signed with "
+                                                          "another token' (unsigned, or an earlier start's rollout "
+                                                          "token), torn or corrupt, too large, invalid fields, "
+                                                          "renamed or copied, version ahead of the trainer (of a "
+                                                          "version the bucket has not published); a file deleted or "
+                                                          "repaired drops out")
     signed: bool = Field(False, description="The fleet's files are signed with a key from the rollout token (fleet): "
                                             "unsigned or forged ones are refused")
     waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
@@ -119,9 +125,6 @@ class TrainerStatus(BaseModel):
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
     exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
                                                     "landing page's last exam and trend")
-    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket not read, by why: 'signed with "
-                                                          "another token' (an earlier start's rollout token), or "
-                                                          "damaged, invalid...")
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
@@ -196,6 +199,8 @@ class TrainerHistory(BaseModel):
     payloads: list[Payload]
     anchors: list[Anchor] = []
     exams: list[ExamRecord] = Field([], description="Every exam in the bucket, by version")
+    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by reason (as in "
+                                                          "`TrainerStatus`); not kept in the bucket's history file")
 
 
 class ControlResponse(BaseModel):

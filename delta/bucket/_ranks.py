@@ -12,7 +12,7 @@ import torch
 
 from ..retry import RetryPolicy
 from ..storage import Storage
-from .manifest import FileRef, Manifest, read_manifest
+from .manifest import MAX_MANIFEST_BYTES, FileRef, Manifest, read_manifest
 
 #: How often a rank looks for the others' records or rank 0's commit: quickly at first (ranks finish a
 #: publish close together), then every second at most, so a rank kept waiting does not list a remote
@@ -106,7 +106,7 @@ class Ranks:
             time.sleep(_POLL.delay(polls))
         records = []
         for path in sorted(wanted):
-            body = json.loads(storage.read(path))
+            body = json.loads(storage.read(path, max_bytes=MAX_MANIFEST_BYTES))  # one rank's part of a manifest
             body["delta"] = [FileRef(**f) for f in body["delta"]]
             body["anchor"] = [FileRef(**f) for f in body["anchor"]]
             records.append(body)

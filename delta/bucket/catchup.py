@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NoPathError
+from ..tensors.hashing import scheme_of
 from .manifest import FileRef, Manifest, VersionEntry
 
 
@@ -37,7 +38,9 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
     """The steps with the fewest bytes to fetch that take a reader from `have` to `target`.
 
     Candidates: the deltas after `have` (only if the first one's base hash is `have_hash`, the
-    reader's actual state), or any anchor at or below `target` followed by the deltas after it. Files
+    reader's actual state; or, when that base is hashed in another scheme, if `have_hash` is the
+    manifest's hash of `have`: the reader proves the base in the delta's scheme before it writes),
+    or any anchor at or below `target` followed by the deltas after it. Files
     in `avoid` (found bad) are never used. Ties go to the route with fewer steps.
 
     Args:
@@ -73,7 +76,9 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
     # Each candidate start costs O(1) to price; only the cheapest is spelled out as steps.
     best: tuple[int, int, int, str] | None = None  # (bytes, steps, start version, "delta" | "anchor")
     if have is not None and have_hash is not None and first <= have < target and deltas[have - first] is not None:
-        if manifest.get(have + 1).base_hash == have_hash:
+        base_hash, held = manifest.get(have + 1).base_hash, manifest.get(have)
+        if base_hash == have_hash or (held is not None and held.state_hash == have_hash and base_hash is not None
+                                      and scheme_of(base_hash) != scheme_of(have_hash)):
             best = (deltas[have - first], target - have, have, "delta")
     for anchor in manifest.anchors():
         if anchor.version <= target and usable(anchor.anchor) and deltas[anchor.version - first] is not None:

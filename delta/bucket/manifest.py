@@ -43,8 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from ..errors import DeltaFormatError, IntegrityError
-from ..storage import Storage
+from ..errors import DeltaFormatError, FileTooLargeError, IntegrityError
+from ..storage import Storage, StoredFile
 from ._fields import array, integer, loads, number, obj, optional_integer, shown, text
 from ._whole import check_manifest
 from .pieces import Sharded, check_layout
@@ -292,47 +292,79 @@ def version_of_path(path: str) -> int | None:
 
 def manifest_commits(storage: Storage) -> list[tuple[int, str]]:
     """(commit, path) of every manifest file in the bucket, newest first."""
+    return [(commit, f.path) for commit, f in _listed(storage)]
+
+
+def _listed(storage: Storage) -> list[tuple[int, StoredFile]]:
+    """(commit, listed file) of every manifest file in the bucket, newest first."""
     found = []
     for f in storage.list(MANIFEST_DIR):
         m = _MANIFEST_NAME.fullmatch(f.path)
         if m:
-            found.append((int(m.group(1)), f.path))
-    return sorted(found, reverse=True)
+            found.append((int(m.group(1)), f))
+    return sorted(found, key=lambda found: found[0], reverse=True)
 
 
-def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None) -> Manifest | None:
+#: Manifests refused, by path: (their listed size, why), for `read_manifest` to skip unread.
+Refused = dict[str, tuple[int, DeltaFormatError]]
+
+
+def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None,
+                  refused: Refused | None = None) -> Manifest | None:
     """The newest manifest that reads and parses, or None for a bucket with no version yet.
 
     A newest manifest that is missing by the time it is read (deleted by gc), does not parse (a torn
-    write on a server without atomic PUT), is larger than `MAX_MANIFEST_BYTES` or fails a check (crafted)
-    is skipped in favour of the one before, and `on_refused` is told why.
+    write on a server without atomic PUT), is larger than `MAX_MANIFEST_BYTES` (refused by its listed size
+    before it is read, and never read past that bound) or fails a check (crafted) is skipped in favour of
+    the one before, and `on_refused` is told why.
+
+    Args:
+        refused: Kept by a caller that polls (pass the same dict each time): the manifests refused so far,
+            filled in and pruned here; one listed at the size it was refused at is skipped unread and
+            `on_refused` is not told again. None: every manifest is read afresh.
 
     Raises:
         BucketUnreachableError, StorageError: from the bucket.
         DeltaFormatError: manifests exist but none parses (the message names the newest).
     """
+    listed = _listed(storage)
+    if refused is not None:
+        for gone in refused.keys() - {f.path for _, f in listed}:
+            del refused[gone]
     first_error: DeltaFormatError | None = None
-    for commit, path in manifest_commits(storage):
+    for commit, f in listed:
+        known = refused.get(f.path) if refused is not None else None
+        if known is not None and known[0] == f.size:
+            first_error = first_error or known[1]
+            continue
         try:
-            manifest = _read_one(storage, commit, path)
+            manifest = _read_one(storage, commit, f)
         except FileNotFoundError:
             continue
         except DeltaFormatError as e:
             first_error = first_error or e
+            if refused is not None:
+                refused[f.path] = (f.size, e)
             if on_refused is not None:
                 on_refused(e)
             continue
+        if refused is not None:
+            refused.pop(f.path, None)
         return manifest
     if first_error is not None:
         raise first_error
     return None
 
 
-def _read_one(storage: Storage, commit: int, path: str) -> Manifest:
-    data = storage.read(path)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise DeltaFormatError(f"{len(data):,} bytes, more than the {MAX_MANIFEST_BYTES:,} a manifest may hold",
-                               path=path)
+def _read_one(storage: Storage, commit: int, listed: StoredFile) -> Manifest:
+    path = listed.path
+    try:
+        if listed.size > MAX_MANIFEST_BYTES:
+            raise FileTooLargeError(url=storage.url, path=path, limit=MAX_MANIFEST_BYTES, size=listed.size)
+        data = storage.read(path, max_bytes=MAX_MANIFEST_BYTES)
+    except FileTooLargeError as e:
+        told = f"{e.size:,} bytes" if e.size is not None else "more bytes"
+        raise DeltaFormatError(f"{told}, more than the {MAX_MANIFEST_BYTES:,} a manifest may hold", path=path) from e
     manifest = Manifest.from_json(data, path=path)
     if manifest.commit != commit:
         raise DeltaFormatError(f"holds commit {manifest.commit}, its name says {commit} (copied by hand?)", path=path)
@@ -364,11 +396,16 @@ def fetch_verified(storage: Storage, ref: FileRef) -> bytes:
     """Read a data file and check its size and SHA-256 against the manifest.
 
     Raises:
-        IntegrityError: size or hash differ (truncated, corrupted or replaced file).
+        IntegrityError: size or hash differ (truncated, corrupted or replaced file; one larger than the
+            manifest says is not read past its size).
         FileNotFoundError: the file is gone (deleted, or collected by gc after a newer commit).
         BucketUnreachableError, StorageError: from the bucket.
     """
-    data = storage.read(ref.path)
+    try:
+        data = storage.read(ref.path, max_bytes=ref.size)
+    except FileTooLargeError as e:
+        actual = f"{e.size}" if e.size is not None else f"more than {ref.size}"
+        raise IntegrityError(f"{ref.path}: wrong size", expected=str(ref.size), actual=actual, path=ref.path) from e
     if len(data) != ref.size:
         raise IntegrityError(f"{ref.path}: wrong size", expected=str(ref.size), actual=str(len(data)), path=ref.path)
     actual = sha256(data)

@@ -74,7 +74,8 @@ class BadFiles(DeltaError):
 @dataclass
 class _Prepared:
     step: Step
-    payload: Any  # per delta file (header, changes, sub-state, its digest); (fresh state, digest, full state) for an anchor
+    payload: Any  # (base digest, per delta file (header, changes, sub-state, its digest)); (fresh state, digest, full
+    # state) for an anchor
     fetched: int
     fetch_s: float
     decode_s: float
@@ -244,15 +245,28 @@ class Reader:
         full = pieces.assemble(fresh, self._layout) if self._layout else fresh
         return fresh, digest, full
 
-    def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> list[tuple]:
-        """Every file of a delta step decoded and proven against the held state; no tensor in two files (each
-        file is proven against the same old state, so two writes of one tensor would not add up)."""
+    def _base_digest(self, entry: VersionEntry) -> StateDigest:
+        """The held state's digest in the scheme the step's base is hashed in: the one held, or (a format-3 delta
+        straight after a format-2 version) the state hashed afresh in the new scheme, read only, so that every
+        file is proven in its own scheme before the first write."""
+        if entry.base_hash is None or scheme_of(entry.base_hash) == self._digest.scheme:
+            return self._digest
+        return digest_like(entry.base_hash, self._state, self._keys(self._state))
+
+    def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> tuple[StateDigest, list[tuple]]:
+        """Every file of a delta step decoded and proven against the held state, in the scheme its base is hashed
+        in; no tensor in two files (each file is proven against the same old state, so two writes of one tensor
+        would not add up). Returns the held state's digest in that scheme, and each file's decoded parts."""
+        base = self._base_digest(step.entry)
         out, written = [], set()
         for ref, data in zip(step.files, datas):
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
-            sub_digest = self._digest.subset(names)
-            header, changes, _ = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            sub_digest = base.subset(names)
+            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            if proven is None or proven.scheme != base.scheme:
+                raise DeltaFormatError(f"hashes its base in another scheme than its manifest ({base.scheme})",
+                                       path=ref.path)
             twice = written & {c.name for c in changes}
             if twice:
                 raise DeltaFormatError(f"changes {sorted(twice)[0]!r} that another file of version "
@@ -262,8 +276,8 @@ class Reader:
                 # One writer: the file's target must be the version's state, checked before any write.
                 raise IntegrityError(f"{ref.path} leads to another state than version {step.entry.version}",
                                      expected=step.entry.state_hash, actual=header.target_hash, path=ref.path)
-            out.append((header, changes, sub, sub_digest))
-        return out
+            out.append((header, changes, sub, proven))
+        return base, out
 
     def _apply(self, prepared: _Prepared) -> Applied:
         entry = prepared.step.entry
@@ -281,11 +295,12 @@ class Reader:
                 changed = tuple(sorted(self._full))
                 headers: tuple[DeltaHeader, ...] = ()
             else:
+                base, decoded = prepared.payload
                 try:
-                    digest, changed = self._write_deltas(prepared.payload, entry.state_hash)
+                    digest, changed = self._write_deltas(base, decoded, entry.state_hash)
                 except IntegrityError as e:
                     raise BadFiles([f.path for f in prepared.step.files], e) from e
-                headers = tuple(header for header, *_ in prepared.payload)
+                headers = tuple(header for header, *_ in decoded)
             self._digest, self._version = digest, entry.version
             pause = time.perf_counter() - start
             with self._advanced:
@@ -293,13 +308,17 @@ class Reader:
         return Applied(entry, prepared.step.via, changed, headers, prepared.fetched, prepared.fetch_s,
                        prepared.decode_s, pause)
 
-    def _write_deltas(self, decoded: list[tuple], state_hash: str) -> tuple[StateDigest, tuple[str, ...]]:
+    def _write_deltas(self, base: StateDigest, decoded: list[tuple], state_hash: str
+                      ) -> tuple[StateDigest, tuple[str, ...]]:
         """Write every rank's changes, all or nothing: earlier ranks are rolled back if a later one fails.
+
+        Args:
+            base: The held state's digest in the files' scheme (`_decode_deltas`).
 
         Raises:
             IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
         """
-        digest = self._digest
+        digest = base
         rollback = Rollback()
         changed: set[str] = set()
         try:

@@ -25,7 +25,7 @@ from ..retry import RetryPolicy
 from ..storage import Storage, open_storage
 from ..tensors.hashing import StateDigest
 from ..tensors.state import State
-from .manifest import read_manifest
+from .manifest import Refused, read_manifest
 from .reader import Applied, Reader
 
 logger = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ class SubscriberStatus:
         last_error: The most recent failure, as text, or None.
         failures: Failures so far (bad files, unreachable bucket, ...); each was recovered from or retried.
         history: Statistics of the most recently applied versions, oldest first.
+        manifests_refused: Manifests in the bucket refused now (too large, torn, crafted), each skipped unread
+            until its listing changes; the newest one before them is followed.
     """
 
     version: int | None
@@ -101,6 +103,7 @@ class SubscriberStatus:
     last_error: str | None
     failures: int
     history: tuple[VersionStats, ...]
+    manifests_refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ class Subscriber:
         self._latest: int | None = None
         self._last_error: str | None = None
         self._refused: str | None = None  # the last manifest refused, as warned
+        self._refused_manifests: Refused = {}  # skipped unread until their listing changes
         self._failures = 0
         self._history: deque[VersionStats] = deque(maxlen=self.config.history)
         self._stop = threading.Event()
@@ -188,7 +192,7 @@ class Subscriber:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
         return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history))
+                                tuple(self._history), len(self._refused_manifests))
 
     def sync(self, version: int | None = None) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
@@ -275,7 +279,7 @@ class Subscriber:
 
     def _catch_up(self, version: int | None) -> int | None:
         seen_at = time.monotonic()
-        manifest = read_manifest(self.storage, on_refused=self._refused_manifest)
+        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, refused=self._refused_manifests)
         if manifest is None or manifest.latest is None:
             return self._reader.version
         self._latest = manifest.latest.version

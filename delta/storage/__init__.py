@@ -5,6 +5,8 @@
     >>> bucket.write("versions/00000001.json", b"{}")
     >>> [f.path for f in bucket.list("versions/")]
     ['versions/00000001.json']
+    >>> bucket.read("versions/00000001.json", max_bytes=1 << 20)   # a stranger's file: bounded
+    b'{}'
 
 Backends' libraries (s3fs, huggingface_hub) are imported only when a bucket of theirs is opened.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import BucketUnreachableError, StorageError
+from ..errors import BucketUnreachableError, FileTooLargeError, StorageError
 from ..retry import RetryPolicy
 from ._base import Storage, StoredFile, check_path
 from ._fsspec import S3Storage
@@ -23,6 +25,7 @@ from ._local import LocalStorage
 
 __all__ = [
     "BucketUnreachableError",
+    "FileTooLargeError",
     "HfBucketStorage",
     "LocalStorage",
     "RetryPolicy",

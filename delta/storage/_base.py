@@ -2,7 +2,7 @@
 and turning a backend's failures into the errors callers see.
 
 A bucket holds flat files addressed by relative paths with '/' separators. Backends implement a few
-primitives (`_read`, `_write`, `_list`, `_delete`) and one function, `_classify`, that says which of
+primitives (`_read`, `_write`, `_move`, `_list`, `_delete`) and one function, `_classify`, that says which of
 their exceptions mean "missing", "unreachable, try again" or "failed"; the public methods here check
 the paths, retry what is worth retrying and raise the errors documented below.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
 
-from ..errors import BucketUnreachableError, StorageError
+from ..errors import BucketUnreachableError, FileTooLargeError, StorageError
 from ..retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -123,10 +124,21 @@ class Storage(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    def read(self, path: str) -> bytes:
-        """Return the whole content of the file at `path`."""
+    def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        """Return the whole content of the file at `path`.
+
+        Args:
+            max_bytes: The most this file may hold (None: no bound, for files of one's own). A file found larger, by
+                its size where the backend knows it before reading, else while reading (which stops past the
+                limit), raises `FileTooLargeError`: a file in a bucket strangers write to never costs more memory.
+
+        Raises:
+            FileTooLargeError: over `max_bytes` (never retried), besides the interface's errors.
+        """
         check_path(path)
-        return self._call("read", path, lambda: self._read(path))
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0 or None, got {max_bytes}")
+        return self._call("read", path, lambda: self._read(path, max_bytes))
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace the file at `path` with `data`, creating the bucket if it does not exist."""
@@ -146,6 +158,14 @@ class Storage(ABC):
             return []
         return sorted((f for f in files if f.path.startswith(prefix)), key=lambda f: f.path)
 
+    def move(self, source: str, target: str) -> None:
+        """Move the file at `source` to `target` (replacing a file there) without reading it: a rename on a local
+        folder, a copy made by the server then a delete on S3 and Hugging Face buckets (not atomic there: a crash
+        between the two leaves both). How a file too large to read is set aside."""
+        check_path(source)
+        check_path(target)
+        self._call("move", source, lambda: self._move(source, target))
+
     def delete(self, paths: Iterable[str]) -> None:
         """Delete the files at `paths`; paths that do not exist are skipped. Not atomic: on an error,
         some of the files may be deleted and others not."""
@@ -164,6 +184,8 @@ class Storage(ABC):
         while True:
             try:
                 return call()
+            except FileTooLargeError:
+                raise
             except Exception as error:
                 failure = self._classify(error)
                 if failure is None:
@@ -200,13 +222,37 @@ class Storage(ABC):
         """Say what an exception raised by this backend's primitives means, or None to let it through
         unchanged (programming errors). The one place where a backend's transport errors become ours."""
 
+    def _too_large(self, path: str, limit: int, size: int | None = None) -> FileTooLargeError:
+        return FileTooLargeError(url=self.url, path=path, limit=limit, size=size)
+
+    def _read_local(self, local: str | os.PathLike[str], path: str, max_bytes: int | None) -> bytes:
+        """Read a file on the local disk that holds the bucket's `path`: its size checked before reading, and at most
+        `max_bytes` + 1 bytes read (a file that grows meanwhile is caught too)."""
+        with open(local, "rb") as f:
+            if max_bytes is None:
+                return f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise self._too_large(path, max_bytes, size)
+            data = f.read(size + 1)  # a buffer of the file's size, not of the bound
+            if len(data) > size:  # it grew since: read on, to the bound
+                data += f.read(max_bytes + 1 - len(data))
+        if len(data) > max_bytes:
+            raise self._too_large(path, max_bytes)
+        return data
+
     @abstractmethod
-    def _read(self, path: str) -> bytes:
-        """Return the content of `path` (already checked)."""
+    def _read(self, path: str, max_bytes: int | None) -> bytes:
+        """Return the content of `path` (already checked); past `max_bytes` (when not None), raise
+        `self._too_large(...)` having read at most about `max_bytes` bytes."""
 
     @abstractmethod
     def _write(self, path: str, data: bytes) -> None:
         """Create or replace `path` (already checked) with `data`."""
+
+    @abstractmethod
+    def _move(self, source: str, target: str) -> None:
+        """Move `source` to `target` (both checked) without the content passing through this process."""
 
     @abstractmethod
     def _list(self, folder: str) -> Iterable[StoredFile]:

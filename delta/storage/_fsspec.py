@@ -16,6 +16,8 @@ T = TypeVar("T")
 
 # A write may take `timeout` plus one second per MiB before it is abandoned (see S3Storage).
 _MIN_UPLOAD_BYTES_PER_S = 2**20
+# Bytes asked of a response body at a time by a bounded read.
+_READ_PIECE = 1 << 20
 
 
 def _endpoint_from_env() -> str | None:
@@ -45,7 +47,8 @@ class S3Storage(Storage):
     """`s3://bucket[/prefix]` through s3fs. The bucket is created on the first write if missing.
 
     Atomicity: a write is one PUT (a multipart upload above 100 MiB) and a read is one GET, never
-    ranged pieces that could come from two versions. AWS S3 and most compatible servers show an
+    ranged pieces that could come from two versions (a bounded read is one GET of the first bytes up to
+    its bound). AWS S3 and most compatible servers show an
     object only once it is complete, so a reader sees the old or the new content; that is the
     server's promise, not ours. `rclone serve s3` over a local folder keeps it only in part:
     measured here, a read during an overwrite sometimes comes back cut short (the length check
@@ -141,8 +144,32 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return f"{self.bucket}/{self.prefix}{path}"
 
-    def _read(self, path: str) -> bytes:
-        return self._run(self._fs._cat_file, self._key(path), max_concurrency=1)  # one GET, one version
+    def _read(self, path: str, max_bytes: int | None) -> bytes:
+        if max_bytes is None:
+            return self._run(self._fs._cat_file, self._key(path), max_concurrency=1)  # one GET, one version
+        data = self._run(self._get_at_most, self._key(path), max_bytes + 1)
+        if len(data) > max_bytes:
+            raise self._too_large(path, max_bytes)
+        return data
+
+    async def _get_at_most(self, key: str, limit: int) -> bytes:
+        """One GET of the first `limit` bytes (a Range request), read in pieces that stop at `limit` even from a
+        server that ignores the range and sends the whole object."""
+        bucket, name, _ = self._fs.split_path(key)
+        try:
+            response = await self._fs._call_s3("get_object", Bucket=bucket, Key=name, Range=f"bytes=0-{limit - 1}")
+        except OSError as error:
+            if _http_status(error) == 416:  # an empty object has no byte 0 to range over
+                return b""
+            raise
+        body, pieces, got = response["Body"], [], 0
+        try:
+            while got < limit and (piece := await body.read(min(_READ_PIECE, limit - got))):
+                pieces.append(piece)
+                got += len(piece)
+        finally:
+            body.close()
+        return b"".join(pieces)
 
     def _write(self, path: str, data: bytes) -> None:
         deadline = self.timeout + len(data) / _MIN_UPLOAD_BYTES_PER_S
@@ -152,6 +179,12 @@ class S3Storage(Storage):
             with contextlib.suppress(FileExistsError):  # another writer was quicker
                 self._run(self._fs._mkdir, self.bucket)
             self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
+
+    def _move(self, source: str, target: str) -> None:
+        # One CopyObject, made by the server (up to 5 GB on AWS; a larger file is refused there): never the
+        # multipart copy s3fs picks above 2 GiB, whose replies some S3-compatible servers leave incomplete.
+        self._run(self._fs._copy_basic, self._key(source), self._key(target))
+        self._run(self._fs._rm_file, self._key(source))
 
     def _list(self, folder: str) -> list[StoredFile]:
         found = self._run(self._fs._find, self._key(folder), detail=True)

@@ -15,7 +15,6 @@ import importlib
 import os
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BucketUnreachableError, StorageError
@@ -62,7 +61,9 @@ class HfBucketStorage(Storage):
     the new file. A batch of several files is not transactional; `delete` is one batch.
 
     Blocking: each call blocks through huggingface_hub's own retries, so the default `retry` adds
-    none. Reads download into a temporary directory that is removed before returning. Progress bars
+    none. Reads download into a temporary directory that is removed before returning; a bounded read
+    (`max_bytes`) asks the file's size first and downloads nothing past the bound (a file replaced
+    between the two is caught on the local copy, read at most to the bound). Progress bars
     follow huggingface_hub's settings (HF_HUB_DISABLE_PROGRESS_BARS=1 hides them).
 
     Args:
@@ -128,17 +129,27 @@ class HfBucketStorage(Storage):
     def _key(self, path: str) -> str:
         return self.prefix + path
 
-    def _read(self, path: str) -> bytes:
+    def _read(self, path: str, max_bytes: int | None) -> bytes:
+        if max_bytes is not None:  # the size the Hub gives, before anything is downloaded
+            size = self._api.get_bucket_file_metadata(self.bucket_id, self._key(path)).size
+            if size > max_bytes:
+                raise self._too_large(path, max_bytes, size)
         with tempfile.TemporaryDirectory(prefix="delta-hf-") as tmp:
             local = os.path.join(tmp, "file")
             self._api.download_bucket_files(self.bucket_id, [(self._key(path), local)], raise_on_missing_files=True)
-            return Path(local).read_bytes()
+            return self._read_local(local, path, max_bytes)  # replaced since: still bounded in memory
 
     def _write(self, path: str, data: bytes) -> None:
         if self._create:
             self._api.create_bucket(self.bucket_id, private=self._private, exist_ok=True)
             self._create = False  # once per instance; a race between threads only repeats an idempotent call
         self._api.batch_bucket_files(self.bucket_id, add=[(data, self._key(path))])
+
+    def _move(self, source: str, target: str) -> None:
+        # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted.
+        xet_hash = self._api.get_bucket_file_metadata(self.bucket_id, self._key(source)).xet_file_data.file_hash
+        self._api.batch_bucket_files(self.bucket_id, copy=[("bucket", self.bucket_id, xet_hash, self._key(target))])
+        self._api.batch_bucket_files(self.bucket_id, delete=[self._key(source)])
 
     def _list(self, folder: str) -> Iterator[StoredFile]:
         # The Hub filters by string prefix; pass the folder without its '/' as huggingface_hub's sync does.

@@ -56,8 +56,8 @@ class LocalStorage(Storage):
             return Failure(StorageError, str(error))
         return None
 
-    def _read(self, path: str) -> bytes:
-        return self._inside(self.root / path, "read").read_bytes()
+    def _read(self, path: str, max_bytes: int | None) -> bytes:
+        return self._read_local(self._inside(self.root / path, "read"), path, max_bytes)
 
     def _write(self, path: str, data: bytes) -> None:
         target = self.root / path
@@ -66,6 +66,15 @@ class LocalStorage(Storage):
         self._inside(target.parent, "write")
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, data)
+
+    def _move(self, source: str, target: str) -> None:
+        to = self.root / target
+        if to.name.startswith(TMP_PREFIX):
+            raise ValueError(f"invalid bucket path {target!r}: names starting with {TMP_PREFIX!r} are reserved")
+        origin = self._inside(self.root / source, "read")
+        self._inside(to.parent, "write")
+        to.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(origin, to)
 
     def _list(self, folder: str) -> Iterator[StoredFile]:
         for directory, _, names in os.walk(self.root / folder):
