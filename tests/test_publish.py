@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -53,6 +54,36 @@ def test_coalesces_when_uploads_fall_behind(tmp_path):
     assert blocked < 5.0
     reader = Subscriber(tmp_path)
     assert reader.sync() == latest and states_equal(reader.state, states[-1])  # the newest state always lands
+
+
+def test_a_step_handed_in_while_the_last_uploads_counts_as_the_version_after_it(tmp_path):
+    """While version 1 uploads, the next step waits behind it and becomes version 2: `state_version` says 2 (the
+    trainer records each step under it), and 2 again for a third step that coalesces with the waiting one."""
+    states = trajectory(4)
+    gate = threading.Event()
+    storage = open_storage(tmp_path)
+    write = storage.write
+
+    def held_write(path: str, data: bytes) -> None:  # the first version's files wait for the gate
+        gate.wait(30)
+        write(path, data)
+
+    storage.write = held_write
+    with Publisher(storage) as pub:
+        pub.publish(states[1])
+        deadline = time.monotonic() + 30
+        while not pub._in_flight and time.monotonic() < deadline:  # the background thread took it
+            time.sleep(0.01)
+        assert pub.state_version == 1
+        pub.publish(states[2])
+        assert pub.state_version == 2
+        pub.publish(states[3])  # coalesces with the step waiting
+        assert pub.state_version == 2
+        gate.set()
+        assert pub.flush(timeout=60)
+        assert pub.last.version == pub.state_version == 2
+    reader = Subscriber(tmp_path)
+    assert reader.sync() == 2 and states_equal(reader.state, states[3])
 
 
 def test_resume_continues_numbering_and_checks_the_state(tmp_path):

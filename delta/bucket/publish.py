@@ -172,6 +172,7 @@ class Publisher:
         #: Seconds the last `publish` blocked for its copy, synchronised with the device.
         self.copy_s = 0.0
         self._busy = False
+        self._in_flight = False  # a snapshot taken by the background thread and not yet committed
         self._spare: State | None = None
         self._error: BaseException | None = None
         self._closing = False
@@ -226,13 +227,13 @@ class Publisher:
     @property
     def state_version(self) -> int:
         """The version the state handed in last has in the bucket's numbering: the last committed version (0
-        before any), or the next one while a snapshot waits or uploads (steps that coalesce make one version).
-        `last` and the queue are read together, so a commit in between cannot count twice. It changes nothing:
-        unlike `flush(timeout=0)`, which with several ranks would make one rank publish a step the others
-        coalesce."""
+        before any), plus one for a snapshot uploading and not yet committed, plus one for a snapshot waiting
+        behind it (steps that coalesce while they wait make one version). `last`, the upload and the queue are
+        read together, so a commit in between cannot count twice. It changes nothing: unlike
+        `flush(timeout=0)`, which with several ranks would make one rank publish a step the others coalesce."""
         with self._cond:
             last = self.last.version if self.last is not None else 0
-            return last if self._pending is None and not self._busy else last + 1
+            return last + self._in_flight + (self._pending is not None)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the last snapshot taken is committed; True if it was within `timeout` seconds.
@@ -340,14 +341,14 @@ class Publisher:
                     self._cond.wait()
                 if self._pending is None or not self._pending.ready:
                     return
-                snapshot, self._pending, self._busy = self._pending, None, True
+                snapshot, self._pending, self._busy, self._in_flight = self._pending, None, True, True
             try:
                 self._publish_with_retries(snapshot)
             except BaseException as e:  # recorded for the trainer's thread, which raises it
                 logger.exception("publisher on %s stopped", self.storage.url)
                 with self._cond:
                     self._error = e
-                    self._busy = False
+                    self._busy = self._in_flight = False
                     self._cond.notify_all()
                 return
             with self._cond:
@@ -423,8 +424,9 @@ class Publisher:
             self._last_anchor = version
         published = PublishedVersion(version, manifest.get(version).state_hash, "anchor" if anchor else "delta",
                                      written, time.monotonic() - start)
-        with self._cond:  # `state_version` reads `last` and the queue together
+        with self._cond:  # `state_version` reads `last`, the upload and the queue together
             self.last = published
+            self._in_flight = False
 
     def _write(self, path: str, data: bytes) -> FileRef:
         self.storage.write(path, data)
