@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import delta
 from wire.history import up_to
+from wire.lora import LoraSettings
 from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
+from .lora import lora_master, lora_settings
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
@@ -55,6 +57,9 @@ class TrainerParts:
         payloads: Measures each committed delta, in its own thread (None likewise).
         callback: Casts `master` into `published` and publishes it at the end of every optimizer step.
         rollouts: GRPOTrainer's `rollout_func`: `WordleRollouts` (request mode) or `FleetRollouts`.
+        lora: The run's LoRA settings, written into the run's settings (None: every weight trains). The model stays
+            the plain model until the session's first GRPOTrainer wraps it with PEFT (`peft_config`); `model` is then
+            the PEFT model, which later runs train on.
 
     Raises:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
@@ -66,7 +71,7 @@ class TrainerParts:
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
                  fleet: FleetRun | None = None, ranks: TrainerRanks | None = None,
                  history: TrainerHistory | None = None) -> None:
-        c = config
+        c = self.config = config
         ranks = ranks or TrainerRanks()
         if ranks.world > 1 and fleet is None:
             raise ValueError(f"{ranks.world} ranks train on games from the fleet only: leave --rollout-url unset")
@@ -77,6 +82,13 @@ class TrainerParts:
         self.model.to(c.device)
         master = master_tensors(self.model, c.model)
         published = published_state(master, c.model)
+        #: The run's LoRA settings (None: every weight trains); the base's hash is that of the folder's tensors.
+        self.lora: LoraSettings | None = None
+        if c.lora:
+            if ranks.world > 1:
+                raise ValueError(f"a LoRA run trains on one rank (several is not built yet), got {ranks.world}")
+            _empty_bucket_for_lora(c.bucket)
+            self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
         version, verified = resume(published, c.bucket)
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
@@ -94,9 +106,10 @@ class TrainerParts:
                 self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
-                                        world=ranks.world, master_of=lambda model: master_tensors(model, c.model))
+                                        world=ranks.world, master_of=self._master_of)
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
+            fleet.know_lora(self.lora)
             fleet.know_vocabulary(self.model.get_input_embeddings().num_embeddings)
             self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks, self.tokenizer)
         elif client is not None:
@@ -104,8 +117,18 @@ class TrainerParts:
         else:
             raise ValueError("request mode needs a rollout client (config.rollout_url), a fleet its bucket and run")
 
+    def _master_of(self, model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
+        """The master tensors of the model a run trains (see `PublishCallback`'s `master_of`): the checkpoint's
+        tensors, or in a LoRA run (TRL wrapped the model with PEFT) `lora.lora_master`."""
+        if self.lora is None:
+            return master_tensors(model, self.config.model)
+        master = lora_master(model, self.config.model, self.lora.sync)
+        if self.lora.sync == "adapter" and self.payloads is not None:  # the dense figure is the adapter's
+            self.payloads.dense_bytes = sum(t.numel() * t.element_size() for t in master.values())
+        return master
+
     @property
-    def master(self) -> dict[str, torch.Tensor]:
+    def master(self) -> Mapping[str, torch.Tensor]:
         """The trained model's parameters under the checkpoint's names, sharing their storage (the fp32 master
         weights): the callback's, which it takes again from the model TRL trains when a run begins."""
         return self.callback.master
@@ -140,3 +163,12 @@ class TrainerParts:
         finally:
             if self.payloads is not None:
                 self.payloads.close(5.0 if end is None else max(0.0, end - time.monotonic()))
+
+
+def _empty_bucket_for_lora(bucket: str) -> None:
+    """Raise ValueError unless `bucket` holds no version: a LoRA run starts from the base (resuming one is not built:
+    the merged weights do not give the adapter back, and the adapter's state would need loading under PEFT)."""
+    manifest = delta.read_manifest(delta.open_storage(bucket))
+    if manifest is not None and manifest.latest is not None:
+        raise ValueError(f"bucket {bucket} holds version {manifest.latest.version}: a LoRA run starts on an empty "
+                         "bucket (resuming a LoRA run is not built yet); use a new bucket")

@@ -403,10 +403,15 @@ class TrainingSession:
         args = c.grpo_config(list(REWARD_WEIGHTS))
         rows = max(c.max_steps * c.groups_per_step, 1)
         dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
-        return OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
-                                    train_dataset=dataset, processing_class=parts.tokenizer,
-                                    rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
-                                    importance_cap=c.importance_cap)
+        # A LoRA run: TRL wraps the model with PEFT in the first run's trainer; later runs train that PEFT model.
+        peft = parts.lora.peft_config() if parts.lora is not None and not hasattr(parts.model, "peft_config") else None
+        trainer = OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
+                                       train_dataset=dataset, processing_class=parts.tokenizer,
+                                       rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
+                                       importance_cap=c.importance_cap, peft_config=peft)
+        if parts.lora is not None:
+            parts.model = trainer.model
+        return trainer
 
     def _train(self) -> None:
         from models.interrupt import Breaker, Interrupted
