@@ -31,6 +31,7 @@ from wire.fleet import (
 )
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
+from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
 from .engines.errors import EngineError
@@ -65,6 +66,9 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
+        adopt: Called with the run's LoRA settings (`RunSettings.lora`) each time the run is read, before anything
+            is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
+            (`LoraRefusedError`: another base) is logged as a failure and no game is played for the run.
         examine: Called with the run's settings before each batch, after `catch_up` (`exam.Examiner.maybe`:
             an exam when one is due); it must not raise.
 
@@ -77,8 +81,10 @@ class GroupProducer:
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
                  catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings], object] | None = None,
-                 max_games: int = 256, max_tokens: int = 1024) -> None:
+                 max_games: int = 256, max_tokens: int = 1024,
+                 adopt: Callable[[LoraSettings | None], object] | None = None) -> None:
         self.play = play
+        self.adopt = adopt
         self.max_games = max_games
         self.max_tokens = max_tokens
         self.catch_up = catch_up
@@ -199,6 +205,8 @@ class GroupProducer:
             self.state, self.run_id = ServerState.NO_RUN, None
             return self.poll_s
         self.run_id = run.run_id
+        if self.adopt is not None:  # the state the run publishes (a LoRA adapter, merged weights): before any game
+            self.adopt(run.lora)
         if run.state != RunState.RUNNING:
             self.state = ServerState.PAUSED
             return self.poll_s

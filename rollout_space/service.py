@@ -107,7 +107,8 @@ class RolloutService:
         self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
                                       examine=self.examiner.maybe if self.examiner is not None else None,
-                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens)
+                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
+                                      adopt=self.follower.adopt if self.follower is not None else None)
         return self.producer
 
     def start(self) -> None:
