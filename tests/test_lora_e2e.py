@@ -1,0 +1,127 @@
+"""LoRA runs end to end: an env and transformers rollout servers as processes, a trainer session training a LoRA
+adapter on the tiny Qwen3 and publishing to a local bucket, in both sync modes (`wire.lora`).
+
+The rollout server is started on the empty bucket before the run and learns the mode from the run's settings
+(no restart); it ends at the trainer's last version with the trainer's published state hash (merged weights, or
+the adapter's tensors), and its logprobs of a fixed prompt equal those of the trainer's own policy (the PEFT
+model it trains, unmerged, in float32) within bf16 tolerance. A server started with another base model refuses
+the run in one line and serves nothing from the bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+import delta
+from delta import read_manifest
+from tests._env_server import running_app, running_server
+from tests._trainer_stack import tiny_model, wait_until
+from trainer_space import TrainerConfig, TrainingSession
+from wire.fleet_bucket import FleetBucket
+from wire.lora import DEFAULT_TARGETS
+
+PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
+ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
+#: Most difference of a logprob between the rollout and the trainer's float32 policy: merged, the rollout computes
+#: in float32 on the merged weights rounded to bf16; adapter, on the same float32 base and adapter, only the order
+#: of operations differs.
+TOLERANCE = {"merged": 0.05, "adapter": 1e-4}
+
+
+def rollout_status(url: str) -> dict:
+    return httpx.get(f"{url}/status", timeout=10).json()
+
+
+def greedy(url: str) -> tuple[int, list[int], list[float]]:
+    body = httpx.post(f"{url}/generate", json={"prompts": [PROMPT], "max_tokens": 6, "temperature": 0},
+                      timeout=60).json()
+    [c] = body["completions"]
+    return body["version"], c["token_ids"], c["logprobs"]
+
+
+@torch.no_grad()
+def policy_logprobs(model: torch.nn.Module, completion: list[int]) -> list[float]:
+    """Logprobs of `completion` after PROMPT under `model` (the trainer's policy, as it computes them)."""
+    ids = torch.tensor([PROMPT + completion])
+    logits = model(input_ids=ids).logits.float()[0, len(PROMPT) - 1:-1]
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1).tolist()
+
+
+@pytest.mark.parametrize("sync", ["merged", "adapter"])
+def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str) -> None:
+    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+        rollout = stack.enter_context(running_app("rollout", "--bucket", bucket, "--model", model, "--env-url", env,
+                                                  "--server-id", "a", *ROLLOUT_FLAGS, log=tmp_path / "a.log"))
+        base_version, base_tokens, base_logprobs = greedy(rollout.url)
+        assert base_version == 0
+        stranger = None
+        if sync == "adapter":  # a server on another base model, on the same bucket
+            from models import build_tiny_qwen3
+
+            other = build_tiny_qwen3(str(tmp_path / "other"), seed=1)
+            stranger = stack.enter_context(running_app("rollout", "--bucket", bucket, "--model", other, "--env-url",
+                                                       env, "--server-id", "b", *ROLLOUT_FLAGS,
+                                                       log=tmp_path / "b.log"))
+        config = TrainerConfig(bucket, None, model, games_per_step=8, num_generations=2, max_tokens=2, max_turns=2,
+                               learning_rate=3e-2, reply_prefix="", max_steps=3, exam_every=0, lora_r=4,
+                               lora_sync=sync)
+        session = TrainingSession(config)
+        stack.callback(session.close)
+        session.start()
+
+        def finished() -> dict | None:
+            s = session.status()
+            assert s.error is None, s.error
+            return s if s.state == "stopped" and s.version == s.trainer_version and s.version >= 3 else None
+
+        status = wait_until(finished, 300, "3 LoRA steps")
+        # the run's settings name the mode, the adapter and the base
+        run = FleetBucket(bucket).read_run()
+        assert run.lora is not None and run.lora.sync == sync and run.lora.r == 4 and run.lora.alpha == 8.0
+        assert run.lora.targets == DEFAULT_TARGETS
+        assert run.lora.base_hash == delta.state_digest(delta.load_state(model)).hexdigest
+        # what the bucket holds: the merged weights under the checkpoint's names, or the adapter alone
+        manifest = read_manifest(delta.open_storage(bucket))
+        assert manifest.latest.version == status.version and manifest.latest.state_hash == status.state_hash
+        stored = delta.Subscriber(bucket)
+        try:
+            stored.sync()
+            state = stored.state
+        finally:
+            stored.close()
+        if sync == "merged":
+            assert set(state) == set(delta.load_state(model)) and {t.dtype for t in state.values()} == {torch.bfloat16}
+        else:
+            assert state and all(".lora_A." in n or ".lora_B." in n for n in state)
+            assert {t.dtype for t in state.values()} == {torch.float32}
+            assert any(t.abs().max() > 0 for n, t in state.items() if ".lora_B." in n)  # the adapter trained
+
+        # the rollout follows: the trainer's last version, with its hash
+        s = wait_until(lambda: (r := rollout_status(rollout.url))["version"] == status.version and r, 60,
+                       "the rollout to serve the last version")
+        assert s["state_hash"] == status.state_hash and s["last_error"] is None
+        version, tokens, logprobs = greedy(rollout.url)
+        assert version == status.version
+        policy = session.parts.model
+        assert type(policy).__name__.startswith("PeftModel")
+        policy.eval()
+        error = max(abs(a - b) for a, b in zip(logprobs, policy_logprobs(policy, tokens)))
+        assert error < TOLERANCE[sync], error
+        # the policy moved away from the base by more than the rollout differs from it: the test tells them apart
+        moved = max(abs(a - b) for a, b in zip(policy_logprobs(policy, base_tokens), base_logprobs))
+        assert moved > max(4 * error, 1e-3), (moved, error)
+
+        if stranger is not None:  # another base: refused in one line, nothing from the bucket served
+            refusal = r"this server's model hashes to sum128:[0-9a-f]+: start it with the run's base model"
+            wait_until(lambda: re.search(refusal, stranger.output()), 30, "the other base's refusal")
+            other_status = rollout_status(stranger.url)
+            assert other_status["version"] == 0 and other_status["fleet_state"] == "error"
+            assert other_status["groups_written"] == 0
