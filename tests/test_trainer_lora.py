@@ -93,3 +93,16 @@ def test_a_lora_run_refuses_a_bucket_that_holds_versions(model: str, tmp_path) -
         publisher.flush()
     with pytest.raises(ValueError, match="holds version 1: a LoRA run starts on an empty bucket"):
         TrainerParts(TrainerConfig(bucket, None, model, lora_r=4), None, threading.Event())
+
+
+def test_a_lora_run_is_not_announced_as_running_before_its_base_is_known(tmp_path) -> None:
+    from trainer_space.fleet import FleetRun
+    from wire.fleet import RunState
+    from wire.fleet_bucket import FleetBucket
+
+    bucket = FleetBucket(str(tmp_path / "b"))
+    run = FleetRun(TrainerConfig(bucket.storage.url, None, "m", lora_r=4), bucket, run_id="r")
+    run.send(RunState.RUNNING, 0)
+    assert bucket.read_run().state == RunState.PAUSED and bucket.read_run().lora is None
+    run.know_lora(lora_settings(run.config, "sum128:" + "0" * 32))  # the model loaded: written again, running
+    assert bucket.read_run().state == RunState.RUNNING and bucket.read_run().lora.r == 4

@@ -85,6 +85,10 @@ class FleetRun:
 
     def settings(self, state: RunState, trainer_version: int = 0) -> RunSettings:
         c = self.config
+        if c.lora and self.lora is None and state == RunState.RUNNING:
+            # A LoRA run names its base by hash, known once the model is loaded: until then it says paused, or a
+            # server on another base would play games for it before it could tell.
+            state = RunState.PAUSED
         return RunSettings(
             run_id=self.run_id, state=state, num_generations=c.num_generations,
             groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
