@@ -240,6 +240,7 @@ class RolloutService:
             fleet_state=str(producer.state) if producer is not None else None,
             fleet_run=producer.run_id if producer is not None else None,
             groups_written=producer.groups_written if producer is not None else 0,
+            lora=self.follower.lora if self.follower is not None else None,
         )
 
     def _served_hash(self) -> str | None:

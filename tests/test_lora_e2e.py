@@ -108,6 +108,9 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
         s = wait_until(lambda: (r := rollout_status(rollout.url))["version"] == status.version and r, 60,
                        "the rollout to serve the last version")
         assert s["state_hash"] == status.state_hash and s["last_error"] is None
+        assert s["lora"] == run.lora.model_dump(mode="json") and status.lora == run.lora  # what the pages show
+        adapter_size = sum(p.numel() for n, p in session.parts.model.named_parameters() if ".lora_" in n)
+        assert status.trainable == adapter_size > 0 and status.parameters > adapter_size
         version, tokens, logprobs = greedy(rollout.url)
         assert version == status.version
         policy = session.parts.model

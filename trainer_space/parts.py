@@ -140,6 +140,19 @@ class TrainerParts:
         return self.callback.state
 
     @property
+    def parameters(self) -> int:
+        """Parameters of the model trained (a LoRA run's adapter included once PEFT wrapped the model)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def trainable(self) -> int | None:
+        """Parameters the optimizer trains: the adapter's in a LoRA run (None until the first run wrapped the model
+        with PEFT), else every one."""
+        if self.lora is not None and not hasattr(self.model, "peft_config"):
+            return None
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    @property
     def version(self) -> int:
         """The last version committed to the bucket (0 before any); without a publisher, the version the
         weights are at."""

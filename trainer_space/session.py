@@ -348,6 +348,9 @@ class TrainingSession:
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
+            lora=parts.lora if parts else None,
+            trainable=parts.trainable if parts else None,
+            parameters=parts.parameters if parts else None,
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:
