@@ -4,8 +4,9 @@ adapter on the tiny Qwen3 and publishing to a local bucket, in both sync modes (
 The rollout server is started on the empty bucket before the run and learns the mode from the run's settings
 (no restart); it ends at the trainer's last version with the trainer's published state hash (merged weights, or
 the adapter's tensors), and its logprobs of a fixed prompt equal those of the trainer's own policy (the PEFT
-model it trains, unmerged, in float32) within bf16 tolerance. A server started with another base model refuses
-the run in one line and serves nothing from the bucket.
+model it trains, unmerged, in float32) within bf16 tolerance. In adapter mode a second trainer session resumes
+the adapter from the bucket and the server follows on. A server started with another base model refuses the run
+in one line and serves nothing from the bucket.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -53,6 +55,18 @@ def policy_logprobs(model: torch.nn.Module, completion: list[int]) -> list[float
     return logits.log_softmax(-1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1).tolist()
 
 
+def train(session: TrainingSession, version: int) -> Any:
+    """Start `session` and wait until its run stopped with `version` (at least) committed; its final status."""
+    session.start()
+
+    def finished() -> Any:
+        s = session.status()
+        assert s.error is None, s.error
+        return s if s.state == "stopped" and s.version == s.trainer_version and s.version >= version else None
+
+    return wait_until(finished, 300, f"LoRA steps up to version {version}")
+
+
 @pytest.mark.parametrize("sync", ["merged", "adapter"])
 def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str) -> None:
     model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
@@ -75,14 +89,7 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
                                lora_sync=sync)
         session = TrainingSession(config)
         stack.callback(session.close)
-        session.start()
-
-        def finished() -> dict | None:
-            s = session.status()
-            assert s.error is None, s.error
-            return s if s.state == "stopped" and s.version == s.trainer_version and s.version >= 3 else None
-
-        status = wait_until(finished, 300, "3 LoRA steps")
+        status = train(session, 3)
         # the run's settings name the mode, the adapter and the base
         run = FleetBucket(bucket).read_run()
         assert run.lora is not None and run.lora.sync == sync and run.lora.r == 4 and run.lora.alpha == 8.0
@@ -121,6 +128,20 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
         # the policy moved away from the base by more than the rollout differs from it: the test tells them apart
         moved = max(abs(a - b) for a, b in zip(policy_logprobs(policy, base_tokens), base_logprobs))
         assert moved > max(4 * error, 1e-3), (moved, error)
+
+        if sync == "adapter":  # a second trainer process resumes the adapter; the server follows on, no restart
+            session.close()
+            again = TrainingSession(config)
+            stack.callback(again.close)
+            resumed = train(again, 5)
+            assert (resumed.resumed_from, resumed.resumed_hash) == (status.version, status.state_hash)
+            s = wait_until(lambda: (r := rollout_status(rollout.url))["version"] == resumed.version and r, 60,
+                           "the rollout to serve the resumed run's last version")
+            assert s["state_hash"] == resumed.state_hash and s["last_error"] is None
+            version, tokens, logprobs = greedy(rollout.url)
+            policy = again.parts.model.eval()
+            assert version == resumed.version
+            assert max(abs(a - b) for a, b in zip(logprobs, policy_logprobs(policy, tokens))) < TOLERANCE[sync]
 
         if stranger is not None:  # another base: refused in one line, nothing from the bucket served
             refusal = r"this server's model hashes to sum128:[0-9a-f]+: start it with the run's base model"

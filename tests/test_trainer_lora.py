@@ -84,15 +84,60 @@ def test_the_flags_ask_for_an_adapter(model: str) -> None:
     assert (defaults.lora_r, defaults.lora_targets, defaults.lora_sync) == (0, DEFAULT_TARGETS, "merged")
 
 
-def test_a_lora_run_refuses_a_bucket_that_holds_versions(model: str, tmp_path) -> None:
+def _parts(bucket: str, model: str, previous=None, **changes):
+    """TrainerParts of a LoRA run on `bucket`, after a run whose LoRA settings were `previous` (None: no run.json)."""
+    from trainer_space.fleet import FleetRun
     from trainer_space.parts import TrainerParts
+    from wire.fleet import RunState
+    from wire.fleet_bucket import FleetBucket
+
+    config = TrainerConfig(bucket, None, model, **{"lora_r": 4, "lora_sync": "adapter", **changes})
+    fleet_bucket = FleetBucket(bucket)
+    if previous is not None:
+        before = FleetRun(config, fleet_bucket, run_id="before")
+        before.know_lora(previous)
+        before.send(RunState.STOPPED, 1)
+    return TrainerParts(config, None, threading.Event(), fleet=FleetRun(config, fleet_bucket, run_id="now"))
+
+
+def _publish_adapter(bucket: str, model: str) -> dict[str, torch.Tensor]:
+    adapter = {n: t.clone() for n, t in adapter_tensors(peft_model(model, settings(model))).items()}
+    with delta.Publisher(bucket) as publisher:
+        publisher.publish(adapter)
+        publisher.flush()
+    return adapter
+
+
+def test_an_adapter_run_resumes_the_bucket_s_adapter_bit_for_bit(model: str, tmp_path) -> None:
+    from peft import get_peft_model
 
     bucket = str(tmp_path / "bucket")
-    with delta.Publisher(bucket) as publisher:
-        publisher.publish(delta.load_state(model))
-        publisher.flush()
-    with pytest.raises(ValueError, match="holds version 1: a LoRA run starts on an empty bucket"):
-        TrainerParts(TrainerConfig(bucket, None, model, lora_r=4), None, threading.Event())
+    stored = _publish_adapter(bucket, model)
+    parts = _parts(bucket, model, previous=settings(model))
+    try:
+        manifest = delta.read_manifest(delta.open_storage(bucket))
+        assert (parts.resumed_from, parts.resumed_hash) == (1, manifest.latest.state_hash)
+        assert parts.callback.version == 1 and parts.publisher.state_version == 1
+        wrapped = get_peft_model(parts.model, parts.lora.peft_config())  # as TRL does when the first run begins
+        master = parts._master_of(wrapped)
+        assert all(torch.equal(master[n], stored[n]) for n in stored)  # the PEFT model holds the stored adapter
+        assert delta.state_digest(master).hexdigest == manifest.latest.state_hash
+    finally:
+        parts.close(10)
+
+
+@pytest.mark.parametrize("previous, changes, match", [
+    (None, {}, "holds version 1 and no LoRA run's settings beside it: a LoRA run resumes only an adapter"),
+    ("same", {"lora_sync": "merged"}, "holds version 1: resuming a merged LoRA run is not built"),
+    ("same", {"lora_r": 8}, r"written by a LoRA run of other settings: r 4 \(this run: 8\), alpha 8.0 \(this run: 16.0\)"),
+    ("other base", {}, "written by a LoRA run of other settings: base 'sum128:0+' "),
+])
+def test_a_lora_run_refuses_a_bucket_it_cannot_resume(model: str, tmp_path, previous, changes, match) -> None:
+    bucket = str(tmp_path / "bucket")
+    _publish_adapter(bucket, model)
+    before = {None: None, "same": settings(model), "other base": settings(model, base_hash="sum128:" + "0" * 32)}
+    with pytest.raises(ValueError, match=match):
+        _parts(bucket, model, previous=before[previous], **changes)
 
 
 def test_a_lora_run_is_not_announced_as_running_before_its_base_is_known(tmp_path) -> None:

@@ -96,7 +96,8 @@ class TrainerConfig:
             model; above 0 TRL loads one more copy of the model and runs it on every step's games.
         lora_r: Rank of a LoRA adapter to train instead of every weight (PEFT through TRL's `peft_config`); 0 (the
             default): no adapter. A LoRA run needs the fleet (the servers learn the adapter from the run's settings),
-            one rank and an empty bucket (resuming a LoRA run is not built).
+            one rank, and an empty bucket in merged mode; in adapter mode it resumes the bucket's adapter when the run
+            before it had the same settings and base (`lora.stored_adapter`).
         lora_alpha: LoRA's alpha (updates scaled by alpha / r); None: 2 * lora_r.
         lora_targets: Names of the modules adapted; default every attention and MLP projection.
         lora_sync: How the adapter reaches the servers (`wire.lora`): "merged" publishes the base with the adapter

@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exams sample greedily (default: at the training temperature, with a fixed seed)")
     parser.add_argument("--lora-r", type=int, default=defaults.lora_r,
                         help="train a LoRA adapter of this rank instead of every weight (default 0: no adapter; needs the "
-                             "fleet and an empty bucket); see the README's LoRA section")
+                             "fleet; merged runs an empty bucket); see the README's LoRA section")
     parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA's alpha (default: 2 * --lora-r)")
     parser.add_argument("--lora-targets", default=",".join(defaults.lora_targets),
                         help="comma-separated names of the modules adapted (default: every attention and MLP projection)")

@@ -9,18 +9,25 @@ after every optimizer step (`weights.cast_into`):
 - ``merged``: a read-only mapping under the checkpoint's names whose item is computed when read: an adapted
   projection's weight is its frozen base weight plus PEFT's `get_delta_weight` (B @ A * alpha / r) in float32,
   any other tensor the model's own; the cast into the published state rounds it to the checkpoint's dtype.
+
+Resuming (`stored_adapter`, `load_adapter`): an adapter run on a bucket that holds versions of an adapter run of the
+same settings on the same base loads the bucket's latest adapter into the PEFT model; a merged run cannot resume.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 
 import torch
 
+import delta
 from wire.lora import LoraSettings
 
 from .config import TrainerConfig
 from .weights import checkpoint_dtypes
+
+logger = logging.getLogger(__name__)
 
 #: PEFT's name of the one adapter a run trains (dropped from the published names, as PEFT does when it saves).
 ADAPTER = "default"
@@ -94,3 +101,65 @@ def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, 
     """The master tensors the publish callback casts into the published state for a PEFT `model` (see the module
     docstring): `adapter_tensors` or `MergedWeights`."""
     return adapter_tensors(model) if sync == "adapter" else MergedWeights(model, folder)
+
+
+def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | None
+                   ) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
+    """What a LoRA run resumes from `bucket`: (0, None, None) when it is empty; else, for an adapter run whose
+    settings are those of the run before it (`previous`, read from the run's settings before this run wrote its own),
+    the bucket's latest version, its state hash (of the tensors loaded) and the adapter's tensors.
+
+    Raises:
+        ValueError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not give
+            the adapter back; resuming a merged run is not built), or an adapter of other settings or another base,
+            or versions without a LoRA run's settings beside them. The message says which; use a new bucket.
+        delta.DeltaError, OSError: the bucket cannot be read.
+    """
+    storage = delta.open_storage(bucket)
+    manifest = delta.read_manifest(storage)
+    if manifest is None or manifest.latest is None:
+        return 0, None, None
+    held = f"bucket {bucket} holds version {manifest.latest.version}"
+    if lora.sync == "merged":
+        raise ValueError(f"{held}: resuming a merged LoRA run is not built (the merged weights do not give the adapter "
+                         "back); use a new bucket, or --lora-sync adapter")
+    if previous is None:
+        raise ValueError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use a new "
+                         "bucket")
+    mine = (lora.sync, lora.r, lora.alpha, lora.targets, lora.base_hash)
+    theirs = (previous.sync, previous.r, previous.alpha, previous.targets, previous.base_hash)
+    if mine != theirs:
+        fields = ", ".join(f"{n} {a!r} (this run: {b!r})" for n, a, b in zip(("sync", "r", "alpha", "targets", "base"),
+                                                                             theirs, mine) if a != b)
+        raise ValueError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its settings")
+    sub = delta.Subscriber(storage)
+    try:
+        version = sub.sync(manifest.latest.version)
+        state = sub.state
+        digest = sub.digest
+    finally:
+        sub.close()
+    if state is None:
+        raise ValueError(f"{held} but its state could not be read")
+    logger.info("resuming the LoRA adapter from %s at version %d", bucket, version)
+    return int(version), digest.hexdigest if digest is not None else None, dict(state)
+
+
+@torch.no_grad()
+def load_adapter(adapter: Mapping[str, torch.Tensor], stored: Mapping[str, torch.Tensor]) -> None:
+    """Copy a resumed adapter's tensors into the PEFT model's (`adapter_tensors`), bit for bit, after checking names,
+    shapes and dtypes.
+
+    Raises:
+        delta.StateMismatchError: the stored adapter is not this model's (other names, shapes or dtypes).
+    """
+    if set(adapter) != set(stored):
+        extra = sorted(set(adapter) ^ set(stored))[:3]
+        raise delta.StateMismatchError(f"the bucket's adapter holds other tensors than the model's (e.g. {extra})")
+    for name, tensor in adapter.items():
+        src = stored[name]
+        if src.shape != tensor.shape or src.dtype != tensor.dtype:
+            raise delta.StateMismatchError(f"{name}: the bucket's adapter has {src.dtype} {tuple(src.shape)}, the "
+                                           f"model's {tensor.dtype} {tuple(tensor.shape)}")
+    for name, tensor in adapter.items():
+        tensor.copy_(stored[name])

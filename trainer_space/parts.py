@@ -22,7 +22,7 @@ from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
-from .lora import lora_master, lora_settings
+from .lora import load_adapter, lora_master, lora_settings, stored_adapter
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
@@ -59,11 +59,13 @@ class TrainerParts:
         rollouts: GRPOTrainer's `rollout_func`: `WordleRollouts` (request mode) or `FleetRollouts`.
         lora: The run's LoRA settings, written into the run's settings (None: every weight trains). The model stays
             the plain model until the session's first GRPOTrainer wraps it with PEFT (`peft_config`); `model` is then
-            the PEFT model, which later runs train on.
+            the PEFT model, which later runs train on. An adapter run resumed from the bucket loads the bucket's adapter
+            into it then (`lora.stored_adapter`, `lora.load_adapter`); `resumed_from` and `resumed_hash` are set here.
 
     Raises:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
         delta.StateMismatchError: the bucket holds another model.
+        ValueError: a LoRA run on a bucket it cannot resume (`lora.stored_adapter` says why), or on several ranks.
         delta.DeltaError: the bucket cannot be read.
     """
 
@@ -84,22 +86,29 @@ class TrainerParts:
         published = published_state(master, c.model)
         #: The run's LoRA settings (None: every weight trains); the base's hash is that of the folder's tensors.
         self.lora: LoraSettings | None = None
+        #: A resumed adapter, loaded into the PEFT model when the first run wraps it (`_master_of`).
+        self._stored_adapter: dict[str, torch.Tensor] | None = None
         if c.lora:
             if ranks.world > 1:
                 raise ValueError(f"a LoRA run trains on one rank (several is not built yet), got {ranks.world}")
-            _empty_bucket_for_lora(c.bucket)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
-        version, verified = resume(published, c.bucket)
+            version, verified, self._stored_adapter = stored_adapter(
+                c.bucket, self.lora, fleet.previous_lora if fleet is not None else None)
+        else:
+            version, verified = resume(published, c.bucket)
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:
-            cast_into(master, published)
+            if self.lora is None:
+                cast_into(master, published)
             self.resumed_from, self.resumed_hash = version, verified
         self.publisher: delta.Publisher | None = None
         self.payloads: PayloadLog | None = None
         if c.publish:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
             base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
+            if self.lora is not None:
+                base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
                 earlier = up_to(history, version) if history is not None else None
@@ -123,6 +132,9 @@ class TrainerParts:
         if self.lora is None:
             return master_tensors(model, self.config.model)
         master = lora_master(model, self.config.model, self.lora.sync)
+        if self._stored_adapter is not None:  # resumed: the bucket's adapter into the PEFT model, bit for bit
+            load_adapter(master, self._stored_adapter)
+            self._stored_adapter = None
         if self.lora.sync == "adapter" and self.payloads is not None:  # the dense figure is the adapter's
             self.payloads.dense_bytes = sum(t.numel() * t.element_size() for t in master.values())
         return master
@@ -177,11 +189,3 @@ class TrainerParts:
             if self.payloads is not None:
                 self.payloads.close(5.0 if end is None else max(0.0, end - time.monotonic()))
 
-
-def _empty_bucket_for_lora(bucket: str) -> None:
-    """Raise ValueError unless `bucket` holds no version: a LoRA run starts from the base (resuming one is not built:
-    the merged weights do not give the adapter back, and the adapter's state would need loading under PEFT)."""
-    manifest = delta.read_manifest(delta.open_storage(bucket))
-    if manifest is not None and manifest.latest is not None:
-        raise ValueError(f"bucket {bucket} holds version {manifest.latest.version}: a LoRA run starts on an empty "
-                         "bucket (resuming a LoRA run is not built yet); use a new bucket")
