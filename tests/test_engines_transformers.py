@@ -277,3 +277,16 @@ def test_an_adapter_is_served_under_peft_in_place_and_taken_off_again(model_dir:
         engine.serve_adapter(None)  # the base again, from the folder, without PEFT's layers
         assert engine.version == 0 and list(engine.state) == list(delta.load_state(model_dir))
         assert engine.prompt_logprobs([ids]) == [base]
+
+
+def test_an_adapter_whose_targets_match_nothing_is_refused_and_the_base_served(model_dir: str) -> None:
+    from tests._lora import settings
+
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=3) as engine:
+        [base] = engine.prompt_logprobs([ids])
+        engine.serve_adapter(settings(model_dir))
+        with pytest.raises(EngineError, match="switching the LoRA adapter failed while serving version 0: .*no_such_proj"):
+            engine.serve_adapter(settings(model_dir, targets=("no_such_proj",)))
+        assert engine.version == 0 and list(engine.state) == list(delta.load_state(model_dir))
+        assert engine.prompt_logprobs([ids]) == [base]

@@ -33,6 +33,13 @@ logger = logging.getLogger(__name__)
 ADAPTER = "default"
 
 
+def wrapped(model: torch.nn.Module) -> bool:
+    """Whether `model` is a PEFT model (TRL wrapped it for a LoRA run)."""
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
 def lora_settings(config: TrainerConfig, base_hash: str) -> LoraSettings:
     """The run's `LoraSettings` for `config` (a LoRA run), on a base whose published state hashes to `base_hash`."""
     return LoraSettings(sync=config.lora_sync, r=config.lora_r, alpha=config.lora_alpha or 2.0 * config.lora_r,

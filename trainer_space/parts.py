@@ -22,7 +22,7 @@ from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
-from .lora import load_adapter, lora_master, lora_settings, stored_adapter
+from .lora import load_adapter, lora_master, lora_settings, stored_adapter, wrapped
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
@@ -160,7 +160,7 @@ class TrainerParts:
     def trainable(self) -> int | None:
         """Parameters the optimizer trains: the adapter's in a LoRA run (None until the first run wrapped the model
         with PEFT), else every one."""
-        if self.lora is not None and not hasattr(self.model, "peft_config"):
+        if self.lora is not None and not wrapped(self.model):
             return None
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 

@@ -407,7 +407,11 @@ class TrainingSession:
         rows = max(c.max_steps * c.groups_per_step, 1)
         dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
         # A LoRA run: TRL wraps the model with PEFT in the first run's trainer; later runs train that PEFT model.
-        peft = parts.lora.peft_config() if parts.lora is not None and not hasattr(parts.model, "peft_config") else None
+        peft = None
+        if parts.lora is not None:
+            from .lora import wrapped
+
+            peft = None if wrapped(parts.model) else parts.lora.peft_config()
         trainer = OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
                                        train_dataset=dataset, processing_class=parts.tokenizer,
                                        rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],

@@ -61,25 +61,23 @@ class TransformersEngine(Engine):
     @torch.inference_mode(False)
     @torch.no_grad()
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        from peft import PeftModel, get_peft_model
+
         base = delta.load_state(self.config.model)
-        if hasattr(self._model, "peft_config"):  # a PEFT model: the plain modules back, no merge
+        if isinstance(self._model, PeftModel):  # the plain modules back, no merge
             self._model = self._model.unload()
         params = self._model.state_dict()
         for name, tensor in base.items():
             params[name].copy_(tensor)
+        # The base at version 0 from here: what the engine serves if wrapping fails below.
+        self._state, self._params, self._version = base, params, 0
         if lora is None:
-            self._state, self._params = base, params
-        else:
-            from peft import get_peft_model
-
-            self._model = get_peft_model(self._model, lora.peft_config()).eval()
-            adapter = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in self._model.named_parameters()
-                       if ".lora_A." in name or ".lora_B." in name}
-            if not adapter:
-                raise ValueError(f"the run's LoRA targets {list(lora.targets)} match none of the model's modules")
-            self._params = adapter
-            self._state = {name: p.to("cpu", torch.float32, copy=True) for name, p in sorted(adapter.items())}
-        self._version = 0
+            return
+        model = get_peft_model(self._model, lora.peft_config()).eval().requires_grad_(False)
+        adapter = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
+                   if ".lora_A." in name or ".lora_B." in name}
+        self._model, self._params = model, adapter
+        self._state = {name: p.to("cpu", torch.float32, copy=True) for name, p in sorted(adapter.items())}
 
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
