@@ -143,7 +143,9 @@ class Follower:
 
         Raises:
             LoraRefusedError: the run's base is not this server's model (its state hash differs), or the engine
-                serves no adapter; the engine and the follower are unchanged.
+                serves no adapter: the engine and the follower are unchanged. Or the engine failed to build the
+                adapter (its targets match none of the model's modules): it then serves the base at version 0, and
+                the next call tries again.
         """
         if lora == self.lora:
             return
