@@ -32,8 +32,9 @@ PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
 ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
 #: Most difference of a logprob between the rollout and the trainer's float32 policy: merged, the rollout computes
 #: in float32 on the merged weights rounded to bf16; adapter, on the same float32 base and adapter, only the order
-#: of operations differs.
-TOLERANCE = {"merged": 0.05, "adapter": 1e-4}
+#: of operations differs. Measured on the tiny model: 4e-4 (merged) and 5e-7 (adapter), the policy moving 0.2-0.3 from
+#: the base.
+TOLERANCE = {"merged": 0.01, "adapter": 1e-4}
 
 
 def rollout_status(url: str) -> dict:
