@@ -82,6 +82,8 @@ class Follower:
         #: The state hash of the engine's model as loaded: a LoRA run on another base is refused (`adopt`).
         self.base_hash = base.hexdigest
         self.lora: LoraSettings | None = None  # the LoRA run followed (`adopt`)
+        #: Why the last run read was refused (`adopt`), shown as `status()`'s last error; None once one is followed.
+        self.refusal: str | None = None
         version, digest = self._version_of_model(storage, base)
         if version is not None:
             engine.update({}, version)
@@ -148,7 +150,18 @@ class Follower:
                 the next call tries again.
         """
         if lora == self.lora:
+            self.refusal = None
             return
+        try:
+            self._adopt(lora)
+        except LoraRefusedError as e:
+            self.refusal = str(e)
+            raise
+        self.refusal = None
+        logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
+
+    def _adopt(self, lora: LoraSettings | None) -> None:
+        """`adopt`'s work, for a run other than the one followed."""
         if lora is not None and lora.base_hash != self.base_hash:
             raise LoraRefusedError(f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
                                    f"server's model hashes to {self.base_hash}: start it with the run's base model")
@@ -160,7 +173,6 @@ class Follower:
         if adapter is not None or (self.lora is not None and self.lora.sync == "adapter"):
             self._follow_anew(adapter)
         self.lora = lora
-        logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
 
     def _follow_anew(self, adapter: LoraSettings | None) -> None:
         """Switch the engine to `adapter` (None: full weights) and follow its new state from the bucket's anchor."""
@@ -311,5 +323,5 @@ class Follower:
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
         digest = self._subscriber.digest
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
-                "last_error": self._engine_error or status.last_error,
+                "last_error": self._engine_error or self.refusal or status.last_error,
                 "state_hash": digest.hexdigest if digest is not None else None}

@@ -26,6 +26,7 @@ from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, play_games
 from .priority import BehindTrainer, TrainerFirst
 from .producer import GroupProducer
+from .run_watch import RunWatch
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class RolloutService:
         self._showcase: threading.Thread | None = None
         self._gate = TrainerFirst()
         self.producer: GroupProducer | None = None
+        self.run_watch: RunWatch | None = None
         self.examiner: Examiner | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -111,12 +113,22 @@ class RolloutService:
                                       adopt=self.follower.adopt if self.follower is not None else None)
         return self.producer
 
+    def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:
+        """Without a producer (`--no-produce`): follow the state the run's settings name (a LoRA run's adapter, or
+        full weights) from a thread of its own once started (`run_watch.RunWatch`); returns it."""
+        if self.follower is None:
+            raise ValueError("a server that follows no bucket has no run to watch")
+        self.run_watch = RunWatch(bucket, self.follower.adopt, poll_s)
+        return self.run_watch
+
     def start(self) -> None:
         """Start following the bucket, producing games for the fleet and, if configured, the showcase games."""
         if self.follower is not None:
             self.follower.start()
         if self.producer is not None:
             self.producer.start()
+        if self.run_watch is not None:
+            self.run_watch.start()
         if self.limits.showcase_every > 0 and self.env is not None:
             self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
             self._showcase.start()
@@ -146,6 +158,8 @@ class RolloutService:
             self._showcase.join(left())
         if self.producer is not None:
             self.producer.close(left())
+        if self.run_watch is not None:
+            self.run_watch.close(left())
         if self.env is not None:
             self.env.close()
         self.engine.close(engine_timeout)
