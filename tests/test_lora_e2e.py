@@ -149,4 +149,4 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
             wait_until(lambda: re.search(refusal, stranger.output()), 30, "the other base's refusal")
             other_status = rollout_status(stranger.url)
             assert other_status["version"] == 0 and other_status["fleet_state"] == "error"
-            assert other_status["groups_written"] == 0
+            assert other_status["groups_written"] == 0 and re.search(refusal, other_status["last_error"])
