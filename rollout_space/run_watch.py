@@ -5,7 +5,6 @@ that state (`follower.Follower.adopt`), as the producer does before each batch o
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from delta import StorageError
@@ -13,6 +12,7 @@ from wire.errors import RolloutError
 from wire.fleet import FleetMessageError
 from wire.fleet_bucket import FleetBucket
 from wire.lora import LoraSettings
+from wire.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -36,32 +36,28 @@ class RunWatch:
         self.adopt = adopt
         self.interval = interval
         self.last_error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="run-watch", daemon=True)
+        self._reader = Periodic(self._read, interval, "run-watch")
 
     def start(self) -> RunWatch:
-        self._thread.start()
+        self._reader.start()
         return self
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop reading; waits up to `timeout` s for a read (or a switch of the engine's state) in flight."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._reader.close(timeout)
 
     def poll(self) -> None:
         """Read the run once and follow the state it names (raises what reading or `adopt` raises)."""
         run = self.bucket.read_run()
         self.adopt(run.lora if run is not None else None)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll()
-            except (OSError, StorageError, FleetMessageError, RolloutError) as e:
-                if str(e) != self.last_error:
-                    logger.warning("not following the run's settings: %s", e)
-                self.last_error = str(e)
-            else:
-                self.last_error = None
-            self._stop.wait(self.interval)
+    def _read(self) -> None:
+        """`poll`, its failures logged (once per message) and kept in `last_error`."""
+        try:
+            self.poll()
+        except (OSError, StorageError, FleetMessageError, RolloutError) as e:
+            if str(e) != self.last_error:
+                logger.warning("not following the run's settings: %s", e)
+            self.last_error = str(e)
+        else:
+            self.last_error = None
