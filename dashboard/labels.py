@@ -14,6 +14,12 @@ def counted(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 
 
+def lora_label(sync: str, r: int, alpha: float, targets: tuple[str, ...]) -> str:
+    """A LoRA run in words: "LoRA r 16 (alpha 32) on q_proj, k_proj, v_proj, published as the adapter alone"."""
+    how = "the adapter alone" if sync == "adapter" else "merged into the base"
+    return f"LoRA r {r} (alpha {alpha:g}) on {', '.join(targets)}, published as {how}"
+
+
 def public_location(location: str | None) -> str:
     """A bucket or model as a visitor may see it: URLs (``s3://``, ``hf://``, ``https://``) and Hub ids
     as they are; a local path as "local folder NAME" (its last part), since the full path shows this

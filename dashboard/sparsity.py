@@ -73,6 +73,10 @@ class SparsityGrid:
         return self.cells.get((row, kind))
 
 
+#: PEFT's modules of a LoRA adapter's two matrices (its tensors' names end in ``<projection>.lora_A.weight``).
+_LORA_MODULES = ("lora_A", "lora_B")
+
+
 def kind_of(name: str) -> tuple[str, str]:
     """(row, kind) of a tensor name.
 
@@ -84,6 +88,8 @@ def kind_of(name: str) -> tuple[str, str]:
         ('layer 3', 'q_proj')
         >>> kind_of("lm_head.weight")
         ('other', 'lm_head')
+        >>> kind_of("base_model.model.model.layers.0.mlp.up_proj.lora_B.weight")  # PEFT's name of an adapter's tensor
+        ('layer 0', 'up_proj.lora_B')
     """
     match = _LAYER.search(name)
     row = f"layer {int(match.group(1))}" if match else NON_LAYER_ROW
@@ -93,14 +99,20 @@ def kind_of(name: str) -> tuple[str, str]:
     if not modules:
         return row, param or name
     kind = modules[-1]
+    if kind in _LORA_MODULES and len(modules) > 1:  # a LoRA adapter's tensor: its projection's column, A and B apart
+        kind = f"{modules[-2]}.{kind}"
     if param and param not in _PARAM_NAMES:
         kind = f"{kind}.{param}"
     return row, kind
 
 
 def _ordered(kinds: Iterable[str], order: Sequence[str]) -> list[str]:
+    """`kinds` in `order`, then the rest: those of a module in `order` (``q_proj.lora_A``) in its order, then by
+    name."""
     kinds = set(kinds)
-    return [k for k in order if k in kinds] + sorted(kinds - set(order))
+    rank = {k: i for i, k in enumerate(order)}
+    rest = sorted(kinds - set(order), key=lambda k: (rank.get(k.split(".")[0], len(order)), k))
+    return [k for k in order if k in kinds] + rest
 
 
 def sparsity(header: DeltaHeader, names: Iterable[str] | Mapping[str, Sequence[int]] | None = None) -> SparsityGrid:

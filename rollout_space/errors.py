@@ -10,6 +10,11 @@ class EnvUnavailableError(RolloutError):
     """The env Space did not answer, or refused a request; the message says which and what to check."""
 
 
+class LoraRefusedError(RolloutError, ValueError):
+    """A LoRA run this server cannot follow (another base model, an engine that serves no adapter); the message
+    says which, in one line, and the server serves what it served before."""
+
+
 class LimitExceededError(RolloutError, ValueError):
     """A request asked for more than the server's caps (prompts per batch, tokens, games); nothing ran.
 

@@ -23,8 +23,11 @@ from dataclasses import dataclass
 import delta
 from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
 
+from wire.lora import LoraSettings
+
 from .engines import Engine
 from .engines.errors import EngineError
+from .errors import LoraRefusedError
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +78,17 @@ class Follower:
                  history: int = 200) -> None:
         self.engine = engine
         storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
-        version, digest = self._version_of_model(storage)
+        base = delta.state_digest(engine.state)
+        #: The state hash of the engine's model as loaded: a LoRA run on another base is refused (`adopt`).
+        self.base_hash = base.hexdigest
+        self.lora: LoraSettings | None = None  # the LoRA run followed (`adopt`)
+        #: Why the last run read was refused (`adopt`), shown as `status()`'s last error; None once one is followed.
+        self.refusal: str | None = None
+        version, digest = self._version_of_model(storage, base)
         if version is not None:
             engine.update({}, version)
+        self._config = config
+        self._started = False
         self._subscriber = delta.Subscriber(storage, engine.state, version=version, digest=digest, config=config,
                                             on_update=self._queue)
         self._records: deque[SyncRecord] = deque(maxlen=history)
@@ -101,7 +112,7 @@ class Follower:
         finishes the batch in flight (None before the first)."""
         return self._subscriber.version
 
-    def _version_of_model(self, storage: Storage) -> tuple[int | None, delta.StateDigest | None]:
+    def _version_of_model(self, storage: Storage, digest: delta.StateDigest) -> tuple[int | None, delta.StateDigest | None]:
         """The bucket's version whose state hash is the model's, if any (then no anchor needs fetching), with
         the model's digest (so the subscriber need not hash it again).
 
@@ -114,14 +125,73 @@ class Follower:
             return None, None
         if manifest is None:
             return None, None
-        digest = delta.state_digest(self.engine.state)
         matches = [v.version for v in manifest.versions if v.state_hash == digest.hexdigest]
         return (max(matches), digest) if matches else (None, None)
 
     def start(self) -> None:
         """Follow the bucket in a background thread, and load what it decodes in another."""
+        self._started = True
         self._loader.start()
         self._subscriber.start()
+
+    def adopt(self, lora: LoraSettings | None) -> None:
+        """Follow the published state the run's settings name (`RunSettings.lora`), without a restart.
+
+        Full weights and a merged LoRA run are followed alike; a run in adapter mode makes the engine serve the
+        adapter under PEFT (`Engine.serve_adapter`) and the follower follow the adapter's tensors from the bucket's
+        newest anchor; leaving adapter mode restores the base and follows the full weights from the anchor. A
+        version decoded but not loaded yet is dropped. Called by the fleet's producer each time it reads the run,
+        from its thread; cheap when nothing changed.
+
+        Raises:
+            LoraRefusedError: the run's base is not this server's model (its state hash differs), or the engine
+                serves no adapter: the engine and the follower are unchanged. Or the engine failed to build the
+                adapter (its targets match none of the model's modules): it then serves the base at version 0, and
+                the next call tries again.
+        """
+        if lora == self.lora:
+            self.refusal = None
+            return
+        try:
+            self._adopt(lora)
+        except LoraRefusedError as e:
+            self.refusal = str(e)
+            raise
+        self.refusal = None
+        logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
+
+    def _adopt(self, lora: LoraSettings | None) -> None:
+        """`adopt`'s work, for a run other than the one followed."""
+        if lora is not None and lora.base_hash != self.base_hash:
+            raise LoraRefusedError(f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
+                                   f"server's model hashes to {self.base_hash}: start it with the run's base model")
+        adapter = lora if lora is not None and lora.sync == "adapter" else None
+        if adapter is not None and not self.engine.adapters:
+            raise LoraRefusedError(f"the run publishes a LoRA adapter; the {type(self.engine).__name__} serves none "
+                                   "(only the transformers engine does): start this server with --engine transformers "
+                                   "or run the trainer with --lora-sync merged")
+        if adapter is not None or (self.lora is not None and self.lora.sync == "adapter"):
+            self._follow_anew(adapter)
+        self.lora = lora
+
+    def _follow_anew(self, adapter: LoraSettings | None) -> None:
+        """Switch the engine to `adapter` (None: full weights) and follow its new state from the bucket's anchor."""
+        storage = self._subscriber.storage
+        self._subscriber.close()
+        with self._hold, self.engine.paused():
+            with self._arrived:
+                self._pending = []
+            try:
+                self.engine.serve_adapter(adapter)
+            except EngineError as e:
+                raise LoraRefusedError(f"cannot serve the run's adapter: {e}") from e
+            finally:  # a subscriber on whatever state the engine holds now, refused or not
+                self._subscriber = delta.Subscriber(storage, self.engine.state, config=self._config,
+                                                    on_update=self._queue)
+                with self._lock:
+                    self._last_header = None
+                if self._started:
+                    self._subscriber.start()
 
     def sync(self) -> int | None:
         """Catch up now, in the caller's thread; returns the version served (None if the bucket is empty
@@ -253,5 +323,5 @@ class Follower:
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
         digest = self._subscriber.digest
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
-                "last_error": self._engine_error or status.last_error,
+                "last_error": self._engine_error or self.refusal or status.last_error,
                 "state_hash": digest.hexdigest if digest is not None else None}

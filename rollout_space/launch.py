@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> None:
         # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
         service.attach_producer(FleetBucket(args.bucket, secret=args.token), server_id, poll_s=polling.poll_interval)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
+    else:  # no games for the fleet, but the state the run names (a LoRA run's adapter) is still followed
+        service.watch_run(FleetBucket(args.bucket, secret=args.token), poll_s=polling.poll_interval)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)
     if not args.token:

@@ -32,6 +32,7 @@ from wire.fleet import (
 )
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import HeartbeatWatch
+from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
 from .engines.errors import EngineError
@@ -66,11 +67,14 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        examine: Called with the run's settings before each batch, and once per version held while the bucket is
-            full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must not raise. Only on
-            the run's examiner (`examines`: one server per run, so the others go on producing and each version has
-            one record), and never before this server's first batch for the run: the trainer's first step waits on
-            groups, not on the exam of version 0.
+        adopt: Called with the run's LoRA settings (`RunSettings.lora`) each time the run is read, before anything
+            is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
+            (`LoraRefusedError`: another base) is logged as a failure and no game is played for the run.
+        examine: Called with the run's settings before each batch, after `catch_up`, and once per version held
+            while the bucket is full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must
+            not raise. Only on the run's examiner (`examines`: one server per run, so the others go on producing
+            and each version has one record), and never before this server's first batch for the run: the
+            trainer's first step waits on groups, not on the exam of version 0.
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
@@ -82,8 +86,10 @@ class GroupProducer:
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
                  catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings], object] | None = None,
-                 max_games: int = 256, max_tokens: int = 1024) -> None:
+                 max_games: int = 256, max_tokens: int = 1024,
+                 adopt: Callable[[LoraSettings | None], object] | None = None) -> None:
         self.play = play
+        self.adopt = adopt
         self.max_games = max_games
         self.max_tokens = max_tokens
         self.catch_up = catch_up
@@ -246,6 +252,8 @@ class GroupProducer:
             self.state, self.run_id = ServerState.NO_RUN, None
             return self.poll_s
         self.run_id = run.run_id
+        if self.adopt is not None:  # the state the run publishes (a LoRA adapter, merged weights): before any game
+            self.adopt(run.lora)
         if run.state != RunState.RUNNING:
             self.state = ServerState.PAUSED
             return self.poll_s

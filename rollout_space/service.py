@@ -26,6 +26,7 @@ from .follower import Follower, SyncRecord
 from .games import GameSpec, PlayParams, play_games
 from .priority import BehindTrainer, TrainerFirst
 from .producer import GroupProducer
+from .run_watch import RunWatch
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class RolloutService:
         self._showcase: threading.Thread | None = None
         self._gate = TrainerFirst()
         self.producer: GroupProducer | None = None
+        self.run_watch: RunWatch | None = None
         self.examiner: Examiner | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -107,8 +109,17 @@ class RolloutService:
         self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
                                       examine=self.examiner.maybe if self.examiner is not None else None,
-                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens)
+                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
+                                      adopt=self.follower.adopt if self.follower is not None else None)
         return self.producer
+
+    def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:
+        """Without a producer (`--no-produce`): follow the state the run's settings name (a LoRA run's adapter, or
+        full weights) from a thread of its own once started (`run_watch.RunWatch`); returns it."""
+        if self.follower is None:
+            raise ValueError("a server that follows no bucket has no run to watch")
+        self.run_watch = RunWatch(bucket, self.follower.adopt, poll_s)
+        return self.run_watch
 
     def start(self) -> None:
         """Start following the bucket, producing games for the fleet and, if configured, the showcase games."""
@@ -116,6 +127,8 @@ class RolloutService:
             self.follower.start()
         if self.producer is not None:
             self.producer.start()
+        if self.run_watch is not None:
+            self.run_watch.start()
         if self.limits.showcase_every > 0 and self.env is not None:
             self._showcase = threading.Thread(target=self._play_showcase, name="showcase-games", daemon=True)
             self._showcase.start()
@@ -145,6 +158,8 @@ class RolloutService:
             self._showcase.join(left())
         if self.producer is not None:
             self.producer.close(left())
+        if self.run_watch is not None:
+            self.run_watch.close(left())
         if self.env is not None:
             self.env.close()
         self.engine.close(engine_timeout)
@@ -239,6 +254,7 @@ class RolloutService:
             fleet_state=str(producer.state) if producer is not None else None,
             fleet_run=producer.run_id if producer is not None else None,
             groups_written=producer.groups_written if producer is not None else 0,
+            lora=self.follower.lora if self.follower is not None else None,
         )
 
     def _served_hash(self) -> str | None:

@@ -19,7 +19,7 @@ from dashboard import games, sparsity
 from dashboard import render
 from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
-from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
 from dashboard.mount import mount_ui as _mount
 from webguard import client_address
 from wire.errors import RolloutError
@@ -65,6 +65,9 @@ def status_markdown(status: RolloutStatus) -> str:
         run = f" for run `{html.escape(status.fleet_run)}`" if status.fleet_run else ""
         lines.append(f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "
                      f"{status.groups_written} game groups handed in through the bucket")
+    if status.lora is not None:
+        lora = status.lora
+        lines.append(f"following {html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}")
     if status.note:
         lines.append(f"note: {html.escape(status.note)}")
     error = status.last_error

@@ -20,6 +20,8 @@ from ._dashboard_states import LAYERS, changed_copy, header_of, qwen3_state
     ("model.norm.weight", (NON_LAYER_ROW, "norm")),
     ("lm_head.weight", (NON_LAYER_ROW, "lm_head")),
     ("scale", (NON_LAYER_ROW, "scale")),
+    ("base_model.model.model.layers.4.self_attn.q_proj.lora_A.weight", ("layer 4", "q_proj.lora_A")),
+    ("base_model.model.model.layers.4.mlp.down_proj.lora_B.weight", ("layer 4", "down_proj.lora_B")),
 ])
 def test_kind_of(name: str, expected: tuple[str, str]) -> None:
     assert kind_of(name) == expected
@@ -74,3 +76,16 @@ def test_header_and_names_are_not_modified() -> None:
     before = (header, list(names))
     sparsity(header, names)
     assert (header, names) == before
+
+
+def test_an_adapter_s_delta_has_a_column_per_projection_and_matrix_in_the_layer_s_order() -> None:
+    import torch
+
+    prefix = "base_model.model.model.layers.0"
+    names = [f"{prefix}.{m}.{p}.lora_{ab}.weight" for m, p in (("mlp", "down_proj"), ("self_attn", "q_proj"))
+             for ab in "BA"]
+    old = {n: torch.zeros(4, 4, dtype=torch.float32) for n in names}
+    new = {n: t + 1 for n, t in old.items()}
+    grid = sparsity(header_of(old, new, "raw"))
+    assert grid.rows == ("layer 0",)
+    assert grid.kinds == ("q_proj.lora_A", "q_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B")

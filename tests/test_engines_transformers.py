@@ -252,3 +252,41 @@ def test_close_does_not_wait_on_a_call_that_does_not_return(model_dir: str, capl
     assert engine.close(timeout=0.5)  # free now: it closes
     with pytest.raises(EngineError, match="closed"):
         engine.generate(["Once"], SamplingParams(max_tokens=1))
+
+
+def test_an_adapter_is_served_under_peft_in_place_and_taken_off_again(model_dir: str) -> None:
+    from tests._lora import logprobs, peft_model, settings
+    from trainer_space.lora import adapter_tensors
+
+    lora = settings(model_dir)
+    trained = peft_model(model_dir, lora)
+    adapter = {n: t.clone() for n, t in adapter_tensors(trained).items()}
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=3) as engine:
+        assert engine.adapters
+        [base] = engine.prompt_logprobs([ids])
+        engine.serve_adapter(lora)
+        assert engine.version == 0 and list(engine.state) == list(adapter)
+        assert {t.dtype for t in engine.state.values()} == {torch.float32}
+        assert engine.prompt_logprobs([ids]) == [base]  # PEFT starts lora_B at zero: the base's outputs
+        engine.update({n: t.clone() for n, t in adapter.items()}, version=5)
+        [served] = engine.prompt_logprobs([ids])
+        assert engine.version == 5 and torch.allclose(torch.tensor(served), logprobs(trained, ids), atol=1e-5)
+        assert delta.state_digest(engine.state).hexdigest == delta.state_digest(adapter).hexdigest
+        assert max(abs(a - b) for a, b in zip(served, base)) > 1e-3  # the adapter is what changed them
+        engine.serve_adapter(None)  # the base again, from the folder, without PEFT's layers
+        assert engine.version == 0 and list(engine.state) == list(delta.load_state(model_dir))
+        assert engine.prompt_logprobs([ids]) == [base]
+
+
+def test_an_adapter_whose_targets_match_nothing_is_refused_and_the_base_served(model_dir: str) -> None:
+    from tests._lora import settings
+
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=3) as engine:
+        [base] = engine.prompt_logprobs([ids])
+        engine.serve_adapter(settings(model_dir))
+        with pytest.raises(EngineError, match="switching the LoRA adapter failed while serving version 0: .*no_such_proj"):
+            engine.serve_adapter(settings(model_dir, targets=("no_such_proj",)))
+        assert engine.version == 0 and list(engine.state) == list(delta.load_state(model_dir))
+        assert engine.prompt_logprobs([ids]) == [base]

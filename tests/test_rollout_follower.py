@@ -192,3 +192,45 @@ def test_holding_keeps_the_version_served_until_released(tmp_path, model):
             _wait(lambda: engine.version == 3)
         finally:
             follower.close()
+
+
+def test_a_lora_run_is_followed_without_a_restart_and_another_base_is_refused(tmp_path, model):
+    import pytest
+
+    from peft import set_peft_model_state_dict
+
+    from rollout_space.errors import LoraRefusedError
+    from tests._lora import logprobs, peft_model, settings
+    from trainer_space.lora import adapter_tensors
+
+    bucket = str(tmp_path / "bucket")
+    lora = settings(model)
+    trained = peft_model(model, lora)
+    first = {n: t.clone() for n, t in adapter_tensors(trained).items()}
+    second = {n: t + 0.01 if ".lora_B." in n and "q_proj" in n else t.clone() for n, t in first.items()}
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        base = dict(engine.state)
+        with pytest.raises(LoraRefusedError, match=r"^the run trains a LoRA adapter on base sum128:0+ \(.*\); this "
+                                                   r"server's model hashes to sum128:[0-9a-f]+: start it with the run's "
+                                                   r"base model$"):
+            follower.adopt(settings(model, base_hash="sum128:" + "0" * 32))
+        assert follower.lora is None and engine.state.keys() == base.keys()
+        _publish(bucket, [first, second])
+        follower.adopt(lora)
+        assert follower.lora == lora and engine.version == 0 and engine.state.keys() == first.keys()
+        assert follower.sync() == 2 and engine.version == 2
+        manifest = read_manifest(delta.open_storage(bucket))
+        assert delta.state_digest(engine.state).hexdigest == manifest.get(2).state_hash == follower.status()["state_hash"]
+        set_peft_model_state_dict(trained, second)
+        ids = [5, 6, 7, 8, 9, 10, 11]
+        assert max(abs(a - b) for a, b in zip(engine.prompt_logprobs([ids])[0], logprobs(trained, ids))) < 1e-5
+        follower.adopt(lora)  # the same run: nothing to do
+        assert engine.version == 2
+        follower.adopt(settings(model, sync="merged"))  # merged weights are followed as any state
+        assert engine.version == 0 and engine.state.keys() == base.keys()
+        engine.adapters = False  # as the vLLM engine: an adapter is refused, the engine unchanged
+        with pytest.raises(LoraRefusedError, match="the TransformersEngine serves none"):
+            follower.adopt(lora)
+        assert engine.state.keys() == base.keys()
+        follower.close()

@@ -155,3 +155,17 @@ def test_the_status_says_what_the_server_does_for_the_fleet() -> None:
     assert ("fleet server `rollout-2`: **full** for run `20261124-065757-7e335009` · 12 game groups handed in "
             "through the bucket") in status_markdown(status)
     assert "fleet server" not in status_markdown(status.model_copy(update={"server_id": None}))
+
+
+def test_the_status_says_which_lora_run_the_server_follows() -> None:
+    from rollout_space.ui import status_markdown
+    from wire.lora import LoraSettings
+    from wire.rollout import RolloutStatus
+
+    status = RolloutStatus(version=3, latest_version=3, lag=0, engine="transformers", device="cpu", model="m",
+                           bucket="b", env_url=None, last_error=None, state_hash=None, failures=0, note=None, syncs=2,
+                           tokens_served=10, games_played=4)
+    assert "LoRA" not in status_markdown(status)
+    lora = LoraSettings(sync="adapter", r=4, alpha=8, targets=("q_proj",), base_model="m", base_hash="sum128:" + "0" * 32)
+    assert ("following LoRA r 4 (alpha 8) on q_proj, published as the adapter alone"
+            in status_markdown(status.model_copy(update={"lora": lora})))

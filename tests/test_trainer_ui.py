@@ -146,3 +146,22 @@ def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_pat
         assert "no exam yet · 2 exam records signed with another token (not shown)" in other  # never in silence
     finally:
         session.close()
+
+
+def test_a_lora_run_shows_its_adapter_and_trainable_parameters(tmp_path) -> None:
+    from wire.lora import LoraSettings
+
+    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
+    try:
+        status = session.status()
+        assert status.lora is None and "LoRA" not in status_markdown(status)
+        lora = LoraSettings(sync="adapter", r=16, alpha=32, targets=("q_proj", "v_proj"), base_model="m",
+                            base_hash="sum128:" + "0" * 32)
+        text = status_markdown(status.model_copy(update={"lora": lora, "trainable": 4_900_000,
+                                                          "parameters": 139_400_000}))
+        assert ("**LoRA r 16 (alpha 32) on q_proj, v_proj, published as the adapter alone** · 4,900,000 trainable "
+                "parameters of 139,400,000 (3.52 %)") in text
+        merged = status.model_copy(update={"lora": lora.model_copy(update={"sync": "merged"})})
+        assert "**LoRA r 16 (alpha 32) on q_proj, v_proj, published as merged into the base**" in status_markdown(merged)
+    finally:
+        session.close()

@@ -7,6 +7,7 @@ from typing import Any
 
 from wire.curriculum import ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
+from wire.lora import DEFAULT_TARGETS, LORA_SYNCS, MAX_RANK, LoraSync
 from wire.wordle import OPEN_TAG
 
 from .credit import CREDITS, Credit
@@ -93,6 +94,15 @@ class TrainerConfig:
         kl: Weight of the KL divergence to the reference model (the model folder's weights) in GRPO's loss (TRL's
             `beta`): a guard against the policy drifting into degenerate replies. 0 (the default) loads no reference
             model; above 0 TRL loads one more copy of the model and runs it on every step's games.
+        lora_r: Rank of a LoRA adapter to train instead of every weight (PEFT through TRL's `peft_config`); 0 (the
+            default): no adapter. A LoRA run needs the fleet (the servers learn the adapter from the run's settings),
+            one rank, and an empty bucket in merged mode; in adapter mode it resumes the bucket's adapter when the run
+            before it had the same settings and base (`lora.stored_adapter`).
+        lora_alpha: LoRA's alpha (updates scaled by alpha / r); None: 2 * lora_r.
+        lora_targets: Names of the modules adapted; default every attention and MLP projection.
+        lora_sync: How the adapter reaches the servers (`wire.lora`): "merged" publishes the base with the adapter
+            merged in, in the checkpoint's dtype (the servers follow it as any state); "adapter" publishes the
+            adapter's tensors alone (float32, PEFT's names), which the servers apply under PEFT.
     """
 
     bucket: str
@@ -130,6 +140,10 @@ class TrainerConfig:
     exam_turns: int | None = None
     exam_greedy: bool = False
     kl: float = 0.0
+    lora_r: int = 0
+    lora_alpha: float | None = None
+    lora_targets: tuple[str, ...] = DEFAULT_TARGETS
+    lora_sync: LoraSync = "merged"
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -170,6 +184,17 @@ class TrainerConfig:
             raise ValueError(f"kl must be >= 0 and below 10, got {self.kl}")
         if self.exam_turns is not None and not 1 <= self.exam_turns <= MAX_EXAM_TURNS:
             raise ValueError(f"exam_turns must be 1 to {MAX_EXAM_TURNS}, got {self.exam_turns}")
+        if not 0 <= self.lora_r <= MAX_RANK:
+            raise ValueError(f"lora_r must be 0 (no adapter) to {MAX_RANK}, got {self.lora_r}")
+        if self.lora_sync not in LORA_SYNCS:
+            raise ValueError(f"lora_sync must be one of {', '.join(LORA_SYNCS)}, got {self.lora_sync!r}")
+        if self.lora_alpha is not None and not 0 < self.lora_alpha <= 1e6:
+            raise ValueError(f"lora_alpha must be positive (at most 1e6), got {self.lora_alpha}")
+        if not self.lora_targets:
+            raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
+        if self.lora_r and not self.fleet:
+            raise ValueError("a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
+                             "bucket): leave --rollout-url unset")
 
     def grpo_config(self, reward_weights: list[float]) -> Any:
         """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, the KL
@@ -192,6 +217,11 @@ class TrainerConfig:
             return None
         return ExamSettings(every=self.exam_every, games=self.exam_games, turns=self.exam_turns or self.max_turns,
                             temperature=0.0 if self.exam_greedy else self.temperature, seed=self.seed % 2**31)
+
+    @property
+    def lora(self) -> bool:
+        """The run trains a LoRA adapter (`lora_r` > 0)."""
+        return self.lora_r > 0
 
     @property
     def fleet(self) -> bool:

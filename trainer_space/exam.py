@@ -16,7 +16,7 @@ from wire.exam import ExamRecord
 from wire.exam_shelf import ExamShelf
 from wire.fleet import fleet_key
 
-from .periodic import Periodic
+from wire.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from delta import StorageError
 from wire.fleet import FleetMessageError, GameGroup, Refusal, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
+from wire.lora import LoraSettings
 from wire.liveness import HeartbeatWatch, SeenServer
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
@@ -77,25 +78,47 @@ class FleetRun:
         self.state = RunState.STOPPED
         self.version = 0
         self.vocab_size: int | None = None  # the model's, once loaded (`know_vocabulary`)
+        self.lora: LoraSettings | None = None  # a LoRA run's, once the model is loaded (`know_lora`)
+        #: A LoRA run's view of the run before it on the bucket: that run's LoRA settings, read before this run writes
+        #: its own (a LoRA run resumes only an adapter trained with the same settings on the same base).
+        self.previous_lora: LoraSettings | None = None
+        if config.lora:
+            try:
+                before = bucket.read_run()
+            except (OSError, StorageError, FleetMessageError) as e:
+                logger.warning("could not read the previous run's settings (a LoRA run will not resume): %s", e)
+            else:
+                self.previous_lora = before.lora if before is not None else None
         self.sent = False
         self.unsent = False
         self.last_error: str | None = None
 
     def settings(self, state: RunState, trainer_version: int = 0) -> RunSettings:
         c = self.config
+        if c.lora and self.lora is None and state == RunState.RUNNING:
+            # A LoRA run names its base by hash, known once the model is loaded: until then it says paused, or a
+            # server on another base would play games for it before it could tell.
+            state = RunState.PAUSED
         return RunSettings(
             run_id=self.run_id, state=state, num_generations=c.num_generations,
             groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
             max_pending_groups=c.pending_groups(self.ranks),
             sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
                               reply_prefix=c.reply_prefix, examples=c.examples),
-            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size, exam=c.exam,
+            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size, exam=c.exam, lora=self.lora,
             trainer_version=trainer_version, updated_at=time.time())
 
     def know_vocabulary(self, size: int) -> None:
         """The loaded model's vocabulary size (its embedding rows): from now on in the run's settings, and
         checked on every group; the settings are written again if they were written before."""
         self.vocab_size = size
+        if self.sent:
+            self.send(self.state, self.version)
+
+    def know_lora(self, lora: LoraSettings | None) -> None:
+        """The run's LoRA settings (its base's hash is known once the model is loaded): from now on in the run's
+        settings, written again if they were written before."""
+        self.lora = lora
         if self.sent:
             self.send(self.state, self.version)
 

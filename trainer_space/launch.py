@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import settings
 from wire.curriculum import ExampleMode, ExampleSchedule
+from wire.lora import LORA_SYNCS
 
 from .config import TrainerConfig
 from .credit import CREDITS
@@ -66,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default 0: no reference model loaded)")
     parser.add_argument("--exam-greedy", action="store_true",
                         help="exams sample greedily (default: at the training temperature, with a fixed seed)")
+    parser.add_argument("--lora-r", type=int, default=defaults.lora_r,
+                        help="train a LoRA adapter of this rank instead of every weight (default 0: no adapter; needs the "
+                             "fleet; merged runs an empty bucket); see the README's LoRA section")
+    parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA's alpha (default: 2 * --lora-r)")
+    parser.add_argument("--lora-targets", default=",".join(defaults.lora_targets),
+                        help="comma-separated names of the modules adapted (default: every attention and MLP projection)")
+    parser.add_argument("--lora-sync", choices=LORA_SYNCS, default=defaults.lora_sync,
+                        help="how the adapter reaches the rollout servers: merged (the base with the adapter merged in, "
+                             "as deltas of the served weights) or adapter (the adapter's tensors alone, applied under PEFT)")
     settings.add_server_arguments(parser)
 
 
@@ -84,7 +94,8 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
         max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token,
         examples=ExampleSchedule(mode=ExampleMode(args.examples), start=args.fade_start, end=args.fade_end),
         exam_every=args.exam_every, exam_games=args.exam_games, exam_turns=args.exam_turns,
-        exam_greedy=args.exam_greedy, kl=args.kl)
+        exam_greedy=args.exam_greedy, kl=args.kl, lora_r=args.lora_r, lora_alpha=args.lora_alpha,
+        lora_targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()), lora_sync=args.lora_sync)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import delta
 from wire.history import up_to
+from wire.lora import LoraSettings
 from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
+from .lora import load_adapter, lora_master, lora_settings, stored_adapter, wrapped
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
@@ -55,10 +57,15 @@ class TrainerParts:
         payloads: Measures each committed delta, in its own thread (None likewise).
         callback: Casts `master` into `published` and publishes it at the end of every optimizer step.
         rollouts: GRPOTrainer's `rollout_func`: `WordleRollouts` (request mode) or `FleetRollouts`.
+        lora: The run's LoRA settings, written into the run's settings (None: every weight trains). The model stays
+            the plain model until the session's first GRPOTrainer wraps it with PEFT (`peft_config`); `model` is then
+            the PEFT model, which later runs train on. An adapter run resumed from the bucket loads the bucket's adapter
+            into it then (`lora.stored_adapter`, `lora.load_adapter`); `resumed_from` and `resumed_hash` are set here.
 
     Raises:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
         delta.StateMismatchError: the bucket holds another model.
+        ValueError: a LoRA run on a bucket it cannot resume (`lora.stored_adapter` says why), or on several ranks.
         delta.DeltaError: the bucket cannot be read.
     """
 
@@ -66,7 +73,7 @@ class TrainerParts:
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
                  fleet: FleetRun | None = None, ranks: TrainerRanks | None = None,
                  history: TrainerHistory | None = None) -> None:
-        c = config
+        c = self.config = config
         ranks = ranks or TrainerRanks()
         if ranks.world > 1 and fleet is None:
             raise ValueError(f"{ranks.world} ranks train on games from the fleet only: leave --rollout-url unset")
@@ -77,26 +84,41 @@ class TrainerParts:
         self.model.to(c.device)
         master = master_tensors(self.model, c.model)
         published = published_state(master, c.model)
-        version, verified = resume(published, c.bucket)
+        #: The run's LoRA settings (None: every weight trains); the base's hash is that of the folder's tensors.
+        self.lora: LoraSettings | None = None
+        #: A resumed adapter, loaded into the PEFT model when the first run wraps it (`_master_of`).
+        self._stored_adapter: dict[str, torch.Tensor] | None = None
+        if c.lora:
+            if ranks.world > 1:
+                raise ValueError(f"a LoRA run trains on one rank (several is not built yet), got {ranks.world}")
+            self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
+            version, verified, self._stored_adapter = stored_adapter(
+                c.bucket, self.lora, fleet.previous_lora if fleet is not None else None)
+        else:
+            version, verified = resume(published, c.bucket)
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:
-            cast_into(master, published)
+            if self.lora is None:
+                cast_into(master, published)
             self.resumed_from, self.resumed_hash = version, verified
         self.publisher: delta.Publisher | None = None
         self.payloads: PayloadLog | None = None
         if c.publish:
             pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
             base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
+            if self.lora is not None:
+                base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
                 earlier = up_to(history, version) if history is not None else None
                 self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
-                                        world=ranks.world, master_of=lambda model: master_tensors(model, c.model))
+                                        world=ranks.world, master_of=self._master_of)
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
+            fleet.know_lora(self.lora)
             fleet.know_vocabulary(self.model.get_input_embeddings().num_embeddings)
             self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks, self.tokenizer)
         elif client is not None:
@@ -104,8 +126,21 @@ class TrainerParts:
         else:
             raise ValueError("request mode needs a rollout client (config.rollout_url), a fleet its bucket and run")
 
+    def _master_of(self, model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
+        """The master tensors of the model a run trains (see `PublishCallback`'s `master_of`): the checkpoint's
+        tensors, or in a LoRA run (TRL wrapped the model with PEFT) `lora.lora_master`."""
+        if self.lora is None:
+            return master_tensors(model, self.config.model)
+        master = lora_master(model, self.config.model, self.lora.sync)
+        if self._stored_adapter is not None:  # resumed: the bucket's adapter into the PEFT model, bit for bit
+            load_adapter(master, self._stored_adapter)
+            self._stored_adapter = None
+        if self.lora.sync == "adapter" and self.payloads is not None:  # the dense figure is the adapter's
+            self.payloads.dense_bytes = sum(t.numel() * t.element_size() for t in master.values())
+        return master
+
     @property
-    def master(self) -> dict[str, torch.Tensor]:
+    def master(self) -> Mapping[str, torch.Tensor]:
         """The trained model's parameters under the checkpoint's names, sharing their storage (the fp32 master
         weights): the callback's, which it takes again from the model TRL trains when a run begins."""
         return self.callback.master
@@ -115,6 +150,19 @@ class TrainerParts:
         """The master weights' cast to the checkpoint's dtypes: what goes to the bucket (`weights.published_state`);
         the callback's, which under FSDP2 becomes the cast of each rank's shards when a run begins."""
         return self.callback.state
+
+    @property
+    def parameters(self) -> int:
+        """Parameters of the model trained (a LoRA run's adapter included once PEFT wrapped the model)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def trainable(self) -> int | None:
+        """Parameters the optimizer trains: the adapter's in a LoRA run (None until the first run wrapped the model
+        with PEFT), else every one."""
+        if self.lora is not None and not wrapped(self.model):
+            return None
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     @property
     def version(self) -> int:
@@ -140,3 +188,4 @@ class TrainerParts:
         finally:
             if self.payloads is not None:
                 self.payloads.close(5.0 if end is None else max(0.0, end - time.monotonic()))
+

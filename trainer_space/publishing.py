@@ -59,7 +59,9 @@ class PublishCallback(TrainerCallback):
         master_of: The master weights of the model a run trains, under the checkpoint's names: called when
             each run begins, since the model TRL trains may not be the one it was given (under `torchrun`,
             accelerate hands the trainer a model whose parameters are new tensors; under FSDP2 they are
-            sharded `DTensor`s, and `state` becomes their cast, shard for shard). None: `master` stays.
+            sharded `DTensor`s, and `state` becomes their cast, shard for shard; in a LoRA run it is the adapter
+            or the merged weights, `lora.lora_master`, and in adapter mode `state` becomes a copy of the adapter).
+            None: `master` stays.
 
     Attributes:
         copy_s: Seconds the last publish blocked the step (the cast and the snapshot copy).
@@ -67,8 +69,8 @@ class PublishCallback(TrainerCallback):
     """
 
     def __init__(self, publisher: VersionPublisher | None, state: dict[str, torch.Tensor], version: int,
-                 master: dict[str, torch.Tensor] | None = None, rank: int = 0, world: int = 1,
-                 master_of: Callable[[torch.nn.Module], dict[str, torch.Tensor]] | None = None) -> None:
+                 master: Mapping[str, torch.Tensor] | None = None, rank: int = 0, world: int = 1,
+                 master_of: Callable[[torch.nn.Module], Mapping[str, torch.Tensor]] | None = None) -> None:
         self.publisher = publisher
         self.state = state
         self.master = master
@@ -102,6 +104,8 @@ class PublishCallback(TrainerCallback):
             self.master = self.master_of(model)
             if _sharded(self.master) and not _sharded(self.state):  # FSDP2 sharded the model: publish shards
                 self.state = {n: t.to(self.state[n].dtype, copy=True) for n, t in self.master.items()}
+            elif set(self.master) != set(self.state):  # a LoRA run in adapter mode: the adapter is what goes out
+                self.state = {n: t.detach().clone() for n, t in self.master.items()}
         return control
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -349,6 +349,9 @@ class TrainingSession:
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
+            lora=parts.lora if parts else None,
+            trainable=parts.trainable if parts else None,
+            parameters=parts.parameters if parts else None,
         )
 
     def recent_games(self, limit: int = 10) -> list[Trajectory]:
@@ -404,10 +407,19 @@ class TrainingSession:
         args = c.grpo_config(list(REWARD_WEIGHTS))
         rows = max(c.max_steps * c.groups_per_step, 1)
         dataset = seed_dataset(rows, seed=c.seed + parts.callback.version)
-        return OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
-                                    train_dataset=dataset, processing_class=parts.tokenizer,
-                                    rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
-                                    importance_cap=c.importance_cap)
+        # A LoRA run: TRL wraps the model with PEFT in the first run's trainer; later runs train that PEFT model.
+        peft = None
+        if parts.lora is not None:
+            from .lora import wrapped
+
+            peft = None if wrapped(parts.model) else parts.lora.peft_config()
+        trainer = OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
+                                       train_dataset=dataset, processing_class=parts.tokenizer,
+                                       rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
+                                       importance_cap=c.importance_cap, peft_config=peft)
+        if parts.lora is not None:
+            parts.model = trainer.model
+        return trainer
 
     def _train(self) -> None:
         from models.interrupt import Breaker, Interrupted

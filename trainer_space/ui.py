@@ -18,7 +18,7 @@ from dashboard import sparsity
 from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
 from dashboard.trend import step_text
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
@@ -58,6 +58,12 @@ def status_markdown(status: TrainerStatus) -> str:
             else f"games from the rollout at {status.rollout_url}"),
     ]
     lines.append(_exam_line(status))
+    if status.lora is not None:
+        lora = status.lora
+        trainable = ("" if status.trainable is None or not status.parameters else
+                     f" · {status.trainable:,} trainable parameters of {status.parameters:,} "
+                     f"({100 * status.trainable / status.parameters:.2f} %)")
+        lines.append(f"**{html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}**{trainable}")
     if status.waiting_for_rollouts:
         lines.insert(1, f"**waiting for rollouts**: {status.groups_ready} of {status.groups_needed} groups ready")
     if status.error:

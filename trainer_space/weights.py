@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 import torch
 
@@ -64,7 +65,7 @@ def published_state(master: dict[str, torch.Tensor], folder: str) -> dict[str, t
 
 
 @torch.no_grad()
-def cast_into(dst: dict[str, torch.Tensor], src: dict[str, torch.Tensor]) -> None:
+def cast_into(dst: dict[str, torch.Tensor], src: Mapping[str, torch.Tensor]) -> None:
     """Copy each tensor of `src` into `dst`'s tensor of that name, in place (rounding to nearest even)."""
     for name, tensor in dst.items():
         tensor.copy_(src[name])

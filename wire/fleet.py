@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .curriculum import ExampleSchedule
 from .exam import ExamRecord, ExamSettings
+from .lora import LoraSettings
 from .trajectory import MAX_VERSION, Trajectory
 
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
@@ -133,6 +134,8 @@ class RunSettings(BaseModel):
     vocab_size: int | None = Field(None, ge=1, le=2**24, description="Token ids of the run's model are below it "
                                                                      "(None until the trainer loaded its model)")
     exam: ExamSettings | None = Field(None, description="How the servers examine the policy (None: no exams)")
+    lora: LoraSettings | None = Field(None, description="The LoRA adapter the run trains and how the servers get it "
+                                                        "(`wire.lora`; None: the run trains every weight)")
     trainer_version: int = Field(ge=0, le=MAX_VERSION, description="The trainer's weight version when this was "
                                                                    "written")
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the trainer's clock (informational)")

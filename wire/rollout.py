@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
 __all__ = ["Completion", "GenerateResponse", "RolloutResponse", "RolloutStatus", "Trajectory"]
@@ -43,6 +44,7 @@ class RolloutStatus(BaseModel):
     fleet_state: str | None = Field(None, description="producing, full (back-pressure), paused, no run or error")
     fleet_run: str | None = Field(None, description="The fleet run it produces for")
     groups_written: int = Field(0, description="Game groups handed in through the bucket since it started")
+    lora: LoraSettings | None = Field(None, description="The LoRA run followed (`wire.lora`; None: full weights)")
 
 
 class Completion(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .curriculum import ExampleSchedule
 from .exam import ExamRecord, ExamSettings
+from .lora import LoraSettings
 
 
 class TrainerState(str, Enum):
@@ -125,6 +126,12 @@ class TrainerStatus(BaseModel):
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
     exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
                                                     "landing page's last exam and trend")
+    lora: LoraSettings | None = Field(None, description="The LoRA adapter the run trains and how it is published "
+                                                        "(None: every weight trains, or the model is not loaded yet)")
+    trainable: int | None = Field(None, ge=0, description="Parameters the optimizer trains (a LoRA run: the "
+                                                          "adapter's, once the first run wrapped the model)")
+    parameters: int | None = Field(None, ge=0, description="Parameters of the model, adapter included (None until "
+                                                           "loaded)")
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):

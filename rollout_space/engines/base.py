@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 import delta
+from wire.lora import LoraSettings
 from wire.rollout import Completion
 
 from .errors import EngineError, PromptError, UpdateRefusedError
@@ -148,6 +149,9 @@ class Engine(ABC):
     Subclasses implement `_generate`, `_prompt_logprobs`, `_load` and `_close`; the lock is held
     around each call.
     """
+
+    #: Whether `serve_adapter` can serve a LoRA adapter under PEFT (the transformers engine).
+    adapters: bool = False
 
     def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
         """Read the published state and tokenizer from `config.model`; subclasses then start their backend.
@@ -285,6 +289,21 @@ class Engine(ABC):
                 if tensor is not self._state[name]:
                     self._state[name].copy_(tensor)
             self._version = version
+
+    def serve_adapter(self, lora: LoraSettings | None) -> None:
+        """Serve a LoRA run's adapter (`wire.lora`, adapter mode) from now on, or the full weights again (None).
+
+        With an adapter, `state` becomes the adapter's tensors under PEFT's names (float32, as the trainer
+        publishes them) and `update` writes them into the adapter in place; without one, `state` is the model
+        folder's tensors again. Either way the model restarts from the folder's base weights (the adapter as PEFT
+        initialises it, which leaves the base's outputs unchanged) at version 0, and a follower must follow the
+        new `state` from the bucket's anchor. Blocks until the generation in flight ends.
+
+        Raises:
+            EngineError: this engine serves no adapter (vLLM's LoRA serving is not built yet); nothing changed.
+        """
+        raise EngineError(f"the {type(self).__name__} serves no LoRA adapter (only the transformers engine does)",
+                          version=self._version)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

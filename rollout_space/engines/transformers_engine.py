@@ -8,9 +8,14 @@ from collections.abc import Mapping
 import torch
 from transformers import StoppingCriteria
 
+import delta
 from models.interrupt import Breaker, Interrupted
+from wire.lora import LoraSettings
 
 from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
+
+#: PEFT's name of the one adapter served (not in the published names, as PEFT saves them).
+ADAPTER = "default"
 
 
 class TransformersEngine(Engine):
@@ -19,6 +24,8 @@ class TransformersEngine(Engine):
     The model's parameters are separate from `state` (a second copy, in the compute dtype), so writes
     into `state` take effect only through `update`, which copies the changed tensors into them.
     """
+
+    adapters = True
 
     def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
         """Load the model folder (seconds for small models).
@@ -45,6 +52,32 @@ class TransformersEngine(Engine):
         if missing:
             raise ValueError(f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
                              f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow")
+
+    def serve_adapter(self, lora: LoraSettings | None) -> None:
+        """See `Engine.serve_adapter`: PEFT wraps the model (no merge), or is taken off it (`unload`)."""
+        with self._serving():
+            self._backend("switching the LoRA adapter", self._serve_adapter, lora)
+
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        from peft import PeftModel, get_peft_model
+
+        base = delta.load_state(self.config.model)
+        if isinstance(self._model, PeftModel):  # the plain modules back, no merge
+            self._model = self._model.unload()
+        params = self._model.state_dict()
+        for name, tensor in base.items():
+            params[name].copy_(tensor)
+        # The base at version 0 from here: what the engine serves if wrapping fails below.
+        self._state, self._params, self._version = base, params, 0
+        if lora is None:
+            return
+        model = get_peft_model(self._model, lora.peft_config()).eval().requires_grad_(False)
+        adapter = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
+                   if ".lora_A." in name or ".lora_B." in name}
+        self._model, self._params = model, adapter
+        self._state = {name: p.to("cpu", torch.float32, copy=True) for name, p in sorted(adapter.items())}
 
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id

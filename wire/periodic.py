@@ -1,5 +1,5 @@
-"""A call repeated every few seconds in a daemon thread: how the trainer keeps what it reads from the bucket
-fresh without making a page wait for the bucket."""
+"""A call repeated every few seconds in a daemon thread: how the apps keep what they read from the bucket fresh
+without making a page wait for the bucket (the trainer's exams, a rollout server's view of the run's settings)."""
 
 from __future__ import annotations
 

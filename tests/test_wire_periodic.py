@@ -1,11 +1,11 @@
-"""The trainer's periodic reader: called at once, then on its interval, in its own thread, until closed."""
+"""The apps' periodic reader: called at once, then on its interval, in its own thread, until closed."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from trainer_space.periodic import Periodic
+from wire.periodic import Periodic
 
 
 def test_it_calls_at_once_then_on_its_interval_in_its_own_thread_until_closed() -> None:

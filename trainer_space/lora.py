@@ -1,0 +1,172 @@
+"""What a LoRA run publishes: the adapter's tensors, or the base with the adapter merged in (`wire.lora`).
+
+TRL wraps the model with PEFT (`GRPOTrainer(peft_config=...)`) when the trainer is built; the publish callback
+then asks `lora_master` for the *master* tensors of the wrapped model, which it casts into the published state
+after every optimizer step (`weights.cast_into`):
+
+- ``adapter``: the adapter's parameters under PEFT's names (``...q_proj.lora_A.weight``, no adapter name), sharing
+  their storage; the published state is a float32 copy of them.
+- ``merged``: a read-only mapping under the checkpoint's names whose item is computed when read: an adapted
+  projection's weight is its frozen base weight plus PEFT's `get_delta_weight` (B @ A * alpha / r) in float32,
+  any other tensor the model's own; the cast into the published state rounds it to the checkpoint's dtype.
+
+Resuming (`stored_adapter`, `load_adapter`): an adapter run on a bucket that holds versions of an adapter run of the
+same settings on the same base loads the bucket's latest adapter into the PEFT model; a merged run cannot resume.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+
+import torch
+
+import delta
+from wire.lora import LoraSettings
+
+from .config import TrainerConfig
+from .weights import checkpoint_dtypes
+
+logger = logging.getLogger(__name__)
+
+#: PEFT's name of the one adapter a run trains (dropped from the published names, as PEFT does when it saves).
+ADAPTER = "default"
+
+
+def wrapped(model: torch.nn.Module) -> bool:
+    """Whether `model` is a PEFT model (TRL wrapped it for a LoRA run)."""
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def lora_settings(config: TrainerConfig, base_hash: str) -> LoraSettings:
+    """The run's `LoraSettings` for `config` (a LoRA run), on a base whose published state hashes to `base_hash`."""
+    return LoraSettings(sync=config.lora_sync, r=config.lora_r, alpha=config.lora_alpha or 2.0 * config.lora_r,
+                        targets=config.lora_targets, base_model=config.model[-512:], base_hash=base_hash)
+
+
+def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter's parameters of a PEFT model under PEFT's saved names, sharing their storage, sorted by name.
+
+    Raises:
+        ValueError: the model holds no adapter (its target modules matched nothing).
+    """
+    tensors = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
+               if ".lora_A." in name or ".lora_B." in name}
+    if not tensors:
+        raise ValueError("the model holds no LoRA adapter: its target modules matched none of the model's modules")
+    return dict(sorted(tensors.items()))
+
+
+class MergedWeights(Mapping[str, torch.Tensor]):
+    """The checkpoint's tensors of a PEFT model with its adapter merged in, computed when read (see the module
+    docstring). Reading costs one B @ A per adapted weight; nothing is cached and the model is not modified.
+
+    Args:
+        model: The PEFT model (`peft.PeftModel`).
+        folder: The model folder, whose safetensors files give the published names.
+
+    Raises:
+        ValueError: a checkpoint tensor has no counterpart in the model.
+    """
+
+    def __init__(self, model: torch.nn.Module, folder: str) -> None:
+        from peft.tuners.lora import LoraLayer
+
+        base = model.get_base_model()
+        params = base.state_dict(keep_vars=False)
+        self._layers: dict[str, LoraLayer] = {}
+        self._plain: dict[str, torch.Tensor] = {}
+        for name in checkpoint_dtypes(folder):
+            path, _, leaf = name.rpartition(".")
+            module = base.get_submodule(path) if path else base
+            if isinstance(module, LoraLayer) and leaf == "weight":
+                self._layers[name] = module
+            elif name in params:
+                self._plain[name] = params[name].detach()
+            else:
+                raise ValueError(f"the model has no tensor named {name!r}: the trainer publishes under the "
+                                 "checkpoint's names, so they must match")
+        self._names = sorted([*self._layers, *self._plain])
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        layer = self._layers.get(name)
+        if layer is None:
+            return self._plain[name]
+        with torch.no_grad():
+            return layer.get_base_layer().weight.detach() + layer.get_delta_weight(ADAPTER)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, torch.Tensor]:
+    """The master tensors the publish callback casts into the published state for a PEFT `model` (see the module
+    docstring): `adapter_tensors` or `MergedWeights`."""
+    return adapter_tensors(model) if sync == "adapter" else MergedWeights(model, folder)
+
+
+def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | None
+                   ) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
+    """What a LoRA run resumes from `bucket`: (0, None, None) when it is empty; else, for an adapter run whose
+    settings are those of the run before it (`previous`, read from the run's settings before this run wrote its own),
+    the bucket's latest version, its state hash (of the tensors loaded) and the adapter's tensors.
+
+    Raises:
+        ValueError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not give
+            the adapter back; resuming a merged run is not built), or an adapter of other settings or another base,
+            or versions without a LoRA run's settings beside them. The message says which; use a new bucket.
+        delta.DeltaError, OSError: the bucket cannot be read.
+    """
+    storage = delta.open_storage(bucket)
+    manifest = delta.read_manifest(storage)
+    if manifest is None or manifest.latest is None:
+        return 0, None, None
+    held = f"bucket {bucket} holds version {manifest.latest.version}"
+    if lora.sync == "merged":
+        raise ValueError(f"{held}: resuming a merged LoRA run is not built (the merged weights do not give the adapter "
+                         "back); use a new bucket, or --lora-sync adapter")
+    if previous is None:
+        raise ValueError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use a new "
+                         "bucket")
+    mine = (lora.sync, lora.r, lora.alpha, lora.targets, lora.base_hash)
+    theirs = (previous.sync, previous.r, previous.alpha, previous.targets, previous.base_hash)
+    if mine != theirs:
+        fields = ", ".join(f"{n} {a!r} (this run: {b!r})" for n, a, b in zip(("sync", "r", "alpha", "targets", "base"),
+                                                                             theirs, mine) if a != b)
+        raise ValueError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its settings")
+    sub = delta.Subscriber(storage)
+    try:
+        version = sub.sync(manifest.latest.version)
+        state = sub.state
+        digest = sub.digest
+    finally:
+        sub.close()
+    if state is None:
+        raise ValueError(f"{held} but its state could not be read")
+    logger.info("resuming the LoRA adapter from %s at version %d", bucket, version)
+    return int(version), digest.hexdigest if digest is not None else None, dict(state)
+
+
+@torch.no_grad()
+def load_adapter(adapter: Mapping[str, torch.Tensor], stored: Mapping[str, torch.Tensor]) -> None:
+    """Copy a resumed adapter's tensors into the PEFT model's (`adapter_tensors`), bit for bit, after checking names,
+    shapes and dtypes.
+
+    Raises:
+        delta.StateMismatchError: the stored adapter is not this model's (other names, shapes or dtypes).
+    """
+    if set(adapter) != set(stored):
+        extra = sorted(set(adapter) ^ set(stored))[:3]
+        raise delta.StateMismatchError(f"the bucket's adapter holds other tensors than the model's (e.g. {extra})")
+    for name, tensor in adapter.items():
+        src = stored[name]
+        if src.shape != tensor.shape or src.dtype != tensor.dtype:
+            raise delta.StateMismatchError(f"{name}: the bucket's adapter has {src.dtype} {tuple(src.shape)}, the "
+                                           f"model's {tensor.dtype} {tuple(tensor.shape)}")
+    for name, tensor in adapter.items():
+        tensor.copy_(stored[name])
