@@ -16,6 +16,9 @@ from numba.typed import List
 
 R = TypeVar("R")
 
+#: Ranges of work per thread (`slices`): enough for the threads to even out, few enough to cost nothing.
+SLICES_PER_WORKER = 4
+
 
 def default_workers() -> int:
     """Threads for coding and hashing: the cores this process may run on."""
@@ -51,13 +54,18 @@ def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]]) -> list[R]:
-    """`fn(lo, hi)` for every span, one thread each (the compiled calls release the GIL); results in order.
+def slices(costs: np.ndarray, workers: int) -> list[tuple[int, int]]:
+    """The rows cut for `workers` threads: `SLICES_PER_WORKER` ranges of about equal cost per thread, so that a
+    thread whose ranges turn out slower (a cost guessed from sizes, a core busy elsewhere) is helped by the
+    others, while the number of calls stays bounded whatever the number of rows."""
+    return cut(costs, max(1, workers) * SLICES_PER_WORKER)
 
-    The first span runs in the calling thread. An exception is raised once every span has finished."""
-    if len(spans) <= 1:
+
+def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> list[R]:
+    """`fn(lo, hi)` for every span on `workers` threads, each taking the next span as it finishes one (the
+    compiled calls release the GIL); results in order. An exception is raised once every span has finished."""
+    if len(spans) <= 1 or workers <= 1:
         return [fn(lo, hi) for lo, hi in spans]
-    with ThreadPoolExecutor(len(spans) - 1, thread_name_prefix="delta-code") as pool:
-        futures = [pool.submit(fn, lo, hi) for lo, hi in spans[1:]]
-        first = fn(*spans[0])
-        return [first] + [f.result() for f in futures]
+    with ThreadPoolExecutor(min(workers, len(spans)), thread_name_prefix="delta-code") as pool:
+        futures = [pool.submit(fn, lo, hi) for lo, hi in spans]
+        return [f.result() for f in futures]

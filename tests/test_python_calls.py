@@ -90,9 +90,9 @@ def test_python_calls_do_not_grow_with_chunks(codec: str, device_path: bool, mon
     monkeypatch.setattr(_device, "DEVICE_PATH", device_path)
     _calls(codec, 4000, 500)  # compiled code loaded, pools filled
     _device.POOL.clear()
-    small = _calls(codec, 8000, 500)  # 16 + 2 chunks
+    small = _calls(codec, 64_000, 500)  # 128 + 16 chunks: as many ranges of chunks as 2 threads take (8) or more
     _device.POOL.clear()
-    large = _calls(codec, 64000, 500)  # 128 + 16 chunks
+    large = _calls(codec, 512_000, 500)  # 1024 + 128 chunks
     for what, a, b in zip(("diff", "apply"), small, large):
         grown = {k: (a[k], b[k]) for k in set(a) | set(b) if a[k] != b[k]}
         assert not grown, f"{what}: calls that grew with 8x the chunks (small, large): {grown}"

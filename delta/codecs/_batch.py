@@ -36,30 +36,37 @@ def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hi
     n = rows.shape[0]
     table = np.empty((n, 3), np.int64)
     moved = np.empty((n, 2), np.uint64)
-    cap = max(guess, 1)
+    most = 1
+    for r in range(n):
+        most = max(most, rows[r, 2] - rows[r, 1])
+    # A chunk is scanned into scratch the size of the largest chunk (the same pages every chunk: no page faults
+    # in the hot loop, which two threads would otherwise take turns at), then its changes are appended.
+    s_cls, s_gaps, s_steps = np.empty(most, np.uint16), np.empty(most, np.uint32), np.empty(most, a_list[0].dtype)
+    cap = max(guess, 16)
     cls = np.empty(cap, np.uint16)
     gaps = np.empty(cap, np.uint32)
     steps = np.empty(cap, a_list[0].dtype)
     used = 0
     for r in range(n):
         t, lo, hi = rows[r, 0], rows[r, 1], rows[r, 2]
-        if used + (hi - lo) > cap:  # room for a chunk whose every element changed
-            cap = max(used + (hi - lo), cap + cap // 2)
-            cls2, gaps2, steps2 = np.empty(cap, np.uint16), np.empty(cap, np.uint32), np.empty(cap, steps.dtype)
-            cls2[:used] = cls[:used]
-            gaps2[:used] = gaps[:used]
-            steps2[:used] = steps[:used]
-            cls, gaps, steps = cls2, gaps2, steps2
         key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
-        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, cls[used:], gaps[used:],
-                                           steps[used:], key)
+        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, s_cls, s_gaps, s_steps, key)
         if m:
-            _rans.count_symbols(cls[used:used + m], gaps[used:used + m], steps[used:used + m], cmin, cmax, gap_hist,
-                                step_hist)
+            _rans.count_symbols(s_cls[:m], s_gaps[:m], s_steps[:m], cmin, cmax, gap_hist, step_hist)
+            if used + m > cap:
+                cap = max(used + m, cap + cap // 2)
+                cls2, gaps2, steps2 = np.empty(cap, np.uint16), np.empty(cap, np.uint32), np.empty(cap, steps.dtype)
+                cls2[:used] = cls[:used]
+                gaps2[:used] = gaps[:used]
+                steps2[:used] = steps[:used]
+                cls, gaps, steps = cls2, gaps2, steps2
+            cls[used:used + m] = s_cls[:m]
+            gaps[used:used + m] = s_gaps[:m]
+            steps[used:used + m] = s_steps[:m]
         table[r, 0], table[r, 1], table[r, 2] = m, cmin, cmax
         moved[r, 0], moved[r, 1] = h0, h1
         used += m
-    if cap > used + used // 4 + 4096:  # give back what a dense guess or the last chunk's room left unused
+    if cap > used + used // 4 + 4096:  # give back what growing left unused
         return cls[:used].copy(), gaps[:used].copy(), steps[:used].copy(), table, moved
     return cls[:used], gaps[:used], steps[:used], table, moved
 

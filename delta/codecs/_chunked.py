@@ -28,7 +28,10 @@ Streams:
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -36,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import cut, default_workers, in_threads, typed
+from .._cores import default_workers, in_threads, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -54,11 +57,11 @@ Key = tuple[int, int, int]  # (kind index, width in bits, class)
 class _Models:
     """The models of one delta: frequencies and decoder tables, and which model serves which class."""
 
-    def __init__(self, keys: list[Key], freqs: np.ndarray) -> None:
+    def __init__(self, keys: list[Key], freqs: np.ndarray, decoding: bool = False) -> None:
         self.keys = keys
         self.freq = freqs
-        self.cum, self.lut = _rans.tables(freqs) if keys else (np.zeros((0, _rans.ALPHABET + 1), np.int64),
-                                                                np.zeros((0, 1 << _rans.LUT_BITS), np.int32))
+        self.cum = _rans.cumulative(freqs)
+        self.lut = _rans.lookup(self.cum) if decoding else None  # the decoder's table: a writer needs none
         self.index = {k: i for i, k in enumerate(keys)}
         self._of: dict[tuple[int, int, int], np.ndarray] = {}
 
@@ -75,15 +78,16 @@ class _Models:
 
     @classmethod
     def build(cls, hists: dict[int, tuple[np.ndarray, np.ndarray]]) -> _Models:
-        keys, rows = [], []
+        keys, counts = [], []
         for width in sorted(hists):
             for kind, hist in enumerate(hists[width]):
-                for c in np.flatnonzero(hist.sum(axis=1)).tolist():
-                    keys.append((kind, width, c))
-                    rows.append(_rans.quantize(hist[c]))
+                used = np.flatnonzero(hist.sum(axis=1))
+                keys += [(kind, width, c) for c in used.tolist()]
+                counts.append(hist[used])
         keys_sorted = sorted(range(len(keys)), key=lambda i: keys[i])
-        freqs = np.array([rows[i] for i in keys_sorted], np.int64).reshape(-1, _rans.ALPHABET)
-        return cls([keys[i] for i in keys_sorted], freqs)
+        counts_all = np.concatenate(counts) if counts else np.zeros((0, _rans.ALPHABET), np.int64)
+        freqs = (_rans.quantize(counts_all[keys_sorted]) if keys else counts_all).astype(np.int64)
+        return cls([keys[i] for i in keys_sorted], freqs.reshape(-1, _rans.ALPHABET))
 
     def to_table(self) -> np.ndarray:
         table: list[int] = []
@@ -123,7 +127,7 @@ class _Models:
                 raise DeltaFormatError(f"model {key} has symbols for values its tensors cannot hold")
             freqs[len(keys), symbols] = pairs[:, 1]
             keys.append(key)
-        return cls(keys, freqs[:len(keys)])
+        return cls(keys, freqs[:len(keys)], decoding=True)
 
 
 def _chunks_of(numel: int, chunk: int) -> int:
@@ -143,24 +147,45 @@ class _Found:
 
 
 class _Counts:
-    """Symbol counts per (width, class) of one delta, added up from the threads' own histograms."""
+    """Symbol counts per (width, class) of one delta. A thread borrows a pair of histograms for a range of chunks
+    and gives it back: `workers` pairs per width, made at its first use, whatever the number of ranges or groups;
+    the pairs are summed once at the end (`hists`)."""
 
-    def __init__(self, context: bool) -> None:
+    def __init__(self, context: bool, workers: int) -> None:
         self.context = context
-        self.hists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.workers = workers
+        self._pairs: list[tuple[int, np.ndarray, np.ndarray]] = []  # (width, gap, step): every pair made
+        self._free: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._lock = threading.Lock()
 
-    def fresh(self, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """Empty histograms for one thread's changes of `width` (dtypes of one width share their models)."""
-        classes = classes_of_width(width) if self.context else 1
-        return np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32)
+    @contextmanager
+    def borrowed(self, width: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Histograms for changes of `width` (dtypes of one width share their models), this thread's until the
+        block ends."""
+        with self._lock:
+            if width not in self._free:
+                classes = classes_of_width(width) if self.context else 1
+                made = [(np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32))
+                        for _ in range(self.workers)]
+                self._pairs += [(width, *pair) for pair in made]
+                self._free[width] = made
+            pair = self._free[width].pop()  # never empty: at most `workers` threads borrow at once
+        try:
+            yield pair
+        finally:
+            with self._lock:
+                self._free[width].append(pair)
 
-    def add(self, width: int, gap: np.ndarray, step: np.ndarray) -> None:
-        if width in self.hists:
-            held_gap, held_step = self.hists[width]
-            np.add(held_gap, gap, out=held_gap)
-            np.add(held_step, step, out=held_step)
-        else:
-            self.hists[width] = (gap, step)
+    @property
+    def hists(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """The counts of every pair added up, per width."""
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for width, gap, step in self._pairs:
+            if width in out:
+                out[width] = (out[width][0] + gap, out[width][1] + step)
+            else:
+                out[width] = (gap.copy(), step.copy())
+        return out
 
 
 def _ordered_chunks(sizes: np.ndarray, chunk: int) -> np.ndarray:
@@ -215,7 +240,7 @@ class ChunkedCodec(Codec):
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         names = sorted(names)
-        counts = _Counts(self.context)
+        counts = _Counts(self.context, workers)
         moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
         with _device.Staging() as staging:  # the device scans' host copies live until coded
             found = self._scan_on_device(old, new, names, chunk, keys, counts, moved, workers, progress, staging)
@@ -250,20 +275,19 @@ class ChunkedCodec(Codec):
                 width = a_list[0].itemsize * 8
                 chunks = _ordered_chunks(np.array([old[n].numel() for n in members], np.int64), chunk)
                 ikeys, seeds = _key_tables(keys, members)
-                guess = max(1, chunk, int(chunks[:, 2].sum() - chunks[:, 1].sum()) // (64 * workers))
+                guess = int(chunks[:, 2].sum() - chunks[:, 1].sum()) // (128 * workers)  # ~1 % changed
 
                 def scan(lo: int, hi: int, chunks=chunks, a_list=a_list, b_list=b_list, shift=view(shift),
                          mask=view(mask), ikeys=ikeys, seeds=seeds, width=width, guess=guess) -> tuple:
-                    gap, step = counts.fresh(width)
-                    out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step, guess)
+                    with counts.borrowed(width) as (gap, step):
+                        out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step,
+                                               guess)
                     bar.update(int(chunks[hi - 1, 2] - chunks[lo, 1]) if hi > lo else 0)
-                    return out + (gap, step)
+                    return out
 
-                spans = cut(chunks[:, 2] - chunks[:, 1], workers)
+                spans = slices(chunks[:, 2] - chunks[:, 1], workers)
                 tensor = np.array([index[n] for n in members], np.int64)
-                for (lo, hi), (cls, gaps, steps, table, row_moved, gap, step) in zip(spans,
-                                                                                     in_threads(scan, spans)):
-                    counts.add(width, gap, step)
+                for (lo, hi), (cls, gaps, steps, table, row_moved) in zip(spans, in_threads(scan, spans, workers)):
                     part = chunks[lo:hi]
                     moved += _batch.sum_by(tensor[part[:, 0]], row_moved, len(names))
                     keep = table[:, 0] > 0
@@ -282,10 +306,8 @@ class ChunkedCodec(Codec):
         pending = None
 
         def count(got: _device_scan.Scanned, width: int) -> None:
-            spans = cut(got.rows[:, 3] - got.rows[:, 2], workers)
-            results = in_threads(lambda lo, hi: self._count_rows(got, lo, hi, width), spans)
-            for gap, step in results:
-                counts.add(width, gap, step)
+            spans = slices(got.rows[:, 3] - got.rows[:, 2], workers)
+            in_threads(lambda lo, hi: self._count_rows(got, lo, hi, width, counts), spans, workers)
 
         on_device = [n for n in names if not _device.on_host(old[n])]
         with ThreadPoolExecutor(1, thread_name_prefix="delta-count") as host_stage:
@@ -312,10 +334,10 @@ class ChunkedCodec(Codec):
         with stage("code"):
             count(got, width)
 
-    def _count_rows(self, got: _device_scan.Scanned, lo: int, hi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-        gap, step = _Counts(self.context).fresh(width)
-        _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step)
-        return gap, step
+    @staticmethod
+    def _count_rows(got: _device_scan.Scanned, lo: int, hi: int, width: int, counts: _Counts) -> None:
+        with counts.borrowed(width) as (gap, step):
+            _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step)
 
     def _code(self, old, names, found: list[_Found], models: _Models, workers: int) -> tuple[np.ndarray, np.ndarray]:
         """rANS-code every chunk with changes, width by width, one compiled call per worker; returns the chunk
@@ -343,8 +365,8 @@ class ChunkedCodec(Codec):
             def code(lo: int, hi: int, coded=coded, lists=lists, gap_model=gap_model, step_model=step_model):
                 return _batch.code_rows(*lists, coded[lo:hi], gap_model, step_model, models.freq, models.cum)
 
-            spans = cut(coded[:, 2] - coded[:, 1], workers)
-            for (lo, hi), (words, counts) in zip(spans, in_threads(code, spans)):
+            spans = slices(coded[:, 2] - coded[:, 1], workers)
+            for (lo, hi), (words, counts) in zip(spans, in_threads(code, spans, workers)):
                 at = sel[lo:hi]
                 nwords[at] = counts
                 where[at, 0] = len(buffers)
@@ -535,9 +557,9 @@ class ChunkedCodec(Codec):
 
             # cost: the context scan walks every element of a chunk; `gap` only its changes
             sizes = self._sizes(part, np.array([e.numel for e in entries], np.int64), chunk)
-            spans = cut(sizes if self.context else part[:, 2], workers)
+            spans = slices(sizes if self.context else part[:, 2], workers)
             with stage("decode"):  # rANS, placing and hashing each change
-                failed = [(row, err) for err, row in in_threads(run, spans) if err]
+                failed = [(row, err) for err, row in in_threads(run, spans, workers) if err]
             if failed:
                 row, err = min(failed)
                 self._raise_at(err, int(sel[row]), rows, entries, chunk)
@@ -580,11 +602,11 @@ class ChunkedCodec(Codec):
             steps = staging.empty(total, _UINT_OF_WIDTH[width], pinned)
             part = table[sel].copy()
             part[:, _batch.OUT] = np.cumsum(part[:, _batch.COUNT]) - part[:, _batch.COUNT]
-            spans = cut(part[:, _batch.COUNT], workers)
+            spans = slices(part[:, _batch.COUNT], workers)
             with stage("decode"):
                 failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
                     lambda lo, hi: _batch.decode_rows(words, part[lo:hi], gap_models, step_models, models.freq,
-                                                      models.cum, models.lut, cls, ranks, steps), spans)) if err]
+                                                      models.cum, models.lut, cls, ranks, steps), spans, workers)) if err]
             if failed:
                 row, err = min(failed)
                 return None, (err, int(sel[row]))
@@ -639,10 +661,10 @@ class ChunkedCodec(Codec):
         models, rows, words, chunk = self._parse(entries, blobs)
         table, gap_models, step_models = self._decode_table(models, entries, rows, chunk, None)
         none16, none32, noneu = np.empty(0, np.uint16), np.empty(0, np.int32), np.empty(0, np.uint64)
-        spans = cut(table[:, _batch.COUNT], workers)
+        spans = slices(table[:, _batch.COUNT], workers)
         failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
             lambda lo, hi: _batch.decode_rows(words, table[lo:hi], gap_models, step_models, models.freq, models.cum,
-                                              models.lut, none16, none32, noneu), spans)) if err]
+                                              models.lut, none16, none32, noneu), spans, workers)) if err]
         if failed:
             row, err = min(failed)
             self._raise_at(err, row, rows, entries, chunk)

@@ -45,27 +45,43 @@ DECODE_ERRORS = {
 
 
 def quantize(counts: np.ndarray) -> np.ndarray:
-    """Frequencies summing to PROB_SCALE, at least 1 for every symbol with a count, 0 otherwise.
+    """Frequencies summing to PROB_SCALE, at least 1 for every symbol with a count, 0 otherwise; one row per
+    row of `counts` (a 1-D `counts` gives one row).
 
     Only the writer calls this (the file stores the frequencies), so the rounding is free to change.
     """
-    counts = counts.astype(np.int64)
-    present = counts > 0
-    if not present.any():
+    rows = np.atleast_2d(np.asarray(counts, np.int64))
+    if not (rows > 0).any(axis=1).all():
         raise ValueError("a model needs at least one symbol")
-    freq = np.where(present, np.maximum(1, counts * PROB_SCALE // counts.sum()), 0)
-    excess = int(freq.sum()) - PROB_SCALE
-    order = np.argsort(-freq, kind="stable")
-    if excess < 0:
-        freq[order[0]] -= excess
-    while excess > 0:  # take from the largest frequencies, never below 1
-        for s in order:
-            if excess == 0:
-                break
-            take = min(excess, int(freq[s]) - 1, max(1, int(freq[s]) // 8))
-            freq[s] -= take
-            excess -= take
-    return freq
+    out = _quantize_rows(rows)
+    return out[0] if np.ndim(counts) == 1 else out
+
+
+@njit(nogil=True, cache=True)
+def _quantize_rows(rows):  # pragma: no cover - compiled
+    out = np.zeros_like(rows)
+    for m in range(rows.shape[0]):
+        counts = rows[m]
+        total = counts.sum()
+        freq = out[m]
+        for s in range(counts.size):
+            if counts[s] > 0:
+                freq[s] = max(1, counts[s] * PROB_SCALE // total)
+        excess = freq.sum() - PROB_SCALE
+        # A stable sort of -freq: the symbols with a count by falling frequency (ties in symbol order), then the
+        # others in symbol order; only the former need sorting (a model uses few of the alphabet's symbols).
+        present = np.flatnonzero(freq)
+        order = np.concatenate((present[np.argsort(-freq[present], kind="mergesort")], np.flatnonzero(freq == 0)))
+        if excess < 0:
+            freq[order[0]] -= excess
+        while excess > 0:  # take from the largest frequencies, never below 1
+            for s in order:
+                if excess == 0:
+                    break
+                take = min(excess, freq[s] - 1, max(1, freq[s] // 8))
+                freq[s] -= take
+                excess -= take
+    return out
 
 
 def symbol_of(value: int) -> int:
@@ -76,16 +92,20 @@ def symbol_of(value: int) -> int:
     return DIRECT + ((n - _DIRECT_BITS) << SUB_BITS) + ((value >> (n - 1 - SUB_BITS)) & ((1 << SUB_BITS) - 1))
 
 
-def tables(freqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative starts (models x ALPHABET + 1, of `freqs`' dtype) and the decoder's coarse lookup (models x
-    2**LUT_BITS)."""
+def cumulative(freqs: np.ndarray) -> np.ndarray:
+    """Cumulative starts of each model's symbols (models x ALPHABET + 1, of `freqs`' dtype): what coding needs."""
     cum = np.zeros((freqs.shape[0], ALPHABET + 1), freqs.dtype)
     np.cumsum(freqs, axis=1, out=cum[:, 1:])
-    lut = np.zeros((freqs.shape[0], 1 << LUT_BITS), np.int32)
+    return cum
+
+
+def lookup(cum: np.ndarray) -> np.ndarray:
+    """The decoder's coarse lookup (models x 2**LUT_BITS) from `cumulative`'s starts."""
+    lut = np.zeros((cum.shape[0], 1 << LUT_BITS), np.int32)
     slots = np.arange(1 << LUT_BITS, dtype=np.int64) << (PROB_BITS - LUT_BITS)
-    for m in range(freqs.shape[0]):
+    for m in range(cum.shape[0]):
         lut[m] = np.searchsorted(cum[m], slots, side="right") - 1
-    return cum, lut
+    return lut
 
 
 _BITLEN8 = np.array([int(v).bit_length() for v in range(256)], np.int64)

@@ -26,7 +26,7 @@ import torch
 import xxhash
 from numba import njit
 
-from .._cores import cut, in_threads, typed
+from .._cores import in_threads, slices, typed
 
 MASK = (1 << 64) - 1
 K = 0x9E3779B97F4A7C15
@@ -185,7 +185,7 @@ def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> li
         arrays = typed([pairs[t][1] for t in members])
         out = np.zeros((len(rows), 2), np.uint64)
         in_threads(lambda a, b: _sum_rows(arrays, rows[a:b], ikeys, seeds, out[a:b]),
-                   cut(rows[:, 2] - rows[:, 1], threads))
+                   slices(rows[:, 2] - rows[:, 1], threads), threads)
         for m, t in enumerate(members):
             mine = out[member == m]
             totals[t] = (int(mine[:, 0].sum(dtype=np.uint64)), int(mine[:, 1].sum(dtype=np.uint64)))
