@@ -25,49 +25,40 @@ from ._kernels import locate_chunk, scan_chunk
 
 
 @njit(nogil=True, cache=True)
-def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hist, guess):  # pragma: no cover
+def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hist):  # pragma: no cover
     """Scan the chunks `rows` ((tensor, lo, hi) each, tensors of one dtype in `a_list`/`b_list`): their changes,
     symbol counts (added to the histograms) and hash moves.
 
     Returns (cls, gaps, steps, table, moved): the changes of every row one after the other (as `scan_chunk`
     writes them; steps in the tensors' own width), per row (count, lowest class, highest class), and per row
-    the two hash lanes' moves. `guess`: room for changes to start with (grows as needed).
+    the two hash lanes' moves.
+
+    The outputs have room for every element of the rows to change, so they never grow: only the pages the
+    changes fill are ever touched (the rest is address space), and nothing is freed while the threads scan
+    (growing by copying freed large blocks, whose unmapping stalled the other thread: a 2-thread scan ran
+    slower than one).
     """
     n = rows.shape[0]
     table = np.empty((n, 3), np.int64)
     moved = np.empty((n, 2), np.uint64)
-    most = 1
+    room = 0
     for r in range(n):
-        most = max(most, rows[r, 2] - rows[r, 1])
-    # A chunk is scanned into scratch the size of the largest chunk (the same pages every chunk: no page faults
-    # in the hot loop, which two threads would otherwise take turns at), then its changes are appended.
-    s_cls, s_gaps, s_steps = np.empty(most, np.uint16), np.empty(most, np.uint32), np.empty(most, a_list[0].dtype)
-    cap = max(guess, 16)
-    cls = np.empty(cap, np.uint16)
-    gaps = np.empty(cap, np.uint32)
-    steps = np.empty(cap, a_list[0].dtype)
+        room += rows[r, 2] - rows[r, 1]
+    cls = np.empty(room, np.uint16)
+    gaps = np.empty(room, np.uint32)
+    steps = np.empty(room, a_list[0].dtype)
     used = 0
     for r in range(n):
         t, lo, hi = rows[r, 0], rows[r, 1], rows[r, 2]
         key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
-        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, s_cls, s_gaps, s_steps, key)
+        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, cls[used:], gaps[used:],
+                                           steps[used:], key)
         if m:
-            _rans.count_symbols(s_cls[:m], s_gaps[:m], s_steps[:m], cmin, cmax, gap_hist, step_hist)
-            if used + m > cap:
-                cap = max(used + m, cap + cap // 2)
-                cls2, gaps2, steps2 = np.empty(cap, np.uint16), np.empty(cap, np.uint32), np.empty(cap, steps.dtype)
-                cls2[:used] = cls[:used]
-                gaps2[:used] = gaps[:used]
-                steps2[:used] = steps[:used]
-                cls, gaps, steps = cls2, gaps2, steps2
-            cls[used:used + m] = s_cls[:m]
-            gaps[used:used + m] = s_gaps[:m]
-            steps[used:used + m] = s_steps[:m]
+            _rans.count_symbols(cls[used:used + m], gaps[used:used + m], steps[used:used + m], cmin, cmax, gap_hist,
+                                step_hist)
         table[r, 0], table[r, 1], table[r, 2] = m, cmin, cmax
         moved[r, 0], moved[r, 1] = h0, h1
         used += m
-    if cap > used + used // 4 + 4096:  # give back what growing left unused
-        return cls[:used].copy(), gaps[:used].copy(), steps[:used].copy(), table, moved
     return cls[:used], gaps[:used], steps[:used], table, moved
 
 

@@ -275,13 +275,11 @@ class ChunkedCodec(Codec):
                 width = a_list[0].itemsize * 8
                 chunks = _ordered_chunks(np.array([old[n].numel() for n in members], np.int64), chunk)
                 ikeys, seeds = _key_tables(keys, members)
-                guess = int(chunks[:, 2].sum() - chunks[:, 1].sum()) // (128 * workers)  # ~1 % changed
 
                 def scan(lo: int, hi: int, chunks=chunks, a_list=a_list, b_list=b_list, shift=view(shift),
-                         mask=view(mask), ikeys=ikeys, seeds=seeds, width=width, guess=guess) -> tuple:
+                         mask=view(mask), ikeys=ikeys, seeds=seeds, width=width) -> tuple:
                     with counts.borrowed(width) as (gap, step):
-                        out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step,
-                                               guess)
+                        out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step)
                     bar.update(int(chunks[hi - 1, 2] - chunks[lo, 1]) if hi > lo else 0)
                     return out
 
