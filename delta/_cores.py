@@ -1,5 +1,5 @@
 """How the compiled host code is spread over the cores: how many threads by default, how a table of work is cut
-into one slice per thread, and the threads that run one compiled call each. Shared by every layer."""
+into a few ranges per thread, and the threads that run one compiled call per range. Shared by every layer."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""Compiled passes over every chunk of many tensors at once: one call per thread, nothing per chunk in Python.
+"""Compiled passes over every chunk of many tensors at once: a few calls per thread, nothing per chunk in Python.
 
 The chunked codecs cut tensors into independent chunks. Looping over them in Python (a task, a few numpy
 calls and a future per chunk) held the interpreter lock for most of the time and left a 16-core host
-coding at about one core's rate. Here the chunks are rows of an int64 table; the table is cut into one
-contiguous slice per worker, balanced by cost (`delta._cores.cut`), and each worker makes one compiled call
-over its slice with the GIL released (`delta._cores.in_threads`): the writer's scan with its symbol counts,
-the rANS coder, the rANS decoder, and the reader's decode-and-place. Tensors reach the compiled code as typed lists of flat
-arrays, so one call spans any number of tensors of one dtype.
+coding at about one core's rate. Here the chunks are rows of an int64 table; the table is cut into a few
+contiguous ranges per worker, balanced by cost (`delta._cores.slices`), and each range is one compiled call
+with the GIL released, taken by whichever thread is free (`delta._cores.in_threads`): the writer's scan with
+its symbol counts, the rANS coder, the rANS decoder, and the reader's decode-and-place. Tensors reach the
+compiled code as typed lists of flat arrays, so one call spans any number of tensors of one dtype.
 
 Every function returns an error code and the row it stopped at instead of raising, so that the caller
 reports the first bad chunk in file order with the words `_rans.DECODE_ERRORS` gives.
