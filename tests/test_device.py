@@ -183,6 +183,21 @@ def test_device_work_does_not_grow_with_elements_or_chunks(codec, monkeypatch) -
     assert small[1] <= 4 and small[3] <= 8
 
 
+def test_staging_buffers_are_reused_across_calls(on_device: Crossings) -> None:
+    """The host memory of the copies across comes from `_device.POOL`: a second diff and apply of the same shape
+    allocate no buffer (pinned afresh per call, they cost about as much as the copies on a GPU)."""
+    old, new = adam_like(seed=4)
+    digest = delta.state_digest(old)
+    _device.POOL.clear()
+    data = delta.diff(old, new, old_digest=digest)
+    delta.apply(clone(old), data, digest=digest)
+    made = _device.POOL.made
+    assert made > 0
+    assert delta.diff(old, new, old_digest=digest) == data
+    delta.apply(clone(old), data, digest=digest)
+    assert _device.POOL.made == made
+
+
 def test_raw_crosses_once_per_group_however_many_tensors(on_device: Crossings) -> None:
     """`raw` a group at a time: 40 small tensors of one dtype are one group, so one copy to the host on the writer,
     one upload of positions and values and one copy of the hash proofs back on the reader."""

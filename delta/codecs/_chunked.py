@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -50,7 +50,6 @@ from ._streams import pack, unpack
 
 CHUNK = 1 << 20
 MAX_CHUNK = 1 << 26
-_UINT_OF_WIDTH = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 Key = tuple[int, int, int]  # (kind index, width in bits, class)
 
 
@@ -151,8 +150,8 @@ class _Counts:
     and gives it back: `workers` pairs per width, made at its first use, whatever the number of ranges or groups;
     the pairs are summed once at the end (`hists`)."""
 
-    def __init__(self, context: bool, workers: int) -> None:
-        self.context = context
+    def __init__(self, classes: Callable[[int], int], workers: int) -> None:
+        self.classes = classes  # classes of a width (the codec's `_classes`)
         self.workers = workers
         self._pairs: list[tuple[int, np.ndarray, np.ndarray]] = []  # (width, gap, step): every pair made
         self._free: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -164,7 +163,7 @@ class _Counts:
         block ends."""
         with self._lock:
             if width not in self._free:
-                classes = classes_of_width(width) if self.context else 1
+                classes = self.classes(width)
                 made = [(np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32))
                         for _ in range(self.workers)]
                 self._pairs += [(width, *pair) for pair in made]
@@ -240,7 +239,7 @@ class ChunkedCodec(Codec):
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         names = sorted(names)
-        counts = _Counts(self.context, workers)
+        counts = _Counts(self._classes, workers)
         moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
         with _device.Staging() as staging:  # the device scans' host copies live until coded
             found = self._scan_on_device(old, new, names, chunk, keys, counts, moved, workers, progress, staging)
@@ -597,7 +596,7 @@ class ChunkedCodec(Codec):
             pinned = device.type != "cpu"
             cls = staging.empty(total, np.uint16, pinned)
             ranks = staging.empty(total, np.int32, pinned)
-            steps = staging.empty(total, _UINT_OF_WIDTH[width], pinned)
+            steps = staging.empty(total, _groups.UINT[width // 8], pinned)
             part = table[sel].copy()
             part[:, _batch.OUT] = np.cumsum(part[:, _batch.COUNT]) - part[:, _batch.COUNT]
             spans = slices(part[:, _batch.COUNT], workers)

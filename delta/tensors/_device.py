@@ -49,7 +49,7 @@ class PinnedPool:
         self._free: dict[tuple[int, bool], list[torch.Tensor]] = defaultdict(list)
         self._idle = 0
         self._lock = threading.Lock()
-        self.made = 0  # buffers allocated so far (tests and benchmarks read it: reuse keeps it flat)
+        self.made = 0  # buffers allocated so far (the tests read it: reuse keeps it flat)
 
     def take(self, nbytes: int, pinned: bool) -> torch.Tensor:
         """A uint8 buffer of at least `nbytes`."""
