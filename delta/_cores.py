@@ -26,17 +26,17 @@ def default_workers() -> int:
 
 
 def typed(arrays: Sequence[np.ndarray]) -> List:
-    """A numba typed list of flat contiguous arrays of one dtype (what the compiled calls take for "many
-    tensors"); its item type is made once per dtype (inferring it from the first item costs milliseconds)."""
-    out = List.empty_list(_array_type(arrays[0].dtype))
+    """A numba typed list of contiguous arrays of one dtype and dimension (what the compiled calls take for "many
+    tensors"); its item type is made once per kind (inferring it from the first item costs milliseconds)."""
+    out = List.empty_list(_array_type(arrays[0].dtype, arrays[0].ndim))
     for a in arrays:
         out.append(a)
     return out
 
 
 @functools.cache
-def _array_type(dtype: np.dtype) -> types.Array:
-    return types.Array(numba.from_dtype(dtype), 1, "C")
+def _array_type(dtype: np.dtype, ndim: int) -> types.Array:
+    return types.Array(numba.from_dtype(dtype), ndim, "C")
 
 
 def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:

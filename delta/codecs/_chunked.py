@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import default_workers, in_threads, slices, typed
+from .._cores import cut, default_workers, in_threads, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -76,17 +76,19 @@ class _Models:
         return self._of[key]
 
     @classmethod
-    def build(cls, hists: dict[int, tuple[np.ndarray, np.ndarray]]) -> _Models:
-        keys, counts = [], []
-        for width in sorted(hists):
-            for kind, hist in enumerate(hists[width]):
-                used = np.flatnonzero(hist.sum(axis=1))
-                keys += [(kind, width, c) for c in used.tolist()]
-                counts.append(hist[used])
-        keys_sorted = sorted(range(len(keys)), key=lambda i: keys[i])
-        counts_all = np.concatenate(counts) if counts else np.zeros((0, _rans.ALPHABET), np.int64)
-        freqs = (_rans.quantize(counts_all[keys_sorted]) if keys else counts_all).astype(np.int64)
-        return cls([keys[i] for i in keys_sorted], freqs.reshape(-1, _rans.ALPHABET))
+    def build(cls, counts: _Counts, workers: int) -> _Models:
+        """The models of every (kind, width, class) with a count, from the counts' histograms: each kind and
+        width's classes cut into ranges summed and quantised in one compiled call each, on `workers` threads."""
+        jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
+        for kind in (0, 1):
+            for width, hists in sorted(counts.histograms().items()):
+                of_kind = typed([pair[kind] for pair in hists])
+                jobs += [(kind, width, of_kind, lo, hi) for lo, hi in cut(np.ones(of_kind[0].shape[0]), workers)]
+        done = in_threads(lambda i, _: _rans.summed_models(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
+                          workers)
+        keys = [(kind, width, c) for (kind, width, *_), (classes, _) in zip(jobs, done) for c in classes.tolist()]
+        freqs = np.concatenate([f for _, f in done]) if done else np.zeros((0, _rans.ALPHABET), np.int64)
+        return cls(keys, freqs)
 
     def to_table(self) -> np.ndarray:
         table: list[int] = []
@@ -175,16 +177,12 @@ class _Counts:
             with self._lock:
                 self._free[width].append(pair)
 
-    @property
-    def hists(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """The counts of every pair added up, per width."""
-        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    def histograms(self) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
+        """Every pair made, per width (their counts add up to the delta's)."""
+        out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for width, gap, step in self._pairs:
-            if width in out:
-                out[width] = (out[width][0] + gap, out[width][1] + step)
-            else:
-                out[width] = (gap.copy(), step.copy())
-        return out
+            out[width].append((gap, step))
+        return dict(out)
 
 
 def _ordered_chunks(sizes: np.ndarray, chunk: int) -> np.ndarray:
@@ -246,7 +244,7 @@ class ChunkedCodec(Codec):
             with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
                 found += self._scan_on_host(old, new, names, chunk, keys, counts, moved, workers, progress)
             with stage("code"):
-                models = _Models.build(counts.hists)
+                models = _Models.build(counts, workers)
                 table, words = self._code(old, names, found, models, workers)
         changed = np.bincount(table[:, 0], weights=table[:, 2], minlength=len(names)).astype(np.int64)
         entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))

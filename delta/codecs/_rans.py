@@ -84,6 +84,29 @@ def _quantize_rows(rows):  # pragma: no cover - compiled
     return out
 
 
+@njit(nogil=True, cache=True)
+def summed_models(hists, lo, hi):  # pragma: no cover - compiled
+    """The models of classes lo..hi-1 of histograms `hists` (a typed list of (classes, ALPHABET) counts, added
+    up): the classes with a count, and their frequencies (`quantize`). Each histogram row is read once."""
+    n = hists[0].shape[1]
+    used = np.zeros(hi - lo, np.bool_)
+    for h in hists:
+        for c in range(lo, hi):
+            if not used[c - lo]:
+                for s in range(n):
+                    if h[c, s]:
+                        used[c - lo] = True
+                        break
+    classes = np.flatnonzero(used) + lo
+    rows = np.zeros((classes.size, n), np.int64)
+    for h in hists:
+        for i in range(classes.size):
+            row, src = rows[i], h[classes[i]]
+            for s in range(n):
+                row[s] += src[s]
+    return classes, _quantize_rows(rows)
+
+
 def symbol_of(value: int) -> int:
     """The symbol a value is coded as (symbols grow with values: the largest symbol values up to V need)."""
     if value < DIRECT:
