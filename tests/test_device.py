@@ -139,6 +139,11 @@ def test_a_delta_for_another_state_is_refused_on_the_device_path(on_device: Cros
 # -- bounded work: the same number of torch ops and host round trips for 8x the elements ---------------------
 
 
+#: Torch operations that only make views (metadata, no kernel).
+_VIEWS = {f"aten::{op}" for op in ("as_strided", "slice", "detach", "view", "reshape", "select", "narrow", "unsqueeze",
+                                    "flatten", "alias", "_reshape_alias", "expand")}
+
+
 def _ops(fn) -> Counter:
     """The torch operations `fn` runs, on every thread."""
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
@@ -181,6 +186,21 @@ def test_device_work_does_not_grow_with_elements_or_chunks(codec, monkeypatch) -
     assert small == large
     assert sum(small[0].values()) < 1500 and sum(small[2].values()) < 1500  # a few hundred per group of tensors
     assert small[1] <= 4 and small[3] <= 8
+
+
+def test_the_device_state_hash_takes_a_few_ops_per_group_however_many_tensors(monkeypatch) -> None:
+    """The whole-state hash on the device path: 40 or 80 small tensors of one dtype (one group) run the same torch
+    operations that compute (views of each tensor aside: they launch nothing), about a hundred (it was ~25 per
+    tensor)."""
+    _path(monkeypatch, True)
+    g = torch.Generator().manual_seed(6)
+    counts = []
+    for n in (40, 80):
+        state = {f"t{i:03d}": torch.randn(300, generator=g).bfloat16() for i in range(n)}
+        ops = _ops(lambda: delta.state_digest(state))
+        counts.append(Counter({op: k for op, k in ops.items() if op not in _VIEWS}))
+    assert counts[0] == counts[1]
+    assert sum(counts[0].values()) < 150
 
 
 def test_staging_buffers_are_reused_across_calls(on_device: Crossings) -> None:

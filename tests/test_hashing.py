@@ -141,3 +141,18 @@ def test_format_2_files_verify_with_the_hash_they_carry() -> None:
     state = {k: v.clone() for k, v in old.items()}
     result = delta.apply(state, os.path.join(HERE, "golden_v2.ctx.delta"))
     assert result.digest.hexdigest.startswith("xxh3-128:") and all(bit_equal(state[k], new[k]) for k in new)
+
+
+def test_device_state_sums_by_group_equal_the_host_sums(monkeypatch) -> None:
+    """Many small tensors of two dtypes (several groups), a tensor in parts and an empty one: the device path,
+    a group at a time, hashes every tensor as the host does."""
+    g = torch.Generator().manual_seed(9)
+    state = {f"t{i:02d}": torch.randn(37 + i, generator=g).to(torch.bfloat16 if i % 3 else torch.float32)
+             for i in range(30)}
+    state |= {"big": torch.randn(5000, generator=g).bfloat16(), "empty": torch.zeros(0, 4),
+              "flag": torch.rand(65, generator=g) > 0.5}
+    host = state_digest(state)
+    monkeypatch.setattr(_device, "GROUP", 300)  # groups of a few tensors
+    monkeypatch.setattr(_device, "SEGMENT", 1024)  # "big" in five parts
+    with device_path(True):
+        assert state_digest(state) == host

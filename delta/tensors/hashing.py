@@ -26,7 +26,7 @@ import xxhash
 
 from ..errors import DeltaFormatError
 from .._cores import default_workers
-from . import _device, _sumhash
+from . import _device, _groups, _sumhash
 from ._sumhash import Sums, TensorKey
 from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
 
@@ -191,36 +191,43 @@ def tensor_sums(key: TensorKey, tensor: torch.Tensor) -> Sums:
 
 
 def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]) -> dict[str, Sums]:
-    """Element sums of every tensor: host tensors together on host threads, device tensors on their device with
-    one wait for all of them."""
+    """Element sums of every tensor: host tensors together on host threads, device tensors a group at a time on
+    their device (`_groups`: a few kernels per group, whatever its number of tensors), one wait for all."""
     host = [n for n in keys if _device.on_host(state[n])]
     sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
                                              default_workers())))
-    by_device: dict[torch.device, list[str]] = {}
-    for n in keys:
-        if n not in sums:
-            by_device.setdefault(state[n].device, []).append(n)
-    names = [ns for ns in by_device.values()]
-    totals = [torch.stack([_device_sums(keys[n], state[n].detach().contiguous().reshape(-1)) for n in ns])
-              for ns in names]
-    for ns, rows in zip(names, _device.to_host_all(totals) if totals else []):
-        sums.update((n, _sumhash.sums_of_halves(row)) for n, row in zip(ns, rows.tolist()))
+    on_device = sorted(n for n in keys if n not in sums)
+    flat = {n: state[n].detach().contiguous().reshape(-1) for n in on_device}
+    found = [(group, _group_sums(group, flat, keys)) for group in _groups.groups(flat, on_device, 1)]
+    halves = {n: [0, 0, 0, 0] for n in on_device}  # an empty tensor is in no group: its sums are zero
+    for (group, _), rows in zip(found, _device.to_host_all([t for _, t in found]) if found else []):
+        for n, row in zip(group.names, rows.tolist()):  # a tensor in parts: each part adds its halves
+            halves[n] = [a + b for a, b in zip(halves[n], row)]
+    sums.update((n, _sumhash.sums_of_halves(row)) for n, row in halves.items())
     return sums
 
 
-def _device_sums(key: TensorKey, flat: torch.Tensor) -> torch.Tensor:
-    """A device tensor's four summed halves (`_sumhash.sums_of_halves`), left on the device (not waited for)."""
-    width = flat.element_size() * 8
-    total = torch.zeros(4, dtype=torch.int64, device=flat.device)
-    block = key.block if key.block > 0 else _sumhash._NO_BLOCK
-    for lo in range(0, flat.numel(), _device.SEGMENT):  # temporaries of a segment's size, whatever the tensor's
-        part = flat[lo:lo + _device.SEGMENT]
-        j = torch.arange(lo, lo + part.numel(), dtype=torch.int64, device=flat.device)
-        g = _sumhash.device_index(j, key.base, block, key.skip)
-        v = _sumhash.as_int64(part, width)
-        for lane in (0, 1):
-            total[2 * lane:2 * lane + 2] += _sumhash.halves(_sumhash.device_hashes(g, v, key.seeds[lane])).sum(0)
-    return total
+def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey]
+                ) -> torch.Tensor:
+    """(members, 4) int64: each member's summed halves (`_sumhash.sums_of_halves`), left on the device (not
+    waited for). One member (a large tensor, or a part of one) is hashed under its key alone; several, under
+    each element's key gathered by member."""
+    first = flat[group.names[0]]
+    device, width = first.device, first.element_size() * 8
+    parts = [flat[n][a:a + k] for n, a, k in zip(group.names, group.starts, group.sizes)]
+    v = _sumhash.as_int64(torch.cat(parts) if len(parts) > 1 else parts[0], width)
+    if len(parts) == 1:
+        key, start = keys[group.names[0]], group.starts[0]
+        j = torch.arange(start, start + v.numel(), dtype=torch.int64, device=device)
+        g = _sumhash.device_index(j, key.base, key._block, key.skip)
+        lanes = [_sumhash.halves(_sumhash.device_hashes(g, v, seed)).sum(0) for seed in key.seeds]
+        return torch.cat(lanes).reshape(1, 4)
+    where = torch.tensor([group.sizes, group.offsets.tolist(), group.starts], dtype=torch.int64).to(device)
+    owner = torch.repeat_interleave(torch.arange(len(parts), device=device), where[0], output_size=v.numel())
+    j = torch.arange(v.numel(), dtype=torch.int64, device=device) + (where[2] - where[1]).index_select(0, owner)
+    table = _sumhash.key_table([keys[n] for n in group.names], device)
+    out = torch.zeros(len(parts), 4, dtype=torch.int64, device=device)
+    return out.index_add_(0, owner, _sumhash.device_lane_halves(j, owner, table, None, v))
 
 
 def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old: np.ndarray | torch.Tensor,
