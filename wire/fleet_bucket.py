@@ -56,6 +56,7 @@ class FleetBucket:
     def __init__(self, bucket: str | Storage, secret: str | None = None) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = fleet_key(secret) if secret else None
+        self._run_too_large: tuple[int, FleetMessageError] | None = None  # (listed size, the refusal)
 
     @property
     def signed(self) -> bool:
@@ -72,11 +73,26 @@ class FleetBucket:
         self.storage.write(RUN_PATH, encode(run, self.key))
 
     def read_run(self) -> RunSettings | None:
-        """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`)."""
+        """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`).
+        Once refused as too large, the file is not read again until its listed size changes (a listing per call
+        instead of a bounded read)."""
+        if self._run_too_large is not None:
+            size, error = self._run_too_large
+            if self._listed_size(RUN_PATH) == size:
+                raise error
+            self._run_too_large = None
         try:
             return read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES)
         except FileNotFoundError:
             return None
+        except FleetMessageError as e:
+            size = self._listed_size(RUN_PATH) if e.category == Refusal.TOO_LARGE else None
+            if size is not None:
+                self._run_too_large = (size, e)
+            raise
+
+    def _listed_size(self, path: str) -> int | None:
+        return next((f.size for f in self.storage.list(path) if f.path == path), None)
 
     # -- groups (the servers write, the trainer reads and deletes) -------------------------------------
 
