@@ -82,8 +82,7 @@ class _Models:
         jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
         for kind in (0, 1):
             for width, hists in sorted(counts.histograms().items()):
-                of_kind = typed([pair[kind] for pair in hists])
-                jobs += [(kind, width, of_kind, lo, hi) for lo, hi in cut(np.ones(of_kind[0].shape[0]), workers)]
+                jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in cut(np.ones(hists[kind].shape[1]), workers)]
         done = in_threads(lambda i, _: _rans.summed_models(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
                           workers)
         keys = [(kind, width, c) for (kind, width, *_), (classes, _) in zip(jobs, done) for c in classes.tolist()]
@@ -149,14 +148,14 @@ class _Found:
 
 class _Counts:
     """Symbol counts per (width, class) of one delta. A thread borrows a pair of histograms for a range of chunks
-    and gives it back: `workers` pairs per width, made at its first use, whatever the number of ranges or groups;
-    the pairs are summed once at the end (`hists`)."""
+    and gives it back: `workers` pairs per width, made at its first use as one (workers, classes, symbols) array
+    per kind, whatever the number of ranges or groups; they are summed once, by `_Models.build`."""
 
     def __init__(self, classes: Callable[[int], int], workers: int) -> None:
         self.classes = classes  # classes of a width (the codec's `_classes`)
         self.workers = workers
-        self._pairs: list[tuple[int, np.ndarray, np.ndarray]] = []  # (width, gap, step): every pair made
-        self._free: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # width -> (gap, step) histograms of every pair
+        self._free: dict[int, list[int]] = {}
         self._lock = threading.Lock()
 
     @contextmanager
@@ -164,25 +163,21 @@ class _Counts:
         """Histograms for changes of `width` (dtypes of one width share their models), this thread's until the
         block ends."""
         with self._lock:
-            if width not in self._free:
-                classes = self.classes(width)
-                made = [(np.zeros((classes, _rans.ALPHABET), np.int32), np.zeros((classes, _rans.ALPHABET), np.int32))
-                        for _ in range(self.workers)]
-                self._pairs += [(width, *pair) for pair in made]
-                self._free[width] = made
-            pair = self._free[width].pop()  # never empty: at most `workers` threads borrow at once
+            if width not in self._made:
+                shape = (self.workers, self.classes(width), _rans.ALPHABET)
+                self._made[width] = (np.zeros(shape, np.int32), np.zeros(shape, np.int32))
+                self._free[width] = list(range(self.workers))
+            i = self._free[width].pop()  # never empty: at most `workers` threads borrow at once
+        gap, step = self._made[width]
         try:
-            yield pair
+            yield gap[i], step[i]
         finally:
             with self._lock:
-                self._free[width].append(pair)
+                self._free[width].append(i)
 
-    def histograms(self) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
-        """Every pair made, per width (their counts add up to the delta's)."""
-        out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-        for width, gap, step in self._pairs:
-            out[width].append((gap, step))
-        return dict(out)
+    def histograms(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per width, the (gap, step) histograms of every pair (their counts add up to the delta's)."""
+        return dict(self._made)
 
 
 def _ordered_chunks(sizes: np.ndarray, chunk: int) -> np.ndarray:

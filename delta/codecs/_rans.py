@@ -86,22 +86,22 @@ def _quantize_rows(rows):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def summed_models(hists, lo, hi):  # pragma: no cover - compiled
-    """The models of classes lo..hi-1 of histograms `hists` (a typed list of (classes, ALPHABET) counts, added
-    up): the classes with a count, and their frequencies (`quantize`). Each histogram row is read once."""
-    n = hists[0].shape[1]
+    """The models of classes lo..hi-1 of histograms `hists` ((histograms, classes, ALPHABET) counts, added up):
+    the classes with a count, and their frequencies (`quantize`). Each histogram row is read once."""
+    n = hists.shape[2]
     used = np.zeros(hi - lo, np.bool_)
-    for h in hists:
+    for k in range(hists.shape[0]):
         for c in range(lo, hi):
             if not used[c - lo]:
                 for s in range(n):
-                    if h[c, s]:
+                    if hists[k, c, s]:
                         used[c - lo] = True
                         break
     classes = np.flatnonzero(used) + lo
     rows = np.zeros((classes.size, n), np.int64)
-    for h in hists:
+    for k in range(hists.shape[0]):
         for i in range(classes.size):
-            row, src = rows[i], h[classes[i]]
+            row, src = rows[i], hists[k, classes[i]]
             for s in range(n):
                 row[s] += src[s]
     return classes, _quantize_rows(rows)
