@@ -22,15 +22,16 @@ def lora_label(sync: str, r: int, alpha: float, targets: tuple[str, ...]) -> str
 
 def public_location(location: str | None) -> str:
     """A bucket or model as a visitor may see it: URLs (``s3://``, ``hf://``, ``https://``) and Hub ids
-    as they are; a local path as "local folder NAME" (its last part), since the full path shows this
-    machine's temporary and cache folders, which say nothing to a visitor and something to an attacker."""
+    as they are; a local path as "local folder …/NAME" (its last part, the "…/" saying that a path was cut), since
+    the full path shows this machine's temporary and cache folders, which say nothing to a visitor and something
+    to an attacker. Pages put a colon between their label and it ("bucket: local folder …/bucket")."""
     if not location:
         return "-"
     if "://" in location:
         return location
     if not (os.path.isabs(location) or location.startswith((".", "~")) or os.path.exists(location)):
         return location  # a Hub id such as HuggingFaceTB/SmolLM2-135M-Instruct
-    return f"local folder {os.path.basename(os.path.normpath(location))}"
+    return f"local folder …/{os.path.basename(os.path.normpath(location))}"
 
 
 #: Under the sparsity heatmaps: why the demo's deltas are denser than an RL run's.

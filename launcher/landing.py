@@ -233,7 +233,7 @@ PAGE = """<!doctype html>
 </style></head>
 <body>
 <h1>delta-sync: a model trains on Wordle, live</h1>
-<p class="sub">The apps on this machine share the bucket <code>{bucket}</code> and nothing else: the trainer
+<p class="sub">The apps on this machine share one bucket (<code>{bucket}</code>) and nothing else: the trainer
 publishes a sparse safetensors delta per step there, each rollout server applies it, plays games against the
 environment and hands them back through the bucket.</p>
 <div class="cards" id="cards"></div>

@@ -101,8 +101,8 @@ def test_the_page_has_an_icon_and_shows_no_local_path(tmp_path) -> None:
     with TestClient(build_app([], bucket)) as client:
         page = client.get("/").text
         assert client.get("/favicon.ico").status_code == 200 and 'rel="icon"' in page
-        assert str(tmp_path) not in page and "local folder bucket" in page
-        assert client.get("/api/status").json()["bucket"] == "local folder bucket"
+        assert str(tmp_path) not in page and "share one bucket (<code>local folder …/bucket</code>)" in page
+        assert client.get("/api/status").json()["bucket"] == "local folder …/bucket"
 
 
 def test_an_app_answering_something_else_gets_a_card_saying_so() -> None:

@@ -15,7 +15,7 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
     assert "valid guesses — · letters found — of 5 · last step took —" in text  # no step yet: no made-up 0.0 s
-    assert str(tmp_path) not in text and "bucket `local folder b`" in text  # no local path on a public page
+    assert str(tmp_path) not in text and "bucket: `local folder …/b`" in text  # no local path on a public page
     assert "cut after **3 moves**" in cut_games_note(session.config.max_turns)
     learning, payload, heatmap, offpolicy = figures(session)  # no data yet: figures that say so, no error
     assert all(f.layout.title.text for f in (learning, payload, heatmap, offpolicy))

@@ -53,7 +53,7 @@ def status_markdown(status: TrainerStatus) -> str:
          f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
          f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         _staleness_line(status, stale),
-        f"training on **{status.device}** · bucket `{html.escape(public_location(status.bucket))}` · " + (
+        f"training on **{status.device}** · bucket: `{html.escape(public_location(status.bucket))}` · " + (
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
             else f"games from the rollout at {status.rollout_url}"),
     ]
