@@ -77,7 +77,8 @@ GLOSSARY = """\
 - **published** (trainer) and **applied here** (rollout): the trainer's newest version committed to
   the bucket, and the version a rollout server has loaded and serves; **versions behind** is how
   far a server's version trails the bucket's newest.
-- **fleet states** of a rollout server: **producing** (playing groups of games for the run),
+- **fleet states** of a rollout server: **starting** (just started or restarted, loading; it has not read the
+  run yet, so no version is shown), **producing** (playing groups of games for the run),
   **full** (enough groups wait in the bucket; it waits until the trainer takes some), **paused** /
   **no run** (the trainer paused, or has written no run yet), **error** (its last batch failed; it
   retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).

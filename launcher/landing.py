@@ -31,6 +31,8 @@ from .children import Child
 from .restarts import Supervisor
 
 TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
+#: The rollout card's row of the version its server serves (`freshen_fleet` reads it too).
+VERSION_FIELD = "weights version"
 BLURBS = {
     "env": "Play Wordle yourself; the rollout plays its games here.",
     "rollout": "Follows the bucket, applies each delta, plays games with the current policy.",
@@ -69,6 +71,22 @@ async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervi
     return card
 
 
+def freshen_fleet(trainer: dict[str, Any], rollouts: dict[str, dict[str, Any]]) -> None:
+    """Give the trainer card's fleet rows (`fleet_rows`) each server's version and state from that server's own card
+    where this launcher runs it (the launcher names a server after its child): a heartbeat trails the server's own
+    `/status` by up to a beat, and the rollout cards beside the table show the latter. A server whose process is not
+    ready shows what the launcher knows of it ("starting", "restarting …") and no version, never its last heartbeat's
+    or a new process's v0. Changes `trainer` in place."""
+    for row in trainer["fleet"]:
+        card = rollouts.get(row[0])
+        if card is None:  # a server of the fleet that this launcher does not run: its heartbeat is all there is
+            continue
+        if card["state"] != "ready":
+            row[1], row[4] = "—", card["state"]
+        elif (version := dict(card["fields"]).get(VERSION_FIELD)) is not None:
+            row[1] = version
+
+
 def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     """What a card shows of an app's status (JSON), as (label, value) pairs; the env's card shows none (it is
     asked for its health only).
@@ -78,7 +96,7 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     """
     if role == "rollout":
         rollout = RolloutStatus.model_validate_json(status)
-        return [("weights version", rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
+        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
                 ("syncs", rollout.syncs)]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)
@@ -170,8 +188,10 @@ def build_app(children: Sequence[Child], bucket: str, restarts: Supervisor | Non
     async def status() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
             cards = await asyncio.gather(*(_app_status(client, c, restarts) for c in children))
+        rollouts = {card["name"]: card for card in cards if card["role"] == "rollout"}
         for card in cards:
             if card["role"] == "trainer":
+                freshen_fleet(card, rollouts)
                 card["fleet_note"] = fleet_note(children, card)
         return {"bucket": public_location(bucket), "apps": list(cards)}
 

@@ -100,7 +100,7 @@ class GroupProducer:
         self.boot = uuid.uuid4().hex[:8]
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
-        self.state = ServerState.NO_RUN
+        self.state = ServerState.STARTING
         self.run_id: str | None = None
         self.last_error: str | None = None
         self.groups_written = 0
@@ -165,10 +165,16 @@ class GroupProducer:
     # -- the threads -----------------------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
+        """A heartbeat every `heartbeat_s`, and one as soon as the version served changes (looked at every `poll_s`):
+        the trainer's fleet table then shows a new version when the server's own page does, not a beat later."""
+        written, due = None, 0.0
         while True:
-            self._write_heartbeat()
-            self._read_peers()
-            if self._stop.wait(self.heartbeat_s):
+            version = self.version()
+            if version != written or time.monotonic() >= due:
+                self._write_heartbeat()
+                self._read_peers()
+                written, due = version, time.monotonic() + self.heartbeat_s
+            if self._stop.wait(min(self.poll_s, self.heartbeat_s)):
                 return
 
     def _write_heartbeat(self) -> None:

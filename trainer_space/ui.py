@@ -20,6 +20,7 @@ from dashboard.figures import Metric, Series, learning_curves, line_curves, payl
 from dashboard.games import feed_html
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
 from dashboard.trend import step_text
+from wire.fleet import ServerState
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
 from .session import AccessDenied, TrainingSession
@@ -144,7 +145,7 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
     if not servers:
         return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
     rows = "".join(
-        f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
+        f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td><td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
     # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen.
