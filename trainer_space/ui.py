@@ -147,9 +147,12 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td><td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
-        f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
-    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen.
-    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%'><tr><th>server</th>"
+        f"<td>{s.groups_written}</td><td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}"
+        "</td></tr>" for s in servers)
+    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen. Cells on one
+    # line but the last error's, which wraps in a column wide enough to keep the rows a few lines high.
+    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
+            "<tr><th>server</th>"
             "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
             f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table></div>")
 
