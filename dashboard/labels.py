@@ -71,7 +71,8 @@ GLOSSARY = """\
 - **showcase game**: a whole game (up to 6 guesses) a rollout server plays on its own after a minute
   with no game, so its page always shows the current policy; never trained on.
 - **env's example**: the example word the env's request showed before a move (never the secret); a
-  move marked so copied it.
+  move marked so copied it. A move marked **copied from the env's text** scored a word another message
+  of the game had shown (a word of the instructions such as GREEN, or of the feedback).
 - **policy v3**, **policy v2–v3**: the weight versions that wrote a game's replies (a game played
   while a new version arrived spans two).
 - **published** (trainer) and **applied here** (rollout): the trainer's newest version committed to
