@@ -26,7 +26,7 @@ def public_location(location: str | None) -> str:
     the full path shows this machine's temporary and cache folders, which say nothing to a visitor and something
     to an attacker. Pages put a colon between their label and it ("bucket: local folder …/bucket")."""
     if not location:
-        return "-"
+        return "—"  # the pages' one sign for no value
     if "://" in location:
         return location
     if not (os.path.isabs(location) or location.startswith((".", "~")) or os.path.exists(location)):

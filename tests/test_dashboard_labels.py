@@ -8,6 +8,7 @@ def test_labels_hide_local_paths_and_count_right(tmp_path) -> None:
     assert public_location(".cache/models/smollm2/") == "local folder …/smollm2"
     assert public_location(str(tmp_path)) == f"local folder …/{tmp_path.name}"
     assert public_location("s3://team/runs/a") == "s3://team/runs/a"
+    assert public_location(None) == "—"  # the pages' one sign for no value, never a "-" beside their "—"
     assert public_location("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert all(f"**{term}**" in GLOSSARY for term in ("anchor", "density", "ctx", "staleness bound"))
 
