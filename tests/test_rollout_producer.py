@@ -203,3 +203,12 @@ def test_a_new_server_says_starting_and_a_new_version_is_beaten_at_once(tmp_path
         assert beaten(4) == 4
     finally:
         producer.close()
+
+
+def test_a_server_looks_for_a_run_not_written_yet_soon_then_every_poll(tmp_path) -> None:
+    """The trainer's first step waits for this server's first batch, which waits for the run: the first looks come
+    within a few hundredths of a second of each other, then every `poll_s`."""
+    producer = GroupProducer(lambda specs, params: [], lambda: 0, FleetBucket(str(tmp_path / "bucket")), "s0",
+                             poll_s=1.0)
+    waits = [producer.step() for _ in range(7)]
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and producer.state == ServerState.NO_RUN
