@@ -247,7 +247,8 @@ PAGE = """<!doctype html>
  dl { display: grid; grid-template-columns: auto auto; gap: .1rem 1rem; margin: .6rem 0; }
  dt { color: #555; } dd { margin: 0; font-variant-numeric: tabular-nums; }
  a.open { display: inline-block; margin-top: .4rem; } code { background: #f4f4f4; padding: 0 .25rem; }
- .card.wide { grid-column: span 2; }
+ .card.wide { grid-column: 1 / -1; }  /* the whole row, whatever the columns: "span 2" made a phone's one column two */
+ .scroll { overflow-x: auto; max-width: 100%; }
  table.fleet { border-collapse: collapse; font-size: .85rem; margin-top: .4rem; }
  table.fleet th, table.fleet td { border-bottom: 1px solid #eee; padding: .1rem .4rem; text-align: left; }
 </style></head>
@@ -265,8 +266,8 @@ function card(app) {
   const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
   const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
   const fleet = app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
-    <table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th><th>state</th></tr>
-    ${rows}</table>` : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
+    <div class="scroll"><table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th>
+    <th>state</th></tr>${rows}</table></div>` : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
   return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>

@@ -1,6 +1,7 @@
-"""The trainer's page on a phone (390 px wide) in Chromium: the heatmap's column labels stand apart, and the fleet
-table scrolls sideways inside its box instead of running off the screen. The heatmap is drawn by plotly.js from the
-figure the pages hand to `gr.Plot`; the fleet table is the real trainer app's, over heartbeats in a real bucket."""
+"""The pages on a phone (390 px wide) in Chromium: the heatmap's column labels stand apart, and the fleet tables (the
+trainer's page, the landing page's trainer card) scroll sideways inside their box instead of running off the screen.
+The heatmap is drawn by plotly.js from the figure the pages hand to `gr.Plot`; the trainer's page is the real app's,
+over heartbeats in a real bucket; the landing page the launcher's, over apps answering their status."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from dashboard import sparsity
+from launcher.landing import build_app as landing_app
 from dashboard.figures import sparsity_heatmap
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.server import build_app
 from wire.fleet import Heartbeat, ServerState
 from wire.fleet_bucket import FleetBucket
+from wire.trainer import FleetServer
 
 from ._dashboard_states import changed_copy, header_of, qwen3_state
 from ._env_server import serving
 from .test_env_ui import CHROMIUM, CHROMIUM_ARGS
+from .test_launcher_landing import ROLLOUT, answering, ready
 
 PHONE = {"width": 390, "height": 1600}
 WAIT_MS = 60_000
@@ -85,3 +89,22 @@ def test_the_trainer_fleet_table_scrolls_inside_its_box(tmp_path: Path, phone: P
     assert 0 <= box["left"] and box["right"] <= PHONE["width"]  # the table's box fits the screen
     assert box["overflow"] == "auto" and box["scroll"] > box["shown"]  # and the table scrolls inside it
     assert max(box["rows"]) < 80  # the last error wraps in a wide column: rows a few lines high, not towers
+
+
+def test_the_landing_page_fits_and_its_fleet_table_scrolls(tmp_path: Path, phone: Page) -> None:
+    beat = {"games_per_min": 12.5, "last_seen_s": 2.0, "idle_share": 0.0, "groups_written": 1, "run_id": "r",
+            "last_error": None}
+    fleet = [FleetServer(id=name, version=12, state="producing", **beat) for name in ("rollout", "rollout-2")]
+    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    with serving(answering(trainer.model_copy(update={"fleet": fleet}).model_dump())) as url, \
+            serving(answering(ROLLOUT.model_dump())) as rollout, serving(answering({"status": "ok"})) as env:
+        children = [ready("env", env), ready("rollout", rollout), ready("trainer", url)]
+        with serving(landing_app(children, str(tmp_path / "bucket"))) as landing:
+            phone.goto(landing)
+            phone.wait_for_selector("#fleet td")
+            shown = phone.evaluate("""() => ({page: document.documentElement.scrollWidth,
+                cards: [...document.querySelectorAll('.card')].map(c => c.getBoundingClientRect().right),
+                box: document.querySelector('#fleet').parentElement.getBoundingClientRect().right,
+                overflow: getComputedStyle(document.querySelector('#fleet').parentElement).overflowX})""")
+    assert shown["page"] <= PHONE["width"]  # a wide card spans the row, not a second column off the screen
+    assert max(shown["cards"]) <= PHONE["width"] and shown["box"] <= PHONE["width"] and shown["overflow"] == "auto"
