@@ -266,8 +266,9 @@ function card(app) {
   const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
   const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
   const fleet = app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
-    <div class="scroll"><table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th>
-    <th>state</th></tr>${rows}</table></div>` : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
+    <div class="scroll"><table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th>
+    <th>seen</th><th>state</th></tr>${rows}</table></div>`
+    : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
   return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>

@@ -144,8 +144,9 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
     """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of."""
     if not servers:
         return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
-    rows = "".join(
-        f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td><td>{s.games_per_min:.1f}</td>"
+    rows = "".join(  # a starting server has not read the bucket yet: no version to show
+        f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td>"
+        f"<td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td><td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}"
         "</td></tr>" for s in servers)
