@@ -35,6 +35,8 @@ _SCALE = [[0.0, "#f7fbff"], [0.2, "#deebf7"], [0.4, "#9ecae1"], [0.6, "#4292c6"]
 #: The heatmap's fixed colour range: log10 of the density, 0.001 % (and less, and nothing) to 100 %. Fixed,
 #: so a colour means the same density in every version's heatmap.
 _DENSITY_DECADES = (-5, 0)
+#: Pixels a heatmap column label of one character takes upright (font size 11): the height its labels add.
+_LABEL_PX = 6
 
 
 class SyncLike(Protocol):
@@ -107,11 +109,18 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: 
     fig = go.Figure(go.Heatmap(
         z=colour, customdata=z, x=list(grid.kinds), y=list(grid.rows), text=text, hoverinfo="text",
         hoverongaps=False, colorscale=_SCALE, zmin=low, zmax=high, xgap=1, ygap=1,
-        colorbar={"title": {"text": "density<br>(fixed scale)"}, "tickvals": decades,
+        colorbar={"title": {"text": "density<br>(fixed scale)", "font": {"size": 11}}, "tickvals": decades,
+                  "thickness": 12, "tickfont": {"size": 10},
                   "ticktext": [f"{'≤' if d == low else ''}{10.0 ** (d + 2):g}%" for d in decades]}))
-    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)), margin={**_MARGIN, "t": 60},
-                      template="plotly_white", yaxis={"autorange": "reversed", "type": "category"},
-                      xaxis={"type": "category", "tickangle": -35}, modebar=_MODEBAR)
+    # Column labels upright (read bottom to top): a column on a phone (390 px) is ~15 px wide, so any slanted label
+    # longer than that runs into its neighbours'. The margin below grows to the longest label (`automargin`), the
+    # figure with it, so the grid keeps its height.
+    longest = max(len(k) for k in grid.kinds)
+    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)) + _LABEL_PX * longest,
+                      margin={**_MARGIN, "t": 60}, template="plotly_white",
+                      yaxis={"autorange": "reversed", "type": "category"},
+                      xaxis={"type": "category", "tickangle": -90, "tickfont": {"size": 11}, "automargin": True},
+                      modebar=_MODEBAR)
     return fig
 
 

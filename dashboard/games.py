@@ -64,6 +64,7 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed",
             f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}"
             f"{' · exam (held-out word, no examples)' if t.exam else ''}<br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
-            f'{render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples)}'
+            + render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples,
+                                copied=t.copied) +
             '</div></div>')
     return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -22,15 +22,16 @@ def lora_label(sync: str, r: int, alpha: float, targets: tuple[str, ...]) -> str
 
 def public_location(location: str | None) -> str:
     """A bucket or model as a visitor may see it: URLs (``s3://``, ``hf://``, ``https://``) and Hub ids
-    as they are; a local path as "local folder NAME" (its last part), since the full path shows this
-    machine's temporary and cache folders, which say nothing to a visitor and something to an attacker."""
+    as they are; a local path as "local folder …/NAME" (its last part, the "…/" saying that a path was cut), since
+    the full path shows this machine's temporary and cache folders, which say nothing to a visitor and something
+    to an attacker. Pages put a colon between their label and it ("bucket: local folder …/bucket")."""
     if not location:
-        return "-"
+        return "—"  # the pages' one sign for no value
     if "://" in location:
         return location
     if not (os.path.isabs(location) or location.startswith((".", "~")) or os.path.exists(location)):
         return location  # a Hub id such as HuggingFaceTB/SmolLM2-135M-Instruct
-    return f"local folder {os.path.basename(os.path.normpath(location))}"
+    return f"local folder …/{os.path.basename(os.path.normpath(location))}"
 
 
 #: Under the sparsity heatmaps: why the demo's deltas are denser than an RL run's.
@@ -70,13 +71,15 @@ GLOSSARY = """\
 - **showcase game**: a whole game (up to 6 guesses) a rollout server plays on its own after a minute
   with no game, so its page always shows the current policy; never trained on.
 - **env's example**: the example word the env's request showed before a move (never the secret); a
-  move marked so copied it.
+  move marked so copied it. A move marked **copied from the env's text** scored a word another message
+  of the game had shown (a word of the instructions such as GREEN, or of the feedback).
 - **policy v3**, **policy v2–v3**: the weight versions that wrote a game's replies (a game played
   while a new version arrived spans two).
 - **published** (trainer) and **applied here** (rollout): the trainer's newest version committed to
   the bucket, and the version a rollout server has loaded and serves; **versions behind** is how
   far a server's version trails the bucket's newest.
-- **fleet states** of a rollout server: **producing** (playing groups of games for the run),
+- **fleet states** of a rollout server: **starting** (just started or restarted, loading; it has not read the
+  run yet, so no version is shown), **producing** (playing groups of games for the run),
   **full** (enough groups wait in the bucket; it waits until the trainer takes some), **paused** /
   **no run** (the trainer paused, or has written no run yet), **error** (its last batch failed; it
   retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).

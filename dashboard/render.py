@@ -134,25 +134,32 @@ def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_m
 
 
 def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False,
-               errors: Sequence[str] = (), examples: Sequence[str] = ()) -> str:
+               errors: Sequence[str] = (), examples: Sequence[str] = (), copied: Sequence[bool] = ()) -> str:
     """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
     the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
     as "?", escaped and cut at ``chars`` (the whole kept text on hover). An invalid move shows the env's
     reason (``errors``, one per move, "" for a scored one; older records have none) on a line below. A
-    scored word that is the example the env's message showed before that move (``examples``) says so:
-    a small policy copies it, and a watcher should see which words were the policy's own."""
+    scored word that is the example the env's message showed before that move (``examples``) says so, and
+    one that another message of the game had shown (``copied``, the env's verdict per move: a word of the
+    instructions such as GREEN, or of the feedback) says it was copied: a small policy copies, and a watcher
+    should see which words were the policy's own."""
     if not replies:
         return ""
     lines = []
     reasons = list(errors) + [""] * (len(replies) - len(errors))
     offered = list(examples) + [""] * (len(replies) - len(examples))
-    for n, (reply, guess, why, example) in enumerate(zip(replies, guesses, reasons, offered), start=1):
+    shown_before = list(copied) + [False] * (len(replies) - len(copied))
+    for n, (reply, guess, why, example, seen) in enumerate(zip(replies, guesses, reasons, offered, shown_before),
+                                                            start=1):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
         shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
         verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
         if guess and guess == example:
             verdict += (' <span class="wordle-copied" title="copied from the env&#x27;s message">'
                         "(env&#x27;s example)</span>")
+        elif guess and seen:
+            verdict += (' <span class="wordle-copied" title="a word the env&#x27;s instructions or feedback had shown '
+                        'before this move: not the policy&#x27;s own">(copied from the env&#x27;s text)</span>')
         reason = f'<div class="wordle-why">{html.escape(why)}</div>' if why and not guess else ""
         lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
                      f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}{reason}</li>")
@@ -177,7 +184,8 @@ def feed_html(records: Sequence[GameRecord]) -> str:
             f'<div class="wordle-mini">{rows_html(r.words, r.marks, len(r.words))}</div>'
             f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
             f'<span class="wordle-empty" data-testid="ended">ended {ended} UTC</span>'
-            f"{moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors, examples=r.examples)}</div></div>"
+            + moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors, examples=r.examples, copied=r.copied)
+            + "</div></div>"
         )
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
@@ -190,7 +198,8 @@ UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped 
                    "the current policy; it is never trained on. Each invalid move shows the reason it was refused, "
                    "and a word marked "
                    "\"env's example\" was copied from the env's message (every request shows an "
-                   "example guess, never the secret): those are not the policy's own words.*")
+                   "example guess, never the secret), one marked \"copied from the env's text\" from its instructions "
+                   "or feedback (GREEN, GUESS): those are not the policy's own words.*")
 
 
 def win_rate_note(stats: Sequence[PlayerStats]) -> str:

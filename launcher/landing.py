@@ -31,6 +31,8 @@ from .children import Child
 from .restarts import Supervisor
 
 TITLES = {"env": "Wordle environment", "rollout": "Rollout (inference)", "trainer": "Trainer (TRL GRPO)"}
+#: The rollout card's row of the version its server serves (`freshen_fleet` reads it too).
+VERSION_FIELD = "weights version"
 BLURBS = {
     "env": "Play Wordle yourself; the rollout plays its games here.",
     "rollout": "Follows the bucket, applies each delta, plays games with the current policy.",
@@ -69,6 +71,22 @@ async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervi
     return card
 
 
+def freshen_fleet(trainer: dict[str, Any], rollouts: dict[str, dict[str, Any]]) -> None:
+    """Give the trainer card's fleet rows (`fleet_rows`) each server's version and state from that server's own card
+    where this launcher runs it (the launcher names a server after its child): a heartbeat trails the server's own
+    `/status` by up to a beat, and the rollout cards beside the table show the latter. A server whose process is not
+    ready shows what the launcher knows of it ("starting", "restarting …") and no version, never its last heartbeat's
+    or a new process's v0. Changes `trainer` in place."""
+    for row in trainer["fleet"]:
+        card = rollouts.get(row[0])
+        if card is None:  # a server of the fleet that this launcher does not run: its heartbeat is all there is
+            continue
+        if card["state"] != "ready":
+            row[1], row[4] = "—", card["state"]
+        elif (version := dict(card["fields"]).get(VERSION_FIELD)) is not None:
+            row[1] = version
+
+
 def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     """What a card shows of an app's status (JSON), as (label, value) pairs; the env's card shows none (it is
     asked for its health only).
@@ -78,7 +96,7 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     """
     if role == "rollout":
         rollout = RolloutStatus.model_validate_json(status)
-        return [("weights version", rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
+        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
                 ("syncs", rollout.syncs)]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)
@@ -170,8 +188,10 @@ def build_app(children: Sequence[Child], bucket: str, restarts: Supervisor | Non
     async def status() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
             cards = await asyncio.gather(*(_app_status(client, c, restarts) for c in children))
+        rollouts = {card["name"]: card for card in cards if card["role"] == "rollout"}
         for card in cards:
             if card["role"] == "trainer":
+                freshen_fleet(card, rollouts)
                 card["fleet_note"] = fleet_note(children, card)
         return {"bucket": public_location(bucket), "apps": list(cards)}
 
@@ -227,13 +247,14 @@ PAGE = """<!doctype html>
  dl { display: grid; grid-template-columns: auto auto; gap: .1rem 1rem; margin: .6rem 0; }
  dt { color: #555; } dd { margin: 0; font-variant-numeric: tabular-nums; }
  a.open { display: inline-block; margin-top: .4rem; } code { background: #f4f4f4; padding: 0 .25rem; }
- .card.wide { grid-column: span 2; }
+ .card.wide { grid-column: 1 / -1; }  /* the whole row, whatever the columns: "span 2" made a phone's one column two */
+ .scroll { overflow-x: auto; max-width: 100%; }
  table.fleet { border-collapse: collapse; font-size: .85rem; margin-top: .4rem; }
  table.fleet th, table.fleet td { border-bottom: 1px solid #eee; padding: .1rem .4rem; text-align: left; }
 </style></head>
 <body>
 <h1>delta-sync: a model trains on Wordle, live</h1>
-<p class="sub">The apps on this machine share the bucket <code>{bucket}</code> and nothing else: the trainer
+<p class="sub">The apps on this machine share one bucket (<code>{bucket}</code>) and nothing else: the trainer
 publishes a sparse safetensors delta per step there, each rollout server applies it, plays games against the
 environment and hands them back through the bucket.</p>
 <div class="cards" id="cards"></div>
@@ -245,8 +266,9 @@ function card(app) {
   const fields = app.fields.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("");
   const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
   const fleet = app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
-    <table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th><th>seen</th><th>state</th></tr>
-    ${rows}</table>` : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
+    <div class="scroll"><table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th>
+    <th>seen</th><th>state</th></tr>${rows}</table></div>`
+    : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
   return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>
     <div>status: <span class="state ${cls}">${app.state}</span></div>

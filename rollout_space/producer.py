@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds of history behind `games_per_min`.
 RATE_WINDOW_S = 300.0
+#: The first wait for a run to appear, doubled at each look up to `poll_s`: a server usually starts before its
+#: trainer writes the run, and its first batch is what the trainer's first step waits for.
+FIRST_LOOK_S = 0.05
 
 
 def server_id_from(text: str) -> str:
@@ -58,7 +61,8 @@ class GroupProducer:
         version: The weight version served now.
         bucket: The fleet's bucket (the one the weights are published to).
         server_id: This server's name in the fleet (its heartbeat file).
-        poll_s: Seconds between looks at the run while there is nothing to play.
+        poll_s: Seconds between looks at the run while there is nothing to play (while no run has been written yet:
+            from `FIRST_LOOK_S`, doubling up to it).
         heartbeat_s: Seconds between heartbeats.
         catch_up: Called before each batch to load the newest published weights first (`Follower.sync`):
             the trainer takes a step's groups right after publishing a version, so the room for the next
@@ -100,7 +104,8 @@ class GroupProducer:
         self.boot = uuid.uuid4().hex[:8]
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
-        self.state = ServerState.NO_RUN
+        self._look_s = min(FIRST_LOOK_S, poll_s)  # the next wait for a run not written yet
+        self.state = ServerState.STARTING
         self.run_id: str | None = None
         self.last_error: str | None = None
         self.groups_written = 0
@@ -165,10 +170,16 @@ class GroupProducer:
     # -- the threads -----------------------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
+        """A heartbeat every `heartbeat_s`, and one as soon as the version served changes (looked at every `poll_s`):
+        the trainer's fleet table then shows a new version when the server's own page does, not a beat later."""
+        written, due = None, 0.0
         while True:
-            self._write_heartbeat()
-            self._read_peers()
-            if self._stop.wait(self.heartbeat_s):
+            version = self.version()
+            if version != written or time.monotonic() >= due:
+                self._write_heartbeat()
+                self._read_peers()
+                written, due = version, time.monotonic() + self.heartbeat_s
+            if self._stop.wait(min(self.poll_s, self.heartbeat_s)):
                 return
 
     def _write_heartbeat(self) -> None:
@@ -250,7 +261,8 @@ class GroupProducer:
         self._run_refused = None
         if run is None:
             self.state, self.run_id = ServerState.NO_RUN, None
-            return self.poll_s
+            wait, self._look_s = self._look_s, min(self.poll_s, 2 * self._look_s)
+            return wait
         self.run_id = run.run_id
         if self.adopt is not None:  # the state the run publishes (a LoRA adapter, merged weights): before any game
             self.adopt(run.lora)

@@ -60,7 +60,7 @@ def status_markdown(status: RolloutStatus) -> str:
     model = html.escape(public_location(status.model))
     counts = f"{counted(status.syncs, 'sync')} · {counted(status.tokens_served, 'token')} served"
     lines = [f"### Serving **v{status.version}** · {lag}",
-             f"engine **{engine}** on **{device}** · model `{model}` · {counts}"]
+             f"engine **{engine}** on **{device}** · model: `{model}` · {counts}"]
     if status.server_id:
         run = f" for run `{html.escape(status.fleet_run)}`" if status.fleet_run else ""
         lines.append(f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "

@@ -120,7 +120,7 @@ class Match:
         board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
         if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
             board += render.moves_html(policy.replies, policy.guesses, open_=True, errors=policy.errors,
-                                       examples=policy.examples)
+                                       examples=policy.examples, copied=policy.copied)
         return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
                           board, policy_status)
 

@@ -4,10 +4,11 @@ from dashboard.labels import GLOSSARY, counted, public_location
 def test_labels_hide_local_paths_and_count_right(tmp_path) -> None:
     assert (counted(1, "sync"), counted(2, "sync"), counted(1_000, "match", "matches")) == (
         "1 sync", "2 syncs", "1,000 matches")
-    assert public_location("/tmp/pytest-7/bucket") == "local folder bucket"
-    assert public_location(".cache/models/smollm2/") == "local folder smollm2"
-    assert public_location(str(tmp_path)) == f"local folder {tmp_path.name}"
+    assert public_location("/tmp/pytest-7/bucket") == "local folder …/bucket"
+    assert public_location(".cache/models/smollm2/") == "local folder …/smollm2"
+    assert public_location(str(tmp_path)) == f"local folder …/{tmp_path.name}"
     assert public_location("s3://team/runs/a") == "s3://team/runs/a"
+    assert public_location(None) == "—"  # the pages' one sign for no value, never a "-" beside their "—"
     assert public_location("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert all(f"**{term}**" in GLOSSARY for term in ("anchor", "density", "ctx", "staleness bound"))
 

@@ -96,6 +96,27 @@ def test_a_word_copied_from_the_envs_example_is_marked_as_such() -> None:
     assert "example" not in feed_html([old])
 
 
+def test_a_word_copied_from_the_instructions_is_marked_as_copied() -> None:
+    """GREEN is a word of the instructions ("green: the letter is in the word"), not the example: the env marks the move
+    copied, and the feeds say so; a word no message showed stays unmarked."""
+    from env_space.game import WordleGame
+    from env_space.words import load_word_lists
+    from dashboard.games import feed_html as policy_feed_html
+    from wire.trajectory import Trajectory
+
+    game = WordleGame("mound", load_word_lists(), episode_id="g", player="policy v3")
+    for reply in ("<guess>green</guess>", "<guess>fjord</guess>"):
+        game.step(reply)
+    record = game.record()
+    assert record.copied == (True, False) and record.examples[0] != "green"
+    for html in (feed_html([record]), policy_feed_html([Trajectory(
+            prompt_ids=[1], episode_id="g", replies=list(record.replies), guesses=list(record.guesses),
+            examples=list(record.examples), copied=list(record.copied), marks=list(record.marks))])):
+        moves = re.findall(r"<li[^>]*>(.*?)</li>", html)
+        assert ["(copied from the env&#x27;s text)" in m for m in moves] == [True, False]
+        assert "env&#x27;s example" not in html
+
+
 def test_stats_rows_and_win_rate_curve() -> None:
     stats = [
         PlayerStats(player="human", games=2, wins=2),

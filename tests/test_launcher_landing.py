@@ -13,7 +13,7 @@ from launcher.landing import EXAMPLES_ROW, build_app
 from launcher.landing import shown as card_fields
 from trainer_space import TrainerConfig, TrainingSession
 from wire.rollout import RolloutStatus
-from wire.trainer import StepRecord
+from wire.trainer import FleetServer, StepRecord
 
 from ._env_server import free_port, serving
 
@@ -75,6 +75,23 @@ def test_the_fleet_line_tells_stopping_from_not_started(tmp_path) -> None:
         assert (card["state"], card["fields"], card["fleet_note"]) == ("stopping", [], "rollout fleet: stopping")
 
 
+def test_the_fleet_table_takes_each_servers_version_from_its_own_card(tmp_path) -> None:
+    """The heartbeats trail the servers' own status: a server the launcher runs shows its card's version, and a
+    restarting one says so with no version (not its new process's v0); a server run elsewhere keeps its heartbeat's."""
+    beat = {"games_per_min": 1.0, "last_seen_s": 2.0, "idle_share": 0.0, "groups_written": 1, "run_id": "r",
+            "last_error": None}
+    fleet = [FleetServer(id=name, version=2, state=state, **beat)
+             for name, state in (("elsewhere", "producing"), ("rollout", "producing"), ("rollout-1", "no run"))]
+    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    with serving(answering(trainer.model_copy(update={"fleet": fleet}).model_dump())) as url, \
+            serving(answering(ROLLOUT.model_dump())) as rollout:
+        restarting = ready("rollout", f"http://127.0.0.1:{free_port()}")
+        restarting.name, restarting.state = "rollout-1", "restarting (restart 1 of at most 5)"
+        rows = cards([ready("rollout", rollout), restarting, ready("trainer", url)])["trainer"]["fleet"]
+    assert rows == [["elsewhere", 2, 1.0, "2 s ago", "producing"], ["rollout", 3, 1.0, "2 s ago", "producing"],
+                    ["rollout-1", "—", 1.0, "2 s ago", "restarting (restart 1 of at most 5)"]]
+
+
 def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> None:
     status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     steps = [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=0.2 if n <= 5 else 0.6,
@@ -101,8 +118,8 @@ def test_the_page_has_an_icon_and_shows_no_local_path(tmp_path) -> None:
     with TestClient(build_app([], bucket)) as client:
         page = client.get("/").text
         assert client.get("/favicon.ico").status_code == 200 and 'rel="icon"' in page
-        assert str(tmp_path) not in page and "local folder bucket" in page
-        assert client.get("/api/status").json()["bucket"] == "local folder bucket"
+        assert str(tmp_path) not in page and "share one bucket (<code>local folder …/bucket</code>)" in page
+        assert client.get("/api/status").json()["bucket"] == "local folder …/bucket"
 
 
 def test_an_app_answering_something_else_gets_a_card_saying_so() -> None:

@@ -4,6 +4,8 @@ and, beside other live servers of the run, its share of the room. Real engine (t
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ from tests._env_server import running_server
 from tests.test_wire_fleet import run_settings
 from wire.fleet import FleetMessageError, Heartbeat, RunState, ServerState
 from wire.fleet_bucket import FleetBucket
-from wire.liveness import GONE_AFTER_S
+from wire.liveness import GONE_AFTER_S, HeartbeatWatch
 from wire.trajectory import Trajectory
 
 #: The follower's own thread is never started, and would poll only hourly: what the producer plays with, it
@@ -174,3 +176,39 @@ def test_a_previous_start_s_run_signed_with_another_token_waits_for_the_current_
     FleetBucket(bucket, secret="this-start-token").write_run(run_settings())
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING and played
     assert producer.last_error is None and producer.heartbeat().last_error is None
+
+
+def test_a_new_server_says_starting_and_a_new_version_is_beaten_at_once(tmp_path) -> None:
+    """Before its first look at the run a server's heartbeat says "starting" (not "no run" at the v0 of weights not
+    loaded yet); a version change is written within a poll, not at the next regular beat (an hour here)."""
+    bucket = FleetBucket(str(tmp_path / "bucket"))
+    version = [0]
+    producer = GroupProducer(lambda specs, params: [], lambda: version[0], bucket, "s0", poll_s=0.05,
+                             heartbeat_s=3600.0)
+    assert producer.heartbeat().state == ServerState.STARTING
+
+    def beaten(want: int) -> int | None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            seen = HeartbeatWatch(bucket).read()
+            if seen and seen[0].heartbeat.version == want:
+                return want
+            time.sleep(0.05)
+        return seen[0].heartbeat.version if seen else None
+
+    producer.start()
+    try:
+        assert beaten(0) == 0
+        version[0] = 4
+        assert beaten(4) == 4
+    finally:
+        producer.close()
+
+
+def test_a_server_looks_for_a_run_not_written_yet_soon_then_every_poll(tmp_path) -> None:
+    """The trainer's first step waits for this server's first batch, which waits for the run: the first looks come
+    within a few hundredths of a second of each other, then every `poll_s`."""
+    producer = GroupProducer(lambda specs, params: [], lambda: 0, FleetBucket(str(tmp_path / "bucket")), "s0",
+                             poll_s=1.0)
+    waits = [producer.step() for _ in range(7)]
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and producer.state == ServerState.NO_RUN

@@ -144,6 +144,23 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     assert httpx.get(stack["url"] + "/status").json()["engine"] == "transformers"  # the API beside the UI
 
 
+def test_on_a_phone_the_match_comes_before_the_live_feed(stack: dict[str, Any]) -> None:
+    """At 390 px the columns stack: the match to play must not sit below the whole live feed, and the page itself
+    never scrolls sideways."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 1600})
+            page.set_default_timeout(WAIT_MS)
+            page.goto(stack["url"])
+            match, feed = page.locator("#versus-new-match"), page.locator("#rollout-feed")
+            expect(feed).to_be_attached()
+            assert match.bounding_box()["y"] < feed.bounding_box()["y"]
+            assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        finally:
+            browser.close()
+
+
 def test_the_status_says_what_the_server_does_for_the_fleet() -> None:
     from wire.rollout import RolloutStatus
     from rollout_space.ui import status_markdown

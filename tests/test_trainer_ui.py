@@ -15,7 +15,7 @@ def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
     assert "valid guesses — · letters found — of 5 · last step took —" in text  # no step yet: no made-up 0.0 s
-    assert str(tmp_path) not in text and "bucket `local folder b`" in text  # no local path on a public page
+    assert str(tmp_path) not in text and "bucket: `local folder …/b`" in text  # no local path on a public page
     assert "cut after **3 moves**" in cut_games_note(session.config.max_turns)
     learning, payload, heatmap, offpolicy = figures(session)  # no data yet: figures that say so, no error
     assert all(f.layout.title.text for f in (learning, payload, heatmap, offpolicy))
@@ -47,6 +47,9 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
                                       idle_share=0.25, groups_written=7, run_id="r", last_error="<boom>")])
         assert "<td>a</td><td>3</td><td>12.0</td><td>41 s ago</td><td>gone</td><td>25%</td>" in row
         assert "&lt;boom&gt;" in row
+        starting = fleet_html([FleetServer(id="b", version=0, games_per_min=0.0, last_seen_s=1, state="starting",
+                                           idle_share=1.0, groups_written=0, run_id=None, last_error=None)])
+        assert "<td>b</td><td>—</td><td>0.0</td><td>1 s ago</td><td>starting</td>" in starting  # not "v0"
         assert row.startswith("<div style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
         record = StepRecord(step=1, version=1, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
                             publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)

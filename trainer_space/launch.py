@@ -103,7 +103,6 @@ def run(args: argparse.Namespace) -> None:
     from models import resolve_model
 
     from .ranks import TrainerRanks
-    from .server import serve
     from .session import TrainingSession
 
     try:
@@ -124,6 +123,10 @@ def run(args: argparse.Namespace) -> None:
         session.pause()
     else:
         session.start()
+    # Gradio (the UI) is a heavy import: after the start, which writes the run's settings the rollout servers wait
+    # for and begins loading the model in the training thread, so that neither waits on it.
+    from .server import serve
+
     games = f"rollout {args.rollout_url}" if args.rollout_url else "games from the fleet through the bucket"
     logging.getLogger(__name__).info("trainer on http://%s:%d (bucket %s, %s)", args.host, args.port, args.bucket,
                                      games)

@@ -20,6 +20,7 @@ from dashboard.figures import Metric, Series, learning_curves, line_curves, payl
 from dashboard.games import feed_html
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
 from dashboard.trend import step_text
+from wire.fleet import ServerState
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
 from .session import AccessDenied, TrainingSession
@@ -53,7 +54,7 @@ def status_markdown(status: TrainerStatus) -> str:
          f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
          f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"),
         _staleness_line(status, stale),
-        f"training on **{status.device}** · bucket `{html.escape(public_location(status.bucket))}` · " + (
+        f"training on **{status.device}** · bucket: `{html.escape(public_location(status.bucket))}` · " + (
             f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
             else f"games from the rollout at {status.rollout_url}"),
     ]
@@ -143,12 +144,16 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
     """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of."""
     if not servers:
         return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
-    rows = "".join(
-        f"<tr><td>{html.escape(s.id)}</td><td>{s.version}</td><td>{s.games_per_min:.1f}</td>"
+    rows = "".join(  # a starting server has not read the bucket yet: no version to show
+        f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td>"
+        f"<td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
-        f"<td>{s.groups_written}</td><td>{html.escape(s.last_error or '')}</td></tr>" for s in servers)
-    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen.
-    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%'><tr><th>server</th>"
+        f"<td>{s.groups_written}</td><td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}"
+        "</td></tr>" for s in servers)
+    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen. Cells on one
+    # line but the last error's, which wraps in a column wide enough to keep the rows a few lines high.
+    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
+            "<tr><th>server</th>"
             "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
             f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table></div>")
 

@@ -183,6 +183,8 @@ class GameGroup(BaseModel):
 class ServerState(StrEnum):  # str() and f-strings give the value
     """What a rollout server is doing, as its heartbeat says."""
 
+    STARTING = "starting"
+    """Started, has not looked at the run yet (loading, or just restarted): its version is not yet the bucket's."""
     PRODUCING = "producing"
     FULL = "full"
     """Enough groups wait in the bucket for the staleness bound: back-pressure."""
