@@ -152,3 +152,42 @@ def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Pa
     assert out.returncode == 1
     assert out.stderr.splitlines() == [f"error: GET {url}/health failed: <urlopen error [Errno 111] Connection "
                                        "refused>; is the vLLM server running there?"]
+
+
+@needs_vllm
+def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Path) -> None:
+    """A LoRA run in adapter mode: `python -m delta follow --lora-alpha` loads each version into a stock `vllm serve
+    --enable-lora` as the model adapter-v<version>, keeps the last two, and what each serves is PEFT's policy."""
+    from tests._lora import logprobs, peft_model, settings
+    from tests._vllm_server import LoraVLLMServer
+    from trainer_space.lora import adapter_tensors
+
+    model = build_model(str(tmp_path / "model"))
+    lora = settings(model)
+    policies = [peft_model(model, lora, seed=s) for s in (1, 2, 3)]
+    states = [{n: t.clone() for n, t in adapter_tensors(p).items()} for p in policies]
+    bucket, status_file, ids = tmp_path / "bucket", tmp_path / "status.json", [5, 6, 7, 8, 9, 10, 11, 12]
+    server = LoraVLLMServer(model, tmp_path / "server.log").wait_ready()
+    try:
+        with delta.Publisher(str(bucket)) as publisher:
+            publisher.publish(states[0])
+            publisher.flush()
+            follow = subprocess.Popen(
+                [sys.executable, "-m", "delta", "follow", "--bucket", str(bucket), "--vllm-url", server.url,
+                 "--lora-alpha", str(lora.alpha), "--keep", "2", "--status-file", str(status_file),
+                 "--poll-interval", "0.2", "--until", "3", "--work-dir", str(tmp_path / "adapters")],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for version in (1, 2, 3):
+                wait_until(lambda: status_file.exists() and json.loads(status_file.read_text())["version"] == version)
+                served = torch.tensor(server.prompt_logprobs(f"adapter-v{version}", ids))
+                assert (served - logprobs(policies[version - 1], ids)).abs().max() < 5e-5
+                if version < 3:
+                    publisher.publish(states[version])
+                    publisher.flush()
+        out, _ = follow.communicate(timeout=120)
+        assert follow.returncode == 0, out
+        assert server.models() == ["adapter-v2", "adapter-v3", "tiny"]  # version 1 unloaded: keep 2
+        assert json.loads(status_file.read_text())["failures"] == 0
+        assert "adapter version 3 loaded as adapter-v3" in out
+    finally:
+        server.stop()
