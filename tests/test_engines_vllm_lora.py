@@ -15,7 +15,7 @@ from delta import read_manifest
 from rollout_space.engines import EngineConfig, SamplingParams, open_engine
 from rollout_space.errors import LoraRefusedError
 from rollout_space.follower import Follower
-from tests._engines import build_model, needs_vllm
+from tests._engines import build_model, needs_vllm, step
 from tests._lora import logprobs, peft_model, settings
 
 pytestmark = needs_vllm
@@ -140,3 +140,22 @@ def test_refusals_leave_the_served_version_and_are_counted(served, tmp_path) -> 
     assert status["refused"] == {"rank above max": 1, "another base": 1, "bad adapter": 1}
     follower.adopt(None)
     follower.close()
+
+
+def test_full_weights_followed_before_an_adapter_run_are_restored_to_the_base(served) -> None:
+    """An engine with LoRA on follows full weights as any engine; switching to an adapter puts the folder's base back
+    under it (the adapter was trained on that base), then the adapter serves PEFT's policy."""
+    model, engine = served
+    states, peft = _adapters(model, [6])
+    [base] = engine.prompt_logprobs([IDS])
+    names = sorted(engine.state)
+    engine.update(step(engine.state, names[::2], seed=7, lr=2e-2), version=4)
+    [moved] = engine.prompt_logprobs([IDS])
+    assert (torch.tensor(moved) - torch.tensor(base)).abs().max() > 1e-2
+    engine.serve_adapter(settings(model))
+    assert engine.version == 0 and engine.prompt_logprobs([IDS]) == [base]
+    engine.update(states[0], version=1)
+    [got] = engine.prompt_logprobs([IDS])
+    assert (torch.tensor(got) - logprobs(peft[0], IDS)).abs().max() < ATOL
+    engine.serve_adapter(None)
+    assert engine.prompt_logprobs([IDS]) == [base]
