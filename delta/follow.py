@@ -394,13 +394,11 @@ class AdapterFollower:
             self.client.unload_lora_adapter(self.served_name(old))
             shutil.rmtree(os.path.join(self.work_dir, f"v{old}"), ignore_errors=True)
         self.status.version = version
-        self._history_line(version, update)
-
-    def _history_line(self, version: int, update: Update) -> None:
+        fetched = update.stats.bytes_fetched
         self.status.applied = [*self.status.applied, {"version": version, "via": update.stats.via,
-                                                      "bytes_fetched": update.stats.bytes_fetched}][-self.config.history:]
-        self._log(f"adapter version {version} loaded as {self.served_name(version)} ({update.stats.bytes_fetched:,} bytes "
-                  f"fetched); serving {', '.join(self.served_name(v) for v in self.loaded)}")
+                                                      "bytes_fetched": fetched}][-self.config.history:]
+        self._log(f"adapter version {version} loaded as {self.served_name(version)} ({fetched:,} bytes fetched); "
+                  f"serving {', '.join(self.served_name(v) for v in self.loaded)}")
         self._write_status()
 
     def _note_failure(self, error: BaseException) -> None:
