@@ -191,3 +191,49 @@ def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Pa
         assert "adapter version 3 loaded as adapter-v3" in out
     finally:
         server.stop()
+
+
+def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp_path: Path) -> None:
+    """No vLLM: a client that refuses version 2 (as a server does an adapter above its max rank). The refusal is one
+    line and a failure in the status; version 1 stays loaded, version 3 loads, and the oldest beyond --keep goes."""
+    from delta.follow import AdapterFollower
+    from delta.integrations.vllm_http import VLLMServerError
+
+    class Server:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def wait_ready(self, timeout: float) -> None:
+            pass
+
+        def load_lora_adapter(self, name: str, path: str) -> None:
+            if name == "adapter-v2":
+                raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
+                                      route="/v1/load_lora_adapter", status=400)
+            assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+            self.calls.append(("load", name))
+
+        def unload_lora_adapter(self, name: str) -> None:
+            self.calls.append(("unload", name))
+
+    bucket, server, lines = str(tmp_path / "bucket"), Server(), []
+    state = {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.zeros(shape)
+             for m, shape in (("A", (4, 8)), ("B", (8, 4)))}
+    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1), alpha=8.0,
+                               keep=1, client=server, log=lines.append)
+    runner = threading.Thread(target=follower.run, kwargs={"until": 3})
+    with delta.Publisher(bucket) as publisher:
+        for version in (1, 2, 3):
+            state = {n: t + 1 for n, t in state.items()}
+            publisher.publish(state)
+            publisher.flush()
+            if version == 1:
+                runner.start()
+            wait_until(lambda: (follower.status.version or 0) >= version or follower.status.failures)
+    runner.join(60)
+    follower.close()
+    assert server.calls == [("load", "adapter-v1"), ("load", "adapter-v3"), ("unload", "adapter-v1")]
+    assert follower.loaded == [3] and follower.status.failures == 1
+    assert [line for line in lines if line.startswith("ERROR")] == [
+        "ERROR adapter version 2 not loaded: VLLMServerError: POST /v1/load_lora_adapter answered 400: rank 16 above "
+        "max_lora_rank 8"]
