@@ -148,7 +148,8 @@ class Follower:
 
         Raises:
             LoraRefusedError: the run's base is not this server's model (its state hash differs), or the engine
-                serves no adapter: the engine and the follower are unchanged. Or the engine failed to build the
+                cannot serve the adapter (`Engine.adapter_refusal`: no LoRA support, a rank above its max): the
+                engine and the follower are unchanged, and the refusal is counted once per run in `refused`. Or the engine failed to build the
                 adapter (its targets match none of the model's modules): it then serves the base at version 0, and
                 the next call tries again.
         """

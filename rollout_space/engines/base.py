@@ -316,10 +316,11 @@ class Engine(ABC):
         """Serve a LoRA run's adapter (`wire.lora`, adapter mode) from now on, or the full weights again (None).
 
         With an adapter, `state` becomes the adapter's tensors under PEFT's names (float32, as the trainer
-        publishes them) and `update` writes them into the adapter in place; without one, `state` is the model
-        folder's tensors again. Either way the model restarts from the folder's base weights (the adapter as PEFT
-        initialises it, which leaves the base's outputs unchanged) at version 0, and a follower must follow the
-        new `state` from the bucket's anchor. Blocks until the generation in flight ends.
+        publishes them) and `update` serves each new version of them (transformers: written into PEFT's adapter in
+        place; vLLM: loaded as a `LoRARequest` of its own); without one, `state` is the model folder's tensors again.
+        Either way the model restarts from the folder's base weights (no adapter, or one that leaves the base's
+        outputs unchanged) at version 0, and a follower must follow the new `state` from the bucket's anchor. Blocks
+        until the generation in flight ends.
 
         Raises:
             EngineError: this engine cannot serve it (`adapter_refusal` says why); nothing changed.
