@@ -133,11 +133,14 @@ def test_refusals_leave_the_served_version_and_are_counted(served, tmp_path) -> 
         _publish(publisher, forged)
         follower.sync()
         follower.adopt(lora, keep=2)  # the run read again: nothing new to refuse
+        # The next version leaves the forged tensor as it was: still refused, the last good version served.
+        _publish(publisher, {n: t if n in forged and t.isnan().any() else t + 1e-3 for n, t in forged.items()})
+        follower.sync()
     status = follower.status()
     assert engine.version == 1 and engine.prompt_logprobs([IDS]) == [served_logprobs]
     assert "holds NaN or infinite values (a forged or broken adapter)" in status["last_error"]
     assert status["state_hash"] is None  # the decoded state is not what is served: no hash claimed
-    assert status["refused"] == {"rank above max": 1, "another base": 1, "bad adapter": 1}
+    assert status["refused"] == {"rank above max": 1, "another base": 1, "bad adapter": 2}
     follower.adopt(None)
     follower.close()
 

@@ -281,7 +281,7 @@ class Engine(ABC):
 
         Raises:
             UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter value that
-                is not finite.
+                is not finite (anywhere in the adapter: a tensor refused once is refused until it is replaced).
             EngineError: the backend failed while loading; what it computes with is then undefined
                 until an update of every tensor succeeds.
         """
@@ -293,8 +293,10 @@ class Engine(ABC):
             elif tensor.shape != old.shape or tensor.dtype != old.dtype:
                 problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
                                 f"{old.dtype} {tuple(old.shape)}")
-            elif self._lora is not None and not bool(torch.isfinite(tensor).all()):
-                problems.append(f"adapter tensor {name!r} holds NaN or infinite values (a forged or broken adapter)")
+        if self._lora is not None and not problems:  # the whole adapter served, not only what changed: it is small
+            problems = [f"adapter tensor {name!r} holds NaN or infinite values (a forged or broken adapter)"
+                        for name, tensor in sorted({**self._state, **changed}.items())
+                        if not bool(torch.isfinite(tensor).all())]
         if problems:
             raise UpdateRefusedError(version, self._version, problems)
         with self._serving():
