@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import delta
+import settings
 from delta.integrations.peft_adapter import write_adapter
 from delta.integrations.vllm_update import fused_groups, read_worker_info, whole_groups, write_update
 from wire.lora import LoraSettings
@@ -113,8 +114,8 @@ class VLLMEngine(Engine):
                 in ~30 s instead of ~2 min). Updates apply either way (checked on CPU).
             tmp_dir: Where update files are written (and deleted right after) and the adapter versions held (PEFT
                 folders, deleted with their version); default the system's.
-            max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of 1, 8, 16, 32, 64, 128,
-                256, 320, 512); 0: no LoRA support, an adapter-mode run is refused (`adapter_refusal`).
+            max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of
+                `settings.VLLM_LORA_RANKS`); 0: no LoRA support, an adapter-mode run is refused (`adapter_refusal`).
 
         Raises:
             ImportError: vLLM is not installed (the message names the package).
@@ -265,7 +266,8 @@ class VLLMEngine(Engine):
             shutil.rmtree(request.lora_path, ignore_errors=True)
 
     def _load_weights(self, changed: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> None:
-        """Push new values of full weights (published names) to vLLM's worker; `state` holds the others' values."""
+        """Push new values of full weights (published names) to vLLM's worker. `state` is what it computes with now:
+        the old values the in-place path compares with (CUDA), or the unchanged members of fused groups (CPU)."""
         if self._worker.in_place:
             # Changed elements only, where the state still holds the old values to compare with.
             new = dict(changed)
@@ -293,4 +295,4 @@ class VLLMEngine(Engine):
 
 def _rank_for(r: int) -> int:
     """The smallest max LoRA rank vLLM accepts that holds rank `r`."""
-    return next((m for m in (8, 16, 32, 64, 128, 256, 320, 512) if m >= r), 512)
+    return next((m for m in settings.VLLM_LORA_RANKS if m >= r), settings.VLLM_LORA_RANKS[-1])
