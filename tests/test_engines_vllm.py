@@ -165,4 +165,5 @@ def test_an_engine_without_lora_support_refuses_an_adapter_run_in_one_line(engin
         follower.adopt(settings(vllm.config.model, base_hash=delta.state_digest(vllm.state).hexdigest))
     assert vllm.version == version and vllm.state.keys() == state.keys() and follower.lora is None
     assert follower.status()["refused"] == {"no LoRA support": 1}
+    assert vllm.adapter_support.startswith("no LoRA adapters (started without --max-lora-rank")
     follower.close()

@@ -57,6 +57,7 @@ def test_follows_adapter_versions_as_published_and_keeps_a_group_on_its_version(
     lora = settings(model)
     states, peft = _adapters(model, [0, 1, 2])
     [base] = engine.prompt_logprobs([IDS])
+    assert engine.adapter_support == "LoRA adapters up to rank 8"
     follower = Follower(engine, bucket, FAST)
     with delta.Publisher(bucket) as publisher:
         _publish(publisher, states[0])

@@ -171,7 +171,7 @@ def test_the_status_says_which_lora_run_the_server_follows() -> None:
             in status_markdown(status.model_copy(update={"lora": lora})))
 
 
-def test_the_status_counts_refusals_by_kind() -> None:
+def test_the_status_says_which_adapters_the_engine_serves_and_counts_refusals_by_kind() -> None:
     from rollout_space.ui import status_markdown
     from wire.rollout import RolloutStatus
 
@@ -179,5 +179,6 @@ def test_the_status_counts_refusals_by_kind() -> None:
                            env_url=None, last_error="the run's adapter has rank 16, above ...", state_hash=None,
                            failures=0, note=None, syncs=3, tokens_served=0, games_played=0)
     assert "refused" not in status_markdown(status)
-    shown = status_markdown(status.model_copy(update={"refused": {"rank above max": 1, "bad adapter": 2}}))
-    assert "refused: bad adapter 2 · rank above max 1" in shown
+    shown = status_markdown(status.model_copy(update={"refused": {"rank above max": 1, "bad adapter": 2},
+                                                      "adapters": "LoRA adapters up to rank 8"}))
+    assert "refused: bad adapter 2 · rank above max 1" in shown and "serves LoRA adapters up to rank 8" in shown

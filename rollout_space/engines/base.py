@@ -307,6 +307,11 @@ class Engine(ABC):
                     self._state[name].copy_(tensor)
             self._version = version
 
+    @property
+    def adapter_support(self) -> str:
+        """Which LoRA adapters this engine serves, in a few words (the log at start and the page say it)."""
+        return "no LoRA adapters"
+
     def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
         """Why this engine cannot serve `lora`'s adapter (adapter mode): the kind (`rollout_space.errors.REFUSALS`)
         and one line saying what to change; None if it can."""

@@ -51,6 +51,10 @@ class TransformersEngine(Engine):
             raise ValueError(f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
                              f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow")
 
+    @property
+    def adapter_support(self) -> str:
+        return "LoRA adapters of any rank (PEFT)"
+
     def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
         """None: PEFT serves any adapter of the run's base."""
         return None

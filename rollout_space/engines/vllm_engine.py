@@ -143,8 +143,7 @@ class VLLMEngine(Engine):
                         weight_transfer_config={"backend": vllm_plugin.BACKEND},
                         worker_extension_cls=self.worker_extension,
                         **_llm_settings(config, plan, kv_cache_bytes, enforce_eager), **lora)
-        logger.info("vLLM %s", f"serves LoRA adapters up to rank {max_lora_rank}" if max_lora_rank else
-                    "has no LoRA support here (start it with a max LoRA rank to follow adapter-mode runs)")
+        logger.info("vLLM serves %s", self.adapter_support)
         self._adapters = tempfile.TemporaryDirectory(prefix="adapters-", dir=tmp_dir)
         self._requests: dict[int, LoRARequest | None] = {}  # adapter versions loaded, oldest first (None: the base)
         self._next_id = 1  # vLLM's id of the next adapter loaded (never reused)
@@ -158,6 +157,11 @@ class VLLMEngine(Engine):
     def held_versions(self) -> tuple[int, ...]:
         """The adapter versions loaded and the current version (see `Engine.held_versions`)."""
         return tuple(sorted({*self._requests, self._version}))
+
+    @property
+    def adapter_support(self) -> str:
+        return (f"LoRA adapters up to rank {self.max_lora_rank}" if self.max_lora_rank else
+                "no LoRA adapters (started without --max-lora-rank: adapter-mode runs are refused)")
 
     def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
         """See `Engine.adapter_refusal`: no LoRA support, or a rank above `max_lora_rank`."""
