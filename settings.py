@@ -109,6 +109,12 @@ GPU_MEMORY_UTILIZATION = Setting("--gpu-memory-utilization", "GPU_MEMORY_UTILIZA
 CUDA_GRAPHS = Setting("--cuda-graphs", "CUDA_GRAPHS", "on",
                       "vLLM on a GPU: capture CUDA graphs (on: faster decoding, a slower start; off: eager mode); "
                       "always off on CPUs", choices=("on", "off"))
+#: The max LoRA ranks vLLM 0.32 accepts (`vllm.config.lora.MaxLoRARanks`).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+MAX_LORA_RANK = Setting("--max-lora-rank", "MAX_LORA_RANK", 0,
+                        "vLLM: serve LoRA adapters up to this rank (adapter-mode runs; vLLM's --enable-lora "
+                        "--max-lora-rank); 0: no LoRA support, such runs are refused", int,
+                        choices=(0, *VLLM_LORA_RANKS))
 ENV_URL = Setting("--env-url", "ENV_URL", DEFAULT_ENV_URL, "the Wordle env Space")
 ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", None,
                       "request mode: the one rollout Space asked for each step's games (unset: the fleet, any number "

@@ -16,6 +16,17 @@ sidecar rebuilds the state from the bucket (newest anchor, then the deltas after
 the result checked against the manifest's hashes) and sends all of it; only then does it resume. A
 half-applied version is never served. The update files and the handshake live in `work_dir`, which the
 server must be able to read (same machine, or a shared filesystem).
+
+A bucket of LoRA adapter versions (a LoRA run in adapter mode) is followed by a stock server with LoRA on, with no
+weight-transfer backend (`AdapterFollower`, `--lora-alpha`):
+
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 python -m vllm.entrypoints.openai.api_server --model BASE \
+        --enable-lora --max-lora-rank 16 &
+    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000 --lora-alpha 32 --keep 2
+
+Each version is written as a PEFT folder in `work_dir` and loaded with ``/v1/load_lora_adapter`` as the model
+``adapter-v<version>`` (requests name it); the last `keep` versions stay loaded, so a rollout begun under one
+finishes under it, and older ones are unloaded (``/v1/unload_lora_adapter``) and deleted. Nothing pauses.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -36,13 +48,14 @@ import torch
 from .atomic import write_atomic
 from .bucket.subscribe import Subscriber, SubscriberConfig, Update
 from .errors import printable
+from .integrations.peft_adapter import adapter_config, write_adapter
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AppliedVersion", "FollowConfig", "FollowStatus", "ServerFollower"]
+__all__ = ["AdapterFollower", "AppliedVersion", "FollowConfig", "FollowStatus", "ServerFollower"]
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,106 @@ class ServerFollower:
             write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
 
 
+class AdapterFollower:
+    """Keeps a stock `vllm serve --enable-lora` serving a bucket's LoRA adapter versions, the last `keep` loaded.
+
+    Args:
+        config: Bucket, server and timing settings (`work_dir` holds the adapter folders the server loads).
+        alpha: The run's LoRA alpha (the tensors give rank and target modules, not alpha).
+        keep: Adapter versions kept loaded: the run's staleness + 1.
+        name: Adapter versions are served as the models ``<name>-v<version>``.
+        client, log: As `ServerFollower`'s.
+
+    Threads: `run` blocks the caller; everything happens in that thread.
+    """
+
+    def __init__(self, config: FollowConfig, alpha: float, keep: int = 1, name: str = "adapter",
+                 client: VLLMHTTPClient | None = None, log: Callable[[str], None] | None = None) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1 adapter version, got {keep}")
+        self.config, self.alpha, self.keep, self.name = config, alpha, keep, name
+        self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
+        self._log = log or (lambda line: print(line, flush=True))
+        self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix="delta-adapters-")
+        self.work_dir = config.work_dir or self._tmp.name
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.status = FollowStatus(config.bucket, config.vllm_url)
+        self.loaded: list[int] = []  # adapter versions the server holds, oldest first
+        self._subscriber = Subscriber(config.bucket, config=SubscriberConfig(poll_interval=config.poll_interval),
+                                      on_update=self._on_update)
+
+    def served_name(self, version: int) -> str:
+        """The model name requests give to be served by adapter `version`."""
+        return f"{self.name}-v{version}"
+
+    def run(self, stop: threading.Event | None = None, until: int | None = None) -> int | None:
+        """Follow until `stop` is set or adapter version `until` (or newer) is loaded; returns the newest loaded.
+        Bucket and server failures are logged, counted in the status and retried with a growing wait.
+
+        Raises:
+            VLLMServerError: the server did not answer within `ready_timeout` at start.
+        """
+        stop = stop or threading.Event()
+        self.client.wait_ready(self.config.ready_timeout)
+        self.status.state = "following"
+        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
+        failures = 0
+        while not stop.is_set():
+            try:
+                self._subscriber.sync()
+                self.status.latest = self._subscriber.status().latest
+                failures = 0
+            except Exception as e:  # bucket or server down, a bad file: logged, counted, retried; never fatal
+                self._note_failure(e)
+                failures += 1
+            self._write_status()
+            if until is not None and (self.status.version or -1) >= until:
+                break
+            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+        return self.status.version
+
+    def close(self) -> None:
+        self._subscriber.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _on_update(self, update: Update) -> None:
+        """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A refused version (a rank
+        above the server's max, say) is logged and counted; the versions loaded before it stay served."""
+        version, state = update.version, self._subscriber.state
+        folder = os.path.join(self.work_dir, f"v{version}")
+        try:
+            write_adapter(folder, state, adapter_config(state, self.alpha))
+            self.client.load_lora_adapter(self.served_name(version), folder)
+        except (ValueError, OSError) as e:
+            shutil.rmtree(folder, ignore_errors=True)
+            self._note_failure(e)
+            self._log(printable(f"ERROR adapter version {version} not loaded: {type(e).__name__}: {e}"))
+            return
+        self.loaded.append(version)
+        while len(self.loaded) > self.keep:
+            old = self.loaded.pop(0)
+            self.client.unload_lora_adapter(self.served_name(old))
+            shutil.rmtree(os.path.join(self.work_dir, f"v{old}"), ignore_errors=True)
+        self.status.version = version
+        fetched = update.stats.bytes_fetched
+        self.status.applied = [*self.status.applied, {"version": version, "via": update.stats.via,
+                                                      "bytes_fetched": fetched}][-self.config.history:]
+        self._log(f"adapter version {version} loaded as {self.served_name(version)} ({fetched:,} bytes fetched); "
+                  f"serving {', '.join(self.served_name(v) for v in self.loaded)}")
+        self._write_status()
+
+    def _note_failure(self, error: BaseException) -> None:
+        self.status.failures += 1
+        self.status.last_error = printable(f"{type(error).__name__}: {error}")
+        logger.warning("delta follow: %s", self.status.last_error)
+
+    def _write_status(self) -> None:
+        self.status.updated_at = time.time()
+        if self.config.status_path:
+            write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
+
+
 # -- `python -m delta follow` ------------------------------------------------------------------------
 
 
@@ -313,6 +426,12 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
+    p.add_argument("--lora-alpha", type=float, default=None,
+                   help="the bucket holds a LoRA run's adapter versions (adapter mode) with this alpha: load each into "
+                        "a stock `vllm serve --enable-lora` as the model adapter-v<version> (needs "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 on the server)")
+    p.add_argument("--keep", type=int, default=1,
+                   help="with --lora-alpha: adapter versions kept loaded, the run's staleness + 1 (default 1)")
     p.set_defaults(func=_cmd_follow)
 
 
@@ -320,7 +439,7 @@ def _cmd_follow(args: Any) -> int:
     config = FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
                           poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
                           ready_timeout=args.ready_timeout)
-    follower = ServerFollower(config)
+    follower = ServerFollower(config) if args.lora_alpha is None else AdapterFollower(config, args.lora_alpha, args.keep)
     stop = threading.Event()
     try:
         version = follower.run(stop, until=args.until)

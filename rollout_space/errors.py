@@ -11,8 +11,20 @@ class EnvUnavailableError(RolloutError):
 
 
 class LoraRefusedError(RolloutError, ValueError):
-    """A LoRA run this server cannot follow (another base model, an engine that serves no adapter); the message
-    says which, in one line, and the server serves what it served before."""
+    """A LoRA run this server cannot follow (another base model, an engine that serves no adapter or not that rank);
+    the message says which, in one line, and the server serves what it served before.
+
+    Attributes:
+        reason: A few words naming the kind of refusal, as the status counts them (`REFUSALS`).
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+#: The kinds of refusal a rollout server counts in its status (`RolloutStatus.refused`).
+REFUSALS = ("another base", "no LoRA support", "rank above max", "adapter failed", "bad adapter")
 
 
 class LimitExceededError(RolloutError, ValueError):

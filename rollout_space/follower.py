@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
 from wire.lora import LoraSettings
 
 from .engines import Engine
-from .engines.errors import EngineError
+from .engines.errors import EngineError, UpdateRefusedError
 from .errors import LoraRefusedError
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,9 @@ class Follower:
         self.lora: LoraSettings | None = None  # the LoRA run followed (`adopt`)
         #: Why the last run read was refused (`adopt`), shown as `status()`'s last error; None once one is followed.
         self.refusal: str | None = None
+        #: Refusals so far by kind (`errors.REFUSALS`): a run refused counts once, however often it is read again.
+        self.refused: Counter[str] = Counter()
+        self._refused_run: LoraSettings | None = None
         version, digest = self._version_of_model(storage, base)
         if version is not None:
             engine.update({}, version)
@@ -134,7 +137,7 @@ class Follower:
         self._loader.start()
         self._subscriber.start()
 
-    def adopt(self, lora: LoraSettings | None) -> None:
+    def adopt(self, lora: LoraSettings | None, keep: int = 1) -> None:
         """Follow the published state the run's settings name (`RunSettings.lora`), without a restart.
 
         Full weights and a merged LoRA run are followed alike; a run in adapter mode makes the engine serve the
@@ -145,31 +148,36 @@ class Follower:
 
         Raises:
             LoraRefusedError: the run's base is not this server's model (its state hash differs), or the engine
-                serves no adapter: the engine and the follower are unchanged. Or the engine failed to build the
+                cannot serve the adapter (`Engine.adapter_refusal`: no LoRA support, a rank above its max): the
+                engine and the follower are unchanged, and the refusal is counted once per run in `refused`. Or the engine failed to build the
                 adapter (its targets match none of the model's modules): it then serves the base at version 0, and
                 the next call tries again.
         """
+        self.engine.keep_versions = keep
         if lora == self.lora:
             self.refusal = None
             return
         try:
             self._adopt(lora)
         except LoraRefusedError as e:
-            self.refusal = str(e)
+            if self.refusal is None or lora != self._refused_run:
+                self.refused[e.reason] += 1
+                logger.warning("refused the run: %s", e)
+            self.refusal, self._refused_run = str(e), lora
             raise
-        self.refusal = None
+        self.refusal, self._refused_run = None, None
         logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
 
     def _adopt(self, lora: LoraSettings | None) -> None:
         """`adopt`'s work, for a run other than the one followed."""
         if lora is not None and lora.base_hash != self.base_hash:
             raise LoraRefusedError(f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
-                                   f"server's model hashes to {self.base_hash}: start it with the run's base model")
+                                   f"server's model hashes to {self.base_hash}: start it with the run's base model",
+                                   "another base")
         adapter = lora if lora is not None and lora.sync == "adapter" else None
-        if adapter is not None and not self.engine.adapters:
-            raise LoraRefusedError(f"the run publishes a LoRA adapter; the {type(self.engine).__name__} serves none "
-                                   "(only the transformers engine does): start this server with --engine transformers "
-                                   "or run the trainer with --lora-sync merged")
+        refusal = self.engine.adapter_refusal(adapter) if adapter is not None else None
+        if refusal is not None:
+            raise LoraRefusedError(refusal[1], refusal[0])
         if adapter is not None or (self.lora is not None and self.lora.sync == "adapter"):
             self._follow_anew(adapter)
         self.lora = lora
@@ -184,7 +192,7 @@ class Follower:
             try:
                 self.engine.serve_adapter(adapter)
             except EngineError as e:
-                raise LoraRefusedError(f"cannot serve the run's adapter: {e}") from e
+                raise LoraRefusedError(f"cannot serve the run's adapter: {e}", "adapter failed") from e
             finally:  # a subscriber on whatever state the engine holds now, refused or not
                 self._subscriber = delta.Subscriber(storage, self.engine.state, config=self._config,
                                                     on_update=self._queue)
@@ -277,6 +285,8 @@ class Follower:
                 self.engine.update({n: self.engine.state[n] for n in names}, newest.version)
             except Exception as e:  # the engine refused or broke: keep the error visible, keep following
                 self._engine_error = f"{type(e).__name__}: {e}"
+                if isinstance(e, UpdateRefusedError) and self.lora is not None and self.lora.sync == "adapter":
+                    self.refused["bad adapter"] += 1
                 logger.exception("engine did not take version %d", newest.version)
                 return
             pause = time.perf_counter() - start
@@ -317,11 +327,13 @@ class Follower:
             return self._last_header
 
     def status(self) -> dict[str, object]:
-        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, and `state_hash`: the hash of
-        the state served, as the manifest records it (None before the engine serves a bucket version)."""
+        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, `refused` (by kind), and `state_hash`: the
+        hash of the state served, as the manifest records it (None before the engine serves a bucket version, and
+        while the state decoded is not the version served: a version waiting for the batch in flight, or refused)."""
         status = self._subscriber.status()
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
         digest = self._subscriber.digest
+        served = digest is not None and self._subscriber.version == self.engine.version
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
                 "last_error": self._engine_error or self.refusal or status.last_error,
-                "state_hash": digest.hexdigest if digest is not None else None}
+                "refused": dict(self.refused), "state_hash": digest.hexdigest if served else None}

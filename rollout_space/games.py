@@ -121,7 +121,9 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     """Play each game to its end (or `params.max_turns`) with the engine's current policy.
 
     Every turn of every live game is one prompt of a single `engine.generate` call; updates of the
-    weights may land between turns, and each reply records the version that produced it. `on_turn`,
+    weights may land between turns, and each reply records the version that produced it. Every turn asks for the
+    version the first turn played (`Engine.generate(at=...)`): an engine that keeps older versions (the vLLM
+    engine's LoRA adapters) plays the whole group under it. `on_turn`,
     if given, sees the games after each turn (still being played: read, do not keep), so a UI can
     show a game as it goes.
 
@@ -143,6 +145,7 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
             live.append(Trajectory(prompt_ids=layout.prompt(observation.message) + prefix_ids,
                                    episode_id=observation.episode_id, exam=spec.exam is not None))
             shown[observation.episode_id] = observation.example or ""
+        pinned: int | None = None  # the version of the first turn
         for turn in range(params.max_turns):
             playing = [g for g in live if not g.finished
                        and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
@@ -150,7 +153,8 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
                 break
             sampling = SamplingParams(params.max_tokens, params.temperature, params.top_p,
                                       None if params.seed is None else params.seed + turn, stop=params.stop)
-            replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling)
+            replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling, at=pinned)
+            pinned = replies[0].version if pinned is None else pinned
             for game, reply in zip(playing, replies):
                 _reply(game, reply, prefix)
                 game.examples.append(shown[game.episode_id])

@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.DTYPE.add_to(parser)
     settings.GPU_MEMORY_UTILIZATION.add_to(parser)
     settings.CUDA_GRAPHS.add_to(parser)
+    settings.MAX_LORA_RANK.add_to(parser)
     parser.add_argument("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens")
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as e:  # a setting to change before anything starts: one line, no traceback
         raise SystemExit(f"python app.py rollout: {e}") from None
     logger.info("starting the %s engine on %s (%s, %s)", kind, folder, plan.device, plan.dtype)
-    options = {"plan": plan} if kind == "vllm" else {}
+    options = {"plan": plan, "max_lora_rank": args.max_lora_rank} if kind == "vllm" else {}
     engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)
     try:
         polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)

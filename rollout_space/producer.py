@@ -71,9 +71,9 @@ class GroupProducer:
         max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
             written by whoever can write to the bucket, so they never make a server play more than it allows.
         max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        adopt: Called with the run's LoRA settings (`RunSettings.lora`) each time the run is read, before anything
-            is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
-            (`LoraRefusedError`: another base) is logged as a failure and no game is played for the run.
+        adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an
+            engine keeps for groups begun under them) each time the run is read, before anything is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
+            (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is played for the run.
         examine: Called with the run's settings before each batch, after `catch_up`, and once per version held
             while the bucket is full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must
             not raise. Only on the run's examiner (`examines`: one server per run, so the others go on producing
@@ -91,7 +91,7 @@ class GroupProducer:
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
                  catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings], object] | None = None,
                  max_games: int = 256, max_tokens: int = 1024,
-                 adopt: Callable[[LoraSettings | None], object] | None = None) -> None:
+                 adopt: Callable[[LoraSettings | None, int], object] | None = None) -> None:
         self.play = play
         self.adopt = adopt
         self.max_games = max_games
@@ -265,7 +265,7 @@ class GroupProducer:
             return wait
         self.run_id = run.run_id
         if self.adopt is not None:  # the state the run publishes (a LoRA adapter, merged weights): before any game
-            self.adopt(run.lora)
+            self.adopt(run.lora, run.max_staleness + 1)
         if run.state != RunState.RUNNING:
             self.state = ServerState.PAUSED
             return self.poll_s

@@ -22,7 +22,8 @@ class RunWatch:
 
     Args:
         bucket: The fleet's bucket (with the rollout token when the run signs its files).
-        adopt: Called with `RunSettings.lora` (None: full weights, or no run yet); what it raises (`LoraRefusedError`)
+        adopt: Called with `RunSettings.lora` (None: full weights, or no run yet) and the versions to keep (the run's
+            staleness + 1); what it raises (`LoraRefusedError`)
             is logged once per message, and tried again at the next read.
         interval: Seconds between reads.
 
@@ -30,7 +31,7 @@ class RunWatch:
         last_error: The last failure (an unreadable bucket or run file, a refused run), None once a read succeeds.
     """
 
-    def __init__(self, bucket: FleetBucket, adopt: Callable[[LoraSettings | None], object],
+    def __init__(self, bucket: FleetBucket, adopt: Callable[[LoraSettings | None, int], object],
                  interval: float = 1.0) -> None:
         self.bucket = bucket
         self.adopt = adopt
@@ -49,7 +50,10 @@ class RunWatch:
     def poll(self) -> None:
         """Read the run once and follow the state it names (raises what reading or `adopt` raises)."""
         run = self.bucket.read_run()
-        self.adopt(run.lora if run is not None else None)
+        if run is None:
+            self.adopt(None, 1)
+        else:
+            self.adopt(run.lora, run.max_staleness + 1)
 
     def _read(self) -> None:
         """`poll`, its failures logged (once per message) and kept in `last_error`."""

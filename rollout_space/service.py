@@ -255,6 +255,8 @@ class RolloutService:
             fleet_run=producer.run_id if producer is not None else None,
             groups_written=producer.groups_written if producer is not None else 0,
             lora=self.follower.lora if self.follower is not None else None,
+            adapters=self.engine.adapter_support,
+            refused=following.get("refused", {}),
         )
 
     def _served_hash(self) -> str | None:

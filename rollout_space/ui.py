@@ -68,6 +68,10 @@ def status_markdown(status: RolloutStatus) -> str:
     if status.lora is not None:
         lora = status.lora
         lines.append(f"following {html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}")
+    if status.adapters:
+        lines.append(f"serves {html.escape(status.adapters)}")
+    if status.refused:
+        lines.append("refused: " + " · ".join(f"{html.escape(kind)} {n}" for kind, n in sorted(status.refused.items())))
     if status.note:
         lines.append(f"note: {html.escape(status.note)}")
     error = status.last_error

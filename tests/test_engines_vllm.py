@@ -147,3 +147,23 @@ def test_both_engines_follow_a_bucket_through_the_rollout_follower(engines, tmp_
     assert all(r.pause_s > 0 for f in followers for r in f.records())
     for f in followers:
         f.close()
+
+
+def test_an_engine_without_lora_support_refuses_an_adapter_run_in_one_line(engines, tmp_path) -> None:
+    from delta import SubscriberConfig
+    from rollout_space.errors import LoraRefusedError
+    from rollout_space.follower import Follower
+    from tests._lora import settings
+
+    vllm, _ = engines
+    follower = Follower(vllm, str(tmp_path / "bucket"), SubscriberConfig(poll_interval=0.05))
+    version, state = vllm.version, dict(vllm.state)
+    with pytest.raises(LoraRefusedError, match=r"^the run publishes a LoRA adapter and this vLLM engine was started "
+                                               r"without LoRA support: restart it with --max-lora-rank 8, or run the "
+                                               r"trainer with --lora-sync merged$"):
+        # The base is what the engine holds now (earlier tests moved it from the folder's)
+        follower.adopt(settings(vllm.config.model, base_hash=delta.state_digest(vllm.state).hexdigest))
+    assert vllm.version == version and vllm.state.keys() == state.keys() and follower.lora is None
+    assert follower.status()["refused"] == {"no LoRA support": 1}
+    assert vllm.adapter_support.startswith("no LoRA adapters (started without --max-lora-rank")
+    follower.close()

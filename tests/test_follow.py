@@ -152,3 +152,88 @@ def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Pa
     assert out.returncode == 1
     assert out.stderr.splitlines() == [f"error: GET {url}/health failed: <urlopen error [Errno 111] Connection "
                                        "refused>; is the vLLM server running there?"]
+
+
+@needs_vllm
+def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Path) -> None:
+    """A LoRA run in adapter mode: `python -m delta follow --lora-alpha` loads each version into a stock `vllm serve
+    --enable-lora` as the model adapter-v<version>, keeps the last two, and what each serves is PEFT's policy."""
+    from tests._lora import logprobs, peft_model, settings
+    from tests._vllm_server import LoraVLLMServer
+    from trainer_space.lora import adapter_tensors
+
+    model = build_model(str(tmp_path / "model"))
+    lora = settings(model)
+    policies = [peft_model(model, lora, seed=s) for s in (1, 2, 3)]
+    states = [{n: t.clone() for n, t in adapter_tensors(p).items()} for p in policies]
+    bucket, status_file, ids = tmp_path / "bucket", tmp_path / "status.json", [5, 6, 7, 8, 9, 10, 11, 12]
+    server = LoraVLLMServer(model, tmp_path / "server.log").wait_ready()
+    try:
+        with delta.Publisher(str(bucket)) as publisher:
+            publisher.publish(states[0])
+            publisher.flush()
+            follow = subprocess.Popen(
+                [sys.executable, "-m", "delta", "follow", "--bucket", str(bucket), "--vllm-url", server.url,
+                 "--lora-alpha", str(lora.alpha), "--keep", "2", "--status-file", str(status_file),
+                 "--poll-interval", "0.2", "--until", "3", "--work-dir", str(tmp_path / "adapters")],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for version in (1, 2, 3):
+                wait_until(lambda: status_file.exists() and json.loads(status_file.read_text())["version"] == version)
+                served = torch.tensor(server.prompt_logprobs(f"adapter-v{version}", ids))
+                assert (served - logprobs(policies[version - 1], ids)).abs().max() < 5e-5
+                if version < 3:
+                    publisher.publish(states[version])
+                    publisher.flush()
+        out, _ = follow.communicate(timeout=120)
+        assert follow.returncode == 0, out
+        assert server.models() == ["adapter-v2", "adapter-v3", "tiny"]  # version 1 unloaded: keep 2
+        assert json.loads(status_file.read_text())["failures"] == 0
+        assert "adapter version 3 loaded as adapter-v3" in out
+    finally:
+        server.stop()
+
+
+def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp_path: Path) -> None:
+    """No vLLM: a client that refuses version 2 (as a server does an adapter above its max rank). The refusal is one
+    line and a failure in the status; version 1 stays loaded, version 3 loads, and the oldest beyond --keep goes."""
+    from delta.follow import AdapterFollower
+    from delta.integrations.vllm_http import VLLMServerError
+
+    class Server:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def wait_ready(self, timeout: float) -> None:
+            pass
+
+        def load_lora_adapter(self, name: str, path: str) -> None:
+            if name == "adapter-v2":
+                raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
+                                      route="/v1/load_lora_adapter", status=400)
+            assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+            self.calls.append(("load", name))
+
+        def unload_lora_adapter(self, name: str) -> None:
+            self.calls.append(("unload", name))
+
+    bucket, server, lines = str(tmp_path / "bucket"), Server(), []
+    state = {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.zeros(shape)
+             for m, shape in (("A", (4, 8)), ("B", (8, 4)))}
+    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1), alpha=8.0,
+                               keep=1, client=server, log=lines.append)
+    runner = threading.Thread(target=follower.run, kwargs={"until": 3})
+    with delta.Publisher(bucket) as publisher:
+        for version in (1, 2, 3):
+            state = {n: t + 1 for n, t in state.items()}
+            publisher.publish(state)
+            publisher.flush()
+            if version == 1:
+                runner.start()
+            wait_until(lambda: (follower.status.version or 0) >= version or follower.status.failures)
+    runner.join(60)
+    follower.close()
+    assert server.calls == [("load", "adapter-v1"), ("load", "adapter-v3"), ("unload", "adapter-v1")]
+    assert follower.loaded == [3] and follower.status.failures == 1
+    assert [line for line in lines if line.startswith("ERROR")] == [
+        "ERROR adapter version 2 not loaded: VLLMServerError: POST /v1/load_lora_adapter answered 400: rank 16 above "
+        "max_lora_rank 8"]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DELTA = ROOT / "delta"
 
 PUBLIC = ("delta", "delta.storage", "delta.follow", "delta.integrations.trl", "delta.integrations.vllm_backend",
-          "delta.integrations.vllm_http", "delta.integrations.vllm_update")
+          "delta.integrations.vllm_http", "delta.integrations.vllm_update", "delta.integrations.peft_adapter")
 WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_vllm_legacy.py", "bench/catchup.py")
 # Each layer imports only from layers of a lower rank (or its own): errors (retry, atomic, _cores, _stages) < storage,
 # tensors < codecs < format

@@ -6,7 +6,8 @@ The rollout server is started on the empty bucket before the run and learns the 
 the adapter's tensors), and its logprobs of a fixed prompt equal those of the trainer's own policy (the PEFT
 model it trains, unmerged, in float32) within bf16 tolerance. In adapter mode a second trainer session resumes
 the adapter from the bucket and the server follows on. A server started with another base model refuses the run
-in one line and serves nothing from the bucket.
+in one line and serves nothing from the bucket. An adapter run reaches a rollout on the vLLM engine too, as vLLM's
+LoRA requests.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 import delta
 from delta import read_manifest
+from tests._engines import build_model, needs_vllm
 from tests._env_server import running_app, running_server
 from tests._trainer_stack import tiny_model, wait_until
 from trainer_space import TrainerConfig, TrainingSession
@@ -150,3 +152,30 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
             other_status = rollout_status(stranger.url)
             assert other_status["version"] == 0 and other_status["fleet_state"] == "error"
             assert other_status["groups_written"] == 0 and re.search(refusal, other_status["last_error"])
+
+
+@needs_vllm
+def test_an_adapter_run_reaches_a_vllm_rollout_as_lora_requests(tmp_path: Path) -> None:
+    """The same run in adapter mode, followed by a rollout process on the vLLM engine with LoRA on (`--max-lora-rank`):
+    the trainer's published hash and its policy's logprobs at the last version, games played for the run."""
+    model, bucket = build_model(str(tmp_path / "model")), str(tmp_path / "bucket")  # heads vLLM's CPU kernels run
+    flags = ("--engine", "vllm", "--max-lora-rank", "8", "--dtype", "float32", "--max-model-len", "2048",
+             "--poll-interval", "0.2", "--showcase-every", "0")
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+        rollout = stack.enter_context(running_app("rollout", "--bucket", bucket, "--model", model, "--env-url", env,
+                                                  "--server-id", "v", *flags, log=tmp_path / "v.log"))
+        config = TrainerConfig(bucket, None, model, games_per_step=8, num_generations=2, max_tokens=2, max_turns=2,
+                               learning_rate=3e-2, reply_prefix="", max_steps=3, exam_every=0, lora_r=4,
+                               lora_sync="adapter")
+        session = TrainingSession(config)
+        stack.callback(session.close)
+        status = train(session, 3)
+        s = wait_until(lambda: (r := rollout_status(rollout.url))["version"] == status.version and r, 120,
+                       "the vLLM rollout to serve the last adapter version")
+        assert s["engine"] == "vllm" and s["state_hash"] == status.state_hash and s["last_error"] is None
+        assert s["groups_written"] > 0 and s["refused"] == {}
+        version, tokens, logprobs = greedy(rollout.url)
+        policy = session.parts.model.eval()
+        assert version == status.version
+        assert max(abs(a - b) for a, b in zip(logprobs, policy_logprobs(policy, tokens))) < TOLERANCE["adapter"]

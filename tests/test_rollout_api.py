@@ -141,7 +141,7 @@ def test_a_bug_is_a_500_not_a_bad_request():
     from rollout_space.api import build_api
 
     class Broken:
-        def generate(self, prompts, params):
+        def generate(self, prompts, params, at=None):
             raise ValueError("an internal bug")
 
     with TestClient(build_api(Broken()), raise_server_exceptions=False) as client:

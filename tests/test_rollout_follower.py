@@ -62,7 +62,7 @@ def test_serves_each_published_version_bit_identical_to_the_trainer(tmp_path, mo
             # The tensors version 4 stepped (norms at 1.0 round back in bf16, so not all of them).
             changed = {t.name for t in header.tensors if t.changed}
             assert changed and changed <= set(names[2::2])
-            assert follower.status() == {"latest_version": 4, "lag": 0, "failures": 0, "last_error": None,
+            assert follower.status() == {"latest_version": 4, "lag": 0, "failures": 0, "last_error": None, "refused": {},
                                          "state_hash": manifest.get(4).state_hash}
             # What it computes is the published state: same greedy output as an engine loaded from it.
             prompt = [[5, 6, 7, 8]]
@@ -107,7 +107,7 @@ def test_an_empty_bucket_serves_the_model_as_given(tmp_path, model):
         follower = Follower(engine, str(tmp_path / "empty"), FAST)
         assert follower.sync() is None
         assert engine.version == 0
-        assert follower.status() == {"latest_version": None, "lag": None, "failures": 0, "last_error": None,
+        assert follower.status() == {"latest_version": None, "lag": None, "failures": 0, "last_error": None, "refused": {},
                                      "state_hash": None}
         follower.close()
 
@@ -229,8 +229,11 @@ def test_a_lora_run_is_followed_without_a_restart_and_another_base_is_refused(tm
         assert engine.version == 2
         follower.adopt(settings(model, sync="merged"))  # merged weights are followed as any state
         assert engine.version == 0 and engine.state.keys() == base.keys()
-        engine.adapters = False  # as the vLLM engine: an adapter is refused, the engine unchanged
-        with pytest.raises(LoraRefusedError, match="the TransformersEngine serves none"):
-            follower.adopt(lora)
+        # As a vLLM engine without LoRA support: an adapter is refused, the engine unchanged, the refusal counted once
+        engine.adapter_refusal = lambda lora: ("no LoRA support", "this engine serves no adapter")
+        for _ in range(2):
+            with pytest.raises(LoraRefusedError, match="^this engine serves no adapter$"):
+                follower.adopt(lora)
         assert engine.state.keys() == base.keys()
+        assert follower.status()["refused"] == {"another base": 1, "no LoRA support": 1}
         follower.close()

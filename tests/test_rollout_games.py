@@ -101,3 +101,20 @@ def test_an_unreachable_env_is_a_clear_error(engine):
     env = EnvClient("http://127.0.0.1:9", timeout=2)
     with pytest.raises(EnvUnavailableError, match="did not answer /reset.*--env-url"):
         play_games(engine, env, [GameSpec(seed=1)])
+
+
+def test_every_turn_asks_for_the_version_the_first_turn_played(engine, env):
+    """`Engine.generate(at=...)`: an engine that keeps older versions (vLLM's LoRA adapters) plays the whole group
+    under one version, whatever is loaded between its turns."""
+    asked = []
+
+    class Recording:  # the engine as `play_games` sees it, noting what each turn asks for
+        def generate(self, prompts, params=None, *, at=None):
+            asked.append(at)
+            return engine.generate(prompts, params, at=at)
+
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+    play_games(Recording(), env, [GameSpec(seed=7), GameSpec(seed=8)], PlayParams(max_tokens=4, max_turns=3, seed=1))
+    assert asked == [None, engine.version, engine.version]

@@ -186,3 +186,16 @@ def test_the_status_says_which_lora_run_the_server_follows() -> None:
     lora = LoraSettings(sync="adapter", r=4, alpha=8, targets=("q_proj",), base_model="m", base_hash="sum128:" + "0" * 32)
     assert ("following LoRA r 4 (alpha 8) on q_proj, published as the adapter alone"
             in status_markdown(status.model_copy(update={"lora": lora})))
+
+
+def test_the_status_says_which_adapters_the_engine_serves_and_counts_refusals_by_kind() -> None:
+    from rollout_space.ui import status_markdown
+    from wire.rollout import RolloutStatus
+
+    status = RolloutStatus(version=3, latest_version=4, lag=1, engine="vllm", device="cpu", model="m", bucket="b",
+                           env_url=None, last_error="the run's adapter has rank 16, above ...", state_hash=None,
+                           failures=0, note=None, syncs=3, tokens_served=0, games_played=0)
+    assert "refused" not in status_markdown(status)
+    shown = status_markdown(status.model_copy(update={"refused": {"rank above max": 1, "bad adapter": 2},
+                                                      "adapters": "LoRA adapters up to rank 8"}))
+    assert "refused: bad adapter 2 · rank above max 1" in shown and "serves LoRA adapters up to rank 8" in shown

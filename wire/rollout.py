@@ -46,6 +46,9 @@ class RolloutStatus(BaseModel):
     fleet_run: str | None = Field(None, description="The fleet run it produces for")
     groups_written: int = Field(0, description="Game groups handed in through the bucket since it started")
     lora: LoraSettings | None = Field(None, description="The LoRA run followed (`wire.lora`; None: full weights)")
+    adapters: str = Field("", description="Which LoRA adapters the engine serves (adapter-mode runs), in a few words")
+    refused: dict[str, int] = Field(default_factory=dict, description="LoRA runs and adapter versions refused, by kind "
+                                    "(another base, no LoRA support, rank above max, adapter failed, bad adapter)")
 
 
 class Completion(BaseModel):

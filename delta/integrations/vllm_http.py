@@ -1,4 +1,5 @@
-"""A client for the weight-update routes of a running `vllm serve` (started with `VLLM_SERVER_DEV_MODE=1`).
+"""A client for the weight-update routes of a running `vllm serve` (started with `VLLM_SERVER_DEV_MODE=1`), and for
+its LoRA routes (`--enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`).
 
 Standard library only (urllib). Every method blocks until the server answered; a refusal or an
 unreachable server raises `VLLMServerError` with the route, the status and the server's message.
@@ -41,7 +42,8 @@ class VLLMHTTPClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, route: str, body: dict[str, Any] | None = None,
+              needs: str = "VLLM_SERVER_DEV_MODE=1") -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + route, data=data, method=method,
                                          headers={"Content-Type": "application/json"} if data else {})
@@ -50,13 +52,16 @@ class VLLMHTTPClient:
                 raw = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:500]
-            hint = " (is the server started with VLLM_SERVER_DEV_MODE=1?)" if e.code == 404 else ""
+            hint = f" (is the server started with {needs}?)" if e.code == 404 else ""
             raise VLLMServerError(f"{method} {self.url}{route} answered {e.code}: {detail}{hint}",
                                   route=route, status=e.code) from e
         except (urllib.error.URLError, OSError) as e:
             raise VLLMServerError(f"{method} {self.url}{route} failed: {e}; is the vLLM server running there?",
                                   route=route, status=None) from e
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:  # the LoRA routes answer plain text
+            return raw.decode(errors="replace")
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until `/health` answers 200; raises VLLMServerError after `timeout` seconds."""
@@ -97,3 +102,14 @@ class VLLMHTTPClient:
 
     def weight_version(self) -> str | None:
         return self._call("GET", "/weight_info")["weight_version"]
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        """Serve the PEFT adapter folder `path` as model `name` (`vllm serve --enable-lora`, runtime updates on)."""
+        self._call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, _LORA_ROUTES)
+
+    def unload_lora_adapter(self, name: str) -> None:
+        self._call("POST", "/v1/unload_lora_adapter", {"lora_name": name}, _LORA_ROUTES)
+
+
+#: What a stock server needs for the LoRA routes (said when they answer 404).
+_LORA_ROUTES = "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"

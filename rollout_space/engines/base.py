@@ -150,8 +150,9 @@ class Engine(ABC):
     around each call.
     """
 
-    #: Whether `serve_adapter` can serve a LoRA adapter under PEFT (the transformers engine).
-    adapters: bool = False
+    #: How many of the last versions an engine that can serve older ones keeps for `generate(at=...)` (a LoRA run's
+    #: adapter versions in the vLLM engine); the follower sets it to the run's staleness + 1.
+    keep_versions: int = 1
 
     def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
         """Read the published state and tokenizer from `config.model`; subclasses then start their backend.
@@ -165,6 +166,7 @@ class Engine(ABC):
         self.config = config
         self._state = delta.load_state(config.model)
         self._version = version
+        self._lora: LoraSettings | None = None  # the adapter served (`serve_adapter`), None: full weights
         self._lock = threading.RLock()
         self._closed = False
         #: Set by `interrupt` (and `close`, before it waits for the call in flight): backends that can
@@ -216,12 +218,22 @@ class Engine(ABC):
         """The version the engine computes with now."""
         return self._version
 
-    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None) -> list[Completion]:
+    @property
+    def held_versions(self) -> tuple[int, ...]:
+        """The versions `generate(at=...)` can serve: the current one, and in engines that keep older ones (the vLLM
+        engine's adapter versions) up to `keep_versions` in all."""
+        return (self._version,)
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None, *,
+                 at: int | None = None) -> list[Completion]:
         """Complete each prompt once. Blocks until all are done (and while an update runs).
 
         Args:
             prompts: Strings (tokenized as they are, no special tokens added) or lists of token ids.
             params: How to sample; default `SamplingParams()`.
+            at: Serve this earlier version if the engine still holds it (`held_versions`: the vLLM engine keeps a
+                LoRA run's last `keep_versions` adapters), so that a group of games begun under it ends under it;
+                otherwise, or when None, the current one. The completions say which version produced them.
 
         Returns:
             One completion per prompt, in order, each stamped with the version that produced it.
@@ -234,9 +246,9 @@ class Engine(ABC):
         params = params or SamplingParams()
         ids = self._token_ids(prompts, params.max_tokens)
         with self._serving():
-            sampled = self._backend("generating", self._generate, ids, params)
+            version = at if at is not None and at in self.held_versions else self._version
+            sampled = self._backend("generating", self._generate, ids, params, version)
             sampled = [self._cut_at_stop(s, params.stop) for s in sampled]
-            version = self._version
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
         return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
@@ -268,7 +280,8 @@ class Engine(ABC):
             version: The version the state is at after this update.
 
         Raises:
-            UpdateRefusedError: a name the model does not have, or a shape or dtype that differs.
+            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter value that
+                is not finite (anywhere in the adapter: a tensor refused once is refused until it is replaced).
             EngineError: the backend failed while loading; what it computes with is then undefined
                 until an update of every tensor succeeds.
         """
@@ -280,29 +293,46 @@ class Engine(ABC):
             elif tensor.shape != old.shape or tensor.dtype != old.dtype:
                 problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
                                 f"{old.dtype} {tuple(old.shape)}")
+        if self._lora is not None and not problems:  # the whole adapter served, not only what changed: it is small
+            problems = [f"adapter tensor {name!r} holds NaN or infinite values (a forged or broken adapter)"
+                        for name, tensor in sorted({**self._state, **changed}.items())
+                        if not bool(torch.isfinite(tensor).all())]
         if problems:
             raise UpdateRefusedError(version, self._version, problems)
         with self._serving():
             if changed:
-                self._backend(f"loading {len(changed)} tensors of version {version}", self._load, changed)
+                self._backend(f"loading {len(changed)} tensors of version {version}", self._load, changed, version)
             for name, tensor in changed.items():
                 if tensor is not self._state[name]:
                     self._state[name].copy_(tensor)
             self._version = version
 
+    @property
+    def adapter_support(self) -> str:
+        """Which LoRA adapters this engine serves, in a few words (the log at start and the page say it)."""
+        return "no LoRA adapters"
+
+    def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """Why this engine cannot serve `lora`'s adapter (adapter mode): the kind (`rollout_space.errors.REFUSALS`)
+        and one line saying what to change; None if it can."""
+        return ("no LoRA support", f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
+                "this server with --engine transformers, or vllm with --max-lora-rank, or run the trainer with "
+                "--lora-sync merged")
+
     def serve_adapter(self, lora: LoraSettings | None) -> None:
         """Serve a LoRA run's adapter (`wire.lora`, adapter mode) from now on, or the full weights again (None).
 
         With an adapter, `state` becomes the adapter's tensors under PEFT's names (float32, as the trainer
-        publishes them) and `update` writes them into the adapter in place; without one, `state` is the model
-        folder's tensors again. Either way the model restarts from the folder's base weights (the adapter as PEFT
-        initialises it, which leaves the base's outputs unchanged) at version 0, and a follower must follow the
-        new `state` from the bucket's anchor. Blocks until the generation in flight ends.
+        publishes them) and `update` serves each new version of them (transformers: written into PEFT's adapter in
+        place; vLLM: loaded as a `LoRARequest` of its own); without one, `state` is the model folder's tensors again.
+        Either way the model restarts from the folder's base weights (no adapter, or one that leaves the base's
+        outputs unchanged) at version 0, and a follower must follow the new `state` from the bucket's anchor. Blocks
+        until the generation in flight ends.
 
         Raises:
-            EngineError: this engine serves no adapter (vLLM's LoRA serving is not built yet); nothing changed.
+            EngineError: this engine cannot serve it (`adapter_refusal` says why); nothing changed.
         """
-        raise EngineError(f"the {type(self).__name__} serves no LoRA adapter (only the transformers engine does)",
+        raise EngineError(self.adapter_refusal(lora)[1] if lora is not None else "no adapter is served",
                           version=self._version)
 
     @contextlib.contextmanager
@@ -376,17 +406,17 @@ class Engine(ABC):
         return ids
 
     @abstractmethod
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
-        """Sample one completion per prompt with the current weights."""
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, version: int) -> list[Sampled]:
+        """Sample one completion per prompt with the weights of `version` (one of `held_versions`)."""
 
     @abstractmethod
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
         """Log-probabilities of prompt tokens 1..n-1 with the current weights."""
 
     @abstractmethod
-    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
-        """Make the backend compute with these new values (published names); `state` still holds the old
-        ones unless the caller wrote there already."""
+    def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
+        """Make the backend compute with these new values (published names) as `version`; `state` still holds the
+        old ones unless the caller wrote there already."""
 
     @abstractmethod
     def _close(self) -> None:

@@ -25,8 +25,6 @@ class TransformersEngine(Engine):
     into `state` take effect only through `update`, which copies the changed tensors into them.
     """
 
-    adapters = True
-
     def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
         """Load the model folder (seconds for small models).
 
@@ -53,6 +51,14 @@ class TransformersEngine(Engine):
             raise ValueError(f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
                              f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow")
 
+    @property
+    def adapter_support(self) -> str:
+        return "LoRA adapters of any rank (PEFT)"
+
+    def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """None: PEFT serves any adapter of the run's base."""
+        return None
+
     def serve_adapter(self, lora: LoraSettings | None) -> None:
         """See `Engine.serve_adapter`: PEFT wraps the model (no merge), or is taken off it (`unload`)."""
         with self._serving():
@@ -70,13 +76,13 @@ class TransformersEngine(Engine):
         for name, tensor in base.items():
             params[name].copy_(tensor)
         # The base at version 0 from here: what the engine serves if wrapping fails below.
-        self._state, self._params, self._version = base, params, 0
+        self._state, self._params, self._version, self._lora = base, params, 0, None
         if lora is None:
             return
         model = get_peft_model(self._model, lora.peft_config()).eval().requires_grad_(False)
         adapter = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
                    if ".lora_A." in name or ".lora_B." in name}
-        self._model, self._params = model, adapter
+        self._model, self._params, self._lora = model, adapter, lora
         self._state = {name: p.to("cpu", torch.float32, copy=True) for name, p in sorted(adapter.items())}
 
     def _pad_id(self) -> int:
@@ -84,7 +90,7 @@ class TransformersEngine(Engine):
         return pad if pad is not None else next(iter(self.stop_token_ids), 0)  # padding is masked: any id works
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, version: int) -> list[Sampled]:
         pad = self._pad_id()
         width = max(len(p) for p in prompts)
         device = self.config.device
@@ -130,7 +136,7 @@ class TransformersEngine(Engine):
         return [row[: len(p) - 1] for row, p in zip(scores.tolist(), prompts)]
 
     @torch.inference_mode()
-    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
+    def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
         for name, tensor in changed.items():
             self._params[name].copy_(tensor)  # casts to the compute dtype; a tied lm_head shares this storage
 

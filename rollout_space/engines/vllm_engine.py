@@ -6,28 +6,56 @@ path as a `vllm serve` followed by `python -m delta follow`: the changed tensors
 file, and the worker writes them (on CPU, where vLLM repacks linear weights and leaves their `.weight`
 empty, by reloading whole fused groups with vLLM's own loaders; on CUDA in place, a path not yet run on
 a GPU).
+
+A LoRA run in adapter mode (`serve_adapter`, an engine started with `max_lora_rank`) is served with vLLM's own LoRA
+machinery: each adapter version is written as a PEFT folder and loaded as its own `LoRARequest`; the last
+`keep_versions` stay loaded, so a group of games begun under one finishes under it (`generate(at=...)`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
 
+import delta
+import settings
+from delta.integrations.peft_adapter import write_adapter
 from delta.integrations.vllm_update import fused_groups, read_worker_info, whole_groups, write_update
+from wire.lora import LoraSettings
 
 from .base import Engine, EngineConfig, Sampled, SamplingParams
+from .errors import EngineError
 
 if TYPE_CHECKING:
     import vllm
+    from vllm.lora.request import LoRARequest
 
     from models.hardware import RolloutPlan
 
+logger = logging.getLogger(__name__)
+
 #: Registers the `delta` backend in vLLM's workers when the package's entry point is not installed (a checkout).
 _REGISTER_IN_WORKERS = "delta_vllm_plugin.RegisterDeltaBackend"
+
+
+def adapter_state(model: str, lora: LoraSettings) -> dict[str, torch.Tensor]:
+    """`lora`'s adapter tensors on `model`'s architecture, under PEFT's saved names, zero and float32 (the dtype the
+    trainer publishes): the names and shapes a follower fills from the bucket. PEFT builds them on the meta device,
+    reading no weights."""
+    from peft import get_peft_model, get_peft_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model, local_files_only=True)
+    with torch.device("meta"):
+        wrapped = get_peft_model(AutoModelForCausalLM.from_config(config), lora.peft_config())
+    return {name: torch.zeros(t.shape, dtype=torch.float32)
+            for name, t in sorted(get_peft_model_state_dict(wrapped).items())}
 
 
 def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None,
@@ -68,7 +96,7 @@ class VLLMEngine(Engine):
 
     def __init__(self, config: EngineConfig, *, version: int = 0, plan: RolloutPlan | None = None,
                  kv_cache_bytes: int | None = None, enforce_eager: bool | None = None,
-                 tmp_dir: str | None = None) -> None:
+                 tmp_dir: str | None = None, max_lora_rank: int = 0) -> None:
         """Start vLLM on `config.model` (tens of seconds on a CPU).
 
         vLLM's workers are spawned and import the program's `__main__` module again: keep that module's
@@ -84,7 +112,10 @@ class VLLMEngine(Engine):
             kv_cache_bytes: Overrides the plan's KV cache size (then no GPU memory share is passed).
             enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (on a 2-core CPU vLLM starts
                 in ~30 s instead of ~2 min). Updates apply either way (checked on CPU).
-            tmp_dir: Where update files are written (and deleted right after); default the system's.
+            tmp_dir: Where update files are written (and deleted right after) and the adapter versions held (PEFT
+                folders, deleted with their version); default the system's.
+            max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of
+                `settings.VLLM_LORA_RANKS`); 0: no LoRA support, an adapter-mode run is refused (`adapter_refusal`).
 
         Raises:
             ImportError: vLLM is not installed (the message names the package).
@@ -106,14 +137,66 @@ class VLLMEngine(Engine):
         self._tmp_dir = tmp_dir
         import delta_vllm_plugin as vllm_plugin  # registers the `delta` backend in this process
 
+        self.max_lora_rank = max_lora_rank
+        lora = {"enable_lora": True, "max_lora_rank": max_lora_rank} if max_lora_rank else {}
         self._llm = LLM(model=config.model, max_model_len=config.max_model_len,
                         weight_transfer_config={"backend": vllm_plugin.BACKEND},
                         worker_extension_cls=self.worker_extension,
-                        **_llm_settings(config, plan, kv_cache_bytes, enforce_eager))
+                        **_llm_settings(config, plan, kv_cache_bytes, enforce_eager), **lora)
+        logger.info("vLLM serves %s", self.adapter_support)
+        self._adapters = tempfile.TemporaryDirectory(prefix="adapters-", dir=tmp_dir)
+        self._requests: dict[int, LoRARequest | None] = {}  # adapter versions loaded, oldest first (None: the base)
+        self._next_id = 1  # vLLM's id of the next adapter loaded (never reused)
+        self._moved: set[str] = set()  # full weights updated away from the folder's, restored before an adapter
         with tempfile.TemporaryDirectory(dir=tmp_dir) as handshake:
             self._llm.init_weight_transfer_engine({"init_info": {"handshake_dir": handshake}})
             self._worker = read_worker_info(handshake)
         self._groups = fused_groups(self.state, self._worker.packed_modules)
+
+    @property
+    def held_versions(self) -> tuple[int, ...]:
+        """The adapter versions loaded and the current version (see `Engine.held_versions`)."""
+        return tuple(sorted({*self._requests, self._version}))
+
+    @property
+    def adapter_support(self) -> str:
+        return (f"LoRA adapters up to rank {self.max_lora_rank}" if self.max_lora_rank else
+                "no LoRA adapters (started without --max-lora-rank: adapter-mode runs are refused)")
+
+    def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """See `Engine.adapter_refusal`: no LoRA support, or a rank above `max_lora_rank`."""
+        if not self.max_lora_rank:
+            return ("no LoRA support", "the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
+                    f"support: restart it with --max-lora-rank {_rank_for(lora.r)}, or run the trainer with "
+                    "--lora-sync merged")
+        if lora.r > self.max_lora_rank:
+            return ("rank above max", f"the run's adapter has rank {lora.r}, above this vLLM engine's max LoRA rank "
+                    f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}")
+        return None
+
+    def serve_adapter(self, lora: LoraSettings | None) -> None:
+        """See `Engine.serve_adapter`: every adapter version loaded is removed, vLLM's weights are the folder's again,
+        and with `lora` the state becomes its (zero) adapter tensors at version 0, served as the base.
+
+        Raises:
+            EngineError: `adapter_refusal` gives a reason (nothing changed), or vLLM failed.
+        """
+        refusal = self.adapter_refusal(lora) if lora is not None else None
+        if refusal is not None:
+            raise EngineError(refusal[1], version=self._version)
+        with self._serving():
+            self._backend("switching the LoRA adapter", self._serve_adapter, lora)
+
+    def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        for version in list(self._requests):
+            self._drop(version)
+        base = delta.load_state(self.config.model)
+        if self._moved:  # full weights followed before: vLLM computes with the folder's base again
+            self._load_weights({n: base[n] for n in whole_groups(self._moved, self._groups)}, self._state)
+            self._moved.clear()
+        self._state, self._version, self._lora = base, 0, None
+        if lora is not None:
+            self._state, self._lora, self._requests = adapter_state(self.config.model, lora), lora, {0: None}
 
     def _sampling(self, params: SamplingParams, seed: int | None = None, *,
                   prompt_logprobs: bool = False) -> vllm.SamplingParams:
@@ -127,10 +210,18 @@ class VLLMEngine(Engine):
             stop_token_ids=self._stops(params), detokenize=bool(params.stop), stop=list(params.stop) or None,
             include_stop_str_in_output=True)
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sampled]:
+    def _request(self, version: int) -> LoRARequest | None:
+        """The adapter `version` is served with: its own, or the newest loaded (a version that changed no tensor);
+        None for full weights and the base."""
+        if self._lora is None or not self._requests:
+            return None
+        return self._requests.get(version, self._requests[max(self._requests)])
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, version: int) -> list[Sampled]:
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
         outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                     [self._sampling(params, s) for s in seeds], use_tqdm=False)
+                                     [self._sampling(params, s) for s in seeds], use_tqdm=False,
+                                     lora_request=self._request(version))
         results = []
         for out in outputs:
             c = out.outputs[0]
@@ -140,18 +231,54 @@ class VLLMEngine(Engine):
 
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
         sampling = self._sampling(SamplingParams(max_tokens=1, temperature=0), prompt_logprobs=True)
-        outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False)
+        outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False,
+                                     lora_request=self._request(self._version))
         return [[step[t].logprob for step, t in zip(out.prompt_logprobs[1:], p[1:])]
                 for out, p in zip(outputs, prompts)]
 
-    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
+    def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
+        if self._lora is not None:
+            self._load_adapter(changed, version)
+        else:
+            self._load_weights(changed, self.state)
+            self._moved.update(changed)
+
+    def _load_adapter(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load the adapter at `version` (the state with `changed` in it) as a new `LoRARequest`; drop the oldest
+        beyond `keep_versions`."""
+        from vllm.lora.request import LoRARequest
+
+        adapter = {n: changed.get(n, t) for n, t in self.state.items()}
+        lora_id, self._next_id = self._next_id, self._next_id + 1
+        folder = write_adapter(os.path.join(self._adapters.name, str(lora_id)), adapter, self._lora.peft_config())
+        request = LoRARequest(f"v{version}-{lora_id}", lora_id, folder)
+        try:
+            self._llm.llm_engine.add_lora(request)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._requests.pop(version, None)
+        self._requests[version] = request
+        while len(self._requests) > max(1, self.keep_versions):
+            self._drop(next(iter(self._requests)))
+
+    def _drop(self, version: int) -> None:
+        """Unload an adapter version and delete its folder."""
+        request = self._requests.pop(version)
+        if request is not None:
+            self._llm.llm_engine.remove_lora(request.lora_int_id)
+            shutil.rmtree(request.lora_path, ignore_errors=True)
+
+    def _load_weights(self, changed: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> None:
+        """Push new values of full weights (published names) to vLLM's worker. `state` is what it computes with now:
+        the old values the in-place path compares with (CUDA), or the unchanged members of fused groups (CPU)."""
         if self._worker.in_place:
             # Changed elements only, where the state still holds the old values to compare with.
             new = dict(changed)
-            old = None if any(changed[n] is self.state[n] for n in changed) else {n: self.state[n] for n in changed}
+            old = None if any(changed[n] is state[n] for n in changed) else {n: state[n] for n in changed}
         else:
             # Whole fused groups travel: unchanged members come from the state (still the published values).
-            new = {n: (changed[n] if n in changed else self.state[n]) for n in whole_groups(changed, self._groups)}
+            new = {n: (changed[n] if n in changed else state[n]) for n in whole_groups(changed, self._groups)}
             old = None
         fd, path = tempfile.mkstemp(suffix=".safetensors", dir=self._tmp_dir)
         os.close(fd)
@@ -167,3 +294,9 @@ class VLLMEngine(Engine):
     def _close(self) -> None:
         self._llm.llm_engine.engine_core.shutdown()
         del self._llm
+        self._adapters.cleanup()
+
+
+def _rank_for(r: int) -> int:
+    """The smallest max LoRA rank vLLM accepts that holds rank `r`."""
+    return next((m for m in settings.VLLM_LORA_RANKS if m >= r), settings.VLLM_LORA_RANKS[-1])
