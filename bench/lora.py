@@ -14,7 +14,8 @@ into a local-folder bucket of its own, each followed by an engine (`rollout_spac
 Printed per version, beside the baselines of the same run: the delta's bytes in each mode against the whole
 adapter file and the full model file (what a sync without deltas sends), the fraction of elements whose bits
 changed, and the time from `publish` to the engine serving the version (the two modes one after the other, nothing
-generating; the followers poll as a rollout server does unless `--poll-interval` says otherwise). Then greedy generation tokens/s of the final adapter served as LoRA against the same policy merged.
+generating; the followers poll as a rollout server does unless `--poll-interval` says otherwise). Then greedy
+generation tokens/s of the final adapter served as LoRA against the same policy merged.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
         engines, followers = {}, {}
         for mode in MODES:
             engines[mode] = open_engine(engine_kind, EngineConfig(model, max_model_len=512))
-            followers[mode] = Follower(engines[mode], buckets[mode], delta.SubscriberConfig(poll_interval=poll_interval))
+            followers[mode] = Follower(engines[mode], buckets[mode],
+                                       delta.SubscriberConfig(poll_interval=poll_interval))
             followers[mode].adopt(settings[mode])
             followers[mode].sync()
             followers[mode].start()
@@ -226,7 +228,6 @@ def main(argv: list[str] | None = None) -> dict:
     from delta import SubscriberConfig
 
     poll = SubscriberConfig.poll_interval if args.poll_interval is None else args.poll_interval
-    model = _model(args.model)
     ran_on = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
               f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "
               f"{os.getloadavg()[0]:.1f}")
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> dict:
     if skip:
         print(f"--engine vllm: skipped, {skip}")
         return {"skipped": skip}
+    model = _model(args.model)
     print(f"model {model}; LoRA r={args.rank} alpha={2 * args.rank} on every attention and MLP projection; "
           f"{args.steps} AdamW steps at lr {args.lr:g} on one fixed batch of {args.batch}x{args.seq_len} tokens; "
           f"engine {args.engine}, bucket polled every {poll:g} s")
@@ -256,8 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"(whole file {whole:,} B), changed {statistics.median(v['changed'][mode] for v in rows):.2%}, "
               f"publish -> serving {statistics.median(v['serve_s'][mode] for v in rows):.2f} s (median)")
     tps = figures["tokens_per_s"]
-    print(f"generation ({len(PROMPTS)} prompts, greedy, up to {args.gen_tokens} tokens, best of 5, taking turns): adapter served "
-          f"as LoRA (PEFT, unmerged) {tps['adapter']:.1f} tok/s; merged {tps['merged']:.1f} tok/s "
+    print(f"generation ({len(PROMPTS)} prompts, greedy, up to {args.gen_tokens} tokens, best of 5, taking turns): "
+          f"adapter served as LoRA (PEFT, unmerged) {tps['adapter']:.1f} tok/s; merged {tps['merged']:.1f} tok/s "
           f"({tps['adapter'] / tps['merged']:.2f}x)")
     figures.update(command=" ".join(["python -m bench.lora", *(sys.argv[1:] if argv is None else argv)]),
                    measured_on=ran_on, model=model, steps=args.steps, rank=args.rank, lr=args.lr, engine=args.engine,
