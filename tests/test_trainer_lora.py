@@ -193,3 +193,13 @@ def test_a_session_with_targets_it_cannot_honour_stops_at_start_with_one_line(mo
     assert record.exc_info is None  # a setting to change: no traceback in the log
     run = FleetBucket(str(tmp_path / "bucket")).read_run()
     assert run is None or run.state != RunState.RUNNING  # never announced as running
+
+
+def test_a_run_of_every_weight_refuses_a_bucket_of_adapter_versions_in_one_line(model: str, tmp_path) -> None:
+    from trainer_space.lora import LoraRefusedError
+
+    bucket = str(tmp_path / "bucket")
+    _publish_adapter(bucket, model)
+    with pytest.raises(LoraRefusedError, match=r"^bucket .* holds the versions of a LoRA adapter run \(r 4, adapter "
+                                                r"mode\), which a run of every weight cannot resume; use a new bucket"):
+        _parts(bucket, model, previous=settings(model), lora_r=0)
