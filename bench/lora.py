@@ -166,17 +166,16 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
         for mode in MODES:
             publishers[mode].publish(states[mode])  # version 1: the base, and PEFT's initial adapter (B = 0)
             publishers[mode].flush()
-        engines, followers = {}, {}
-        for mode in MODES:
-            engines[mode] = open_engine(engine_kind, EngineConfig(model, max_model_len=512))
-            followers[mode] = Follower(engines[mode], buckets[mode],
-                                       delta.SubscriberConfig(poll_interval=poll_interval))
-            followers[mode].adopt(settings[mode])
-            followers[mode].sync()
-            followers[mode].start()
-        versions = []
-        _warm_up()
+        engines, followers, versions = {}, {}, []
         try:
+            for mode in MODES:
+                engines[mode] = open_engine(engine_kind, EngineConfig(model, max_model_len=512))
+                followers[mode] = Follower(engines[mode], buckets[mode],
+                                           delta.SubscriberConfig(poll_interval=poll_interval))
+                followers[mode].adopt(settings[mode])
+                followers[mode].sync()
+                followers[mode].start()
+            _warm_up()
             for version in range(2, steps + 2):
                 policy.train()
                 loss = policy(input_ids=ids, labels=ids).loss
@@ -203,9 +202,12 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
                 follower.close()
             figures["tokens_per_s"] = _tokens_per_s(engines, gen_tokens, rounds=5)
         finally:
-            for mode in engines:
-                followers[mode].close()
-                engines[mode].close()
+            for mode in MODES:
+                publishers[mode].close()
+                if mode in followers:
+                    followers[mode].close()
+                if mode in engines:
+                    engines[mode].close()
     figures["versions"] = [asdict(v) for v in versions]
     return figures
 
