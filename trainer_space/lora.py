@@ -29,6 +29,7 @@ from .weights import checkpoint_dtypes
 
 logger = logging.getLogger(__name__)
 
+
 class LoraRefusedError(ValueError):
     """A LoRA run the trainer cannot honour (targets that are not the model's linear layers, a bucket holding
     versions it cannot resume): a setting to change, reported in one line, not a bug."""
