@@ -252,18 +252,20 @@ def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str 
 def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
                    raw_bytes: Sequence[float | None] | None = None, dense_bytes: float | None = None,
                    codec: str = "default codec", title: str = "Bytes published per step",
-                   x_title: str = "version", anchors: Sequence[tuple[int, int]] = ()) -> go.Figure:
+                   x_title: str = "version", anchors: Sequence[tuple[int, int]] = (),
+                   dense: str = "dense model") -> go.Figure:
     """Bytes per published version: the codec in use, the ``raw`` (TRL layout) size of the same delta
     and the dense model as a flat line, on a log axis (they differ by orders of magnitude). `anchors`
     ((version, bytes) of full copies, such as version 1, which has no delta) are their own series, so
-    the first version shows here as it does in the rollout's sync timeline."""
+    the first version shows here as it does in the rollout's sync timeline. `dense` names the flat line (a LoRA
+    adapter run's whole state is the adapter, not the model)."""
     series = [Series(codec, steps, codec_bytes)]
     if anchors:
         series.append(Series("anchor (full copy)", [v for v, _ in anchors], [b for _, b in anchors], mode="markers"))
     if raw_bytes is not None:
         series.append(Series("raw (int32 + values)", steps, raw_bytes, dash="dash"))
     if dense_bytes is not None:
-        series.append(Series("dense model", steps, [dense_bytes] * len(steps), dash="dot"))
+        series.append(Series(dense, steps, [dense_bytes] * len(steps), dash="dot"))
     fig = line_curves(series, title, x_title, "bytes", log_y=True, whole_x=True)
     sizes = [y for s in series for y in s.y if y]
     if sizes:

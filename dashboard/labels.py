@@ -7,6 +7,7 @@ Pure Python (no plotly, no Gradio): the launcher's landing page imports it witho
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 def counted(n: int, singular: str, plural: str | None = None) -> str:
@@ -18,6 +19,20 @@ def lora_label(sync: str, r: int, alpha: float, targets: tuple[str, ...]) -> str
     """A LoRA run in words: "LoRA r 16 (alpha 32) on q_proj, k_proj, v_proj, published as the adapter alone"."""
     how = "the adapter alone" if sync == "adapter" else "merged into the base"
     return f"LoRA r {r} (alpha {alpha:g}) on {', '.join(targets)}, published as {how}"
+
+
+#: Short dtype names for labels.
+_SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def published_state(sync: str | None, dtypes: Iterable[str] = ()) -> str | None:
+    """What a LoRA run's versions hold, for the titles of its heatmap and byte curves: "adapter tensors, fp32" or
+    "merged weights, bf16" (`dtypes`: those of the published tensors, when known); None for a run without LoRA."""
+    if sync is None:
+        return None
+    what = "adapter tensors" if sync == "adapter" else "merged weights"
+    names = sorted({_SHORT_DTYPES.get(d, d) for d in dtypes})
+    return f"{what}, {'/'.join(names)}" if names else what
 
 
 def public_location(location: str | None) -> str:

@@ -18,3 +18,12 @@ def test_the_glossary_covers_the_words_of_the_fleet_tables_and_the_feeds() -> No
              "published", "applied here", "versions behind")
     assert [t for t in terms if f"**{t}**" not in GLOSSARY] == []
     assert "first word after the *last* `<guess>` tag" in GLOSSARY  # the rule as env_space.prompt applies it
+
+
+def test_a_lora_runs_published_state_in_words() -> None:
+    from dashboard.labels import published_state
+
+    assert published_state(None, ["bfloat16"]) is None  # a full run: the pages say weights, as ever
+    assert published_state("adapter", ["float32", "float32"]) == "adapter tensors, fp32"
+    assert published_state("merged", ["bfloat16", "float32"]) == "merged weights, bf16/fp32"
+    assert published_state("merged") == "merged weights"  # nothing published yet: no dtype to tell

@@ -105,3 +105,68 @@ def test_a_call_that_streams_other_tensors_is_refused_and_publishes_nothing(tmp_
         transfer.send_weights(iter([("w", torch.ones(4))]))
     assert transfer.version == 1
     transfer.destroy()
+
+
+def asyncgrpo_sync(model: torch.nn.Module, transfer: BucketWeightTransfer) -> None:
+    """One weight sync of a PEFT model as AsyncGRPO makes it with a `weight_transfer=` (`_sync_weight_merged`):
+    the adapter merged into the base, TRL's own stream of base weights sent, the adapter unmerged."""
+    trainer = pytest.importorskip("trl.experimental.async_grpo.async_grpo_trainer")
+    model.merge_adapter()
+    try:
+        transfer.send_weights((name, p.detach()) for name, p in trainer._iter_vllm_named_params(model))
+    finally:
+        model.unmerge_adapter()
+
+
+def lora_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:
+    ids = torch.randint(0, model.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(seed))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("sync", ["adapter", "merged"])
+def test_a_peft_model_under_asyncgrpo_publishes_peft_s_adapter_or_merged_weights(tmp_path: Path, sync: str) -> None:
+    """Adapter mode: each version is the adapter file PEFT saves (`save_pretrained`), bit for bit. Merged mode:
+    each version is PEFT's merged model (`merge_and_unload`) in bf16, under the checkpoint's names."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    from tests._lora import peft_model, settings
+
+    folder = build_tiny_qwen3(str(tmp_path / "model"))
+    policy = peft_model(folder, settings(folder, sync)).train()
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
+    bucket = str(tmp_path / "bucket")
+    transfer = (BucketWeightTransfer(bucket, adapter_of=policy, wait=True) if sync == "adapter"
+                else BucketWeightTransfer(bucket, dtype=torch.bfloat16, wait=True))
+    expected = {}
+    for step in range(3):
+        if step:
+            lora_steps(policy, optimizer, step)
+        asyncgrpo_sync(policy, transfer)
+        if sync == "adapter":
+            policy.save_pretrained(str(tmp_path / f"v{transfer.version}"))
+            expected[transfer.version] = load_file(str(tmp_path / f"v{transfer.version}" / "adapter_model.safetensors"))
+        else:
+            merged = copy.deepcopy(policy).merge_and_unload()
+            expected[transfer.version] = {n: p.detach().to(torch.bfloat16) for n, p in merged.named_parameters()}
+    transfer.destroy()
+
+    assert sorted(expected) == [1, 2, 3]
+    names = set(delta.load_state(folder)) if sync == "merged" else {n for n in expected[1] if ".lora_" in n}
+    with delta.Subscriber(bucket) as reader:
+        for version, state in expected.items():
+            assert reader.sync(version) == version
+            assert set(reader.state) == set(state) == names
+            assert all(bits_equal(reader.state[n], state[n]) for n in state), version
+    assert not all(bits_equal(expected[1][n], expected[3][n]) for n in names)  # the steps moved what is published
+
+
+def test_adapter_of_must_be_a_peft_model(tmp_path: Path) -> None:
+    transfer = BucketWeightTransfer(str(tmp_path / "bucket"), adapter_of=torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"adapter_of is a Linear, not a PEFT model"):
+        transfer.send_weights(iter([("w", torch.zeros(2))]))
+    assert transfer.version is None
+    transfer.destroy()

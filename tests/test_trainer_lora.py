@@ -151,3 +151,55 @@ def test_a_lora_run_is_not_announced_as_running_before_its_base_is_known(tmp_pat
     assert bucket.read_run().state == RunState.PAUSED and bucket.read_run().lora is None
     run.know_lora(lora_settings(run.config, "sum128:" + "0" * 32))  # the model loaded: written again, running
     assert bucket.read_run().state == RunState.RUNNING and bucket.read_run().lora.r == 4
+
+
+@pytest.mark.parametrize("targets, match", [
+    (("q_proj", "v_prj"), r"^--lora-targets v_prj matches no module of the model; its linear layers are: down_proj, "
+                          r"gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj$"),
+    (("embed_tokens",), r"^--lora-targets embed_tokens names model.embed_tokens, a Embedding: an adapter is built on "
+                        r"linear layers only \(down_proj, "),
+    (("self_attn",), r"^--lora-targets self_attn names model.layers.0.self_attn, a Qwen3Attention: "),
+])
+def test_a_lora_run_refuses_targets_that_are_not_linear_layers_before_training(model: str, tmp_path, targets,
+                                                                                match) -> None:
+    from trainer_space.lora import LoraRefusedError
+
+    with pytest.raises(LoraRefusedError, match=match):
+        _parts(str(tmp_path / "bucket"), model, lora_targets=targets)
+
+
+def test_target_names_are_checked_with_the_flags() -> None:
+    with pytest.raises(ValueError, match=r"target module name 'q proj' must be 1 to 128 letters"):
+        TrainerConfig("b", None, "m", lora_r=4, lora_targets=("q proj",))
+    with pytest.raises(ValueError, match=r"target modules repeat a name: \('q_proj', 'q_proj'\)"):
+        TrainerConfig("b", None, "m", lora_r=4, lora_targets=("q_proj", "q_proj"))
+
+
+def test_a_session_with_targets_it_cannot_honour_stops_at_start_with_one_line(model: str, tmp_path, caplog) -> None:
+    from tests._trainer_stack import wait_until
+    from trainer_space import TrainingSession
+    from wire.fleet import RunState
+    from wire.fleet_bucket import FleetBucket
+
+    session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), None, model, lora_r=4, lora_targets=("qproj",)))
+    try:
+        session.start()
+        status = wait_until(lambda: (s := session.status()).error and s.state == "stopped" and s, 120, "the refusal")
+    finally:
+        session.close()
+    assert status.error.startswith("LoraRefusedError: --lora-targets qproj matches no module of the model; ")
+    assert "\n" not in status.error and status.version == 0
+    [record] = [r for r in caplog.records if "training stopped" in r.getMessage()]
+    assert record.exc_info is None  # a setting to change: no traceback in the log
+    run = FleetBucket(str(tmp_path / "bucket")).read_run()
+    assert run is None or run.state != RunState.RUNNING  # never announced as running
+
+
+def test_a_run_of_every_weight_refuses_a_bucket_of_adapter_versions_in_one_line(model: str, tmp_path) -> None:
+    from trainer_space.lora import LoraRefusedError
+
+    bucket = str(tmp_path / "bucket")
+    _publish_adapter(bucket, model)
+    with pytest.raises(LoraRefusedError, match=r"^bucket .* holds the versions of a LoRA adapter run \(r 4, adapter "
+                                                r"mode\), which a run of every weight cannot resume; use a new bucket"):
+        _parts(bucket, model, previous=settings(model), lora_r=0)

@@ -168,3 +168,35 @@ def test_a_lora_run_shows_its_adapter_and_trainable_parameters(tmp_path) -> None
         assert "**LoRA r 16 (alpha 32) on q_proj, v_proj, published as merged into the base**" in status_markdown(merged)
     finally:
         session.close()
+
+
+def test_a_lora_runs_figures_say_whether_they_show_the_adapter_or_the_merged_weights(tmp_path) -> None:
+    """Adapter mode: the heatmap has a column per projection and matrix, the titles say "adapter tensors, fp32" and
+    the flat line is the whole adapter; merged mode: the checkpoint's tensors, "merged weights, bf16"."""
+    from models import build_tiny_qwen3
+    from tests._engines import step
+    from tests._lora import peft_model, settings
+    from tests._trainer_stack import wait_until
+    from trainer_space.lora import adapter_tensors
+
+    model = build_tiny_qwen3(str(tmp_path / "model"))
+    for sync, what, dense, column in (("adapter", "adapter tensors, fp32", "whole adapter", "q_proj.lora_B"),
+                                      ("merged", "merged weights, bf16", "dense model", "q_proj")):
+        session = TrainingSession(TrainerConfig(str(tmp_path / sync), None, model, lora_r=4,
+                                                lora_sync=sync))
+        parts = session.load()
+        try:  # what the run publishes once TRL wrapped its model: the adapter (float32), or the merged weights
+            state = (adapter_tensors(peft_model(model, settings(model))) if sync == "adapter" else parts.published)
+            parts.publisher.publish(state)
+            assert parts.publisher.flush(30)
+            names = [n for n in state if "layers.1.self_attn.q_proj" in n and "lora_A" not in n]
+            parts.publisher.publish(step(state, names, seed=1, lr=1e-2))
+            assert parts.publisher.flush(30)
+            wait_until(lambda: session.payloads.records, 15, "the payload log to measure version 2")
+            _, payload, heatmap, _ = figures(session)
+        finally:
+            session.close()
+        assert payload.layout.title.text.startswith(f"Bytes published per step: {what}")
+        assert dense in [t.name for t in payload.data]
+        assert heatmap.layout.title.text.startswith(f"Delta v1→v2 published ({what})<br>")
+        assert column in list(heatmap.data[0].x)

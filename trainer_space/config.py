@@ -7,7 +7,7 @@ from typing import Any
 
 from wire.curriculum import ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
-from wire.lora import DEFAULT_TARGETS, LORA_SYNCS, MAX_RANK, LoraSync
+from wire.lora import DEFAULT_TARGETS, LORA_SYNCS, MAX_RANK, LoraSync, check_target_names
 from wire.wordle import OPEN_TAG
 
 from .credit import CREDITS, Credit
@@ -192,6 +192,7 @@ class TrainerConfig:
             raise ValueError(f"lora_alpha must be positive (at most 1e6), got {self.lora_alpha}")
         if not self.lora_targets:
             raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
+        check_target_names(self.lora_targets)
         if self.lora_r and not self.fleet:
             raise ValueError("a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
                              "bucket): leave --rollout-url unset")

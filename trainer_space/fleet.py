@@ -79,16 +79,16 @@ class FleetRun:
         self.version = 0
         self.vocab_size: int | None = None  # the model's, once loaded (`know_vocabulary`)
         self.lora: LoraSettings | None = None  # a LoRA run's, once the model is loaded (`know_lora`)
-        #: A LoRA run's view of the run before it on the bucket: that run's LoRA settings, read before this run writes
-        #: its own (a LoRA run resumes only an adapter trained with the same settings on the same base).
+        #: The run before this one on the bucket: its LoRA settings, read before this run writes its own (a LoRA run
+        #: resumes only an adapter trained with the same settings on the same base; a run of every weight refuses an
+        #: adapter run's versions in one line).
         self.previous_lora: LoraSettings | None = None
-        if config.lora:
-            try:
-                before = bucket.read_run()
-            except (OSError, StorageError, FleetMessageError) as e:
-                logger.warning("could not read the previous run's settings (a LoRA run will not resume): %s", e)
-            else:
-                self.previous_lora = before.lora if before is not None else None
+        try:
+            before = bucket.read_run()
+        except (OSError, StorageError, FleetMessageError) as e:
+            logger.warning("could not read the previous run's settings (a LoRA run will not resume): %s", e)
+        else:
+            self.previous_lora = before.lora if before is not None else None
         self.sent = False
         self.unsent = False
         self.last_error: str | None = None

@@ -29,6 +29,12 @@ from .weights import checkpoint_dtypes
 
 logger = logging.getLogger(__name__)
 
+
+class LoraRefusedError(ValueError):
+    """A LoRA run the trainer cannot honour (targets that are not the model's linear layers, a bucket holding
+    versions it cannot resume): a setting to change, reported in one line, not a bug."""
+
+
 #: PEFT's name of the one adapter a run trains (dropped from the published names, as PEFT does when it saves).
 ADAPTER = "default"
 
@@ -38,6 +44,30 @@ def wrapped(model: torch.nn.Module) -> bool:
     from peft import PeftModel
 
     return isinstance(model, PeftModel)
+
+
+def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
+    """Refuse, before anything trains, targets PEFT would adapt otherwise than asked: each must name linear layers of
+    `model` (PEFT adapts a module whose name is the target or ends in "." and the target). PEFT itself refuses only
+    when no target matches, when TRL builds the trainer, and would adapt an embedding under other tensor names
+    (``lora_embedding_A``) than the adapter's published ones.
+
+    Raises:
+        LoraRefusedError: a target that matches no module, or a module that is not a linear layer; one line naming
+            the model's linear layers.
+    """
+    modules = dict(model.named_modules())
+    layers = ", ".join(sorted({name.rpartition(".")[2] for name, m in modules.items()
+                               if isinstance(m, torch.nn.Linear)}))
+    for target in targets:
+        matched = [name for name in modules if name == target or name.endswith(f".{target}")]
+        if not matched:
+            raise LoraRefusedError(f"--lora-targets {target} matches no module of the model; its linear layers are: "
+                                   f"{layers}")
+        other = next((name for name in matched if not isinstance(modules[name], torch.nn.Linear)), None)
+        if other is not None:
+            raise LoraRefusedError(f"--lora-targets {target} names {other}, a {type(modules[other]).__name__}: an "
+                                   f"adapter is built on linear layers only ({layers})")
 
 
 def lora_settings(config: TrainerConfig, base_hash: str) -> LoraSettings:
@@ -117,9 +147,9 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
     the bucket's latest version, its state hash (of the tensors loaded) and the adapter's tensors.
 
     Raises:
-        ValueError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not give
-            the adapter back; resuming a merged run is not built), or an adapter of other settings or another base,
-            or versions without a LoRA run's settings beside them. The message says which; use a new bucket.
+        LoraRefusedError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not
+            give the adapter back; resuming a merged run is not built), or an adapter of other settings or another
+            base, or versions without a LoRA run's settings beside them. The message says which; use a new bucket.
         delta.DeltaError, OSError: the bucket cannot be read.
     """
     storage = delta.open_storage(bucket)
@@ -128,17 +158,18 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
         return 0, None, None
     held = f"bucket {bucket} holds version {manifest.latest.version}"
     if lora.sync == "merged":
-        raise ValueError(f"{held}: resuming a merged LoRA run is not built (the merged weights do not give the adapter "
-                         "back); use a new bucket, or --lora-sync adapter")
+        raise LoraRefusedError(f"{held}: resuming a merged LoRA run is not built (the merged weights do not give the "
+                               "adapter back); use a new bucket, or --lora-sync adapter")
     if previous is None:
-        raise ValueError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use a new "
-                         "bucket")
+        raise LoraRefusedError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use "
+                               "a new bucket")
     mine = (lora.sync, lora.r, lora.alpha, lora.targets, lora.base_hash)
     theirs = (previous.sync, previous.r, previous.alpha, previous.targets, previous.base_hash)
     if mine != theirs:
         fields = ", ".join(f"{n} {a!r} (this run: {b!r})" for n, a, b in zip(("sync", "r", "alpha", "targets", "base"),
                                                                              theirs, mine) if a != b)
-        raise ValueError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its settings")
+        raise LoraRefusedError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its "
+                               "settings")
     sub = delta.Subscriber(storage)
     try:
         version = sub.sync(manifest.latest.version)

@@ -22,7 +22,7 @@ from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
-from .lora import load_adapter, lora_master, lora_settings, stored_adapter, wrapped
+from .lora import LoraRefusedError, check_targets, load_adapter, lora_master, lora_settings, stored_adapter, wrapped
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
@@ -65,7 +65,9 @@ class TrainerParts:
     Raises:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
         delta.StateMismatchError: the bucket holds another model.
-        ValueError: a LoRA run on a bucket it cannot resume (`lora.stored_adapter` says why), or on several ranks.
+        ValueError: a LoRA run whose targets are not linear layers of the model (`lora.check_targets`), on a bucket it
+            cannot resume (`lora.stored_adapter` says why), or on several ranks; a run of every weight on a bucket of
+            an adapter run's versions (`lora.LoraRefusedError`).
         delta.DeltaError: the bucket cannot be read.
     """
 
@@ -91,11 +93,20 @@ class TrainerParts:
         if c.lora:
             if ranks.world > 1:
                 raise ValueError(f"a LoRA run trains on one rank (several is not built yet), got {ranks.world}")
+            check_targets(self.model, c.lora_targets)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
             version, verified, self._stored_adapter = stored_adapter(
                 c.bucket, self.lora, fleet.previous_lora if fleet is not None else None)
         else:
-            version, verified = resume(published, c.bucket)
+            try:
+                version, verified = resume(published, c.bucket)
+            except delta.StateMismatchError as e:
+                previous = fleet.previous_lora if fleet is not None else None
+                if previous is None or previous.sync != "adapter":
+                    raise
+                raise LoraRefusedError(f"bucket {c.bucket} holds the versions of a LoRA adapter run (r {previous.r}, "
+                                       "adapter mode), which a run of every weight cannot resume; use a new bucket, "
+                                       "or the adapter run's --lora-* flags") from e
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:

@@ -44,6 +44,7 @@ from .config import TrainerConfig
 from .exam import RECENT_EXAMS, ExamWatch
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
 from .history import HistoryKeeper
+from .lora import LoraRefusedError
 from .progress import StepCount
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, RolloutsStopped
@@ -450,7 +451,7 @@ class TrainingSession:
         except Interrupted:
             logger.info("stopped part way through step %d: its weights are not published", self.progress.steps + 1)
         except Exception as e:  # reported through status(); the thread ends
-            if isinstance(e, RolloutRefusedError):  # a setting to fix (token, caps), not a bug: no traceback
+            if isinstance(e, (RolloutRefusedError, LoraRefusedError)):  # a setting to fix, not a bug: no traceback
                 logger.error("training stopped: %s", e)
             else:
                 logger.exception("training stopped on an error")

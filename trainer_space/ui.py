@@ -18,7 +18,7 @@ from dashboard import sparsity
 from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
+from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location, published_state
 from dashboard.trend import step_text
 from wire.fleet import ServerState
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
@@ -212,17 +212,24 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
 
 
 def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any, Any, Any]:
-    """Learning curves, payload curves, the latest delta's sparsity heatmap and the off-policy figure."""
+    """Learning curves, payload curves, the latest delta's sparsity heatmap and the off-policy figure (a LoRA run's
+    titles say what its versions hold: the adapter's tensors or the merged weights)."""
     records = list(session.records)
     learning = learning_figure(records, x_axis)
     history = session.history()
     payloads = history.payloads
+    header = session.payloads.latest_header if session.payloads is not None else None
+    config = session.config
+    what = published_state(config.lora_sync if config.lora_r else None,
+                           [t.dtype for t in header.tensors] if header else ())
     payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
                              [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
-                             codec=session.config.codec or "default codec (ctx)",
-                             anchors=[(a.version, a.bytes) for a in history.anchors])
-    header = session.payloads.latest_header if session.payloads is not None else None
-    heatmap = sparsity_heatmap(sparsity(header) if header else None, side="published")
+                             codec=config.codec or "default codec (ctx)",
+                             anchors=[(a.version, a.bytes) for a in history.anchors],
+                             title="Bytes published per step" + (f": {what}" if what else ""),
+                             dense="whole adapter" if config.lora_r and config.lora_sync == "adapter" else "dense model")
+    heatmap = sparsity_heatmap(sparsity(header) if header else None,
+                               side=f"published ({what})" if what else "published")
     return learning, payload, heatmap, offpolicy_figure(records)
 
 

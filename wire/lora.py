@@ -28,6 +28,22 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 MAX_RANK = 1024
 
 
+def check_target_names(targets: tuple[str, ...]) -> tuple[str, ...]:
+    """`targets` if each is a module name PEFT can match and none repeats (the trainer checks its flags with this
+    before loading anything; a run's settings read from the bucket are checked with it too).
+
+    Raises:
+        ValueError: a name that is empty, too long or holds other characters than letters, digits, '_' or '.', or a
+            name given twice.
+    """
+    for t in targets:
+        if not t or len(t) > 128 or not all(c.isalnum() or c in "_." for c in t):
+            raise ValueError(f"target module name {t!r} must be 1 to 128 letters, digits, '_' or '.'")
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"target modules repeat a name: {targets}")
+    return targets
+
+
 class LoraSettings(BaseModel):
     """The LoRA adapter a run trains, and how the servers receive it."""
 
@@ -46,12 +62,7 @@ class LoraSettings(BaseModel):
     @field_validator("targets")
     @classmethod
     def _names(cls, targets: tuple[str, ...]) -> tuple[str, ...]:
-        for t in targets:
-            if not t or len(t) > 128 or not all(c.isalnum() or c in "_." for c in t):
-                raise ValueError(f"target module name {t!r} must be 1 to 128 letters, digits, '_' or '.'")
-        if len(set(targets)) != len(targets):
-            raise ValueError(f"target modules repeat a name: {targets}")
-        return targets
+        return check_target_names(targets)
 
     def peft_config(self) -> Any:
         """The `peft.LoraConfig` both sides build the adapter with (no dropout, no bias: the adapter's tensors are

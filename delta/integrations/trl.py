@@ -12,6 +12,16 @@ Implements TRL 1.16's `WeightTransferProtocol` (`trl/experimental/async_grpo/asy
 `init_weight_transfer`, `pause`, `send_weights(iterator)`, `resume`, `destroy`. Nothing needs to stop
 while a version is published, so `pause` and `resume` do nothing; servers pause themselves, each for
 its own apply only. Imports no TRL.
+
+A LoRA run (AsyncGRPO with a PEFT model) publishes either of two states (see `wire.lora` for how this project's
+rollout servers follow them):
+
+    model = get_peft_model(base, LoraConfig(r=16, target_modules="all-linear"))
+    # merged: AsyncGRPO merges the adapter before each sync and streams the base's weights, published in bf16
+    transfer = BucketWeightTransfer("s3://bucket/run", dtype=torch.bfloat16)
+    # adapter: the adapter's tensors alone, under the names PEFT saves them with (`adapter_model.safetensors`)
+    transfer = BucketWeightTransfer("s3://bucket/run", adapter_of=model)
+    trainer = AsyncGRPOTrainer(model=model, ..., weight_transfer=transfer)
 """
 
 from __future__ import annotations
@@ -26,6 +36,23 @@ from ..storage import Storage
 __all__ = ["BucketWeightTransfer"]
 
 
+def _adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The active adapter's tensors of a PEFT model under the names PEFT saves them with (no adapter name), sharing
+    the model's storage.
+
+    Raises:
+        ValueError: the model is not a PEFT model, or its adapter holds no tensor.
+    """
+    from peft import PeftModel, get_peft_model_state_dict
+
+    if not isinstance(model, PeftModel):
+        raise ValueError(f"adapter_of is a {type(model).__name__}, not a PEFT model (peft.get_peft_model wraps one)")
+    state = get_peft_model_state_dict(model, adapter_name=model.active_adapters[0])
+    if not state:
+        raise ValueError("the PEFT model's adapter holds no tensor: its target modules matched none of the model's")
+    return {name: tensor.detach() for name, tensor in state.items()}
+
+
 class BucketWeightTransfer:
     """Publishes the weights AsyncGRPO streams after each optimizer step as the bucket's next version.
 
@@ -37,6 +64,10 @@ class BucketWeightTransfer:
         wait: Block in `send_weights` until the version is committed. Default False: the version is
             encoded and uploaded in the background, and if uploads fall behind, the waiting snapshot is
             replaced by the newer one (the next delta spans more steps).
+        adapter_of: A PEFT model whose active adapter alone is published (LoRA's adapter mode), under PEFT's
+            saved names (`peft.get_peft_model_state_dict`), in place of the streamed weights. The stream is still
+            read to its end (under FSDP2 AsyncGRPO's other ranks gather each tensor with it). None publishes what
+            is streamed: for a PEFT model under AsyncGRPO, the base weights with the adapter merged in.
 
     The published state lives on the CPU (one copy of the weights, in `dtype`); `send_weights` casts
     the streamed tensors into it, so the trainer's tensors may change as soon as it returns. Parameters
@@ -46,11 +77,13 @@ class BucketWeightTransfer:
     """
 
     def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
-                 dtype: torch.dtype | None = None, wait: bool = False) -> None:
+                 dtype: torch.dtype | None = None, wait: bool = False, adapter_of: torch.nn.Module | None = None
+                 ) -> None:
         self.bucket = bucket
         self.config = config or PublisherConfig()
         self.dtype = dtype
         self.wait = wait
+        self.adapter_of = adapter_of
         self.publisher: Publisher | None = None
         self._state: dict[str, torch.Tensor] = {}
 
@@ -75,6 +108,10 @@ class BucketWeightTransfer:
             PublishError: publishing stopped on an error in the background (the message says which).
         """
         self.init_weight_transfer()
+        if self.adapter_of is not None:
+            for _ in iterator:  # drained: its tensors are not published, but other ranks may gather with it
+                pass
+            iterator = iter(_adapter_state(self.adapter_of).items())
         first = not self._state
         seen = set()
         for name, tensor in iterator:

@@ -1,0 +1,39 @@
+"""`bench.lora` runs end to end on the tiny model (2 steps, well under a minute) and its figures hold together."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from bench.lora import main
+from tests._trainer_stack import tiny_model
+
+
+def test_two_steps_on_the_tiny_model_report_both_modes(tmp_path: Path, capsys) -> None:
+    model, out = tiny_model(str(tmp_path / "model")), tmp_path / "lora.json"
+    start = time.monotonic()
+    figures = main(["--model", model, "--steps", "2", "--rank", "4", "--gen-tokens", "4", "--poll-interval", "0.05",
+                    "--json", str(out)])
+    assert time.monotonic() - start < 120
+    assert json.loads(out.read_text()) == figures
+    assert [v["version"] for v in figures["versions"]] == [2, 3]
+    for v in figures["versions"]:
+        # The adapter's float32 tensors all move under AdamW; the merged bf16 weights only where rounding lets them.
+        assert v["changed"]["adapter"] == 1.0 and 0 < v["changed"]["merged"] < 1
+        assert 0 < v["delta_bytes"]["adapter"] < figures["adapter_file_bytes"]
+        assert 0 < v["delta_bytes"]["merged"] < figures["model_file_bytes"]
+        assert 0 < v["serve_s"]["adapter"] < 60 and 0 < v["serve_s"]["merged"] < 60
+    assert figures["adapter_params"] < figures["model_params"]
+    assert all(rate > 0 for mode in ("adapter", "merged") for rate in figures["tokens_per_s"][mode].values())
+    printed = capsys.readouterr().out
+    assert printed.startswith("measured on: ") and "tokens per CPU s: adapter served as LoRA (PEFT, unmerged)" in printed
+
+
+def test_the_vllm_engine_is_skipped_with_a_reason_where_it_serves_no_adapter(capsys) -> None:
+    from bench.lora import _vllm_skip
+
+    reason = _vllm_skip("vllm")
+    if reason is not None:  # where vLLM serves adapters, the run measures it instead
+        assert main(["--engine", "vllm"]) == {"skipped": reason}
+        assert f"--engine vllm: skipped, {reason}" in capsys.readouterr().out
