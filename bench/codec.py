@@ -14,8 +14,8 @@ default; the device path alone for synthetic shapes on a GPU, where the host pat
 **device path**
 (whole-tensor torch work where the state lives: on the GPU with --device cuda, on CPU tensors with
 --device cpu, as `DELTA_DEVICE_PATH=1` runs it) and the **host path** (compiled chunk scans on the host's
-cores, the state in host memory). Where each path's time goes, stage by stage (one more recorded run
-each: `delta._stages`), in a second table, with the host's nanoseconds per changed element per thread for
+cores, the state in host memory). Where each path's time goes, stage by stage (the best of --repeat more
+recorded runs each, per stage: `delta._stages`), in a second table, with the host's nanoseconds per changed element per thread for
 coding and decoding (at all cores' rate, the figure stays put as threads are added). Sizes in bytes per changed element for `raw`, `gap`,
 `ctx` (default) and the conditional entropy bound. Peak extra memory above the states while encoding
 and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
@@ -255,17 +255,19 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
                                         "cpu")
                 keep("host_apply", seconds)
                 apply_extra = max(apply_extra, mem.extra)
-    stages = {}
-    for path in paths:  # where each path's time goes: one more run of each, recorded
-        src_old, src_new, target = (old, new, reader) if path == "device" else (host_old, host_new, host_reader)
-        with _Path(device=path == "device"):
-            with recording() as encode_stages:
-                delta.diff(src_old, src_new, old_digest=old_digest, workers=threads)
-            for k in target:
-                target[k].copy_(src_old[k])
-            with recording() as apply_stages:
-                delta.apply(target, data, digest=old_digest, workers=threads)
-        stages[path] = (dict(encode_stages), dict(apply_stages))
+    stages = {path: ({}, {}) for path in paths}  # where each path's time goes: `repeat` more runs, recorded
+    for _ in range(repeat):
+        for path in paths:
+            src_old, src_new, target = (old, new, reader) if path == "device" else (host_old, host_new, host_reader)
+            with _Path(device=path == "device"):
+                with recording() as encode_stages:
+                    delta.diff(src_old, src_new, old_digest=old_digest, workers=threads)
+                for k in target:
+                    target[k].copy_(src_old[k])
+                with recording() as apply_stages:
+                    delta.apply(target, data, digest=old_digest, workers=threads)
+            for kept, seconds in zip(stages[path], (encode_stages, apply_stages)):
+                kept.update({k: min(v, kept.get(k, v)) for k, v in seconds.items()})
     header, _ = delta.read_delta(data)
     changed = max(header.changed, 1)
     bound = conditional_entropy_bits(host_old, host_new) / 8 / changed if entropy else math.nan
@@ -306,7 +308,7 @@ def _per_change_core(seconds: float, r: Row) -> str:
 
 
 def render_stages(rows: list[Row]) -> str:
-    """Milliseconds per stage of each path's diff and apply (a recorded run: waits at each stage), and the host's
+    """Milliseconds per stage of each path's diff and apply (best of the recorded runs, per stage: waits at each stage), and the host's
     nanoseconds per change per core for coding (code) and decoding (decode)."""
     lines = ["milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
              "counts; hash: the changes' state-hash sums; transfer: host<->device copies; code: symbol counts and rANS "

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import cut, default_workers, in_threads, slices, typed
+from .._cores import default_workers, in_threads, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -78,11 +78,12 @@ class _Models:
     @classmethod
     def build(cls, counts: _Counts, workers: int) -> _Models:
         """The models of every (kind, width, class) with a count, from the counts' histograms: each kind and
-        width's classes cut into ranges summed and quantised in one compiled call each, on `workers` threads."""
+        width's classes cut into a few ranges per worker (the classes used cluster: equal halves would leave one
+        thread most of the work), each summed and quantised in one compiled call, on `workers` threads."""
         jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
         for kind in (0, 1):
             for width, hists in sorted(counts.histograms().items()):
-                jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in cut(np.ones(hists[kind].shape[1]), workers)]
+                jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in slices(np.ones(hists[kind].shape[1]), workers)]
         done = in_threads(lambda i, _: _rans.summed_models(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
                           workers)
         keys = [(kind, width, c) for (kind, width, *_), (classes, _) in zip(jobs, done) for c in classes.tolist()]
@@ -90,12 +91,21 @@ class _Models:
         return cls(keys, freqs)
 
     def to_table(self) -> np.ndarray:
-        table: list[int] = []
-        for (kind, width, c), f in zip(self.keys, self.freq):
-            symbols = np.flatnonzero(f)
-            table += [kind, width, c, symbols.size]
-            table += np.stack([np.diff(symbols, prepend=0), f[symbols]], axis=1).reshape(-1).tolist()
-        return np.asarray(table, np.uint32)
+        """Stream `models`: per model (kind, width, class, k) then its k (symbol minus the previous, frequency)
+        pairs, made for every model at once."""
+        model, symbol = np.nonzero(self.freq)
+        k = np.bincount(model, minlength=len(self.keys))
+        step = np.diff(symbol, prepend=0)
+        firsts = (np.cumsum(k) - k)[k > 0]
+        step[firsts] = symbol[firsts]  # a model's first symbol counts from 0
+        out = np.empty(4 * len(self.keys) + 2 * model.size, np.int64)
+        head = 4 * np.arange(len(self.keys)) + 2 * (np.cumsum(k) - k)
+        for column, values in enumerate(zip(*self.keys)):
+            out[head + column] = values
+        out[head + 3] = k
+        at = 4 * (model + 1) + 2 * np.arange(model.size)  # pair j of model i follows i + 1 headers and j pairs
+        out[at], out[at + 1] = step, self.freq[model, symbol]
+        return out.astype(np.uint32)
 
     @classmethod
     def from_table(cls, data: np.ndarray, allowed: dict[Key, int]) -> _Models:

@@ -59,14 +59,18 @@ def quantize(counts: np.ndarray) -> np.ndarray:
 
 @njit(nogil=True, cache=True)
 def _quantize_rows(rows):  # pragma: no cover - compiled
-    out = np.zeros_like(rows)
+    return _quantize_in_place(rows.copy())
+
+
+@njit(nogil=True, cache=True)
+def _quantize_in_place(rows):  # pragma: no cover - compiled
+    """`quantize`'s rows, each row of counts turned into its frequencies where it lies (returned)."""
     for m in range(rows.shape[0]):
-        counts = rows[m]
-        total = counts.sum()
-        freq = out[m]
-        for s in range(counts.size):
-            if counts[s] > 0:
-                freq[s] = max(1, counts[s] * PROB_SCALE // total)
+        freq = rows[m]
+        total = freq.sum()
+        for s in range(freq.size):
+            if freq[s] > 0:
+                freq[s] = max(1, freq[s] * PROB_SCALE // total)
         excess = freq.sum() - PROB_SCALE
         # A stable sort of -freq: the symbols with a count by falling frequency (ties in symbol order), then the
         # others in symbol order; only the former need sorting (a model uses few of the alphabet's symbols).
@@ -81,7 +85,7 @@ def _quantize_rows(rows):  # pragma: no cover - compiled
                 take = min(excess, freq[s] - 1, max(1, freq[s] // 8))
                 freq[s] -= take
                 excess -= take
-    return out
+    return rows
 
 
 @njit(nogil=True, cache=True)
@@ -104,7 +108,7 @@ def summed_models(hists, lo, hi):  # pragma: no cover - compiled
             row, src = rows[i], hists[k, classes[i]]
             for s in range(n):
                 row[s] += src[s]
-    return classes, _quantize_rows(rows)
+    return classes, _quantize_in_place(rows)
 
 
 def symbol_of(value: int) -> int:

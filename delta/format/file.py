@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import asdict
 
 import torch
 
@@ -41,8 +40,9 @@ def write_delta(header: DeltaHeader, blobs: dict[str, torch.Tensor]) -> bytes:
         "total": str(header.total),
         "base_hash": header.base_hash,
         "target_hash": header.target_hash,
-        "tensors": json.dumps([asdict(t) for t in sorted(header.tensors, key=lambda t: t.name)],
-                              separators=(",", ":")),
+        "tensors": json.dumps([{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "form": t.form,
+                               "changed": t.changed} for t in sorted(header.tensors, key=lambda t: t.name)],
+                              separators=(",", ":")),  # TensorEntry's fields in order (asdict: ~20 us each)
     }
     return serialize_safetensors(blobs, meta)
 
