@@ -33,36 +33,29 @@ def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hi
     writes them; steps in the tensors' own width), per row (count, lowest class, highest class), and per row
     the two hash lanes' moves.
 
-    A chunk is scanned into scratch the size of the largest chunk, reused from chunk to chunk (hot in cache), where
-    its symbols are counted; its changes are then copied out. Scanning straight into the outputs made a 2-thread
-    scan do ~10 % more work than one thread (measured by the threads' CPU time). The outputs have room for every
-    element of the rows, so they never grow (growing by copying freed large blocks, whose unmapping stalled the
-    other thread): only the pages the changes fill are ever touched.
+    The outputs have room for every element of the rows to change, so they never grow: only the pages the
+    changes fill are ever touched (the rest is address space), and nothing is freed while the threads scan
+    (growing by copying freed large blocks, whose unmapping stalled the other thread: a 2-thread scan ran
+    slower than one).
     """
     n = rows.shape[0]
     table = np.empty((n, 3), np.int64)
     moved = np.empty((n, 2), np.uint64)
-    room, most = 0, 0
+    room = 0
     for r in range(n):
         room += rows[r, 2] - rows[r, 1]
-        most = max(most, rows[r, 2] - rows[r, 1])
     cls = np.empty(room, np.uint16)
     gaps = np.empty(room, np.uint32)
     steps = np.empty(room, a_list[0].dtype)
-    s_cls = np.empty(most, np.uint16)  # a chunk is scanned into these (hot in cache), then its changes copied out
-    s_gaps = np.empty(most, np.uint32)
-    s_steps = np.empty(most, a_list[0].dtype)
     used = 0
     for r in range(n):
         t, lo, hi = rows[r, 0], rows[r, 1], rows[r, 2]
         key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
-        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, s_cls, s_gaps, s_steps, key)
+        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, cls[used:], gaps[used:],
+                                           steps[used:], key)
         if m:
-            _rans.count_symbols(s_cls[:m], s_gaps[:m], s_steps[:m], cmin, cmax, gap_hist, step_hist)
-            for j in range(m):
-                cls[used + j] = s_cls[j]
-                gaps[used + j] = s_gaps[j]
-                steps[used + j] = s_steps[j]
+            _rans.count_symbols(cls[used:used + m], gaps[used:used + m], steps[used:used + m], cmin, cmax, gap_hist,
+                                step_hist)
         table[r, 0], table[r, 1], table[r, 2] = m, cmin, cmax
         moved[r, 0], moved[r, 1] = h0, h1
         used += m

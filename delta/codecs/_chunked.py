@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import default_workers, in_threads, slices, typed
+from .._cores import PerThread, default_workers, in_threads, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -271,15 +271,16 @@ class ChunkedCodec(Codec):
                   disable=not progress or not host) as bar:
             for dtype, members in _by_dtype(old, host).items():
                 shift, mask = self._field(dtype)
-                a_list = typed([bits(old[n].detach()) for n in members])
-                b_list = typed([bits(new[n].detach()) for n in members])
-                view = a_list[0].dtype.type
-                width = a_list[0].itemsize * 8
+                a_bits, b_bits = [bits(old[n].detach()) for n in members], [bits(new[n].detach()) for n in members]
+                per_thread = PerThread(a_bits, b_bits)
+                view = a_bits[0].dtype.type
+                width = a_bits[0].itemsize * 8
                 chunks = _ordered_chunks(np.array([old[n].numel() for n in members], np.int64), chunk)
                 ikeys, seeds = _key_tables(keys, members)
 
-                def scan(lo: int, hi: int, chunks=chunks, a_list=a_list, b_list=b_list, shift=view(shift),
+                def scan(lo: int, hi: int, chunks=chunks, per_thread=per_thread, shift=view(shift),
                          mask=view(mask), ikeys=ikeys, seeds=seeds, width=width) -> tuple:
+                    a_list, b_list = per_thread.lists()
                     with counts.borrowed(width) as (gap, step):
                         out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step)
                     bar.update(int(chunks[hi - 1, 2] - chunks[lo, 1]) if hi > lo else 0)
