@@ -56,10 +56,11 @@ Key = tuple[int, int, int]  # (kind index, width in bits, class)
 class _Models:
     """The models of one delta: frequencies and decoder tables, and which model serves which class."""
 
-    def __init__(self, keys: list[Key], freqs: np.ndarray, decoding: bool = False) -> None:
+    def __init__(self, keys: list[Key], freqs: np.ndarray, decoding: bool = False, cum: np.ndarray | None = None
+                 ) -> None:
         self.keys = keys
         self.freq = freqs
-        self.cum = _rans.cumulative(freqs)
+        self.cum = _rans.cumulative(freqs) if cum is None else cum  # `cum` given: the writer's, made with freqs
         self.lut = _rans.lookup(self.cum) if decoding else None  # the decoder's table: a writer needs none
         self.index = {k: i for i, k in enumerate(keys)}
         self._of: dict[tuple[int, int, int], np.ndarray] = {}
@@ -77,18 +78,23 @@ class _Models:
 
     @classmethod
     def build(cls, counts: _Counts, workers: int) -> _Models:
-        """The models of every (kind, width, class) with a count, from the counts' histograms: each kind and
-        width's classes cut into a few ranges per worker (the classes used cluster: equal halves would leave one
-        thread most of the work), each summed and quantised in one compiled call, on `workers` threads."""
+        """The models of every (kind, width, class) with a count, from the counts' histograms, on `workers`
+        threads: each kind and width's classes cut into a few ranges per worker (the classes used cluster: equal
+        halves would leave one thread most of the work); a compiled call per range finds the classes counted,
+        then one per range sums, quantises and accumulates their rows into the tables, which are made once."""
         jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
         for kind in (0, 1):
             for width, hists in sorted(counts.histograms().items()):
                 jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in slices(np.ones(hists[kind].shape[1]), workers)]
-        done = in_threads(lambda i, _: _rans.summed_models(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
-                          workers)
-        keys = [(kind, width, c) for (kind, width, *_), (classes, _) in zip(jobs, done) for c in classes.tolist()]
-        freqs = np.concatenate([f for _, f in done]) if done else np.zeros((0, _rans.ALPHABET), np.int64)
-        return cls(keys, freqs)
+        spans = [(i, i + 1) for i in range(len(jobs))]
+        found = in_threads(lambda i, _: _rans.counted_classes(*jobs[i][2:]), spans, workers)
+        keys = [(kind, width, c) for (kind, width, *_), classes in zip(jobs, found) for c in classes.tolist()]
+        freq = np.empty((len(keys), _rans.ALPHABET), np.int64)
+        cum = np.empty((len(keys), _rans.ALPHABET + 1), np.int64)
+        start = np.cumsum([0] + [len(c) for c in found]).tolist()
+        in_threads(lambda i, _: _rans.fill_models(jobs[i][2], found[i], freq[start[i]:start[i + 1]],
+                                                  cum[start[i]:start[i + 1]]), spans, workers)
+        return cls(keys, freq, cum=cum)
 
     def to_table(self) -> np.ndarray:
         """Stream `models`: per model (kind, width, class, k) then its k (symbol minus the previous, frequency)

@@ -44,27 +44,11 @@ DECODE_ERRORS = {
 }
 
 
-def quantize(counts: np.ndarray) -> np.ndarray:
-    """Frequencies summing to PROB_SCALE, at least 1 for every symbol with a count, 0 otherwise; one row per
-    row of `counts` (a 1-D `counts` gives one row).
-
-    Only the writer calls this (the file stores the frequencies), so the rounding is free to change.
-    """
-    rows = np.atleast_2d(np.asarray(counts, np.int64))
-    if not (rows > 0).any(axis=1).all():
-        raise ValueError("a model needs at least one symbol")
-    out = _quantize_rows(rows)
-    return out[0] if np.ndim(counts) == 1 else out
-
-
-@njit(nogil=True, cache=True)
-def _quantize_rows(rows):  # pragma: no cover - compiled
-    return _quantize_in_place(rows.copy())
-
-
 @njit(nogil=True, cache=True)
 def _quantize_in_place(rows):  # pragma: no cover - compiled
-    """`quantize`'s rows, each row of counts turned into its frequencies where it lies (returned)."""
+    """Each row of counts (int64) turned, where it lies, into frequencies summing to PROB_SCALE, at least 1 for
+    every symbol with a count and 0 otherwise (every row has a count). Only the writer calls this (the file
+    stores the frequencies), so the rounding is free to change."""
     for m in range(rows.shape[0]):
         freq = rows[m]
         total = freq.sum()
@@ -89,9 +73,9 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def summed_models(hists, lo, hi):  # pragma: no cover - compiled
-    """The models of classes lo..hi-1 of histograms `hists` ((histograms, classes, ALPHABET) counts, added up):
-    the classes with a count, and their frequencies (`quantize`). Each histogram row is read once."""
+def counted_classes(hists, lo, hi):  # pragma: no cover - compiled
+    """The classes among lo..hi-1 that any of histograms `hists` ((histograms, classes, ALPHABET) counts) counted
+    a symbol in."""
     n = hists.shape[2]
     used = np.zeros(hi - lo, np.bool_)
     for k in range(hists.shape[0]):
@@ -101,14 +85,27 @@ def summed_models(hists, lo, hi):  # pragma: no cover - compiled
                     if hists[k, c, s]:
                         used[c - lo] = True
                         break
-    classes = np.flatnonzero(used) + lo
-    rows = np.zeros((classes.size, n), np.int64)
-    for k in range(hists.shape[0]):
-        for i in range(classes.size):
-            row, src = rows[i], hists[k, classes[i]]
+    return np.flatnonzero(used) + lo
+
+
+@njit(nogil=True, cache=True)
+def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
+    """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq` and
+    their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
+    that threads fill them side by side and nothing is joined after)."""
+    n = hists.shape[2]
+    for i in range(classes.size):
+        row = freq[i]
+        row[:] = 0
+        for k in range(hists.shape[0]):
+            src = hists[k, classes[i]]
             for s in range(n):
                 row[s] += src[s]
-    return classes, _quantize_in_place(rows)
+    _quantize_in_place(freq)
+    for i in range(classes.size):
+        cum[i, 0] = 0
+        for s in range(n):
+            cum[i, s + 1] = cum[i, s] + freq[i, s]
 
 
 def symbol_of(value: int) -> int:
