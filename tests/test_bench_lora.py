@@ -30,10 +30,14 @@ def test_two_steps_on_the_tiny_model_report_both_modes(tmp_path: Path, capsys) -
     assert printed.startswith("measured on: ") and "tokens per CPU s: adapter served as LoRA (PEFT, unmerged)" in printed
 
 
-def test_the_vllm_engine_is_skipped_with_a_reason_where_it_serves_no_adapter(capsys) -> None:
-    from bench.lora import _vllm_skip
+def test_the_vllm_engine_is_skipped_with_a_reason_where_vllm_is_missing(capsys, monkeypatch) -> None:
+    import importlib.util
 
-    reason = _vllm_skip("vllm")
-    if reason is not None:  # where vLLM serves adapters, the run measures it instead
-        assert main(["--engine", "vllm"]) == {"skipped": reason}
-        assert f"--engine vllm: skipped, {reason}" in capsys.readouterr().out
+    from bench.lora import _engine_options, _vllm_skip
+
+    assert _vllm_skip("transformers") is None and _engine_options("transformers", 16) == {}
+    assert _engine_options("vllm", 16) == {"max_lora_rank": 16} and _engine_options("vllm", 12) == {"max_lora_rank": 16}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert main(["--engine", "vllm"]) == {"skipped": "vLLM is not installed"}
+    assert "--engine vllm: skipped, vLLM is not installed" in capsys.readouterr().out
