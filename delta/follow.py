@@ -128,7 +128,64 @@ class FollowStatus:
     updated_at: float = 0.0
 
 
-class ServerFollower:
+class _Follower:
+    """What both followers share: the server's client, the log, a working folder, the status (file) with its
+    history of versions applied, and the loop that syncs, counts failures and backs off.
+
+    Args: as `ServerFollower`'s; `prefix` names the temporary working folder made when `config` gives none.
+    """
+
+    def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None, log: Callable[[str], None] | None,
+                 prefix: str) -> None:
+        self.config = config
+        self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
+        self._log = log or (lambda line: print(line, flush=True))
+        self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix=prefix)
+        self.work_dir = config.work_dir or self._tmp.name
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.status = FollowStatus(config.bucket, config.vllm_url)
+        self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
+
+    def _follow(self, stop: threading.Event, until: int | None, step: Callable[[], None]) -> int | None:
+        """Call `step` every poll interval until `stop` is set, or until version `until` (or newer) is served and
+        `_clean`; returns the version served. A step that raises, or leaves the follower not `_clean`, is a
+        failure: logged, counted, retried with a growing wait; never fatal."""
+        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
+        failures = 0
+        while not stop.is_set():
+            try:
+                step()
+                failures = 0 if self._clean() else failures + 1
+            except Exception as e:  # bucket or server down, a bad file, a bug: logged, counted, retried
+                self._note_failure(e)
+                failures += 1
+            self._write_status()
+            if until is not None and (self.status.version or -1) >= until and self._clean():
+                break
+            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+        return self.status.version
+
+    def _clean(self) -> bool:
+        """Whether the server holds a known state (no failure left to recover from)."""
+        return True
+
+    def _note_failure(self, error: BaseException) -> None:
+        self.status.failures += 1
+        self.status.last_error = printable(f"{type(error).__name__}: {error}")
+        logger.warning("delta follow: %s", self.status.last_error)
+
+    def _write_status(self) -> None:
+        self.status.applied = list(self._history)
+        self.status.updated_at = time.time()
+        if self.config.status_path:
+            write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
+
+    def _close_folder(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class ServerFollower(_Follower):
     """Keeps one vLLM server (with the `delta` backend) at a bucket's newest version.
 
     Args:
@@ -141,14 +198,7 @@ class ServerFollower:
 
     def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None = None,
                  log: Callable[[str], None] | None = None) -> None:
-        self.config = config
-        self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
-        self._log = log or (lambda line: print(line, flush=True))
-        self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix="delta-follow-")
-        self.work_dir = config.work_dir or self._tmp.name
-        os.makedirs(self.work_dir, exist_ok=True)
-        self.status = FollowStatus(config.bucket, config.vllm_url)
-        self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
+        super().__init__(config, client, log, "delta-follow-")
         self._subscriber: Subscriber | None = None
         self._worker: WorkerInfo | None = None
         self._groups: dict[str, list[str]] = {}
@@ -173,30 +223,22 @@ class ServerFollower:
         os.makedirs(handshake, exist_ok=True)
         self.client.init({"handshake_dir": handshake})
         self._worker = read_worker_info(handshake)
-        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
-        failures = 0
-        while not stop.is_set():
-            try:
-                if self._subscriber is None or self._failed is not None:
-                    self._recover()
-                else:
-                    self._subscriber.sync()
-                    self.status.latest = self._subscriber.status().latest
-                failures = 0 if self._failed is None else failures + 1
-            except Exception as e:  # bucket or server down, a bug: logged, counted, retried; never fatal
-                self._note_failure(e)
-                failures += 1
-            self._write_status()
-            if until is not None and (self.status.version or -1) >= until and self._failed is None:
-                break
-            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
-        return self.status.version
+        return self._follow(stop, until, self._step)
 
     def close(self) -> None:
         if self._subscriber is not None:
             self._subscriber.close()
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        self._close_folder()
+
+    def _step(self) -> None:
+        if self._subscriber is None or self._failed is not None:
+            self._recover()
+        else:
+            self._subscriber.sync()
+            self.status.latest = self._subscriber.status().latest
+
+    def _clean(self) -> bool:
+        return self._failed is None
 
     # -- one version ---------------------------------------------------------------------------------
 
@@ -300,19 +342,8 @@ class ServerFollower:
                   f"{applied.tensors} tensors ({applied.update_bytes:,} bytes) sent, pause {applied.pause_s:.3f} s")
         self._write_status()
 
-    def _note_failure(self, error: BaseException) -> None:
-        self.status.failures += 1
-        self.status.last_error = printable(f"{type(error).__name__}: {error}")
-        logger.warning("delta follow: %s", self.status.last_error)
 
-    def _write_status(self) -> None:
-        self.status.applied = list(self._history)
-        self.status.updated_at = time.time()
-        if self.config.status_path:
-            write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
-
-
-class AdapterFollower:
+class AdapterFollower(_Follower):
     """Keeps a stock `vllm serve --enable-lora` serving a bucket's LoRA adapter versions, the last `keep` loaded.
 
     Args:
@@ -329,13 +360,8 @@ class AdapterFollower:
                  client: VLLMHTTPClient | None = None, log: Callable[[str], None] | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1 adapter version, got {keep}")
-        self.config, self.alpha, self.keep, self.name = config, alpha, keep, name
-        self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
-        self._log = log or (lambda line: print(line, flush=True))
-        self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix="delta-adapters-")
-        self.work_dir = config.work_dir or self._tmp.name
-        os.makedirs(self.work_dir, exist_ok=True)
-        self.status = FollowStatus(config.bucket, config.vllm_url)
+        super().__init__(config, client, log, "delta-adapters-")
+        self.alpha, self.keep, self.name = alpha, keep, name
         self.loaded: list[int] = []  # adapter versions the server holds, oldest first
         self._subscriber = Subscriber(config.bucket, config=SubscriberConfig(poll_interval=config.poll_interval),
                                       on_update=self._on_update)
@@ -354,26 +380,15 @@ class AdapterFollower:
         stop = stop or threading.Event()
         self.client.wait_ready(self.config.ready_timeout)
         self.status.state = "following"
-        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
-        failures = 0
-        while not stop.is_set():
-            try:
-                self._subscriber.sync()
-                self.status.latest = self._subscriber.status().latest
-                failures = 0
-            except Exception as e:  # bucket or server down, a bad file: logged, counted, retried; never fatal
-                self._note_failure(e)
-                failures += 1
-            self._write_status()
-            if until is not None and (self.status.version or -1) >= until:
-                break
-            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
-        return self.status.version
+        return self._follow(stop, until, self._step)
 
     def close(self) -> None:
         self._subscriber.close()
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        self._close_folder()
+
+    def _step(self) -> None:
+        self._subscriber.sync()
+        self.status.latest = self._subscriber.status().latest
 
     def _on_update(self, update: Update) -> None:
         """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A refused version (a rank
@@ -395,21 +410,10 @@ class AdapterFollower:
             shutil.rmtree(os.path.join(self.work_dir, f"v{old}"), ignore_errors=True)
         self.status.version = version
         fetched = update.stats.bytes_fetched
-        self.status.applied = [*self.status.applied, {"version": version, "via": update.stats.via,
-                                                      "bytes_fetched": fetched}][-self.config.history:]
+        self._history.append({"version": version, "via": update.stats.via, "bytes_fetched": fetched})
         self._log(f"adapter version {version} loaded as {self.served_name(version)} ({fetched:,} bytes fetched); "
                   f"serving {', '.join(self.served_name(v) for v in self.loaded)}")
         self._write_status()
-
-    def _note_failure(self, error: BaseException) -> None:
-        self.status.failures += 1
-        self.status.last_error = printable(f"{type(error).__name__}: {error}")
-        logger.warning("delta follow: %s", self.status.last_error)
-
-    def _write_status(self) -> None:
-        self.status.updated_at = time.time()
-        if self.config.status_path:
-            write_atomic(self.config.status_path, json.dumps(asdict(self.status), indent=1).encode())
 
 
 # -- `python -m delta follow` ------------------------------------------------------------------------

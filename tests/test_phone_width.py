@@ -5,13 +5,12 @@ over heartbeats in a real bucket; the landing page the launcher's, over apps ans
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from dashboard import sparsity
 from launcher.landing import build_app as landing_app
@@ -24,21 +23,11 @@ from wire.trainer import FleetServer
 
 from ._dashboard_states import changed_copy, header_of, qwen3_state
 from ._env_server import serving
-from .test_env_ui import CHROMIUM, CHROMIUM_ARGS
 from .test_launcher_landing import ROLLOUT, answering, ready
+from .test_product_browser import browser  # noqa: F401 - the module's chromium, a fixture
 
 PHONE = {"width": 390, "height": 1600}
 WAIT_MS = 60_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/test.sh does it with apt-get)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture()
