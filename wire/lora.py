@@ -67,7 +67,6 @@ class LoraSettings(BaseModel):
     def peft_config(self) -> Any:
         """The `peft.LoraConfig` both sides build the adapter with (no dropout, no bias: the adapter's tensors are
         `lora_A` and `lora_B` of each target, whatever trains them)."""
-        from peft import LoraConfig
+        from delta.integrations.peft_adapter import lora_config
 
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, target_modules=list(self.targets), lora_dropout=0.0,
-                          bias="none", task_type="CAUSAL_LM")
+        return lora_config(self.r, self.alpha, list(self.targets))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-__all__ = ["adapter_config", "write_adapter"]
+__all__ = ["adapter_config", "lora_config", "write_adapter"]
 
 #: PEFT's saved name of one adapted module's matrix: ``base_model.model.<module path>.lora_A.weight``.
 _LORA_NAME = re.compile(r"^base_model\.model\.(?:.+\.)?(?P<module>[A-Za-z0-9_]+)\.lora_(?P<ab>[AB])\.weight$")
@@ -28,8 +28,6 @@ def adapter_config(state: Mapping[str, torch.Tensor], alpha: float) -> Any:
     Raises:
         ValueError: a tensor is not a PEFT LoRA matrix, or the `lora_A` ranks differ (one rank per adapter).
     """
-    from peft import LoraConfig
-
     targets, ranks = set(), set()
     for name, tensor in state.items():
         match = _LORA_NAME.match(name)
@@ -41,8 +39,16 @@ def adapter_config(state: Mapping[str, torch.Tensor], alpha: float) -> Any:
             ranks.add(tensor.shape[0])
     if len(ranks) != 1:
         raise ValueError(f"the adapter's lora_A matrices have ranks {sorted(ranks)}; one rank per adapter is served")
-    return LoraConfig(r=ranks.pop(), lora_alpha=alpha, target_modules=sorted(targets), lora_dropout=0.0,
-                      bias="none", task_type="CAUSAL_LM")
+    return lora_config(ranks.pop(), alpha, sorted(targets))
+
+
+def lora_config(r: int, alpha: float, targets: list[str]) -> Any:
+    """The `peft.LoraConfig` of an adapter whose tensors are `lora_A` and `lora_B` of each target (no dropout, no
+    bias), the one trainer and servers build alike."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
+                      task_type="CAUSAL_LM")
 
 
 def write_adapter(folder: str, state: Mapping[str, torch.Tensor], config: Any) -> str:
