@@ -95,7 +95,8 @@ GLOSSARY = """\
   far a server's version trails the bucket's newest.
 - **fleet states** of a rollout server: **starting** (just started or restarted, loading; it has not read the
   run yet, so no version is shown), **producing** (playing groups of games for the run),
-  **full** (enough groups wait in the bucket; it waits until the trainer takes some), **paused** /
+  **full** (enough groups wait in the bucket; it waits until the trainer takes some), **waiting for step 1**
+  (it handed in the first step's games and lets that step train alone on the cores it shares), **paused** /
   **no run** (the trainer paused, or has written no run yet), **error** (its last batch failed; it
   retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).
 - **idle**: the share of a server's time since it started with no game to play (full, paused, or

@@ -46,7 +46,8 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
     """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or
     sends (`tokens.launch_tokens()`). The trainer and the rollout servers share only the bucket: the
     rollout servers play games continuously and hand them in there (the fleet); the trainer needs no
-    rollout URL. `gpu_share`: each rollout server's vLLM memory share on a GPU the trainer shares
+    rollout URL; the servers let the trainer's first step train alone on the machine they share
+    (``--first-step-alone``). `gpu_share`: each rollout server's vLLM memory share on a GPU the trainer shares
     (`models.hardware.rollout_share_beside_trainer`), unless the rollout's flags name one."""
     env_url = f"http://127.0.0.1:{config.env_port}"
     engine = ["--engine", config.engine] if config.engine else []
@@ -61,7 +62,8 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
     for i, port in enumerate(config.rollout_ports):
         name = "rollout" if i == 0 else f"rollout-{i + 1}"
         rollouts.append(Child("rollout", config.host, port,
-                              [*shared, "--env-url", env_url, "--server-id", name, *engine, *config.rollout_args],
+                              [*shared, "--env-url", env_url, "--server-id", name, "--first-step-alone", *engine,
+                               *config.rollout_args],
                               log(name), role_environ("rollout", tokens), name=name))
     return [
         Child("env", config.host, config.env_port, [], log("env"), role_environ("env", tokens)),

@@ -5,7 +5,11 @@ examples with the weights it holds, and write the record to the bucket (`wire.ex
 groups the run allows (nothing to play), once it has handed in its first
 batch (the trainer's first step never waits on the exam of version 0), and only on the run's examiner: the live
 server with the lowest id (`GroupProducer.examines`), so the other servers go on producing and each version has
-one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. An exam is
+one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. The exam of
+version 0 also waits for the trainer's first step to be published: played at once it would share the cores with
+that step and slow it by half, and the first step is what a newcomer waits for; version 0 is kept meanwhile
+(the server's batches play it, one version stale for the step they go to), so the exam is still of the untrained
+policy. An exam is
 due at version 0 (the untrained policy) and at the first version held in each later block of
 `ExamSettings.every` versions, judged against the newest exam in the bucket at or below the version held,
 whoever wrote it (a record of a version ahead of what the bucket published is refused by the shelf and silences
@@ -52,6 +56,8 @@ class Examiner:
         shelf: The bucket's exam records.
         server_id: This server's name, written into each record.
         hold: Keeps the served version while an exam plays (`Follower.holding`; default: nothing to hold).
+        published: The newest version the bucket has published (`Follower.latest`; default: None, unknown): the
+            exam of version 0 waits until it is 1 or more (the trainer's first step is done).
 
     Attributes:
         records: The bucket's exam records as last read, by version.
@@ -60,7 +66,8 @@ class Examiner:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  state_hash: Callable[[], str | None], env: EnvClient, shelf: ExamShelf, server_id: str,
-                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+                 published: Callable[[], int | None] = lambda: None) -> None:
         self.play = play
         self.version = version
         self.state_hash = state_hash
@@ -68,34 +75,55 @@ class Examiner:
         self.shelf = shelf
         self.server_id = server_id
         self.hold = hold
+        self.published = published
         self.records: list[ExamRecord] = []
         self.last_error: str | None = None
         self._retry_at = 0.0
         self._references: dict[tuple[int, int], ExamScores] = {}
         self._lock = threading.Lock()
+        self._kept: contextlib.ExitStack | None = None  # version 0 held until the trainer's first step is published
 
     def latest(self, version: int | None = None) -> ExamRecord | None:
         """The newest exam of a version at most `version` (None: of any version), as last read."""
         exams = [r for r in self.records if version is None or r.version <= version]
         return exams[-1] if exams else None
 
-    def maybe(self, run: RunSettings) -> ExamRecord | None:
+    def maybe(self, run: RunSettings, examiner: bool = True) -> ExamRecord | None:
         """Take the exam the run's settings make due for the version held, if any; returns it. Never raises: a
-        failure is logged, kept in `last_error` and retried after `RETRY_S`."""
-        if run.exam is None or time.monotonic() < self._retry_at:
-            return None
+        failure is logged, kept in `last_error` and retried after `RETRY_S`. Not the run's `examiner` (another
+        server is): nothing is taken, and a version kept for the exam of version 0 is let go."""
+        waiting = False
         try:
+            if not examiner or run.exam is None or time.monotonic() < self._retry_at:
+                return None
             self.records = self.shelf.records()
             held = self.version()
             last = self.latest(held)
             if not run.exam.due(held, last.version if last is not None else None):
                 return None
-            return self.take(run)
+            waiting = self._waits_for_first_step(run, held)
+            return None if waiting else self.take(run)
         except (OSError, StorageError, RolloutError) as e:
             self._retry_at = time.monotonic() + RETRY_S
             self.last_error = f"{time.strftime('%H:%M:%S')} {type(e).__name__}: {e}"
             logger.warning("the exam failed (retried in %.0f s): %s", RETRY_S, e)
             return None
+        finally:
+            if not waiting and self._kept is not None:
+                self._kept.close()  # the exam of version 0 taken (or no longer this server's): follow again
+                self._kept = None
+
+    def _waits_for_first_step(self, run: RunSettings, held: int) -> bool:
+        """Whether the exam due, of version `held`, waits for the trainer's first step (see the module's docstring);
+        if so, keeps version 0 from now until it is taken. Not in a run that allows no stale game (its batches
+        must play the newest version)."""
+        if held != 0 or run.max_staleness < 1 or (self.published() or 0) >= 1:
+            return False
+        if self._kept is None:
+            self._kept = contextlib.ExitStack()
+            self._kept.enter_context(self.hold())
+            logger.info("the exam of v0 waits for the trainer's first step (v0 is kept for it meanwhile)")
+        return True
 
     def take(self, run: RunSettings) -> ExamRecord:
         """Play the exam now with the weights held, write its record to the bucket and return it.

@@ -103,6 +103,7 @@ class Follower:
         self._arrived = threading.Condition()
         self._closing = False
         self._hold = threading.RLock()  # held by `holding` and by every load: no load while a caller holds it
+        self._holder = threading.local()  # `depth`: how many `holding` blocks this thread is inside
         self._loader = threading.Thread(target=self._load_forever, name="follower-load", daemon=True)
 
     @property
@@ -215,13 +216,22 @@ class Follower:
             self._load_pending()
         return self._subscriber.version
 
+    @property
+    def latest(self) -> int | None:
+        """The newest version the bucket has published, as last polled (None: none seen yet)."""
+        return self._subscriber.status().latest
+
     @contextmanager
     def holding(self) -> Iterator[None]:
         """Keep the engine on the version it serves while inside (an exam is of one version): new versions are
         still fetched and decoded meanwhile, and loaded once the holder leaves. Re-entrant; holders in other
-        threads wait for it."""
+        threads wait for it, and a `sync` in the holder's own thread fetches and decodes but loads nothing."""
         with self._hold:
-            yield
+            self._holder.depth = getattr(self._holder, "depth", 0) + 1
+            try:
+                yield
+            finally:
+                self._holder.depth -= 1
 
     def close(self, timeout: float = 30.0) -> bool:
         """Stop following; a version decoded but not loaded yet is dropped. Waits up to `timeout` s for a version
@@ -262,8 +272,10 @@ class Follower:
         Holds generation off (waiting for the batch in flight) and the subscriber's writes (its lock),
         so the engine reads a state that is exactly the newest queued version. A version written but
         not queued yet (its subscriber is between the two) is waited for: it is the newest. Waits while a
-        caller is `holding` the version served.
+        caller is `holding` the version served; called by that caller, loads nothing (the versions stay queued).
         """
+        if getattr(self._holder, "depth", 0):
+            return
         while not self._hold.acquire(timeout=0.5):
             if self._closing:
                 return

@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)")
     parser.add_argument("--no-produce", action="store_true",
                         help="play no games for the fleet: answer /generate and /rollout requests only")
+    parser.add_argument("--first-step-alone", action="store_true",
+                        help="after the first batch of a run, play nothing until the trainer has published its first "
+                             "step: for a server that shares the trainer's cores (python app.py sets it), where that "
+                             "step would otherwise take twice as long")
     parser.add_argument("--showcase-every", type=float, default=60.0,
                         help="play a game on its own after this many idle seconds, for the UI (0: never)")
     settings.add_server_arguments(parser)
@@ -108,7 +112,8 @@ def run(args: argparse.Namespace) -> None:
     if not args.no_produce:
         server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
         # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
-        service.attach_producer(FleetBucket(args.bucket, secret=args.token), server_id, poll_s=polling.poll_interval)
+        service.attach_producer(FleetBucket(args.bucket, secret=args.token), server_id, poll_s=polling.poll_interval,
+                                first_step_alone=args.first_step_alone)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     else:  # no games for the fleet, but the state the run names (a LoRA run's adapter) is still followed
         service.watch_run(FleetBucket(args.bucket, secret=args.token), poll_s=polling.poll_interval)

@@ -93,24 +93,30 @@ class RolloutService:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0) -> GroupProducer:
-        """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`), with the
-        trainer's priority over public games, and the exams the run asks for (`exam.Examiner`, with an env);
-        returns the producer."""
+    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0,
+                        first_step_alone: bool = False) -> GroupProducer:
+        """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
+        `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
+        (`exam.Examiner`, with an env); returns the producer."""
         def play(specs: Sequence[GameSpec], params: PlayParams) -> list[Trajectory]:
             return self.play(specs, params)
 
         def version() -> int:
             return self.engine.version
 
+        def published() -> int | None:
+            return self.follower.latest if self.follower is not None else None
+
         if self.env is not None:
             self.examiner = Examiner(play, version, self._served_hash, self.env, ExamShelf(bucket.storage, bucket.key), server_id,
-                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
+                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext,
+                                     published=published)
         self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
                                       examine=self.examiner.maybe if self.examiner is not None else None,
                                       max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
-                                      adopt=self.follower.adopt if self.follower is not None else None)
+                                      adopt=self.follower.adopt if self.follower is not None else None,
+                                      published=published, first_step_alone=first_step_alone)
         return self.producer
 
     def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:

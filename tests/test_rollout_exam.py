@@ -17,6 +17,7 @@ from rollout_space.exam import check_exam_games
 from rollout_space.follower import Follower
 from rollout_space.producer import GroupProducer
 from rollout_space.service import RolloutService
+from tests._engines import build_model
 from tests._env_server import running_server
 from tests.test_rollout_producer import NEVER, nudged, served
 from tests.test_wire_exam import record
@@ -218,3 +219,82 @@ def test_an_exam_record_far_ahead_silences_no_exam(server: Server) -> None:
     assert taken is not None and taken.version == server.engine.version == 1
     assert [r.version for r in shelf.records()] == [1] and shelf.refusals() == {"version ahead of the trainer": 1}
     assert server.service.examiner.latest().version == 1  # what the pages show as the last exam
+
+
+
+@pytest.fixture()
+def untrained(tmp_path, env: str) -> Iterator[Server]:
+    """A rollout service on the untrained model (version 0: nothing published yet), producing for a run with exams,
+    and the trainer's publisher, whose first version is 1."""
+    model = build_model(str(tmp_path / "model"), seed=3)
+    url = str(tmp_path / "bucket")
+    state = delta.load_state(model)
+    engine = open_engine("transformers", EngineConfig(model, dtype="bfloat16", max_model_len=4096))
+    service = RolloutService(engine, Follower(engine, url, NEVER), EnvClient(env))
+    producer = service.attach_producer(FleetBucket(url), "s0", poll_s=0.05)
+    publisher = delta.Publisher(url, base_state=state)
+    try:
+        yield Server(publisher, state, engine, service, producer, FleetBucket(url))
+    finally:
+        publisher.close()
+        service.close()
+
+
+def first_step(server: Server) -> None:
+    """The trainer takes the first batch, trains its first step and publishes version 1 (fetched, not loaded)."""
+    server.bucket.delete([f.path for f in server.bucket.list_groups()])
+    server.publisher.publish(nudged(server.state, 0))
+    server.publisher.flush()
+    server.service.follower.sync()  # from another thread than the producer's: fetches, and waits to load
+    assert server.service.follower.latest == 1
+
+
+def test_the_exam_of_version_0_waits_for_the_trainers_first_step_on_version_0(untrained: Server) -> None:
+    """Played at once, the exam of the untrained policy would share the cores with the trainer's first step: it waits
+    until version 1 is published, the server's batches meanwhile playing version 0 (kept, though version 1 is
+    fetched), and is then of version 0; the server follows again after it."""
+    bucket, producer, engine, shelf = untrained.bucket, untrained.producer, untrained.engine, ExamShelf(untrained.bucket.storage)
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))
+    producer.step()  # the first batch, for the first step
+    bucket.delete([f.path for f in bucket.list_groups()])  # the trainer took them: its first step begins
+    producer.step()  # no exam yet: the next batch, of version 0
+    assert shelf.records() == [] and {bucket.read_group(f.path).version for f in bucket.list_groups()} == {0}
+    first_step(untrained)
+    assert engine.version == 0  # kept for the exam
+    producer.step()  # the exam of version 0, then version 1 loaded for the batch
+    assert [r.version for r in shelf.records()] == [0] and engine.version == 1
+    assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
+
+
+def test_version_0_kept_for_an_exam_is_let_go_when_another_server_examines(untrained: Server) -> None:
+    run = with_exam().model_copy(update={"max_staleness": 2})
+    assert untrained.service.examiner.maybe(run) is None  # kept: the trainer has published nothing
+    first_step(untrained)
+    assert untrained.engine.version == 0
+    assert untrained.service.examiner.maybe(run, examiner=False) is None
+    untrained.service.follower.sync()
+    assert untrained.engine.version == 1 and ExamShelf(untrained.bucket.storage).records() == []
+
+
+def test_a_run_that_allows_no_stale_game_examines_version_0_before_its_second_batch(untrained: Server) -> None:
+    bucket = untrained.bucket
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 0}))
+    untrained.producer.step()
+    bucket.delete([f.path for f in bucket.list_groups()])
+    untrained.producer.step()
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0]
+
+
+def test_a_server_sharing_the_trainers_cores_lets_the_first_step_train_alone(untrained: Server) -> None:
+    """`first_step_alone`: after the first batch nothing is played (waiting for step 1) until version 1 is
+    published; then the exam of version 0 (the untrained policy), then the batches of version 1."""
+    bucket, producer, engine = untrained.bucket, untrained.producer, untrained.engine
+    producer.first_step_alone = True
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))
+    producer.step()
+    bucket.delete([f.path for f in bucket.list_groups()])  # the trainer's first step begins
+    assert producer.step() > 0 and producer.state == ServerState.WAITING and bucket.list_groups() == []
+    first_step(untrained)
+    assert producer.step() == 0 and producer.state == ServerState.PRODUCING
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0] and engine.version == 1
+    assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}

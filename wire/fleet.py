@@ -188,6 +188,9 @@ class ServerState(StrEnum):  # str() and f-strings give the value
     PRODUCING = "producing"
     FULL = "full"
     """Enough groups wait in the bucket for the staleness bound: back-pressure."""
+    WAITING = "waiting for step 1"
+    """Handed in its groups for the trainer's first step and plays nothing more until that step is published (a
+    server sharing the trainer's cores: ``--first-step-alone``)."""
     PAUSED = "paused"
     """The run is paused or stopped."""
     NO_RUN = "no run"

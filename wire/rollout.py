@@ -41,7 +41,7 @@ class RolloutStatus(BaseModel):
     busy_s: float = Field(0.0, description="Seconds spent playing games since the start (for the trainer, the "
                                            "fleet or visitors): the rest of the time it had nothing to play")
     server_id: str | None = Field(None, description="Its name in the fleet (None: it plays no games for the fleet)")
-    fleet_state: str | None = Field(None, description="starting, producing, full (back-pressure), paused, no run or "
+    fleet_state: str | None = Field(None, description="starting, producing, full (back-pressure), waiting for step 1, paused, no run or "
                                                       "error")
     fleet_run: str | None = Field(None, description="The fleet run it produces for")
     groups_written: int = Field(0, description="Game groups handed in through the bucket since it started")

@@ -52,7 +52,7 @@ class FleetServer(BaseModel):
     version: int = Field(description="The weight version it serves")
     games_per_min: float = Field(description="Games it wrote per minute, recently")
     last_seen_s: float = Field(description="Seconds since its heartbeat last changed (on the trainer's clock)")
-    state: str = Field(description="starting, producing, full (back-pressure), paused, no run, error, or gone "
+    state: str = Field(description="starting, producing, full (back-pressure), waiting for step 1, paused, no run, error, or gone "
                                    "(silent for longer than the trainer waits)")
     idle_share: float = Field(description="Share of its time with nothing to play")
     groups_written: int
