@@ -511,11 +511,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
-    p.add_argument("--keep", type=int, default=None,
+    p.add_argument("--keep", type=_versions, default=None,
                    help="adapter versions kept loaded on a LoRA server (default: the run's staleness + 1, or 1)")
     p.add_argument("--max-lora-rank", type=int, default=None,
                    help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
                         "loading (default: the server refuses them itself, each a failure)")
+
+
+def _versions(text: str) -> int:
+    """`--keep`'s value: a number of adapter versions, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, at least 1; got {text!r}")
+    return int(text)
 
 
 def follow_config(args: argparse.Namespace) -> FollowConfig:
@@ -552,5 +559,5 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     config = follow_config(args)
     if args.lora_alpha is None:
         return run_until_stopped(ServerFollower(config), args.until)
-    run = AdapterRun(args.lora_alpha, keep=args.keep or 1)
+    run = AdapterRun(args.lora_alpha, keep=1 if args.keep is None else args.keep)
     return run_until_stopped(AdapterFollower(config, run, max_rank=args.max_lora_rank), args.until)

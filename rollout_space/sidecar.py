@@ -56,8 +56,8 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
             what = "every weight" if lora is None else "the base with its adapter merged in"
             raise AdapterRefusedError(f"the run publishes {what}, not an adapter: follow it with `python -m delta "
                                       "follow` beside a server with the delta backend", "not an adapter run")
-        return AdapterRun(lora.alpha, keep=keep or run.max_staleness + 1, r=lora.r, targets=lora.targets,
-                          base_hash=lora.base_hash)
+        return AdapterRun(lora.alpha, keep=run.max_staleness + 1 if keep is None else keep, r=lora.r,
+                          targets=lora.targets, base_hash=lora.base_hash)
     return read
 
 
