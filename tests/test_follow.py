@@ -2,6 +2,8 @@
 found through the installed package's entry point) follow versions published with `python -m delta
 publish`; what it then serves equals what a server started fresh from that version's full state serves.
 A version that fails half way through its apply keeps the server paused until the whole state is back.
+Adapter versions reach a stock LoRA server through `delta follow --lora-alpha`, and through the product's sidecar
+(`python -m rollout_space.sidecar`, against a stand-in server) with the run's settings from the bucket.
 """
 
 from __future__ import annotations
