@@ -143,3 +143,17 @@ class NoPathError(DeltaError, LookupError):
     def __init__(self, message: str, *, target: int) -> None:
         super().__init__(message)
         self.target = target
+
+
+class AdapterRefusedError(DeltaError, ValueError):
+    """An adapter version a sidecar will not load into its server: trained on another base, of a rank above the
+    server's max, tensors that are not the run's adapter, or a bucket whose run publishes no adapter.
+
+    Attributes:
+        reason: A few words naming the kind of refusal, as the follower's status counts them ("another base",
+            "rank above max", "bad adapter"; an app's own, such as "not an adapter run").
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -22,15 +22,19 @@ weight-transfer backend (`AdapterFollower`, `--lora-alpha`):
 
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 python -m vllm.entrypoints.openai.api_server --model BASE \
         --enable-lora --max-lora-rank 16 &
-    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000 --lora-alpha 32 --keep 2
+    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000 --lora-alpha 32 --keep 2 \
+        --max-lora-rank 16
 
 Each version is written as a PEFT folder in `work_dir` and loaded with ``/v1/load_lora_adapter`` as the model
 ``adapter-v<version>`` (requests name it); the last `keep` versions stay loaded, so a rollout begun under one
-finishes under it, and older ones are unloaded (``/v1/unload_lora_adapter``) and deleted. Nothing pauses.
+finishes under it, and older ones are unloaded (``/v1/unload_lora_adapter``) and deleted. Nothing pauses. The
+command line gives the run's alpha (`AdapterRun`); an app that keeps its run's settings in the bucket gives a function
+that reads them instead (`rollout_space.sidecar`, which also checks the run's base against the server's).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -47,7 +51,7 @@ import torch
 
 from .atomic import write_atomic
 from .bucket.subscribe import Subscriber, SubscriberConfig, Update
-from .errors import printable
+from .errors import AdapterRefusedError, printable
 from .integrations.peft_adapter import adapter_config, write_adapter
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
@@ -55,7 +59,8 @@ from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdapterFollower", "AppliedVersion", "FollowConfig", "FollowStatus", "ServerFollower"]
+__all__ = ["AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig", "FollowStatus",
+           "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ class AppliedVersion:
 @dataclass
 class FollowStatus:
     """What the status file holds (`state`: starting, waiting (no version yet), paused (applying), following or
-    recovering)."""
+    recovering; `refused`: adapter versions not loaded, by `AdapterRefusedError.reason`)."""
 
     bucket: str
     vllm_url: str
@@ -123,6 +128,7 @@ class FollowStatus:
     latest: int | None = None
     failures: int = 0
     recoveries: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
     applied: list[dict[str, Any]] = field(default_factory=list)
     updated_at: float = 0.0
@@ -343,25 +349,65 @@ class ServerFollower(_Follower):
         self._write_status()
 
 
+@dataclass(frozen=True)
+class AdapterRun:
+    """What an adapter run's versions are loaded with, and what they must be: the run's settings, or the command line.
+
+    Attributes:
+        alpha: LoRA's alpha (the tensors give rank and target modules, not alpha).
+        keep: Adapter versions kept loaded: the run's staleness + 1.
+        r: The run's rank (None: taken from the tensors).
+        targets: The run's target modules (None: taken from the tensors).
+        base_hash: State hash of the base the adapter trains on (`state_digest`; None: not checked).
+    """
+
+    alpha: float
+    keep: int = 1
+    r: int | None = None
+    targets: tuple[str, ...] | None = None
+    base_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep < 1:
+            raise ValueError(f"keep must be at least 1 adapter version, got {self.keep}")
+
+
+def base_hash_of(folder: str) -> str:
+    """The state hash of a model folder's tensors as a trainer publishes them (its safetensors files, in their
+    dtypes): what a LoRA run names its base by. Reads the whole model."""
+    from .tensors.hashing import state_digest
+    from .tensors.state import load_state
+
+    return state_digest(load_state(folder)).hexdigest
+
+
 class AdapterFollower(_Follower):
     """Keeps a stock `vllm serve --enable-lora` serving a bucket's LoRA adapter versions, the last `keep` loaded.
 
     Args:
         config: Bucket, server and timing settings (`work_dir` holds the adapter folders the server loads).
-        alpha: The run's LoRA alpha (the tensors give rank and target modules, not alpha).
-        keep: Adapter versions kept loaded: the run's staleness + 1.
+        run: The run's adapter settings, or a function that reads them (called before each version is loaded, so a
+            new run on the bucket is followed as it comes; it raises `AdapterRefusedError` for a run whose versions
+            are not to be loaded).
+        base_hash: The state hash of the server's base model (`base_hash_of`); None: the base is not checked.
+        max_rank: The server's max LoRA rank (its `--max-lora-rank`); None: the server refuses a higher one itself.
         name: Adapter versions are served as the models ``<name>-v<version>``.
         client, log: As `ServerFollower`'s.
+
+    A version is refused (`AdapterRefusedError`: one line, counted in the status's `refused` by reason, not loaded,
+    the versions loaded before it still served) when the run's base is not the server's, its rank is above
+    `max_rank`, or its tensors are not the run's adapter (another rank or targets than the run's, not PEFT LoRA
+    matrices). A version the server refuses is a failure with its line.
 
     Threads: `run` blocks the caller; everything happens in that thread.
     """
 
-    def __init__(self, config: FollowConfig, alpha: float, keep: int = 1, name: str = "adapter",
-                 client: VLLMHTTPClient | None = None, log: Callable[[str], None] | None = None) -> None:
-        if keep < 1:
-            raise ValueError(f"keep must be at least 1 adapter version, got {keep}")
+    def __init__(self, config: FollowConfig, run: AdapterRun | Callable[[], AdapterRun], base_hash: str | None = None,
+                 max_rank: int | None = None, name: str = "adapter", client: VLLMHTTPClient | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         super().__init__(config, client, log, "delta-adapters-")
-        self.alpha, self.keep, self.name = alpha, keep, name
+        self._run = run if callable(run) else (lambda: run)
+        self.base_hash, self.max_rank, self.name = base_hash, max_rank, name
         self.loaded: list[int] = []  # adapter versions the server holds, oldest first
         self._subscriber = Subscriber(config.bucket, config=SubscriberConfig(poll_interval=config.poll_interval),
                                       on_update=self._on_update)
@@ -390,21 +436,56 @@ class AdapterFollower(_Follower):
         self._subscriber.sync()
         self.status.latest = self._subscriber.status().latest
 
+    def _adapter_config(self, state: dict[str, torch.Tensor]) -> tuple[Any, int]:
+        """The `peft.LoraConfig` to load `state` with, and the versions to keep, once `state` is checked against the
+        run and the server.
+
+        Raises:
+            AdapterRefusedError: see the class docstring.
+        """
+        run = self._run()
+        if run.base_hash is not None and self.base_hash is not None and run.base_hash != self.base_hash:
+            raise AdapterRefusedError(f"the run trains its adapter on base {run.base_hash}; this server's model hashes "
+                                      f"to {self.base_hash}: start the server with the run's base model",
+                                      "another base")
+        try:
+            config = adapter_config(state, run.alpha)
+        except ValueError as e:
+            raise AdapterRefusedError(str(e), "bad adapter") from e
+        targets = tuple(sorted(config.target_modules))
+        expected = (run.r or config.r, tuple(sorted(run.targets or targets)))
+        if expected != (config.r, targets):
+            raise AdapterRefusedError(f"the version's tensors are an adapter of rank {config.r} on {', '.join(targets)}"
+                                      f"; the run's is of rank {expected[0]} on {', '.join(expected[1])}", "bad adapter")
+        if self.max_rank is not None and config.r > self.max_rank:
+            raise AdapterRefusedError(f"the run's adapter has rank {config.r}, above this server's max LoRA rank "
+                                      f"{self.max_rank}: restart vllm serve with --max-lora-rank {config.r} or more",
+                                      "rank above max")
+        return config, run.keep
+
     def _on_update(self, update: Update) -> None:
-        """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A refused version (a rank
-        above the server's max, say) is logged and counted; the versions loaded before it stay served."""
+        """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A version refused (by the
+        checks of `_adapter_config`, or by the server) is logged and counted; the versions loaded before it stay
+        served."""
         version, state = update.version, self._subscriber.state
         folder = os.path.join(self.work_dir, f"v{version}")
         try:
-            write_adapter(folder, state, adapter_config(state, self.alpha))
+            config, keep = self._adapter_config(state)
+            write_adapter(folder, state, config)
             self.client.load_lora_adapter(self.served_name(version), folder)
+        except AdapterRefusedError as e:
+            self.status.refused[e.reason] = self.status.refused.get(e.reason, 0) + 1
+            self.status.last_error = printable(f"{e.reason}: {e}")
+            self._log(printable(f"REFUSED adapter version {version} ({e.reason}): {e}"))
+            self._write_status()
+            return
         except (ValueError, OSError) as e:
             shutil.rmtree(folder, ignore_errors=True)
             self._note_failure(e)
             self._log(printable(f"ERROR adapter version {version} not loaded: {type(e).__name__}: {e}"))
             return
         self.loaded.append(version)
-        while len(self.loaded) > self.keep:
+        while len(self.loaded) > keep:
             old = self.loaded.pop(0)
             self.client.unload_lora_adapter(self.served_name(old))
             shutil.rmtree(os.path.join(self.work_dir, f"v{old}"), ignore_errors=True)
@@ -419,9 +500,9 @@ class AdapterFollower(_Follower):
 # -- `python -m delta follow` ------------------------------------------------------------------------
 
 
-def add_command(subparsers: Any) -> None:
-    """Add the `follow` subcommand to `python -m delta`'s parser."""
-    p = subparsers.add_parser("follow", help="make a running `vllm serve` (backend delta) follow a bucket")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every sidecar takes: bucket, server, working folder, status file, timing; and for a stock LoRA
+    server the ones that concern it beside the run's settings (`--keep`, `--max-lora-rank`)."""
     p.add_argument("--bucket", required=True, help="local folder, s3://bucket[/prefix] or hf://buckets/ns/name")
     p.add_argument("--vllm-url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--work-dir", default=None,
@@ -430,26 +511,53 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
-    p.add_argument("--lora-alpha", type=float, default=None,
-                   help="the bucket holds a LoRA run's adapter versions (adapter mode) with this alpha: load each into "
-                        "a stock `vllm serve --enable-lora` as the model adapter-v<version> (needs "
-                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 on the server)")
-    p.add_argument("--keep", type=int, default=1,
-                   help="with --lora-alpha: adapter versions kept loaded, the run's staleness + 1 (default 1)")
-    p.set_defaults(func=_cmd_follow)
+    p.add_argument("--keep", type=_versions, default=None,
+                   help="adapter versions kept loaded on a LoRA server (default: the run's staleness + 1, or 1)")
+    p.add_argument("--max-lora-rank", type=int, default=None,
+                   help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
+                        "loading (default: the server refuses them itself, each a failure)")
 
 
-def _cmd_follow(args: Any) -> int:
-    config = FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
-                          poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
-                          ready_timeout=args.ready_timeout)
-    follower = ServerFollower(config) if args.lora_alpha is None else AdapterFollower(config, args.lora_alpha, args.keep)
-    stop = threading.Event()
+def _versions(text: str) -> int:
+    """`--keep`'s value: a number of adapter versions, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, at least 1; got {text!r}")
+    return int(text)
+
+
+def follow_config(args: argparse.Namespace) -> FollowConfig:
+    """The `FollowConfig` of `add_arguments`' options."""
+    return FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
+                        poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
+                        ready_timeout=args.ready_timeout)
+
+
+def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:
+    """Run `follower` until `until` is served or Ctrl-C, close it and say what the server serves; exit status 0."""
     try:
-        version = follower.run(stop, until=args.until)
+        version = follower.run(threading.Event(), until=until)
     except KeyboardInterrupt:
         version = follower.status.version
     finally:
         follower.close()
     print(f"stopped; the server serves version {version}", flush=True)
     return 0
+
+
+def add_command(subparsers: Any) -> None:
+    """Add the `follow` subcommand to `python -m delta`'s parser."""
+    p = subparsers.add_parser("follow", help="make a running `vllm serve` (backend delta) follow a bucket")
+    add_arguments(p)
+    p.add_argument("--lora-alpha", type=float, default=None,
+                   help="the bucket holds a LoRA run's adapter versions (adapter mode) with this alpha: load each into "
+                        "a stock `vllm serve --enable-lora` as the model adapter-v<version> (needs "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 on the server)")
+    p.set_defaults(func=_cmd_follow)
+
+
+def _cmd_follow(args: argparse.Namespace) -> int:
+    config = follow_config(args)
+    if args.lora_alpha is None:
+        return run_until_stopped(ServerFollower(config), args.until)
+    run = AdapterRun(args.lora_alpha, keep=1 if args.keep is None else args.keep)
+    return run_until_stopped(AdapterFollower(config, run, max_rank=args.max_lora_rank), args.until)

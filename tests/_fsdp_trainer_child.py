@@ -1,11 +1,12 @@
 """One rank of the trainer's publishing under FSDP2, for test_trainer_ranks:
-`torchrun --nproc_per_node 2 -m tests._fsdp_trainer_child MODEL BUCKET OUT STEPS`.
+`torchrun --nproc_per_node 2 -m tests._fsdp_trainer_child MODEL BUCKET OUT STEPS [LORA_SYNC]`.
 
 What the trainer does under `accelerate launch --config_file trainer_space/fsdp2.yaml`, without TRL (accelerate
 uses its FSDP plugin on GPUs only): each rank loads the whole model with fp32 master weights and builds its
 publish callback as `TrainerParts` does (a replicated rank's share in mind); then the model is sharded with
 `fully_shard` (what accelerate's `prepare` does), the callback sees it when the run begins, and every AdamW
-step ends in the callback's publish. Rank 0 writes, for the test to compare, the published state gathered
+step ends in the callback's publish. With LORA_SYNC (`adapter` or `merged`) the model is first wrapped with PEFT (r 4,
+as TRL's `peft_config` does) and the callback takes the run's `lora.lora_master` when the run begins. Rank 0 writes, for the test to compare, the published state gathered
 with `full_tensor()` after each version."""
 
 from __future__ import annotations
@@ -26,15 +27,24 @@ from trainer_space.ranks import TrainerRanks
 from trainer_space.weights import master_tensors, published_state
 
 
-def main(model_path: str, bucket: str, out: str, steps: int) -> None:
+def main(model_path: str, bucket: str, out: str, steps: int, lora_sync: str = "") -> None:
     ranks = TrainerRanks.from_environment()
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     master = master_tensors(model, model_path)
+    master_of = lambda m: master_tensors(m, model_path)  # noqa: E731
+    if lora_sync:
+        from peft import get_peft_model
+
+        from tests._lora import settings
+        from trainer_space.lora import lora_master
+
+        model = get_peft_model(model, settings(model_path, lora_sync).peft_config())
+        master_of = lambda m: lora_master(m, model_path, lora_sync)  # noqa: E731
     with delta.Publisher(bucket, delta.PublisherConfig(anchor_every=3, commit_timeout=60), group=ranks.group) as pub:
         callback = PublishCallback(pub, published_state(master, model_path), 0, master=master, rank=ranks.rank,
-                                   world=ranks.world, master_of=lambda m: master_tensors(m, model_path))
+                                   world=ranks.world, master_of=master_of)
         mesh = init_device_mesh("cpu", (ranks.world,))
-        for layer in model.model.layers:
+        for layer in (model.get_base_model() if lora_sync else model).model.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         callback.on_train_begin(None, None, None, model=model)
@@ -54,4 +64,4 @@ def main(model_path: str, bucket: str, out: str, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:])

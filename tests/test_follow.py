@@ -2,6 +2,8 @@
 found through the installed package's entry point) follow versions published with `python -m delta
 publish`; what it then serves equals what a server started fresh from that version's full state serves.
 A version that fails half way through its apply keeps the server paused until the whole state is back.
+Adapter versions reach a stock LoRA server through `delta follow --lora-alpha`, and through the product's sidecar
+(`python -m rollout_space.sidecar`, against a stand-in server) with the run's settings from the bucket.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -196,7 +199,7 @@ def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Pa
 def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp_path: Path) -> None:
     """No vLLM: a client that refuses version 2 (as a server does an adapter above its max rank). The refusal is one
     line and a failure in the status; version 1 stays loaded, version 3 loads, and the oldest beyond --keep goes."""
-    from delta.follow import AdapterFollower
+    from delta.follow import AdapterFollower, AdapterRun
     from delta.integrations.vllm_http import VLLMServerError
 
     class Server:
@@ -219,8 +222,8 @@ def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp
     bucket, server, lines = str(tmp_path / "bucket"), Server(), []
     state = {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.zeros(shape)
              for m, shape in (("A", (4, 8)), ("B", (8, 4)))}
-    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1), alpha=8.0,
-                               keep=1, client=server, log=lines.append)
+    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1),
+                               AdapterRun(8.0, keep=1), client=server, log=lines.append)
     runner = threading.Thread(target=follower.run, kwargs={"until": 3})
     with delta.Publisher(bucket) as publisher:
         for version in (1, 2, 3):
@@ -237,3 +240,131 @@ def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp
     assert [line for line in lines if line.startswith("ERROR")] == [
         "ERROR adapter version 2 not loaded: VLLMServerError: POST /v1/load_lora_adapter answered 400: rank 16 above "
         "max_lora_rank 8"]
+
+
+class FakeLoraServer:
+    """A stock `vllm serve --enable-lora`'s routes that the sidecar calls, served over HTTP (no vLLM): it serves the
+    model folder `root`, records each adapter loaded (its name and its config's alpha and rank) and unloaded."""
+
+    def __init__(self, root: str) -> None:
+        from fastapi import FastAPI
+
+        self.root, self.calls = root, []
+        app = self.app = FastAPI()
+        app.get("/health")(lambda: {})
+        app.get("/v1/models")(lambda: {"data": [{"id": "tiny", "root": self.root, "parent": None}]})
+
+        @app.post("/v1/load_lora_adapter")
+        def load(body: dict) -> str:
+            config = json.loads((Path(body["lora_path"]) / "adapter_config.json").read_text())
+            self.calls.append(("load", body["lora_name"], config["lora_alpha"], config["r"]))
+            return "loaded"
+
+        @app.post("/v1/unload_lora_adapter")
+        def unload(body: dict) -> str:
+            self.calls.append(("unload", body["lora_name"]))
+            return "unloaded"
+
+
+def _adapter(version: int, r: int = 4) -> dict[str, torch.Tensor]:
+    """A small adapter on q_proj of one layer, its values moved by `version`."""
+    return {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.full(shape, float(version))
+            for m, shape in (("A", (r, 8)), ("B", (8, r)))}
+
+
+def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", **lora: object) -> None:
+    """The run's settings in `bucket` as a trainer writes them (signed with `token`): a LoRA run of rank 4, alpha 6,
+    on q_proj of the model folder `base`, staleness 1."""
+    from tests._lora import settings
+    from trainer_space import TrainerConfig
+    from trainer_space.fleet import FleetRun
+    from wire.fleet import RunState
+    from wire.fleet_bucket import FleetBucket
+
+    config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync, max_staleness=1)
+    run = FleetRun(config, FleetBucket(str(bucket), secret=token), run_id="run")
+    run.know_lora(settings(base, sync, alpha=6.0, targets=("q_proj",), **lora))
+    run.send(RunState.RUNNING, 0)
+
+
+def _base(folder: Path, seed: int = 0) -> str:
+    folder.mkdir()
+    weights = torch.randn(4, 4, generator=torch.Generator().manual_seed(seed))
+    save_file({"w": weights}, str(folder / "model.safetensors"))
+    return str(folder)
+
+
+def _sidecar(bucket: Path, url: str, status: Path, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rollout_space.sidecar", "--bucket", str(bucket), "--vllm-url", url,
+                             "--status-file", str(status), "--poll-interval", "0.1", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_sidecar_loads_an_adapter_run_with_the_run_s_settings_from_the_bucket(tmp_path: Path) -> None:
+    """`python -m rollout_space.sidecar`: alpha, rank and targets from the run's signed settings (no --lora-alpha),
+    the run's staleness + 1 versions kept, the server's base checked against the run's by its folder's hash."""
+    from tests._env_server import serving
+
+    bucket, status = tmp_path / "bucket", tmp_path / "status.json"
+    server = FakeLoraServer(_base(tmp_path / "model"))
+    _write_run(bucket, server.root)
+    with serving(server.app) as url, delta.Publisher(str(bucket)) as publisher:
+        publisher.publish(_adapter(1))
+        publisher.flush()
+        sidecar = _sidecar(bucket, url, status, "--rollout-token", "tok", "--max-lora-rank", "8", "--until", "3")
+        for version in (2, 3):
+            wait_until(lambda: status.exists() and json.loads(status.read_text())["version"] == version - 1)
+            publisher.publish(_adapter(version))
+            publisher.flush()
+        out, _ = sidecar.communicate(timeout=120)
+    assert sidecar.returncode == 0, out
+    assert server.calls == [("load", "adapter-v1", 6.0, 4), ("load", "adapter-v2", 6.0, 4),
+                            ("load", "adapter-v3", 6.0, 4), ("unload", "adapter-v1")]  # keep: staleness 1 + 1
+    final = json.loads(status.read_text())
+    assert (final["failures"], final["refused"]) == (0, {})
+    assert "no rollout token" not in out
+
+
+@pytest.mark.parametrize("case, flags, reason, line", [
+    ("another base", (), "another base",
+     r"REFUSED adapter version 1 \(another base\): the run trains its adapter on base sum128:\w+; this server's model "
+     r"hashes to sum128:\w+: start the server with the run's base model"),
+    ("rank", ("--max-lora-rank", "2"), "rank above max",
+     r"REFUSED adapter version 1 \(rank above max\): the run's adapter has rank 4, above this server's max LoRA rank "
+     r"2: restart vllm serve with --max-lora-rank 4 or more"),
+    ("merged", (), "not an adapter run",
+     r"REFUSED adapter version 1 \(not an adapter run\): the run publishes the base with its adapter merged in, not an "
+     r"adapter: follow it with `python -m delta follow` beside a server with the delta backend"),
+    ("other rank", (), "bad adapter",
+     r"REFUSED adapter version 1 \(bad adapter\): the version's tensors are an adapter of rank 2 on q_proj; the run's "
+     r"is of rank 4 on q_proj"),
+], ids=["another base", "rank above max", "merged run", "other rank"])
+def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, case: str, flags: tuple, reason: str,
+                                                               line: str) -> None:
+    """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter:
+    each version refused in one line and counted by reason in the status; nothing loaded. Without the token, the
+    sidecar says the run's settings go unchecked."""
+    import re
+
+    from tests._env_server import serving
+
+    bucket, status = tmp_path / "bucket", tmp_path / "status.json"
+    base = _base(tmp_path / "model")
+    server = FakeLoraServer(_base(tmp_path / "other", seed=1) if case == "another base" else base)
+    _write_run(bucket, base, "merged" if case == "merged" else "adapter")
+    with delta.Publisher(str(bucket)) as publisher:
+        publisher.publish(_adapter(1, r=2 if case == "other rank" else 4))
+        publisher.flush()
+    with serving(server.app) as url:
+        sidecar = _sidecar(bucket, url, status, *flags)
+        try:
+            wait_until(lambda: status.exists() and json.loads(status.read_text())["refused"])
+        finally:
+            sidecar.send_signal(2)  # Ctrl-C
+            out, _ = sidecar.communicate(timeout=60)
+    final = json.loads(status.read_text())
+    assert final["refused"] == {reason: 1} and final["version"] is None and final["failures"] == 0
+    assert server.calls == []
+    [refusal] = [x for x in out.splitlines() if x.startswith("REFUSED")]
+    assert re.fullmatch(line, refusal), refusal
+    assert "no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without checking" in out

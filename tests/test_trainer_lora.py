@@ -128,7 +128,9 @@ def test_an_adapter_run_resumes_the_bucket_s_adapter_bit_for_bit(model: str, tmp
 
 @pytest.mark.parametrize("previous, changes, match", [
     (None, {}, "holds version 1 and no LoRA run's settings beside it: a LoRA run resumes only an adapter"),
-    ("same", {"lora_sync": "merged"}, "holds version 1: resuming a merged LoRA run is not built"),
+    ("same", {"lora_sync": "merged"}, r"holds version 1: a merged LoRA run starts on an empty bucket \(resuming one is "
+                                      r"not built: .*\); start it with a new --bucket, and train with --lora-sync adapter "
+                                      "where a run must resume$"),
     ("same", {"lora_r": 8}, r"written by a LoRA run of other settings: r 4 \(this run: 8\), alpha 8.0 \(this run: 16.0\)"),
     ("other base", {}, "written by a LoRA run of other settings: base 'sum128:0+' "),
 ])

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import torch
 
 import delta
@@ -120,11 +121,52 @@ def test_two_ranks_resume_one_train_on_fleet_games_each_publish_a_share_and_one_
             assert delta.state_digest(reader.state).hexdigest == latest.state_hash == after["state_hash"]
 
 
-def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sync", ["adapter", "merged"])
+def test_a_lora_run_on_two_ranks_publishes_a_share_each_that_a_rollout_follows(tmp_path: Path, sync: str) -> None:
+    """`torchrun --nproc_per_node 2 app.py trainer --lora-r 4`: TRL wraps each rank's model with PEFT and every
+    rank publishes its share of the adapter (adapter mode) or of the merged weights (merged); a rollout server
+    started on the empty bucket follows the run's mode and serves the last version with the trainer's hash."""
+    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
+    shared = ("--bucket", bucket, "--model", model)
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+        rollout = stack.enter_context(running_app("rollout", *shared, "--env-url", env, "--server-id", "a", "--engine",
+                                                  "transformers", "--poll-interval", "0.2", "--showcase-every", "0",
+                                                  log=tmp_path / "rollout.log"))
+        url, _ = stack.enter_context(torchrun_trainer(*shared, "--env-url", env, "--max-steps", "2", "--device", "cpu",
+                                                      *FAST_TRAINING, "--learning-rate", "3e-2", "--lora-r", "4",
+                                                      "--lora-sync", sync, log=tmp_path / "trainer.log"))
+        done = wait_until(lambda: (s := status(url))["step"] >= 2 and s["state"] == "stopped" and s, 300,
+                          "2 LoRA steps on two ranks")
+        assert done["error"] is None, done["error"]
+        assert done["lora"]["sync"] == sync and done["lora"]["r"] == 4
+
+        storage = delta.open_storage(bucket)
+        manifest = delta.read_manifest(storage)
+        assert manifest.latest.version == done["version"] >= 2
+        assert all({f.rank for f in v.files} == {0, 1} for v in manifest.versions)  # each rank wrote its share
+        with delta.Subscriber(storage) as reader:
+            reader.sync()
+            state = reader.state
+            assert reader.digest.hexdigest == manifest.latest.state_hash == done["state_hash"]
+        if sync == "adapter":
+            assert state and all(".lora_A." in n or ".lora_B." in n for n in state)
+            assert any(t.abs().max() > 0 for n, t in state.items() if ".lora_B." in n)  # trained from zero
+        else:
+            initial = delta.load_state(model)
+            assert sorted(state) == sorted(initial) and any(not torch.equal(state[n], initial[n]) for n in state)
+        served = wait_until(lambda: (r := status(rollout.url))["version"] == done["version"] and r, 60,
+                            "the rollout to serve the last version")
+        assert served["state_hash"] == done["state_hash"] and served["last_error"] is None
+
+
+@pytest.mark.parametrize("lora_sync", ["", "adapter", "merged"])
+def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path: Path, lora_sync: str) -> None:
     """The trainer's publish callback under FSDP2 (2 gloo ranks, `fully_shard` as accelerate applies it): built
     for a whole model, it follows the sharded one from the run's start and each rank publishes the local shards
     of every weight, cast to the checkpoint's dtypes, no gather; every version read back equals the published
-    state gathered with `full_tensor()`, bit for bit."""
+    state gathered with `full_tensor()`, bit for bit. A LoRA run's model (PEFT, then sharded) publishes the shards of
+    its adapter (fp32, PEFT's names) or of its merged weights (the checkpoint's names and dtypes) the same way."""
     from safetensors.torch import load_file
 
     from trainer_space.weights import checkpoint_dtypes
@@ -133,11 +175,16 @@ def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path:
     out.mkdir()
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                           "127.0.0.1", "--master_port", str(free_port()), "-m", "tests._fsdp_trainer_child", model,
-                          str(bucket), str(out), "3"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          str(bucket), str(out), "3", lora_sync], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     manifest = delta.read_manifest(delta.open_storage(str(bucket)))
-    names = set(checkpoint_dtypes(model))
+    dtypes = {n: t.dtype for n, t in load_file(str(out / "full-1.safetensors")).items()}
+    if lora_sync == "adapter":
+        assert dtypes and all(".lora_" in n and d == torch.float32 for n, d in dtypes.items())
+    else:
+        assert dtypes == checkpoint_dtypes(model)
+    names = set(dtypes)
     assert [v.version for v in manifest.versions] == [1, 2, 3]
     assert all({f.rank for f in v.files} == {0, 1} for v in manifest.versions)
     # every weight travels as two dim-0 pieces, one per rank: no rank published a whole tensor
@@ -146,7 +193,6 @@ def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path:
     reader = delta.Subscriber(str(bucket))
     for version in (1, 2, 3):
         full = load_file(str(out / f"full-{version}.safetensors"))
-        assert {n: t.dtype for n, t in full.items()} == checkpoint_dtypes(model)
         assert reader.sync(version) == version
         assert set(reader.state) == names
         assert all(torch.equal(reader.state[n], full[n]) for n in names)

@@ -158,8 +158,9 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
         return 0, None, None
     held = f"bucket {bucket} holds version {manifest.latest.version}"
     if lora.sync == "merged":
-        raise LoraRefusedError(f"{held}: resuming a merged LoRA run is not built (the merged weights do not give the "
-                               "adapter back); use a new bucket, or --lora-sync adapter")
+        raise LoraRefusedError(f"{held}: a merged LoRA run starts on an empty bucket (resuming one is not built: the "
+                               "merged weights do not give the adapter back); start it with a new --bucket, and train "
+                               "with --lora-sync adapter where a run must resume")
     if previous is None:
         raise LoraRefusedError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use "
                                "a new bucket")

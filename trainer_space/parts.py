@@ -43,7 +43,8 @@ class TrainerParts:
             Not called when publishing is off.
         ranks: The trainer's ranks (`torchrun`, `ranks.TrainerRanks`): each rank publishes its own share of
             the weights over their gloo group, and takes its games through rank 0; the payload log runs on
-            rank 0 only. Several ranks need the fleet. Default: one rank.
+            rank 0 only. Several ranks need the fleet; a LoRA run's ranks each publish their share of the adapter
+            or of the merged weights. Default: one rank.
         history: What the trainer processes before this one recorded (`history.HistoryKeeper.load`): the payload
             log starts from its payloads and anchors, up to the version resumed.
 
@@ -66,7 +67,7 @@ class TrainerParts:
         OSError, ValueError: the model folder cannot be loaded, or its tensors' names are not the model's.
         delta.StateMismatchError: the bucket holds another model.
         ValueError: a LoRA run whose targets are not linear layers of the model (`lora.check_targets`), on a bucket it
-            cannot resume (`lora.stored_adapter` says why), or on several ranks; a run of every weight on a bucket of
+            cannot resume (`lora.stored_adapter` says why); a run of every weight on a bucket of
             an adapter run's versions (`lora.LoraRefusedError`).
         delta.DeltaError: the bucket cannot be read.
     """
@@ -90,18 +91,16 @@ class TrainerParts:
         self.lora: LoraSettings | None = None
         #: A resumed adapter, loaded into the PEFT model when the first run wraps it (`_master_of`).
         self._stored_adapter: dict[str, torch.Tensor] | None = None
+        # The run before this one, as rank 0 read it: another rank may read the bucket after rank 0 wrote this run's.
+        previous = ranks.broadcast(fleet.previous_lora if fleet is not None else None)
         if c.lora:
-            if ranks.world > 1:
-                raise ValueError(f"a LoRA run trains on one rank (several is not built yet), got {ranks.world}")
             check_targets(self.model, c.lora_targets)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
-            version, verified, self._stored_adapter = stored_adapter(
-                c.bucket, self.lora, fleet.previous_lora if fleet is not None else None)
+            version, verified, self._stored_adapter = stored_adapter(c.bucket, self.lora, previous)
         else:
             try:
                 version, verified = resume(published, c.bucket)
             except delta.StateMismatchError as e:
-                previous = fleet.previous_lora if fleet is not None else None
                 if previous is None or previous.sync != "adapter":
                     raise
                 raise LoraRefusedError(f"bucket {c.bucket} holds the versions of a LoRA adapter run (r {previous.r}, "

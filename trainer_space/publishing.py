@@ -102,10 +102,10 @@ class PublishCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.master_of is not None and model is not None:
             self.master = self.master_of(model)
-            if _sharded(self.master) and not _sharded(self.state):  # FSDP2 sharded the model: publish shards
-                self.state = {n: t.to(self.state[n].dtype, copy=True) for n, t in self.master.items()}
-            elif set(self.master) != set(self.state):  # a LoRA run in adapter mode: the adapter is what goes out
+            if set(self.master) != set(self.state):  # a LoRA run in adapter mode: the adapter (its shards) goes out
                 self.state = {n: t.detach().clone() for n, t in self.master.items()}
+            elif _sharded(self.master) and not _sharded(self.state):  # FSDP2 sharded the model: publish shards
+                self.state = {n: t.to(self.state[n].dtype, copy=True) for n, t in self.master.items()}
         return control
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -103,6 +103,12 @@ class VLLMHTTPClient:
     def weight_version(self) -> str | None:
         return self._call("GET", "/weight_info")["weight_version"]
 
+    def base_model(self) -> str:
+        """The path or Hub id the server loaded its base model from (the root of `/v1/models`' model that no other
+        is built on; the adapters loaded name it as their parent)."""
+        models = self._call("GET", "/v1/models")["data"]
+        return next(m.get("root") or m["id"] for m in models if not m.get("parent"))
+
     def load_lora_adapter(self, name: str, path: str) -> None:
         """Serve the PEFT adapter folder `path` as model `name` (`vllm serve --enable-lora`, runtime updates on)."""
         self._call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, _LORA_ROUTES)
