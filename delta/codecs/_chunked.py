@@ -79,21 +79,28 @@ class _Models:
     @classmethod
     def build(cls, counts: _Counts, workers: int) -> _Models:
         """The models of every (kind, width, class) with a count, from the counts' histograms, on `workers`
-        threads: each kind and width's classes cut into a few ranges per worker (the classes used cluster: equal
-        halves would leave one thread most of the work); a compiled call per range finds the classes counted,
-        then one per range sums, quantises and accumulates their rows into the tables, which are made once."""
+        threads: each kind and width's classes cut into a few ranges per worker, a compiled call per range finding
+        the classes counted; then the classes found, cut into equal shares (the classes used cluster: ranges of
+        classes would leave one thread most of the work), summed, quantised and accumulated by a few compiled
+        calls per share into the tables, which are made once."""
         jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
         for kind in (0, 1):
             for width, hists in sorted(counts.histograms().items()):
                 jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in slices(np.ones(hists[kind].shape[1]), workers)]
-        spans = [(i, i + 1) for i in range(len(jobs))]
-        found = in_threads(lambda i, _: _rans.counted_classes(*jobs[i][2:]), spans, workers)
+        found = in_threads(lambda i, _: _rans.counted_classes(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
+                           workers)
         keys = [(kind, width, c) for (kind, width, *_), classes in zip(jobs, found) for c in classes.tolist()]
         freq = np.empty((len(keys), _rans.ALPHABET), np.int64)
         cum = np.empty((len(keys), _rans.ALPHABET + 1), np.int64)
         start = np.cumsum([0] + [len(c) for c in found]).tolist()
-        in_threads(lambda i, _: _rans.fill_models(jobs[i][2], found[i], freq[start[i]:start[i + 1]],
-                                                  cum[start[i]:start[i + 1]]), spans, workers)
+
+        def fill(lo: int, hi: int) -> None:  # models lo..hi-1, across the jobs that found them
+            for i, classes in enumerate(found):
+                a, b = max(lo, start[i]), min(hi, start[i + 1])
+                if a < b:
+                    _rans.fill_models(jobs[i][2], classes[a - start[i]:b - start[i]], freq[a:b], cum[a:b])
+
+        in_threads(fill, slices(np.ones(len(keys)), workers), workers)
         return cls(keys, freq, cum=cum)
 
     def to_table(self) -> np.ndarray:
