@@ -47,6 +47,10 @@ RATE_WINDOW_S = 300.0
 #: The first wait for a run to appear, doubled at each look up to `poll_s`: a server usually starts before its
 #: trainer writes the run, and its first batch is what the trainer's first step waits for.
 FIRST_LOOK_S = 0.05
+#: Most seconds a server started with `first_step_alone` waits for the trainer's first step after its first batch: far
+#: longer than that step takes on 2 CPU cores (~30 s), so that a trainer that refused the batch and waits for more
+#: groups gets them all the same.
+FIRST_STEP_WAIT_S = 120.0
 
 
 def server_id_from(text: str) -> str:
@@ -77,7 +81,9 @@ class GroupProducer:
         first_step_alone: Play nothing after the first batch for a run until `published` is 1 or more: set where the
             server shares the trainer's cores (``python app.py`` starts every role on one machine), for the first
             step would take twice as long beside a batch, and it is the step a newcomer waits for (measured on 2
-            cores: 56 s from launch to the first step instead of 93 s, and no later step later).
+            cores: 59-68 s from launch to the first step instead of 87-93 s). Only while the trainer has taken every
+            group handed in (it trains; with groups left in the bucket it waits for more, which are played) and for
+            at most `FIRST_STEP_WAIT_S` after the first batch.
         adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an
             engine keeps for groups begun under them) each time the run is read, before anything is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
             (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is played for the run.
@@ -135,6 +141,7 @@ class GroupProducer:
         self.peers = 0
         self.peer_ids: list[str] = []
         self._handed_in: str | None = None  # the run this server last handed a batch in for
+        self._first_batch_at = 0.0  # when it handed in its first batch for that run (monotonic)
         self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
         self._full_at: tuple[str, int] | None = None  # (run, version) last looked at for an exam while full
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
@@ -293,7 +300,7 @@ class GroupProducer:
                 self._full_at = (run.run_id, self.version())
                 self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
-        if self.first_step_alone and self._handed_in == run.run_id and (self.published() or 0) < 1:
+        if self._waits_for_first_step(run, pending):
             self.state = ServerState.WAITING  # the first step trains alone on the cores this server shares
             self._announce(run)
             self._examine(run)  # the exam of version 0 waits too, keeping version 0 for itself
@@ -308,6 +315,12 @@ class GroupProducer:
             self.last_error = None
         self._failures = 0
         return 0.0
+
+    def _waits_for_first_step(self, run: RunSettings, pending: int) -> bool:
+        """Whether the trainer's first step is training alone now (`first_step_alone`): this server handed in its
+        first batch for the run, the trainer took every group and has not published yet, within the bound."""
+        return (self.first_step_alone and self._handed_in == run.run_id and pending == 0
+                and (self.published() or 0) < 1 and time.monotonic() - self._first_batch_at < FIRST_STEP_WAIT_S)
 
     def _announce(self, run: RunSettings) -> None:
         """The first time this server works for `run`, say so at once (a heartbeat now, not at the next beat): the
@@ -361,4 +374,5 @@ class GroupProducer:
             self.groups_written += 1
             self.games_written += g
         self._written.append((time.monotonic(), groups * g))
-        self._handed_in = run.run_id
+        if self._handed_in != run.run_id:
+            self._handed_in, self._first_batch_at = run.run_id, time.monotonic()

@@ -298,3 +298,19 @@ def test_a_server_sharing_the_trainers_cores_lets_the_first_step_train_alone(unt
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING
     assert [r.version for r in ExamShelf(bucket.storage).records()] == [0] and engine.version == 1
     assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
+
+
+def test_a_server_waiting_for_the_first_step_plays_on_while_the_trainer_waits_for_more(untrained: Server,
+                                                                                       monkeypatch) -> None:
+    """The first step trains alone only once the trainer took every group: a first batch smaller than a step (the
+    server's own --max-games) leaves groups in the bucket, and the server plays on; and it waits at most
+    `FIRST_STEP_WAIT_S` (a trainer that refused the batch waits for more)."""
+    bucket, producer = untrained.bucket, untrained.producer
+    producer.first_step_alone, producer.max_games = True, 2  # one group of 2 games a batch; the step takes 2
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2, "max_pending_groups": 4}))
+    producer.step()
+    assert producer.step() == 0 and producer.state == ServerState.PRODUCING and len(bucket.list_groups()) == 2
+    bucket.delete([f.path for f in bucket.list_groups()])  # taken: the first step trains
+    assert producer.step() > 0 and producer.state == ServerState.WAITING
+    monkeypatch.setattr("rollout_space.producer.FIRST_STEP_WAIT_S", 0.0)  # the step has taken too long
+    assert producer.step() == 0 and producer.state == ServerState.PRODUCING and len(bucket.list_groups()) == 1
