@@ -77,14 +77,16 @@ def exam_trend_text(records: Sequence[ExamRecord]) -> str:
     return f"{shown} (v{first.version}: {100 * first.scores.own_rate:.0f}%, {moved} over {len(records)} exams)"
 
 
-def opponent_text(version: int, record: ExamRecord | None) -> str:
-    """What the rollout's match says of its opponent: the version it plays and the exam that version scored."""
+def opponent_text(version: int, record: ExamRecord | None, activity: str | None = None) -> str:
+    """What the rollout's match says of its opponent: the version it plays and the exam that version scored, and
+    what this server's examiner is doing now (`rollout_space.exam.Examiner.activity`), if anything."""
+    now = f" Now: {activity}." if activity else ""
     if record is None:
         return (f"Your opponent: **policy v{version}**. No exam yet: the trainer's run asks the rollout servers for "
-                "one every few versions (held-out words, no examples).")
+                f"one every few versions (held-out words, no examples).{now}")
     same = "its own exam" if record.version == version else f"its latest exam is of **v{record.version}**"
     return (f"Your opponent: **policy v{version}**; {same} ({record.settings.describe()}): "
-            f"{scores_text(record.scores)}.")
+            f"{scores_text(record.scores)}.{now}")
 
 
 def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out words, no examples") -> Any:
@@ -96,7 +98,7 @@ def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out 
     from .figures import HEIGHT, _empty
 
     if not records:
-        return _empty(title, "No exam yet: the first is of version 0, before the first step")
+        return _empty(title, "No exam yet: the first, of the untrained policy (v0), is played once step 1 is published")
     x = [r.version for r in records]
     span = [min(x), max(x)] if len(x) > 1 else [x[0] - 0.5, x[0] + 0.5]
     panels = [("valid-guess rate (strict)", (-0.05, 1.05)), ("letters found (of 5)", (-0.1, 5.1)),

@@ -82,6 +82,16 @@ class Examiner:
         self._references: dict[tuple[int, int], ExamScores] = {}
         self._lock = threading.Lock()
         self._kept: contextlib.ExitStack | None = None  # version 0 held until the trainer's first step is published
+        self._playing: int | None = None  # the version whose exam plays now
+
+    def activity(self) -> str | None:
+        """What the examiner does now, in words for a page: playing an exam, or keeping version 0 for its exam until
+        the trainer's first step is published; None: neither."""
+        if self._playing is not None:
+            return f"playing the exam of v{self._playing} (held-out words, no examples)"
+        if self._kept is not None:
+            return "the exam of v0, the untrained policy, waits for the trainer's first step (v0 is kept for it)"
+        return None
 
     def latest(self, version: int | None = None) -> ExamRecord | None:
         """The newest exam of a version at most `version` (None: of any version), as last read."""
@@ -141,7 +151,11 @@ class Examiner:
         with self._lock, self.hold():
             version, state_hash = self.version(), self.state_hash()
             start = time.monotonic()
-            games = self.play([GameSpec(exam=i) for i in range(settings.games)], params)
+            self._playing = version
+            try:
+                games = self.play([GameSpec(exam=i) for i in range(settings.games)], params)
+            finally:
+                self._playing = None
             played_s = time.monotonic() - start
         check_exam_games(games, version)
         record = ExamRecord(version=version, state_hash=state_hash, server_id=self.server_id, settings=settings,

@@ -177,7 +177,9 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
     def opponent() -> str:
         version = service.engine.version
         examiner = service.examiner
-        return opponent_text(version, examiner.latest(version) if examiner is not None else None)
+        if examiner is None:
+            return opponent_text(version, None)
+        return opponent_text(version, examiner.latest(version), examiner.activity())
 
     def refresh_policy(match: Match | None) -> tuple:
         if match is None:

@@ -53,6 +53,7 @@ def test_texts_for_the_landing_page_the_status_line_and_the_match() -> None:
     assert "policy v7**; its latest exam is of **v5**" in opponent_text(7, exams[-1])
     assert "policy v5**; its own exam" in opponent_text(5, exams[-1])
     assert "No exam yet" in opponent_text(3, None)
+    assert opponent_text(0, None, "playing the exam of v0").endswith("Now: playing the exam of v0.")
 
 
 def test_records_not_read_are_said_with_what_to_do() -> None:

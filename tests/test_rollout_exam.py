@@ -259,11 +259,13 @@ def test_the_exam_of_version_0_waits_for_the_trainers_first_step_on_version_0(un
     bucket.delete([f.path for f in bucket.list_groups()])  # the trainer took them: its first step begins
     producer.step()  # no exam yet: the next batch, of version 0
     assert shelf.records() == [] and {bucket.read_group(f.path).version for f in bucket.list_groups()} == {0}
+    assert "waits for the trainer's first step" in untrained.service.examiner.activity()
     first_step(untrained)
     assert engine.version == 0  # kept for the exam
     producer.step()  # the exam of version 0, then version 1 loaded for the batch
     assert [r.version for r in shelf.records()] == [0] and engine.version == 1
     assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
+    assert untrained.service.examiner.activity() is None
 
 
 def test_version_0_kept_for_an_exam_is_let_go_when_another_server_examines(untrained: Server) -> None:
