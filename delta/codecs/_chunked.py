@@ -78,18 +78,18 @@ class _Models:
 
     @classmethod
     def build(cls, counts: _Counts, workers: int) -> _Models:
-        """The models of every (kind, width, class) with a count, from the counts' histograms, on `workers`
-        threads: each kind and width's classes cut into a few ranges per worker, a compiled call per range finding
-        the classes counted; then the classes found, cut into equal shares (the classes used cluster: ranges of
-        classes would leave one thread most of the work), summed, quantised and accumulated by a few compiled
-        calls per share into the tables, which are made once."""
-        jobs = []  # (kind, width, histograms, first class, end class), in (kind, width, class) order
-        for kind in (0, 1):
-            for width, hists in sorted(counts.histograms().items()):
-                jobs += [(kind, width, hists[kind], lo, hi) for lo, hi in slices(np.ones(hists[kind].shape[1]), workers)]
-        found = in_threads(lambda i, _: _rans.counted_classes(*jobs[i][2:]), [(i, i + 1) for i in range(len(jobs))],
-                           workers)
-        keys = [(kind, width, c) for (kind, width, *_), classes in zip(jobs, found) for c in classes.tolist()]
+        """The models of every (kind, width, class) with a count, from the counts' histograms: the classes counted
+        found first (a class with a change in a chunk is in that chunk's class range, which counts an END gap for
+        each of its classes: the gap models are the classes with an END, the step models those of them with a step
+        counted), then cut into equal shares on `workers` threads (the classes used cluster: ranges of classes
+        would leave one thread most of the work), summed, quantised and accumulated by a few compiled calls per
+        share into the tables, which are made once."""
+        hists = sorted(counts.histograms().items())
+        gap_classes = {width: np.flatnonzero(gap[:, :, _rans.END].any(axis=0)) for width, (gap, _) in hists}
+        jobs = [(0, width, gap, gap_classes[width]) for width, (gap, _) in hists]  # (kind, width, histograms, classes)
+        jobs += [(1, width, step, _rans.counted_classes(step, gap_classes[width])) for width, (_, step) in hists]
+        found = [classes for *_, classes in jobs]
+        keys = [(kind, width, c) for kind, width, _, classes in jobs for c in classes.tolist()]
         freq = np.empty((len(keys), _rans.ALPHABET), np.int64)
         cum = np.empty((len(keys), _rans.ALPHABET + 1), np.int64)
         start = np.cumsum([0] + [len(c) for c in found]).tolist()

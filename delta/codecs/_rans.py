@@ -73,19 +73,19 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def counted_classes(hists, lo, hi):  # pragma: no cover - compiled
-    """The classes among lo..hi-1 that any of histograms `hists` ((histograms, classes, ALPHABET) counts) counted
-    a symbol in."""
+def counted_classes(hists, candidates):  # pragma: no cover - compiled
+    """The classes among `candidates` (ascending) that any of histograms `hists` ((histograms, classes, ALPHABET)
+    counts) counted a symbol in."""
     n = hists.shape[2]
-    used = np.zeros(hi - lo, np.bool_)
+    used = np.zeros(candidates.size, np.bool_)
     for k in range(hists.shape[0]):
-        for c in range(lo, hi):
-            if not used[c - lo]:
+        for i in range(candidates.size):
+            if not used[i]:
                 for s in range(n):
-                    if hists[k, c, s]:
-                        used[c - lo] = True
+                    if hists[k, candidates[i], s]:
+                        used[i] = True
                         break
-    return np.flatnonzero(used) + lo
+    return candidates[used]
 
 
 @njit(nogil=True, cache=True)
