@@ -88,7 +88,9 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: 
     if grid is None:
         return _empty(title or "Delta sparsity", f"No delta {side} yet")
     if not grid.cells:  # a version in which no element changed (every game of its step was dropped, say)
-        return _empty(title or f"Delta v{grid.base_version}→v{grid.version} {side}", "No element changed")
+        return _empty(title or f"Delta v{grid.base_version}→v{grid.version} {side}",
+                      "No element changed: the step's update was zero (each group's games scored alike, so GRPO saw no "
+                      "advantage, or every game was dropped)")
     if title is None:
         title = (f"Delta v{grid.base_version}→v{grid.version} {side}<br><sup>{grid.changed:,} of {grid.total:,} "
                  f"elements changed ({100 * grid.density:.3g}%)</sup>")

@@ -25,7 +25,7 @@ def trend_text(values: Sequence[float | None], percent: bool = False, window: in
     last = sum(kept[-window:]) / len(kept[-window:])
     shown = f"{100 * last:.0f}%" if percent else f"{last:.2f}"
     if len(kept) <= window:
-        return f"{shown} (first {len(kept)} step{'s' * (len(kept) != 1)})"
+        return f"{shown} ({'one step so far' if len(kept) == 1 else f'first {len(kept)} steps'})"
     first = sum(kept[:window]) / window
     change = (last - first) * (100 if percent else 1)
     size = f"{abs(change):.0f} pts" if percent else f"{abs(change):.2f}"

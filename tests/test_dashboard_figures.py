@@ -72,7 +72,7 @@ def test_heatmap_says_what_the_delta_is_on_its_page_and_when_nothing_changed() -
     assert published.layout.title.text.startswith("Delta v14→v15 published<br><sup>2 of ")
     assert sparsity_heatmap(grid).layout.title.text.startswith("Delta v14→v15 applied here<br>")
     unchanged = sparsity_heatmap(sparsity(header_of(old, old, version=16)), side="published")
-    assert (unchanged.layout.title.text, _message(unchanged)) == ("Delta v15→v16 published", "No element changed")
+    assert (unchanged.layout.title.text, _message(unchanged)) == ("Delta v15→v16 published", "No element changed: the step's update was zero (each group's games scored alike, so GRPO saw no advantage, or every game was dropped)")
     # The hover toolbar keeps zoom, reset and save only: with all its buttons it covered the title.
     assert {"pan", "select", "lasso", "zoomin"} <= set(published.layout.modebar.remove)
 

@@ -4,6 +4,7 @@ from dashboard.trend import step_text, trend_text
 def test_trend_compares_the_last_steps_with_the_first() -> None:
     assert trend_text([]) == "—" and trend_text([None, None]) == "—"
     assert trend_text([0.2, 0.4], percent=True) == "30% (first 2 steps)"
+    assert trend_text([0.25], percent=True) == "25% (one step so far)"
     rates = [0.2] * 5 + [None] + [0.5] * 4 + [0.7]  # a step with every game dropped is left out
     assert trend_text(rates, percent=True) == "54% (up 34 pts over 11 steps)"
     assert trend_text([3.0] * 6 + [2.5] * 5) == "2.50 (down 0.50 over 11 steps)"

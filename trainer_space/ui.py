@@ -20,7 +20,7 @@ from dashboard.figures import Metric, Series, learning_curves, line_curves, payl
 from dashboard.games import feed_html
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location, published_state
 from dashboard.trend import step_text
-from wire.fleet import ServerState
+from wire.fleet import Refusal, ServerState
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
 
 from .session import AccessDenied, TrainingSession
@@ -131,12 +131,17 @@ def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
             f"{stale.replayed} replayed, {stale.dropped} dropped")
 
 
+#: Refusal reasons that read as a fault without a word more.
+GLOSSES = {Refusal.ANOTHER_RUN: "from an earlier run, left in the bucket by the last start: expected after a restart"}
+
+
 def _refusals(total: int, by_reason: dict[str, int], what: str) -> str:
     """"3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary)", or "no groups refused"
     (`what` in the singular)."""
     if not total:
         return f"no {what}s refused"
-    reasons = ", ".join(f"{n} {html.escape(reason)}" for reason, n in sorted(by_reason.items(), key=lambda r: -r[1]))
+    reasons = ", ".join(f"{n} {html.escape(GLOSSES.get(reason, reason))}"
+                        for reason, n in sorted(by_reason.items(), key=lambda r: -r[1]))
     return f"{total} {what}{'s' if total > 1 else ''} refused ({reasons})"
 
 
