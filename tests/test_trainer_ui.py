@@ -50,6 +50,7 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
         starting = fleet_html([FleetServer(id="b", version=0, games_per_min=0.0, last_seen_s=1, state="starting",
                                            idle_share=1.0, groups_written=0, run_id=None, last_error=None)])
         assert "<td>b</td><td>—</td><td>0.0</td><td>1 s ago</td><td>starting</td>" in starting  # not "v0"
+        assert "last error" in row and "last error" not in starting  # its wide column only while there is one
         assert row.startswith("<div style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
         record = StepRecord(step=1, version=1, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
                             publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)

@@ -149,18 +149,20 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
     """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of."""
     if not servers:
         return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
+    errors = any(s.last_error for s in servers)  # the last error's column only while a server has one
     rows = "".join(  # a starting server has not read the bucket yet: no version to show
         f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td>"
         f"<td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
-        f"<td>{s.groups_written}</td><td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}"
-        "</td></tr>" for s in servers)
-    # In a box that scrolls sideways: on a phone (390 px) the eight columns are wider than the screen. Cells on one
-    # line but the last error's, which wraps in a column wide enough to keep the rows a few lines high.
+        f"<td>{s.groups_written}</td>"
+        + (f"<td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}</td>" if errors else "")
+        + "</tr>" for s in servers)
+    # In a box that scrolls sideways: on a phone (390 px) the columns are wider than the screen. Cells on one line but
+    # the last error's, which wraps in a column wide enough to keep the rows a few lines high.
     return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
             "<tr><th>server</th>"
             "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
-            f"<th>idle</th><th>groups</th><th>last error</th></tr>{rows}</table></div>")
+            f"<th>idle</th><th>groups</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table></div>")
 
 
 #: The off-policy figure's staleness series, drawn against its own axis (versions, not a weight).
