@@ -143,7 +143,9 @@ class GroupProducer:
         self._handed_in: str | None = None  # the run this server last handed a batch in for
         self._first_batch_at = 0.0  # when it handed in its first batch for that run (monotonic)
         self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
-        self._full_at: tuple[str, int] | None = None  # (run, version) last looked at for an exam while full
+        # (run, version held, version published) last looked at for an exam while full: the published one too, for the
+        # exam of version 0 waits for the first step with version 0 held
+        self._full_at: tuple[str, int, int | None] | None = None
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
@@ -296,8 +298,9 @@ class GroupProducer:
         if room <= 0:
             self.state = ServerState.FULL
             self._announce(run)
-            if self._full_at != (run.run_id, self.version()):  # once per version: not a bucket listing per poll
-                self._full_at = (run.run_id, self.version())
+            looked = (run.run_id, self.version(), self.published())
+            if self._full_at != looked:  # once per version: not a bucket listing per poll
+                self._full_at = looked
                 self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
         if self._waits_for_first_step(run, pending):

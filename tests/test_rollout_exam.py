@@ -316,3 +316,19 @@ def test_a_server_waiting_for_the_first_step_plays_on_while_the_trainer_waits_fo
     assert producer.step() > 0 and producer.state == ServerState.WAITING
     monkeypatch.setattr("rollout_space.producer.FIRST_STEP_WAIT_S", 0.0)  # the step has taken too long
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING and len(bucket.list_groups()) == 1
+
+
+def test_a_full_server_keeping_version_0_takes_its_exam_once_the_first_step_is_published(untrained: Server) -> None:
+    """A trainer that publishes and takes no more groups (its last step done) leaves the server full: the exam of
+    version 0 is taken there all the same, and the server follows again."""
+    bucket, producer, engine = untrained.bucket, untrained.producer, untrained.engine
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))
+    producer.step()  # the first batch fills the room: full from now on
+    assert producer.step() > 0 and producer.state == ServerState.FULL
+    untrained.publisher.publish(nudged(untrained.state, 0))
+    untrained.publisher.flush()
+    untrained.service.follower.sync()
+    assert engine.version == 0 and producer.step() > 0 and producer.state == ServerState.FULL
+    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0]
+    untrained.service.follower.sync()
+    assert engine.version == 1
