@@ -287,6 +287,8 @@ class GroupProducer:
             self.adopt(run.lora, run.max_staleness + 1)
         if run.state != RunState.RUNNING:
             self.state = ServerState.PAUSED
+            if self.examine is not None:  # no exam while the run is paused or over: a version kept for one is let go
+                self.examine(run, False)
             return self.poll_s
         if run.num_generations > self.max_games or run.sampling.max_tokens > self.max_tokens:
             raise FleetMessageError(RUN_PATH, f"the run asks for groups of {run.num_generations} games of replies of "

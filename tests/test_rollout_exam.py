@@ -28,7 +28,7 @@ from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
 from wire.exam import ExamRecord, ExamSettings
 from wire.exam_shelf import ExamShelf
-from wire.fleet import RunSettings, ServerState
+from wire.fleet import RunSettings, RunState, ServerState
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import GONE_AFTER_S
 from wire.trajectory import Trajectory
@@ -332,3 +332,19 @@ def test_a_full_server_keeping_version_0_takes_its_exam_once_the_first_step_is_p
     assert [r.version for r in ExamShelf(bucket.storage).records()] == [0]
     untrained.service.follower.sync()
     assert engine.version == 1
+
+
+def test_a_run_that_stops_before_the_exam_of_version_0_lets_version_0_go(untrained: Server) -> None:
+    """A trainer that publishes its last step and stops (the run no longer running) leaves no exam to take: the
+    version kept for the exam of version 0 is let go, and the server serves the trainer's last version."""
+    bucket, producer, engine = untrained.bucket, untrained.producer, untrained.engine
+    run = with_exam().model_copy(update={"max_staleness": 2})
+    bucket.write_run(run)
+    producer.step()
+    producer.step()  # full: keeps version 0 for its exam
+    untrained.publisher.publish(nudged(untrained.state, 0))
+    untrained.publisher.flush()
+    bucket.write_run(run.model_copy(update={"state": RunState.STOPPED}))
+    assert producer.step() > 0 and producer.state == ServerState.PAUSED
+    untrained.service.follower.sync()
+    assert engine.version == 1 and untrained.service.examiner.activity() is None
