@@ -102,7 +102,7 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings], object] | None = None,
+                 catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings, bool], object] | None = None,
                  max_games: int = 256, max_tokens: int = 1024,
                  adopt: Callable[[LoraSettings | None, int], object] | None = None,
                  published: Callable[[], int | None] = lambda: None, first_step_alone: bool = False) -> None:
@@ -305,7 +305,7 @@ class GroupProducer:
                 self._full_at = looked
                 self._examine(run)  # nothing to play: the time an exam costs nobody
             return self.poll_s
-        if self._waits_for_first_step(run, pending):
+        if self._first_step_trains_alone(run, pending):
             self.state = ServerState.WAITING  # the first step trains alone on the cores this server shares
             self._announce(run)
             self._examine(run)  # the exam of version 0 waits too, keeping version 0 for itself
@@ -321,7 +321,7 @@ class GroupProducer:
         self._failures = 0
         return 0.0
 
-    def _waits_for_first_step(self, run: RunSettings, pending: int) -> bool:
+    def _first_step_trains_alone(self, run: RunSettings, pending: int) -> bool:
         """Whether the trainer's first step is training alone now (`first_step_alone`): this server handed in its
         first batch for the run, the trainer took every group and has not published yet, within the bound."""
         return (self.first_step_alone and self._handed_in == run.run_id and pending == 0

@@ -88,17 +88,16 @@ class _Models:
         gap_classes = {width: np.flatnonzero(gap[:, :, _rans.END].any(axis=0)) for width, (gap, _) in hists}
         jobs = [(0, width, gap, gap_classes[width]) for width, (gap, _) in hists]  # (kind, width, histograms, classes)
         jobs += [(1, width, step, _rans.counted_classes(step, gap_classes[width])) for width, (_, step) in hists]
-        found = [classes for *_, classes in jobs]
         keys = [(kind, width, c) for kind, width, _, classes in jobs for c in classes.tolist()]
         freq = np.empty((len(keys), _rans.ALPHABET), np.int64)
         cum = np.empty((len(keys), _rans.ALPHABET + 1), np.int64)
-        start = np.cumsum([0] + [len(c) for c in found]).tolist()
+        start = np.cumsum([0] + [len(classes) for *_, classes in jobs]).tolist()
 
         def fill(lo: int, hi: int) -> None:  # models lo..hi-1, across the jobs that found them
-            for i, classes in enumerate(found):
+            for i, (_, _, counted, classes) in enumerate(jobs):
                 a, b = max(lo, start[i]), min(hi, start[i + 1])
                 if a < b:
-                    _rans.fill_models(jobs[i][2], classes[a - start[i]:b - start[i]], freq[a:b], cum[a:b])
+                    _rans.fill_models(counted, classes[a - start[i]:b - start[i]], freq[a:b], cum[a:b])
 
         in_threads(fill, slices(np.ones(len(keys)), workers), workers)
         return cls(keys, freq, cum=cum)
