@@ -4,6 +4,7 @@ into a few ranges per thread, and the threads that run one compiled call per ran
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -57,8 +58,11 @@ class PerThread:
         """This thread's lists, one per group of arrays given."""
         made = getattr(self._local, "lists", None)
         if made is None:
-            made = self._local.lists = tuple(typed(g) for g in self._groups)
+            made = self._local.lists = self._made()
         return made
+
+    def _made(self) -> tuple[List, ...]:
+        return tuple(typed(g) for g in self._groups)
 
 
 def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -84,16 +88,37 @@ def slices(costs: np.ndarray, workers: int) -> list[tuple[int, int]]:
 
 
 def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> list[R]:
-    """`fn(lo, hi)` for every span on `workers` threads, each taking the next span as it finishes one (the
-    compiled calls release the GIL); results in order. An exception is raised once every span has finished.
+    """`fn(lo, hi)` for every span on `workers` threads, results in order; the compiled calls release the GIL.
 
-    The threads are kept between calls (one pool per number of workers; starting them cost ~0.4 ms a call,
-    a stage's serial share on small deltas). A call made from one of those threads runs its spans itself."""
+    The calling thread is one of the workers and `workers - 1` kept threads help it (starting threads cost
+    ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread whose spans
+    turn out slower is helped, and a span costs one call of `fn` and nothing else (a future per span cost
+    ~30 us of dispatch and wake-ups, as much as a small span's work). Every span runs even when one fails;
+    the first failure in span order is raised once all have finished. A call made from a helper runs its spans
+    itself."""
     if len(spans) <= 1 or workers <= 1 or getattr(_LOCAL, "pooled", False):
         return [fn(lo, hi) for lo, hi in spans]
-    futures = [_pool(workers).submit(fn, lo, hi) for lo, hi in spans]
-    wait(futures)
-    return [f.result() for f in futures]
+    results: list = [None] * len(spans)
+    errors: list[BaseException | None] = [None] * len(spans)
+    taken = itertools.count()  # taking its next number is atomic under the GIL: no lock
+    n = len(spans)
+
+    def drain() -> None:
+        for i in taken:  # no call per span but `fn`'s
+            if i >= n:
+                return
+            try:
+                results[i] = fn(*spans[i])
+            except BaseException as e:  # kept and raised by the caller, after every span
+                errors[i] = e
+
+    helpers = [_pool(workers - 1).submit(drain) for _ in range(min(workers, len(spans)) - 1)]
+    drain()
+    wait(helpers)
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
 
 
 _LOCAL = threading.local()
@@ -106,6 +131,16 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         if workers not in _POOLS:
             _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="delta-code", initializer=_pooled)
         return _POOLS[workers]
+
+
+def stop_threads() -> None:
+    """End the kept threads once they are idle; the next call starts new ones (a profiler set with
+    `threading.setprofile` sees only threads started after it)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.shutdown(wait=True)
 
 
 def _pooled() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
-from delta._cores import PerThread, cut, slices
+from delta._cores import PerThread, cut, in_threads, slices
 
 
 def test_cut_makes_contiguous_nonempty_ranges_of_about_equal_cost() -> None:
@@ -32,3 +33,35 @@ def test_each_thread_gets_lists_of_its_own_over_the_same_arrays() -> None:
     assert theirs[0][0] is not mine[0]
     for lists in (mine, theirs[0]):
         assert [a.tolist() for a in lists[0]] == [a.tolist() for a in arrays]
+
+
+def test_in_threads_runs_every_span_on_the_workers_and_keeps_the_order() -> None:
+    """Two spans that each wait for the other can only finish on two threads at once (the caller and a kept
+    thread); results come back in span order."""
+    meet = threading.Barrier(2, timeout=10)
+    ran = []
+
+    def span(lo: int, hi: int) -> tuple[int, int]:
+        if lo < 2:
+            meet.wait()
+        ran.append(threading.get_ident())
+        return lo, hi
+
+    spans = [(i, i + 1) for i in range(6)]
+    assert in_threads(span, spans, 2) == spans
+    assert len(ran) == 6 and len(set(ran)) <= 2
+    assert in_threads(span, [(5, 6)], 2) == [(5, 6)]  # one span: on the caller's thread
+
+
+def test_in_threads_runs_every_span_before_raising_the_first_failure() -> None:
+    ran = []
+
+    def span(lo: int, hi: int) -> int:
+        ran.append(lo)
+        if lo in (1, 3):
+            raise ValueError(f"span {lo}")
+        return lo
+
+    with pytest.raises(ValueError, match="span 1"):
+        in_threads(span, [(i, i + 1) for i in range(8)], 2)
+    assert sorted(ran) == list(range(8))

@@ -2,8 +2,10 @@
 of one diff and one apply are the same for a state and for one 8x larger (8x the chunks), for every codec, on the
 host path and on the device path forced onto CPU tensors.
 
-Calls are counted with `sys.setprofile`/`threading.setprofile` on every thread; the thread machinery's own
-calls (waiting on locks and queues, which varies with timing) are left out, not the work it runs.
+Calls are counted with `sys.setprofile`/`threading.setprofile` on every thread (the kept worker threads are ended
+first, so that the profile is set in the ones the diff starts); the thread machinery's own calls (waiting on locks
+and queues, which varies with timing) are left out, not the work it runs, and so are the typed lists each thread
+makes for itself once (`PerThread`): how many threads take a share varies with timing, not with chunks.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import pytest
 import torch
 
 import delta
+from delta import _cores
 from delta.tensors import _device
 
 from ._states import clone, states_equal
 
+_PER_THREAD_SETUP = _cores.PerThread._made.__code__
 _MACHINERY = tuple(os.path.dirname(m.__file__) if m is concurrent.futures else m.__file__.removesuffix("c")
                    for m in (threading, queue, weakref, concurrent.futures))
 
@@ -34,17 +38,23 @@ class Calls:
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self._setup = threading.local()  # depth inside a thread's one-time set-up (left out)
 
     def _profile(self, frame, event, arg) -> None:
-        if event not in ("call", "c_call"):
-            return
         code = frame.f_code
+        if code is _PER_THREAD_SETUP:
+            self._setup.depth = getattr(self._setup, "depth", 0) + (1 if event == "call" else -1 if event == "return"
+                                                                     else 0)
+            return
+        if event not in ("call", "c_call") or getattr(self._setup, "depth", 0):
+            return
         if code.co_filename.startswith(_MACHINERY):
             return
         name = getattr(arg, "__qualname__", repr(arg)) if event == "c_call" else code.co_qualname
         self.seen.append(f"{os.path.basename(code.co_filename)}:{name}")  # list.append: atomic under the GIL
 
     def __enter__(self) -> Calls:
+        _cores.stop_threads()
         threading.setprofile(self._profile)
         sys.setprofile(self._profile)
         return self
