@@ -25,9 +25,9 @@ from ._kernels import locate_chunk, scan_chunk
 
 
 @njit(nogil=True, cache=True)
-def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hist):  # pragma: no cover
+def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hist, tally):  # pragma: no cover
     """Scan the chunks `rows` ((tensor, lo, hi) each, tensors of one dtype in `a_list`/`b_list`): their changes,
-    symbol counts (added to the histograms) and hash moves.
+    symbol counts (added to the histograms and the tally) and hash moves.
 
     Returns (cls, gaps, steps, table, moved): the changes of every row one after the other (as `scan_chunk`
     writes them; steps in the tensors' own width), per row (count, lowest class, highest class), and per row
@@ -55,7 +55,7 @@ def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hi
                                            steps[used:], key)
         if m:
             _rans.count_symbols(cls[used:used + m], gaps[used:used + m], steps[used:used + m], cmin, cmax, gap_hist,
-                                step_hist)
+                                step_hist, tally)
         table[r, 0], table[r, 1], table[r, 2] = m, cmin, cmax
         moved[r, 0], moved[r, 1] = h0, h1
         used += m
@@ -63,11 +63,12 @@ def scan_rows(a_list, b_list, rows, shift, mask, ikeys, seeds, gap_hist, step_hi
 
 
 @njit(nogil=True, cache=True)
-def count_rows(cls, gaps, steps, rows, gap_hist, step_hist):  # pragma: no cover - compiled
-    """Add the symbols of chunks `rows` ((first, end, lowest class, highest class) each) to the histograms."""
+def count_rows(cls, gaps, steps, rows, gap_hist, step_hist, tally):  # pragma: no cover - compiled
+    """Add the symbols of chunks `rows` ((first, end, lowest class, highest class) each) to the histograms and
+    the tally (`_rans.count_symbols`)."""
     for r in range(rows.shape[0]):
         a, b = rows[r, 0], rows[r, 1]
-        _rans.count_symbols(cls[a:b], gaps[a:b], steps[a:b], rows[r, 2], rows[r, 3], gap_hist, step_hist)
+        _rans.count_symbols(cls[a:b], gaps[a:b], steps[a:b], rows[r, 2], rows[r, 3], gap_hist, step_hist, tally)
 
 
 @njit(nogil=True, cache=True)

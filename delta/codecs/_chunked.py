@@ -78,19 +78,18 @@ class _Models:
 
     @classmethod
     def build(cls, counts: _Counts, workers: int) -> _Models:
-        """The models of every (kind, width, class) with a count, from the counts' histograms: the classes counted
-        found first (a class with a change in a chunk is in that chunk's class range, which counts an END gap for
-        each of its classes: the gap models are the classes with an END, the step models those of them with a step
-        counted), then cut into equal shares on `workers` threads (the classes used cluster: ranges of classes
-        would leave one thread most of the work), summed, quantised and accumulated by a few compiled calls per
-        share into the tables, which are made once."""
+        """The models of every (kind, width, class) with a count, from the counts' histograms: the classes with
+        models read from the tally (gap models: the classes with an END, which every class in a chunk's class
+        range counts; step models: those with a change), not from the histograms, most of whose rows no scan
+        wrote (reading them faults in a page each), then cut into equal shares on `workers` threads (the
+        classes used cluster: ranges of classes would leave one thread most of the work), summed, quantised and
+        accumulated by a few compiled calls per share into the tables (`_WriterTables`)."""
         hists = sorted(counts.histograms().items())
-        gap_classes = {width: np.flatnonzero(gap[:, :, _rans.END].any(axis=0)) for width, (gap, _) in hists}
-        jobs = [(0, width, gap, gap_classes[width]) for width, (gap, _) in hists]  # (kind, width, histograms, classes)
-        jobs += [(1, width, step, _rans.counted_classes(step, gap_classes[width])) for width, (_, step) in hists]
+        tallies = {width: tally.sum(axis=0) for width, (_, _, tally) in hists}
+        jobs = [(0, width, gap, np.flatnonzero(tallies[width][:, 0])) for width, (gap, _, _) in hists]
+        jobs += [(1, width, step, np.flatnonzero(tallies[width][:, 1])) for width, (_, step, _) in hists]
         keys = [(kind, width, c) for kind, width, _, classes in jobs for c in classes.tolist()]
-        freq = np.empty((len(keys), _rans.ALPHABET), np.int64)
-        cum = np.empty((len(keys), _rans.ALPHABET + 1), np.int64)
+        freq, cum = _WRITER_TABLES.take(len(keys))
         start = np.cumsum([0] + [len(classes) for *_, classes in jobs]).tolist()
 
         def fill(lo: int, hi: int) -> None:  # models lo..hi-1, across the jobs that found them
@@ -152,6 +151,33 @@ class _Models:
         return cls(keys, freqs[:len(keys)], decoding=True)
 
 
+class _WriterTables(threading.local):
+    """The writer's frequency and cumulative tables, kept by each thread for its next diff up to `KEPT` models.
+
+    Fresh tables cost a page fault for every 4 KB the models fill (~1.5 ms for SmolLM2's 126 models, more than
+    filling them, and faults do not run side by side on two threads); a diff's models live only while it
+    codes, so a thread's next diff can take the same memory. Larger sets are made afresh and not kept."""
+
+    KEPT = 512  # models: 2 x 15 KB each, ~15 MB a thread at most
+
+    def __init__(self) -> None:
+        self.freq = np.empty((0, _rans.ALPHABET), np.int64)
+        self.cum = np.empty((0, _rans.ALPHABET + 1), np.int64)
+
+    def take(self, models: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tables for `models` models (their contents undefined), valid until this thread's next call."""
+        if models > self.KEPT:
+            return np.empty((models, _rans.ALPHABET), np.int64), np.empty((models, _rans.ALPHABET + 1), np.int64)
+        if models > self.freq.shape[0]:
+            rows = min(self.KEPT, max(models, 2 * self.freq.shape[0]))
+            self.freq = np.empty((rows, _rans.ALPHABET), np.int64)
+            self.cum = np.empty((rows, _rans.ALPHABET + 1), np.int64)
+        return self.freq[:models], self.cum[:models]
+
+
+_WRITER_TABLES = _WriterTables()
+
+
 def _chunks_of(numel: int, chunk: int) -> int:
     return max(1, -(-numel // chunk))
 
@@ -169,36 +195,39 @@ class _Found:
 
 
 class _Counts:
-    """Symbol counts per (width, class) of one delta. A thread borrows a pair of histograms for a range of chunks
-    and gives it back: `workers` pairs per width, made at its first use as one (workers, classes, symbols) array
-    per kind, whatever the number of ranges or groups; they are summed once, by `_Models.build`."""
+    """Symbol counts per (width, class) of one delta. A thread borrows histograms for a range of chunks and gives
+    them back: `workers` sets per width, made at its first use as one (workers, classes, symbols) array per kind
+    and a (workers, classes, 2) tally of ENDs and changes per class, whatever the number of ranges or groups;
+    they are summed once, by `_Models.build`."""
 
     def __init__(self, classes: Callable[[int], int], workers: int) -> None:
         self.classes = classes  # classes of a width (the codec's `_classes`)
         self.workers = workers
-        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # width -> (gap, step) histograms of every pair
+        self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # width -> (gap, step, tally)
         self._free: dict[int, list[int]] = {}
         self._lock = threading.Lock()
 
     @contextmanager
-    def borrowed(self, width: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Histograms for changes of `width` (dtypes of one width share their models), this thread's until the
-        block ends."""
+    def borrowed(self, width: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Histograms and tally for changes of `width` (dtypes of one width share their models), this thread's
+        until the block ends."""
         with self._lock:
             if width not in self._made:
                 shape = (self.workers, self.classes(width), _rans.ALPHABET)
-                self._made[width] = (np.zeros(shape, np.int32), np.zeros(shape, np.int32))
+                self._made[width] = (np.zeros(shape, np.int32), np.zeros(shape, np.int32),
+                                     np.zeros(shape[:2] + (2,), np.int64))
                 self._free[width] = list(range(self.workers))
             i = self._free[width].pop()  # never empty: at most `workers` threads borrow at once
-        gap, step = self._made[width]
+        gap, step, tally = self._made[width]
         try:
-            yield gap[i], step[i]
+            yield gap[i], step[i], tally[i]
         finally:
             with self._lock:
                 self._free[width].append(i)
 
-    def histograms(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Per width, the (gap, step) histograms of every pair (their counts add up to the delta's)."""
+    def histograms(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per width, the (gap, step) histograms and the tally of every set (their counts add up to the
+        delta's)."""
         return dict(self._made)
 
 
@@ -293,8 +322,9 @@ class ChunkedCodec(Codec):
                 def scan(lo: int, hi: int, chunks=chunks, per_thread=per_thread, shift=view(shift),
                          mask=view(mask), ikeys=ikeys, seeds=seeds, width=width) -> tuple:
                     a_list, b_list = per_thread.lists()
-                    with counts.borrowed(width) as (gap, step):
-                        out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step)
+                    with counts.borrowed(width) as (gap, step, tally):
+                        out = _batch.scan_rows(a_list, b_list, chunks[lo:hi], shift, mask, ikeys, seeds, gap, step,
+                                               tally)
                     bar.update(int(chunks[hi - 1, 2] - chunks[lo, 1]) if hi > lo else 0)
                     return out
 
@@ -349,8 +379,9 @@ class ChunkedCodec(Codec):
 
     @staticmethod
     def _count_rows(got: _device_scan.Scanned, lo: int, hi: int, width: int, counts: _Counts) -> None:
-        with counts.borrowed(width) as (gap, step):
-            _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step)
+        with counts.borrowed(width) as (gap, step, tally):
+            _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step,
+                              tally)
 
     def _code(self, old, names, found: list[_Found], models: _Models, workers: int) -> tuple[np.ndarray, np.ndarray]:
         """rANS-code every chunk with changes, width by width, one compiled call per worker; returns the chunk

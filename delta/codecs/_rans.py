@@ -73,22 +73,6 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def counted_classes(hists, candidates):  # pragma: no cover - compiled
-    """The classes among `candidates` (ascending) that any of histograms `hists` ((histograms, classes, ALPHABET)
-    counts) counted a symbol in."""
-    n = hists.shape[2]
-    used = np.zeros(candidates.size, np.bool_)
-    for k in range(hists.shape[0]):
-        for i in range(candidates.size):
-            if not used[i]:
-                for s in range(n):
-                    if hists[k, candidates[i], s]:
-                        used[i] = True
-                        break
-    return candidates[used]
-
-
-@njit(nogil=True, cache=True)
 def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
     """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq` and
     their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
@@ -162,14 +146,17 @@ def _symbol(v):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist):  # pragma: no cover - compiled
-    """Add one chunk's symbols to per-class histograms (an END per class in lo..hi)."""
+def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist, tally):  # pragma: no cover - compiled
+    """Add one chunk's symbols to per-class histograms (an END per class in lo..hi), and to `tally` (classes x 2:
+    ENDs, changes) per class, so that the classes with models are known without reading every histogram."""
     for j in range(cls.size):
         c = cls[j]
         gap_hist[c, _symbol(np.uint64(gaps[j]))[0]] += 1
         step_hist[c, _symbol(np.uint64(steps[j] - np.uint64(1)))[0]] += 1
+        tally[c, 1] += 1
     for c in range(lo, hi + 1):
         gap_hist[c, END] += 1
+        tally[c, 0] += 1
 
 
 @njit(inline="always")
