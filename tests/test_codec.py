@@ -125,6 +125,22 @@ def test_same_bytes_whatever_the_dict_order():
     assert delta.diff(old, new, version=1) == delta.diff(reordered_old, reordered_new, version=1)
 
 
+def test_same_bytes_from_threads_at_once_and_from_tables_made_afresh(monkeypatch):
+    """The writer keeps its model tables per thread between diffs: diffs of two states on two threads at once,
+    and diffs whose models outnumber the tables kept, write the bytes of one diff alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from delta.codecs._chunked import _WriterTables
+
+    pairs = [adam_like(seed=s, n=100_000) for s in (1, 2)]
+    alone = [delta.diff(old, new, version=1) for old, new in pairs]
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda p: delta.diff(*p, version=1), pairs)) == alone
+    monkeypatch.setattr(_WriterTables, "KEPT", 2)
+    assert [delta.diff(old, new, version=1) for old, new in pairs] == alone
+
+
 def test_fully_dense_change_costs_about_the_tensor_itself():
     g = torch.Generator().manual_seed(3)
     old = {"w": torch.randn(10_000, generator=g).bfloat16()}
