@@ -9,7 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numba
 import numpy as np
@@ -88,37 +88,47 @@ def slices(costs: np.ndarray, workers: int) -> list[tuple[int, int]]:
 
 
 def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> list[R]:
-    """`fn(lo, hi)` for every span on `workers` threads, results in order; the compiled calls release the GIL.
+    """`fn(lo, hi)` for every span on `workers` threads, results in order (`Started`, joined at once)."""
+    return Started(fn, spans, workers).join()
 
-    The calling thread is one of the workers and `workers - 1` kept threads help it (starting threads cost
-    ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread whose spans
-    turn out slower is helped, and a span costs one call of `fn` and nothing else (a future per span cost
-    ~30 us of dispatch and wake-ups, as much as a small span's work). Every span runs even when one fails;
-    the first failure in span order is raised once all have finished. A call made from a helper runs its spans
-    itself."""
-    if len(spans) <= 1 or workers <= 1 or getattr(_LOCAL, "pooled", False):
-        return [fn(lo, hi) for lo, hi in spans]
-    results: list = [None] * len(spans)
-    errors: list[BaseException | None] = [None] * len(spans)
-    taken = itertools.count()  # taking its next number is atomic under the GIL: no lock
-    n = len(spans)
 
-    def drain() -> None:
-        for i in taken:  # no call per span but `fn`'s
+class Started(Generic[R]):
+    """`fn(lo, hi)` for every span on `workers` threads, started: the caller may do other work, then `join`.
+
+    The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (starting
+    threads cost ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread
+    whose spans turn out slower is helped, and a span costs one call of `fn` and nothing else (a future per
+    span cost ~30 us of dispatch and wake-ups, as much as a small span's work). Work the caller does before
+    joining runs beside the helpers' spans. Every span runs even when one fails; `join` raises the first
+    failure in span order once all have finished. Started from a kept thread, every span runs in `join`.
+    """
+
+    def __init__(self, fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> None:
+        self._fn, self._spans = fn, spans
+        self._results: list = [None] * len(spans)
+        self._errors: list[BaseException | None] = [None] * len(spans)
+        self._taken = itertools.count()  # taking its next number is atomic under the GIL: no lock
+        helpers = min(workers, len(spans)) - 1 if not getattr(_LOCAL, "pooled", False) else 0
+        self._helpers = [_pool(workers - 1).submit(self._drain) for _ in range(max(0, helpers))]
+
+    def _drain(self) -> None:
+        n = len(self._spans)
+        for i in self._taken:  # no call per span but `fn`'s
             if i >= n:
                 return
             try:
-                results[i] = fn(*spans[i])
-            except BaseException as e:  # kept and raised by the caller, after every span
-                errors[i] = e
+                self._results[i] = self._fn(*self._spans[i])
+            except BaseException as e:  # kept and raised by `join`, after every span
+                self._errors[i] = e
 
-    helpers = [_pool(workers - 1).submit(drain) for _ in range(min(workers, len(spans)) - 1)]
-    drain()
-    wait(helpers)
-    for e in errors:
-        if e is not None:
-            raise e
-    return results
+    def join(self) -> list[R]:
+        """Take spans until none is left, wait for the helpers; the results in span order."""
+        self._drain()
+        wait(self._helpers)
+        for e in self._errors:
+            if e is not None:
+                raise e
+        return self._results
 
 
 _LOCAL = threading.local()

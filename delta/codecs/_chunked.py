@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import PerThread, default_workers, in_threads, slices, typed
+from .._cores import PerThread, Started, default_workers, in_threads, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -62,7 +62,7 @@ class _Models:
         self.freq = freqs
         self.cum = _rans.cumulative(freqs) if cum is None else cum  # `cum` given: the writer's, made with freqs
         self.lut = _rans.lookup(self.cum) if decoding else None  # the decoder's table: a writer needs none
-        self.index = {k: i for i, k in enumerate(keys)}
+        self._keys = np.array(keys, np.int64).reshape(-1, 3)
         self._of: dict[tuple[int, int, int], np.ndarray] = {}
 
     def of(self, kind: int, width: int, classes: int) -> np.ndarray:
@@ -70,15 +70,18 @@ class _Models:
         key = (kind, width, classes)
         if key not in self._of:
             out = np.full(classes, -1, np.int32)
-            for (k, w, c), i in self.index.items():
-                if k == kind and w == width and c < classes:
-                    out[c] = i
+            k, w, c = self._keys.T
+            mine = np.flatnonzero((k == kind) & (w == width) & (c < classes))
+            out[c[mine]] = mine
             self._of[key] = out
         return self._of[key]
 
     @classmethod
-    def build(cls, counts: _Counts, workers: int) -> _Models:
-        """The models of every (kind, width, class) with a count, from the counts' histograms: the classes with
+    def started(cls, counts: _Counts, workers: int) -> Callable[[], _Models]:
+        """Start building the models (`workers - 1` threads begin; the caller may prepare other work), and
+        return the call that joins the building and returns them.
+
+        The models of every (kind, width, class) with a count, from the counts' histograms: the classes with
         models read from the tally (gap models: the classes with an END, which every class in a chunk's class
         range counts; step models: those with a change), not from the histograms, most of whose rows no scan
         wrote (reading them faults in a page each), then cut into equal shares on `workers` threads (the
@@ -98,8 +101,13 @@ class _Models:
                 if a < b:
                     _rans.fill_models(counted, classes[a - start[i]:b - start[i]], freq[a:b], cum[a:b])
 
-        in_threads(fill, slices(np.ones(len(keys)), workers), workers)
-        return cls(keys, freq, cum=cum)
+        filling = Started(fill, slices(np.ones(len(keys)), workers), workers)
+
+        def join() -> _Models:
+            filling.join()
+            return cls(keys, freq, cum=cum)
+
+        return join
 
     def to_table(self) -> np.ndarray:
         """Stream `models`: per model (kind, width, class, k) then its k (symbol minus the previous, frequency)
@@ -152,17 +160,29 @@ class _Models:
 
 
 class _WriterTables(threading.local):
-    """The writer's frequency and cumulative tables, kept by each thread for its next diff up to `KEPT` models.
+    """The writer's frequency and cumulative tables, and the words of its chunks, kept by each thread for its next
+    diff up to `KEPT` models and `KEPT_WORDS` words.
 
-    Fresh tables cost a page fault for every 4 KB the models fill (~1.5 ms for SmolLM2's 126 models, more than
-    filling them, and faults do not run side by side on two threads); a diff's models live only while it
-    codes, so a thread's next diff can take the same memory. Larger sets are made afresh and not kept."""
+    Fresh memory costs a page fault for every 4 KB filled (~1.5 ms for SmolLM2's 126 models, more than filling
+    them, ~0.2 ms for its words; faults do not run side by side on two threads); a diff's models and words live
+    only while it codes (the words are copied into the delta's stream), so a thread's next diff can take the
+    same memory. Larger ones are made afresh and not kept."""
 
     KEPT = 512  # models: 2 x 15 KB each, ~15 MB a thread at most
+    KEPT_WORDS = 1 << 23  # 16 MB
 
     def __init__(self) -> None:
         self.freq = np.empty((0, _rans.ALPHABET), np.int64)
         self.cum = np.empty((0, _rans.ALPHABET + 1), np.int64)
+        self._words = np.empty(0, np.uint16)
+
+    def words(self, n: int) -> np.ndarray:
+        """Room for `n` words (contents undefined), valid until this thread's next call."""
+        if n > self.KEPT_WORDS:
+            return np.empty(n, np.uint16)
+        if n > self._words.size:
+            self._words = np.empty(min(self.KEPT_WORDS, max(n, 2 * self._words.size)), np.uint16)
+        return self._words[:n]
 
     def take(self, models: int) -> tuple[np.ndarray, np.ndarray]:
         """Tables for `models` models (their contents undefined), valid until this thread's next call."""
@@ -186,19 +206,20 @@ def _chunks_of(numel: int, chunk: int) -> int:
 class _Found:
     """The changes of some chunks as a scan found them: one array each, chunk after chunk, and a row per chunk
     with changes: (tensor, chunk in the tensor, first change, one past its last, lowest class, highest class),
-    tensors numbered in name order."""
+    tensors numbered in name order; all of tensors of `width` bits."""
 
     cls: np.ndarray
     gaps: np.ndarray
     steps: np.ndarray
     rows: np.ndarray
+    width: int
 
 
 class _Counts:
     """Symbol counts per (width, class) of one delta. A thread borrows histograms for a range of chunks and gives
     them back: `workers` sets per width, made at its first use as one (workers, classes, symbols) array per kind
     and a (workers, classes, 2) tally of ENDs and changes per class, whatever the number of ranges or groups;
-    they are summed once, by `_Models.build`."""
+    they are summed once, by `_Models.started`."""
 
     def __init__(self, classes: Callable[[int], int], workers: int) -> None:
         self.classes = classes  # classes of a width (the codec's `_classes`)
@@ -254,6 +275,37 @@ def _by_dtype(tensors, names: list[str]) -> dict[torch.dtype, list[str]]:
     return out
 
 
+@dataclass
+class _Plan:
+    """The chunks with changes in file order (tensors by name, chunks ascending; `_Found.rows`' columns) and,
+    per width, which of them it holds, the typed lists of the found arrays they read, and their coding rows
+    (source array, first, end, lowest class, highest class): all a coder needs but the models, so it is made
+    while they are built."""
+
+    rows: np.ndarray
+    widths: list[tuple[int, np.ndarray, tuple, np.ndarray]]
+
+    @classmethod
+    def of(cls, found: list[_Found]) -> _Plan:
+        found = [f for f in found if len(f.rows)]
+        if not found:
+            return cls(np.zeros((0, 6), np.int64), [])
+        source = np.repeat(np.arange(len(found)), [len(f.rows) for f in found])
+        rows = np.concatenate([f.rows for f in found])
+        order = np.lexsort((rows[:, 1], rows[:, 0]))
+        rows, source = rows[order], source[order]
+        widths = np.array([f.width for f in found], np.int64)[source]
+        plan = []
+        for width in np.unique(widths).tolist():
+            sel = np.flatnonzero(widths == width)
+            used = np.unique(source[sel])
+            local = np.searchsorted(used, source[sel])
+            lists = tuple(typed([getattr(found[i], f) for i in used.tolist()]) for f in ("cls", "gaps", "steps"))
+            plan.append((width, sel, lists, np.stack([local, rows[sel, 2], rows[sel, 3], rows[sel, 4], rows[sel, 5]],
+                                                     axis=1)))
+        return cls(rows, plan)
+
+
 class ChunkedCodec(Codec):
     """Class-rank gaps + ULP steps in independent chunks under rANS; `context=False` is `gap` (one class)."""
 
@@ -290,16 +342,19 @@ class ChunkedCodec(Codec):
             with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
                 found += self._scan_on_host(old, new, names, chunk, keys, counts, moved, workers, progress)
             with stage("code"):
-                models = _Models.build(counts, workers)
-                table, words = self._code(old, names, found, models, workers)
+                building = _Models.started(counts, workers)
+                plan = _Plan.of(found)
+                models = building()
+                table, words = self._code(plan, models, workers)
         changed = np.bincount(table[:, 0], weights=table[:, 2], minlength=len(names)).astype(np.int64)
         entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
                    for name, c in zip(names, changed.tolist()) if c]
         sums = ({name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
                 if keys is not None else None)
         rows = np.concatenate([[chunk], table[:, 1:].reshape(-1)]).astype(np.uint32)
-        blobs = {"models": pack(models.to_table()), "chunks": pack(rows), "words": words.astype("<u2").tobytes()}
-        return Encoded(entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if v else
+        blobs = {"models": pack(models.to_table()), "chunks": pack(rows),
+                 "words": words.astype("<u2", copy=False).view(np.uint8)}  # copied out of the writer's words here
+        return Encoded(entries, {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else
                                  torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}, sums)
 
     def _scan_on_host(self, old, new, names, chunk, keys, counts: _Counts, moved, workers, progress) -> list[_Found]:
@@ -337,7 +392,7 @@ class ChunkedCodec(Codec):
                     ends = np.cumsum(table[keep, 0])
                     rows = np.stack([tensor[part[keep, 0]], part[keep, 1] // chunk, ends - table[keep, 0], ends,
                                      table[keep, 1], table[keep, 2]], axis=1)
-                    found.append(_Found(cls, gaps, steps, rows))
+                    found.append(_Found(cls, gaps, steps, rows, width))
         return found
 
     def _scan_on_device(self, old, new, names, chunk, keys, counts: _Counts, moved, workers, progress,
@@ -357,17 +412,17 @@ class ChunkedCodec(Codec):
             for group in tqdm(_groups.groups(old, on_device, chunk), desc=f"diff {self.name} on the device",
                               unit="group", disable=not progress or not on_device):
                 shift, mask = self._field(old[group.names[0]].dtype)
+                width = old[group.names[0]].element_size() * 8
                 got = _device_scan.scan(old, new, group, shift, mask, keys, staging)
                 tensor = np.array([index[n] for n in group.names], np.int64)
                 if got.sums is not None:
                     moved += _batch.sum_by(tensor, got.sums, len(names))
                 rows = got.rows.copy()
                 rows[:, 0] = tensor[rows[:, 0]]
-                found.append(_Found(got.cls, got.gaps, got.steps, rows))
+                found.append(_Found(got.cls, got.gaps, got.steps, rows, width))
                 if pending is not None:
                     pending.result()
-                pending = host_stage.submit(contextvars.copy_context().run, self._counted_in_stage, count, got,
-                                            old[group.names[0]].element_size() * 8)
+                pending = host_stage.submit(contextvars.copy_context().run, self._counted_in_stage, count, got, width)
             if pending is not None:
                 pending.result()
         return found
@@ -383,42 +438,37 @@ class ChunkedCodec(Codec):
             _batch.count_rows(got.cls, got.gaps, got.steps, np.ascontiguousarray(got.rows[lo:hi, 2:]), gap, step,
                               tally)
 
-    def _code(self, old, names, found: list[_Found], models: _Models, workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """rANS-code every chunk with changes, width by width, one compiled call per worker; returns the chunk
-        table (tensor, chunk, changed, words, lowest class, highest class per row, in file order) and the words."""
-        found = [f for f in found if len(f.rows)]
-        if not found:
-            return np.zeros((0, 6), np.int64), np.zeros(0, np.uint16)
-        source = np.concatenate([np.full(len(f.rows), i, np.int64) for i, f in enumerate(found)])
-        rows = np.concatenate([f.rows for f in found])
-        order = np.lexsort((rows[:, 1], rows[:, 0]))  # file order: tensors by name, chunks ascending
-        rows, source = rows[order], source[order]
-        widths = np.array([old[n].element_size() * 8 for n in names], np.int64)[rows[:, 0]]
+    def _code(self, plan: _Plan, models: _Models, workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """rANS-code every chunk of `plan`, width by width, one compiled call per span of rows (which also notes
+        where its words went, on its thread); returns the chunk table (tensor, chunk, changed, words, lowest
+        class, highest class per row, in file order) and the words."""
+        rows = plan.rows
         nwords = np.zeros(len(rows), np.int64)
         where = np.zeros((len(rows), 3), np.int64)  # buffer, start in it, words
-        buffers = []
-        for width in np.unique(widths).tolist():
-            sel = np.flatnonzero(widths == width)
-            used = np.unique(source[sel])
-            local = np.searchsorted(used, source[sel])
-            lists = [typed([getattr(found[i], f) for i in used.tolist()]) for f in ("cls", "gaps", "steps")]
-            coded = np.stack([local, rows[sel, 2], rows[sel, 3], rows[sel, 4], rows[sel, 5]], axis=1)
+        buffers: list[np.ndarray] = []
+        for width, sel, lists, coded in plan.widths:
             classes = self._classes(width)
             gap_model, step_model = models.of(0, width, classes), models.of(1, width, classes)
-
-            def code(lo: int, hi: int, coded=coded, lists=lists, gap_model=gap_model, step_model=step_model):
-                return _batch.code_rows(*lists, coded[lo:hi], gap_model, step_model, models.freq, models.cum)
-
             spans = slices(coded[:, 2] - coded[:, 1], workers)
-            for (lo, hi), (words, counts) in zip(spans, in_threads(code, spans, workers)):
+            first = len(buffers)
+
+            def code(lo: int, hi: int, coded=coded, lists=lists, gap_model=gap_model, step_model=step_model,
+                     sel=sel, first=first, spans=spans) -> np.ndarray:
+                words, counts = _batch.code_rows(*lists, coded[lo:hi], gap_model, step_model, models.freq,
+                                                 models.cum)
                 at = sel[lo:hi]
                 nwords[at] = counts
-                where[at, 0] = len(buffers)
+                where[at, 0] = first + spans.index((lo, hi))
                 where[at, 1] = np.cumsum(counts) - counts
-                buffers.append(words)
+                return words
+
+            buffers += in_threads(code, spans, workers)
         where[:, 2] = nwords
-        words = np.empty(int(nwords.sum()), np.uint16)
-        _batch.gather_words(typed(buffers), where, words)
+        words = _WRITER_TABLES.words(int(nwords.sum()))
+        if len(plan.widths) == 1:  # one width: its spans' words are in file order already
+            np.concatenate(buffers, out=words)
+        elif buffers:
+            _batch.gather_words(typed(buffers), where, words)
         table = np.stack([rows[:, 0], rows[:, 1], rows[:, 3] - rows[:, 2], nwords, rows[:, 4], rows[:, 5]], axis=1)
         return table, words
 
