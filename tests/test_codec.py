@@ -138,7 +138,13 @@ def test_same_bytes_from_threads_at_once_and_from_tables_made_afresh(monkeypatch
         for _ in range(3):
             assert list(pool.map(lambda p: delta.diff(*p, version=1), pairs)) == alone
     monkeypatch.setattr(_WriterTables, "KEPT", 2)
+    monkeypatch.setattr(_WriterTables, "KEPT_WORDS", 2)
     assert [delta.diff(old, new, version=1) for old, new in pairs] == alone
+    monkeypatch.undo()
+    one_width = [({"w": old["layers.0.w"]}, {"w": new["layers.0.w"]}) for old, new in pairs]
+    first = delta.diff(*one_width[0])
+    second = delta.diff(*one_width[1])  # the words kept by this thread are written over
+    assert first != second and first == delta.diff(*one_width[0])
 
 
 def test_fully_dense_change_costs_about_the_tensor_itself():
