@@ -92,7 +92,7 @@ class _Models:
         jobs = [(0, width, gap, np.flatnonzero(tallies[width][:, 0])) for width, (gap, _, _) in hists]
         jobs += [(1, width, step, np.flatnonzero(tallies[width][:, 1])) for width, (_, step, _) in hists]
         keys = [(kind, width, c) for kind, width, _, classes in jobs for c in classes.tolist()]
-        freq, cum = _WRITER_TABLES.take(len(keys))
+        freq, cum = _WRITER_TABLES.take(len(keys), max((counted.shape[2] for *_, counted, _ in jobs), default=2))
         start = np.cumsum([0] + [len(classes) for *_, classes in jobs]).tolist()
 
         def fill(lo: int, hi: int) -> None:  # models lo..hi-1, across the jobs that found them
@@ -112,7 +112,8 @@ class _Models:
     def to_table(self) -> np.ndarray:
         """Stream `models`: per model (kind, width, class, k) then its k (symbol minus the previous, frequency)
         pairs, made for every model at once."""
-        model, symbol = np.nonzero(self.freq)
+        model, at_column = np.nonzero(self.freq)
+        symbol = np.where(at_column == self.freq.shape[1] - 1, _rans.END, at_column)  # the writer's tables: END last
         k = np.bincount(model, minlength=len(self.keys))
         step = np.diff(symbol, prepend=0)
         firsts = (np.cumsum(k) - k)[k > 0]
@@ -123,7 +124,7 @@ class _Models:
             out[head + column] = values
         out[head + 3] = k
         at = 4 * (model + 1) + 2 * np.arange(model.size)  # pair j of model i follows i + 1 headers and j pairs
-        out[at], out[at + 1] = step, self.freq[model, symbol]
+        out[at], out[at + 1] = step, self.freq[model, at_column]
         return out.astype(np.uint32)
 
     @classmethod
@@ -161,20 +162,33 @@ class _Models:
 
 class _WriterTables(threading.local):
     """The writer's frequency and cumulative tables, and the words of its chunks, kept by each thread for its next
-    diff up to `KEPT` models and `KEPT_WORDS` words.
+    diff up to `KEPT` models at the full alphabet and `KEPT_WORDS` words.
 
     Fresh memory costs a page fault for every 4 KB filled (~1.5 ms for SmolLM2's 126 models, more than filling
     them, ~0.2 ms for its words; faults do not run side by side on two threads); a diff's models and words live
     only while it codes (the words are copied into the delta's stream), so a thread's next diff can take the
-    same memory. Larger ones are made afresh and not kept."""
+    same memory. Larger ones are made afresh and not kept. The tables are in the writer's layout: a column per
+    symbol its widths can need, END in the last (`_rans.writer_symbols`)."""
 
-    KEPT = 512  # models: 2 x 15 KB each, ~15 MB a thread at most
+    KEPT = 512  # models of _rans.ALPHABET symbols: 2 x 15 KB each, ~15 MB a thread at most
     KEPT_WORDS = 1 << 23  # 16 MB
 
     def __init__(self) -> None:
-        self.freq = np.empty((0, _rans.ALPHABET), np.int64)
-        self.cum = np.empty((0, _rans.ALPHABET + 1), np.int64)
+        self._freq = np.empty(0, np.int64)
+        self._cum = np.empty(0, np.int64)
         self._words = np.empty(0, np.uint16)
+
+    def take(self, models: int, symbols: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tables of `symbols` columns (`cum`: one more) for `models` models (contents undefined), valid until this
+        thread's next call."""
+        need = models * (symbols + 1)
+        if need > self.KEPT * (_rans.ALPHABET + 1):
+            return np.empty((models, symbols), np.int64), np.empty((models, symbols + 1), np.int64)
+        if need > self._cum.size:
+            size = min(self.KEPT * (_rans.ALPHABET + 1), max(need, 2 * self._cum.size))
+            self._freq, self._cum = np.empty(size, np.int64), np.empty(size, np.int64)
+        return (self._freq[:models * symbols].reshape(models, symbols),
+                self._cum[:need].reshape(models, symbols + 1))
 
     def words(self, n: int) -> np.ndarray:
         """Room for `n` words (contents undefined), valid until this thread's next call."""
@@ -183,16 +197,6 @@ class _WriterTables(threading.local):
         if n > self._words.size:
             self._words = np.empty(min(self.KEPT_WORDS, max(n, 2 * self._words.size)), np.uint16)
         return self._words[:n]
-
-    def take(self, models: int) -> tuple[np.ndarray, np.ndarray]:
-        """Tables for `models` models (their contents undefined), valid until this thread's next call."""
-        if models > self.KEPT:
-            return np.empty((models, _rans.ALPHABET), np.int64), np.empty((models, _rans.ALPHABET + 1), np.int64)
-        if models > self.freq.shape[0]:
-            rows = min(self.KEPT, max(models, 2 * self.freq.shape[0]))
-            self.freq = np.empty((rows, _rans.ALPHABET), np.int64)
-            self.cum = np.empty((rows, _rans.ALPHABET + 1), np.int64)
-        return self.freq[:models], self.cum[:models]
 
 
 _WRITER_TABLES = _WriterTables()
@@ -218,12 +222,14 @@ class _Found:
 class _Counts:
     """Symbol counts per (width, class) of one delta. A thread borrows histograms for a range of chunks and gives
     them back: `workers` sets per width, made at its first use as one (workers, classes, symbols) array per kind
+    (the writer's symbols of the width, `_rans.writer_symbols`)
     and a (workers, classes, 2) tally of ENDs and changes per class, whatever the number of ranges or groups;
     they are summed once, by `_Models.started`."""
 
-    def __init__(self, classes: Callable[[int], int], workers: int) -> None:
+    def __init__(self, classes: Callable[[int], int], workers: int, chunk: int) -> None:
         self.classes = classes  # classes of a width (the codec's `_classes`)
         self.workers = workers
+        self.chunk = chunk
         self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # width -> (gap, step, tally)
         self._free: dict[int, list[int]] = {}
         self._lock = threading.Lock()
@@ -234,7 +240,7 @@ class _Counts:
         until the block ends."""
         with self._lock:
             if width not in self._made:
-                shape = (self.workers, self.classes(width), _rans.ALPHABET)
+                shape = (self.workers, self.classes(width), _rans.writer_symbols(width, self.chunk))
                 self._made[width] = (np.zeros(shape, np.int32), np.zeros(shape, np.int32),
                                      np.zeros(shape[:2] + (2,), np.int64))
                 self._free[width] = list(range(self.workers))
@@ -335,7 +341,7 @@ class ChunkedCodec(Codec):
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         names = sorted(names)
-        counts = _Counts(self._classes, workers)
+        counts = _Counts(self._classes, workers, chunk)
         moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
         with _device.Staging() as staging:  # the device scans' host copies live until coded
             found = self._scan_on_device(old, new, names, chunk, keys, counts, moved, workers, progress, staging)

@@ -76,19 +76,21 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
     """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq` and
     their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
-    that threads fill them side by side and nothing is joined after)."""
-    n = hists.shape[2]
+    that threads fill them side by side and nothing is joined after). Histograms and tables are in the writer's
+    layout (`writer_symbols`), the tables at least as wide as the histograms: END moves to their last column."""
+    nh, nt = hists.shape[2], freq.shape[1]
     for i in range(classes.size):
         row = freq[i]
         row[:] = 0
         for k in range(hists.shape[0]):
             src = hists[k, classes[i]]
-            for s in range(n):
+            for s in range(nh - 1):
                 row[s] += src[s]
+            row[nt - 1] += src[nh - 1]
     _quantize_in_place(freq)
     for i in range(classes.size):
         cum[i, 0] = 0
-        for s in range(n):
+        for s in range(nt):
             cum[i, s + 1] = cum[i, s] + freq[i, s]
 
 
@@ -98,6 +100,13 @@ def symbol_of(value: int) -> int:
         return value
     n = value.bit_length()
     return DIRECT + ((n - _DIRECT_BITS) << SUB_BITS) + ((value >> (n - 1 - SUB_BITS)) & ((1 << SUB_BITS) - 1))
+
+
+def writer_symbols(width: int, chunk: int) -> int:
+    """Columns of the writer's histograms and model tables for values of `width`-bit tensors in chunks of `chunk`
+    elements: the symbols a gap (below the chunk's size) or a step minus one (below 2**width - 1) can take, the
+    reader's bounds, then END in the last column (SmolLM2's bf16 at the default chunk: 513 of 1,921)."""
+    return max(symbol_of(chunk - 1), symbol_of((1 << width) - 2)) + 2
 
 
 def cumulative(freqs: np.ndarray) -> np.ndarray:
@@ -147,15 +156,21 @@ def _symbol(v):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist, tally):  # pragma: no cover - compiled
-    """Add one chunk's symbols to per-class histograms (an END per class in lo..hi), and to `tally` (classes x 2:
-    ENDs, changes) per class, so that the classes with models are known without reading every histogram."""
+    """Add one chunk's symbols to per-class histograms in the writer's layout (`writer_symbols`: END in the
+    last column) with an END per class in lo..hi, and to `tally` (classes x 2: ENDs, changes) per class, so
+    that the classes with models are known without reading every histogram."""
+    end = gap_hist.shape[1] - 1
     for j in range(cls.size):
         c = cls[j]
-        gap_hist[c, _symbol(np.uint64(gaps[j]))[0]] += 1
-        step_hist[c, _symbol(np.uint64(steps[j] - np.uint64(1)))[0]] += 1
+        g = _symbol(np.uint64(gaps[j]))[0]
+        s = _symbol(np.uint64(steps[j] - np.uint64(1)))[0]
+        if g >= end or s >= end:
+            raise ValueError("a change's symbol lies beyond the writer's histograms")
+        gap_hist[c, g] += 1
+        step_hist[c, s] += 1
         tally[c, 1] += 1
     for c in range(lo, hi + 1):
-        gap_hist[c, END] += 1
+        gap_hist[c, end] += 1
         tally[c, 0] += 1
 
 
@@ -215,12 +230,13 @@ def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out
             previous changed element of its class in this chunk (its rank for the first), its
             zigzag ULP step (>= 1).
         lo, hi: the lowest and highest class with a change.
-        gap_model, step_model: model index per class.
+        gap_model, step_model: model index per class; `freq`, `cum` in the writer's layout (END last).
         out: room for at least 2 + 10 * len(cls) + (hi - lo + 1) words.
 
     Decoder order: for each class lo..hi, its (gap, step) pairs in rank order, then END.
     """
     n = cls.size
+    end = freq.shape[1] - 1  # END's column
     nclass = hi - lo + 1
     start = np.zeros(nclass + 1, np.int64)
     for j in range(n):
@@ -240,7 +256,7 @@ def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out
     for k in range(nclass - 1, -1, -1):
         c = lo + k
         m = gap_model[c]
-        x, ptr = _push(x, out, ptr, cum[m, END], freq[m, END])
+        x, ptr = _push(x, out, ptr, cum[m, end], freq[m, end])
         x, ptr = _encode_class(x, out, ptr, by_class_gaps[start[k]:start[k + 1]], by_class_steps[start[k]:start[k + 1]],
                                m, step_model[c], freq, cum)
     ptr -= 1
