@@ -222,9 +222,8 @@ class _Found:
 class _Counts:
     """Symbol counts per (width, class) of one delta. A thread borrows histograms for a range of chunks and gives
     them back: `workers` sets per width, made at its first use as one (workers, classes, symbols) array per kind
-    (the writer's symbols of the width, `_rans.writer_symbols`)
-    and a (workers, classes, 2) tally of ENDs and changes per class, whatever the number of ranges or groups;
-    they are summed once, by `_Models.started`."""
+    (the writer's symbols of the width, `_rans.writer_symbols`) and a (workers, classes, 2) tally of ENDs and
+    changes per class, whatever the number of ranges or groups; they are summed once, by `_Models.started`."""
 
     def __init__(self, classes: Callable[[int], int], workers: int, chunk: int) -> None:
         self.classes = classes  # classes of a width (the codec's `_classes`)
@@ -349,8 +348,10 @@ class ChunkedCodec(Codec):
                 found += self._scan_on_host(old, new, names, chunk, keys, counts, moved, workers, progress)
             with stage("code"):
                 building = _Models.started(counts, workers)
-                plan = _Plan.of(found)
-                models = building()
+                try:
+                    plan = _Plan.of(found)
+                finally:  # joined whatever happens: the threads fill this thread's kept tables
+                    models = building()
                 table, words = self._code(plan, models, workers)
         changed = np.bincount(table[:, 0], weights=table[:, 2], minlength=len(names)).astype(np.int64)
         entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
