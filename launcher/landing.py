@@ -89,14 +89,16 @@ def freshen_fleet(trainer: dict[str, Any], rollouts: dict[str, dict[str, Any]]) 
 
 def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     """What a card shows of an app's status (JSON), as (label, value) pairs; the env's card shows none (it is
-    asked for its health only).
+    asked for its health only). A rollout server's card shows its fleet state ("producing", "waiting for step
+    1", …) where it plays for a fleet run: "ready" above it is the process, not what it does.
 
     Raises:
         ValidationError: `status` is not the app's status message.
     """
     if role == "rollout":
         rollout = RolloutStatus.model_validate_json(status)
-        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), ("engine", rollout.engine),
+        fleet = [("fleet state", rollout.fleet_state)] if rollout.fleet_state is not None else []
+        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), *fleet, ("engine", rollout.engine),
                 ("syncs", rollout.syncs)]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)

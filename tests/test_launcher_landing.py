@@ -47,6 +47,8 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
     assert shown["env"]["state"] == "ready" and shown["env"]["fields"] == []
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
+    producing = ROLLOUT.model_copy(update={"fleet_state": "waiting for step 1", "server_id": "r0"})
+    assert card_fields("rollout", producing.model_dump_json())[2] == ("fleet state", "waiting for step 1")
     assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
                                           ["valid guesses (strict), last 5 steps", "—"],
                                           [EXAMPLES_ROW, "100% by the run's schedule · what the policy plays alone: "
