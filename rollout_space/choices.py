@@ -126,27 +126,26 @@ def _first_step_trains_alone(k: Known) -> bool:
 
 
 def _exam(k: Known, state: ServerState) -> tuple[Exam, Look | None]:
-    """The exam's part of the choice, and what to read first."""
+    """The exam's part of the choice, and what to read first. Version 0 is kept only while this server will take its
+    exam: on anything else (no run, the run paused or stopped, a new run, no exams, a failed exam, another server
+    examining, no exam due) it is let go, and the server follows the bucket again."""
     idle = Exam.LET_GO if k.kept else Exam.NONE
-    keep_on = Exam.KEEP if k.kept else Exam.NONE
-    if state == ServerState.NO_RUN:
-        return keep_on, None
-    if state == ServerState.PAUSED:
-        return idle, None  # no exam while the run is paused or over
-    if k.first_batch_at is None:
-        return keep_on, None
-    if state == ServerState.FULL and k.full_at == (k.held, k.published):
-        return keep_on, None  # looked at this version while full already
-    if k.examines is None:
-        return Exam.NONE, Look.PEERS
-    if not k.examines:
-        return keep_on, None
-    if not k.exams or (k.exam_failed_at is not None and k.now - k.exam_failed_at < EXAM_RETRY_S):
+    retrying = k.exam_failed_at is not None and k.now - k.exam_failed_at < EXAM_RETRY_S
+    if state in (ServerState.NO_RUN, ServerState.PAUSED) or k.first_batch_at is None or not k.exams or retrying:
         return idle, None
+    if state == ServerState.FULL and not k.kept and k.full_at == (k.held, k.published):
+        return Exam.NONE, None  # looked at this version while full already: no bucket listings at every poll
+    if k.examines is None:
+        return Exam.NONE, Look.PEERS  # while v0 is kept, at every look: a hand-off is seen within a poll
+    if not k.examines:
+        return idle, None
+    v0_waits = k.held == 0 and k.max_staleness >= 1 and (k.published or 0) < 1
+    if k.kept and v0_waits:
+        return Exam.KEEP, None  # still due (kept because it was, and only the examiner writes exams): nothing to read
     if k.due is None:
         return Exam.NONE, Look.EXAMS
     if not k.due:
         return idle, None
-    if k.held == 0 and k.max_staleness >= 1 and (k.published or 0) < 1:
-        return Exam.KEEP, None  # played now, the exam of version 0 would slow the first step by half
+    if v0_waits:
+        return Exam.KEEP, None  # played now, the exam of version 0 would slow the trainer's first step by half
     return Exam.TAKE, None

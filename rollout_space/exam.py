@@ -7,7 +7,8 @@ Who examines, when, and when version 0 is kept or let go is decided there, not h
 run examines, the live one with the lowest id, after its first batch (the trainer's first step never waits on the
 exam of version 0), before each batch and once per version while the bucket is full; the exam of version 0 waits
 for the trainer's first step to be published, version 0 kept meanwhile (played at once, it would share the cores
-with that step and slow it by half), so the exam is still of the untrained policy. An exam is due at version 0
+with that step and slow it by half), so the exam is still of the untrained policy; a server that will not take that
+exam (another server examines, the run paused...) lets version 0 go at its next look. An exam is due at version 0
 (the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions, judged
 against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a version ahead
 of what the bucket published is refused by the shelf and silences nothing). The weights are held for the exam's

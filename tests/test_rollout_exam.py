@@ -274,6 +274,25 @@ def test_the_exam_of_version_0_waits_for_the_trainers_first_step_on_version_0(un
     assert untrained.service.examiner.activity() is None
 
 
+def test_a_server_keeping_version_0_lets_it_go_at_its_next_look_once_another_server_examines(
+        untrained: Server) -> None:
+    """Issue 56: the examiner keeps version 0 for its exam; a server with a lower id joins and examines from then on.
+    At its next look the first lets version 0 go (it used to keep it for good, and the trainer dropped its groups as
+    too stale), then plays the trainer's versions, and takes no exam."""
+    bucket, producer, engine = untrained.bucket, untrained.producer, untrained.engine
+    examiner = untrained.service.examiner
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))  # room for 2 groups: one batch fills it
+    producer.step()
+    assert producer.step() > 0 and producer.state == ServerState.FULL and examiner.kept
+    bucket.write_heartbeat(producer.heartbeat().model_copy(update={"server_id": "a", "boot": "b00t"}))  # "a" < "s0"
+    assert producer.step() > 0 and producer.state == ServerState.FULL
+    assert not examiner.kept and examiner.activity() is None and producer.peer_ids == ["a"]
+    first_step(untrained)  # the trainer takes the groups and publishes version 1
+    assert producer.step() == 0 and engine.version == 1
+    assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
+    assert ExamShelf(bucket.storage).records() == []
+
+
 def test_a_run_that_allows_no_stale_game_examines_version_0_before_its_second_batch(untrained: Server) -> None:
     bucket = untrained.bucket
     bucket.write_run(with_exam().model_copy(update={"max_staleness": 0}))
