@@ -105,7 +105,8 @@ def every_known() -> list[Known]:
                   first_step_alone=[False, True], held=[0, 3], published=[None, 1], exams=[False, True],
                   max_staleness=[0, 2], kept=[False, True], exam_failed_at=[None, NOW],
                   full_at=[None, (0, None), (3, 1)], examines=[None, False, True], due=[None, False, True])
-    every = (Known(now=NOW, max_pending=4, **dict(zip(fields, values))) for values in itertools.product(*fields.values()))
+    every = (Known(now=NOW, max_pending=4, **dict(zip(fields, values)))
+             for values in itertools.product(*fields.values()))
     return [k for k in every if not k.kept or k.held == 0]  # only version 0 is ever kept
 
 
