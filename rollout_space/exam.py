@@ -1,23 +1,21 @@
 """The rollout server's exams: when the run's settings ask for them, play the held-out secrets without the env's
 examples with the weights it holds, and write the record to the bucket (`wire.exam`).
 
-`GroupProducer` asks `Examiner.maybe` before each batch it plays for the run and while the bucket holds all the
-groups the run allows (nothing to play), once it has handed in its first
-batch (the trainer's first step never waits on the exam of version 0), and only on the run's examiner: the live
-server with the lowest id (`GroupProducer.examines`), so the other servers go on producing and each version has
-one record; when the examiner dies mid-exam, the next server takes over once its heartbeat is gone. The exam of
-version 0 also waits for the trainer's first step to be published: played at once it would share the cores with
-that step and slow it by half, and the first step is what a newcomer waits for; version 0 is kept meanwhile
-(the server's batches play it, one version stale for the step they go to), so the exam is still of the untrained
-policy. An exam is
-due at version 0 (the untrained policy) and at the first version held in each later block of
-`ExamSettings.every` versions, judged against the newest exam in the bucket at or below the version held,
-whoever wrote it (a record of a version ahead of what the bucket published is refused by the shelf and silences
-nothing). The
-weights are held for the exam's duration (`Follower.holding`), so every reply of an exam is of one version.
-Exam games are played with the trainer's priority, scored, and written as one `ExamRecord`, never as a game
-group: no exam game is trained on. An exam that fails (the env down, a bucket error) is logged and retried
-after `RETRY_S`; training games go on meanwhile.
+`Examiner` carries out what the producer chooses about the exam (`choices.choose`, `choices.Exam`): it reads
+whether an exam is due for the version held, takes it, keeps version 0 for its exam, or lets a kept version 0 go.
+Who examines, when, and when version 0 is kept or let go is decided there, not here. In short: one server of the
+run examines, the live one with the lowest id, after its first batch (the trainer's first step never waits on the
+exam of version 0), before each batch and once per version while the bucket is full; the exam of version 0 waits
+for the trainer's first step to be published, version 0 kept meanwhile (played at once, it would share the cores
+with that step and slow it by half), so the exam is still of the untrained policy; a server that will not take that
+exam (another server examines, the run paused...) lets version 0 go at its next look. An exam is due at version 0
+(the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions, judged
+against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a version ahead
+of what the bucket published is refused by the shelf and silences nothing). The weights are held for the exam's
+duration (`Follower.holding`), so every reply of an exam is of one version. Exam games are played with the
+trainer's priority, scored, and written as one `ExamRecord`, never as a game group: no exam game is trained on.
+An exam that fails (the env down, a bucket error) is logged and tried again after `choices.EXAM_RETRY_S`;
+training games go on meanwhile.
 """
 
 from __future__ import annotations
@@ -29,24 +27,21 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
-from delta import StorageError
 from wire.errors import RolloutError
 from wire.exam import ExamRecord, ExamScores, ExamSettings
 from wire.exam_shelf import ExamShelf
 from wire.fleet import RunSettings
 from wire.trajectory import Trajectory
 
+from .choices import EXAM_RETRY_S
 from .env_client import EnvClient
 from .games import GameSpec, PlayParams
 
 logger = logging.getLogger(__name__)
 
-#: Seconds before an exam that failed is tried again.
-RETRY_S = 60.0
-
 
 class Examiner:
-    """Plays and records exams for one rollout server.
+    """Plays and records exams for one rollout server, and keeps version 0 for its exam, as the producer chooses.
 
     Args:
         play: Plays whole games with the current policy (`RolloutService.play`, trainer priority).
@@ -56,8 +51,6 @@ class Examiner:
         shelf: The bucket's exam records.
         server_id: This server's name, written into each record.
         hold: Keeps the served version while an exam plays (`Follower.holding`; default: nothing to hold).
-        published: The newest version the bucket has published (`Follower.latest`; default: None, unknown): the
-            exam of version 0 waits until it is 1 or more (the trainer's first step is done).
 
     Attributes:
         records: The bucket's exam records as last read, by version.
@@ -66,8 +59,7 @@ class Examiner:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  state_hash: Callable[[], str | None], env: EnvClient, shelf: ExamShelf, server_id: str,
-                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
-                 published: Callable[[], int | None] = lambda: None) -> None:
+                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
         self.play = play
         self.version = version
         self.state_hash = state_hash
@@ -75,13 +67,11 @@ class Examiner:
         self.shelf = shelf
         self.server_id = server_id
         self.hold = hold
-        self.published = published
         self.records: list[ExamRecord] = []
         self.last_error: str | None = None
-        self._retry_at = 0.0
         self._references: dict[tuple[int, int], ExamScores] = {}
         self._lock = threading.Lock()
-        self._kept: contextlib.ExitStack | None = None  # version 0 held until the trainer's first step is published
+        self._kept: contextlib.ExitStack | None = None  # version 0 held for its exam (`keep`, `let_go`)
         self._playing: int | None = None  # the version whose exam plays now
 
     def activity(self) -> str | None:
@@ -98,42 +88,44 @@ class Examiner:
         exams = [r for r in self.records if version is None or r.version <= version]
         return exams[-1] if exams else None
 
-    def maybe(self, run: RunSettings, examiner: bool = True) -> ExamRecord | None:
-        """Take the exam the run's settings make due for the version held, if any; returns it. Never raises: a
-        failure is logged, kept in `last_error` and retried after `RETRY_S`. Not the run's `examiner` (another
-        server is): nothing is taken, and a version kept for the exam of version 0 is let go."""
-        waiting = False
-        try:
-            if not examiner or run.exam is None or time.monotonic() < self._retry_at:
-                return None
-            self.records = self.shelf.records()
-            held = self.version()
-            last = self.latest(held)
-            if not run.exam.due(held, last.version if last is not None else None):
-                return None
-            waiting = self._waits_for_first_step(run, held)
-            return None if waiting else self.take(run)
-        except (OSError, StorageError, RolloutError) as e:
-            self._retry_at = time.monotonic() + RETRY_S
-            self.last_error = f"{time.strftime('%H:%M:%S')} {type(e).__name__}: {e}"
-            logger.warning("the exam failed (retried in %.0f s): %s", RETRY_S, e)
-            return None
-        finally:
-            if not waiting and self._kept is not None:
-                self._kept.close()  # the exam of version 0 taken (or no longer this server's): follow again
-                self._kept = None
+    @property
+    def kept(self) -> bool:
+        """Whether version 0 is kept for its exam (`keep`)."""
+        return self._kept is not None
 
-    def _waits_for_first_step(self, run: RunSettings, held: int) -> bool:
-        """Whether the exam due, of version `held`, waits for the trainer's first step (see the module's docstring);
-        if so, keeps version 0 from now until it is taken. Not in a run that allows no stale game (its batches
-        must play the newest version)."""
-        if held != 0 or run.max_staleness < 1 or (self.published() or 0) >= 1:
+    def due(self, run: RunSettings, version: int) -> bool:
+        """Whether the run's settings make an exam of weight `version` due, judged against the bucket's exam records
+        read now (kept in `records`).
+
+        Raises:
+            OSError, delta.StorageError: the records could not be listed.
+        """
+        if run.exam is None:
             return False
+        self.records = self.shelf.records()
+        last = self.latest(version)
+        return run.exam.due(version, last.version if last is not None else None)
+
+    def keep(self) -> None:
+        """Keep the version served (version 0) loaded until `let_go`, for its exam; kept already, it stays kept. Call
+        it and `let_go` from one thread (the hold is that thread's)."""
         if self._kept is None:
             self._kept = contextlib.ExitStack()
             self._kept.enter_context(self.hold())
             logger.info("the exam of v0 waits for the trainer's first step (v0 is kept for it meanwhile)")
-        return True
+
+    def let_go(self) -> None:
+        """Let go of the version kept for its exam (if any): the server follows the bucket again."""
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
+            logger.info("v0, kept for its exam, let go: this server follows the bucket again")
+
+    def failed(self, error: Exception) -> None:
+        """Note an exam, or a read of the records for one, that failed: logged and kept in `last_error` (the producer
+        tries again after `EXAM_RETRY_S`)."""
+        self.last_error = f"{time.strftime('%H:%M:%S')} {type(error).__name__}: {error}"
+        logger.warning("the exam failed (retried in %.0f s): %s", EXAM_RETRY_S, error)
 
     def take(self, run: RunSettings) -> ExamRecord:
         """Play the exam now with the weights held, write its record to the bucket and return it.

@@ -11,7 +11,8 @@ for the run, each plays its share of the room (the room divided by the live serv
 step's groups are ready once each server has played its share, not a whole step. One server of the run, the
 live one with the lowest id, takes the exams (`examines`), after its first batch. A server that shares the
 trainer's cores (`first_step_alone`) plays nothing after its first batch until the trainer's first step is
-published, which then trains on both cores instead of half. A heartbeat thread
+published, which then trains on both cores instead of half. What it does at each look is chosen by
+`choices.choose` from what it knows, and carried out here (the exam by `exam.Examiner`). A heartbeat thread
 writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses
 only the batch it was playing: nothing it wrote is ever half a file.
 """
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from delta import DeltaError, RetryPolicy, StorageError
 from wire.errors import RolloutError
@@ -37,7 +39,9 @@ from wire.liveness import HeartbeatWatch
 from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
+from .choices import Choice, Exam, Known, Look, choose
 from .engines.errors import EngineError
+from .exam import Examiner
 from .games import GameSpec, PlayParams
 
 logger = logging.getLogger(__name__)
@@ -47,10 +51,20 @@ RATE_WINDOW_S = 300.0
 #: The first wait for a run to appear, doubled at each look up to `poll_s`: a server usually starts before its
 #: trainer writes the run, and its first batch is what the trainer's first step waits for.
 FIRST_LOOK_S = 0.05
-#: Most seconds a server started with `first_step_alone` waits for the trainer's first step after its first batch: far
-#: longer than that step takes on 2 CPU cores (~30 s), so that a trainer that refused the batch and waits for more
-#: groups gets them all the same.
-FIRST_STEP_WAIT_S = 120.0
+#: What goes wrong in an exam, or in reading the records for one: logged, tried again later (`choices.EXAM_RETRY_S`).
+EXAM_ERRORS = (OSError, StorageError, RolloutError)
+
+
+@dataclass
+class _RunMemory:
+    """What this server remembers of one run between its looks (`choices.Known` is made of it); a new run starts
+    afresh."""
+
+    run_id: str
+    announced: bool = False  # said at once that it works for the run (`_announce`)
+    first_batch_at: float | None = None  # when it handed in its first batch for the run (monotonic)
+    full_at: tuple[int, int | None] | None = None  # (held, published) when it last chose while full
+    exam_failed_at: float | None = None  # when an exam for the run last failed (monotonic)
 
 
 def server_id_from(text: str) -> str:
@@ -83,15 +97,15 @@ class GroupProducer:
             step would take twice as long beside a batch, and it is the step a newcomer waits for (measured on 2
             cores: 59-75 s from launch to the first step instead of 87-93 s). Only while the trainer has taken every
             group handed in (it trains; with groups left in the bucket it waits for more, which are played) and for
-            at most `FIRST_STEP_WAIT_S` after the first batch.
+            at most `choices.FIRST_STEP_WAIT_S` after the first batch.
         adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an
             engine keeps for groups begun under them) each time the run is read, before anything is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
             (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is played for the run.
-        examine: Called with the run's settings before each batch, after `catch_up`, and once per version held
-            while the bucket is full (`exam.Examiner.maybe`: an exam when one is due, of the weights held); it must
-            not raise. Only on the run's examiner (`examines`: one server per run, so the others go on producing
-            and each version has one record), and never before this server's first batch for the run: the
-            trainer's first step waits on groups, not on the exam of version 0.
+        examiner: Takes the exams the run asks for, and keeps version 0 for its exam, as `choices.choose` says: on the
+            run's examiner only (`examines`: one server per run, so the others go on producing and each version has
+            one record), never before this server's first batch for the run (the trainer's first step waits on
+            groups, not on the exam of version 0), before each batch (before `catch_up`: of the weights the last
+            batch played) and once per version while the bucket is full. None: no exams (no env to play them).
 
     Attributes:
         state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
@@ -102,7 +116,7 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None, examine: Callable[[RunSettings, bool], object] | None = None,
+                 catch_up: Callable[[], object] | None = None, examiner: Examiner | None = None,
                  max_games: int = 256, max_tokens: int = 1024,
                  adopt: Callable[[LoraSettings | None, int], object] | None = None,
                  published: Callable[[], int | None] = lambda: None, first_step_alone: bool = False) -> None:
@@ -113,7 +127,7 @@ class GroupProducer:
         self.max_games = max_games
         self.max_tokens = max_tokens
         self.catch_up = catch_up
-        self.examine = examine
+        self.examiner = examiner
         self.version = version
         self.bucket = bucket
         self.server_id = server_id
@@ -140,12 +154,7 @@ class GroupProducer:
         self._watch = HeartbeatWatch(bucket)
         self.peers = 0
         self.peer_ids: list[str] = []
-        self._handed_in: str | None = None  # the run this server last handed a batch in for
-        self._first_batch_at = 0.0  # when it handed in its first batch for that run (monotonic)
-        self._announced: str | None = None  # the run this server last said at once it works for (`_announce`)
-        # (run, version held, version published) last looked at for an exam while full: the published one too, for the
-        # exam of version 0 waits for the first step with version 0 held
-        self._full_at: tuple[str, int, int | None] | None = None
+        self._memory: _RunMemory | None = None  # of the run it last read
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
@@ -262,8 +271,8 @@ class GroupProducer:
         return wait
 
     def step(self) -> float:
-        """Look at the run once; play and write one batch of groups if it asks for them. Returns the seconds
-        to wait before the next look (0 after a batch)."""
+        """Look at the run once, choose what to do (`choices.choose`) and do it: play and write one batch of groups
+        if the run asks for them. Returns the seconds to wait before the next look (0 after a batch)."""
         try:
             run = self.bucket.read_run()
         except FleetMessageError as e:
@@ -271,77 +280,113 @@ class GroupProducer:
                 raise
             # A run signed with another key: a previous start's (with another rollout token) until the current
             # trainer writes its own, or a stranger's. Not an error of this server: wait for a run it can trust.
-            self.state, self.run_id = ServerState.NO_RUN, None
             self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with this "
                                                    f"server's token: {e}")
-            return self.poll_s
+            return self._no_run(self.poll_s)
         if self._run_refused is not None and self.last_error == self._run_refused:
             self.last_error = None  # the current trainer wrote its run: the wait is over, not an error to show
         self._run_refused = None
         if run is None:
-            self.state, self.run_id = ServerState.NO_RUN, None
             wait, self._look_s = self._look_s, min(self.poll_s, 2 * self._look_s)
-            return wait
+            return self._no_run(wait)
         self.run_id = run.run_id
+        if self._memory is None or self._memory.run_id != run.run_id:
+            self._memory = _RunMemory(run.run_id)
+        memory = self._memory
         if self.adopt is not None:  # the state the run publishes (a LoRA adapter, merged weights): before any game
             self.adopt(run.lora, run.max_staleness + 1)
-        if run.state != RunState.RUNNING:
-            self.state = ServerState.PAUSED
-            if self.examine is not None:  # no exam while the run is paused or over: a version kept for one is let go
-                self.examine(run, False)
+        pending = 0
+        if run.state == RunState.RUNNING:
+            if run.num_generations > self.max_games or run.sampling.max_tokens > self.max_tokens:
+                raise FleetMessageError(RUN_PATH, f"the run asks for groups of {run.num_generations} games of replies "
+                                                  f"of {run.sampling.max_tokens} tokens; this server plays at most "
+                                                  f"{self.max_games} games (--max-games) of {self.max_tokens} tokens "
+                                                  "(--max-tokens): not playing it")
+            pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
+        known = self._known(run, memory, pending)
+        choice = choose(known)
+        self.state = choice.state
+        if choice.state in (ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING):
+            self._announce(memory)
+        choice = self._looked(run, memory, known, choice)
+        if choice.state == ServerState.FULL:
+            memory.full_at = (known.held, known.published)
+        self._carry_out(choice.exam, run, memory)
+        if choice.state != ServerState.PRODUCING:
             return self.poll_s
-        if run.num_generations > self.max_games or run.sampling.max_tokens > self.max_tokens:
-            raise FleetMessageError(RUN_PATH, f"the run asks for groups of {run.num_generations} games of replies of "
-                                              f"{run.sampling.max_tokens} tokens; this server plays at most "
-                                              f"{self.max_games} games (--max-games) of {self.max_tokens} tokens "
-                                              "(--max-tokens): not playing it")
-        pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
-        room = run.max_pending_groups - pending
-        if room <= 0:
-            self.state = ServerState.FULL
-            self._announce(run)
-            looked = (run.run_id, self.version(), self.published())
-            if self._full_at != looked:  # once per version: not a bucket listing per poll
-                self._full_at = looked
-                self._examine(run)  # nothing to play: the time an exam costs nobody
-            return self.poll_s
-        if self._first_step_trains_alone(run, pending):
-            self.state = ServerState.WAITING  # the first step trains alone on the cores this server shares
-            self._announce(run)
-            self._examine(run)  # the exam of version 0 waits too, keeping version 0 for itself
-            return self.poll_s
-        self.state = ServerState.PRODUCING
-        self._announce(run)
-        self._examine(run)  # of the weights the last batch played, before catching up
         self._catch_up()
+        room = run.max_pending_groups - pending
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
-        self._play_batch(run, groups)
+        if self._play_batch(run, groups) and memory.first_batch_at is None:
+            memory.first_batch_at = time.monotonic()
         if self._failures:  # a batch handed in: an earlier failure is over (the heartbeat shows only what holds now)
             self.last_error = None
         self._failures = 0
         return 0.0
 
-    def _first_step_trains_alone(self, run: RunSettings, pending: int) -> bool:
-        """Whether the trainer's first step is training alone now (`first_step_alone`): this server handed in its
-        first batch for the run, the trainer took every group and has not published yet, within the bound."""
-        return (self.first_step_alone and self._handed_in == run.run_id and pending == 0
-                and (self.published() or 0) < 1 and time.monotonic() - self._first_batch_at < FIRST_STEP_WAIT_S)
+    def _no_run(self, wait: float) -> float:
+        """No run this server trusts: nothing to play; `wait` is returned."""
+        self.run_id = None
+        choice = choose(Known(None, kept=self.examiner is not None and self.examiner.kept))
+        self.state = choice.state
+        self._carry_out(choice.exam)
+        return wait
 
-    def _announce(self, run: RunSettings) -> None:
-        """The first time this server works for `run`, say so at once (a heartbeat now, not at the next beat): the
-        other servers then count it when they decide who examines."""
-        if self._announced != run.run_id:
-            self._announced = run.run_id
-            self._write_heartbeat()
+    def _known(self, run: RunSettings, memory: _RunMemory, pending: int) -> Known:
+        """What this server knows of `run` now, before any look at the heartbeats or the exam records."""
+        return Known(run.state, now=time.monotonic(), pending=pending, max_pending=run.max_pending_groups,
+                     first_batch_at=memory.first_batch_at, first_step_alone=self.first_step_alone,
+                     held=self.version(), published=self.published(),
+                     exams=self.examiner is not None and run.exam is not None, max_staleness=run.max_staleness,
+                     kept=self.examiner is not None and self.examiner.kept, exam_failed_at=memory.exam_failed_at,
+                     full_at=memory.full_at)
 
-    def _examine(self, run: RunSettings) -> None:
-        """Take the exam due, if this server has handed in a batch for the run and is its examiner, judged on
-        heartbeats read now (not a beat ago: two servers that started together must not both examine)."""
-        if self.examine is None or self._handed_in != run.run_id:
+    def _looked(self, run: RunSettings, memory: _RunMemory, known: Known, choice: Choice) -> Choice:
+        """Read what `choice` asks for (each look answers its question, so this ends) and choose again."""
+        while choice.look is not None:
+            if choice.look == Look.PEERS:  # judged on heartbeats read now, not a beat ago
+                self._read_peers()
+                known = replace(known, examines=self.examines())
+            else:
+                assert self.examiner is not None  # no exam is looked for without one (`Known.exams`)
+                try:
+                    known = replace(known, due=self.examiner.due(run, known.held))
+                except EXAM_ERRORS as e:
+                    known = replace(known, exam_failed_at=self._exam_failed(memory, e))
+            choice = choose(known)
+        return choice
+
+    def _carry_out(self, exam: Exam, run: RunSettings | None = None, memory: _RunMemory | None = None) -> None:
+        """Do what was chosen about the exam (TAKE is chosen only for a run, with an examiner)."""
+        examiner = self.examiner
+        if examiner is None or exam == Exam.NONE:
             return
-        self._read_peers()
-        if self.examines():
-            self.examine(run)
+        if exam == Exam.KEEP:
+            examiner.keep()
+        elif exam == Exam.LET_GO:
+            examiner.let_go()
+        else:
+            assert run is not None and memory is not None
+            try:
+                examiner.take(run)
+            except EXAM_ERRORS as e:
+                self._exam_failed(memory, e)
+            finally:
+                examiner.let_go()  # the exam of version 0 taken (or failed): follow again
+
+    def _exam_failed(self, memory: _RunMemory, error: Exception) -> float:
+        """Note a failed exam; returns its time (the next try waits `choices.EXAM_RETRY_S`)."""
+        assert self.examiner is not None
+        self.examiner.failed(error)
+        memory.exam_failed_at = time.monotonic()
+        return memory.exam_failed_at
+
+    def _announce(self, memory: _RunMemory) -> None:
+        """The first time this server works for the run, say so at once (a heartbeat now, not at the next beat): the
+        other servers then count it when they decide who examines."""
+        if not memory.announced:
+            memory.announced = True
+            self._write_heartbeat()
 
     def _catch_up(self) -> None:
         if self.catch_up is None:
@@ -352,7 +397,8 @@ class GroupProducer:
             logger.warning("could not load the newest weights before a batch (playing version %d): %s",
                            self.version(), e)
 
-    def _play_batch(self, run: RunSettings, groups: int) -> None:
+    def _play_batch(self, run: RunSettings, groups: int) -> bool:
+        """Play `groups` groups and hand them in; False if the run changed meanwhile (nothing handed in)."""
         seeds = [self._rng.randrange(2**31 - 1) for _ in range(groups)]
         specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
         s = run.sampling
@@ -368,7 +414,7 @@ class GroupProducer:
         now = self.bucket.read_run()
         if now is None or now.run_id != run.run_id:  # a new trainer run started meanwhile: these games are not its
             logger.info("the run changed while a batch played: %d games left unwritten", len(games))
-            return
+            return False
         g = run.num_generations
         for i, seed in enumerate(seeds):
             group = GameGroup(run_id=run.run_id, server_id=self.server_id, boot=self.boot, seq=self._seq, seed=seed,
@@ -379,5 +425,4 @@ class GroupProducer:
             self.groups_written += 1
             self.games_written += g
         self._written.append((time.monotonic(), groups * g))
-        if self._handed_in != run.run_id:
-            self._handed_in, self._first_batch_at = run.run_id, time.monotonic()
+        return True

@@ -109,11 +109,10 @@ class RolloutService:
 
         if self.env is not None:
             self.examiner = Examiner(play, version, self._served_hash, self.env, ExamShelf(bucket.storage, bucket.key), server_id,
-                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext,
-                                     published=published)
+                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
         self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
-                                      examine=self.examiner.maybe if self.examiner is not None else None,
+                                      examiner=self.examiner,
                                       max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
                                       adopt=self.follower.adopt if self.follower is not None else None,
                                       published=published, first_step_alone=first_step_alone)

@@ -6,7 +6,8 @@ SIGKILL mid-run and a third joins late; a torn file, a file from another run and
 staleness bound are dropped into the bucket; the run is paused (nothing produced, nothing published) and
 stopped. Then every group any server logged as written is accounted for exactly once: trained on, dropped
 as stale, or still waiting in the bucket; no group was trained on twice; every step's games were within
-the staleness bound and every step has its importance weights.
+the staleness bound and every step has its importance weights. Another hands the exams over from a server keeping
+version 0 for its exam to one with a lower id that joins.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pytest
 from tests._env_server import running_app, running_server
 from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
 from tests.test_wire_fleet import game, group
-from wire.fleet import GameGroup, encode, group_path
+from wire.fleet import GameGroup, ServerState, encode, group_path
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import HeartbeatWatch
 from wire.trajectory import Trajectory
 
 ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
@@ -127,6 +129,57 @@ def test_a_fleet_survives_a_killed_server_a_late_one_bad_files_and_a_pause(tmp_p
         assert all(int(k) <= 1 for k in s["staleness"]), s
         assert s["ratio_mean"] is not None and 0 < s["ratio_min"] <= s["ratio_mean"] <= s["ratio_max"] <= 3.0, s
         assert len(s["groups"]) == 4 and sum(s["staleness"].values()) == 8
+
+
+def test_a_server_keeping_v0_for_its_exam_lets_it_go_when_a_lower_id_joins(tmp_path: Path) -> None:
+    """Issue 56: server "b" keeps version 0 for the exam of v0, which waits for the trainer's first step; the trainer
+    is held before that step (SIGSTOP while it waits for groups: nothing is published, whatever the machine's load).
+    Server "a" joins and examines from then on (the lowest id): "b" lets v0 go at its next look. Once the trainer goes
+    on, "b" follows its versions and its groups are trained ("b" used to serve v0 for good, and from the trainer's
+    third version on every group of it was dropped as too stale: 76 in one run)."""
+    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
+    fleet_bucket = FleetBucket(bucket)
+    shared = ("--bucket", bucket, "--model", model)
+    kept, let_go = "v0 is kept for it meanwhile", "v0, kept for its exam, let go"  # rollout_space.exam's log lines
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+        trainer = stack.enter_context(running_app(  # exams every 5 versions and of v0; staleness bound 2
+            "trainer", *shared, "--env-url", env, "--max-steps", "1000", *FAST_TRAINING, log=tmp_path / "trainer.log"))
+        t = trainer.url
+        wait_until(lambda: status(t)["waiting_for_rollouts"], 120, "the trainer's first step waiting for groups")
+        run = fleet_bucket.read_run()
+        trainer.proc.send_signal(signal.SIGSTOP)
+        stack.callback(trainer.proc.send_signal, signal.SIGCONT)  # before the trainer is stopped, on any way out
+
+        def rollout(name: str):
+            return stack.enter_context(running_app("rollout", *shared, "--env-url", env, "--server-id", name,
+                                                   *ROLLOUT_FLAGS, log=tmp_path / f"{name}.log"))
+
+        b = rollout("b")
+        wait_until(lambda: kept in b.output(), 120, '"b" keeping v0 for its exam')  # its first batch fills the room
+        a = rollout("a")
+        watch = HeartbeatWatch(fleet_bucket)
+        wait_until(lambda: any(s.heartbeat.server_id == "a" and s.heartbeat.run_id == run.run_id
+                               and s.heartbeat.state == ServerState.FULL for s in watch.read()), 60,
+                   '"a" working for the run')
+        joined = time.monotonic()
+        wait_until(lambda: let_go in b.output(), 30, '"b" letting v0 go')  # a look every 0.2 s
+        let_go_s = time.monotonic() - joined
+        assert let_go_s < 10, f'"b" let v0 go {let_go_s:.1f} s after "a" joined'  # not "never"; load stretches a poll
+        assert status(b.url)["version"] == 0  # nothing published: let go, not examined and moved on
+        trainer.proc.send_signal(signal.SIGCONT)
+
+        wait_until(lambda: status(t)["step"] >= 8, 300, "eight steps")  # v0 is 3 versions behind from step 4 on
+        final, steps = status(t), history(t)["steps"]
+        assert status(b.url)["version"] >= 1, "b still serves v0"
+        b_log, trainer_log = b.output(), trainer.output()
+    wrote = r"wrote group (fleet/groups/\S+\.json) \(\d+ games, version (\d+)\)"
+    played = {path: int(version) for path, version in re.findall(wrote, b_log)}  # b's groups: their versions
+    trained = {p for s in steps for p in s["groups"]}
+    followed = {p for p, v in played.items() if v >= 1} & trained  # none while b kept v0: from step 4 on all dropped
+    dropped = [p for p in re.findall(r"dropped group (fleet/groups/\S+\.json)", trainer_log) if p in played]
+    assert len(followed) >= 3, (f"b's groups of versions >= 1 trained: {sorted(followed)}; b's groups dropped as "
+                                f"stale: {dropped}; the trainer's dropped games: {final['staleness']['dropped']}")
 
 
 @pytest.mark.parametrize("where", ["s3"])

@@ -72,22 +72,23 @@ def with_exam(examples: ExampleSchedule = ExampleSchedule(mode="fixed")) -> RunS
 
 def test_an_exam_plays_held_out_words_without_examples_and_is_recorded(server: Server) -> None:
     publisher, state, engine, service = server.publisher, server.state, server.engine, server.service
-    shelf = ExamShelf(publisher.storage.url)
-    record = service.examiner.maybe(with_exam())
-    assert record is not None and record.version == engine.version == 1 and shelf.records() == [record]
+    shelf, examiner = ExamShelf(publisher.storage.url), service.examiner
+    assert examiner.due(with_exam(), 1)
+    record = examiner.take(with_exam())
+    assert record.version == engine.version == 1 and shelf.records() == [record]
     assert record.settings == EXAM and record.server_id == "s0" and record.state_hash is not None
     assert record.scores.games == 4 and record.scores.moves <= 8 and record.copying.own == 0
     assert record.copying.valid_rate == 1.0  # the reference: what copying the examples scores
     exam_games = [g for g in service.recent_games(10) if g.exam]
     assert len(exam_games) == 4 and all(not any(g.examples) for g in exam_games)
     assert {g.secret for g in exam_games if g.secret} <= HELD_OUT
-    assert service.examiner.maybe(with_exam()) is None  # v1 examined: not due again in its block
+    assert not examiner.due(with_exam(), 1)  # v1 examined: not due again in its block
     publisher.publish(nudged(state, 0))
     publisher.flush()
     service.follower.sync()
-    assert engine.version == 2 and service.examiner.maybe(with_exam()).version == 2
-    assert [r.version for r in shelf.records()] == [1, 2] and service.examiner.latest(1).version == 1
-    assert service.examiner.maybe(run_settings()) is None  # a run without exams
+    assert engine.version == 2 and examiner.due(with_exam(), 2) and examiner.take(with_exam()).version == 2
+    assert [r.version for r in shelf.records()] == [1, 2] and examiner.latest(1).version == 1
+    assert not examiner.due(run_settings(), 2)  # a run without exams
 
 
 def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
@@ -135,16 +136,20 @@ def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> No
         bucket.delete([f.path for f in bucket.list_groups()])
 
 
-def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server) -> None:
-    examiner = server.service.examiner
+def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server, monkeypatch) -> None:
+    examiner, bucket, producer = server.service.examiner, server.bucket, server.producer
     examiner.env = EnvClient("http://127.0.0.1:9")  # an env that does not answer
-    server.bucket.write_run(with_exam())
-    server.producer.step()
-    server.bucket.delete([f.path for f in server.bucket.list_groups()])
-    server.producer.step()
-    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(server.bucket.storage).records() == []
-    assert len(server.bucket.list_groups()) == 2  # the batch for training was played all the same
-    assert examiner.maybe(with_exam()) is None  # not tried again before RETRY_S
+    bucket.write_run(with_exam())
+    producer.step()
+    bucket.delete([f.path for f in bucket.list_groups()])
+    producer.step()
+    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(bucket.storage).records() == []
+    assert len(bucket.list_groups()) == 2  # the batch for training was played all the same
+    tries = []
+    monkeypatch.setattr(examiner, "take", lambda run: tries.append(run))
+    bucket.delete([f.path for f in bucket.list_groups()])
+    producer.step()
+    assert tries == [] and len(bucket.list_groups()) == 2  # not tried again before EXAM_RETRY_S; games go on
 
 
 def test_exam_games_must_be_exam_games_without_examples_of_one_version() -> None:
@@ -215,8 +220,9 @@ def test_an_exam_record_far_ahead_silences_no_exam(server: Server) -> None:
     shelf = ExamShelf(server.bucket.storage, server.bucket.key)
     far = ExamRecord.model_validate(record(version=9_999_999_999))
     shelf.write(far)
-    taken = server.service.examiner.maybe(with_exam())
-    assert taken is not None and taken.version == server.engine.version == 1
+    assert server.service.examiner.due(with_exam(), 1)
+    taken = server.service.examiner.take(with_exam())
+    assert taken.version == server.engine.version == 1
     assert [r.version for r in shelf.records()] == [1] and shelf.refusals() == {"version ahead of the trainer": 1}
     assert server.service.examiner.latest().version == 1  # what the pages show as the last exam
 
@@ -268,14 +274,23 @@ def test_the_exam_of_version_0_waits_for_the_trainers_first_step_on_version_0(un
     assert untrained.service.examiner.activity() is None
 
 
-def test_version_0_kept_for_an_exam_is_let_go_when_another_server_examines(untrained: Server) -> None:
-    run = with_exam().model_copy(update={"max_staleness": 2})
-    assert untrained.service.examiner.maybe(run) is None  # kept: the trainer has published nothing
-    first_step(untrained)
-    assert untrained.engine.version == 0
-    assert untrained.service.examiner.maybe(run, examiner=False) is None
-    untrained.service.follower.sync()
-    assert untrained.engine.version == 1 and ExamShelf(untrained.bucket.storage).records() == []
+def test_a_server_keeping_version_0_lets_it_go_at_its_next_look_once_another_server_examines(
+        untrained: Server) -> None:
+    """Issue 56: the examiner keeps version 0 for its exam; a server with a lower id joins and examines from then on.
+    At its next look the first lets version 0 go (it used to keep it for good, and the trainer dropped its groups as
+    too stale), then plays the trainer's versions, and takes no exam."""
+    bucket, producer, engine = untrained.bucket, untrained.producer, untrained.engine
+    examiner = untrained.service.examiner
+    bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))  # room for 2 groups: one batch fills it
+    producer.step()
+    assert producer.step() > 0 and producer.state == ServerState.FULL and examiner.kept
+    bucket.write_heartbeat(producer.heartbeat().model_copy(update={"server_id": "a", "boot": "b00t"}))  # "a" < "s0"
+    assert producer.step() > 0 and producer.state == ServerState.FULL
+    assert not examiner.kept and examiner.activity() is None and producer.peer_ids == ["a"]
+    first_step(untrained)  # the trainer takes the groups and publishes version 1
+    assert producer.step() == 0 and engine.version == 1
+    assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
+    assert ExamShelf(bucket.storage).records() == []
 
 
 def test_a_run_that_allows_no_stale_game_examines_version_0_before_its_second_batch(untrained: Server) -> None:
@@ -314,7 +329,7 @@ def test_a_server_waiting_for_the_first_step_plays_on_while_the_trainer_waits_fo
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING and len(bucket.list_groups()) == 2
     bucket.delete([f.path for f in bucket.list_groups()])  # taken: the first step trains
     assert producer.step() > 0 and producer.state == ServerState.WAITING
-    monkeypatch.setattr("rollout_space.producer.FIRST_STEP_WAIT_S", 0.0)  # the step has taken too long
+    monkeypatch.setattr("rollout_space.choices.FIRST_STEP_WAIT_S", 0.0)  # the step has taken too long
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING and len(bucket.list_groups()) == 1
 
 
