@@ -396,8 +396,9 @@ class AdapterFollower(_Follower):
 
     A version is refused (`AdapterRefusedError`: one line, counted in the status's `refused` by reason, not loaded,
     the versions loaded before it still served) when the run's base is not the server's, its rank is above
-    `max_rank`, or its tensors are not the run's adapter (another rank or targets than the run's, not PEFT LoRA
-    matrices). A version the server refuses is a failure with its line.
+    `max_rank`, or its tensors are not the run's adapter (`peft_adapter.check_adapter`, as the in-process engines
+    check theirs: not PEFT LoRA matrices, another rank or targets than the run's, values not finite). A version the
+    server refuses is a failure with its line.
 
     Threads: `run` blocks the caller; everything happens in that thread.
     """
@@ -449,14 +450,9 @@ class AdapterFollower(_Follower):
                                       f"to {self.base_hash}: start the server with the run's base model",
                                       "another base")
         try:
-            config = adapter_config(state, run.alpha)
+            config = adapter_config(state, run.alpha, run.r, run.targets)
         except ValueError as e:
             raise AdapterRefusedError(str(e), "bad adapter") from e
-        targets = tuple(sorted(config.target_modules))
-        expected = (run.r or config.r, tuple(sorted(run.targets or targets)))
-        if expected != (config.r, targets):
-            raise AdapterRefusedError(f"the version's tensors are an adapter of rank {config.r} on {', '.join(targets)}"
-                                      f"; the run's is of rank {expected[0]} on {', '.join(expected[1])}", "bad adapter")
         if self.max_rank is not None and config.r > self.max_rank:
             raise AdapterRefusedError(f"the run's adapter has rank {config.r}, above this server's max LoRA rank "
                                       f"{self.max_rank}: restart vllm serve with --max-lora-rank {config.r} or more",

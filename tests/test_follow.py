@@ -196,30 +196,35 @@ def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Pa
         server.stop()
 
 
+class StubLoraServer:
+    """A stock LoRA server's client as `AdapterFollower` calls it, no vLLM: records each adapter folder loaded and each
+    unloaded, and refuses to load the model `refuse` (as a server refuses an adapter above its max rank)."""
+
+    def __init__(self, refuse: str | None = None) -> None:
+        self.refuse, self.calls = refuse, []
+
+    def wait_ready(self, timeout: float) -> None:
+        pass
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        from delta.integrations.vllm_http import VLLMServerError
+
+        if name == self.refuse:
+            raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
+                                  route="/v1/load_lora_adapter", status=400)
+        assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+        self.calls.append(("load", name))
+
+    def unload_lora_adapter(self, name: str) -> None:
+        self.calls.append(("unload", name))
+
+
 def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp_path: Path) -> None:
     """No vLLM: a client that refuses version 2 (as a server does an adapter above its max rank). The refusal is one
     line and a failure in the status; version 1 stays loaded, version 3 loads, and the oldest beyond --keep goes."""
     from delta.follow import AdapterFollower, AdapterRun
-    from delta.integrations.vllm_http import VLLMServerError
 
-    class Server:
-        def __init__(self) -> None:
-            self.calls: list[tuple[str, str]] = []
-
-        def wait_ready(self, timeout: float) -> None:
-            pass
-
-        def load_lora_adapter(self, name: str, path: str) -> None:
-            if name == "adapter-v2":
-                raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
-                                      route="/v1/load_lora_adapter", status=400)
-            assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
-            self.calls.append(("load", name))
-
-        def unload_lora_adapter(self, name: str) -> None:
-            self.calls.append(("unload", name))
-
-    bucket, server, lines = str(tmp_path / "bucket"), Server(), []
+    bucket, server, lines = str(tmp_path / "bucket"), StubLoraServer(refuse="adapter-v2"), []
     state = {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.zeros(shape)
              for m, shape in (("A", (4, 8)), ("B", (8, 4)))}
     follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1),
@@ -240,6 +245,41 @@ def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp
     assert [line for line in lines if line.startswith("ERROR")] == [
         "ERROR adapter version 2 not loaded: VLLMServerError: POST /v1/load_lora_adapter answered 400: rank 16 above "
         "max_lora_rank 8"]
+
+
+def test_an_adapter_version_with_nan_or_inf_is_refused_and_the_one_loaded_stays_served(tmp_path: Path) -> None:
+    """`delta follow --lora-alpha` (its `AdapterRun`, nothing but alpha and keep), no vLLM: a version forged through a
+    publisher (hashes consistent) with an infinite value, then one with a NaN, is refused in one line each and counted
+    as a refusal, never sent to the server; version 1 stays served meanwhile, and the trainer's next version loads."""
+    from delta.follow import AdapterFollower, AdapterRun
+
+    bucket, server, lines = str(tmp_path / "bucket"), StubLoraServer(), []
+    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1),
+                               AdapterRun(8.0, keep=1), client=server, log=lines.append)
+    runner = threading.Thread(target=follower.run, kwargs={"until": 4})
+    inf, nan = _adapter(2), _adapter(3)
+    inf[next(n for n in inf if ".lora_A." in n)][0, 0] = float("inf")
+    nan[next(n for n in nan if ".lora_B." in n)][1, 1] = float("nan")
+    with delta.Publisher(bucket) as publisher:
+        for version, state in enumerate([_adapter(1), inf, nan, _adapter(4)], start=1):
+            publisher.publish(state)
+            publisher.flush()
+            if version == 1:
+                runner.start()
+            refused = version - 1  # versions 2 and 3 are refused as they come
+            wait_until(lambda: follower.status.version == version or sum(follower.status.refused.values()) == refused)
+            if version in (2, 3):
+                assert follower.loaded == [1] and follower.status.version == 1  # the adapter it had, still served
+    runner.join(60)
+    follower.close()
+    assert server.calls == [("load", "adapter-v1"), ("load", "adapter-v4"), ("unload", "adapter-v1")]
+    assert follower.status.refused == {"bad adapter": 2} and follower.status.failures == 0
+    name = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"
+    assert [line for line in lines if line.startswith("REFUSED")] == [
+        f"REFUSED adapter version 2 (bad adapter): adapter tensor '{name.format('A')}' holds NaN or infinite values (a "
+        "forged or broken adapter)",
+        f"REFUSED adapter version 3 (bad adapter): adapter tensor '{name.format('B')}' holds NaN or infinite values (a "
+        "forged or broken adapter)"]
 
 
 class FakeLoraServer:
@@ -336,14 +376,17 @@ def test_the_sidecar_loads_an_adapter_run_with_the_run_s_settings_from_the_bucke
      r"REFUSED adapter version 1 \(not an adapter run\): the run publishes the base with its adapter merged in, not an "
      r"adapter: follow it with `python -m delta follow` beside a server with the delta backend"),
     ("other rank", (), "bad adapter",
-     r"REFUSED adapter version 1 \(bad adapter\): the version's tensors are an adapter of rank 2 on q_proj; the run's "
-     r"is of rank 4 on q_proj"),
-], ids=["another base", "rank above max", "merged run", "other rank"])
+     r"REFUSED adapter version 1 \(bad adapter\): the tensors are an adapter of rank 2 on q_proj; the run's is of rank "
+     r"4 on q_proj"),
+    ("nan", (), "bad adapter",
+     r"REFUSED adapter version 1 \(bad adapter\): adapter tensor 'base_model\.model\.model\.layers\.0\.self_attn\."
+     r"q_proj\.lora_B\.weight' holds NaN or infinite values \(a forged or broken adapter\)"),
+], ids=["another base", "rank above max", "merged run", "other rank", "nan"])
 def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, case: str, flags: tuple, reason: str,
                                                                line: str) -> None:
-    """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter:
-    each version refused in one line and counted by reason in the status; nothing loaded. Without the token, the
-    sidecar says the run's settings go unchecked."""
+    """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter
+    (another rank, a NaN): each version refused in one line and counted by reason in the status; nothing loaded.
+    Without the token, the sidecar says the run's settings go unchecked."""
     import re
 
     from tests._env_server import serving
@@ -352,8 +395,11 @@ def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, c
     base = _base(tmp_path / "model")
     server = FakeLoraServer(_base(tmp_path / "other", seed=1) if case == "another base" else base)
     _write_run(bucket, base, "merged" if case == "merged" else "adapter")
+    adapter = _adapter(1, r=2 if case == "other rank" else 4)
+    if case == "nan":  # forged through a publisher: every hash consistent
+        next(t for n, t in adapter.items() if ".lora_B." in n)[3, 1] = float("nan")
     with delta.Publisher(str(bucket)) as publisher:
-        publisher.publish(_adapter(1, r=2 if case == "other rank" else 4))
+        publisher.publish(adapter)
         publisher.flush()
     with serving(server.app) as url:
         sidecar = _sidecar(bucket, url, status, *flags)

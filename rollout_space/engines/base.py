@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 import delta
+from delta.integrations.peft_adapter import check_adapter
 from wire.lora import LoraSettings
 from wire.rollout import Completion
 
@@ -280,8 +281,9 @@ class Engine(ABC):
             version: The version the state is at after this update.
 
         Raises:
-            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter value that
-                is not finite (anywhere in the adapter: a tensor refused once is refused until it is replaced).
+            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter that
+                `check_adapter` refuses (a value not finite anywhere in it: a tensor refused once is refused until it
+                is replaced).
             EngineError: the backend failed while loading; what it computes with is then undefined
                 until an update of every tensor succeeds.
         """
@@ -294,9 +296,10 @@ class Engine(ABC):
                 problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
                                 f"{old.dtype} {tuple(old.shape)}")
         if self._lora is not None and not problems:  # the whole adapter served, not only what changed: it is small
-            problems = [f"adapter tensor {name!r} holds NaN or infinite values (a forged or broken adapter)"
-                        for name, tensor in sorted({**self._state, **changed}.items())
-                        if not bool(torch.isfinite(tensor).all())]
+            try:
+                check_adapter({**self._state, **changed}, self._lora.r, self._lora.targets)
+            except ValueError as e:
+                problems = [str(e)]
         if problems:
             raise UpdateRefusedError(version, self._version, problems)
         with self._serving():
