@@ -59,8 +59,8 @@ from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig", "FollowStatus",
-           "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
+__all__ = ["MAX_KEEP", "AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig",
+           "FollowStatus", "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
 
 
 @dataclass(frozen=True)
@@ -349,6 +349,11 @@ class ServerFollower(_Follower):
         self._write_status()
 
 
+#: Most adapter versions an `AdapterFollower` keeps loaded (`AdapterRun.keep`, `--keep`): each is a PEFT folder in its
+#: `work_dir` and one of the server's adapters. The product's runs ask for their staleness + 1, within the same cap.
+MAX_KEEP = 16
+
+
 @dataclass(frozen=True)
 class AdapterRun:
     """What an adapter run's versions are loaded with, and what they must be: the run's settings, or the command line.
@@ -368,8 +373,9 @@ class AdapterRun:
     base_hash: str | None = None
 
     def __post_init__(self) -> None:
-        if self.keep < 1:
-            raise ValueError(f"keep must be at least 1 adapter version, got {self.keep}")
+        if not 1 <= self.keep <= MAX_KEEP:
+            raise ValueError(f"keep must be 1 to {MAX_KEEP} adapter versions (each a folder on disk and one of the "
+                             f"server's adapters), got {self.keep}: lower --keep, or the run's staleness")
 
 
 def base_hash_of(folder: str) -> str:
@@ -508,16 +514,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
     p.add_argument("--keep", type=_versions, default=None,
-                   help="adapter versions kept loaded on a LoRA server (default: the run's staleness + 1, or 1)")
+                   help=f"adapter versions kept loaded on a LoRA server, 1 to {MAX_KEEP} (default: the run's staleness "
+                        "+ 1, or 1)")
     p.add_argument("--max-lora-rank", type=int, default=None,
                    help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
                         "loading (default: the server refuses them itself, each a failure)")
 
 
 def _versions(text: str) -> int:
-    """`--keep`'s value: a number of adapter versions, at least 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, at least 1; got {text!r}")
+    """`--keep`'s value: a number of adapter versions, 1 to `MAX_KEEP`."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_KEEP:
+        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, 1 to {MAX_KEEP}; got {text!r}")
     return int(text)
 
 

@@ -312,16 +312,18 @@ def _adapter(version: int, r: int = 4) -> dict[str, torch.Tensor]:
             for m, shape in (("A", (r, 8)), ("B", (8, r)))}
 
 
-def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", **lora: object) -> None:
+def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", staleness: int = 1,
+               **lora: object) -> None:
     """The run's settings in `bucket` as a trainer writes them (signed with `token`): a LoRA run of rank 4, alpha 6,
-    on q_proj of the model folder `base`, staleness 1."""
+    on q_proj of the model folder `base`, staleness 1 (another `staleness`: as no trainer of adapter runs writes it)."""
     from tests._lora import settings
     from trainer_space import TrainerConfig
     from trainer_space.fleet import FleetRun
     from wire.fleet import RunState
     from wire.fleet_bucket import FleetBucket
 
-    config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync, max_staleness=1)
+    config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync if staleness == 1 else "merged",
+                           max_staleness=staleness)
     run = FleetRun(config, FleetBucket(str(bucket), secret=token), run_id="run")
     run.know_lora(settings(base, sync, alpha=6.0, targets=("q_proj",), **lora))
     run.send(RunState.RUNNING, 0)
@@ -381,12 +383,17 @@ def test_the_sidecar_loads_an_adapter_run_with_the_run_s_settings_from_the_bucke
     ("nan", (), "bad adapter",
      r"REFUSED adapter version 1 \(bad adapter\): adapter tensor 'base_model\.model\.model\.layers\.0\.self_attn\."
      r"q_proj\.lora_B\.weight' holds NaN or infinite values \(a forged or broken adapter\)"),
-], ids=["another base", "rank above max", "merged run", "other rank", "nan"])
+    ("staleness", (), "too many versions",
+     r"REFUSED adapter version 1 \(too many versions\): the run asks every server to keep 21 adapter versions "
+     r"loaded \(its max_staleness \+ 1\), above the cap of 16: run the trainer with --max-staleness 15 or less, or "
+     r"--lora-sync merged"),
+], ids=["another base", "rank above max", "merged run", "other rank", "nan", "staleness"])
 def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, case: str, flags: tuple, reason: str,
                                                                line: str) -> None:
     """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter
-    (another rank, a NaN): each version refused in one line and counted by reason in the status; nothing loaded.
-    Without the token, the sidecar says the run's settings go unchecked."""
+    (another rank, a NaN), a staleness that would keep more adapter versions than the cap: each version refused in
+    one line and counted by reason in the status; nothing loaded. Without the token, the sidecar says the run's
+    settings go unchecked."""
     import re
 
     from tests._env_server import serving
@@ -394,7 +401,8 @@ def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, c
     bucket, status = tmp_path / "bucket", tmp_path / "status.json"
     base = _base(tmp_path / "model")
     server = FakeLoraServer(_base(tmp_path / "other", seed=1) if case == "another base" else base)
-    _write_run(bucket, base, "merged" if case == "merged" else "adapter")
+    staleness = 20 if case == "staleness" else 1
+    _write_run(bucket, base, "merged" if case == "merged" else "adapter", staleness=staleness)
     adapter = _adapter(1, r=2 if case == "other rank" else 4)
     if case == "nan":  # forged through a publisher: every hash consistent
         next(t for n, t in adapter.items() if ".lora_B." in n)[3, 1] = float("nan")
@@ -414,3 +422,21 @@ def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, c
     [refusal] = [x for x in out.splitlines() if x.startswith("REFUSED")]
     assert re.fullmatch(line, refusal), refusal
     assert "no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without checking" in out
+
+
+def test_the_adapter_versions_kept_are_capped_where_they_are_configured(capsys) -> None:
+    """`--keep` and `AdapterRun.keep` say what to change past `MAX_KEEP`; every run the product's trainer configures
+    (its staleness + 1, `wire.lora.MAX_KEPT_VERSIONS`) is within it."""
+    from delta.cli import main
+    from delta.follow import MAX_KEEP, AdapterRun
+    from wire.lora import MAX_KEPT_VERSIONS
+
+    assert MAX_KEPT_VERSIONS <= MAX_KEEP == 16
+    assert AdapterRun(2.0, keep=16).keep == 16
+    with pytest.raises(ValueError, match=r"^keep must be 1 to 16 adapter versions \(each a folder on disk and one of "
+                                         r"the server's adapters\), got 17: lower --keep, or the run's staleness$"):
+        AdapterRun(2.0, keep=17)
+    with pytest.raises(SystemExit):
+        main(["follow", "--bucket", "b", "--vllm-url", "http://x", "--lora-alpha", "2", "--keep", "17"])
+    assert "argument --keep: must be a number of adapter versions, 1 to 16; got '17'" in capsys.readouterr().err
+
