@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -536,11 +537,15 @@ def follow_config(args: argparse.Namespace) -> FollowConfig:
 
 
 def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:
-    """Run `follower` until `until` is served or Ctrl-C, close it and say what the server serves; exit status 0."""
+    """Run `follower` until `until` is served or Ctrl-C, close it and say what the server serves; exit status 0. A
+    server that never answered, or answers without the `delta` backend, ends it in one line: exit status 1."""
     try:
         version = follower.run(threading.Event(), until=until)
     except KeyboardInterrupt:
         version = follower.status.version
+    except (VLLMServerError, FileNotFoundError) as e:
+        print(f"error: {printable(str(e))}", file=sys.stderr, flush=True)
+        return 1
     finally:
         follower.close()
     print(f"stopped; the server serves version {version}", flush=True)

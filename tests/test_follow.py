@@ -440,3 +440,45 @@ def test_the_adapter_versions_kept_are_capped_where_they_are_configured(capsys) 
         main(["follow", "--bucket", "b", "--vllm-url", "http://x", "--lora-alpha", "2", "--keep", "17"])
     assert "argument --keep: must be a number of adapter versions, 1 to 16; got '17'" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("reply, shown", [
+    ({}, "{}, not an object with 'data'"),
+    (None, "null, not an object with 'data'"),
+    ({"data": None}, '{"data": null}, not an object with \'data\''),
+    ({"data": []}, '{"data": []}, not a list of models, one of them a base model'),
+    ({"data": ["tiny"]}, '{"data": ["tiny"]}, not a list of models, one of them a base model'),
+    ({"data": [{"id": "adapter-v1", "parent": "tiny"}]},
+     '{"data": [{"id": "adapter-v1", "parent": "tiny"}]}, not a list of models, one of them a base model'),
+], ids=["no data", "null", "data null", "empty", "strings", "no base"])
+def test_the_sidecar_says_in_one_line_that_a_server_is_not_a_vllm_server(tmp_path: Path, capsys, reply: object,
+                                                                          shown: str) -> None:
+    """A `/v1/models` reply that is no list of models ends the sidecar's start in one line, no traceback; the client
+    says the same at any later call."""
+    from fastapi import FastAPI
+
+    from delta.integrations.vllm_http import VLLMHTTPClient, VLLMServerError
+    from rollout_space.sidecar import main
+    from tests._env_server import serving
+
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    app.get("/v1/models")(lambda: reply)
+    with serving(app) as url:
+        assert main(["--bucket", str(tmp_path / "bucket"), "--vllm-url", url, "--ready-timeout", "5"]) == 1
+        expected = f"GET {url}/v1/models answered {shown}: is {url} a vLLM server?"
+        assert capsys.readouterr().err == f"error: {expected}\n"
+        with pytest.raises(VLLMServerError) as later:
+            VLLMHTTPClient(url, timeout=5).base_model()
+        assert str(later.value) == expected
+
+
+def test_a_server_lost_after_the_start_ends_the_sidecar_in_one_line(tmp_path: Path, capsys) -> None:
+    """The sidecar's server answered at its start, then not when the follower starts: one line, exit status 1."""
+    from delta.follow import AdapterFollower, AdapterRun, run_until_stopped
+
+    config = FollowConfig(str(tmp_path / "bucket"), "http://127.0.0.1:9", ready_timeout=0.5)
+    follower = AdapterFollower(config, AdapterRun(2.0), client=VLLMHTTPClient(config.vllm_url, timeout=0.5))
+    assert run_until_stopped(follower, None) == 1
+    out = capsys.readouterr()
+    assert out.err == ("error: GET http://127.0.0.1:9/health failed: <urlopen error [Errno 111] Connection refused>; "
+                       "is the vLLM server running there?\n") and out.out == ""
