@@ -191,11 +191,11 @@ class Follower:
 
         Raises:
             LoraRefusedError: a run this server does not follow (`run_refusal`: another base, more versions to keep
-                than `wire.lora.MAX_KEPT_VERSIONS`, a switch of what the bucket's versions are while it serves one of them;
-                `Engine.adapter_refusal`: no LoRA support, a rank above its max, targets that are not linear layers
-                of the model): the engine and the follower are unchanged, and the refusal is counted once per run in
-                `refused`. Or the engine failed to build the adapter: it then serves the base at version 0, and the
-                next call tries again.
+                than `wire.lora.MAX_KEPT_VERSIONS`, a switch of what the bucket's versions are while it serves one of
+                them; `Engine.adapter_refusal`: no LoRA support, a rank above its max, targets that are not linear
+                layers of the model): the engine and the follower are unchanged, and the refusal is counted once per
+                run in `refused`. Or the engine failed to build the adapter: it then serves the base at version 0,
+                and the next call tries again.
         """
         refusal = run_refusal(lora, keep, base_hash=self.base_hash, followed=self.lora, held=self._subscriber.version)
         adapter = lora if lora is not None and lora.sync == "adapter" else None
