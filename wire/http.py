@@ -4,6 +4,7 @@ into errors that say what to check."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, TypeVar
 
@@ -23,13 +24,13 @@ REFUSALS = frozenset({400, 401, 403, 413, 422})
 def exchange(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None,
              max_bytes: int) -> tuple[int, bytes]:
     """`method path` with a JSON body: the reply's status and body, read whole within the client's timeout (which
-    bounds each read and the whole reply) and `max_bytes`. Asks for no compression: what arrives is what is counted.
+    bounds each read and the whole reply; a client without one waits as long as it takes) and `max_bytes`. Asks for no compression: what arrives is what is counted.
 
     Raises:
         httpx.HTTPError: no answer.
         delta.ReplyLimitError: a reply over `max_bytes`, or still coming at the deadline.
     """
-    deadline = time.monotonic() + (http.timeout.read or 0.0)
+    deadline = time.monotonic() + (math.inf if http.timeout.read is None else http.timeout.read)
     with http.stream(method, path, json=body, headers={"Accept-Encoding": "identity"}) as response:
         return response.status_code, read_reply(response.iter_bytes(), max_bytes=max_bytes, deadline=deadline)
 
