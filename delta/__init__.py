@@ -10,7 +10,7 @@ The public API is what `__all__` lists, plus `delta.storage` (the backends) and 
 `delta.integrations` and `delta.follow`, each with its own `__all__`. The layers below it, each a folder,
 import only downwards: `tensors` (bit views, hashes, state files, the host/device seam) < `codecs` <
 `format` (one delta file) < `patch` (diff and apply) < `bucket` (manifest, publish, subscribe), with
-`storage`, `errors`, `retry` and `atomic` beside them.
+`storage`, `errors`, `retry`, `atomic` and `replies` (bounded HTTP replies) beside them.
 """
 
 from .atomic import atomic_path, write_atomic
@@ -22,11 +22,12 @@ from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Up
 from .codecs import CODECS, DEFAULT_CODEC, Change
 from .errors import (
     BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, NoPathError,
-    PublishError, StateMismatchError, StorageError,
+    PublishError, ReplyLimitError, StateMismatchError, StorageError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta
 from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
 from .patch.diff import diff
+from .replies import read_reply
 from .retry import RetryPolicy
 from .storage import Storage, StoredFile, open_storage
 from .tensors.hashing import StateDigest, state_digest
@@ -35,9 +36,9 @@ from .tensors.state import State, load_state, save_state
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
     "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
-    "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest",
-    "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus",
-    "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode",
-    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest",
-    "write_atomic", "write_changes",
+    "PublishedVersion", "Publisher", "PublisherConfig", "ReplyLimitError", "RetryPolicy", "Rollback", "State",
+    "StateDigest", "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig",
+    "SubscriberStatus", "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path",
+    "broadcast_object", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest",
+    "read_reply", "save_state", "state_digest", "write_atomic", "write_changes",
 ]

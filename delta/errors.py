@@ -145,6 +145,19 @@ class NoPathError(DeltaError, LookupError):
         self.target = target
 
 
+class ReplyLimitError(DeltaError, ConnectionError):
+    """An HTTP reply past its reader's bounds (`read_reply`): more bytes than it takes, or still coming at its
+    deadline. Refused, not read further: a broken or hostile server costs its client no more than the bounds.
+
+    Attributes:
+        limit: "size" or "time".
+    """
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class AdapterRefusedError(DeltaError, ValueError):
     """An adapter version a sidecar will not load into its server: trained on another base, of a rank above the
     server's max, tensors that are not the run's adapter, or a bucket whose run publishes no adapter.

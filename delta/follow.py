@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -59,8 +60,8 @@ from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig", "FollowStatus",
-           "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
+__all__ = ["MAX_KEEP", "AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig",
+           "FollowStatus", "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,11 @@ class ServerFollower(_Follower):
         self._write_status()
 
 
+#: Most adapter versions an `AdapterFollower` keeps loaded (`AdapterRun.keep`, `--keep`): each is a PEFT folder in its
+#: `work_dir` and one of the server's adapters. The product's runs ask for their staleness + 1, within the same cap.
+MAX_KEEP = 16
+
+
 @dataclass(frozen=True)
 class AdapterRun:
     """What an adapter run's versions are loaded with, and what they must be: the run's settings, or the command line.
@@ -368,8 +374,9 @@ class AdapterRun:
     base_hash: str | None = None
 
     def __post_init__(self) -> None:
-        if self.keep < 1:
-            raise ValueError(f"keep must be at least 1 adapter version, got {self.keep}")
+        if not 1 <= self.keep <= MAX_KEEP:
+            raise ValueError(f"keep must be 1 to {MAX_KEEP} adapter versions (each a folder on disk and one of the "
+                             f"server's adapters), got {self.keep}: lower --keep, or the run's staleness")
 
 
 def base_hash_of(folder: str) -> str:
@@ -396,8 +403,9 @@ class AdapterFollower(_Follower):
 
     A version is refused (`AdapterRefusedError`: one line, counted in the status's `refused` by reason, not loaded,
     the versions loaded before it still served) when the run's base is not the server's, its rank is above
-    `max_rank`, or its tensors are not the run's adapter (another rank or targets than the run's, not PEFT LoRA
-    matrices). A version the server refuses is a failure with its line.
+    `max_rank`, or its tensors are not the run's adapter (`peft_adapter.check_adapter`, as the in-process engines
+    check theirs: not PEFT LoRA matrices, another rank or targets than the run's, values not finite). A version the
+    server refuses is a failure with its line.
 
     Threads: `run` blocks the caller; everything happens in that thread.
     """
@@ -449,14 +457,9 @@ class AdapterFollower(_Follower):
                                       f"to {self.base_hash}: start the server with the run's base model",
                                       "another base")
         try:
-            config = adapter_config(state, run.alpha)
+            config = adapter_config(state, run.alpha, run.r, run.targets)
         except ValueError as e:
             raise AdapterRefusedError(str(e), "bad adapter") from e
-        targets = tuple(sorted(config.target_modules))
-        expected = (run.r or config.r, tuple(sorted(run.targets or targets)))
-        if expected != (config.r, targets):
-            raise AdapterRefusedError(f"the version's tensors are an adapter of rank {config.r} on {', '.join(targets)}"
-                                      f"; the run's is of rank {expected[0]} on {', '.join(expected[1])}", "bad adapter")
         if self.max_rank is not None and config.r > self.max_rank:
             raise AdapterRefusedError(f"the run's adapter has rank {config.r}, above this server's max LoRA rank "
                                       f"{self.max_rank}: restart vllm serve with --max-lora-rank {config.r} or more",
@@ -512,16 +515,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
     p.add_argument("--keep", type=_versions, default=None,
-                   help="adapter versions kept loaded on a LoRA server (default: the run's staleness + 1, or 1)")
+                   help=f"adapter versions kept loaded on a LoRA server, 1 to {MAX_KEEP} (default: the run's staleness "
+                        "+ 1, or 1)")
     p.add_argument("--max-lora-rank", type=int, default=None,
                    help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
                         "loading (default: the server refuses them itself, each a failure)")
 
 
 def _versions(text: str) -> int:
-    """`--keep`'s value: a number of adapter versions, at least 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, at least 1; got {text!r}")
+    """`--keep`'s value: a number of adapter versions, 1 to `MAX_KEEP`."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_KEEP:
+        raise argparse.ArgumentTypeError(f"must be a number of adapter versions, 1 to {MAX_KEEP}; got {text!r}")
     return int(text)
 
 
@@ -533,11 +537,15 @@ def follow_config(args: argparse.Namespace) -> FollowConfig:
 
 
 def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:
-    """Run `follower` until `until` is served or Ctrl-C, close it and say what the server serves; exit status 0."""
+    """Run `follower` until `until` is served or Ctrl-C, close it and say what the server serves; exit status 0. A
+    server that never answered, or answers without the `delta` backend, ends it in one line: exit status 1."""
     try:
         version = follower.run(threading.Event(), until=until)
     except KeyboardInterrupt:
         version = follower.status.version
+    except (VLLMServerError, FileNotFoundError) as e:
+        print(f"error: {printable(str(e))}", file=sys.stderr, flush=True)
+        return 1
     finally:
         follower.close()
     print(f"stopped; the server serves version {version}", flush=True)

@@ -12,9 +12,13 @@ import httpx
 
 from webguard import auth_headers
 from wire.env import ExamInfo, StepResponse, WordleObservation
-from wire.http import request_json
+from delta import ReplyLimitError
+from wire.http import exchange, request_json
 
 from .errors import EnvUnavailableError
+
+#: Most bytes of one reply of the env: an observation is a few KB, `/exam` a list of held-out secrets.
+MAX_REPLY_BYTES = 1 << 20
 
 
 class EnvClient:
@@ -22,7 +26,7 @@ class EnvClient:
 
     Args:
         url: Base URL of the env Space, e.g. ``http://127.0.0.1:7861``.
-        timeout: Seconds per request.
+        timeout: Seconds per request, its reply included (and at most `MAX_REPLY_BYTES` of it).
         token: The env token, sent as a bearer token: the env then plays these games in its reserved
             pool and records them as the policy's (without it, an env with a token refuses them).
     """
@@ -56,8 +60,8 @@ class EnvClient:
     def close_game(self, episode_id: str) -> None:
         """Drop an unfinished game (best effort: a game the env already dropped is fine)."""
         try:
-            self._http.post("/close", json={"episode_id": episode_id})
-        except httpx.HTTPError:
+            exchange(self._http, "POST", "/close", {"episode_id": episode_id}, MAX_REPLY_BYTES)
+        except (httpx.HTTPError, ReplyLimitError):
             pass
 
     def exam_info(self, games: int, turns: int) -> ExamInfo:
@@ -68,13 +72,13 @@ class EnvClient:
         """
         return request_json(self._http, "GET", f"/exam?games={games}&turns={turns}", None,
                             what=f"the env Space at {self.url}", flag="--env-url", error=EnvUnavailableError,
-                            answer=ExamInfo)
+                            answer=ExamInfo, max_bytes=MAX_REPLY_BYTES)
 
     def health(self) -> bool:
         """Whether the env answers ``/health``."""
         try:
-            return self._http.get("/health").status_code == 200
-        except httpx.HTTPError:
+            return exchange(self._http, "GET", "/health", None, MAX_REPLY_BYTES)[0] == 200
+        except (httpx.HTTPError, ReplyLimitError):
             return False
 
     def close(self) -> None:
@@ -83,5 +87,5 @@ class EnvClient:
     def _post(self, path: str, body: dict[str, Any]) -> WordleObservation:
         """A step response of the env (``/reset``, ``/step``), its reward and done put in the observation."""
         reply = request_json(self._http, "POST", path, body, what=f"the env Space at {self.url}", flag="--env-url",
-                             error=EnvUnavailableError, answer=StepResponse)
+                             error=EnvUnavailableError, answer=StepResponse, max_bytes=MAX_REPLY_BYTES)
         return reply.merged()

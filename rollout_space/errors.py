@@ -11,8 +11,10 @@ class EnvUnavailableError(RolloutError):
 
 
 class LoraRefusedError(RolloutError, ValueError):
-    """A LoRA run this server cannot follow (another base model, an engine that serves no adapter or not that rank);
-    the message says which, in one line, and the server serves what it served before.
+    """A run this server does not follow (another base model, an engine that serves no adapter or not that rank, targets
+    that are not linear layers of the model, more adapter versions to keep than the cap, a switch of what the bucket's
+    versions are under a server that serves one); the message says which, in one line, and the server serves what it
+    served before.
 
     Attributes:
         reason: A few words naming the kind of refusal, as the status counts them (`REFUSALS`).
@@ -24,7 +26,8 @@ class LoraRefusedError(RolloutError, ValueError):
 
 
 #: The kinds of refusal a rollout server counts in its status (`RolloutStatus.refused`).
-REFUSALS = ("another base", "no LoRA support", "rank above max", "adapter failed", "bad adapter")
+REFUSALS = ("another base", "no LoRA support", "rank above max", "bad targets", "too many versions", "mode switch",
+            "adapter failed", "bad adapter")
 
 
 class LimitExceededError(RolloutError, ValueError):

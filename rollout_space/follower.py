@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import delta
 from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
 
-from wire.lora import LoraSettings
+from wire.lora import LoraSettings, kept_versions_refusal
 
 from .engines import Engine
 from .engines.errors import EngineError, UpdateRefusedError
@@ -64,6 +64,48 @@ class SyncRecord:
     at: float
 
 
+def run_refusal(lora: LoraSettings | None, keep: int, *, base_hash: str, followed: LoraSettings | None,
+                held: int | None) -> tuple[str, str] | None:
+    """Why a server does not follow the run whose settings name `lora` and `keep` (its staleness + 1), whatever its
+    engine: the kind (`errors.REFUSALS`) and one line saying what to change; None if it may.
+
+    Args:
+        lora: The run's LoRA settings (None: every weight).
+        keep: The adapter versions the run asks a server to keep loaded.
+        base_hash: The state hash of the server's model as loaded.
+        followed: The run's settings the server follows now.
+        held: The bucket version the server serves of what `followed` publishes (None: none yet).
+
+    A bucket's versions are of one kind for good: full weights (every weight, or a merged adapter), or one adapter
+    (its rank, alpha and targets). The trainer never switches a bucket from one to the other, so a run that does while
+    the server serves one of its versions is not followed: following it would drop that version for the base at
+    version 0 and fail on every version of the bucket after.
+    """
+    if lora is not None and lora.base_hash != base_hash:
+        return ("another base", f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
+                f"server's model hashes to {base_hash}: start it with the run's base model")
+    if lora is not None and lora.sync == "adapter" and kept_versions_refusal(keep):
+        return "too many versions", kept_versions_refusal(keep)
+    if held is not None and _published(lora) != _published(followed):
+        return ("mode switch", f"the run now publishes {_described(lora)}, but this server serves version {held} of "
+                f"the bucket, which holds {_described(followed)}: a bucket's versions keep their kind, so version "
+                f"{held} stays served (a run of another kind starts on a new bucket)")
+    return None
+
+
+def _published(lora: LoraSettings | None) -> tuple[int, float, tuple[str, ...]] | None:
+    """What the bucket's versions are under the run's settings `lora`: an adapter (rank, alpha, targets), or None for
+    full weights (a merged adapter's versions are full weights too)."""
+    return None if lora is None or lora.sync != "adapter" else (lora.r, lora.alpha, lora.targets)
+
+
+def _described(lora: LoraSettings | None) -> str:
+    """`_published(lora)` in a few words."""
+    if _published(lora) is None:
+        return "full weights"
+    return f"a LoRA adapter of rank {lora.r}, alpha {lora.alpha:g} on {', '.join(lora.targets)}"
+
+
 class Follower:
     """Follows a bucket for an engine. `start()` begins, `close()` stops; `status()` reports.
 
@@ -86,7 +128,7 @@ class Follower:
         self.refusal: str | None = None
         #: Refusals so far by kind (`errors.REFUSALS`): a run refused counts once, however often it is read again.
         self.refused: Counter[str] = Counter()
-        self._refused_run: LoraSettings | None = None
+        self._refused_run: tuple[LoraSettings | None, int] | None = None  # the run and keep refused last
         version, digest = self._version_of_model(storage, base)
         if version is not None:
             engine.update({}, version)
@@ -143,45 +185,42 @@ class Follower:
 
         Full weights and a merged LoRA run are followed alike; a run in adapter mode makes the engine serve the
         adapter under PEFT (`Engine.serve_adapter`) and the follower follow the adapter's tensors from the bucket's
-        newest anchor; leaving adapter mode restores the base and follows the full weights from the anchor. A
-        version decoded but not loaded yet is dropped. Called by the fleet's producer each time it reads the run,
-        from its thread; cheap when nothing changed.
+        newest anchor, `keep` versions of it loaded (the run's staleness + 1); leaving adapter mode restores the base
+        and follows the full weights from the anchor. A version decoded but not loaded yet is dropped. Called by the
+        fleet's producer each time it reads the run, from its thread; cheap when nothing changed.
 
         Raises:
-            LoraRefusedError: the run's base is not this server's model (its state hash differs), or the engine
-                cannot serve the adapter (`Engine.adapter_refusal`: no LoRA support, a rank above its max): the
-                engine and the follower are unchanged, and the refusal is counted once per run in `refused`. Or the engine failed to build the
-                adapter (its targets match none of the model's modules): it then serves the base at version 0, and
-                the next call tries again.
+            LoraRefusedError: a run this server does not follow (`run_refusal`: another base, more versions to keep
+                than `wire.lora.MAX_KEPT_VERSIONS`, a switch of what the bucket's versions are while it serves one of
+                them; `Engine.adapter_refusal`: no LoRA support, a rank above its max, targets that are not linear
+                layers of the model): the engine and the follower are unchanged, and the refusal is counted once per
+                run in `refused`. Or the engine failed to build the adapter: it then serves the base at version 0,
+                and the next call tries again.
         """
-        self.engine.keep_versions = keep
-        if lora == self.lora:
-            self.refusal = None
-            return
+        refusal = run_refusal(lora, keep, base_hash=self.base_hash, followed=self.lora, held=self._subscriber.version)
+        adapter = lora if lora is not None and lora.sync == "adapter" else None
+        if refusal is None and adapter is not None and lora != self.lora:
+            refusal = self.engine.adapter_refusal(adapter)
         try:
-            self._adopt(lora)
+            if refusal is not None:
+                raise LoraRefusedError(refusal[1], refusal[0])
+            if lora != self.lora:
+                self._adopt(lora, adapter)
         except LoraRefusedError as e:
-            if self.refusal is None or lora != self._refused_run:
+            if self.refusal is None or (lora, keep) != self._refused_run:
                 self.refused[e.reason] += 1
                 logger.warning("refused the run: %s", e)
-            self.refusal, self._refused_run = str(e), lora
+            self.refusal, self._refused_run = str(e), (lora, keep)
             raise
+        self.engine.keep_versions = keep
         self.refusal, self._refused_run = None, None
-        logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
 
-    def _adopt(self, lora: LoraSettings | None) -> None:
-        """`adopt`'s work, for a run other than the one followed."""
-        if lora is not None and lora.base_hash != self.base_hash:
-            raise LoraRefusedError(f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
-                                   f"server's model hashes to {self.base_hash}: start it with the run's base model",
-                                   "another base")
-        adapter = lora if lora is not None and lora.sync == "adapter" else None
-        refusal = self.engine.adapter_refusal(adapter) if adapter is not None else None
-        if refusal is not None:
-            raise LoraRefusedError(refusal[1], refusal[0])
+    def _adopt(self, lora: LoraSettings | None, adapter: LoraSettings | None) -> None:
+        """`adopt`'s work, for a run other than the one followed that this server can follow."""
         if adapter is not None or (self.lora is not None and self.lora.sync == "adapter"):
             self._follow_anew(adapter)
         self.lora = lora
+        logger.info("following the run's %s", f"LoRA adapter ({lora.sync} mode, r={lora.r})" if lora else "weights")
 
     def _follow_anew(self, adapter: LoraSettings | None) -> None:
         """Switch the engine to `adapter` (None: full weights) and follow its new state from the bucket's anchor."""

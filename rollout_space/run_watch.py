@@ -22,9 +22,9 @@ class RunWatch:
 
     Args:
         bucket: The fleet's bucket (with the rollout token when the run signs its files).
-        adopt: Called with `RunSettings.lora` (None: full weights, or no run yet) and the versions to keep (the run's
-            staleness + 1); what it raises (`LoraRefusedError`)
-            is logged once per message, and tried again at the next read.
+        adopt: Called with `RunSettings.lora` (None: full weights) and the versions to keep (the run's staleness + 1)
+            at each read of a run's settings; what it raises (`LoraRefusedError`) is logged once per message, and
+            tried again at the next read.
         interval: Seconds between reads.
 
     Attributes:
@@ -48,11 +48,10 @@ class RunWatch:
         self._reader.close(timeout)
 
     def poll(self) -> None:
-        """Read the run once and follow the state it names (raises what reading or `adopt` raises)."""
+        """Read the run once and follow the state it names (raises what reading or `adopt` raises). No run's settings
+        (none yet, or deleted) name nothing: the state followed stays, as on a server that plays."""
         run = self.bucket.read_run()
-        if run is None:
-            self.adopt(None, 1)
-        else:
+        if run is not None:
             self.adopt(run.lora, run.max_staleness + 1)
 
     def _read(self) -> None:

@@ -32,6 +32,7 @@ from delta.follow import (
 )
 from delta.integrations.vllm_http import VLLMHTTPClient
 from wire.fleet_bucket import FleetBucket
+from wire.lora import kept_versions_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
     given, instead of the run's staleness + 1).
 
     The function raises:
-        AdapterRefusedError: no run's settings in the bucket, or a run that publishes no adapter.
+        AdapterRefusedError: no run's settings in the bucket, a run that publishes no adapter, or one that asks for more
+            versions kept than `wire.lora.MAX_KEPT_VERSIONS`.
         wire.fleet.FleetMessageError: the run's settings are not a valid message (or not signed with the token).
         OSError: the bucket cannot be read.
     """
@@ -56,8 +58,10 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
             what = "every weight" if lora is None else "the base with its adapter merged in"
             raise AdapterRefusedError(f"the run publishes {what}, not an adapter: follow it with `python -m delta "
                                       "follow` beside a server with the delta backend", "not an adapter run")
-        return AdapterRun(lora.alpha, keep=run.max_staleness + 1 if keep is None else keep, r=lora.r,
-                          targets=lora.targets, base_hash=lora.base_hash)
+        kept = run.max_staleness + 1 if keep is None else keep
+        if kept_versions_refusal(kept):
+            raise AdapterRefusedError(kept_versions_refusal(kept), "too many versions")
+        return AdapterRun(lora.alpha, keep=kept, r=lora.r, targets=lora.targets, base_hash=lora.base_hash)
     return read
 
 

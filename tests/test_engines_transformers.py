@@ -279,14 +279,32 @@ def test_an_adapter_is_served_under_peft_in_place_and_taken_off_again(model_dir:
         assert engine.prompt_logprobs([ids]) == [base]
 
 
-def test_an_adapter_whose_targets_match_nothing_is_refused_and_the_base_served(model_dir: str) -> None:
+def test_an_adapter_the_engine_cannot_serve_is_refused_before_anything_changes(model_dir: str) -> None:
+    """Targets that match no module, or name one that is no linear layer, and a rank above the engine's cap: refused in
+    one line (not PEFT's printout of the module) while the engine serves what it served."""
     from tests._lora import settings
+    from wire.lora import MAX_ADAPTER_RANK
 
     ids = [5, 6, 7, 8, 9, 10, 11]
     with open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=128), version=3) as engine:
         [base] = engine.prompt_logprobs([ids])
         engine.serve_adapter(settings(model_dir))
-        with pytest.raises(EngineError, match="switching the LoRA adapter failed while serving version 0: .*no_such_proj"):
-            engine.serve_adapter(settings(model_dir, targets=("no_such_proj",)))
-        assert engine.version == 0 and list(engine.state) == list(delta.load_state(model_dir))
-        assert engine.prompt_logprobs([ids]) == [base]
+        adapter = list(engine.state)
+        assert engine.adapter_support == "LoRA adapters up to rank 512 (PEFT)"
+        for lora, reason, line in [
+            (settings(model_dir, targets=("no_such_proj",)), "bad targets",
+             "the run's --lora-targets no_such_proj matches no module of the model; its linear layers are: down_proj, "
+             "gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj"),
+            (settings(model_dir, targets=("layers",)), "bad targets",
+             "the run's --lora-targets layers names model.layers, a ModuleList: an adapter is built on linear layers "
+             "only (down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj)"),
+            (settings(model_dir, r=MAX_ADAPTER_RANK + 1), "rank above max",
+             "the run's adapter has rank 513, above the transformers engine's cap of 512: run the trainer with "
+             "--lora-r 512 or less, or --lora-sync merged"),
+        ]:
+            assert engine.adapter_refusal(lora) == (reason, line)
+            with pytest.raises(EngineError) as refused:
+                engine.serve_adapter(lora)
+            assert str(refused.value) == line
+        assert engine.version == 0 and list(engine.state) == adapter
+        assert engine.prompt_logprobs([ids]) == [base]  # the zero adapter still served

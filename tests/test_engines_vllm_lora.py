@@ -82,9 +82,13 @@ def test_follows_adapter_versions_as_published_and_keeps_a_group_on_its_version(
         assert follower.sync() == 3 and engine.held_versions == (2, 3)  # version 1 unloaded (keep 2)
         [again] = engine.generate([IDS], GREEDY, at=1)
         assert again.version == 3  # no longer held: the current version, and the completion says so
-    follower.adopt(None)  # full weights again: the base, no adapter
-    assert engine.version == 0 and engine.held_versions == (0,) and engine.prompt_logprobs([IDS]) == [base]
+    with pytest.raises(LoraRefusedError, match=r"^the run now publishes full weights, but this server serves "
+                                               r"version 3 "):
+        follower.adopt(None)  # the bucket holds an adapter's versions: never full weights under a server serving one
+    assert engine.version == 3
     follower.close()
+    engine.serve_adapter(None)  # full weights again: the base, no adapter
+    assert engine.version == 0 and engine.held_versions == (0,) and engine.prompt_logprobs([IDS]) == [base]
 
 
 def test_a_group_held_across_a_publish_is_generated_under_one_version(served, tmp_path) -> None:
@@ -107,8 +111,8 @@ def test_a_group_held_across_a_publish_is_generated_under_one_version(served, tm
     assert engine.version == pinned + 1 and {t[0].version for t in turns} == {pinned}
     # What vLLM gave the held turns is version `pinned`'s policy, not the new one's.
     assert turns[1][0].logprobs != engine.generate([IDS + turns[0][0].token_ids], GREEDY)[0].logprobs
-    follower.adopt(None)
     follower.close()
+    engine.serve_adapter(None)
 
 
 def test_refusals_leave_the_served_version_and_are_counted(served, tmp_path) -> None:
@@ -119,12 +123,12 @@ def test_refusals_leave_the_served_version_and_are_counted(served, tmp_path) -> 
     follower = Follower(engine, bucket, FAST)
     with delta.Publisher(bucket) as publisher:
         _publish(publisher, states[0])
-        follower.adopt(lora, keep=2)
-        assert follower.sync() == 1
-        [served_logprobs] = engine.prompt_logprobs([IDS])
         with pytest.raises(LoraRefusedError, match=r"^the run's adapter has rank 16, above this vLLM engine's max "
                                                    r"LoRA rank 8: restart it with --max-lora-rank 16$"):
             follower.adopt(settings(model, r=16))
+        follower.adopt(lora, keep=2)
+        assert follower.sync() == 1
+        [served_logprobs] = engine.prompt_logprobs([IDS])
         with pytest.raises(LoraRefusedError, match=r"^the run trains a LoRA adapter on base sum128:0+ "):
             follower.adopt(settings(model, base_hash="sum128:" + "0" * 32))
         assert engine.version == 1 and follower.lora == lora
@@ -142,8 +146,8 @@ def test_refusals_leave_the_served_version_and_are_counted(served, tmp_path) -> 
     assert "holds NaN or infinite values (a forged or broken adapter)" in status["last_error"]
     assert status["state_hash"] is None  # the decoded state is not what is served: no hash claimed
     assert status["refused"] == {"rank above max": 1, "another base": 1, "bad adapter": 2}
-    follower.adopt(None)
     follower.close()
+    engine.serve_adapter(None)
 
 
 def test_full_weights_followed_before_an_adapter_run_are_restored_to_the_base(served) -> None:

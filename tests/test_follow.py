@@ -196,30 +196,35 @@ def test_follow_loads_each_adapter_version_into_a_stock_lora_server(tmp_path: Pa
         server.stop()
 
 
+class StubLoraServer:
+    """A stock LoRA server's client as `AdapterFollower` calls it, no vLLM: records each adapter folder loaded and each
+    unloaded, and refuses to load the model `refuse` (as a server refuses an adapter above its max rank)."""
+
+    def __init__(self, refuse: str | None = None) -> None:
+        self.refuse, self.calls = refuse, []
+
+    def wait_ready(self, timeout: float) -> None:
+        pass
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        from delta.integrations.vllm_http import VLLMServerError
+
+        if name == self.refuse:
+            raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
+                                  route="/v1/load_lora_adapter", status=400)
+        assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+        self.calls.append(("load", name))
+
+    def unload_lora_adapter(self, name: str) -> None:
+        self.calls.append(("unload", name))
+
+
 def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp_path: Path) -> None:
     """No vLLM: a client that refuses version 2 (as a server does an adapter above its max rank). The refusal is one
     line and a failure in the status; version 1 stays loaded, version 3 loads, and the oldest beyond --keep goes."""
     from delta.follow import AdapterFollower, AdapterRun
-    from delta.integrations.vllm_http import VLLMServerError
 
-    class Server:
-        def __init__(self) -> None:
-            self.calls: list[tuple[str, str]] = []
-
-        def wait_ready(self, timeout: float) -> None:
-            pass
-
-        def load_lora_adapter(self, name: str, path: str) -> None:
-            if name == "adapter-v2":
-                raise VLLMServerError("POST /v1/load_lora_adapter answered 400: rank 16 above max_lora_rank 8",
-                                      route="/v1/load_lora_adapter", status=400)
-            assert sorted(p.name for p in Path(path).iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
-            self.calls.append(("load", name))
-
-        def unload_lora_adapter(self, name: str) -> None:
-            self.calls.append(("unload", name))
-
-    bucket, server, lines = str(tmp_path / "bucket"), Server(), []
+    bucket, server, lines = str(tmp_path / "bucket"), StubLoraServer(refuse="adapter-v2"), []
     state = {f"base_model.model.model.layers.0.self_attn.q_proj.lora_{m}.weight": torch.zeros(shape)
              for m, shape in (("A", (4, 8)), ("B", (8, 4)))}
     follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1),
@@ -240,6 +245,41 @@ def test_an_adapter_version_the_server_refuses_leaves_the_ones_loaded_served(tmp
     assert [line for line in lines if line.startswith("ERROR")] == [
         "ERROR adapter version 2 not loaded: VLLMServerError: POST /v1/load_lora_adapter answered 400: rank 16 above "
         "max_lora_rank 8"]
+
+
+def test_an_adapter_version_with_nan_or_inf_is_refused_and_the_one_loaded_stays_served(tmp_path: Path) -> None:
+    """`delta follow --lora-alpha` (its `AdapterRun`, nothing but alpha and keep), no vLLM: a version forged through a
+    publisher (hashes consistent) with an infinite value, then one with a NaN, is refused in one line each and counted
+    as a refusal, never sent to the server; version 1 stays served meanwhile, and the trainer's next version loads."""
+    from delta.follow import AdapterFollower, AdapterRun
+
+    bucket, server, lines = str(tmp_path / "bucket"), StubLoraServer(), []
+    follower = AdapterFollower(FollowConfig(bucket, "http://unused", poll_interval=0.05, max_backoff=0.1),
+                               AdapterRun(8.0, keep=1), client=server, log=lines.append)
+    runner = threading.Thread(target=follower.run, kwargs={"until": 4})
+    inf, nan = _adapter(2), _adapter(3)
+    inf[next(n for n in inf if ".lora_A." in n)][0, 0] = float("inf")
+    nan[next(n for n in nan if ".lora_B." in n)][1, 1] = float("nan")
+    with delta.Publisher(bucket) as publisher:
+        for version, state in enumerate([_adapter(1), inf, nan, _adapter(4)], start=1):
+            publisher.publish(state)
+            publisher.flush()
+            if version == 1:
+                runner.start()
+            refused = version - 1  # versions 2 and 3 are refused as they come
+            wait_until(lambda: follower.status.version == version or sum(follower.status.refused.values()) == refused)
+            if version in (2, 3):
+                assert follower.loaded == [1] and follower.status.version == 1  # the adapter it had, still served
+    runner.join(60)
+    follower.close()
+    assert server.calls == [("load", "adapter-v1"), ("load", "adapter-v4"), ("unload", "adapter-v1")]
+    assert follower.status.refused == {"bad adapter": 2} and follower.status.failures == 0
+    name = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"
+    assert [line for line in lines if line.startswith("REFUSED")] == [
+        f"REFUSED adapter version 2 (bad adapter): adapter tensor '{name.format('A')}' holds NaN or infinite values (a "
+        "forged or broken adapter)",
+        f"REFUSED adapter version 3 (bad adapter): adapter tensor '{name.format('B')}' holds NaN or infinite values (a "
+        "forged or broken adapter)"]
 
 
 class FakeLoraServer:
@@ -272,16 +312,18 @@ def _adapter(version: int, r: int = 4) -> dict[str, torch.Tensor]:
             for m, shape in (("A", (r, 8)), ("B", (8, r)))}
 
 
-def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", **lora: object) -> None:
+def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", staleness: int = 1,
+               **lora: object) -> None:
     """The run's settings in `bucket` as a trainer writes them (signed with `token`): a LoRA run of rank 4, alpha 6,
-    on q_proj of the model folder `base`, staleness 1."""
+    on q_proj of the model folder `base`, staleness 1 (another `staleness`: as no trainer of adapter runs writes it)."""
     from tests._lora import settings
     from trainer_space import TrainerConfig
     from trainer_space.fleet import FleetRun
     from wire.fleet import RunState
     from wire.fleet_bucket import FleetBucket
 
-    config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync, max_staleness=1)
+    config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync if staleness == 1 else "merged",
+                           max_staleness=staleness)
     run = FleetRun(config, FleetBucket(str(bucket), secret=token), run_id="run")
     run.know_lora(settings(base, sync, alpha=6.0, targets=("q_proj",), **lora))
     run.send(RunState.RUNNING, 0)
@@ -336,14 +378,22 @@ def test_the_sidecar_loads_an_adapter_run_with_the_run_s_settings_from_the_bucke
      r"REFUSED adapter version 1 \(not an adapter run\): the run publishes the base with its adapter merged in, not an "
      r"adapter: follow it with `python -m delta follow` beside a server with the delta backend"),
     ("other rank", (), "bad adapter",
-     r"REFUSED adapter version 1 \(bad adapter\): the version's tensors are an adapter of rank 2 on q_proj; the run's "
-     r"is of rank 4 on q_proj"),
-], ids=["another base", "rank above max", "merged run", "other rank"])
+     r"REFUSED adapter version 1 \(bad adapter\): the tensors are an adapter of rank 2 on q_proj; the run's is of rank "
+     r"4 on q_proj"),
+    ("nan", (), "bad adapter",
+     r"REFUSED adapter version 1 \(bad adapter\): adapter tensor 'base_model\.model\.model\.layers\.0\.self_attn\."
+     r"q_proj\.lora_B\.weight' holds NaN or infinite values \(a forged or broken adapter\)"),
+    ("staleness", (), "too many versions",
+     r"REFUSED adapter version 1 \(too many versions\): the run asks every server to keep 21 adapter versions "
+     r"loaded \(its max_staleness \+ 1\), above the cap of 16: run the trainer with --max-staleness 15 or less, or "
+     r"--lora-sync merged"),
+], ids=["another base", "rank above max", "merged run", "other rank", "nan", "staleness"])
 def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, case: str, flags: tuple, reason: str,
                                                                line: str) -> None:
-    """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter:
-    each version refused in one line and counted by reason in the status; nothing loaded. Without the token, the
-    sidecar says the run's settings go unchecked."""
+    """Another base than the server's, a rank above its max, a merged run, tensors that are not the run's adapter
+    (another rank, a NaN), a staleness that would keep more adapter versions than the cap: each version refused in
+    one line and counted by reason in the status; nothing loaded. Without the token, the sidecar says the run's
+    settings go unchecked."""
     import re
 
     from tests._env_server import serving
@@ -351,9 +401,13 @@ def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, c
     bucket, status = tmp_path / "bucket", tmp_path / "status.json"
     base = _base(tmp_path / "model")
     server = FakeLoraServer(_base(tmp_path / "other", seed=1) if case == "another base" else base)
-    _write_run(bucket, base, "merged" if case == "merged" else "adapter")
+    staleness = 20 if case == "staleness" else 1
+    _write_run(bucket, base, "merged" if case == "merged" else "adapter", staleness=staleness)
+    adapter = _adapter(1, r=2 if case == "other rank" else 4)
+    if case == "nan":  # forged through a publisher: every hash consistent
+        next(t for n, t in adapter.items() if ".lora_B." in n)[3, 1] = float("nan")
     with delta.Publisher(str(bucket)) as publisher:
-        publisher.publish(_adapter(1, r=2 if case == "other rank" else 4))
+        publisher.publish(adapter)
         publisher.flush()
     with serving(server.app) as url:
         sidecar = _sidecar(bucket, url, status, *flags)
@@ -368,3 +422,63 @@ def test_the_sidecar_refuses_a_run_it_cannot_serve_in_one_line(tmp_path: Path, c
     [refusal] = [x for x in out.splitlines() if x.startswith("REFUSED")]
     assert re.fullmatch(line, refusal), refusal
     assert "no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without checking" in out
+
+
+def test_the_adapter_versions_kept_are_capped_where_they_are_configured(capsys) -> None:
+    """`--keep` and `AdapterRun.keep` say what to change past `MAX_KEEP`; every run the product's trainer configures
+    (its staleness + 1, `wire.lora.MAX_KEPT_VERSIONS`) is within it."""
+    from delta.cli import main
+    from delta.follow import MAX_KEEP, AdapterRun
+    from wire.lora import MAX_KEPT_VERSIONS
+
+    assert MAX_KEPT_VERSIONS <= MAX_KEEP == 16
+    assert AdapterRun(2.0, keep=16).keep == 16
+    with pytest.raises(ValueError, match=r"^keep must be 1 to 16 adapter versions \(each a folder on disk and one of "
+                                         r"the server's adapters\), got 17: lower --keep, or the run's staleness$"):
+        AdapterRun(2.0, keep=17)
+    with pytest.raises(SystemExit):
+        main(["follow", "--bucket", "b", "--vllm-url", "http://x", "--lora-alpha", "2", "--keep", "17"])
+    assert "argument --keep: must be a number of adapter versions, 1 to 16; got '17'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reply, shown", [
+    ({}, "{}, not an object with 'data'"),
+    (None, "null, not an object with 'data'"),
+    ({"data": None}, '{"data": null}, not an object with \'data\''),
+    ({"data": []}, '{"data": []}, not a list of models, one of them a base model'),
+    ({"data": ["tiny"]}, '{"data": ["tiny"]}, not a list of models, one of them a base model'),
+    ({"data": [{"id": "adapter-v1", "parent": "tiny"}]},
+     '{"data": [{"id": "adapter-v1", "parent": "tiny"}]}, not a list of models, one of them a base model'),
+], ids=["no data", "null", "data null", "empty", "strings", "no base"])
+def test_the_sidecar_says_in_one_line_that_a_server_is_not_a_vllm_server(tmp_path: Path, capsys, reply: object,
+                                                                          shown: str) -> None:
+    """A `/v1/models` reply that is no list of models ends the sidecar's start in one line, no traceback; the client
+    says the same at any later call."""
+    from fastapi import FastAPI
+
+    from delta.integrations.vllm_http import VLLMHTTPClient, VLLMServerError
+    from rollout_space.sidecar import main
+    from tests._env_server import serving
+
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    app.get("/v1/models")(lambda: reply)
+    with serving(app) as url:
+        assert main(["--bucket", str(tmp_path / "bucket"), "--vllm-url", url, "--ready-timeout", "5"]) == 1
+        expected = f"GET {url}/v1/models answered {shown}: is {url} a vLLM server?"
+        assert capsys.readouterr().err == f"error: {expected}\n"
+        with pytest.raises(VLLMServerError) as later:
+            VLLMHTTPClient(url, timeout=5).base_model()
+        assert str(later.value) == expected
+
+
+def test_a_server_lost_after_the_start_ends_the_sidecar_in_one_line(tmp_path: Path, capsys) -> None:
+    """The sidecar's server answered at its start, then not when the follower starts: one line, exit status 1."""
+    from delta.follow import AdapterFollower, AdapterRun, run_until_stopped
+
+    config = FollowConfig(str(tmp_path / "bucket"), "http://127.0.0.1:9", ready_timeout=0.5)
+    follower = AdapterFollower(config, AdapterRun(2.0), client=VLLMHTTPClient(config.vllm_url, timeout=0.5))
+    assert run_until_stopped(follower, None) == 1
+    out = capsys.readouterr()
+    assert out.err == ("error: GET http://127.0.0.1:9/health failed: <urlopen error [Errno 111] Connection refused>; "
+                       "is the vLLM server running there?\n") and out.out == ""

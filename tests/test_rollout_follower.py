@@ -216,6 +216,13 @@ def test_a_lora_run_is_followed_without_a_restart_and_another_base_is_refused(tm
                                                    r"base model$"):
             follower.adopt(settings(model, base_hash="sum128:" + "0" * 32))
         assert follower.lora is None and engine.state.keys() == base.keys()
+        # As a vLLM engine without LoRA support: an adapter is refused, the engine unchanged, the refusal counted once
+        engine.adapter_refusal = lambda lora: ("no LoRA support", "this engine serves no adapter")
+        for _ in range(2):
+            with pytest.raises(LoraRefusedError, match="^this engine serves no adapter$"):
+                follower.adopt(lora)
+        del engine.adapter_refusal
+        assert engine.state.keys() == base.keys()
         _publish(bucket, [first, second])
         follower.adopt(lora)
         assert follower.lora == lora and engine.version == 0 and engine.state.keys() == first.keys()
@@ -227,13 +234,114 @@ def test_a_lora_run_is_followed_without_a_restart_and_another_base_is_refused(tm
         assert max(abs(a - b) for a, b in zip(engine.prompt_logprobs([ids])[0], logprobs(trained, ids))) < 1e-5
         follower.adopt(lora)  # the same run: nothing to do
         assert engine.version == 2
-        follower.adopt(settings(model, sync="merged"))  # merged weights are followed as any state
-        assert engine.version == 0 and engine.state.keys() == base.keys()
-        # As a vLLM engine without LoRA support: an adapter is refused, the engine unchanged, the refusal counted once
-        engine.adapter_refusal = lambda lora: ("no LoRA support", "this engine serves no adapter")
-        for _ in range(2):
-            with pytest.raises(LoraRefusedError, match="^this engine serves no adapter$"):
-                follower.adopt(lora)
-        assert engine.state.keys() == base.keys()
         assert follower.status()["refused"] == {"another base": 1, "no LoRA support": 1}
         follower.close()
+
+
+def test_a_run_never_switches_the_kind_of_the_versions_a_server_serves(tmp_path, model):
+    """A run's settings that turn a bucket of full weights into an adapter's (its base hash right, as anyone who reads
+    the bucket can write it), or the reverse, or change the adapter: refused in one line, counted by reason, the version
+    served kept, and the bucket's next version followed as before (never a drop to the base at version 0, then a
+    failure at every sync)."""
+    from rollout_space.errors import LoraRefusedError
+    from tests._lora import peft_model, settings
+    from trainer_space.lora import adapter_tensors
+
+    bucket, adapters = str(tmp_path / "bucket"), str(tmp_path / "adapters")
+    v0 = delta.load_state(model)
+    names = sorted(v0)
+    states = [step(v0, names[::3], seed=1), step(v0, names[1::3], seed=2), step(v0, names[2::3], seed=3)]
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        _publish(bucket, states[:2])
+        follower.adopt(None, 3)
+        assert follower.sync() == 2
+        served = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids
+        forged = settings(model)  # the adapter mode, on the right base
+        for _ in range(2):  # read again at every poll: counted once
+            with pytest.raises(LoraRefusedError, match=r"^the run now publishes a LoRA adapter of rank 4, alpha 8 on "
+                                                       r"q_proj, k_proj, .*, but this server serves version 2 of the "
+                                                       r"bucket, which holds full weights: a bucket's versions keep "
+                                                       r"their kind, so version 2 stays served \(a run of another kind "
+                                                       r"starts on a new bucket\)$"):
+                follower.adopt(forged, 3)
+        assert follower.lora is None and engine.version == 2 and engine.state.keys() == v0.keys()
+        assert engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids == served
+        follower.adopt(settings(model, sync="merged"), 3)  # merged versions are full weights: the same kind
+        _publish(bucket, states[2:])
+        assert follower.sync() == 3 and engine.version == 3
+        status = follower.status()
+        assert status["refused"] == {"mode switch": 1} and status["failures"] == 0 and status["last_error"] is None
+        follower.close()
+    # The reverse: a server that serves an adapter's version refuses full weights, and another adapter.
+    lora = settings(model)
+    adapter = {n: t.clone() for n, t in adapter_tensors(peft_model(model, lora)).items()}
+    _publish(adapters, [adapter])
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, adapters, FAST)
+        follower.adopt(lora, 2)
+        assert follower.sync() == 1
+        for run, line in [(None, "full weights"), (settings(model, r=8), "a LoRA adapter of rank 8, alpha 16 on")]:
+            with pytest.raises(LoraRefusedError, match=f"^the run now publishes {line}.*, but this server serves "
+                                                       "version 1 of the bucket, which holds a LoRA adapter of rank 4, "
+                                                       "alpha 8 on q_proj"):
+                follower.adopt(run, 2)
+        assert follower.lora == lora and engine.version == 1 and engine.state.keys() == adapter.keys()
+        assert follower.status()["refused"] == {"mode switch": 2}
+        follower.close()
+
+
+def test_targets_that_are_not_linear_layers_are_refused_before_anything_is_dropped(tmp_path, model, caplog):
+    """`layers` or `model` name modules that are no linear layer: refused in one line (not PEFT's printout of the
+    module), the version served kept; the model's modules are read once, from its config (no weights)."""
+    from rollout_space.errors import LoraRefusedError
+    from tests._lora import settings
+
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(model)
+    _publish(bucket, [step(v0, sorted(v0)[::2], seed=1)])
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        engine.update({}, 7)  # serves a version of its own (not one of the bucket's: nothing held there)
+        for targets, line in [(("layers",), r"the run's --lora-targets layers names model\.layers, a ModuleList: an "
+                                            r"adapter is built on linear layers only \(down_proj, gate_proj, k_proj, "
+                                            r"lm_head, o_proj, q_proj, up_proj, v_proj\)"),
+                              (("q_proj", "model"), r"the run's --lora-targets model names model, a Qwen3Model: "),
+                              (("q_prj",), r"the run's --lora-targets q_prj matches no module of the model; its linear "
+                                           r"layers are: down_proj, ")]:
+            with pytest.raises(LoraRefusedError, match=f"^{line}"):
+                follower.adopt(settings(model, targets=targets), 3)
+        assert follower.lora is None and engine.version == 7 and engine.state.keys() == v0.keys()
+        assert follower.status()["refused"] == {"bad targets": 3}
+        assert all("\n" not in r.getMessage() for r in caplog.records)
+        follower.close()
+
+
+@pytest.mark.parametrize("run, keep, followed, held, refusal", [
+    (None, 10_001, None, 5, None),  # full weights keep nothing
+    ("adapter", 16, None, None, None),
+    ("adapter", 17, None, None, "too many versions"),
+    ("adapter", 2, None, 5, "mode switch"),
+    ("adapter", 2, None, None, None),  # nothing of the bucket served yet: the server's first run
+    ("merged", 2, None, 5, None),
+    (None, 1, "adapter", 5, "mode switch"),
+    (None, 1, "adapter", None, None),
+    ("adapter r8", 2, "adapter", 5, "mode switch"),
+    ("adapter alpha", 2, "adapter", 5, "mode switch"),
+    ("adapter", 2, "adapter", 5, None),
+    ("another base", 2, None, None, "another base"),
+])
+def test_what_run_a_server_follows_is_decided_from_what_it_serves(run, keep, followed, held, refusal):
+    from rollout_space.follower import run_refusal
+    from wire.lora import DEFAULT_TARGETS, LoraSettings
+
+    base = "sum128:" + "ab" * 16
+    kinds = {"adapter": {}, "merged": {"sync": "merged"}, "adapter r8": {"r": 8}, "adapter alpha": {"alpha": 3.0},
+             "another base": {"base_hash": "sum128:" + "cd" * 16}}
+
+    def lora(kind):
+        return None if kind is None else LoraSettings(**{**dict(sync="adapter", r=4, alpha=8.0, targets=DEFAULT_TARGETS,
+                                                                base_model="m", base_hash=base), **kinds[kind]})
+
+    got = run_refusal(lora(run), keep, base_hash=base, followed=lora(followed), held=held)
+    assert (got and got[0]) == refusal

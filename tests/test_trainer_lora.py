@@ -58,10 +58,25 @@ def test_the_run_s_lora_settings_name_the_base_by_its_hash(model: str) -> None:
 @pytest.mark.parametrize("bad, match", [
     ({"lora_r": -1}, "lora_r must be 0"), ({"lora_r": 4, "lora_sync": "both"}, "lora_sync must be one of"),
     ({"lora_r": 4, "lora_alpha": 0.0}, "lora_alpha must be positive"), ({"lora_r": 4, "lora_targets": ()}, "lora_targets"),
+    ({"lora_r": 513, "lora_sync": "adapter"}, r"^--lora-r 513 with --lora-sync adapter: no rollout engine serves an "
+                                              r"adapter above rank 512; lower --lora-r, or use --lora-sync merged$"),
+    ({"lora_r": 4, "lora_sync": "adapter", "max_staleness": 16},
+     r"^the run asks every server to keep 17 adapter versions loaded \(its max_staleness \+ 1\), above the cap of 16: "
+     r"run the trainer with --max-staleness 15 or less, or --lora-sync merged$"),
 ])
 def test_bad_lora_settings_say_what_to_change(bad: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TrainerConfig("b", None, "m", **bad)
+
+
+def test_the_caps_of_an_adapter_run_are_what_its_servers_hold() -> None:
+    """Rank 512 and staleness 15 pass in adapter mode; merged runs load no adapter on the servers: no such caps."""
+    import settings
+    from wire.lora import MAX_ADAPTER_RANK
+
+    assert MAX_ADAPTER_RANK == settings.VLLM_LORA_RANKS[-1]  # vLLM's largest
+    TrainerConfig("b", None, "m", lora_r=512, lora_sync="adapter", max_staleness=15)
+    TrainerConfig("b", None, "m", lora_r=1024, lora_sync="merged", max_staleness=100)
 
 
 def test_a_lora_run_needs_the_fleet() -> None:

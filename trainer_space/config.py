@@ -7,7 +7,9 @@ from typing import Any
 
 from wire.curriculum import ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
-from wire.lora import DEFAULT_TARGETS, LORA_SYNCS, MAX_RANK, LoraSync, check_target_names
+from wire.lora import (
+    DEFAULT_TARGETS, LORA_SYNCS, MAX_ADAPTER_RANK, MAX_RANK, LoraSync, check_target_names, kept_versions_refusal,
+)
 from wire.wordle import OPEN_TAG
 
 from .credit import CREDITS, Credit
@@ -196,6 +198,12 @@ class TrainerConfig:
         if self.lora_r and not self.fleet:
             raise ValueError("a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
                              "bucket): leave --rollout-url unset")
+        if self.lora_r and self.lora_sync == "adapter":  # each server loads the adapter, and keeps staleness + 1 of it
+            if self.lora_r > MAX_ADAPTER_RANK:
+                raise ValueError(f"--lora-r {self.lora_r} with --lora-sync adapter: no rollout engine serves an "
+                                 f"adapter above rank {MAX_ADAPTER_RANK}; lower --lora-r, or use --lora-sync merged")
+            if kept_versions_refusal(self.max_staleness + 1):
+                raise ValueError(kept_versions_refusal(self.max_staleness + 1))
 
     def grpo_config(self, reward_weights: list[float]) -> Any:
         """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, the KL

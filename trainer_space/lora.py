@@ -23,6 +23,7 @@ import torch
 
 import delta
 from wire.lora import LoraSettings
+from wire.lora import check_targets as check_target_modules
 
 from .config import TrainerConfig
 from .weights import checkpoint_dtypes
@@ -47,27 +48,17 @@ def wrapped(model: torch.nn.Module) -> bool:
 
 
 def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
-    """Refuse, before anything trains, targets PEFT would adapt otherwise than asked: each must name linear layers of
-    `model` (PEFT adapts a module whose name is the target or ends in "." and the target). PEFT itself refuses only
-    when no target matches, when TRL builds the trainer, and would adapt an embedding under other tensor names
-    (``lora_embedding_A``) than the adapter's published ones.
+    """Refuse, before anything trains, targets PEFT would adapt otherwise than asked (`wire.lora.check_targets` on
+    `model`'s modules).
 
     Raises:
         LoraRefusedError: a target that matches no module, or a module that is not a linear layer; one line naming
             the model's linear layers.
     """
-    modules = dict(model.named_modules())
-    layers = ", ".join(sorted({name.rpartition(".")[2] for name, m in modules.items()
-                               if isinstance(m, torch.nn.Linear)}))
-    for target in targets:
-        matched = [name for name in modules if name == target or name.endswith(f".{target}")]
-        if not matched:
-            raise LoraRefusedError(f"--lora-targets {target} matches no module of the model; its linear layers are: "
-                                   f"{layers}")
-        other = next((name for name in matched if not isinstance(modules[name], torch.nn.Linear)), None)
-        if other is not None:
-            raise LoraRefusedError(f"--lora-targets {target} names {other}, a {type(modules[other]).__name__}: an "
-                                   f"adapter is built on linear layers only ({layers})")
+    try:
+        check_target_modules(dict(model.named_modules()), targets)
+    except ValueError as e:
+        raise LoraRefusedError(str(e)) from e
 
 
 def lora_settings(config: TrainerConfig, base_hash: str) -> LoraSettings:

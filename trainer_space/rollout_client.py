@@ -13,6 +13,10 @@ from wire.errors import RolloutError, RolloutRefusedError
 from wire.http import Answer, request_json
 from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
+#: Most bytes of one reply: a `/rollout` answer at a server's default caps (256 games of 6 replies of 1,024 tokens,
+#: their ids, logprobs and masks as JSON) is about 50 MB.
+MAX_REPLY_BYTES = 256 << 20
+
 
 class RolloutClient:
     """Talks to one rollout server. Its methods raise `RolloutRefusedError` when the server refuses the
@@ -20,7 +24,8 @@ class RolloutClient:
 
     Args:
         url: Base URL, e.g. ``http://127.0.0.1:7862`` or ``https://user-rollout.hf.space``.
-        timeout: Seconds per request (games on a CPU take a while).
+        timeout: Seconds per request, its reply included (games on a CPU take a while); at most `MAX_REPLY_BYTES`
+            of reply.
         token: The rollout token (``ROLLOUT_TOKEN``), sent as a bearer token: a rollout server started
             with ``--token`` refuses ``/generate`` and ``/rollout`` without it.
     """
@@ -59,4 +64,5 @@ class RolloutClient:
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None, answer: type[Answer]) -> Answer:
         return request_json(self._http, method, path, body, what=f"the rollout server at {self.url}",
-                            flag="--rollout-url", error=RolloutError, answer=answer, refused=RolloutRefusedError)
+                            flag="--rollout-url", error=RolloutError, answer=answer, max_bytes=MAX_REPLY_BYTES,
+                            refused=RolloutRefusedError)

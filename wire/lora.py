@@ -10,11 +10,12 @@ Two ways an adapter reaches the rollout servers through the bucket, chosen by th
 
 Either way `base_hash` is the state hash (`delta.state_digest`) of the base model's published tensors as the
 trainer loaded them: a server whose model folder hashes otherwise refuses the run. Pydantic only: light to import
-(`peft_config` imports peft when called).
+(`peft_config` imports peft, `check_targets` torch, when called).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -26,6 +27,14 @@ LoraSync = Literal["adapter", "merged"]
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: Highest rank a run may name (a bound on what a server is asked to allocate).
 MAX_RANK = 1024
+#: Highest rank of an adapter-mode run, whose servers load the adapter itself: the largest max LoRA rank vLLM 0.32
+#: serves (`settings.VLLM_LORA_RANKS`), and the transformers engine's cap (PEFT in the server's process: an adapter of
+#: rank r costs r x (in + out) parameters per adapted layer, half a Qwen3-0.6B's weights at this rank).
+MAX_ADAPTER_RANK = 512
+#: Most adapter versions a server keeps loaded for an adapter-mode run (its `max_staleness` + 1, so that a group of
+#: games finishes under the version it began with): each is a PEFT folder on the server's disk and one of vLLM's
+#: adapters (170 MB for Qwen3-8B at rank 16 on every projection, float32). A staleness above 15 is refused.
+MAX_KEPT_VERSIONS = 16
 
 
 def check_target_names(targets: tuple[str, ...]) -> tuple[str, ...]:
@@ -42,6 +51,41 @@ def check_target_names(targets: tuple[str, ...]) -> tuple[str, ...]:
     if len(set(targets)) != len(targets):
         raise ValueError(f"target modules repeat a name: {targets}")
     return targets
+
+
+def kept_versions_refusal(keep: int) -> str | None:
+    """Why a server does not keep `keep` versions of a run's adapter loaded (the run's `max_staleness` + 1), in one
+    line saying what to change; None within `MAX_KEPT_VERSIONS`."""
+    if keep <= MAX_KEPT_VERSIONS:
+        return None
+    return (f"the run asks every server to keep {keep} adapter versions loaded (its max_staleness + 1), above the cap "
+            f"of {MAX_KEPT_VERSIONS}: run the trainer with --max-staleness {MAX_KEPT_VERSIONS - 1} or less, or "
+            "--lora-sync merged")
+
+
+def check_targets(modules: Mapping[str, Any], targets: tuple[str, ...], flag: str = "--lora-targets") -> None:
+    """Refuse targets PEFT would adapt otherwise than asked, before any model is wrapped: each must name linear layers
+    of the model whose modules are `modules` (name -> module, `named_modules()` of the model PEFT has not wrapped), by
+    PEFT's match (a module whose name is the target or ends in "." and the target). PEFT itself refuses only when no
+    target matches, with a printout of the whole module, and would adapt an embedding under other tensor names
+    (``lora_embedding_A``) than an adapter's published ones. The trainer checks its flags with this; a server the run's
+    settings, before it drops anything it serves.
+
+    Raises:
+        ValueError: one line (`flag` and the target first) naming the model's linear layers: a target that matches no
+            module, or a module that is not a linear layer.
+    """
+    from torch.nn import Linear
+
+    layers = ", ".join(sorted({name.rpartition(".")[2] for name, m in modules.items() if isinstance(m, Linear)}))
+    for target in targets:
+        matched = [name for name in modules if name == target or name.endswith(f".{target}")]
+        if not matched:
+            raise ValueError(f"{flag} {target} matches no module of the model; its linear layers are: {layers}")
+        other = next((name for name in matched if not isinstance(modules[name], Linear)), None)
+        if other is not None:
+            raise ValueError(f"{flag} {target} names {other}, a {type(modules[other]).__name__}: an adapter is built "
+                             f"on linear layers only ({layers})")
 
 
 class LoraSettings(BaseModel):

@@ -16,6 +16,7 @@ names; `update` also accepts new tensors from elsewhere (they are copied into th
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -27,7 +28,8 @@ from typing import Any, TypeVar
 import torch
 
 import delta
-from wire.lora import LoraSettings
+from delta.integrations.peft_adapter import check_adapter
+from wire.lora import LoraSettings, check_targets
 from wire.rollout import Completion
 
 from .errors import EngineError, PromptError, UpdateRefusedError
@@ -60,6 +62,15 @@ def whole_characters(tokenizer: Any, token_ids: Sequence[int]) -> str:
             break
         text = tokenizer.decode(token_ids[:-cut], skip_special_tokens=True)
     return text
+
+
+def meta_model(folder: str) -> torch.nn.Module:
+    """The model of `folder` (its config) built on the meta device: its modules and their shapes, no weights read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
 
 
 Prompt = str | Sequence[int]
@@ -146,7 +157,7 @@ class Engine(ABC):
     `update` waits for the `generate` in flight and no completion mixes two versions. Use `paused()`
     to hold generation off while writing into `state`.
 
-    Subclasses implement `_generate`, `_prompt_logprobs`, `_load` and `_close`; the lock is held
+    Subclasses implement `_generate`, `_prompt_logprobs`, `_load`, `_serve_adapter` and `_close`; the lock is held
     around each call.
     """
 
@@ -280,8 +291,9 @@ class Engine(ABC):
             version: The version the state is at after this update.
 
         Raises:
-            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter value that
-                is not finite (anywhere in the adapter: a tensor refused once is refused until it is replaced).
+            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter that
+                `check_adapter` refuses (a value not finite anywhere in it: a tensor refused once is refused until it
+                is replaced).
             EngineError: the backend failed while loading; what it computes with is then undefined
                 until an update of every tensor succeeds.
         """
@@ -294,9 +306,10 @@ class Engine(ABC):
                 problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
                                 f"{old.dtype} {tuple(old.shape)}")
         if self._lora is not None and not problems:  # the whole adapter served, not only what changed: it is small
-            problems = [f"adapter tensor {name!r} holds NaN or infinite values (a forged or broken adapter)"
-                        for name, tensor in sorted({**self._state, **changed}.items())
-                        if not bool(torch.isfinite(tensor).all())]
+            try:
+                check_adapter({**self._state, **changed}, self._lora.r, self._lora.targets)
+            except ValueError as e:
+                problems = [str(e)]
         if problems:
             raise UpdateRefusedError(version, self._version, problems)
         with self._serving():
@@ -314,10 +327,26 @@ class Engine(ABC):
 
     def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
         """Why this engine cannot serve `lora`'s adapter (adapter mode): the kind (`rollout_space.errors.REFUSALS`)
-        and one line saying what to change; None if it can."""
+        and one line saying what to change; None if it can. Reads no weights: the engine's LoRA support and rank cap
+        (`_lora_support`), then the run's targets against the model's modules (`wire.lora.check_targets`)."""
+        refusal = self._lora_support(lora)
+        if refusal is None:
+            try:
+                check_targets(self._modules, lora.targets, "the run's --lora-targets")
+            except ValueError as e:
+                return "bad targets", str(e)
+        return refusal
+
+    def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """`adapter_refusal`'s part that depends on the backend: no LoRA support, or a rank above its cap."""
         return ("no LoRA support", f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
                 "this server with --engine transformers, or vllm with --max-lora-rank, or run the trainer with "
                 "--lora-sync merged")
+
+    @functools.cached_property
+    def _modules(self) -> dict[str, torch.nn.Module]:
+        """The model's modules by name, before PEFT wraps any (built once on the meta device: no weights read)."""
+        return dict(meta_model(self.config.model).named_modules())
 
     def serve_adapter(self, lora: LoraSettings | None) -> None:
         """Serve a LoRA run's adapter (`wire.lora`, adapter mode) from now on, or the full weights again (None).
@@ -330,10 +359,14 @@ class Engine(ABC):
         until the generation in flight ends.
 
         Raises:
-            EngineError: this engine cannot serve it (`adapter_refusal` says why); nothing changed.
+            EngineError: this engine cannot serve it (`adapter_refusal` says why): nothing changed. Or the backend
+                failed: it then serves the folder's base at version 0.
         """
-        raise EngineError(self.adapter_refusal(lora)[1] if lora is not None else "no adapter is served",
-                          version=self._version)
+        refusal = self.adapter_refusal(lora) if lora is not None else None
+        if refusal is not None:
+            raise EngineError(refusal[1], version=self._version)
+        with self._serving():
+            self._backend("switching the LoRA adapter", self._serve_adapter, lora)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -417,6 +450,10 @@ class Engine(ABC):
     def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
         """Make the backend compute with these new values (published names) as `version`; `state` still holds the
         old ones unless the caller wrote there already."""
+
+    @abstractmethod
+    def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        """`serve_adapter`'s work, the lock held: `lora` is one `adapter_refusal` lets through, or None."""
 
     @abstractmethod
     def _close(self) -> None:

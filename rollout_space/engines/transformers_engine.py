@@ -10,7 +10,7 @@ from transformers import StoppingCriteria
 
 import delta
 from models.interrupt import Breaker, Interrupted
-from wire.lora import LoraSettings
+from wire.lora import MAX_ADAPTER_RANK, LoraSettings
 
 from .base import DTYPES, Engine, EngineConfig, Sampled, SamplingParams, compute_dtype
 
@@ -53,20 +53,20 @@ class TransformersEngine(Engine):
 
     @property
     def adapter_support(self) -> str:
-        return "LoRA adapters of any rank (PEFT)"
+        return f"LoRA adapters up to rank {MAX_ADAPTER_RANK} (PEFT)"
 
-    def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
-        """None: PEFT serves any adapter of the run's base."""
+    def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """PEFT serves any adapter up to `wire.lora.MAX_ADAPTER_RANK`."""
+        if lora.r > MAX_ADAPTER_RANK:
+            return ("rank above max", f"the run's adapter has rank {lora.r}, above the transformers engine's cap of "
+                    f"{MAX_ADAPTER_RANK}: run the trainer with --lora-r {MAX_ADAPTER_RANK} or less, or --lora-sync "
+                    "merged")
         return None
-
-    def serve_adapter(self, lora: LoraSettings | None) -> None:
-        """See `Engine.serve_adapter`: PEFT wraps the model (no merge), or is taken off it (`unload`)."""
-        with self._serving():
-            self._backend("switching the LoRA adapter", self._serve_adapter, lora)
 
     @torch.inference_mode(False)
     @torch.no_grad()
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        """See `Engine.serve_adapter`: PEFT wraps the model (no merge), or is taken off it (`unload`)."""
         from peft import PeftModel, get_peft_model
 
         base = delta.load_state(self.config.model)

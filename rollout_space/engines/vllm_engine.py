@@ -29,8 +29,7 @@ from delta.integrations.peft_adapter import write_adapter
 from delta.integrations.vllm_update import fused_groups, read_worker_info, whole_groups, write_update
 from wire.lora import LoraSettings
 
-from .base import Engine, EngineConfig, Sampled, SamplingParams
-from .errors import EngineError
+from .base import Engine, EngineConfig, Sampled, SamplingParams, meta_model
 
 if TYPE_CHECKING:
     import vllm
@@ -49,11 +48,8 @@ def adapter_state(model: str, lora: LoraSettings) -> dict[str, torch.Tensor]:
     trainer publishes): the names and shapes a follower fills from the bucket. PEFT builds them on the meta device,
     reading no weights."""
     from peft import get_peft_model, get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model, local_files_only=True)
-    with torch.device("meta"):
-        wrapped = get_peft_model(AutoModelForCausalLM.from_config(config), lora.peft_config())
+    wrapped = get_peft_model(meta_model(model), lora.peft_config())
     return {name: torch.zeros(t.shape, dtype=torch.float32)
             for name, t in sorted(get_peft_model_state_dict(wrapped).items())}
 
@@ -163,8 +159,8 @@ class VLLMEngine(Engine):
         return (f"LoRA adapters up to rank {self.max_lora_rank}" if self.max_lora_rank else
                 "no LoRA adapters (started without --max-lora-rank: adapter-mode runs are refused)")
 
-    def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
-        """See `Engine.adapter_refusal`: no LoRA support, or a rank above `max_lora_rank`."""
+    def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
+        """No LoRA support, or a rank above `max_lora_rank`."""
         if not self.max_lora_rank:
             return ("no LoRA support", "the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
                     f"support: restart it with --max-lora-rank {_rank_for(lora.r)}, or run the trainer with "
@@ -174,20 +170,9 @@ class VLLMEngine(Engine):
                     f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}")
         return None
 
-    def serve_adapter(self, lora: LoraSettings | None) -> None:
-        """See `Engine.serve_adapter`: every adapter version loaded is removed, vLLM's weights are the folder's again,
-        and with `lora` the state becomes its (zero) adapter tensors at version 0, served as the base.
-
-        Raises:
-            EngineError: `adapter_refusal` gives a reason (nothing changed), or vLLM failed.
-        """
-        refusal = self.adapter_refusal(lora) if lora is not None else None
-        if refusal is not None:
-            raise EngineError(refusal[1], version=self._version)
-        with self._serving():
-            self._backend("switching the LoRA adapter", self._serve_adapter, lora)
-
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
+        """See `Engine.serve_adapter`: every adapter version loaded is removed, vLLM's weights are the folder's again,
+        and with `lora` the state becomes its (zero) adapter tensors at version 0, served as the base."""
         for version in list(self._requests):
             self._drop(version)
         base = delta.load_state(self.config.model)
