@@ -22,11 +22,12 @@ from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Up
 from .codecs import CODECS, DEFAULT_CODEC, Change
 from .errors import (
     BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, NoPathError,
-    PublishError, StateMismatchError, StorageError,
+    PrivateFileError, PublishError, StateMismatchError, StorageError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta
 from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
 from .patch.diff import diff
+from .private import read_private, write_private
 from .retry import RetryPolicy
 from .storage import Storage, StoredFile, open_storage
 from .tensors.hashing import StateDigest, state_digest
@@ -34,10 +35,10 @@ from .tensors.state import State, load_state, save_state
 
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
+    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PrivateFileError", "PublishError",
     "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest",
     "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus",
     "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode",
-    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest",
-    "write_atomic", "write_changes",
+    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "read_private", "save_state", "state_digest",
+    "write_atomic", "write_changes", "write_private",
 ]

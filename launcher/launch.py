@@ -21,6 +21,7 @@ import threading
 from types import FrameType
 
 import settings
+from delta import PrivateFileError
 from models.hardware import Machine, rollout_share_beside_trainer
 
 from .children import Child, ChildFailed, stop_all
@@ -122,7 +123,11 @@ def run(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
     kept = KeptTokens(config.keys, config.bucket)
-    tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    try:
+        tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    except PrivateFileError as e:  # a link, a FIFO or a folder where the tokens belong: one line, nothing followed
+        _say(f"cannot use the kept tokens: {e}")
+        raise SystemExit(1) from None
     owner_token = tokens["OWNER_TOKEN"]
     _say(f"bucket {config.bucket} · logs {config.logs}")
     _say(f"preparing the model {config.model} (once; later starts reuse it)")

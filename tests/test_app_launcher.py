@@ -10,9 +10,12 @@ still go away (the kernel's parent-death signal).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +26,9 @@ import httpx
 import pytest
 
 import settings
+from delta import PrivateFileError
 from launcher.children import Ended, exit_text
-from launcher.config import LauncherConfig
+from launcher.config import REPO, LauncherConfig
 from launcher.launch import build_children, start_together
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
 from launcher.tokens import KeptTokens, launch_tokens
@@ -285,3 +289,24 @@ def test_without_a_gpu_the_apps_start_at_once_and_beside_vllm_on_a_gpu_one_after
     assert start_together(LauncherConfig(), Machine(()))
     assert not start_together(LauncherConfig(), Machine((l4,)))
     assert not start_together(LauncherConfig(engine="vllm"), Machine((l4,)))
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "folder"])
+def test_a_link_fifo_or_folder_in_place_of_the_kept_tokens_is_refused_in_one_line(tmp_path: Path, plant: str) -> None:
+    """Never followed (a planted target's tokens are not used, its mode not changed), never waited on, never a
+    traceback: the launcher says which file, and stops."""
+    kept = KeptTokens(str(tmp_path / "keys"), "/data/bucket")
+    kept.path.parent.mkdir(mode=0o700)
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({"bucket": "/data/bucket", "ROLLOUT_TOKEN": "planted-token-0123456789"}))
+    planted.chmod(0o644)
+    {"symlink": lambda: kept.path.symlink_to(planted), "fifo": lambda: os.mkfifo(kept.path),
+     "folder": lambda: kept.path.mkdir()}[plant]()
+    with pytest.raises(PrivateFileError, match="refused") as refused:
+        launch_tokens({}, kept)
+    assert "\n" not in str(refused.value) and str(kept.path) in str(refused.value)
+    assert oct(planted.stat().st_mode & 0o777) == "0o644"
+    launcher = subprocess.run([sys.executable, "app.py", "--keys", str(kept.path.parent), "--bucket", "/data/bucket"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert launcher.returncode == 1
+    assert f"[app] cannot use the kept tokens: {kept.path}:" in launcher.stdout and "Traceback" not in launcher.stderr
