@@ -21,7 +21,7 @@ WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_v
 # tensors < codecs < format
 # < patch < bucket < inspect, integrations < follow < cli < the package's entry points.
 RANK = {"errors": 0, "retry": 0, "atomic": 0, "private": 0, "_cores": 0, "_stages": 0, "storage": 1, "tensors": 1, "codecs": 2, "format": 3, "patch": 4,
-        "bucket": 5, "inspect": 6, "integrations": 6, "follow": 7, "cli": 8, "__main__": 9, "__init__": 9}
+        "signing": 1, "bucket": 5, "inspect": 6, "integrations": 6, "follow": 7, "cli": 8, "__main__": 9, "__init__": 9}
 
 
 def _module_name(path: Path) -> str:
