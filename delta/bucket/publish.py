@@ -24,12 +24,12 @@ introduced to readers by a handover signed with the old one (`handover_from`). A
 did not sign at the end of the bucket (a stranger's) says so and goes on from its own last version; it keeps the
 run id of its versions across restarts.
 
-Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or
-with slices of tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards
-are published as they are: no rank gathers anything; `delta.pieces.split` cuts a state every rank holds
-whole into shares). Rank 0 signs and commits the manifest once every rank's files have landed (only it needs the key). Whether a step is published or
-coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must
-be a gloo group), so all ranks publish the same steps.
+Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or with slices of
+tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards are published as they are: no
+rank gathers anything; `delta.pieces.split` cuts a state every rank holds whole into shares). Rank 0 signs and
+commits the manifest once every rank's files have landed (only it needs the key). Whether a step is published or
+coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must be a gloo
+group), so all ranks publish the same steps.
 """
 
 from __future__ import annotations
