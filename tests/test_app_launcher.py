@@ -217,6 +217,24 @@ def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> Non
     assert launch_tokens({})["ENV_TOKEN"] != env.environ["ENV_TOKEN"]  # fresh for every start...
 
 
+def test_the_rollout_servers_get_the_trainers_public_key_and_the_trainer_finds_its_own(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """As the tokens: the rollout servers check the weights and run settings with the trainer's public key, passed
+    in their environment; the trainer signs with the key kept for the bucket, which the launcher made, never passed."""
+    from delta import open_storage, trainer_key
+    from launcher.launch import trainer_public_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bucket = str(tmp_path / "bucket")
+    key = trainer_public_key(bucket)
+    assert trainer_public_key(bucket) == key == trainer_key(open_storage(bucket).url).public  # made once, kept
+    env, rollout, trainer = build_children(LauncherConfig(bucket=bucket), "/models/tiny", "owner", launch_tokens({}),
+                                           trusted_key=key.text)
+    assert rollout.environ["DELTA_TRUSTED_KEY"] == key.text
+    assert "DELTA_TRUSTED_KEY" not in trainer.environ and "DELTA_SIGNING_KEY" not in trainer.environ
+    assert not any(key.text in " ".join(c.args) for c in (env, rollout, trainer))
+
+
 def test_tokens_set_beforehand_are_kept() -> None:
     """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
     tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})

@@ -40,7 +40,8 @@ def publish(pub: Publisher, *states) -> None:
 def test_key_texts_round_trip_and_never_quote_a_private_key() -> None:
     key = SigningKey.generate()
     public = key.public
-    assert PublicKey.parse(public.text) == public and len(public.text) == 51 and public.fingerprint.startswith("SHA256:")
+    assert PublicKey.parse(public.text) == public and len(public.text) == 51
+    assert public.fingerprint.startswith("SHA256:")
     assert SigningKey.parse(key.secret_text()).public == public
     assert key.secret_text() not in repr(key) and public.fingerprint in repr(key)
     signature = key.sign(b"message")
@@ -146,7 +147,8 @@ def test_a_restarted_trainer_keeps_its_key_and_run_and_leaves_a_strangers_versio
         assert second.public_key == first.public_key and second._run_id == first._run_id
         assert second.last.version == 2  # its own last version, not the stranger's 3
         publish(second, states[3])
-    assert "versions 3..3 of file://" in caplog.text and "someone else's, ignored; going on from version 2" in caplog.text
+    assert "versions 3..3 of file://" in caplog.text
+    assert "someone else's, ignored; going on from version 2" in caplog.text
     assert reader.sync() == 3 and states_equal(reader.state, states[3]) and reader.status().versions_refused == 0
 
 
@@ -160,7 +162,7 @@ def test_a_new_key_is_trusted_only_through_a_handover_signed_by_the_old_one(tmp_
     pinned = Subscriber(bucket)  # trust on first use: the old key, kept
     given = Subscriber(bucket, trust=Trust.for_bucket(url, old.public))
     assert pinned.sync() == 1 and given.sync() == 1
-    with Publisher(bucket, signing_key=new, handover_from=old) as rotated:  # goes on from its own (the old key's) version 1
+    with Publisher(bucket, signing_key=new, handover_from=old) as rotated:  # on from its own (the old key's) version 1
         assert rotated.last.version == 1
         publish(rotated, states[2])
     assert pinned.sync() == 2 and given.sync() == 2 and states_equal(pinned.state, states[2])
