@@ -16,7 +16,8 @@ DELTA = ROOT / "delta"
 
 PUBLIC = ("delta", "delta.storage", "delta.follow", "delta.integrations.trl", "delta.integrations.vllm_backend",
           "delta.integrations.vllm_http", "delta.integrations.vllm_update", "delta.integrations.peft_adapter")
-WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_vllm_legacy.py", "bench/catchup.py")
+WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_vllm_legacy.py", "bench/catchup.py",
+             "bench/signing.py")
 # Each layer imports only from layers of a lower rank (or its own): errors (retry, atomic, private, _cores, _stages) < storage,
 # tensors < codecs < format
 # < patch < bucket < inspect, integrations < follow < cli < the package's entry points.
