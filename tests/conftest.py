@@ -7,7 +7,9 @@ Nothing of the web stack (uvicorn, httpx, the apps) is imported here: every test
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ for _variable, _default in (("HF_HOME", "huggingface"), ("VLLM_CACHE_ROOT", "vll
     os.environ.setdefault(_variable, os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                                   _default))
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="delta-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 if TYPE_CHECKING:
     from tests.rclone_server import RcloneS3Server

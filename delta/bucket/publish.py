@@ -331,6 +331,9 @@ class Publisher:
         if own and own < latest:
             logger.warning("versions %d..%d of %s are not signed by this trainer's key (%s): someone else's, ignored; "
                            "going on from version %d", own + 1, latest, self.storage.url, mine, own)
+        elif own and manifest is not newest:
+            logger.warning("the newest manifest of %s lists versions not signed by this trainer's key (%s): someone "
+                           "else's, ignored; going on from version %d", self.storage.url, mine, own)
         elif latest and not own:
             logger.warning("no version of %s is signed by this trainer's key (%s): starting a new run at version %d; "
                            "readers that trust another key refuse it (a new key is introduced with handover_from=the "

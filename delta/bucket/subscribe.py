@@ -157,6 +157,10 @@ class Subscriber:
             key trusted on first use, kept per bucket). `Trust.unauthenticated_for(url)` follows an unsigned bucket.
         **storage_options: Passed to `open_storage` when `bucket` is a URL.
 
+    Raises:
+        KeyFormatError, PrivateFileError: `trust` is None and ``DELTA_TRUSTED_KEY`` or the key kept for the bucket is
+            not a public key, or its file is a link, a FIFO, a folder or another user's.
+
     Threads: `sync` blocks the caller; `start` runs the same loop in a daemon thread. Decoding reads
     the state while others may read it too; every write into it happens under `lock` (hold it while
     reading the state to see one version throughout).
