@@ -122,6 +122,10 @@ ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", None,
 OWNER_TOKEN = Setting("--owner-token", "OWNER_TOKEN", None, "secret that the trainer's start/pause/stop need")
 ENV_TOKEN = Setting("--env-token", "ENV_TOKEN", None, "the env's token, sent on the policy's games")
 ROLLOUT_TOKEN = Setting("--rollout-token", "ROLLOUT_TOKEN", None, "the rollout's token, sent with every request")
+TRUSTED_KEY = Setting("--trusted-key", "DELTA_TRUSTED_KEY", None,
+                      "the trainer's public key (ed25519:..., or a file holding it): only the weights and run settings "
+                      "it signed are used (unset: the key of the first signed version, kept per bucket in "
+                      "~/.cache/delta/trusted)")
 HOST = Setting("--host", "GRADIO_SERVER_NAME", DEFAULT_HOST, "address to listen on")
 PORT = Setting("--port", "GRADIO_SERVER_PORT", DEFAULT_PORT, "port to listen on", int)
 

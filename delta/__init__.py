@@ -4,7 +4,8 @@
     >>> data = delta.diff(old_state, new_state, version=2, base_version=1)
     >>> delta.apply(reader_state, data)          # in place, all or nothing
 
-Through a bucket: `Publisher` on the trainer, `Subscriber` on each reader (docs/delta.md).
+Through a bucket: `Publisher` on the trainer (signing each version with its key), `Subscriber` on each reader
+(applying only what that key signed: `Trust`) (docs/delta.md).
 
 The public API is what `__all__` lists, plus `delta.storage` (the backends) and the modules of
 `delta.integrations` and `delta.follow`, each with its own `__all__`. The layers below it, each a folder,
@@ -20,25 +21,31 @@ from .bucket.manifest import FileRef, Manifest, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
 from .codecs import CODECS, DEFAULT_CODEC, Change
+from .bucket.trust import Trust
 from .errors import (
-    BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, NoPathError,
-    PublishError, ReplyLimitError, StateMismatchError, StorageError,
+    BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, KeyFormatError,
+    NoPathError, PrivateFileError, PublishError, ReplyLimitError, StateMismatchError, StorageError,
+    UntrustedVersionError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta
 from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
 from .patch.diff import diff
+from .private import read_private, write_private
 from .replies import read_reply
 from .retry import RetryPolicy
+from .signing import PublicKey, SigningKey, trainer_key
 from .storage import Storage, StoredFile, open_storage
 from .tensors.hashing import StateDigest, state_digest
 from .tensors.state import State, load_state, save_state
 
 __all__ = [
     "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
-    "PublishedVersion", "Publisher", "PublisherConfig", "ReplyLimitError", "RetryPolicy", "Rollback", "State",
-    "StateDigest", "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig",
-    "SubscriberStatus", "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path",
+    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "KeyFormatError", "Manifest", "NoPathError",
+    "PrivateFileError", "PublicKey", "PublishError", "PublishedVersion", "Publisher", "PublisherConfig",
+    "ReplyLimitError", "RetryPolicy", "Rollback", "SigningKey", "State", "StateDigest", "StateMismatchError",
+    "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry",
+    "Trust", "UntrustedVersionError", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path",
     "broadcast_object", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest",
-    "read_reply", "save_state", "state_digest", "write_atomic", "write_changes",
+    "read_private", "read_reply", "save_state", "state_digest", "trainer_key", "write_atomic", "write_changes",
+    "write_private",
 ]

@@ -16,22 +16,31 @@ TMP_PREFIX = ".delta-tmp-"
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], mode: int = 0o666, replace: bool = True) -> Iterator[Path]:
     """Yield a new temporary path beside `path` to write; on a clean exit it replaces `path` durably.
 
     If the block raises, the temporary file is removed and `path` is untouched. The temporary file is
-    created empty (exclusively, so no other writer shares it) before the block runs.
+    created empty (exclusively, so no other writer shares it, and never through a link) before the block runs.
+
+    Args:
+        mode: The new file's permissions, less the umask (0o600: its owner's alone, from the first byte).
+        replace: False: `path` is created only if it does not exist (hard-linked into place, atomically), else
+            FileExistsError and `path` is untouched: of two processes making the same file, one wins and the other
+            reads it.
     """
     target = Path(path)
     tmp = target.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode: the umask decides, as for any file
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode))
     try:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target, follow_symlinks=False)
     finally:
-        tmp.unlink(missing_ok=True)  # only still there when something failed before the rename
+        tmp.unlink(missing_ok=True)  # still there after a link, or when something failed before the rename
     _fsync_directory(target.parent)
 
 

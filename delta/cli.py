@@ -15,12 +15,14 @@ import sys
 import time
 
 from .atomic import write_atomic
+from .bucket.trust import Trust
 from .codecs import CODECS, DEFAULT_CODEC
 from .errors import DeltaError, printable
 from .format import read_delta
 from .inspect import check_delta, inspect_delta
 from .patch.apply import apply, decode
 from .patch.diff import diff
+from .signing import PublicKey
 from .tensors.state import load_state, save_state
 
 
@@ -117,23 +119,33 @@ def cmd_publish(args: argparse.Namespace) -> int:
     with Publisher(args.bucket, config) as publisher:
         publisher.publish(state, anchor=args.anchor)
         publisher.flush()
-    last = publisher.last
+    last, key = publisher.last, publisher.public_key
     print(f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
-          f"state {last.state_hash}")
+          f"state {last.state_hash}, signed by {key.fingerprint} (readers: --trusted-key {key.text})")
     return 0
+
+
+def reader_trust(args: argparse.Namespace) -> Trust:
+    """Whose versions a bucket command applies: `--trusted-key`, else DELTA_TRUSTED_KEY, else trust on first use;
+    `--unauthenticated`: anyone's."""
+    from .storage import open_storage
+
+    url = open_storage(args.bucket).url
+    return Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from .bucket.subscribe import Subscriber
 
-    with Subscriber(args.bucket) as subscriber:
+    with Subscriber(args.bucket, trust=reader_trust(args)) as subscriber:
         version = subscriber.sync(args.version)
     if version is None:
         print(f"error: {args.bucket} holds no version yet", file=sys.stderr)
         return 1
     save_state(subscriber.state, args.output, metadata={"version": str(version),
                                                         "state_hash": subscriber.digest.hexdigest})
-    print(f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified)")
+    print(printable(f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified; "
+                    f"{subscriber.trust.describe()})"))
     return 0
 
 
@@ -149,14 +161,15 @@ def cmd_log(args: argparse.Namespace) -> int:
     print(printable(f"{args.bucket}: versions {versions[0].version}..{versions[-1].version} "
                     f"({len(manifest.anchors())} with an anchor), {manifest.path}"))
     print(f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  {'published (UTC)':<19}  "
-          "state hash, sha256 of each file (first 12 hex digits)")
+          f"{'signed by (not checked here)':<28}  state hash, sha256 of each file (first 12 hex digits)")
     for v in versions:
         base = "-" if v.base_version is None else v.base_version
         when = "-" if v.published_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.published_at))
+        signer = PublicKey.parse(v.signer).fingerprint[:28] if v.signer else "unsigned"
         print(printable(f"{v.version:>8}  {v.kind:<6}  {base:>6}  {len(v.files):>5}  "
                         f"{human_bytes(v.delta_bytes) if v.delta else '-':>9}  "
-                        f"{human_bytes(v.anchor_bytes) if v.anchor else '-':>9}  {when:<19}  {v.state_hash}  "
-                        f"{','.join(f.sha256[:12] for f in v.files)}"))
+                        f"{human_bytes(v.anchor_bytes) if v.anchor else '-':>9}  {when:<19}  {signer:<28}  "
+                        f"{v.state_hash}  {','.join(f.sha256[:12] for f in v.files)}"))
     return 0
 
 
@@ -181,6 +194,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .follow import add_command as add_follow  # its own module: a sidecar beside `vllm serve`
+    from .follow import add_trust_arguments
+
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -221,17 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start a new bucket if the folder does not exist (without it, a missing folder is an error)")
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("pull", help="write a bucket's version as one safetensors file, verified against its hash")
+    p = sub.add_parser("pull", help="write a bucket's version as one safetensors file, verified against its hash and "
+                                    "the trainer's signature")
     p.add_argument("--bucket", required=True)
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--version", type=int, default=None, help="default: the newest")
+    add_trust_arguments(p)
     p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("log", help="list a bucket's versions, one line each under a header (sizes in kB/MB/GB)")
     p.add_argument("--bucket", required=True)
     p.set_defaults(func=cmd_log)
-
-    from .follow import add_command as add_follow  # its own module: a sidecar beside `vllm serve`
 
     add_follow(sub)
 

@@ -170,3 +170,38 @@ class AdapterRefusedError(DeltaError, ValueError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class PrivateFileError(DeltaError, PermissionError):
+    """A file that must be private to this user (a signing key, a trusted key, the launcher's tokens) is not a
+    regular file owned by this user: a symbolic link, a FIFO, a folder, a device, another user's file, or one too
+    large. It is refused without being followed or read (`delta.private`).
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(printable(f"{path}: {reason}: refused (remove it, or put a regular file of yours there)"))
+        self.path = path
+
+
+class KeyFormatError(DeltaError, ValueError):
+    """Text that should hold a key (`delta.signing`) does not. The message never quotes the text: it may be a
+    private key pasted into the wrong place."""
+
+
+class UntrustedVersionError(DeltaError):
+    """A version (or the run's settings) not signed by the key this reader trusts: unsigned, signed wrongly, signed by
+    another key with no handover from the trusted one, or of another run than the state held. Nothing of it was
+    applied; the reader keeps what it held and takes the trainer's next version as usual.
+
+    Attributes:
+        version: The version refused (None for other signed files, such as a run's settings).
+        reason: A few words naming the kind ("unsigned", "bad signature", "another key", "another run").
+    """
+
+    def __init__(self, message: str, *, version: int | None, reason: str) -> None:
+        super().__init__(printable(message))
+        self.version = version
+        self.reason = reason

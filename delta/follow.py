@@ -11,6 +11,12 @@ pauses generation (`/pause?mode=keep`: requests in flight freeze and continue af
 prefix cache and resumes. One log line per version (version, bytes fetched, pause) and a JSON status
 file record what happened.
 
+Only the trainer's versions: each is checked against the trainer's public key before anything of it is fetched
+(`--trusted-key`, ``DELTA_TRUSTED_KEY``, else the key of the first signed version, kept per bucket; `delta.Trust`).
+A version it did not sign is refused in one line (``REFUSED version N: ...``, counted in the status file's
+``refused``) and the server keeps what it serves; `--unauthenticated` follows an unsigned bucket (TRL's own files),
+and the status file then says so.
+
 Known state or nothing: at start, and after any failed apply, the server stays paused while the
 sidecar rebuilds the state from the bucket (newest anchor, then the deltas after it, every file and
 the result checked against the manifest's hashes) and sends all of it; only then does it resume. A
@@ -52,16 +58,19 @@ import torch
 
 from .atomic import write_atomic
 from .bucket.subscribe import Subscriber, SubscriberConfig, Update
-from .errors import AdapterRefusedError, printable
+from .bucket.trust import Trust
+from .errors import AdapterRefusedError, UntrustedVersionError, printable
 from .integrations.peft_adapter import adapter_config, write_adapter
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
 from .retry import RetryPolicy
+from .storage import open_storage
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_KEEP", "AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig",
-           "FollowStatus", "ServerFollower", "add_arguments", "base_hash_of", "follow_config", "run_until_stopped"]
+           "FollowStatus", "ServerFollower", "add_arguments", "add_trust_arguments", "base_hash_of", "follow_config",
+           "run_until_stopped"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class FollowConfig:
         request_timeout: Seconds to wait for each server answer.
         max_backoff: Longest wait between attempts to recover after failures.
         history: Applied versions kept in the status.
+        trusted_key: The trainer's public key (``ed25519:...``, or a file holding it); None: ``DELTA_TRUSTED_KEY``,
+            else trust on first use (`delta.Trust.for_bucket`).
+        unauthenticated: Follow an unsigned bucket: versions are applied whoever wrote them.
     """
 
     bucket: str
@@ -90,6 +102,8 @@ class FollowConfig:
     request_timeout: float = 600.0
     max_backoff: float = 30.0
     history: int = 20
+    trusted_key: str | None = None
+    unauthenticated: bool = False
 
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
@@ -120,10 +134,14 @@ class AppliedVersion:
 @dataclass
 class FollowStatus:
     """What the status file holds (`state`: starting, waiting (no version yet), paused (applying), following or
-    recovering; `refused`: adapter versions not loaded, by `AdapterRefusedError.reason`)."""
+    recovering; `refused`: versions not applied, by kind: "untrusted version" (not the trusted key's), and adapter
+    versions by `AdapterRefusedError.reason`; `trust`: which key versions are checked with, or that the bucket is
+    followed unauthenticated)."""
 
     bucket: str
     vllm_url: str
+    trust: str = ""
+    authenticated: bool = True
     state: str = "starting"
     version: int | None = None
     latest: int | None = None
@@ -139,19 +157,47 @@ class _Follower:
     """What both followers share: the server's client, the log, a working folder, the status (file) with its
     history of versions applied, and the loop that syncs, counts failures and backs off.
 
-    Args: as `ServerFollower`'s; `prefix` names the temporary working folder made when `config` gives none.
+    Args: as `ServerFollower`'s; `prefix` names the temporary working folder made when `config` gives none; `trust`,
+    whose versions are applied (None: from `config`'s `trusted_key` and `unauthenticated`).
     """
 
     def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None, log: Callable[[str], None] | None,
-                 prefix: str) -> None:
+                 prefix: str, trust: Trust | None = None) -> None:
         self.config = config
         self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
         self._log = log or (lambda line: print(line, flush=True))
         self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix=prefix)
         self.work_dir = config.work_dir or self._tmp.name
         os.makedirs(self.work_dir, exist_ok=True)
-        self.status = FollowStatus(config.bucket, config.vllm_url)
+        url = open_storage(config.bucket).url
+        #: Whose versions are applied: one for every subscriber this follower opens (a recovery opens a new one).
+        self.trust = trust or (Trust.unauthenticated_for(url) if config.unauthenticated
+                               else Trust.for_bucket(url, config.trusted_key))
+        self.status = FollowStatus(config.bucket, config.vllm_url, self.trust.describe(),
+                                   not self.trust.unauthenticated)
         self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
+        self._refusal: str | None = None  # the last refusal logged: each is logged and counted once
+
+    def _subscriber(self, on_update: Callable[[Update], None] | None = None) -> Subscriber:
+        """A subscriber on the bucket, checking versions with `trust`."""
+        return Subscriber(self.config.bucket, config=SubscriberConfig(poll_interval=self.config.poll_interval),
+                          on_update=on_update, trust=self.trust)
+
+    def _sync(self, subscriber: Subscriber) -> int | None:
+        """`subscriber.sync()`; a version the trusted key did not sign is refused (logged and counted once, the version
+        held kept), not failed. Returns the version held."""
+        try:
+            return subscriber.sync()
+        except UntrustedVersionError as e:
+            text = printable(str(e))
+            if text != self._refusal:
+                self._refusal = text
+                self.status.refused["untrusted version"] = self.status.refused.get("untrusted version", 0) + 1
+                self.status.last_error = text
+                self._log(f"REFUSED {text}")
+            return subscriber.version
+        finally:
+            self.status.trust = self.trust.describe()
 
     def _follow(self, stop: threading.Event, until: int | None, step: Callable[[], None]) -> int | None:
         """Call `step` every poll interval until `stop` is set, or until version `until` (or newer) is served and
@@ -206,7 +252,7 @@ class ServerFollower(_Follower):
     def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         super().__init__(config, client, log, "delta-follow-")
-        self._subscriber: Subscriber | None = None
+        self._following: Subscriber | None = None
         self._worker: WorkerInfo | None = None
         self._groups: dict[str, list[str]] = {}
         self._served: dict[str, torch.Tensor] | None = None  # CUDA only: what the server holds, for positions
@@ -233,16 +279,16 @@ class ServerFollower(_Follower):
         return self._follow(stop, until, self._step)
 
     def close(self) -> None:
-        if self._subscriber is not None:
-            self._subscriber.close()
+        if self._following is not None:
+            self._following.close()
         self._close_folder()
 
     def _step(self) -> None:
-        if self._subscriber is None or self._failed is not None:
+        if self._following is None or self._failed is not None:
             self._recover()
         else:
-            self._subscriber.sync()
-            self.status.latest = self._subscriber.status().latest
+            self._sync(self._following)
+            self.status.latest = self._following.status().latest
 
     def _clean(self) -> bool:
         return self._failed is None
@@ -255,7 +301,7 @@ class ServerFollower(_Follower):
             return  # the server is paused on a failed version; recovery sends the whole state
         try:
             names = list(update.changed)
-            state = self._subscriber.state
+            state = self._following.state
             if self._worker.in_place:
                 new, old = {n: state[n] for n in names}, {n: self._served[n] for n in names}
             else:
@@ -299,13 +345,13 @@ class ServerFollower(_Follower):
     def _recover(self) -> None:
         """Bring the server to a known state: keep it paused, rebuild the state from the newest anchor and
         the deltas after it, send all of it, then resume."""
-        first = self._subscriber is None and self._failed is None
+        first = self._following is None and self._failed is None
         if not first:
             self.status.state = "recovering"
             self._write_status()
             self.client.pause()  # already paused after a failed version; pausing again is harmless
-        fresh = Subscriber(self.config.bucket, config=SubscriberConfig(poll_interval=self.config.poll_interval))
-        version = fresh.sync()  # newest anchor, then deltas; every file and the result checked
+        fresh = self._subscriber()
+        version = self._sync(fresh)  # newest anchor, then deltas; each signature, every file and the result checked
         if version is None:
             fresh.close()
             self.status.state = "waiting"  # nothing published yet: the server keeps its own weights
@@ -317,9 +363,9 @@ class ServerFollower(_Follower):
         except BaseException:
             fresh.close()
             raise
-        if self._subscriber is not None:
-            self._subscriber.close()
-        self._subscriber = fresh
+        if self._following is not None:
+            self._following.close()
+        self._following = fresh
         fresh.on_update = self._on_update  # from now on each version is sent as it is written
         self._served = {n: t.clone() for n, t in fresh.state.items()} if self._worker.in_place else None
         if self._failed is not None:
@@ -400,6 +446,7 @@ class AdapterFollower(_Follower):
         max_rank: The server's max LoRA rank (its `--max-lora-rank`); None: the server refuses a higher one itself.
         name: Adapter versions are served as the models ``<name>-v<version>``.
         client, log: As `ServerFollower`'s.
+        trust: Whose versions are loaded (share it with whatever reads the run's settings); None: from `config`.
 
     A version is refused (`AdapterRefusedError`: one line, counted in the status's `refused` by reason, not loaded,
     the versions loaded before it still served) when the run's base is not the server's, its rank is above
@@ -412,13 +459,12 @@ class AdapterFollower(_Follower):
 
     def __init__(self, config: FollowConfig, run: AdapterRun | Callable[[], AdapterRun], base_hash: str | None = None,
                  max_rank: int | None = None, name: str = "adapter", client: VLLMHTTPClient | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
-        super().__init__(config, client, log, "delta-adapters-")
+                 log: Callable[[str], None] | None = None, trust: Trust | None = None) -> None:
+        super().__init__(config, client, log, "delta-adapters-", trust)
         self._run = run if callable(run) else (lambda: run)
         self.base_hash, self.max_rank, self.name = base_hash, max_rank, name
         self.loaded: list[int] = []  # adapter versions the server holds, oldest first
-        self._subscriber = Subscriber(config.bucket, config=SubscriberConfig(poll_interval=config.poll_interval),
-                                      on_update=self._on_update)
+        self._following = self._subscriber(self._on_update)
 
     def served_name(self, version: int) -> str:
         """The model name requests give to be served by adapter `version`."""
@@ -437,12 +483,12 @@ class AdapterFollower(_Follower):
         return self._follow(stop, until, self._step)
 
     def close(self) -> None:
-        self._subscriber.close()
+        self._following.close()
         self._close_folder()
 
     def _step(self) -> None:
-        self._subscriber.sync()
-        self.status.latest = self._subscriber.status().latest
+        self._sync(self._following)
+        self.status.latest = self._following.status().latest
 
     def _adapter_config(self, state: dict[str, torch.Tensor]) -> tuple[Any, int]:
         """The `peft.LoraConfig` to load `state` with, and the versions to keep, once `state` is checked against the
@@ -470,7 +516,7 @@ class AdapterFollower(_Follower):
         """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A version refused (by the
         checks of `_adapter_config`, or by the server) is logged and counted; the versions loaded before it stay
         served."""
-        version, state = update.version, self._subscriber.state
+        version, state = update.version, self._following.state
         folder = os.path.join(self.work_dir, f"v{version}")
         try:
             config, keep = self._adapter_config(state)
@@ -520,6 +566,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-lora-rank", type=int, default=None,
                    help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
                         "loading (default: the server refuses them itself, each a failure)")
+    add_trust_arguments(p)
+
+
+def add_trust_arguments(p: argparse.ArgumentParser) -> None:
+    """`--trusted-key` and `--unauthenticated`: whose versions a reader of a bucket applies."""
+    p.add_argument("--trusted-key", default=None,
+                   help="the trainer's public key, ed25519:..., or a file holding it: only versions it signed are "
+                        "applied (env DELTA_TRUSTED_KEY; default: the key of the first signed version, kept per bucket "
+                        "in ~/.cache/delta/trusted, as ssh does)")
+    p.add_argument("--unauthenticated", action="store_true",
+                   help="follow an unsigned bucket (TRL's own delta files, an older delta's): every version is "
+                        "applied, whoever wrote it")
 
 
 def _versions(text: str) -> int:
@@ -533,7 +591,8 @@ def follow_config(args: argparse.Namespace) -> FollowConfig:
     """The `FollowConfig` of `add_arguments`' options."""
     return FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
                         poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
-                        ready_timeout=args.ready_timeout)
+                        ready_timeout=args.ready_timeout, trusted_key=args.trusted_key,
+                        unauthenticated=args.unauthenticated)
 
 
 def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:

@@ -98,8 +98,12 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
     if role == "rollout":
         rollout = RolloutStatus.model_validate_json(status)
         fleet = [("fleet state", rollout.fleet_state)] if rollout.fleet_state is not None else []
-        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), *fleet, ("engine", rollout.engine),
-                ("syncs", rollout.syncs)]
+        untrusted = {k: n for k, n in rollout.refused.items() if k.startswith("untrusted")}
+        trust = [("weights", "UNAUTHENTICATED (the bucket's, whoever wrote them)")] if not rollout.authenticated else []
+        refused = [("refused (not signed by the trainer)", " · ".join(f"{k.removeprefix('untrusted ')} {n}"
+                                                                       for k, n in sorted(untrusted.items())))]
+        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), *trust, *fleet,
+                ("engine", rollout.engine), ("syncs", rollout.syncs), *(refused if untrusted else [])]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)
         training = str(trainer.state)

@@ -21,6 +21,7 @@ import threading
 from types import FrameType
 
 import settings
+from delta import KeyFormatError, PrivateFileError, PublicKey, open_storage, trainer_key
 from models.hardware import Machine, rollout_share_beside_trainer
 
 from .children import Child, ChildFailed, stop_all
@@ -42,13 +43,14 @@ def _say(message: str) -> None:
 
 
 def build_children(config: LauncherConfig, model_folder: str, owner_token: str, tokens: dict[str, str],
-                   gpu_share: float | None = None) -> list[Child]:
-    """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or
-    sends (`tokens.launch_tokens()`). The trainer and the rollout servers share only the bucket: the
-    rollout servers play games continuously and hand them in there (the fleet); the trainer needs no
-    rollout URL; the servers let the trainer's first step train alone on the machine they share
-    (``--first-step-alone``). `gpu_share`: each rollout server's vLLM memory share on a GPU the trainer shares
-    (`models.hardware.rollout_share_beside_trainer`), unless the rollout's flags name one."""
+                   gpu_share: float | None = None, trusted_key: str | None = None) -> list[Child]:
+    """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or sends
+    (`tokens.launch_tokens()`); the rollout servers also the trainer's public key (`trusted_key`, as
+    ``DELTA_TRUSTED_KEY``: they apply only the weights and run settings it signed). The trainer and the rollout
+    servers share only the bucket: the rollout servers play games continuously and hand them in there (the
+    fleet); the trainer needs no rollout URL; the servers let the trainer's first step train alone on the
+    machine they share (``--first-step-alone``). `gpu_share`: each rollout server's vLLM memory share on a GPU
+    the trainer shares (`models.hardware.rollout_share_beside_trainer`), unless the rollout's flags name one."""
     env_url = f"http://127.0.0.1:{config.env_port}"
     engine = ["--engine", config.engine] if config.engine else []
     if gpu_share is not None and "--gpu-memory-utilization" not in config.rollout_args:
@@ -64,7 +66,7 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
         rollouts.append(Child("rollout", config.host, port,
                               [*shared, "--env-url", env_url, "--server-id", name, "--first-step-alone", *engine,
                                *config.rollout_args],
-                              log(name), role_environ("rollout", tokens), name=name))
+                              log(name), {**role_environ("rollout", tokens), **trusted(trusted_key)}, name=name))
     return [
         Child("env", config.host, config.env_port, [], log("env"), role_environ("env", tokens)),
         *rollouts,
@@ -73,6 +75,17 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
               # A secret travels in the environment, not in argv where `ps` shows it to every local user.
               {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)}),
     ]
+
+
+def trusted(key: str | None) -> dict[str, str]:
+    """The variable that gives a rollout server the trainer's public key (none when `key` is None)."""
+    return {settings.TRUSTED_KEY.variable: key} if key else {}
+
+
+def trainer_public_key(bucket: str) -> PublicKey:
+    """The public key of the key the trainer will sign `bucket`'s versions with: the same `delta.trainer_key` it finds
+    (``DELTA_SIGNING_KEY``, else the key kept for the bucket in the user's cache, made now at the first start)."""
+    return trainer_key(open_storage(bucket).url).public
 
 
 def start_together(config: LauncherConfig, machine: Machine | None) -> bool:
@@ -122,7 +135,16 @@ def run(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
     kept = KeptTokens(config.keys, config.bucket)
-    tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    try:
+        tokens = launch_tokens(kept=kept, owner_token=config.owner_token)
+    except PrivateFileError as e:  # a link, a FIFO or a folder where the tokens belong: one line, nothing followed
+        _say(f"cannot use the kept tokens: {e}")
+        raise SystemExit(1) from None
+    try:
+        key = trainer_public_key(config.bucket)
+    except (PrivateFileError, KeyFormatError) as e:
+        _say(f"cannot use the trainer's signing key: {e}")
+        raise SystemExit(1) from None
     owner_token = tokens["OWNER_TOKEN"]
     _say(f"bucket {config.bucket} · logs {config.logs}")
     _say(f"preparing the model {config.model} (once; later starts reuse it)")
@@ -139,7 +161,7 @@ def run(args: argparse.Namespace) -> None:
          "to use others)")
     machine = None if config.engine == "transformers" else Machine.probe()
     gpu_share = _gpu_share(config, machine)
-    children = build_children(config, folder, owner_token, tokens, gpu_share)
+    children = build_children(config, folder, owner_token, tokens, gpu_share, key.text)
     supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s,
                             _say)
     landing = LandingServer(build_app(children, config.bucket, supervisor), config.host, config.port)
@@ -162,6 +184,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"    {child.name:<12}  {_link(config, child.port)}", flush=True)
         print(f"    owner token   {owner_token}   (the trainer's start/pause/stop)", flush=True)
         print(f"    rollout token {tokens['ROLLOUT_TOKEN']}   (the rollout's /generate and /rollout)", flush=True)
+        print(f"    trainer key   {key.fingerprint}   (the rollout servers apply only what it signs)", flush=True)
         _say("Ctrl-C stops them all; the next start resumes from the bucket")
         while not stop.wait(1.0):
             supervisor.tick()

@@ -15,14 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import secrets
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 import settings
+from delta import PrivateFileError, read_private, write_private
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 class KeptTokens:
     """The tokens the launcher made for one bucket, in a local file only its owner can read (0600, in a 0700
-    folder). Not thread-safe; one launcher per bucket at a time.
+    folder; read and written as `delta.private` files). Not thread-safe; one launcher per bucket at a time.
 
     Args:
         folder: Where the files live (the launcher's ``--keys``, default ``.cache/app/keys`` in the repository).
@@ -50,39 +49,29 @@ class KeptTokens:
 
     def read(self) -> dict[str, str]:
         """The tokens kept for the bucket ({} when none are, or the file is not one of ours: it is then replaced
-        at the next `write`). A file others could read is made owner-only first (and said so in the log)."""
+        at the next `write`). A file others could read is made owner-only first (and said so in the log).
+
+        Raises:
+            delta.PrivateFileError: a link, a FIFO, a folder or another user's file is where the tokens belong:
+                refused in one line, never followed.
+        """
         try:
-            mode = self.path.stat().st_mode
-            if mode & 0o077:
-                logger.warning("%s could be read by other users (mode %o): made owner-only (0600)", self.path,
-                               stat.S_IMODE(mode))
-                self.path.chmod(0o600)
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
+            data = read_private(self.path)
+            if data is None:
+                return {}
+            kept = json.loads(data)
+        except PrivateFileError:
+            raise
         except (OSError, ValueError) as e:
             logger.warning("ignoring the kept tokens in %s (new ones are made): %s", self.path, e)
             return {}
-        if not isinstance(data, dict) or data.get("bucket") != self.bucket:
+        if not isinstance(kept, dict) or kept.get("bucket") != self.bucket:
             return {}
-        return {k: v for k, v in data.items() if k in KEPT and isinstance(v, str) and _TOKEN.fullmatch(v)}
+        return {k: v for k, v in kept.items() if k in KEPT and isinstance(v, str) and _TOKEN.fullmatch(v)}
 
     def write(self, tokens: Mapping[str, str]) -> None:
         """Replace the file with `tokens`, atomically (a new file created 0600, then renamed over the old one)."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)  # a crashed start's: the new file is created, never opened through a link
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            with os.fdopen(fd, "w") as f:
-                json.dump({"bucket": self.bucket, **tokens}, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_private(self.path, json.dumps({"bucket": self.bucket, **tokens}, indent=1).encode())
 
 
 def launch_tokens(environ: Mapping[str, str] | None = None, kept: KeptTokens | None = None,

@@ -25,9 +25,10 @@ class LoraRefusedError(RolloutError, ValueError):
         self.reason = reason
 
 
-#: The kinds of refusal a rollout server counts in its status (`RolloutStatus.refused`).
+#: The kinds of refusal a rollout server counts in its status (`RolloutStatus.refused`): a LoRA run or adapter version
+#: it cannot serve, and versions or run settings the trainer's key did not sign.
 REFUSALS = ("another base", "no LoRA support", "rank above max", "bad targets", "too many versions", "mode switch",
-            "adapter failed", "bad adapter")
+            "adapter failed", "bad adapter", "untrusted version", "untrusted run settings")
 
 
 class LimitExceededError(RolloutError, ValueError):

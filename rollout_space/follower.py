@@ -7,7 +7,8 @@ changed tensors to the backend with `Engine.update`, the only step that holds ge
 Versions that arrive during one batch are loaded together after it, as one update to the newest:
 the subscriber never waits for the engine, so a long batch does not hold the next versions back.
 A bad file or an unreachable bucket leaves the engine serving its last good version, and the error
-shows in `status()`.
+shows in `status()`. So does a version the trainer did not sign (`delta.Trust`: the trainer's key, given or trusted on
+first use): refused before anything of it is fetched, counted in `status()`'s ``refused`` ("untrusted version").
 """
 
 from __future__ import annotations
@@ -114,12 +115,15 @@ class Follower:
         bucket: Bucket URL or open storage.
         config: Polling settings of the underlying subscriber.
         history: Sync records kept.
+        trust: Whose versions the engine serves (share it with the reader of the run's settings); None:
+            `delta.Trust.for_bucket` (``DELTA_TRUSTED_KEY``, else the key trusted on first use).
     """
 
     def __init__(self, engine: Engine, bucket: str | Storage, config: SubscriberConfig | None = None,
-                 history: int = 200) -> None:
+                 history: int = 200, trust: delta.Trust | None = None) -> None:
         self.engine = engine
         storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
+        self.trust = trust or delta.Trust.for_bucket(storage.url)
         base = delta.state_digest(engine.state)
         #: The state hash of the engine's model as loaded: a LoRA run on another base is refused (`adopt`).
         self.base_hash = base.hexdigest
@@ -135,7 +139,8 @@ class Follower:
         self._config = config
         self._started = False
         self._subscriber = delta.Subscriber(storage, engine.state, version=version, digest=digest, config=config,
-                                            on_update=self._queue)
+                                            on_update=self._queue, trust=self.trust)
+        self._refused_before = 0  # versions refused by the subscribers replaced (`_follow_anew`)
         self._records: deque[SyncRecord] = deque(maxlen=history)
         self._last_header: DeltaHeader | None = None
         self._lock = threading.Lock()
@@ -234,8 +239,9 @@ class Follower:
             except EngineError as e:
                 raise LoraRefusedError(f"cannot serve the run's adapter: {e}", "adapter failed") from e
             finally:  # a subscriber on whatever state the engine holds now, refused or not
+                self._refused_before += self._subscriber.status().versions_refused
                 self._subscriber = delta.Subscriber(storage, self.engine.state, config=self._config,
-                                                    on_update=self._queue)
+                                                    on_update=self._queue, trust=self.trust)
                 with self._lock:
                     self._last_header = None
                 if self._started:
@@ -378,13 +384,19 @@ class Follower:
             return self._last_header
 
     def status(self) -> dict[str, object]:
-        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, `refused` (by kind), and `state_hash`: the
-        hash of the state served, as the manifest records it (None before the engine serves a bucket version, and
-        while the state decoded is not the version served: a version waiting for the batch in flight, or refused)."""
+        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, `refused` (by kind: "untrusted version"
+        for versions the trusted key did not sign), `last_refusal` (why the last such version was refused), `trust`
+        (which key, or unauthenticated), `authenticated`, and `state_hash`: the hash of the state served, as the
+        manifest records it (None before the engine serves a bucket version, and while the state decoded is not the
+        version served: a version waiting for the batch in flight, or refused)."""
         status = self._subscriber.status()
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
         digest = self._subscriber.digest
         served = digest is not None and self._subscriber.version == self.engine.version
+        refused = dict(self.refused)
+        if status.versions_refused or self._refused_before:
+            refused["untrusted version"] = status.versions_refused + self._refused_before
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
                 "last_error": self._engine_error or self.refusal or status.last_error,
-                "refused": dict(self.refused), "state_hash": digest.hexdigest if served else None}
+                "refused": refused, "last_refusal": status.last_refusal, "trust": status.trust,
+                "authenticated": status.authenticated, "state_hash": digest.hexdigest if served else None}

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="secret /generate and /rollout require as a bearer token (env ROLLOUT_TOKEN; the "
                              "trainer's --rollout-token); unset: anyone may call them")
     settings.ENV_TOKEN.add_to(parser, "the env's token, sent on this server's games (the env's --token)")
+    settings.TRUSTED_KEY.add_to(parser)
+    parser.add_argument("--unauthenticated", action="store_true",
+                        help="follow an unsigned bucket (TRL's own delta files, an older delta's): the weights and run "
+                             "settings are used whoever wrote them, and every page says so")
     settings.ENGINE.add_to(parser)
     settings.DEVICE.add_to(parser, f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
                                    "cuda:N (auto: the GPU when there is one); vLLM runs on the first visible GPU "
@@ -79,7 +83,7 @@ def engine_plan(args: argparse.Namespace, kind: str, folder: str, machine: Machi
 
 def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
-    from delta import SubscriberConfig
+    from delta import PrivateFileError, SubscriberConfig, Trust, open_storage
     from models import resolve_model
 
     from .engines import EngineConfig, open_engine
@@ -96,14 +100,17 @@ def run(args: argparse.Namespace) -> None:
     folder = resolve_model(args.model)
     try:
         plan = engine_plan(args, kind, folder)
-    except ValueError as e:  # a setting to change before anything starts: one line, no traceback
+        # One trust for the weights and the run's settings: the trainer's key, given or trusted on first use.
+        url = open_storage(args.bucket).url
+        trust = Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
+    except (ValueError, PrivateFileError) as e:  # a setting to change before anything starts: one line, no traceback
         raise SystemExit(f"python app.py rollout: {e}") from None
     logger.info("starting the %s engine on %s (%s, %s)", kind, folder, plan.device, plan.dtype)
     options = {"plan": plan, "max_lora_rank": args.max_lora_rank} if kind == "vllm" else {}
     engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)
     try:
         polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
-        follower = Follower(engine, args.bucket, polling)
+        follower = Follower(engine, args.bucket, polling, trust=trust)
         env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:
         engine.close()
@@ -112,13 +119,14 @@ def run(args: argparse.Namespace) -> None:
     if not args.no_produce:
         server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
         # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
-        service.attach_producer(FleetBucket(args.bucket, secret=args.token), server_id, poll_s=polling.poll_interval,
-                                first_step_alone=args.first_step_alone)
+        service.attach_producer(FleetBucket(args.bucket, secret=args.token, trust=trust), server_id,
+                                poll_s=polling.poll_interval, first_step_alone=args.first_step_alone)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     else:  # no games for the fleet, but the state the run names (a LoRA run's adapter) is still followed
-        service.watch_run(FleetBucket(args.bucket, secret=args.token), poll_s=polling.poll_interval)
+        service.watch_run(FleetBucket(args.bucket, secret=args.token, trust=trust), poll_s=polling.poll_interval)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)
+    logger.info("weights and run settings checked with: %s", trust.describe())
     if not args.token:
         logger.warning("no rollout token (--token / ROLLOUT_TOKEN): anyone may call /generate and /rollout; set one "
                        "on a public Space (python app.py and spaces/deploy.py do)")

@@ -274,14 +274,15 @@ class GroupProducer:
         """Look at the run once, choose what to do (`choices.choose`) and do it: play and write one batch of groups
         if the run asks for them. Returns the seconds to wait before the next look (0 after a batch)."""
         try:
-            run = self.bucket.read_run()
+            run = self.bucket.read_run()  # run settings the trainer did not sign: its last ones it did, if any
         except FleetMessageError as e:
-            if e.category != Refusal.UNSIGNED:
+            if e.category not in (Refusal.UNSIGNED, Refusal.UNTRUSTED):
                 raise
             # A run signed with another key: a previous start's (with another rollout token) until the current
             # trainer writes its own, or a stranger's. Not an error of this server: wait for a run it can trust.
-            self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with this "
-                                                   f"server's token: {e}")
+            whose = "this server's token" if e.category == Refusal.UNSIGNED else "the trainer's key"
+            self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with "
+                                                   f"{whose}: {e}")
             return self._no_run(self.poll_s)
         if self._run_refused is not None and self.last_error == self._run_refused:
             self.last_error = None  # the current trainer wrote its run: the wait is over, not an error to show

@@ -230,6 +230,12 @@ class RolloutService:
         error, the hash of the weights served (comparable with the manifest's), and more."""
         following = self.follower.status() if self.follower is not None else {}
         latest = following.get("latest_version")
+        refused = dict(following.get("refused", {}))
+        last_refusal = following.get("last_refusal")
+        fleet = self.producer.bucket if self.producer is not None else self.run_watch.bucket if self.run_watch else None
+        if fleet is not None and fleet.runs_refused:
+            refused["untrusted run settings"] = fleet.runs_refused
+            last_refusal = last_refusal or fleet.run_refusal
         note = None
         if self.follower is None:
             note = "no bucket: serving the model as loaded"
@@ -261,7 +267,10 @@ class RolloutService:
             groups_written=producer.groups_written if producer is not None else 0,
             lora=self.follower.lora if self.follower is not None else None,
             adapters=self.engine.adapter_support,
-            refused=following.get("refused", {}),
+            refused=refused,
+            last_refusal=last_refusal,
+            trust=following.get("trust", ""),
+            authenticated=following.get("authenticated", True),
         )
 
     def _served_hash(self) -> str | None:

@@ -13,9 +13,12 @@ the versions kept loaded its staleness + 1 (unless `--keep`), and a version is r
 status file's ``refused``) when the run trains on another base than the server's model (`--base`, default the folder
 the server loaded, `/v1/models`; the sidecar hashes it once at start), when its rank is above `--max-lora-rank`, when
 its tensors are not the run's adapter, or when the run publishes full weights (merged or every weight: a server with
-the `delta` backend follows those, `python -m delta follow`). The run's settings are checked against their signature
-with the run's rollout token (`--rollout-token`, env ROLLOUT_TOKEN); without it they are read unchecked, and the
-sidecar says so at start.
+the `delta` backend follows those, `python -m delta follow`). The adapter versions and the run's settings are used only
+when the trainer's key signed them (`--trusted-key`, env DELTA_TRUSTED_KEY; else the key of the first signed one, kept
+per bucket; `--unauthenticated` for an unsigned bucket): a version it did not sign is refused in one line and counted
+(``untrusted version``), and settings it did not sign are refused and the last ones it signed kept. The run's
+settings are also checked against their HMAC with the run's rollout token (`--rollout-token`, env ROLLOUT_TOKEN);
+without it that check is skipped, and the sidecar says so at start.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 from collections.abc import Callable
 
 import settings
+from delta import Trust, open_storage
 from delta.follow import (
     AdapterFollower, AdapterRefusedError, AdapterRun, add_arguments, base_hash_of, follow_config, run_until_stopped,
 )
@@ -87,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.rollout_token:
         logger.warning("no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without "
-                       "checking their signature")
+                       "checking their HMAC")
     config = follow_config(args)
     client = VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
     try:
+        url = open_storage(args.bucket).url
+        trust = Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
         client.wait_ready(config.ready_timeout)
         base_hash = server_base_hash(client, args.base)
-        run = run_adapter(FleetBucket(args.bucket, secret=args.rollout_token), args.keep)
-        follower = AdapterFollower(config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client)
-    except (OSError, ValueError) as e:
+        run = run_adapter(FleetBucket(args.bucket, secret=args.rollout_token, trust=trust), args.keep)
+        follower = AdapterFollower(config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client,
+                                   trust=trust)
+    except (OSError, ValueError) as e:  # PrivateFileError is an OSError, KeyFormatError a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 1
     return run_until_stopped(follower, args.until)

@@ -60,7 +60,7 @@ def status_markdown(status: RolloutStatus) -> str:
     model = html.escape(public_location(status.model))
     counts = f"{counted(status.syncs, 'sync')} · {counted(status.tokens_served, 'token')} served"
     lines = [f"### Serving **v{status.version}** · {lag}",
-             f"engine **{engine}** on **{device}** · model: `{model}` · {counts}"]
+             f"engine **{engine}** on **{device}** · model: `{model}` · {counts}", trust_markdown(status)]
     if status.server_id:
         run = f" for run `{html.escape(status.fleet_run)}`" if status.fleet_run else ""
         lines.append(f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "
@@ -72,11 +72,21 @@ def status_markdown(status: RolloutStatus) -> str:
         lines.append(f"serves {html.escape(status.adapters)}")
     if status.refused:
         lines.append("refused: " + " · ".join(f"{html.escape(kind)} {n}" for kind, n in sorted(status.refused.items())))
+    if status.last_refusal:
+        lines.append(f"**last refused:** {html.escape(status.last_refusal)}")
     if status.note:
         lines.append(f"note: {html.escape(status.note)}")
     error = status.last_error
     lines.append(f"**last error:** {html.escape(error)}" if error else "no errors")
     return "\n\n".join(lines)
+
+
+def trust_markdown(status: RolloutStatus) -> str:
+    """Whose weights are served: checked with the trainer's key, or (said loudly) not checked at all."""
+    if not status.authenticated:
+        return ("**⚠ unauthenticated weights:** this server follows its bucket without checking the trainer's "
+                "signature; whoever can write to the bucket decides what it serves")
+    return f"weights and run settings checked with the {html.escape(status.trust)}"
 
 
 def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = FEED_SIZE,

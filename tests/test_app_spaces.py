@@ -73,9 +73,11 @@ def test_the_dry_run_wires_the_spaces_to_each_other_and_hides_secrets() -> None:
     assert "'ROLLOUT_ID': 'wordle-rollout'" in out and "ROLLOUT_URL" not in out  # the fleet: only the bucket
     assert "secrets {'ENV_TOKEN': '***'}" in out
     assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'ENV_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
-    assert "secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***', 'ROLLOUT_TOKEN': '***'}" in out
+    assert ("secrets {'DELTA_BUCKET': '***', 'HF_TOKEN': '***', 'OWNER_TOKEN': '***', 'ROLLOUT_TOKEN': '***', "
+            "'DELTA_SIGNING_KEY': '***'}") in out
     assert "bucket hf://buckets/Alice/wordle-deltas" in out
     assert "rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): " in out
+    assert "'DELTA_TRUSTED_KEY': 'ed25519:" in out and "ed25519-private:" not in out  # the public key only
 
 
 def test_n_rollout_spaces_share_the_bucket_each_with_its_own_id() -> None:
@@ -125,6 +127,13 @@ def test_each_token_is_set_on_the_space_that_checks_it_and_the_one_that_sends_it
     assert env.secrets["ENV_TOKEN"] == rollout.secrets["ENV_TOKEN"] and len(env.secrets["ENV_TOKEN"]) >= 24
     assert rollout.secrets["ROLLOUT_TOKEN"] == trainer.secrets["ROLLOUT_TOKEN"] != env.secrets["ENV_TOKEN"]
     assert "ROLLOUT_TOKEN" not in env.secrets and "ENV_TOKEN" not in trainer.secrets
+    # The trainer signs with its private key (a secret); the rollouts check with its public key (a variable).
+    from delta import SigningKey
+
+    key = SigningKey.parse(trainer.secrets["DELTA_SIGNING_KEY"])
+    assert rollout.variables["DELTA_TRUSTED_KEY"] == key.public.text and "DELTA_SIGNING_KEY" not in rollout.secrets
+    again = plan("alice", "wordle", "hf://buckets/alice/d", "owner", "hf", cpu=True, signing_key=key.secret_text())
+    assert again[1].variables["DELTA_TRUSTED_KEY"] == key.public.text  # a redeploy that keeps the key
 
 
 def test_gpu_spaces_train_qwen3_sized_for_an_l4_and_cpu_spaces_the_offline_model() -> None:

@@ -348,8 +348,11 @@ def test_a_foreign_file_with_control_characters_in_names_is_shown_escaped():
 
 
 def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path):
-    """The duplicated-entry bypass through a bucket: the forger rewrites the file and the manifest to match."""
+    """The duplicated-entry bypass through a bucket: the forger rewrites the file and the manifest to match, and signs
+    it with the trainer's key (a stranger's signature is refused first: tests/test_trust.py)."""
     from dataclasses import replace
+
+    from ._signed import signed
 
     from delta import Publisher, PublisherConfig
     from delta import Subscriber
@@ -367,8 +370,8 @@ def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path
     forged = forge_duplicate(old, new, "layers.0.w", "ctx")
     target = json.loads(forged[8:8 + int.from_bytes(forged[:8], "little")])["__metadata__"]["target_hash"]
     storage.write(entry.delta[0].path, forged)
-    write_manifest(storage, replace(manifest, commit=manifest.commit + 1, versions=(
-        manifest.versions[0], replace(entry, delta=(file_ref(entry.delta[0].path, forged),), state_hash=target))))
+    write_manifest(storage, signed(storage, replace(manifest, commit=manifest.commit + 1, versions=(
+        manifest.versions[0], replace(entry, delta=(file_ref(entry.delta[0].path, forged),), state_hash=target)))))
     reader = Subscriber(str(tmp_path), clone(old), version=1)
     with pytest.raises(delta.NoPathError):
         reader.sync()

@@ -54,6 +54,7 @@ from . import _trl_writers as trl
 from wire.fleet import decode
 
 from ._forgery import Parts, Raw, deep, dumps, forge_duplicate, forge_reorder, join, split
+from ._signed import signed
 from ._states import clone, states_equal
 
 EXAMPLES = int(os.environ.get("DELTA_FUZZ_EXAMPLES", "40"))
@@ -434,7 +435,7 @@ def test_a_mutated_version_never_advances_a_subscriber(bucket):
             forged = replace(entry, delta=(file_ref(entry.delta[0].path, mutated),),
                              state_hash=target if target else entry.state_hash)
             m = read_manifest(storage)
-            write_manifest(storage, replace(m, commit=m.commit + 1, versions=(m.versions[0], forged)))
+            write_manifest(storage, signed(storage, replace(m, commit=m.commit + 1, versions=(m.versions[0], forged))))
             reader = Subscriber(folder, clone(old), version=1)
             try:
                 reader.sync()

@@ -153,3 +153,13 @@ def test_the_trainer_card_shows_the_last_exam_and_its_trend(tmp_path) -> None:
                              .model_dump_json().encode()))
     assert other["exam records not read"].startswith("2 exam records signed with another token (not shown)")
     assert "ROLLOUT_TOKEN" in other["exam records not read"]  # what to do about it
+
+
+def test_a_rollout_card_says_when_its_weights_are_unauthenticated_and_counts_what_the_trainer_did_not_sign() -> None:
+    checked = ROLLOUT.model_copy(update={"refused": {"untrusted version": 2, "untrusted run settings": 1,
+                                                    "bad adapter": 1}})
+    fields = dict(card_fields("rollout", checked.model_dump_json().encode()))
+    assert fields["refused (not signed by the trainer)"] == "run settings 1 · version 2" and "weights" not in fields
+    unchecked = ROLLOUT.model_copy(update={"authenticated": False})
+    assert dict(card_fields("rollout", unchecked.model_dump_json().encode()))["weights"] == (
+        "UNAUTHENTICATED (the bucket's, whoever wrote them)")

@@ -62,8 +62,10 @@ def test_serves_each_published_version_bit_identical_to_the_trainer(tmp_path, mo
             # The tensors version 4 stepped (norms at 1.0 round back in bf16, so not all of them).
             changed = {t.name for t in header.tensors if t.changed}
             assert changed and changed <= set(names[2::2])
-            assert follower.status() == {"latest_version": 4, "lag": 0, "failures": 0, "last_error": None, "refused": {},
-                                         "state_hash": manifest.get(4).state_hash}
+            status = follower.status()
+            assert status.pop("trust").startswith("trainer key SHA256:")  # trusted on first use: no key was given
+            assert status == {"latest_version": 4, "lag": 0, "failures": 0, "last_error": None, "refused": {},
+                              "last_refusal": None, "authenticated": True, "state_hash": manifest.get(4).state_hash}
             # What it computes is the published state: same greedy output as an engine loaded from it.
             prompt = [[5, 6, 7, 8]]
             params = SamplingParams(max_tokens=6, temperature=0)
@@ -107,8 +109,10 @@ def test_an_empty_bucket_serves_the_model_as_given(tmp_path, model):
         follower = Follower(engine, str(tmp_path / "empty"), FAST)
         assert follower.sync() is None
         assert engine.version == 0
-        assert follower.status() == {"latest_version": None, "lag": None, "failures": 0, "last_error": None, "refused": {},
-                                     "state_hash": None}
+        assert follower.status() == {
+            "latest_version": None, "lag": None, "failures": 0, "last_error": None, "refused": {}, "last_refusal": None,
+            "trust": "no key yet: the first signed version's is trusted (trust on first use)", "authenticated": True,
+            "state_hash": None}
         follower.close()
 
 

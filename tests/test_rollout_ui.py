@@ -199,3 +199,18 @@ def test_the_status_says_which_adapters_the_engine_serves_and_counts_refusals_by
     shown = status_markdown(status.model_copy(update={"refused": {"rank above max": 1, "bad adapter": 2},
                                                       "adapters": "LoRA adapters up to rank 8"}))
     assert "refused: bad adapter 2 · rank above max 1" in shown and "serves LoRA adapters up to rank 8" in shown
+
+
+def test_the_status_says_whose_weights_are_served_and_what_was_refused() -> None:
+    from rollout_space.ui import status_markdown
+    from wire.rollout import RolloutStatus
+
+    status = RolloutStatus(version=3, latest_version=4, lag=1, engine="transformers", device="cpu", model="m",
+                           bucket="b", env_url=None, last_error=None, state_hash=None, failures=0, note=None, syncs=2,
+                           tokens_served=10, games_played=1, trust="trainer key SHA256:abc (given)",
+                           refused={"untrusted version": 1}, last_refusal="version 4: the signature does not match")
+    page = status_markdown(status)
+    assert "weights and run settings checked with the trainer key SHA256:abc (given)" in page
+    assert "refused: untrusted version 1" in page and "**last refused:** version 4: the signature" in page
+    unchecked = status_markdown(status.model_copy(update={"authenticated": False}))
+    assert "**⚠ unauthenticated weights:**" in unchecked and "checked with" not in unchecked

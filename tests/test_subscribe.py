@@ -10,6 +10,7 @@ from delta import NoPathError, Publisher, PublisherConfig, Subscriber, Subscribe
 from delta.storage import open_storage
 
 from ._capped import run_capped
+from ._signed import signed
 from ._states import clone, states_equal
 from ._trainer import trajectory
 
@@ -109,7 +110,8 @@ def test_a_path_the_bucket_refuses_is_a_bad_file_routed_around_like_a_missing_on
     manifest = read_manifest(bucket)
     entry = manifest.get(6)
     forged = replace(entry, delta=(replace(entry.delta[0], path=path),))
-    write_manifest(bucket, replace(manifest, versions=tuple(forged if v.version == 6 else v for v in manifest.versions)))
+    write_manifest(bucket, signed(bucket, replace(manifest, versions=tuple(forged if v.version == 6 else v
+                                                                          for v in manifest.versions))))
     reader = Subscriber(bucket, clone(states[5]), version=5)  # the cheapest route to 6 is its delta: a bad path
     assert reader.sync() == 6 and states_equal(reader.state, states[6])
     assert [(h.version, h.via) for h in reader.status().history] == [(6, "anchor")]
@@ -235,7 +237,7 @@ def _format_2_before_format_3(root):
     [shard] = encode_anchor(states[1], version=1, state_hash=legacy)
     bucket.write(first.anchor[0].path, shard)
     versions = (replace(first, state_hash=legacy, anchor=(file_ref(first.anchor[0].path, shard),)), second)
-    write_manifest(bucket, replace(manifest, versions=versions))
+    write_manifest(bucket, signed(bucket, replace(manifest, versions=versions)))
     return states, bucket
 
 

@@ -1,4 +1,5 @@
-"""The trainer's fp32 master weights and the published state that is their cast to the checkpoint's dtypes."""
+"""The trainer's fp32 master weights, the published state that is their cast to the checkpoint's dtypes, and what a
+restarted trainer resumes from the bucket."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 import delta
 from tests._trainer_stack import tiny_model
-from trainer_space.weights import cast_into, checkpoint_dtypes, master_tensors, published_state
+from trainer_space.weights import cast_into, checkpoint_dtypes, master_tensors, published_state, resume
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +53,28 @@ def test_updates_below_half_an_ulp_add_up_in_the_master_weights(folder: str) -> 
     moved = published[name] != before
     assert torch.equal(moved, inside), "updates summing to 1.2 ULP must move every element they touched"
     assert torch.equal(published[name], master[name].bfloat16())
+
+
+def test_a_restarted_trainer_resumes_its_own_last_version_not_a_strangers_after_it(
+        folder: str, tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """A version someone else signed, committed after the trainer's own: the trainer says so and resumes its own."""
+    from dataclasses import replace
+
+    from delta.bucket.manifest import write_manifest
+    from delta.bucket.trust import sign_latest
+
+    bucket = str(tmp_path / "bucket")
+    v0 = delta.load_state(folder)
+    v1 = {n: t + 1 if t.is_floating_point() else t for n, t in v0.items()}
+    with delta.Publisher(bucket) as pub:
+        for s in (v0, v1):
+            pub.publish(s)
+            assert pub.flush(60)
+    storage = delta.open_storage(bucket)
+    ours = delta.read_manifest(storage)
+    theirs = ours.with_version(replace(ours.latest, version=3, base_version=2, base_hash=ours.latest.state_hash))
+    write_manifest(storage, sign_latest(theirs, delta.SigningKey.generate(), ours.latest.run))
+    state = {n: t.clone() for n, t in v0.items()}
+    assert resume(state, bucket) == (2, ours.latest.state_hash)
+    assert all(torch.equal(state[n].view(torch.uint8), v1[n].view(torch.uint8)) for n in v1)
+    assert "not resuming past version 2: version 3 is signed by SHA256:" in caplog.text

@@ -119,8 +119,10 @@ def test_delta_pull_and_log_say_in_one_line_which_manifest_they_skipped(buckets,
         "[0, 9223372036854775807], got inf\n")
     assert [line.split()[0] for line in out.stdout.splitlines()[2:]] == ["1", "2"]
     out = _cli("pull", "--bucket", str(bucket), "-o", str(tmp_path / "o.st"))
-    assert out.returncode == 0 and "skipping a manifest: manifests/0000000004.json: versions[2]" in out.stderr
-    assert out.stderr.count("\n") == 1 and states_equal(delta.load_state(str(tmp_path / "o.st")), STATES[2])
+    skipped, trusted = out.stderr.splitlines()  # and the key it trusts on first use, said once
+    assert out.returncode == 0 and "skipping a manifest: manifests/0000000004.json: versions[2]" in skipped
+    assert trusted.startswith("trusting SHA256:") and "trusted on first use (the key of version 1)" in trusted
+    assert states_equal(delta.load_state(str(tmp_path / "o.st")), STATES[2])
 
 
 def test_control_characters_in_a_path_reach_the_terminal_escaped(buckets, tmp_path):

@@ -287,3 +287,44 @@ def test_a_run_file_refused_as_too_large_is_not_read_again_until_its_size_change
     assert bucket.read_run().run_id == "run-1" and len(reads) == 2
     (root / "fleet/run.json").unlink()
     assert bucket.read_run() is None
+
+
+def test_the_run_settings_are_read_only_when_the_trainers_key_signed_them(tmp_path: Path, caplog) -> None:
+    """Every server holds the rollout token, so the run's settings are also signed with the trainer's own key: a
+    stranger's settings (its own key, none, or the trainer's signature over an edited body) are refused in one line,
+    counted once each, and the last settings the trainer signed are read instead, until it writes new ones."""
+    import hashlib
+
+    from delta import SigningKey, Trust
+
+    key = SigningKey.generate()
+    trainer = FleetBucket(str(tmp_path / "bucket"), secret="tok", signer=key)
+    server = FleetBucket(trainer.storage, secret="tok", trust=Trust(trainer.url, key.public))
+    reader = FleetBucket(trainer.storage, trust=Trust(trainer.url, key.public))  # no token: the signature alone
+    first = run_settings()
+    trainer.write_run(first)
+    assert server.read_run() == first and reader.read_run() == first
+    envelope = json.loads(trainer.storage.read("fleet/run.json"))
+    assert envelope["signer"] == key.public.text and set(envelope) == {"kind", "sha256", "body", "hmac", "signer",
+                                                                        "signature"}
+    FleetBucket(trainer.storage, secret="tok", signer=SigningKey.generate()).write_run(run_settings(RunState.STOPPED))
+    assert server.read_run() == first and server.read_run() == first  # read twice, counted once
+    assert server.runs_refused == 1 and server.run_refusal.startswith("fleet/run.json: this file is signed by SHA256:")
+    trainer.storage.write("fleet/run.json", encode(run_settings(RunState.STOPPED), server.key))  # HMAC, no signature
+    assert server.read_run() == first and server.runs_refused == 2 and "this file is unsigned" in server.run_refusal
+    edited = dict(envelope, body={**envelope["body"], "state": "stopped"})  # the trainer's signature over another body
+    del edited["hmac"]
+    edited["sha256"] = hashlib.sha256(json.dumps(edited["body"], sort_keys=True, separators=(",", ":")).encode()
+                                      ).hexdigest()
+    trainer.storage.write("fleet/run.json", json.dumps(edited).encode())
+    assert reader.read_run() == first and reader.runs_refused == 1
+    assert reader.run_refusal == ("fleet/run.json: this file: the signature does not match what it signs (forged or "
+                                  "edited)")
+    assert caplog.text.count("REFUSED the run's settings") == 3
+    later = run_settings(RunState.PAUSED)
+    trainer.write_run(later)
+    assert server.read_run() == later and reader.read_run() == later  # the trainer's next settings
+    fresh = FleetBucket(trainer.storage, trust=Trust(trainer.url, SigningKey.generate().public))
+    with pytest.raises(FleetMessageError, match="not by the trusted") as refused:  # nothing it trusts read yet
+        fresh.read_run()
+    assert refused.value.category == Refusal.UNTRUSTED and "\n" not in str(refused.value)

@@ -26,7 +26,7 @@ from wire.lora import LoraSettings
 from wire.lora import check_targets as check_target_modules
 
 from .config import TrainerConfig
-from .weights import checkpoint_dtypes
+from .weights import checkpoint_dtypes, last_signed, own_trust
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +131,12 @@ def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, 
     return adapter_tensors(model) if sync == "adapter" else MergedWeights(model, folder)
 
 
-def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | None
+def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | None, trust: delta.Trust | None = None
                    ) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
     """What a LoRA run resumes from `bucket`: (0, None, None) when it is empty; else, for an adapter run whose
     settings are those of the run before it (`previous`, read from the run's settings before this run wrote its own),
-    the bucket's latest version, its state hash (of the tensors loaded) and the adapter's tensors.
+    the bucket's latest version this trainer signed (`trust`: its own key, `weights.own_trust`), its state hash (of the
+    tensors loaded) and the adapter's tensors.
 
     Raises:
         LoraRefusedError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not
@@ -162,9 +163,13 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
                                                                              theirs, mine) if a != b)
         raise LoraRefusedError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its "
                                "settings")
-    sub = delta.Subscriber(storage)
+    trust = trust or own_trust(bucket)
+    last = last_signed(manifest, trust)
+    if not last:
+        return 0, None, None
+    sub = delta.Subscriber(storage, trust=trust)
     try:
-        version = sub.sync(manifest.latest.version)
+        version = sub.sync(last)
         state = sub.state
         digest = sub.digest
     finally:

@@ -8,6 +8,7 @@ small model on a CPU, minutes for a big one on a GPU. `TrainingSession` builds i
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +28,9 @@ from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, WordleRollouts
-from .weights import cast_into, master_tensors, published_state, resume
+from .weights import cast_into, master_tensors, own_trust, published_state, resume
+
+logger = logging.getLogger(__name__)
 
 
 class TrainerParts:
@@ -93,13 +96,16 @@ class TrainerParts:
         self._stored_adapter: dict[str, torch.Tensor] | None = None
         # The run before this one, as rank 0 read it: another rank may read the bucket after rank 0 wrote this run's.
         previous = ranks.broadcast(fleet.previous_lora if fleet is not None else None)
+        # The versions it resumes are those its key signed: rank 0's, which signs them (`delta.Publisher`).
+        own = own_trust(c.bucket, ranks.broadcast(delta.trainer_key(delta.open_storage(c.bucket).url).public.text
+                                                  if ranks.main else None))
         if c.lora:
             check_targets(self.model, c.lora_targets)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
-            version, verified, self._stored_adapter = stored_adapter(c.bucket, self.lora, previous)
+            version, verified, self._stored_adapter = stored_adapter(c.bucket, self.lora, previous, own)
         else:
             try:
-                version, verified = resume(published, c.bucket)
+                version, verified = resume(published, c.bucket, own)
             except delta.StateMismatchError as e:
                 if previous is None or previous.sync != "adapter":
                     raise
@@ -121,8 +127,10 @@ class TrainerParts:
                 base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
+                logger.info("signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
+                            c.bucket, self.publisher.public_key.fingerprint, self.publisher.public_key.text)
                 earlier = up_to(history, version) if history is not None else None
-                self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier).start()
+                self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier, trust=own).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
                                         world=ranks.world, master_of=self._master_of)

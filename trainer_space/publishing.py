@@ -23,7 +23,7 @@ from delta import PublishedVersion, read_manifest
 from wire.trainer import Anchor, Payload, TrainerHistory
 
 from .payload import raw_bytes
-from .weights import cast_into
+from .weights import cast_into, own_trust
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +136,17 @@ class PayloadLog:
         interval: Seconds between manifest polls.
         history: Most payloads (and anchors) kept.
         earlier: What earlier trainer processes measured (their history in the bucket): kept first.
+        trust: The trainer's own key (`weights.own_trust`; None: this process's): versions it did not sign (a
+            stranger's, in a bucket anyone of the fleet writes to) are not measured.
 
     Attributes:
         on_record: Called (from its thread) after each version measured: the session writes the history then.
     """
 
     def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000,
-                 earlier: TrainerHistory | None = None) -> None:
+                 earlier: TrainerHistory | None = None, trust: delta.Trust | None = None) -> None:
         self.storage = delta.open_storage(bucket)
+        self.trust = trust or own_trust(bucket)
         self.dense_bytes = dense_bytes
         self.interval = interval
         self.history = history
@@ -195,6 +198,10 @@ class PayloadLog:
         for entry in manifest.versions:
             if entry.version <= self._seen:
                 continue
+            try:
+                self.trust.check_version(entry, manifest)
+            except delta.UntrustedVersionError:  # someone else's: the trainer's own of that number comes later
+                return
             self._seen = entry.version
             if entry.anchor:
                 self.anchors.append(Anchor(version=entry.version, bytes=sum(f.size for f in entry.anchor),

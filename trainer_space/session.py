@@ -103,7 +103,13 @@ class TrainingSession:
         self.monitor: FleetMonitor | None = None
         self._fleet: FleetRun | None = None  # every rank's: whose groups count
         if config.fleet:
-            bucket = FleetBucket(config.bucket, secret=config.rollout_token)  # signed when a rollout token is set
+            import delta  # loaded with the fleet's bucket already (`wire.fleet_bucket`)
+
+            # Rank 0's key signs the run's settings, as it signs the weights; every rank reads only what it signed.
+            url = delta.open_storage(config.bucket).url
+            key = delta.trainer_key(url) if self.ranks.main else None
+            own = delta.Trust.for_bucket(url, self.ranks.broadcast(key.public.text if key is not None else None))
+            bucket = FleetBucket(config.bucket, secret=config.rollout_token, signer=key, trust=own)
             self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
             if self.ranks.main:
                 self.fleet_run = self._fleet

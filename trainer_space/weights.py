@@ -71,9 +71,33 @@ def cast_into(dst: dict[str, torch.Tensor], src: Mapping[str, torch.Tensor]) -> 
         tensor.copy_(src[name])
 
 
-def resume(state: dict[str, torch.Tensor], bucket: str) -> tuple[int, str | None]:
-    """Load the bucket's latest version into `state` in place (bit for bit); return it (0: empty bucket) and
-    the state hash of what was loaded (the manifest's, however many ranks wrote it; None for an empty bucket).
+def own_trust(bucket: str, key: str | None = None) -> delta.Trust:
+    """A trainer's trust in its own bucket: its own key (`key`, the public key text rank 0 signs with; None: this
+    process's `delta.trainer_key`), so that it resumes only versions it signed."""
+    url = delta.open_storage(bucket).url
+    return delta.Trust.for_bucket(url, key or delta.trainer_key(url).public)
+
+
+def last_signed(manifest: delta.Manifest, trust: delta.Trust) -> int:
+    """The last of `manifest`'s first versions that `trust` accepts (the trainer's own), 0 for none; versions after it
+    (someone else's) are said so in the log, and left behind."""
+    last = 0
+    for entry in manifest.versions:
+        try:
+            trust.check_version(entry, manifest)
+        except delta.UntrustedVersionError as e:
+            logger.warning("not resuming past version %d: %s", last, e)
+            break
+        last = entry.version
+    return last
+
+
+def resume(state: dict[str, torch.Tensor], bucket: str, trust: delta.Trust | None = None) -> tuple[int, str | None]:
+    """Load the bucket's latest version this trainer signed into `state` in place (bit for bit); return it (0: none)
+    and the state hash of what was loaded (the manifest's, however many ranks wrote it; None when none was).
+
+    Args:
+        trust: The trainer's own key (`own_trust`; None: this process's).
 
     Raises:
         delta.StateMismatchError: the bucket holds another model (names, shapes or dtypes differ).
@@ -81,11 +105,13 @@ def resume(state: dict[str, torch.Tensor], bucket: str) -> tuple[int, str | None
     """
     storage = delta.open_storage(bucket)
     manifest = read_manifest(storage)
-    if manifest is None or manifest.latest is None:
+    trust = trust or own_trust(bucket)
+    last = last_signed(manifest, trust) if manifest is not None else 0
+    if not last:
         return 0, None
-    sub = delta.Subscriber(storage)
+    sub = delta.Subscriber(storage, trust=trust)
     try:
-        version = sub.sync(manifest.latest.version)
+        version = sub.sync(last)
         stored = sub.state
     finally:
         sub.close()

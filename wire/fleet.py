@@ -10,13 +10,15 @@ Three kinds of file, each JSON, each committed whole by one `Storage.write` (see
 - `Heartbeat` (``fleet/servers/<server>.json``), written by each rollout server every few seconds.
 
 The exam records (`wire.exam`, ``exams/``, read and written by `wire.exam_shelf`) travel in the same envelope.
-On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash
-of the body's canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode`
-before anything reads its body. When the run has a secret that only the trainer and its rollout servers
-know (the rollout token), the envelope also carries ``"hmac"``: HMAC-SHA256 of the kind and the body under a
-key derived from it (`fleet_key`), so a file written by anyone else with access to the bucket, or one whose
-body was edited (another sequence number, another server's id), is refused too. The body is then read
-strictly: a number is a JSON number of the field's type (never a string such as "NaN", never a bool for an
+On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash of the body's
+canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode` before anything reads
+its body. When the run has a secret that only the trainer and its rollout servers know (the rollout token), the
+envelope also carries ``"hmac"``: HMAC-SHA256 of the kind and the body under a key derived from it (`fleet_key`), so
+a file written by anyone else with access to the bucket, or one whose body was edited (another sequence number,
+another server's id), is refused too. The rollout token is shared by every server, so the run's settings, which only
+the trainer may write, are also signed with the trainer's Ed25519 key (``"signer"``, ``"signature"``:
+`delta.SigningKey`), and read only when a reader's `delta.Trust` accepts the signature (`RUN_SIGNED`). The body is
+then read strictly: a number is a JSON number of the field's type (never a string such as "NaN", never a bool for an
 int), every value within its bounds. Pydantic only: light to import.
 """
 
@@ -27,7 +29,7 @@ import hmac
 import json
 import re
 from enum import Enum, StrEnum
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -35,6 +37,9 @@ from .curriculum import ExampleSchedule
 from .exam import ExamRecord, ExamSettings
 from .lora import LoraSettings
 from .trajectory import MAX_VERSION, Trajectory
+
+if TYPE_CHECKING:  # `delta` loads torch: imported where a key is used, so that reading a message stays light
+    from delta import SigningKey, Trust
 
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
 #: `fleet_checks.max_group_bytes`): a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
@@ -59,6 +64,7 @@ class Refusal(StrEnum):  # str() and f-strings give the value
     ANOTHER_RUN = "another run"
     DAMAGED = "torn or corrupt"
     UNSIGNED = "unsigned or forged"
+    UNTRUSTED = "not the trainer's key"
     TOO_LARGE = "too large"
     INVALID = "invalid fields"
     VOCABULARY = "token id out of the vocabulary"
@@ -221,6 +227,7 @@ class Heartbeat(BaseModel):
 
 
 Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat, ExamRecord)
+_ENVELOPE = {"kind", "sha256", "body", "hmac", "signer", "signature"}
 _KINDS: dict[type[BaseModel], str] = {RunSettings: "fleet-run/1", GameGroup: "fleet-group/1",
                                       Heartbeat: "fleet-heartbeat/1", ExamRecord: "exam/1"}
 
@@ -255,27 +262,41 @@ def _signature(key: bytes, kind: str, raw: bytes) -> str:
     return hmac.new(key, kind.encode() + b"\n" + raw, hashlib.sha256).hexdigest()
 
 
-def encode(message: BaseModel, key: bytes | None = None) -> bytes:
+#: What the trainer's Ed25519 signature of a message covers starts with this, then the kind and the canonical body
+#: (a line each): never mistaken for a version's signature (`delta.bucket.manifest.SIGNED_VERSION`).
+RUN_SIGNED = b"delta-fleet-message/1\n"
+
+
+def _signed_bytes(kind: str, raw: bytes) -> bytes:
+    return RUN_SIGNED + kind.encode() + b"\n" + raw
+
+
+def encode(message: BaseModel, key: bytes | None = None, signer: SigningKey | None = None) -> bytes:
     """The file form of `message`: the envelope with its kind, the hash of its body and, with `key`, its
-    signature."""
+    HMAC; with `signer` (the trainer's key), its Ed25519 signature."""
     body = message.model_dump(mode="json")
     raw = _canonical(body)
     kind = _KINDS[type(message)]
     envelope = {"kind": kind, "sha256": hashlib.sha256(raw).hexdigest(), "body": body}
     if key is not None:
         envelope["hmac"] = _signature(key, kind, raw)
+    if signer is not None:
+        envelope["signer"] = signer.public.text
+        envelope["signature"] = signer.sign(_signed_bytes(kind, raw))
     return _canonical(envelope)
 
 
 def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes | None = None,
-           max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
-    """The message in `data`, checked: size, JSON, kind, hash of the body, signature (with `key`), then every
-    field, strictly (JSON types as the fields say, values within their bounds).
+           max_bytes: int = MAX_MESSAGE_BYTES, trust: Trust | None = None) -> Message:
+    """The message in `data`, checked: size, JSON, kind, hash of the body, signature (with `key`), the trainer's
+    signature (with `trust`), then every field, strictly (JSON types as the fields say, values within their bounds).
 
     Args:
         key: The run's signing key (`fleet_key`): the file must carry a valid signature. None: a signature, if
             any, is not checked (the reader has no secret to check it with).
         max_bytes: Larger files are refused before parsing.
+        trust: Whose Ed25519 signature the file must carry (`delta.Trust.check`: the trainer's key, given or trusted
+            on first use); None: not checked.
 
     Raises:
         FleetMessageError: any check failed; the message names the file and what was wrong, its `category`
@@ -287,10 +308,9 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
         envelope = json.loads(data)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FleetMessageError(path, f"not whole JSON (torn or corrupt): {e}", Refusal.DAMAGED) from None
-    if not isinstance(envelope, dict) or not {"kind", "sha256", "body"} <= set(envelope) <= {"kind", "sha256", "body",
-                                                                                              "hmac"}:
-        raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256, body (and hmac)",
-                                Refusal.DAMAGED)
+    if not isinstance(envelope, dict) or not {"kind", "sha256", "body"} <= set(envelope) <= _ENVELOPE:
+        raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256, body (and hmac, "
+                                      "signer, signature)", Refusal.DAMAGED)
     expected: Literal["fleet-run/1", "fleet-group/1", "fleet-heartbeat/1", "exam/1"] = _KINDS[kind]  # type: ignore[assignment]
     if envelope["kind"] != expected:
         raise FleetMessageError(path, f"kind {str(envelope['kind'])[:40]!r}, expected {expected!r}")
@@ -308,6 +328,15 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
         if not hmac.compare_digest(signature, _signature(key, expected, raw)):
             raise FleetMessageError(path, "the signature does not match: forged or edited, or signed with another "
                                           "rollout token", Refusal.UNSIGNED)
+    if trust is not None:
+        from delta import UntrustedVersionError
+
+        signer, signed = envelope.get("signer"), envelope.get("signature")
+        try:
+            trust.check(signer if isinstance(signer, str) else None, signed if isinstance(signed, str) else None,
+                        _signed_bytes(expected, raw), "this file")
+        except UntrustedVersionError as e:
+            raise FleetMessageError(path, str(e), Refusal.UNTRUSTED) from None
     del envelope  # the body is read again from `raw`, strictly: hold one parse at a time
     try:
         return kind.model_validate_json(raw, strict=True)

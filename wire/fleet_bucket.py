@@ -7,13 +7,16 @@ bucket is shared and files can be damaged or crafted. Who writes and who deletes
 
 | file | written by | deleted by |
 |---|---|---|
-| ``fleet/run.json`` | the trainer, at each change of state | nobody (replaced) |
+| ``fleet/run.json`` | the trainer, at each change of state, signed with its key | nobody (replaced) |
 | ``fleet/groups/*.json`` | a rollout server, once per group | the trainer: taken, too stale, or refused |
 | ``fleet/servers/*.json`` | each rollout server, every few seconds | the trainer, once silent for an hour |
 """
 
 from __future__ import annotations
 
+import logging
+
+from delta import SigningKey, Trust, trainer_key
 from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
 
 from .fleet import (
@@ -21,11 +24,14 @@ from .fleet import (
     GameGroup, Heartbeat, Message, Refusal, RunSettings, decode, encode, fleet_key, server_path, too_large,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | None, max_bytes: int,
-                 listed: int | None = None) -> Message:
+                 listed: int | None = None, trust: Trust | None = None) -> Message:
     """The message of `kind` at `path`, from one bounded read: refused unread when its `listed` size is over
-    `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed).
+    `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed); signed
+    with the key `trust` accepts, when given.
 
     Raises:
         FleetMessageError: over the bound (`Refusal.TOO_LARGE`) or not a valid message (`wire.fleet.decode`).
@@ -37,7 +43,7 @@ def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | 
         data = storage.read(path, max_bytes=max_bytes)
     except FileTooLargeError as e:
         raise too_large(path, e.size, max_bytes) from e
-    return decode(data, kind, path, key, max_bytes)
+    return decode(data, kind, path, key, max_bytes, trust)
 
 
 class FleetBucket:
@@ -48,14 +54,30 @@ class FleetBucket:
         bucket: A bucket URL (as `delta.open_storage` takes) or an open `Storage`.
         secret: The run's shared secret (the rollout token), or None. With it every file written is signed,
             and every file read must carry a valid signature (`wire.fleet.decode`).
+        signer: The trainer's key: the run's settings it writes are signed with it (None: `delta.trainer_key`, the key
+            its `delta.Publisher` signs the bucket's versions with, taken at the first `write_run`).
+        trust: Whose signature the run's settings must carry to be read (share the weights' subscriber's, so both trust
+            one key); None: the signer's own key for a trainer, else `delta.Trust.for_bucket` (``DELTA_TRUSTED_KEY``,
+            or the key trusted on first use).
+
+    Attributes:
+        runs_refused: Run settings refused so far for their signature (each file counted once); the last ones
+            trusted are read instead (`read_run`).
+        run_refusal: Why the last were refused, or None.
 
     Raises (every method): as `delta.storage.Storage` (FileNotFoundError is handled where a file may be
     missing), and `wire.fleet.FleetMessageError` for a file that is not a valid message.
     """
 
-    def __init__(self, bucket: str | Storage, secret: str | None = None) -> None:
+    def __init__(self, bucket: str | Storage, secret: str | None = None, *, signer: SigningKey | None = None,
+                 trust: Trust | None = None) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = fleet_key(secret) if secret else None
+        self.signer = signer
+        self.trust = trust or Trust.for_bucket(self.storage.url, signer.public if signer is not None else None)
+        self.runs_refused = 0
+        self.run_refusal: str | None = None
+        self._trusted_run: RunSettings | None = None  # the last run settings read that the trusted key signed
         self._run_too_large: tuple[int, FleetMessageError] | None = None  # (listed size, the refusal)
 
     @property
@@ -70,26 +92,45 @@ class FleetBucket:
     # -- the run (the trainer writes, the servers read) -----------------------------------------------
 
     def write_run(self, run: RunSettings) -> None:
-        self.storage.write(RUN_PATH, encode(run, self.key))
+        """Write the run's settings, signed with `signer` (the trainer's key)."""
+        if self.signer is None:
+            self.signer = trainer_key(self.storage.url)
+        self.storage.write(RUN_PATH, encode(run, self.key, self.signer))
 
     def read_run(self) -> RunSettings | None:
         """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`).
         Once refused as too large, the file is not read again until its listed size changes (a listing per call
-        instead of a bounded read)."""
+        instead of a bounded read). Settings not signed by the trusted key are refused (counted in `runs_refused`,
+        once per file, and logged) and the last trusted ones are returned instead, until the trainer writes new ones;
+        with none yet, the refusal is raised."""
         if self._run_too_large is not None:
             size, error = self._run_too_large
             if self._listed_size(RUN_PATH) == size:
                 raise error
             self._run_too_large = None
         try:
-            return read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES)
+            run = read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES, trust=self.trust)
         except FileNotFoundError:
             return None
         except FleetMessageError as e:
+            if e.category == Refusal.UNTRUSTED:
+                self._refuse_run(e)
+                if self._trusted_run is not None:
+                    return self._trusted_run
             size = self._listed_size(RUN_PATH) if e.category == Refusal.TOO_LARGE else None
             if size is not None:
                 self._run_too_large = (size, e)
             raise
+        self._trusted_run = run
+        return run
+
+    def _refuse_run(self, error: FleetMessageError) -> None:
+        """Count and log run settings that the trusted key did not sign, once per refusal (they are read every poll)."""
+        text = str(error)  # one line: the refusal's text is escaped (`delta.UntrustedVersionError`)
+        if text != self.run_refusal:
+            self.run_refusal = text
+            self.runs_refused += 1
+            logger.warning("REFUSED the run's settings: %s", text)
 
     def _listed_size(self, path: str) -> int | None:
         return next((f.size for f in self.storage.list(path) if f.path == path), None)

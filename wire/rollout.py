@@ -48,7 +48,15 @@ class RolloutStatus(BaseModel):
     lora: LoraSettings | None = Field(None, description="The LoRA run followed (`wire.lora`; None: full weights)")
     adapters: str = Field("", description="Which LoRA adapters the engine serves (adapter-mode runs), in a few words")
     refused: dict[str, int] = Field(default_factory=dict, description="LoRA runs and adapter versions refused, by kind "
-                                    "(another base, no LoRA support, rank above max, adapter failed, bad adapter)")
+                                    "(another base, no LoRA support, rank above max, adapter failed, bad adapter), and "
+                                    "versions and run settings not signed by the trainer's key (untrusted version, "
+                                    "untrusted run settings)")
+    last_refusal: str | None = Field(None, description="Why the last version or run settings not signed by the "
+                                                       "trainer's key were refused (the served version stays)")
+    trust: str = Field("", description="Which key the weights and the run's settings are checked with, and why it is "
+                                       "trusted (given, or trusted on first use); or that they are not checked")
+    authenticated: bool = Field(True, description="False when the bucket is followed unauthenticated: whoever writes "
+                                                  "to it decides the weights served")
 
 
 class Completion(BaseModel):

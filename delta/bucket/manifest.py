@@ -10,14 +10,22 @@ references are garbage (`retention`).
 
 Layout of a manifest (keys sorted, one JSON object):
 
-    {"format": "delta-weights-manifest", "format_version": 1, "commit": 12,
+    {"format": "delta-weights-manifest", "format_version": 3, "commit": 12,
      "shards": null | [[tensor names of rank 0], [names of rank 1], ...],
-     "pieces": {NAME: {"shape": [16, 64], "dim": 0, "slices": [[PIECE, start, stop], ...]}, ...},  (format_version 2)
+     "pieces": {NAME: {"shape": [16, 64], "dim": 0, "slices": [[PIECE, start, stop], ...]}, ...},  (format_version 2, 3)
+     "handovers": [{"old": "ed25519:...", "new": "ed25519:...", "signature": "..."}, ...],  (format_version 3)
      "versions": [{"version": 7, "kind": "anchor" | "delta", "base_version": 6 | null,
                    "base_hash": "sum128:..." | null, "state_hash": "sum128:...",
-                   "delta": [FILE, ...], "anchor": [FILE, ...], "published_at": 1764000000.0 | null}, ...]}
+                   "delta": [FILE, ...], "anchor": [FILE, ...], "published_at": 1764000000.0 | null,
+                   "run": "<32 hex>", "signer": "ed25519:...", "signature": "..."}, ...]}   (the last three: format 3)
     FILE = {"path": "versions/00000007-1a2b3c4d/delta-r00000.safetensors", "size": 123,
             "sha256": "<hex>", "rank": 0}
+
+Format 3 (every manifest a `Publisher` writes now) signs each version (`signed_bytes`, `delta.bucket.trust`): `run`
+names the publishing run (kept across the trainer's restarts), `signer` is the trainer's public key (a name for the
+key to check with, never a reason to trust it), `signature` its Ed25519 signature; `handovers` introduce a trainer's
+new key, each signed with the key before it. Readers refuse unsigned versions, so formats 1 and 2 (unsigned) are
+followed only when a reader is told to follow a bucket unauthenticated.
 
 `pieces` (only in format_version 2, and only when ranks publish slices of tensors): per sharded tensor,
 its full shape, the dimension it is cut along, and its pieces in order; each piece is an ordinary tensor
@@ -39,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -52,13 +60,20 @@ from .pieces import Sharded, check_layout
 T = TypeVar("T")
 
 MANIFEST_FORMAT = "delta-weights-manifest"
-MANIFEST_FORMAT_VERSION = 2  # written when the manifest has `pieces`; otherwise 1, which older readers read
-_READABLE_VERSIONS = (1, 2)
+MANIFEST_FORMAT_VERSION = 3  # written when versions are signed; otherwise 2 with `pieces`, else 1 (older readers')
+_READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_DIR = "manifests/"
 VERSIONS_DIR = "versions/"
 _MANIFEST_NAME = re.compile(r"manifests/([0-9]{10})\.json")
 _VERSION_DIR = re.compile(r"versions/([0-9]{8})-[0-9a-f]+/")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_RUN = re.compile(r"[0-9a-f]{32}")
+_PUBLIC_KEY = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
+_SIGNATURE = re.compile(r"[A-Za-z0-9_-]{86}")
+_KEY_FORM = "'ed25519:' and 43 base64 characters"
+#: What a version's signature covers starts with this (`signed_bytes`): a signature made for anything else never
+#: passes for a version.
+SIGNED_VERSION = b"delta-weights-version/1\n"
 #: What a state hash looks like: a scheme (lowercase letters, digits, dashes) and its hex digest, such as
 #: ``sum128:<32 hex digits>`` (``xxh3-128:`` in buckets of format 2). The one place the form is defined: readers refuse a manifest whose hashes
 #: do not match it, and treat the hashes as opaque strings otherwise.
@@ -97,7 +112,11 @@ class VersionEntry:
         delta: Delta files, one per rank (empty for the first version).
         anchor: Anchor shard files (empty for kind "delta").
         published_at: Unix time at which the trainer handed this state to the publisher, so readers can
-            tell how long publishing and following took (None in manifests written without it).
+            tell how long publishing and following took (None in manifests written without it). Not signed: shown only.
+        run: The publishing run's id (32 hex digits), the same across the trainer's restarts on the bucket (None:
+            unsigned).
+        signer: The public key text of the key that signed it (None: unsigned).
+        signature: Its Ed25519 signature of `signed_bytes` (None: unsigned).
     """
 
     version: int
@@ -108,6 +127,9 @@ class VersionEntry:
     delta: tuple[FileRef, ...] = ()
     anchor: tuple[FileRef, ...] = ()
     published_at: float | None = None
+    run: str | None = None
+    signer: str | None = None
+    signature: str | None = None
 
     @property
     def files(self) -> tuple[FileRef, ...]:
@@ -123,6 +145,21 @@ class VersionEntry:
 
 
 @dataclass(frozen=True)
+class Handover:
+    """A trainer's new key, introduced by its old one (`delta.bucket.trust`).
+
+    Attributes:
+        old: The old key's public text.
+        new: The new key's public text.
+        signature: The old key's signature of `handover_bytes(old, new)`.
+    """
+
+    old: str
+    new: str
+    signature: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A parsed manifest. Immutable: `with_version` and `retain` return new ones.
 
@@ -131,12 +168,14 @@ class Manifest:
         versions: Retained versions, oldest first.
         shards: Tensor names per rank for multi-rank writers, else None.
         pieces: How sharded tensors are cut into the pieces named in `shards` (`delta.pieces`), else None.
+        handovers: The trainer's key handovers, oldest first (kept for good: a reader that slept through one needs it).
     """
 
     commit: int
     versions: tuple[VersionEntry, ...] = ()
     shards: tuple[tuple[str, ...], ...] | None = None
     pieces: dict[str, Sharded] | None = None
+    handovers: tuple[Handover, ...] = ()
     _by_version: dict[int, VersionEntry] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -170,8 +209,12 @@ class Manifest:
             if not entry.anchor:
                 raise ValueError(f"version {entry.version} changes the ranks' layout but carries no anchor")
             return Manifest(self.commit + 1, (replace(entry, delta=(), base_version=None, base_hash=None),),
-                            shards, pieces)
-        return Manifest(self.commit + 1, self.versions + (entry,), shards, pieces)
+                            shards, pieces, self.handovers)
+        return Manifest(self.commit + 1, self.versions + (entry,), shards, pieces, self.handovers)
+
+    def upto(self, version: int) -> Manifest:
+        """This manifest without the versions after `version` (same commit number)."""
+        return replace(self, versions=tuple(v for v in self.versions if v.version <= version))
 
     def referenced(self) -> set[str]:
         return {f.path for v in self.versions for f in v.files}
@@ -180,20 +223,40 @@ class Manifest:
         def file(f: FileRef) -> dict:
             return {"path": f.path, "size": f.size, "sha256": f.sha256, "rank": f.rank}
 
+        def entry(v: VersionEntry) -> dict:
+            body = {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
+                    "state_hash": v.state_hash, "delta": [file(f) for f in v.delta],
+                    "anchor": [file(f) for f in v.anchor], "published_at": v.published_at}
+            if v.signature is not None:
+                body.update(run=v.run, signer=v.signer, signature=v.signature)
+            return body
+
+        signed = self.handovers or any(v.signature is not None for v in self.versions)
         body = {
-            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION if self.pieces else 1,
+            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION if signed else 2 if self.pieces else 1,
             "commit": self.commit,
             "shards": [list(s) for s in self.shards] if self.shards is not None else None,
-            "versions": [
-                {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
-                 "state_hash": v.state_hash, "delta": [file(f) for f in v.delta],
-                 "anchor": [file(f) for f in v.anchor], "published_at": v.published_at}
-                for v in self.versions
-            ],
+            "versions": [entry(v) for v in self.versions],
         }
         if self.pieces:
             body["pieces"] = {name: sharded.to_json() for name, sharded in sorted(self.pieces.items())}
+        if signed:
+            body["handovers"] = [{"old": h.old, "new": h.new, "signature": h.signature} for h in self.handovers]
         return json.dumps(body, sort_keys=True, indent=1).encode()
+
+    def signed_bytes(self, entry: VersionEntry) -> bytes:
+        """What the trainer signs of `entry` (one of this manifest's versions, or the next): `SIGNED_VERSION`, then
+        the canonical JSON (keys sorted, no spaces, ASCII) of its number, kind, base version and hash, state hash,
+        every file (path, size, SHA-256, rank), run and signer, with the manifest's `shards` and `pieces` (how the
+        files' tensors are laid out). Not `published_at` (shown only). The codec and everything else inside a file is
+        covered by the file's SHA-256."""
+        layout = {name: sharded.to_json() for name, sharded in sorted(self.pieces.items())} if self.pieces else None
+        body = {"version": entry.version, "kind": entry.kind, "base_version": entry.base_version,
+                "base_hash": entry.base_hash, "state_hash": entry.state_hash, "run": entry.run, "signer": entry.signer,
+                "delta": [[f.path, f.size, f.sha256, f.rank] for f in entry.delta],
+                "anchor": [[f.path, f.size, f.sha256, f.rank] for f in entry.anchor],
+                "shards": [list(s) for s in self.shards] if self.shards is not None else None, "pieces": layout}
+        return SIGNED_VERSION + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes, path: str | None = None) -> Manifest:
@@ -226,7 +289,8 @@ def _parse(body: Any) -> Manifest:
                   for n, b in obj(body["pieces"], "pieces").items()}
     world = len(shards) if shards is not None else 1
     versions = _each(body["versions"], "versions", lambda v: _entry(v, world))
-    manifest = Manifest(integer(body["commit"], "commit"), versions, shards, layout)
+    handovers = _each(body.get("handovers", []), "handovers", _handover)
+    manifest = Manifest(integer(body["commit"], "commit"), versions, shards, layout, handovers)
     check_layout(manifest.pieces or {}, manifest.shards)
     check_manifest(manifest.shards, manifest.versions)
     return manifest
@@ -249,6 +313,7 @@ def _entry(body: Any, world: int) -> VersionEntry:
     if body["kind"] not in ("anchor", "delta"):
         raise DeltaFormatError(f"kind must be 'anchor' or 'delta', got {shown(body['kind'])}")
     published = body.get("published_at")
+    signed = "signature" in body
     return VersionEntry(
         version=integer(body["version"], "version"), kind=body["kind"],
         base_version=optional_integer(body["base_version"], "base_version"),
@@ -256,7 +321,23 @@ def _entry(body: Any, world: int) -> VersionEntry:
         state_hash=state_hash(body["state_hash"], "state_hash"),
         delta=_each(body["delta"], "delta", lambda f: _file(f, world)),
         anchor=_each(body["anchor"], "anchor", lambda f: _file(f, world)),
-        published_at=None if published is None else number(published, "published_at"))
+        published_at=None if published is None else number(published, "published_at"),
+        run=_matching(body.get("run"), _RUN, "run", "32 lowercase hex digits") if signed else None,
+        signer=_matching(body.get("signer"), _PUBLIC_KEY, "signer", _KEY_FORM) if signed else None,
+        signature=_matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters") if signed else None)
+
+
+def _handover(body: Any) -> Handover:
+    body = obj(body, "", ("old", "new", "signature"))
+    return Handover(_matching(body["old"], _PUBLIC_KEY, "old", _KEY_FORM),
+                    _matching(body["new"], _PUBLIC_KEY, "new", _KEY_FORM),
+                    _matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters"))
+
+
+def _matching(value: Any, pattern: re.Pattern[str], what: str, form: str) -> str:
+    if type(value) is not str or not pattern.fullmatch(value):
+        raise DeltaFormatError(f"{what} must be {form}, got {shown(value)}")
+    return value
 
 
 def _file(body: Any, world: int) -> FileRef:
@@ -354,6 +435,17 @@ def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], Non
     if first_error is not None:
         raise first_error
     return None
+
+
+def manifests_after(storage: Storage, commit: int) -> Iterator[Manifest]:
+    """The manifests older than `commit` that read and parse, newest first, each read when asked for (for a
+    publisher that looks for its own versions behind a newest manifest that holds none)."""
+    for older, listed in _listed(storage):
+        if older < commit:
+            try:
+                yield _read_one(storage, older, listed)
+            except (FileNotFoundError, DeltaFormatError):
+                continue
 
 
 def _read_one(storage: Storage, commit: int, listed: StoredFile) -> Manifest:

@@ -17,22 +17,30 @@ A state on a GPU is diffed and hashed there (`delta.codecs._device_scan`): the s
 moves by the changed elements alone, and only they cross to the host; an anchor copies the state to the
 host once. Not yet run on a GPU: tested with CPU tensors through the same code (`DELTA_DEVICE_PATH=1`).
 
-Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or
-with slices of tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards
-are published as they are: no rank gathers anything; `delta.pieces.split` cuts a state every rank holds
-whole into shares). Rank 0 commits the manifest once every rank's files have landed. Whether a step is published or
-coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must
-be a gloo group), so all ranks publish the same steps.
+Each version is signed with the trainer's Ed25519 key (`delta.bucket.trust`), which readers check before they apply
+it: the key given, else ``DELTA_SIGNING_KEY``, else one made at the first start on the bucket and kept owner-only in
+the user's cache (`delta.signing.trainer_key`), so a restarted trainer signs with the same key. A new key is
+introduced to readers by a handover signed with the old one (`handover_from`). A publisher that finds versions it
+did not sign at the end of the bucket (a stranger's) says so and goes on from its own last version; it keeps the
+run id of its versions across restarts.
+
+Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or with slices of
+tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards are published as they are: no
+rank gathers anything; `delta.pieces.split` cuts a state every rank holds whole into shares). Rank 0 signs and
+commits the manifest once every rank's files have landed (only it needs the key). Whether a step is published or
+coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must be a gloo
+group), so all ranks publish the same steps.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -41,6 +49,7 @@ from ..codecs import CODECS, DEFAULT_CODEC
 from ..errors import BucketUnreachableError, DeltaError, PublishError
 from ..patch.diff import encode_delta
 from ..retry import RetryPolicy
+from ..signing import PublicKey, SigningKey, trainer_key
 from ..storage import Storage, open_storage
 from ..tensors import _device
 from ..tensors.hashing import SCHEME, SumDigest, scheme_of, state_digest
@@ -48,9 +57,12 @@ from ..tensors.state import State
 from . import pieces
 from ._ranks import Ranks
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
-from .manifest import FileRef, Manifest, VersionEntry, file_ref, read_manifest, version_dir, write_manifest
+from .manifest import (
+    FileRef, Handover, Manifest, VersionEntry, file_ref, manifests_after, read_manifest, version_dir, write_manifest,
+)
 from .reader import Reader
 from .retention import collect_garbage, retain
+from .trust import make_handover, own_keys, sign_latest, signed_by
 
 logger = logging.getLogger(__name__)
 
@@ -130,14 +142,19 @@ class PublishedVersion:
 class Publisher:
     """Publishes states to a bucket as consecutive versions; see the module docstring.
 
-    On start it reads the bucket's newest manifest: numbering continues after its latest version,
-    and the base of the next delta is that version's state — `base_state` if it hashes to the
+    On start it reads the bucket's newest manifest: numbering continues after the latest version this trainer
+    signed, and the base of the next delta is that version's state — `base_state` if it hashes to the
     manifest's state hash, else pulled from the bucket (verified against the hash); if neither is
-    possible the next version is an anchor only.
+    possible the next version is an anchor only. With none of its own in the bucket, numbering continues after the
+    bucket's latest version, and the next version is an anchor of a new run.
 
     Args:
         bucket: URL for `open_storage`, or an open `Storage`.
         config: Settings.
+        signing_key: The trainer's key (or its text, ``ed25519-private:...``); None: `delta.signing.trainer_key`
+            (``DELTA_SIGNING_KEY``, else the key kept for the bucket, made at the first start). Rank 0's alone counts.
+        handover_from: The trainer's previous key, when `key` replaces it: a handover signed with it goes into the
+            manifest, and readers that trust it trust `signing_key` from then on.
         base_state: The state of the bucket's latest version, if the caller holds it (saves a download
             on resume; one rank only).
         group: A gloo process group for several ranks (default: the default group when
@@ -149,16 +166,23 @@ class Publisher:
     """
 
     def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
+                 signing_key: SigningKey | str | None = None, handover_from: SigningKey | str | None = None,
                  base_state: Mapping[str, torch.Tensor] | None = None, group: Any = None,
                  **storage_options: Any) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or PublisherConfig()
         self.ranks = Ranks.create(group)
-        manifest = read_manifest(self.storage) if self.ranks.rank == 0 else None
-        latest = manifest.latest.version if manifest and manifest.latest else 0
-        self.session, latest = self.ranks.broadcast((secrets.token_hex(4), latest))
-        if self.ranks.rank != 0:
-            manifest = read_manifest(self.storage)
+        self._key: SigningKey | None = None  # rank 0's: it signs
+        self._handover: Handover | None = None
+        manifest, latest, run = None, 0, secrets.token_hex(16)
+        if self.ranks.rank == 0:
+            self._key = (_signing_key(signing_key) if signing_key is not None
+                         else trainer_key(self.storage.url))
+            if handover_from is not None:
+                self._handover = make_handover(_signing_key(handover_from), self._key.public)
+            manifest, latest, run = self._own_versions(read_manifest(self.storage), run)
+        self.session, manifest, latest, self._run_id = self.ranks.broadcast((secrets.token_hex(4), manifest, latest,
+                                                                             run))
         self._manifest = manifest
         self._next_version = latest + 1
         self._last_anchor = max((v.version for v in manifest.anchors()), default=0) if manifest else 0
@@ -225,6 +249,12 @@ class Publisher:
             self._cond.notify_all()
 
     @property
+    def public_key(self) -> PublicKey | None:
+        """The public key readers check this publisher's versions with (None on ranks other than 0, which sign
+        nothing): what to give them, such as ``DELTA_TRUSTED_KEY=<its .text>``."""
+        return self._key.public if self._key is not None else None
+
+    @property
     def state_version(self) -> int:
         """The version the state handed in last has in the bucket's numbering: the last committed version (0
         before any), plus one for a snapshot uploading and not yet committed, plus one for a snapshot waiting
@@ -278,6 +308,37 @@ class Publisher:
             raise PublishError(f"publishing to {self.storage.url} stopped: {self._error}") from self._error
 
     # -- resume ---------------------------------------------------------------------------------------
+
+    def _own_versions(self, newest: Manifest | None, run: str) -> tuple[Manifest | None, int, str]:
+        """Rank 0: the bucket's manifest cut after the last of its first versions that this trainer signed (with its
+        key, or one that handed over to it; an older manifest when the newest holds none: a stranger's), or None; the
+        version to go on from (that one, else the bucket's latest: a new run); and the run (theirs, else `run`).
+        Versions after its own are said to be someone else's, and left behind."""
+        if newest is None:
+            return None, 0, run
+        latest = newest.latest.version if newest.latest else 0
+        for manifest in itertools.chain([newest], manifests_after(self.storage, newest.commit)):
+            handovers = manifest.handovers + ((self._handover,) if self._handover is not None else ())
+            keys = own_keys(self._key.public, handovers)
+            own = 0
+            for entry in manifest.versions:
+                if not signed_by(manifest, entry, keys):
+                    break
+                own, run = entry.version, entry.run
+            if own:
+                break
+        mine = self._key.public.fingerprint
+        if own and own < latest:
+            logger.warning("versions %d..%d of %s are not signed by this trainer's key (%s): someone else's, ignored; "
+                           "going on from version %d", own + 1, latest, self.storage.url, mine, own)
+        elif own and manifest is not newest:
+            logger.warning("the newest manifest of %s lists versions not signed by this trainer's key (%s): someone "
+                           "else's, ignored; going on from version %d", self.storage.url, mine, own)
+        elif latest and not own:
+            logger.warning("no version of %s is signed by this trainer's key (%s): starting a new run at version %d; "
+                           "readers that trust another key refuse it (a new key is introduced with handover_from=the "
+                           "old key)", self.storage.url, mine, latest + 1)
+        return (manifest.upto(own), own, run) if own else (None, latest, run)
 
     def _check_base(self, state: Mapping[str, torch.Tensor]) -> None:
         """First publish (every rank): keep the resumed base only if every rank's tensors and slices are laid
@@ -458,10 +519,16 @@ class Publisher:
         layout = pieces.layout_of([r["pieces"] for r in records])
         pieces.check_layout(layout, shards)  # a version whose slices do not tile its tensors is never committed
         current = self._manifest or Manifest(0)
-        manifest = write_manifest(self.storage, retain(current.with_version(entry, shards, layout),
-                                                       self.config.keep_anchors))
+        if self._handover is not None and self._handover not in current.handovers:
+            current = replace(current, handovers=current.handovers + (self._handover,))
+        signed = sign_latest(current.with_version(entry, shards, layout), self._key, self._run_id)
+        manifest = write_manifest(self.storage, retain(signed, self.config.keep_anchors))
         collect_garbage(self.storage, manifest)
         return manifest
+
+
+def _signing_key(key: SigningKey | str) -> SigningKey:
+    return key if isinstance(key, SigningKey) else SigningKey.parse(key)
 
 
 def _copy_into(buffers: State | None, state: Mapping[str, torch.Tensor]) -> State:

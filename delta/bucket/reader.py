@@ -1,8 +1,9 @@
 """Read a bucket's versions into a state, bit for bit: the catch-up that the `Subscriber` follows a bucket
 with and the `Publisher` resumes from.
 
-Each version is fetched, verified (size and SHA-256 of every file against the manifest) and decoded
-against the current state without touching it; only then is it written, under `lock` — the only
+Each version's signature is checked first, when the reader is given a `Trust` (`trust`: the trainer's key, nothing
+fetched for a version it did not sign); then it is fetched, verified (size and SHA-256 of every file against the
+manifest) and decoded against the current state without touching it; only then is it written, under `lock` — the only
 pause a consumer sees. A file that fails its check is fetched once more, then avoided: the route is
 planned again through an anchor (`catchup.plan`). Nothing partial is ever written and the version
 never advances on a failure.
@@ -34,6 +35,7 @@ from ._whole import check_step
 from .anchors import decode_anchor
 from .catchup import Step, plan
 from .manifest import FileRef, Manifest, VersionEntry, fetch_verified
+from .trust import Trust
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ class Reader:
             means unknown, so the first step loads an anchor into `state`.
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         workers: Threads that decode chunks (None: one per core).
+        trust: Whose versions to apply (`Trust.check_version`, before each step); None: every version the manifest
+            lists (a publisher resuming from versions it checked were its own).
 
     Threads: `catch_up` runs in the caller's thread (one caller at a time); decoding reads the state while
     others may read it too; every write into it happens under `lock`, and `wait_for` wakes when the
@@ -99,9 +103,12 @@ class Reader:
     """
 
     def __init__(self, storage: Storage, state: State | None = None, *, version: int | None = None,
-                 digest: StateDigest | None = None, fetch_threads: int = 4, workers: int | None = None) -> None:
+                 digest: StateDigest | None = None, fetch_threads: int = 4, workers: int | None = None,
+                 trust: Trust | None = None) -> None:
         self.storage = storage
         self.workers = workers
+        self.trust = trust
+        self._run: str | None = None  # the run of the version held, once one is applied (a signed bucket's)
         self.lock = threading.RLock()
         self._state = state  # what files name: tensors and pieces (views of `_full`'s tensors when sharded)
         self._full = state  # what callers see: full tensors
@@ -158,6 +165,8 @@ class Reader:
 
         Raises:
             NoPathError: no route around the bad files (the state is untouched at its last version).
+            UntrustedVersionError: a step's version is not the trusted key's (`trust`): the state stays at the
+                version before it, and nothing of it was fetched.
         """
         self.adopt_layout(manifest.pieces or {})
         held = manifest.get(self._version) if self._version is not None else None
@@ -174,6 +183,8 @@ class Reader:
                 have_hash = self._digest.hexdigest if self._digest is not None else None
                 route.extend(plan(manifest, target, have=self._version, have_hash=have_hash, avoid=avoid))
             step = route.popleft()
+            if self.trust is not None:
+                self.trust.check_version(step.entry, manifest, self._run)
             try:
                 applied = self._apply(self._prepare(step, manifest))
             except BadFiles as e:
@@ -301,7 +312,7 @@ class Reader:
                 except IntegrityError as e:
                     raise BadFiles([f.path for f in prepared.step.files], e) from e
                 headers = tuple(header for header, *_ in decoded)
-            self._digest, self._version = digest, entry.version
+            self._digest, self._version, self._run = digest, entry.version, entry.run
             pause = time.perf_counter() - start
             with self._advanced:
                 self._advanced.notify_all()

@@ -4,9 +4,11 @@
     sub.sync()            # blocking catch-up to the latest version
     sub.start()           # or follow in a background thread; writes happen under `sub.lock`
 
-A `Subscriber` polls the manifest and moves its `Reader` (`reader.py`: fetch, verify, decode, then write
-under `lock`; nothing partial is ever written) to each newest version, counting failures and backing off
-from them, and reports each version applied to `on_update`.
+A `Subscriber` polls the manifest and moves its `Reader` (`reader.py`: check the trainer's signature, fetch, verify,
+decode, then write under `lock`; nothing partial is ever written) to each newest version, counting failures and
+backing off from them, and reports each version applied to `on_update`. A version the trainer did not sign is
+refused (`trust.Trust`: the trainer's key, given or trusted on first use), counted apart from failures, and the
+subscriber waits for the trainer's next version as usual.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeltaError, StorageError, printable
+from ..errors import DeltaError, StorageError, UntrustedVersionError, printable
 from ..format import DeltaHeader
 from ..retry import RetryPolicy
 from ..storage import Storage, open_storage
@@ -27,6 +29,7 @@ from ..tensors.hashing import StateDigest
 from ..tensors.state import State
 from .manifest import Refused, read_manifest
 from .reader import Applied, Reader
+from .trust import Trust
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +98,11 @@ class SubscriberStatus:
         history: Statistics of the most recently applied versions, oldest first.
         manifests_refused: Manifests in the bucket refused now (too large, torn, crafted), each skipped unread
             until its listing changes; the newest one before them is followed.
+        versions_refused: Versions refused so far because the trusted key did not sign them (unsigned, forged,
+            another key, another run), each counted once; nothing of them was applied.
+        last_refusal: Why the last one was refused, as text, or None.
+        trust: Which key versions are checked with, and why it is trusted (`Trust.describe`).
+        authenticated: False when the bucket is followed unauthenticated (whoever writes to it decides the weights).
     """
 
     version: int | None
@@ -104,6 +112,10 @@ class SubscriberStatus:
     failures: int
     history: tuple[VersionStats, ...]
     manifests_refused: int = 0
+    versions_refused: int = 0
+    last_refusal: str | None = None
+    trust: str = ""
+    authenticated: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,13 @@ class Subscriber:
         config: Polling and fetching settings.
         on_update: Called after each applied version with an `Update`, in the applying thread,
             outside `lock`. An exception it raises is logged, not propagated.
+        trust: Whose versions to apply (`delta.Trust`); None: `Trust.for_bucket(url)` (``DELTA_TRUSTED_KEY``, else the
+            key trusted on first use, kept per bucket). `Trust.unauthenticated_for(url)` follows an unsigned bucket.
         **storage_options: Passed to `open_storage` when `bucket` is a URL.
+
+    Raises:
+        KeyFormatError, PrivateFileError: `trust` is None and ``DELTA_TRUSTED_KEY`` or the key kept for the bucket is
+            not a public key, or its file is a link, a FIFO, a folder or another user's.
 
     Threads: `sync` blocks the caller; `start` runs the same loop in a daemon thread. Decoding reads
     the state while others may read it too; every write into it happens under `lock` (hold it while
@@ -150,12 +168,14 @@ class Subscriber:
 
     def __init__(self, bucket: str | Storage, state: State | None = None, *, version: int | None = None,
                  digest: StateDigest | None = None, config: SubscriberConfig | None = None,
-                 on_update: Callable[[Update], None] | None = None, **storage_options: Any) -> None:
+                 on_update: Callable[[Update], None] | None = None, trust: Trust | None = None,
+                 **storage_options: Any) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or SubscriberConfig()
         self.on_update = on_update
+        self.trust = trust or Trust.for_bucket(self.storage.url)
         self._reader = Reader(self.storage, state, version=version, digest=digest,
-                              fetch_threads=self.config.fetch_threads, workers=self.config.workers)
+                              fetch_threads=self.config.fetch_threads, workers=self.config.workers, trust=self.trust)
         self.lock = self._reader.lock
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
@@ -163,6 +183,9 @@ class Subscriber:
         self._refused: str | None = None  # the last manifest refused, as warned
         self._refused_manifests: Refused = {}  # skipped unread until their listing changes
         self._failures = 0
+        self._refusals = 0
+        self._last_refusal: str | None = None
+        self._refused_at: tuple[int, int | None, str] | None = None  # (manifest commit, version, reason) counted last
         self._history: deque[VersionStats] = deque(maxlen=self.config.history)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,7 +215,8 @@ class Subscriber:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
         return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history), len(self._refused_manifests))
+                                tuple(self._history), len(self._refused_manifests), self._refusals,
+                                self._last_refusal, self.trust.describe(), not self.trust.unauthenticated)
 
     def sync(self, version: int | None = None) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
@@ -200,6 +224,8 @@ class Subscriber:
         Blocks until done. Tries every route the manifest offers around bad files before giving up.
 
         Raises (only `DeltaError`s, whatever the bucket holds):
+            UntrustedVersionError: a version on the way is not the trusted key's (counted in `status()`'s
+                `versions_refused`; the state holds the version before it).
             NoPathError: no route around the bad files (the state is untouched at its old version).
             BucketUnreachableError, StorageError: the bucket failed (another OSError becomes a StorageError).
             DeltaFormatError: no manifest in the bucket parses (a newest one that does not is skipped for the
@@ -208,6 +234,8 @@ class Subscriber:
         with self._sync_lock:
             try:
                 return self._catch_up(version)
+            except UntrustedVersionError:
+                raise
             except DeltaError as e:
                 self._record(e)
                 raise
@@ -220,7 +248,8 @@ class Subscriber:
         """Follow the bucket in a daemon thread: poll, catch up, back off on failures.
 
         No failure ends the thread: each is counted in `status()` (with `last_error`), the version
-        stays where it was, and the step is tried again after a back-off.
+        stays where it was, and the step is tried again after a back-off. A version refused (not the trusted key's)
+        is no failure: the bucket is polled as usual for the trainer's next version.
         """
         if self._thread is not None:
             raise RuntimeError("this subscriber is already following; call close() first")
@@ -256,6 +285,8 @@ class Subscriber:
                 try:
                     self._catch_up(None)
                     failures = 0
+                except UntrustedVersionError:  # counted by `_catch_up`; the trainer's next version is awaited
+                    failures = 0
                 except (DeltaError, OSError) as e:
                     self._record(e)
                     failures += 1
@@ -284,8 +315,21 @@ class Subscriber:
             return self._reader.version
         self._latest = manifest.latest.version
         target = manifest.latest.version if version is None else version
-        return self._reader.catch_up(manifest, target, stopped=self._stop.is_set, on_bad_files=self._record,
-                                     on_applied=lambda applied: self._report(applied, seen_at))
+        try:
+            return self._reader.catch_up(manifest, target, stopped=self._stop.is_set, on_bad_files=self._record,
+                                         on_applied=lambda applied: self._report(applied, seen_at))
+        except UntrustedVersionError as e:
+            self._refuse(e, manifest.commit)
+            raise
+
+    def _refuse(self, error: UntrustedVersionError, commit: int) -> None:
+        """Count a version refused, once per manifest that offers it (it is polled again and again), and say why."""
+        if self._refused_at == (commit, error.version, error.reason):
+            return
+        self._refused_at = (commit, error.version, error.reason)
+        self._refusals += 1
+        self._last_refusal = printable(str(error))
+        logger.warning("subscriber on %s: REFUSED %s", self.storage.url, self._last_refusal)
 
     def _report(self, applied: Applied, seen_at: float) -> None:
         """Keep the statistics of a version just applied and hand it to `on_update`."""

@@ -3,8 +3,10 @@
 Select it with `vllm serve MODEL --weight-transfer-config '{"backend": "delta"}'` (or
 `LLM(weight_transfer_config={"backend": "delta"})`); the package registers it with vLLM through its
 `vllm.general_plugins` entry point (`delta_vllm_plugin`). The sender — `python -m delta
-follow` beside a server, `rollout_space`'s `VLLMEngine` in process — fetches, decodes and verifies
-each version, writes the new values to an update file (`vllm_update`) and drives vLLM's lifecycle:
+follow` beside a server, `rollout_space`'s `VLLMEngine` in process — checks each version's signature against the
+trainer's key (`delta.Trust`), fetches, decodes and verifies it, writes the new values to an update file
+(`vllm_update`) and drives vLLM's lifecycle (the backend reads only those files, never the bucket: it takes the
+trainer's key through its sender, `--trusted-key` of `delta follow`):
 
     init_weight_transfer_engine({"handshake_dir": DIR})   # the worker writes DIR/worker-RANK.json
     start_weight_update()
