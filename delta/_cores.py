@@ -27,6 +27,20 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def resolve_workers(workers: int | None) -> int:
+    """The threads a call given `workers` runs on: one per core for None. The one check of every `workers` the
+    library takes (configs, diff, apply, hashes, codecs), so that each says the same.
+
+    Raises:
+        ValueError: `workers` is below 1.
+    """
+    if workers is None:
+        return default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 (or None: one per core), got {workers}")
+    return workers
+
+
 def typed(arrays: Sequence[np.ndarray]) -> List:
     """A numba typed list of contiguous arrays of one dtype and dimension (what the compiled calls take for "many
     tensors"); its item type is made once per kind (inferring it from the first item costs milliseconds)."""
@@ -93,7 +107,13 @@ def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]], worker
 
 
 class Started(Generic[R]):
-    """`fn(lo, hi)` for every span on `workers` threads, started: the caller may do other work, then `join`.
+    """`fn(lo, hi)` for every span on `workers` threads, started: the caller may do other work, then `join`; or
+    use it as a context manager, which joins on leaving the block, so that no failure and no running span is left
+    behind (a span writing into memory the caller reuses, say):
+
+        with Started(fill, spans, workers):
+            other_work()      # beside the helpers' spans
+        # every span has run here; a failed one raised (or, when the block raised, is noted on its error)
 
     The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (starting
     threads cost ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread
@@ -110,6 +130,20 @@ class Started(Generic[R]):
         self._taken = itertools.count()  # taking its next number is atomic under the GIL: no lock
         helpers = min(workers, len(spans)) - 1 if not getattr(_LOCAL, "pooled", False) else 0
         self._helpers = [_pool(workers - 1).submit(self._drain) for _ in range(max(0, helpers))]
+
+    def __enter__(self) -> Started[R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if error is None:
+            self.join()
+            return
+        self._drain()  # the block's error goes on once every span has run; a failed span is noted on it
+        wait(self._helpers)
+        for e in self._errors:
+            if e is not None:
+                error.add_note(f"a started span failed too: {e!r}")
+                return
 
     def _drain(self) -> None:
         n = len(self._spans)

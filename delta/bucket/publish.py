@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from .._cores import resolve_workers
 from ..codecs import CODECS, DEFAULT_CODEC
 from ..errors import BucketUnreachableError, DeltaError, PublishError
 from ..patch.diff import encode_delta
@@ -93,8 +94,7 @@ class PublisherConfig:
             raise ValueError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
+        resolve_workers(self.workers)
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
             raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
                              f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .._cores import PerThread, Started, default_workers, in_threads, slices, typed
+from .._cores import PerThread, Started, in_threads, resolve_workers, slices, typed
 from .._stages import stage
 from ..errors import DeltaFormatError
 from ..tensors import _device, _groups, _sumhash
@@ -336,9 +336,7 @@ class ChunkedCodec(Codec):
         chunk = CHUNK if chunk is None else chunk
         if not 1 <= chunk <= MAX_CHUNK:
             raise ValueError(f"chunk must be in [1, {MAX_CHUNK}] elements, got {chunk}")
-        workers = default_workers() if workers is None else workers
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
+        workers = resolve_workers(workers)
         names = sorted(names)
         counts = _Counts(self._classes, workers, chunk)
         moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
@@ -608,9 +606,7 @@ class ChunkedCodec(Codec):
                                f"{_rans.DECODE_ERRORS[err]}", tensor=entries[int(rows[row, 0])].name)
 
     def decode(self, entries, blobs, state, workers=None, keys=None):
-        workers = default_workers() if workers is None else workers
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
+        workers = resolve_workers(workers)
         models, rows, words, chunk = self._parse(entries, blobs)
         on_device = [i for i, e in enumerate(entries) if not _device.on_host(state[e.name])]
         on_host = [i for i, e in enumerate(entries) if _device.on_host(state[e.name])]
@@ -758,7 +754,7 @@ class ChunkedCodec(Codec):
         every word used, holds as many changes per class range as the chunk table says, ranks below the
         chunk's size, steps within the dtype's width. Not checkable without the old tensor: for `ctx`,
         that each rank exists in its class of the old tensor; for both, the new values themselves."""
-        workers = default_workers() if workers is None else workers
+        workers = resolve_workers(workers)
         models, rows, words, chunk = self._parse(entries, blobs)
         table, gap_models, step_models = self._decode_table(models, entries, rows, chunk, None)
         none16, none32, noneu = np.empty(0, np.uint16), np.empty(0, np.int32), np.empty(0, np.uint64)
