@@ -727,7 +727,7 @@ class ChunkedCodec(Codec):
                     got = _device_scan.locate(state, group, shift, mask, *decoded, keys)
                     stagings[k].close()  # `locate` waited for the device: the uploads are done
                     if got.bad is not None:
-                        raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[8]}",
+                        raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[_rans.RANK_PAST_CLASS]}",
                                                tensor=group.names[got.bad])
                     for t, name in enumerate(group.names):
                         parts[name].append((got.positions[t], got.values[t], got.sums[t] if got.sums else None))

@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from ..tensors._sumhash import element_hash
+from ._rans import RANK_PAST_CLASS
 
 LANES = 4
 
@@ -145,8 +146,8 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no 
 
 @njit(nogil=True, cache=True)
 def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, key):  # pragma: no cover - compiled
-    """Positions (ascending) and new values of a chunk's changes; returns (error code (0: fine, 8: a rank
-    is beyond its class in `a`), hash lane 0 moved, hash lane 1 moved).
+    """Positions (ascending) and new values of a chunk's changes; returns (error code (0: fine, RANK_PAST_CLASS: a
+    rank is beyond its class in `a`), hash lane 0 moved, hash lane 1 moved).
 
     `cls`, `ranks`, `steps` are class-major with ranks ascending within a class (`_rans.decode_chunk`).
     """
@@ -157,7 +158,7 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, ke
         for j in range(n):
             p = lo + ranks[j]
             if p >= hi:
-                return 8, t0, t1
+                return RANK_PAST_CLASS, t0, t1
             out_pos[j] = p
             out_val[j] = _unstep(np.uint64(a[p]), np.uint64(steps[j]), sign, full)
             d0, d1 = _moved(p, a[p], out_val[j], key)
@@ -193,4 +194,4 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, ke
             m += 1
             ptr[c] = j + 1
             nxt[c] = ranks[j + 1] if j + 1 < end[c] else -1
-    return (0 if m == n else 8), t0, t1
+    return (0 if m == n else RANK_PAST_CLASS), t0, t1
