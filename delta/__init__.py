@@ -19,7 +19,7 @@ from .bucket._ranks import broadcast_object
 from .bucket.manifest import FileRef, Manifest, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
-from .codecs import CODECS, DEFAULT_CODEC, Change
+from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .errors import (
     BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, NoPathError,
     PublishError, StateMismatchError, StorageError,
@@ -37,7 +37,7 @@ __all__ = [
     "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "Manifest", "NoPathError", "PublishError",
     "PublishedVersion", "Publisher", "PublisherConfig", "RetryPolicy", "Rollback", "State", "StateDigest",
     "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus",
-    "TensorEntry", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path", "broadcast_object", "decode",
-    "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state", "state_digest",
-    "write_atomic", "write_changes",
+    "TensorEntry", "Update", "VersionEntry", "VersionStats", "Workspace", "apply", "atomic_path", "broadcast_object",
+    "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "save_state",
+    "state_digest", "write_atomic", "write_changes",
 ]

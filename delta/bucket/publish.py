@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from .._cores import resolve_workers
-from ..codecs import CODECS, DEFAULT_CODEC
+from ..codecs import CODECS, DEFAULT_CODEC, Workspace
 from ..errors import BucketUnreachableError, DeltaError, PublishError
 from ..patch.diff import encode_delta
 from ..retry import RetryPolicy
@@ -176,6 +176,7 @@ class Publisher:
         self._spare: State | None = None
         self._error: BaseException | None = None
         self._closing = False
+        self._workspace = Workspace()  # the background thread's memory kept from one delta to the next
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="delta-publisher", daemon=True)
         self._worker.start()
@@ -392,7 +393,7 @@ class Publisher:
         if self._base is not None:
             data, digest = encode_delta(self._base, snapshot.tensors, codec=self.config.codec, version=version,
                                         base_version=version - 1, old_digest=self._base_digest,
-                                        workers=self.config.workers)
+                                        workers=self.config.workers, workspace=self._workspace)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         else:
             digest = state_digest(snapshot.tensors, keys)

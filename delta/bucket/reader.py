@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..codecs import Workspace
 from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError, printable
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
@@ -111,6 +112,7 @@ class Reader:
         self._digest: StateDigest | None = digest if self._version is not None else None
         self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
+        self._workspace = Workspace()  # the decoder's memory kept from one file to the next (one catch-up at a time)
 
     @property
     def state(self) -> State | None:
@@ -263,7 +265,8 @@ class Reader:
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
             sub_digest = base.subset(names)
-            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers,
+                                             workspace=self._workspace)
             if proven is None or proven.scheme != base.scheme:
                 raise DeltaFormatError(f"hashes its base in another scheme than its manifest ({base.scheme})",
                                        path=ref.path)

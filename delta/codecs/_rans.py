@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 PROB_BITS = 15
 PROB_SCALE = 1 << PROB_BITS
@@ -54,11 +55,11 @@ DECODE_ERRORS = {
 }
 
 
-@njit(inline="always")
-def end_column(table):  # pragma: no cover - compiled
+@register_jitable
+def end_column(table: np.ndarray) -> int:
     """The column of END in a model table or a histogram (2-D: a row per model or class): the last, in the writer's
     layout (`writer_symbols` columns) and the reader's (`ALPHABET` columns, END = ALPHABET - 1) alike. Below it,
-    a column is its symbol in both."""
+    a column is its symbol in both. Plain Python, compiled into the kernels that call it."""
     return table.shape[1] - 1
 
 
@@ -127,20 +128,20 @@ def writer_symbols(width: int, chunk: int) -> int:
     return max(symbol_of(chunk - 1), symbol_of((1 << width) - 2)) + 2
 
 
-def cumulative(freqs: np.ndarray) -> np.ndarray:
-    """Cumulative starts of each model's symbols (models x ALPHABET + 1, of `freqs`' dtype): what coding needs."""
-    cum = np.zeros((freqs.shape[0], ALPHABET + 1), freqs.dtype)
-    np.cumsum(freqs, axis=1, out=cum[:, 1:])
-    return cum
+def cumulative(freqs: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Cumulative starts of each model's symbols into `out` (models x ALPHABET + 1, of `freqs`' dtype): what coding
+    and decoding need."""
+    out[:, 0] = 0
+    np.cumsum(freqs, axis=1, out=out[:, 1:])
+    return out
 
 
-def lookup(cum: np.ndarray) -> np.ndarray:
-    """The decoder's coarse lookup (models x 2**LUT_BITS) from `cumulative`'s starts."""
-    lut = np.zeros((cum.shape[0], 1 << LUT_BITS), np.int32)
+def lookup(cum: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The decoder's coarse lookup (models x 2**LUT_BITS, int32) from `cumulative`'s starts, into `out`."""
     slots = np.arange(1 << LUT_BITS, dtype=np.int64) << (PROB_BITS - LUT_BITS)
     for m in range(cum.shape[0]):
-        lut[m] = np.searchsorted(cum[m], slots, side="right") - 1
-    return lut
+        out[m] = np.searchsorted(cum[m], slots, side="right") - 1
+    return out
 
 
 _BITLEN8 = np.array([int(v).bit_length() for v in range(256)], np.int64)

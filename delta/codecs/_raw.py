@@ -28,7 +28,7 @@ class RawCodec(Codec):
     form = "indices"
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
-    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None, workspace=None):
         for name in names:
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
@@ -99,7 +99,7 @@ class RawCodec(Codec):
             extra = sorted(set(blobs) - self.stream_names(entries))
             raise DeltaFormatError(f"streams not listed by the header: {extra[:5]}" if extra else "streams missing")
 
-    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None):
+    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None, workspace=None):
         self._all_streams(entries, blobs)
         changes, on_device = {}, {}
         for entry in entries:

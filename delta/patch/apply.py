@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._stages import stage
-from ..codecs import Change, get_codec
+from ..codecs import Change, Workspace, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
 from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
 from ..tensors import _device
@@ -55,7 +55,7 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
 
 
 def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *, path: str | None = None,
-           digest: StateDigest | None = None, workers: int | None = None
+           digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
            ) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
     """Parse and validate a delta against `state` without writing anything.
 
@@ -69,6 +69,8 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     Args:
         digest: The state's digest if the caller has it (in the file's hash scheme; otherwise computed).
         workers: Threads that decode chunks (None: one per core).
+        workspace: Memory kept from this caller's previous decode (one call at a time; None: fresh memory). The
+            changes returned are never in it.
 
     Returns:
         (header, decoded changes, digest of `state` before applying — None for foreign files).
@@ -87,7 +89,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         raise DeltaFormatError(str(e), path=path) from e
     names = [e.name for e in header.tensors]
     if header.foreign:
-        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
         if header.checksum:
             prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
         return header, changes, None
@@ -101,10 +103,10 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
             f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
             f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
     if legacy:
-        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
         after = _prove_legacy(changes, _device.host_view(state, names), digest)
     else:
-        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path)
+        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path, workspace)
         with stage("hash"):
             for c in changes:
                 if c.sums is None:  # decoded without the old values at hand (`raw`)
@@ -116,9 +118,9 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     return header, changes, digest
 
 
-def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path) -> list[Change]:
+def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path, workspace) -> list[Change]:
     try:
-        changes = codec.decode(header.tensors, blobs, state, workers, keys=keys)
+        changes = codec.decode(header.tensors, blobs, state, workers, keys=keys, workspace=workspace)
     except DeltaFormatError as e:
         raise e.at(path) from None
     if len({c.name for c in changes}) != len(changes):  # the header check makes names unique; never write one twice
@@ -218,7 +220,8 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
 
 
 def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | str, *,
-          digest: StateDigest | None = None, workers: int | None = None) -> ApplyResult:
+          digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
+          ) -> ApplyResult:
     """Apply a delta to `state` in place: everything is validated before the first write.
 
     Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and
@@ -232,6 +235,7 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
         workers: Threads that decode chunks (None: one per core).
+        workspace: Memory kept from this caller's previous apply (see `decode`).
 
     Returns:
         ApplyResult with the new digest.
@@ -246,5 +250,5 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         path = delta
         with open(delta, "rb") as f:
             delta = f.read()
-    header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers)
+    header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers, workspace=workspace)
     return write_changes(header, changes, state, before)
