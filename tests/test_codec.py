@@ -93,10 +93,35 @@ def test_round_trip_is_bit_exact_across_chunks_and_threads(codec, pair, chunk, w
     assert states_equal(state, new)
 
 
-def test_chunk_size_out_of_range_is_refused():
+@pytest.mark.parametrize("codec", CODECS)
+def test_chunk_size_out_of_range_is_refused(codec):
     old, new = adam_like()
     with pytest.raises(ValueError, match=r"chunk must be in \[1, 67108864\] elements, got 0"):
-        delta.diff(old, new, chunk=0)
+        delta.diff(old, new, codec=codec, chunk=0)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_one_worker_runs_every_host_thread_of_a_diff_and_an_apply_on_the_caller(codec, monkeypatch):
+    """`workers=1`: the scan, the coding, the decoding and the whole-state hashes (no digest given) start no
+    helper thread; an invalid `workers` is refused with the one message every `workers` gets."""
+    from delta import _cores
+
+    old, new = adam_like()
+    data = delta.diff(old, new, codec=codec)
+
+    def no_helpers(workers: int) -> None:
+        raise AssertionError(f"a pool of {workers} helper threads was asked for")
+
+    monkeypatch.setattr(_cores, "_pool", no_helpers)
+    assert delta.diff(old, new, codec=codec, workers=1) == data
+    state = clone(old)
+    delta.apply(state, data, workers=1)
+    assert states_equal(state, new)
+    delta.state_digest(old, workers=1)
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        delta.diff(old, new, codec=codec, workers=0)
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        delta.apply(clone(old), data, workers=0)
 
 
 def test_empty_delta_applies_and_changes_nothing():

@@ -310,7 +310,7 @@ class Publisher:
                            SCHEME)
             latest = None
         if latest is not None and base_state is not None and self.ranks.world == 1:
-            digest = state_digest(base_state)
+            digest = state_digest(base_state, workers=self.config.workers)
             if digest.hexdigest == latest.state_hash:
                 base = {k: v.detach().clone() for k, v in base_state.items()}
             else:
@@ -384,7 +384,7 @@ class Publisher:
         version, rank = self._next_version, self.ranks.rank
         keys = pieces.hash_keys(snapshot.tensors, self._pieces or {})
         if self._base is not None and self._base_digest is None:  # resumed: hashed once, with the pieces' keys
-            self._base_digest = state_digest(self._base, keys)
+            self._base_digest = state_digest(self._base, keys, self.config.workers)
         anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
                   or version - self._last_anchor >= self.config.anchor_every)
         folder = version_dir(version, self.session)
@@ -396,7 +396,7 @@ class Publisher:
                                         workers=self.config.workers, workspace=self._workspace)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         else:
-            digest = state_digest(snapshot.tensors, keys)
+            digest = state_digest(snapshot.tensors, keys, self.config.workers)
         if anchor:
             shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
                                    max_shard_bytes=self.config.max_shard_bytes)

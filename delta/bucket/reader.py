@@ -166,7 +166,7 @@ class Reader:
         if self._state is not None and self._version is not None and (
                 self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme)):
             # hashed in the scheme of the version held (the state is only read: no lock)
-            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
+            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state), self.workers)
             with self.lock:
                 self._digest = digest
         avoid: set[str] = set()
@@ -198,7 +198,7 @@ class Reader:
                 self._state = flat
                 self._layout = layout
                 if self._digest is not None:
-                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat))
+                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat), self.workers)
         self._layout = layout
 
     # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
@@ -237,7 +237,7 @@ class Reader:
             if fresh.keys() & part.keys():
                 raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
             fresh.update(part)
-        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh))
+        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh), self.workers)
         if digest.hexdigest != step.entry.state_hash:
             raise IntegrityError(f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
                                  expected=step.entry.state_hash, actual=digest.hexdigest)
@@ -253,7 +253,7 @@ class Reader:
         file is proven in its own scheme before the first write."""
         if entry.base_hash is None or scheme_of(entry.base_hash) == self._digest.scheme:
             return self._digest
-        return digest_like(entry.base_hash, self._state, self._keys(self._state))
+        return digest_like(entry.base_hash, self._state, self._keys(self._state), self.workers)
 
     def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> tuple[StateDigest, list[tuple]]:
         """Every file of a delta step decoded and proven against the held state, in the scheme its base is hashed

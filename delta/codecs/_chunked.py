@@ -49,9 +49,6 @@ from ._plan import Plan, code
 from ._streams import pack
 from ._workspace import Workspace
 
-CHUNK = 1 << 20
-
-
 class ChunkedCodec(Codec):
     """Class-rank gaps + ULP steps in independent chunks under rANS; `context=False` is `gap` (one class)."""
 
@@ -66,9 +63,7 @@ class ChunkedCodec(Codec):
     def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
                progress: bool = False, workers: int | None = None, chunk: int | None = None,
                keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> Encoded:
-        chunk = CHUNK if chunk is None else chunk
-        if not 1 <= chunk <= _parsed.MAX_CHUNK:
-            raise ValueError(f"chunk must be in [1, {_parsed.MAX_CHUNK}] elements, got {chunk}")
+        chunk = _found.chunk_size(chunk)
         workers = resolve_workers(workers)
         names = sorted(names)
         counts = Counts(self.classing, workers, chunk)
@@ -86,7 +81,7 @@ class ChunkedCodec(Codec):
                     plan = Plan.of(found)
                 coded = code(plan, models, self.classing, workers, workspace)
             rows = np.concatenate([[chunk], coded.rows.reshape(-1)]).astype(np.uint32)
-            blobs = {"models": pack(models.to_table()), "chunks": pack(rows),
+            blobs = {"models": pack(models.to_table(), threads=workers), "chunks": pack(rows, threads=workers),
                      "words": coded.words.astype("<u2", copy=False).view(np.uint8)}
             blobs = {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else  # out of the workspace
                      torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}

@@ -25,6 +25,9 @@ from . import _rans
 from ._kernels import scan_chunk
 from ._models import Counts
 
+DEFAULT_CHUNK = 1 << 20  # elements per chunk unless the caller says
+MAX_CHUNK = 1 << 26  # the most a file may say (a reader's bound)
+
 # Columns of a chunk to scan (`chunks_of`, `scan_rows`): a member of the list of tensors scanned together, and the
 # chunk's elements [LO, HI) in it.
 MEMBER, LO, HI = range(3)
@@ -51,6 +54,19 @@ class Found:
     steps: np.ndarray
     rows: np.ndarray
     width: int
+
+
+def chunk_size(chunk: int | None) -> int:
+    """Elements per chunk for a caller's `chunk` (None: `DEFAULT_CHUNK`).
+
+    Raises:
+        ValueError: `chunk` is outside [1, MAX_CHUNK].
+    """
+    if chunk is None:
+        return DEFAULT_CHUNK
+    if not 1 <= chunk <= MAX_CHUNK:
+        raise ValueError(f"chunk must be in [1, {MAX_CHUNK}] elements, got {chunk}")
+    return chunk
 
 
 def chunks_of(sizes: np.ndarray, chunk: int) -> np.ndarray:

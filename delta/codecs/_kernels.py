@@ -4,7 +4,8 @@ Each function works on one chunk [lo, hi) of a flat bit view and releases the GI
 runs one chunk per core. The writer's scan finds the changed elements with their class (the old
 value's exponent field), the gap to the previous changed element of the same class in *class rank*
 (how many elements of that class lie between them) and their ULP step; the reader, who holds the
-same old tensor, turns ranks back into positions and steps back into values.
+same old tensor, turns ranks back into positions and steps back into values. `raw`'s writer only lists
+the changed elements' positions and new values (`changes_chunk`).
 
 A ULP step is the difference of the two bit patterns in float order (see `bits.order_key`),
 zigzag folded so small steps of either sign are small numbers.
@@ -142,6 +143,39 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no 
         m, cmin, cmax, t0, t1 = _visit(a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin,
                                        cmax, sign, full, key, t0, t1)
     return m, cmin, cmax, t0, t1
+
+
+@njit(inline="always")
+def _change(a, b, i, positions, values, m, key, t0, t1):  # pragma: no cover - compiled
+    """Record element i if it changed; returns (m, t0, t1)."""
+    if a[i] != b[i]:
+        positions[m] = i
+        values[m] = b[i]
+        d0, d1 = _moved(i, a[i], b[i], key)
+        t0 += d0
+        t1 += d1
+        m += 1
+    return m, t0, t1
+
+
+@njit(nogil=True, cache=True)
+def changes_chunk(a, b, lo, hi, positions, values, key):  # pragma: no cover - compiled
+    """Positions (ascending) and new values of the changed elements of a[lo:hi] vs b[lo:hi]; returns (count, hash
+    lane 0 moved, hash lane 1 moved). `positions`, `values` need room for hi - lo elements. Compared a 64-bit word
+    at a time, as `scan_chunk` does."""
+    m = 0
+    t0, t1 = np.uint64(0), np.uint64(0)
+    per = 8 // a.itemsize
+    words = (hi - lo) // per
+    wa = a[lo:lo + per * words].view(np.uint64)
+    wb = b[lo:lo + per * words].view(np.uint64)
+    for k in range(words):
+        if wa[k] != wb[k]:
+            for i in range(lo + per * k, lo + per * k + per):
+                m, t0, t1 = _change(a, b, i, positions, values, m, key, t0, t1)
+    for i in range(lo + per * words, hi):
+        m, t0, t1 = _change(a, b, i, positions, values, m, key, t0, t1)
+    return m, t0, t1
 
 
 @njit(nogil=True, cache=True)

@@ -19,12 +19,12 @@ from ..errors import DeltaFormatError
 from ..tensors.bits import DTYPES_BY_NAME, layout_of
 from . import _rans
 from ._base import TensorEntry
+from ._found import MAX_CHUNK
 from ._models import GAP, STEP, Classing, Key, ReaderModels
 from ._streams import unpack
 from ._workspace import Workspace
 
 STREAMS = frozenset({"models", "chunks", "words"})
-MAX_CHUNK = 1 << 26
 
 # Columns of a row of stream `chunks` (after its first value, the chunk size): the chunk's number in its tensor,
 # its changes, its rANS words, its lowest and highest class with a change.

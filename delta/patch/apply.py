@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._cores import resolve_workers
 from .._stages import stage
 from ..codecs import Change, Workspace, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
@@ -68,7 +69,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
 
     Args:
         digest: The state's digest if the caller has it (in the file's hash scheme; otherwise computed).
-        workers: Threads that decode chunks (None: one per core).
+        workers: Threads that decode and hash (None: one per core).
         workspace: Memory kept from this caller's previous decode (one call at a time; None: fresh memory). The
             changes returned are never in it.
 
@@ -80,6 +81,7 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
             `checksum_sha256`: does not match it).
         DeltaFormatError, StateMismatchError: see `apply`.
     """
+    workers = resolve_workers(workers)
     with stage("read"):
         header, blobs = read_delta(data, path, max_header=header_limit(state))
     _check_entries(header, state)
@@ -95,22 +97,22 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         return header, changes, None
     legacy = scheme_of(header.base_hash) == LEGACY_SCHEME
     if legacy and not isinstance(digest, LegacyDigest):
-        digest = legacy_state_digest(state)
+        digest = legacy_state_digest(state, workers)
     elif not legacy and not isinstance(digest, SumDigest):
-        digest = state_digest(state)
+        digest = state_digest(state, workers=workers)
     if digest.hexdigest != header.base_hash:
         raise StateMismatchError(
             f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
             f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
     if legacy:
         changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
-        after = _prove_legacy(changes, _device.host_view(state, names), digest)
+        after = _prove_legacy(changes, _device.host_view(state, names), digest, workers)
     else:
         changes = _decoded(codec, header, blobs, state, workers, digest.keys, path, workspace)
         with stage("hash"):
             for c in changes:
                 if c.sums is None:  # decoded without the old values at hand (`raw`)
-                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values)
+                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values, workers)
         after = digest.moved({c.name: c.sums for c in changes})
     if after.hexdigest != header.target_hash:
         raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
@@ -128,8 +130,10 @@ def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path, work
     return changes
 
 
-def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest) -> LegacyDigest:
-    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time."""
+def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest, workers: int
+                  ) -> LegacyDigest:
+    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time, a tensor
+    per thread on up to 2 of `workers` threads."""
     def prove(change: Change) -> str:
         positions, values = change.positions, change.values
         if isinstance(positions, torch.Tensor):  # placed on a device: ascending, on the host, for the hash
@@ -138,7 +142,7 @@ def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], befor
             positions, values = positions[order], values[order]
         return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=min(2, workers)) as pool:
         for change, digest in zip(changes, pool.map(prove, changes)):
             change.digest = digest
     return before.merged(LegacyDigest({c.name: c.digest for c in changes}))
@@ -185,7 +189,8 @@ class Rollback:
 
 
 def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
-                  digest: StateDigest | None, rollback: Rollback | None = None) -> ApplyResult:
+                  digest: StateDigest | None, rollback: Rollback | None = None, *, workers: int | None = None
+                  ) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
 
     The new digest is the old one moved by what `decode` proved each change does (no re-hashing: the pause
@@ -195,6 +200,8 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
         digest: The state's digest before the write, as `decode` returned it.
         rollback: Records the writes (pass one to undo several files' writes together); on a mismatch
             everything it recorded is restored, earlier files' writes included.
+        workers: Threads that hash what no proof covers (a foreign file's state, a change without sums; None:
+            one per core).
 
     Raises:
         IntegrityError: the result does not hash to the header's target (the state is restored).
@@ -205,13 +212,14 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
                    for change in changes]
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
-        return ApplyResult(header, state_digest(state), changed)
+        return ApplyResult(header, state_digest(state, workers=workers), changed)
     if isinstance(digest, LegacyDigest):
         after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
                                             for c in changes}))
     else:
         after = digest.moved({c.name: c.sums if c.sums is not None else
-                              moved_sums(digest.keys[c.name], c.positions, old, c.values) for c, old in written})
+                              moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
+                              for c, old in written})
     if after.hexdigest != header.target_hash:
         rollback.restore()
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
@@ -234,7 +242,7 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
             prove their hash).
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
-        workers: Threads that decode chunks (None: one per core).
+        workers: Threads that decode and hash (None: one per core).
         workspace: Memory kept from this caller's previous apply (see `decode`).
 
     Returns:
@@ -251,4 +259,4 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         with open(delta, "rb") as f:
             delta = f.read()
     header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers, workspace=workspace)
-    return write_changes(header, changes, state, before)
+    return write_changes(header, changes, state, before, workers=workers)

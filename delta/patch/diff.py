@@ -36,7 +36,7 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         version, base_version: Model versions written into the header.
         old_digest: The hash of `old` when the caller already has it (`state_digest`; saves a pass over it).
         progress: Show a progress bar on stderr.
-        workers: Threads that scan and code chunks (None: one per core).
+        workers: Threads that scan, code and hash (None: one per core).
         chunk: Elements per independently coded chunk (None: 1 Mi); readers take any size.
         workspace: Memory kept from this caller's previous diff (one call at a time; None: fresh memory). The
             bytes returned are never in it.
@@ -63,7 +63,7 @@ def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
     check_same_layout(old, new)
     old, new = _contiguous(old), _contiguous(new)
     if not isinstance(old_digest, SumDigest) or old_digest.names != set(old):
-        old_digest = state_digest(old, keys)
+        old_digest = state_digest(old, keys, workers)
     chosen = get_codec(codec)
     encoded = chosen.encode(old, new, sorted(old), progress=progress, workers=workers, chunk=chunk,
                             keys=old_digest.keys, workspace=workspace)
