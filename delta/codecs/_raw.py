@@ -89,13 +89,16 @@ class RawCodec(Codec):
         for name in names:
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
-        chunk, workers = chunk_size(chunk), resolve_workers(workers)
+        chunk = chunk_size(chunk)
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         moved: dict[str, Sums] = {}
-        for members in by_dtype(old, [n for n in names if _device.on_host(old[n])]).values():
-            for name, positions, values, sums in _host_changes(old, new, members, chunk, keys, workers):
-                parts[name].append((positions, values))
-                moved[name] = sums
+        host = [n for n in names if _device.on_host(old[n])]
+        if host:
+            workers = resolve_workers(workers)
+            for members in by_dtype(old, host).values():
+                for name, positions, values, sums in _host_changes(old, new, members, chunk, keys, workers):
+                    parts[name].append((positions, values))
+                    moved[name] = sums
         on_device = [n for n in names if not _device.on_host(old[n])]
         with _device.Staging() as staging:
             for group in tqdm(_raw_groups.groups(old, on_device), desc="diff raw", unit="group",
@@ -104,13 +107,14 @@ class RawCodec(Codec):
                 for t, name in enumerate(group.names):
                     if positions[t].size:  # copied out of the staging buffers, which go back to the pool
                         parts[name].append((positions[t].copy(), values[t].copy()))
-                        if sums is not None:
+                        if sums is not None:  # a tensor in parts: each part's moves add up
                             part = (int(sums[t, 0]), int(sums[t, 1]))
-                            moved[name] = _sumhash.add(moved.get(name, _sumhash.ZERO), part)
+                            moved[name] = _sumhash.add(moved[name], part) if name in moved else part
         entries, blobs = [], {}
         for name in sorted(parts):
-            positions = np.concatenate([p for p, _ in parts[name]])
-            values = np.concatenate([v for _, v in parts[name]])
+            pieces = parts[name]
+            positions, values = pieces[0] if len(pieces) == 1 else (np.concatenate([p for p, _ in pieces]),
+                                                                    np.concatenate([v for _, v in pieces]))
             blobs[f"{name}.indices"] = torch.from_numpy(positions)
             blobs[f"{name}.values"] = torch.from_numpy(values).view(new[name].dtype)
             entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices",
@@ -164,6 +168,8 @@ class RawCodec(Codec):
             raise DeltaFormatError(f"streams not listed by the header: {extra[:5]}" if extra else "streams missing")
 
     def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None, workspace=None):
+        """See `Codec.decode`: copies on the calling thread alone, whatever `workers` (checked); nothing kept."""
+        resolve_workers(workers)
         self._all_streams(entries, blobs)
         changes, on_device = {}, {}
         for entry in entries:
@@ -183,7 +189,8 @@ class RawCodec(Codec):
                 changes[entry.name] = Change(entry.name, pos, bits(val.contiguous()).copy())
             else:
                 on_device[entry.name] = (pos, bits(val.contiguous()))
-        changes.update(self._place_on_device(state, on_device, keys))
+        if on_device:
+            changes.update(self._place_on_device(state, on_device, keys))
         return [changes[e.name] for e in entries]
 
     @staticmethod
@@ -204,11 +211,12 @@ class RawCodec(Codec):
         for name, pieces in parts.items():
             sums = None
             if keys is not None:
-                sums = _sumhash.ZERO
-                for _, _, moved in pieces:
+                sums = pieces[0][2]
+                for _, _, moved in pieces[1:]:
                     sums = _sumhash.add(sums, moved)
-            changes[name] = Change(name, torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces]),
-                                   sums)
+            positions, values = ((pieces[0][0], pieces[0][1]) if len(pieces) == 1 else
+                                 (torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces])))
+            changes[name] = Change(name, positions, values, sums)
         return changes
 
     def check(self, entries, blobs, workers=None, foreign=False):

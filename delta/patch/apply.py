@@ -81,7 +81,6 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
             `checksum_sha256`: does not match it).
         DeltaFormatError, StateMismatchError: see `apply`.
     """
-    workers = resolve_workers(workers)
     with stage("read"):
         header, blobs = read_delta(data, path, max_header=header_limit(state))
     _check_entries(header, state)
@@ -130,8 +129,8 @@ def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path, work
     return changes
 
 
-def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest, workers: int
-                  ) -> LegacyDigest:
+def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest,
+                  workers: int | None) -> LegacyDigest:
     """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time, a tensor
     per thread on up to 2 of `workers` threads."""
     def prove(change: Change) -> str:
@@ -142,7 +141,7 @@ def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], befor
             positions, values = positions[order], values[order]
         return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
-    with ThreadPoolExecutor(max_workers=min(2, workers)) as pool:
+    with ThreadPoolExecutor(max_workers=min(2, resolve_workers(workers))) as pool:
         for change, digest in zip(changes, pool.map(prove, changes)):
             change.digest = digest
     return before.merged(LegacyDigest({c.name: c.digest for c in changes}))
