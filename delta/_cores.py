@@ -60,8 +60,8 @@ class PerThread:
 
     An array taken from a typed list inside compiled code shares the list's reference count, which the code
     bumps whenever it passes the array on (in a scan, at every changed element): two threads on one tensor
-    through one list fight over that count's cache line, which more than doubled a 2-thread scan's CPU time on
-    SmolLM2's embedding. A list of its own per thread gives each its own counts.
+    through one list fight over that count's cache line, which can cost more than the scan itself
+    (docs/benchmarks.md). A list of its own per thread gives each its own counts.
     """
 
     def __init__(self, *groups: Sequence[np.ndarray]) -> None:
@@ -115,12 +115,12 @@ class Started(Generic[R]):
             other_work()      # beside the helpers' spans
         # every span has run here; a failed one raised (or, when the block raised, is noted on its error)
 
-    The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (starting
-    threads cost ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread
-    whose spans turn out slower is helped, and a span costs one call of `fn` and nothing else (a future per
-    span cost ~30 us of dispatch and wake-ups, as much as a small span's work). Work the caller does before
-    joining runs beside the helpers' spans. Every span runs even when one fails; `join` raises the first
-    failure in span order once all have finished. Started from a kept thread, every span runs in `join`.
+    The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (threads
+    started per call would cost more than a small call's work); each takes the next span from a shared count as it
+    finishes one, so a thread whose spans turn out slower is helped, and a span costs one call of `fn` and nothing
+    else (a future per span costs as much dispatch and waking as a small span's work). Work the caller does before
+    joining runs beside the helpers' spans. Every span runs even when one fails; `join` raises the first failure in
+    span order once all have finished. Started from a kept thread, every span runs in `join`.
     """
 
     def __init__(self, fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> None:

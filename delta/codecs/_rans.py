@@ -124,7 +124,7 @@ def symbol_of(value: int) -> int:
 def writer_symbols(width: int, chunk: int) -> int:
     """Columns of the writer's histograms and model tables for values of `width`-bit tensors in chunks of `chunk`
     elements: the symbols a gap (below the chunk's size) or a step minus one (below 2**width - 1) can take, the
-    reader's bounds, then END in the last column (SmolLM2's bf16 at the default chunk: 513 of 1,921)."""
+    reader's bounds, then END in the last column (bf16 at the default chunk: 513 of `ALPHABET`'s 1,921)."""
     return max(symbol_of(chunk - 1), symbol_of((1 << width) - 2)) + 2
 
 
