@@ -49,6 +49,7 @@ from ._plan import Plan, code
 from ._streams import pack
 from ._workspace import Workspace
 
+
 class ChunkedCodec(Codec):
     """Class-rank gaps + ULP steps in independent chunks under rANS; `context=False` is `gap` (one class)."""
 
@@ -85,8 +86,8 @@ class ChunkedCodec(Codec):
                      "words": coded.words.astype("<u2", copy=False).view(np.uint8)}
             blobs = {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else  # out of the workspace
                      torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}
-        changed = np.bincount(coded.tensor, weights=coded.rows[:, _parsed.S_COUNT], minlength=len(names))
-        changed = changed.astype(np.int64)
+        changed = np.bincount(coded.tensor, weights=coded.rows[:, _parsed.S_COUNT],
+                              minlength=len(names)).astype(np.int64)
         entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
                    for name, c in zip(names, changed.tolist()) if c]
         sums = ({name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
