@@ -20,7 +20,7 @@ from .bucket._ranks import broadcast_object
 from .bucket.manifest import FileRef, Manifest, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
-from .codecs import CODECS, DEFAULT_CODEC, Change
+from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .bucket.trust import Trust
 from .errors import (
     BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, KeyFormatError,
@@ -44,7 +44,7 @@ __all__ = [
     "PrivateFileError", "PublicKey", "PublishError", "PublishedVersion", "Publisher", "PublisherConfig",
     "ReplyLimitError", "RetryPolicy", "Rollback", "SigningKey", "State", "StateDigest", "StateMismatchError",
     "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry",
-    "Trust", "UntrustedVersionError", "Update", "VersionEntry", "VersionStats", "apply", "atomic_path",
+    "Trust", "UntrustedVersionError", "Update", "VersionEntry", "VersionStats", "Workspace", "apply", "atomic_path",
     "broadcast_object", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest",
     "read_private", "read_reply", "save_state", "state_digest", "trainer_key", "write_atomic", "write_changes",
     "write_private",

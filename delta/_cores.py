@@ -27,6 +27,20 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def resolve_workers(workers: int | None) -> int:
+    """The threads a call given `workers` runs on: one per core for None. The one check of every `workers` the
+    library takes (configs, diff, apply, hashes, codecs), so that each says the same.
+
+    Raises:
+        ValueError: `workers` is below 1.
+    """
+    if workers is None:
+        return default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 (or None: one per core), got {workers}")
+    return workers
+
+
 def typed(arrays: Sequence[np.ndarray]) -> List:
     """A numba typed list of contiguous arrays of one dtype and dimension (what the compiled calls take for "many
     tensors"); its item type is made once per kind (inferring it from the first item costs milliseconds)."""
@@ -46,8 +60,8 @@ class PerThread:
 
     An array taken from a typed list inside compiled code shares the list's reference count, which the code
     bumps whenever it passes the array on (in a scan, at every changed element): two threads on one tensor
-    through one list fight over that count's cache line, which more than doubled a 2-thread scan's CPU time on
-    SmolLM2's embedding. A list of its own per thread gives each its own counts.
+    through one list fight over that count's cache line, which can cost more than the scan itself
+    (docs/benchmarks.md). A list of its own per thread gives each its own counts.
     """
 
     def __init__(self, *groups: Sequence[np.ndarray]) -> None:
@@ -93,14 +107,20 @@ def in_threads(fn: Callable[[int, int], R], spans: list[tuple[int, int]], worker
 
 
 class Started(Generic[R]):
-    """`fn(lo, hi)` for every span on `workers` threads, started: the caller may do other work, then `join`.
+    """`fn(lo, hi)` for every span on `workers` threads, started: the caller may do other work, then `join`; or
+    use it as a context manager, which joins on leaving the block, so that no failure and no running span is left
+    behind (a span writing into memory the caller reuses, say):
 
-    The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (starting
-    threads cost ~0.4 ms a call); each takes the next span from a shared count as it finishes one, so a thread
-    whose spans turn out slower is helped, and a span costs one call of `fn` and nothing else (a future per
-    span cost ~30 us of dispatch and wake-ups, as much as a small span's work). Work the caller does before
-    joining runs beside the helpers' spans. Every span runs even when one fails; `join` raises the first
-    failure in span order once all have finished. Started from a kept thread, every span runs in `join`.
+        with Started(fill, spans, workers):
+            other_work()      # beside the helpers' spans
+        # every span has run here; a failed one raised (or, when the block raised, is noted on its error)
+
+    The calling thread is one of the workers, from `join` on, and `workers - 1` kept threads help it (threads
+    started per call would cost more than a small call's work); each takes the next span from a shared count as it
+    finishes one, so a thread whose spans turn out slower is helped, and a span costs one call of `fn` and nothing
+    else (a future per span costs as much dispatch and waking as a small span's work). Work the caller does before
+    joining runs beside the helpers' spans. Every span runs even when one fails; `join` raises the first failure in
+    span order once all have finished. Started from a kept thread, every span runs in `join`.
     """
 
     def __init__(self, fn: Callable[[int, int], R], spans: list[tuple[int, int]], workers: int) -> None:
@@ -110,6 +130,20 @@ class Started(Generic[R]):
         self._taken = itertools.count()  # taking its next number is atomic under the GIL: no lock
         helpers = min(workers, len(spans)) - 1 if not getattr(_LOCAL, "pooled", False) else 0
         self._helpers = [_pool(workers - 1).submit(self._drain) for _ in range(max(0, helpers))]
+
+    def __enter__(self) -> Started[R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if error is None:
+            self.join()
+            return
+        self._drain()  # the block's error goes on once every span has run; a failed span is noted on it
+        wait(self._helpers)
+        for e in self._errors:
+            if e is not None:
+                error.add_note(f"a started span failed too: {e!r}")
+                return
 
     def _drain(self) -> None:
         n = len(self._spans)

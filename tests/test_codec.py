@@ -93,10 +93,35 @@ def test_round_trip_is_bit_exact_across_chunks_and_threads(codec, pair, chunk, w
     assert states_equal(state, new)
 
 
-def test_chunk_size_out_of_range_is_refused():
+@pytest.mark.parametrize("codec", CODECS)
+def test_chunk_size_out_of_range_is_refused(codec):
     old, new = adam_like()
     with pytest.raises(ValueError, match=r"chunk must be in \[1, 67108864\] elements, got 0"):
-        delta.diff(old, new, chunk=0)
+        delta.diff(old, new, codec=codec, chunk=0)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_one_worker_runs_every_host_thread_of_a_diff_and_an_apply_on_the_caller(codec, monkeypatch):
+    """`workers=1`: the scan, the coding, the decoding and the whole-state hashes (no digest given) start no
+    helper thread; an invalid `workers` is refused with the one message every `workers` gets."""
+    from delta import _cores
+
+    old, new = adam_like()
+    data = delta.diff(old, new, codec=codec)
+
+    def no_helpers(workers: int) -> None:
+        raise AssertionError(f"a pool of {workers} helper threads was asked for")
+
+    monkeypatch.setattr(_cores, "_pool", no_helpers)
+    assert delta.diff(old, new, codec=codec, workers=1) == data
+    state = clone(old)
+    delta.apply(state, data, workers=1)
+    assert states_equal(state, new)
+    delta.state_digest(old, workers=1)
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        delta.diff(old, new, codec=codec, workers=0)
+    with pytest.raises(ValueError, match=r"workers must be >= 1 \(or None: one per core\), got 0"):
+        delta.apply(clone(old), data, workers=0)
 
 
 def test_empty_delta_applies_and_changes_nothing():
@@ -125,26 +150,45 @@ def test_same_bytes_whatever_the_dict_order():
     assert delta.diff(old, new, version=1) == delta.diff(reordered_old, reordered_new, version=1)
 
 
-def test_same_bytes_from_threads_at_once_and_from_tables_made_afresh(monkeypatch):
-    """The writer keeps its model tables per thread between diffs: diffs of two states on two threads at once,
-    and diffs whose models outnumber the tables kept, write the bytes of one diff alone."""
+def test_same_bytes_from_threads_at_once_and_from_workspaces_kept_or_not():
+    """Diffs on two threads at once, each with a workspace of its own; diffs in one workspace, one after the
+    other; diffs whose models and words outnumber what a workspace keeps: the bytes of one diff alone."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from delta.codecs._chunked import _WriterTables
 
     pairs = [adam_like(seed=s, n=100_000) for s in (1, 2)]
     alone = [delta.diff(old, new, version=1) for old, new in pairs]
     with ThreadPoolExecutor(2) as pool:
         for _ in range(3):
-            assert list(pool.map(lambda p: delta.diff(*p, version=1), pairs)) == alone
-    monkeypatch.setattr(_WriterTables, "KEPT", 2)
-    monkeypatch.setattr(_WriterTables, "KEPT_WORDS", 2)
-    assert [delta.diff(old, new, version=1) for old, new in pairs] == alone
-    monkeypatch.undo()
-    one_width = [({"w": old["layers.0.w"]}, {"w": new["layers.0.w"]}) for old, new in pairs]
-    first = delta.diff(*one_width[0])
-    second = delta.diff(*one_width[1])  # the words kept by this thread are written over
-    assert first != second and first == delta.diff(*one_width[0])
+            assert list(pool.map(lambda p: delta.diff(*p, version=1, workspace=delta.Workspace()), pairs)) == alone
+    for workspace in (delta.Workspace(), delta.Workspace(kept_models=2, kept_words=2)):
+        assert [delta.diff(old, new, version=1, workspace=workspace) for old, new in pairs] == alone
+
+
+def test_nothing_returned_lies_in_the_workspace_the_next_call_reuses():
+    """A delta's streams and a decode's changes stay as they were after the next call in the same workspace."""
+    codec = delta.codecs.get_codec("ctx")
+    workspace = delta.Workspace()
+    pairs = [({"w": old["layers.0.w"]}, {"w": new["layers.0.w"]}) for old, new in (adam_like(seed=s) for s in (1, 2))]
+    first = codec.encode(*pairs[0], ["w"], workspace=workspace)
+    kept = {k: v.clone() for k, v in first.blobs.items()}
+    second = codec.encode(*pairs[1], ["w"], workspace=workspace)
+    assert any(not torch.equal(kept[k], second.blobs[k]) for k in kept)
+    assert all(torch.equal(kept[k], first.blobs[k]) for k in kept)
+    decoded = codec.decode(tuple(first.entries), first.blobs, pairs[0][0], workspace=workspace)
+    values = decoded[0].values.copy()
+    codec.decode(tuple(second.entries), second.blobs, pairs[1][0], workspace=workspace)
+    assert np.array_equal(decoded[0].values, values)
+
+
+def test_a_workspace_serves_one_call_at_a_time():
+    workspace = delta.Workspace()
+    old, new = adam_like()
+    with workspace:  # held, as by a call on another thread
+        with pytest.raises(RuntimeError, match="this Workspace is held by another call; give each thread its own"):
+            delta.diff(old, new, workspace=workspace)
+        with pytest.raises(RuntimeError, match="held by another call"):
+            delta.apply(clone(old), delta.diff(old, new), workspace=workspace)
+    assert delta.diff(old, new, workspace=workspace) == delta.diff(old, new)
 
 
 def test_fully_dense_change_costs_about_the_tensor_itself():

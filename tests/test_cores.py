@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
 import pytest
 
-from delta._cores import PerThread, cut, in_threads, slices
+from delta._cores import PerThread, Started, cut, default_workers, in_threads, resolve_workers, slices
 
 
 def test_cut_makes_contiguous_nonempty_ranges_of_about_equal_cost() -> None:
@@ -65,3 +66,35 @@ def test_in_threads_runs_every_span_before_raising_the_first_failure() -> None:
     with pytest.raises(ValueError, match="span 1"):
         in_threads(span, [(i, i + 1) for i in range(8)], 2)
     assert sorted(ran) == list(range(8))
+
+
+def test_started_as_a_block_joins_on_leaving_it_and_raises_a_failed_span() -> None:
+    ran = []
+
+    def span(lo: int, hi: int) -> int:
+        ran.append(lo)
+        if lo == 2:
+            raise ValueError("span 2")
+        return lo
+
+    with pytest.raises(ValueError, match="span 2"):
+        with Started(span, [(i, i + 1) for i in range(6)], 2):
+            pass  # no join: leaving the block joins
+    assert sorted(ran) == list(range(6))
+
+
+def test_started_notes_a_failed_span_on_the_blocks_own_error() -> None:
+    def span(lo: int, hi: int) -> None:
+        raise ValueError(f"span {lo}")
+
+    with pytest.raises(KeyError) as caught:
+        with Started(span, [(0, 1), (1, 2)], 2):
+            raise KeyError("the block's")
+    assert caught.value.__notes__ == ["a started span failed too: ValueError('span 0')"]
+
+
+@pytest.mark.parametrize("workers", [0, -2])
+def test_workers_are_checked_in_one_place(workers: int) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"workers must be >= 1 (or None: one per core), got {workers}")):
+        resolve_workers(workers)
+    assert resolve_workers(None) == default_workers() and resolve_workers(3) == 3

@@ -45,7 +45,8 @@ from typing import Any
 
 import torch
 
-from ..codecs import CODECS, DEFAULT_CODEC
+from .._cores import resolve_workers
+from ..codecs import CODECS, DEFAULT_CODEC, Workspace
 from ..errors import BucketUnreachableError, DeltaError, PublishError
 from ..patch.diff import encode_delta
 from ..retry import RetryPolicy
@@ -105,8 +106,7 @@ class PublisherConfig:
             raise ValueError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
+        resolve_workers(self.workers)
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
             raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
                              f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")
@@ -200,6 +200,7 @@ class Publisher:
         self._spare: State | None = None
         self._error: BaseException | None = None
         self._closing = False
+        self._workspace = Workspace()  # the background thread's memory kept from one delta to the next
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="delta-publisher", daemon=True)
         self._worker.start()
@@ -370,7 +371,7 @@ class Publisher:
                            SCHEME)
             latest = None
         if latest is not None and base_state is not None and self.ranks.world == 1:
-            digest = state_digest(base_state)
+            digest = state_digest(base_state, workers=self.config.workers)
             if digest.hexdigest == latest.state_hash:
                 base = {k: v.detach().clone() for k, v in base_state.items()}
             else:
@@ -444,7 +445,7 @@ class Publisher:
         version, rank = self._next_version, self.ranks.rank
         keys = pieces.hash_keys(snapshot.tensors, self._pieces or {})
         if self._base is not None and self._base_digest is None:  # resumed: hashed once, with the pieces' keys
-            self._base_digest = state_digest(self._base, keys)
+            self._base_digest = state_digest(self._base, keys, self.config.workers)
         anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
                   or version - self._last_anchor >= self.config.anchor_every)
         folder = version_dir(version, self.session)
@@ -453,10 +454,10 @@ class Publisher:
         if self._base is not None:
             data, digest = encode_delta(self._base, snapshot.tensors, codec=self.config.codec, version=version,
                                         base_version=version - 1, old_digest=self._base_digest,
-                                        workers=self.config.workers)
+                                        workers=self.config.workers, workspace=self._workspace)
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         else:
-            digest = state_digest(snapshot.tensors, keys)
+            digest = state_digest(snapshot.tensors, keys, self.config.workers)
         if anchor:
             shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
                                    max_shard_bytes=self.config.max_shard_bytes)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..codecs import Workspace
 from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError, printable
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
@@ -118,6 +119,7 @@ class Reader:
         self._digest: StateDigest | None = digest if self._version is not None else None
         self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
+        self._workspace = Workspace()  # the decoder's memory kept from one file to the next (one catch-up at a time)
 
     @property
     def state(self) -> State | None:
@@ -173,7 +175,7 @@ class Reader:
         if self._state is not None and self._version is not None and (
                 self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme)):
             # hashed in the scheme of the version held (the state is only read: no lock)
-            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state))
+            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state), self.workers)
             with self.lock:
                 self._digest = digest
         avoid: set[str] = set()
@@ -207,7 +209,7 @@ class Reader:
                 self._state = flat
                 self._layout = layout
                 if self._digest is not None:
-                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat))
+                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat), self.workers)
         self._layout = layout
 
     # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
@@ -246,7 +248,7 @@ class Reader:
             if fresh.keys() & part.keys():
                 raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
             fresh.update(part)
-        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh))
+        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh), self.workers)
         if digest.hexdigest != step.entry.state_hash:
             raise IntegrityError(f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
                                  expected=step.entry.state_hash, actual=digest.hexdigest)
@@ -262,7 +264,7 @@ class Reader:
         file is proven in its own scheme before the first write."""
         if entry.base_hash is None or scheme_of(entry.base_hash) == self._digest.scheme:
             return self._digest
-        return digest_like(entry.base_hash, self._state, self._keys(self._state))
+        return digest_like(entry.base_hash, self._state, self._keys(self._state), self.workers)
 
     def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> tuple[StateDigest, list[tuple]]:
         """Every file of a delta step decoded and proven against the held state, in the scheme its base is hashed
@@ -274,7 +276,8 @@ class Reader:
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
             sub_digest = base.subset(names)
-            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers)
+            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers,
+                                             workspace=self._workspace)
             if proven is None or proven.scheme != base.scheme:
                 raise DeltaFormatError(f"hashes its base in another scheme than its manifest ({base.scheme})",
                                        path=ref.path)

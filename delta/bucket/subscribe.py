@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._cores import resolve_workers
 from ..errors import DeltaError, StorageError, UntrustedVersionError, printable
 from ..format import DeltaHeader
 from ..retry import RetryPolicy
@@ -56,8 +57,7 @@ class SubscriberConfig:
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
             raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be >= 1 (or None: one per core), got {self.workers}")
+        resolve_workers(self.workers)
         if self.fetch_threads < 1 or self.history < 1:
             raise ValueError(f"fetch_threads and history must be >= 1, got {self.fetch_threads}, {self.history}")
 

@@ -2,9 +2,9 @@
 
 A codec turns the changed elements of each tensor into streams (`_raw`: positions and values; `_chunked`:
 rANS-coded (`_rans`) gaps and steps from compiled chunk scans (`_kernels`), a thread's share of the
-chunks in one compiled call (`_batch`)) and back; on a device, whole groups of tensors at once
-(`_device_scan`, `_raw_groups`). It knows nothing of
-the file around them (`delta.format`).
+chunks in one compiled call, stage by stage: `_found`, `_models`, `_plan` to write, `_parsed`, `_decode` to
+read) and back; on a device, whole groups of tensors at once (`_device_scan`, `_raw_groups`). Memory kept
+between calls is the caller's `Workspace`. It knows nothing of the file around them (`delta.format`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .._cores import default_workers
 from ._base import Change, Codec, TensorEntry
 from ._chunked import ChunkedCodec
 from ._raw import RawCodec
+from ._workspace import Workspace
 
 CODECS: dict[str, Codec] = {c.name: c for c in (ChunkedCodec(context=True), ChunkedCodec(context=False), RawCodec())}
 DEFAULT_CODEC = "ctx"
@@ -26,4 +27,4 @@ def get_codec(name: str) -> Codec:
         raise ValueError(f"unknown codec {name!r}; choose one of {sorted(CODECS)}") from None
 
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "TensorEntry", "default_workers", "get_codec"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "Change", "Codec", "TensorEntry", "Workspace", "default_workers", "get_codec"]

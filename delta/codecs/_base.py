@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..tensors._sumhash import TensorKey
+from ._workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,13 @@ class Encoded:
 
 
 class Codec(ABC):
-    """A way of storing the changed elements of tensors. Stateless; safe to share between threads."""
+    """A way of storing the changed elements of tensors.
+
+    State and threads: a codec holds its settings and nothing else, so one object serves any number of threads at
+    once. What a call keeps for the next one is in the `Workspace` its caller passes (one call at a time each;
+    none given: fresh memory for that call). A call runs on `workers` threads, the calling thread among them
+    (`delta._cores`), all joined before it returns, and returns memory of its own, which no later call touches.
+    """
 
     name: str
     description: str
@@ -111,22 +118,23 @@ class Codec(ABC):
     @abstractmethod
     def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor],
                names: list[str], progress: bool = False, workers: int | None = None, chunk: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None) -> Encoded:
+               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> Encoded:
         """Encode the changes of `names` (same shape and dtype in both states), where the tensors live.
 
         Unchanged tensors are left out of the entries. Reads both states, modifies neither. `workers`:
-        threads (None: one per core); `chunk`: elements per independently coded chunk (None: the codec's
-        default); `keys`: hash the changes too (state-hash key per name), into `Encoded.sums`.
+        threads (None: one per core); `chunk`: elements per independently coded chunk, the unit of work the
+        threads share (None: the codec's default); `keys`: hash the changes too (state-hash key per name), into
+        `Encoded.sums`; `workspace`: memory kept from the caller's previous call.
         """
 
     @abstractmethod
     def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
                state: Mapping[str, torch.Tensor], workers: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None) -> list[Change]:
+               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> list[Change]:
         """Decode and validate every change against the reader's `state` (read only), where it lives.
 
         `keys`: also compute how each tensor's state-hash sums move (`Change.sums`), from the old values
-        read at the changed positions and the new ones.
+        read at the changed positions and the new ones; `workspace`: as for `encode`.
 
         Raises:
             DeltaFormatError: a stream is malformed, or positions are out of range or unsorted.

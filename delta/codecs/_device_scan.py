@@ -14,24 +14,32 @@ over a whole group of tensors (one tensor, or small tensors of one dtype concate
   found at (where c's run enters the chunk) + r. Old values are gathered there, new ones computed, and the
   result's hash moved by the changed elements alone, before anything is written.
 
-The host coder (`_batch`, `_rans`) takes the changes chunk by chunk, exactly as the host scan would have produced
-them (a chunk's changes class by class: the order the coder groups them in anyway), so the bytes are the
-same. Every step is plain torch: on CPU tensors (`DELTA_DEVICE_PATH=1`) it is the same code, tested bit
-for bit against the host path.
+The writer's scan makes the table the host scan makes (`_found.Found`): the host coder (`_plan`, `_rans`) takes
+the changes chunk by chunk, exactly as the host scan would have produced them (a chunk's changes class by class:
+the order the coder groups them in anyway), so the bytes are the same. The reader's `locate` takes what the
+host decoded (`Decoded`, from `_decode.decode_rows`). Every step is plain torch: on CPU tensors
+(`DELTA_DEVICE_PATH=1`) it is the same code, tested bit for bit against the host path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextvars
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
+from .._cores import in_threads, slices
 from .._stages import stage
-from ..tensors import _device, _sumhash
+from ..tensors import _device, _groups, _sumhash
 from ..tensors._groups import UINT, Group, flat, owner
 from ..tensors._sumhash import Sums, TensorKey
+from . import _found
+from ._found import Found
+from ._models import Counts
 
 
 def _class_runs(a: torch.Tensor, shift: int, mask: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,31 +83,15 @@ def _narrow(v: torch.Tensor, dtype: torch.dtype, width: int) -> torch.Tensor:
     return v.to(dtype)
 
 
-@dataclass
-class Scanned:
-    """One group's changes on the host, ordered (tensor, chunk, class, rank).
-
-    Attributes:
-        cls, gaps, steps: Per change: class, gap from the previous change of its class in its chunk (its rank
-            for the first), zigzag step (>= 1) in the tensors' own width (unsigned).
-        rows: Per chunk with changes (int64): member of the group, chunk index in its tensor, first change, one
-            past its last change, lowest class, highest class.
-        sums: Per member, how its tensor's element sums move (two uint64 lanes; when keys were given).
-    """
-
-    cls: np.ndarray
-    gaps: np.ndarray
-    steps: np.ndarray
-    rows: np.ndarray
-    sums: np.ndarray | None
-
-
 def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
-         keys: Mapping[str, TensorKey] | None, staging: _device.Staging | None = None) -> Scanned:
+         keys: Mapping[str, TensorKey] | None, staging: _device.Staging | None = None
+         ) -> tuple[Found, np.ndarray | None]:
     """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host
     (into `staging`'s buffers when given), of 2 + 4 + the element size bytes per change and a few per chunk.
 
-    `keys`: hash the changes too (`_sumhash`), per tensor.
+    Returns the group's changes on the host, ordered (member, chunk, class, rank), as a `Found` whose TENSOR
+    column holds the member of the group; with `keys`, also per member how its tensor's element sums move
+    ((members, 2) uint64).
     """
     with stage("scan"):
         a, b = flat(old, group), flat(new, group)
@@ -148,18 +140,61 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
         host = _device.to_host_all(crossing, staging)
     cls, gaps_h, steps_h = host[0].view(np.uint16), host[1].view(np.uint32), host[2].view(UINT[a.element_size()])
     sums = _sumhash.sums_of_halves_array(host[6]) if keys is not None else None
-    return Scanned(cls, gaps_h, steps_h, _chunk_rows(group, host[3], host[4], host[5]), sums)
+    return Found(cls, gaps_h, steps_h, _chunk_rows(group, host[3], host[4], host[5]), width), sums
 
 
 def _chunk_rows(group: Group, ids: np.ndarray, per: np.ndarray, lo_hi: np.ndarray) -> np.ndarray:
-    """Rows (member, chunk in its tensor, first, end, lowest class, highest class) of the chunks with changes,
-    from their group-wide numbers `ids` (ascending) and changes `per` chunk."""
+    """`Found.rows` of the chunks with changes (TENSOR: the member), from their group-wide numbers `ids`
+    (ascending), changes `per` chunk and lowest and highest class."""
     chunk_base = group.chunk_base
-    owner = np.searchsorted(chunk_base, ids, side="right") - 1
-    ends = np.cumsum(per)
-    first_chunk = np.asarray(group.starts, np.int64) // group.chunk
-    return np.stack([owner, ids - chunk_base[owner] + first_chunk[owner], ends - per, ends, lo_hi[:, 0],
-                     lo_hi[:, 1]], axis=1).astype(np.int64).reshape(-1, 6)
+    rows = np.empty((len(ids), 6), np.int64)
+    rows[:, _found.TENSOR] = np.searchsorted(chunk_base, ids, side="right") - 1
+    member = rows[:, _found.TENSOR]
+    rows[:, _found.CHUNK] = ids - chunk_base[member] + np.asarray(group.starts, np.int64)[member] // group.chunk
+    rows[:, _found.STOP] = np.cumsum(per)
+    rows[:, _found.FIRST] = rows[:, _found.STOP] - per
+    rows[:, _found.CLASS_LO], rows[:, _found.CLASS_HI] = lo_hi[:, 0], lo_hi[:, 1]
+    return rows
+
+
+def scan_on_device(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
+                   keys: Mapping[str, TensorKey] | None, counts: Counts, moved: np.ndarray, workers: int,
+                   staging: _device.Staging, progress: str | None) -> list[Found]:
+    """`scan` of the device tensors among `names` (the diff's tensors, in name order), group by group where they
+    live, each group's symbols counted into `counts` on host threads while the device scans the next group; each
+    tensor's hash moves added to its row of `moved`; the changes' host copies in `staging` (live until coded);
+    `progress`: a bar of that title."""
+    index = {n: i for i, n in enumerate(names)}
+    found = []
+    pending = None
+
+    def count(got: Found) -> None:
+        with stage("code"):
+            spans = slices(got.rows[:, _found.STOP] - got.rows[:, _found.FIRST], workers)
+            in_threads(lambda lo, hi: _count_rows(got, lo, hi, counts), spans, workers)
+
+    on_device = [n for n in names if not _device.on_host(old[n])]
+    with ThreadPoolExecutor(1, thread_name_prefix="delta-count") as host_stage:
+        for group in tqdm(_groups.groups(old, on_device, counts.chunk), desc=progress, unit="group",
+                          disable=progress is None or not on_device):
+            shift, mask = counts.classing.field(old[group.names[0]].dtype)
+            got, sums = scan(old, new, group, shift, mask, keys, staging)
+            tensor = np.array([index[n] for n in group.names], np.int64)
+            if sums is not None:
+                moved += _found.sum_by(tensor, sums, len(names))
+            got.rows[:, _found.TENSOR] = tensor[got.rows[:, _found.TENSOR]]
+            found.append(got)
+            if pending is not None:
+                pending.result()
+            pending = host_stage.submit(contextvars.copy_context().run, count, got)
+        if pending is not None:
+            pending.result()
+    return found
+
+
+def _count_rows(got: Found, lo: int, hi: int, counts: Counts) -> None:
+    with counts.borrowed(got.width) as (gap, step, tally):
+        _found.count_rows(got.cls, got.gaps, got.steps, got.rows[lo:hi], gap, step, tally)
 
 
 @dataclass
@@ -180,28 +215,41 @@ class Located:
     bad: int | None = None
 
 
-def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int, cls: np.ndarray,
-           ranks: np.ndarray, steps: np.ndarray, chunk_ids: np.ndarray, chunk_counts: np.ndarray,
-           counts: Sequence[int], keys: Mapping[str, TensorKey] | None) -> Located:
-    """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
+@dataclass
+class Decoded:
+    """One group's changes as the host decoded them (`_decode.decode_rows`), in staging memory.
 
-    Args:
-        cls, ranks, steps: The decoded changes (host), per member of the group in order, per chunk
-            ascending, class by class with ranks ascending within a class (`_batch.decode_rows`); steps in the
-            tensors' own width.
+    Attributes:
+        cls, ranks, steps: Per change, per member of the group in order, per chunk ascending, class by class with
+            ranks ascending within a class; steps in the tensors' own width.
         chunk_ids, chunk_counts: Per chunk with changes, in that order: its group-wide number and its changes.
         counts: Changes per member.
+    """
+
+    cls: np.ndarray
+    ranks: np.ndarray
+    steps: np.ndarray
+    chunk_ids: np.ndarray
+    chunk_counts: np.ndarray
+    counts: list[int]
+
+
+def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int, decoded: Decoded,
+           keys: Mapping[str, TensorKey] | None) -> Located:
+    """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
 
     Returns:
         The changes; `bad` says which tensor has a rank beyond its class in `old` (nothing else then).
     """
+    cls, ranks, steps, counts = decoded.cls, decoded.ranks, decoded.steps, decoded.counts
     a = flat(old, group)
     width = a.element_size() * 8
     device = a.device
     offsets, chunk_base = group.offsets, group.chunk_base
     with stage("transfer"):  # as they are: widened on the device
         c, r, z, ids, per = _device.to_device([cls.view(np.int16), ranks, steps.view(steps.dtype.str.replace("u", "i")),
-                                               chunk_ids.astype(np.int64), chunk_counts.astype(np.int64)], device)
+                                               decoded.chunk_ids.astype(np.int64),
+                                               decoded.chunk_counts.astype(np.int64)], device)
     with stage("locate"):
         c = c.to(torch.int64) & 0xFFFF
         r = r.to(torch.int64)

@@ -4,7 +4,8 @@ Each function works on one chunk [lo, hi) of a flat bit view and releases the GI
 runs one chunk per core. The writer's scan finds the changed elements with their class (the old
 value's exponent field), the gap to the previous changed element of the same class in *class rank*
 (how many elements of that class lie between them) and their ULP step; the reader, who holds the
-same old tensor, turns ranks back into positions and steps back into values.
+same old tensor, turns ranks back into positions and steps back into values. `raw`'s writer only lists
+the changed elements' positions and new values (`changes_chunk`).
 
 A ULP step is the difference of the two bit patterns in float order (see `bits.order_key`),
 zigzag folded so small steps of either sign are small numbers.
@@ -20,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from ..tensors._sumhash import element_hash
+from ._rans import RANK_PAST_CLASS
 
 LANES = 4
 
@@ -143,10 +145,43 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no 
     return m, cmin, cmax, t0, t1
 
 
+@njit(inline="always")
+def _change(a, b, i, positions, values, m, key, t0, t1):  # pragma: no cover - compiled
+    """Record element i if it changed; returns (m, t0, t1)."""
+    if a[i] != b[i]:
+        positions[m] = i
+        values[m] = b[i]
+        d0, d1 = _moved(i, a[i], b[i], key)
+        t0 += d0
+        t1 += d1
+        m += 1
+    return m, t0, t1
+
+
+@njit(nogil=True, cache=True)
+def changes_chunk(a, b, lo, hi, positions, values, key):  # pragma: no cover - compiled
+    """Positions (ascending) and new values of the changed elements of a[lo:hi] vs b[lo:hi]; returns (count, hash
+    lane 0 moved, hash lane 1 moved). `positions`, `values` need room for hi - lo elements. Compared a 64-bit word
+    at a time, as `scan_chunk` does."""
+    m = 0
+    t0, t1 = np.uint64(0), np.uint64(0)
+    per = 8 // a.itemsize
+    words = (hi - lo) // per
+    wa = a[lo:lo + per * words].view(np.uint64)
+    wb = b[lo:lo + per * words].view(np.uint64)
+    for k in range(words):
+        if wa[k] != wb[k]:
+            for i in range(lo + per * k, lo + per * k + per):
+                m, t0, t1 = _change(a, b, i, positions, values, m, key, t0, t1)
+    for i in range(lo + per * words, hi):
+        m, t0, t1 = _change(a, b, i, positions, values, m, key, t0, t1)
+    return m, t0, t1
+
+
 @njit(nogil=True, cache=True)
 def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, key):  # pragma: no cover - compiled
-    """Positions (ascending) and new values of a chunk's changes; returns (error code (0: fine, 8: a rank
-    is beyond its class in `a`), hash lane 0 moved, hash lane 1 moved).
+    """Positions (ascending) and new values of a chunk's changes; returns (error code (0: fine, RANK_PAST_CLASS: a
+    rank is beyond its class in `a`), hash lane 0 moved, hash lane 1 moved).
 
     `cls`, `ranks`, `steps` are class-major with ranks ascending within a class (`_rans.decode_chunk`).
     """
@@ -157,7 +192,7 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, ke
         for j in range(n):
             p = lo + ranks[j]
             if p >= hi:
-                return 8, t0, t1
+                return RANK_PAST_CLASS, t0, t1
             out_pos[j] = p
             out_val[j] = _unstep(np.uint64(a[p]), np.uint64(steps[j]), sign, full)
             d0, d1 = _moved(p, a[p], out_val[j], key)
@@ -193,4 +228,4 @@ def locate_chunk(a, lo, hi, shift, mask, cls, ranks, steps, out_pos, out_val, ke
             m += 1
             ptr[c] = j + 1
             nxt[c] = ranks[j + 1] if j + 1 < end[c] else -1
-    return (0 if m == n else 8), t0, t1
+    return (0 if m == n else RANK_PAST_CLASS), t0, t1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 PROB_BITS = 15
 PROB_SCALE = 1 << PROB_BITS
@@ -31,17 +32,35 @@ LUT_BITS = 10
 
 _L = 1 << 16
 
-# Error codes of the decoder (0 is success); `DECODE_ERRORS` says what each means.
+# Error codes of the decoders (0 is success), returned by the compiled code, which cannot raise usefully; the
+# caller raises with `DECODE_ERRORS`' words for the first bad chunk in file order.
+ENDS_EARLY = 1
+CLASS_OVERFULL = 2
+NO_MODEL = 3
+RANK_PAST_CHUNK = 4
+STEP_TOO_WIDE = 5
+NOT_FINISHED = 6
+TOO_FEW = 7
+RANK_PAST_CLASS = 8  # found by the reader's scan (`_kernels.locate_chunk`), not by the rANS decoder
+
 DECODE_ERRORS = {
-    1: "the stream ends early",
-    2: "a class holds more changed elements than the chunk table says",
-    3: "a symbol has no model",
-    4: "a position is beyond the end of its chunk",
-    5: "a step is out of range for the tensor's bit width",
-    6: "the stream has words left over or does not end on its initial state",
-    7: "the chunk holds fewer changed elements than the chunk table says",
-    8: "a position is beyond its class in the reader's tensor",
+    ENDS_EARLY: "the stream ends early",
+    CLASS_OVERFULL: "a class holds more changed elements than the chunk table says",
+    NO_MODEL: "a symbol has no model",
+    RANK_PAST_CHUNK: "a position is beyond the end of its chunk",
+    STEP_TOO_WIDE: "a step is out of range for the tensor's bit width",
+    NOT_FINISHED: "the stream has words left over or does not end on its initial state",
+    TOO_FEW: "the chunk holds fewer changed elements than the chunk table says",
+    RANK_PAST_CLASS: "a position is beyond its class in the reader's tensor",
 }
+
+
+@register_jitable
+def end_column(table: np.ndarray) -> int:
+    """The column of END in a model table or a histogram (2-D: a row per model or class): the last, in the writer's
+    layout (`writer_symbols` columns) and the reader's (`ALPHABET` columns, END = ALPHABET - 1) alike. Below it,
+    a column is its symbol in both. Plain Python, compiled into the kernels that call it."""
+    return table.shape[1] - 1
 
 
 @njit(nogil=True, cache=True)
@@ -78,19 +97,19 @@ def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
     their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
     that threads fill them side by side and nothing is joined after). Histograms and tables are in the writer's
     layout (`writer_symbols`), the tables at least as wide as the histograms: END moves to their last column."""
-    nh, nt = hists.shape[2], freq.shape[1]
+    end, table_end = end_column(hists[0]), end_column(freq)
     for i in range(classes.size):
         row = freq[i]
         row[:] = 0
         for k in range(hists.shape[0]):
             src = hists[k, classes[i]]
-            for s in range(nh - 1):
+            for s in range(end):
                 row[s] += src[s]
-            row[nt - 1] += src[nh - 1]
+            row[table_end] += src[end]
     _quantize_in_place(freq)
     for i in range(classes.size):
         cum[i, 0] = 0
-        for s in range(nt):
+        for s in range(table_end + 1):
             cum[i, s + 1] = cum[i, s] + freq[i, s]
 
 
@@ -105,24 +124,24 @@ def symbol_of(value: int) -> int:
 def writer_symbols(width: int, chunk: int) -> int:
     """Columns of the writer's histograms and model tables for values of `width`-bit tensors in chunks of `chunk`
     elements: the symbols a gap (below the chunk's size) or a step minus one (below 2**width - 1) can take, the
-    reader's bounds, then END in the last column (SmolLM2's bf16 at the default chunk: 513 of 1,921)."""
+    reader's bounds, then END in the last column (bf16 at the default chunk: 513 of `ALPHABET`'s 1,921)."""
     return max(symbol_of(chunk - 1), symbol_of((1 << width) - 2)) + 2
 
 
-def cumulative(freqs: np.ndarray) -> np.ndarray:
-    """Cumulative starts of each model's symbols (models x ALPHABET + 1, of `freqs`' dtype): what coding needs."""
-    cum = np.zeros((freqs.shape[0], ALPHABET + 1), freqs.dtype)
-    np.cumsum(freqs, axis=1, out=cum[:, 1:])
-    return cum
+def cumulative(freqs: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Cumulative starts of each model's symbols into `out` (models x ALPHABET + 1, of `freqs`' dtype): what coding
+    and decoding need."""
+    out[:, 0] = 0
+    np.cumsum(freqs, axis=1, out=out[:, 1:])
+    return out
 
 
-def lookup(cum: np.ndarray) -> np.ndarray:
-    """The decoder's coarse lookup (models x 2**LUT_BITS) from `cumulative`'s starts."""
-    lut = np.zeros((cum.shape[0], 1 << LUT_BITS), np.int32)
+def lookup(cum: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The decoder's coarse lookup (models x 2**LUT_BITS, int32) from `cumulative`'s starts, into `out`."""
     slots = np.arange(1 << LUT_BITS, dtype=np.int64) << (PROB_BITS - LUT_BITS)
     for m in range(cum.shape[0]):
-        lut[m] = np.searchsorted(cum[m], slots, side="right") - 1
-    return lut
+        out[m] = np.searchsorted(cum[m], slots, side="right") - 1
+    return out
 
 
 _BITLEN8 = np.array([int(v).bit_length() for v in range(256)], np.int64)
@@ -159,7 +178,7 @@ def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist, tally):  # prag
     """Add one chunk's symbols to per-class histograms in the writer's layout (`writer_symbols`: END in the
     last column) with an END per class in lo..hi, and to `tally` (classes x 2: ENDs, changes) per class, so
     that the classes with models are known without reading every histogram."""
-    end = gap_hist.shape[1] - 1
+    end = end_column(gap_hist)
     for j in range(cls.size):
         c = cls[j]
         g = _symbol(np.uint64(gaps[j]))[0]
@@ -230,13 +249,13 @@ def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out
             previous changed element of its class in this chunk (its rank for the first), its
             zigzag ULP step (>= 1).
         lo, hi: the lowest and highest class with a change.
-        gap_model, step_model: model index per class; `freq`, `cum` in the writer's layout (END last).
+        gap_model, step_model: model index per class; `freq`, `cum` in the writer's layout.
         out: room for at least 2 + 10 * len(cls) + (hi - lo + 1) words.
 
     Decoder order: for each class lo..hi, its (gap, step) pairs in rank order, then END.
     """
     n = cls.size
-    end = freq.shape[1] - 1  # END's column
+    end = end_column(freq)
     nclass = hi - lo + 1
     start = np.zeros(nclass + 1, np.int64)
     for j in range(n):
@@ -275,7 +294,7 @@ def _pop(x, words, pos, model, freq, cum, lut):  # pragma: no cover - compiled
         s += 1
     f = freq[model, s]
     if f == 0:
-        return s, x, pos, 3
+        return s, x, pos, NO_MODEL
     x, pos, err = _renormalize(np.uint64(f) * (x >> np.uint64(PROB_BITS)) + np.uint64(slot - cum[model, s]), words, pos)
     return s, x, pos, err
 
@@ -285,7 +304,7 @@ def _renormalize(x, words, pos):  # pragma: no cover - compiled
     """Read a word into a state that fell below 2**16: (state, position, error)."""
     if x < np.uint64(_L):
         if pos >= words.size:
-            return x, pos, 1
+            return x, pos, ENDS_EARLY
         x = (x << np.uint64(16)) | np.uint64(words[pos])
         pos += 1
     return x, pos, 0
@@ -302,8 +321,9 @@ def _pop_raw(x, words, pos, k):  # pragma: no cover - compiled
 def _pop_value(x, words, pos, model, freq, cum, lut):  # pragma: no cover - compiled
     """(value, state, position, error, is END)."""
     s, x, pos, err = _pop(x, words, pos, model, freq, cum, lut)
-    if err or s == END:
-        return np.uint64(0), x, pos, err, s == END
+    end = s == end_column(freq)
+    if err or end:
+        return np.uint64(0), x, pos, err, end
     if s < DIRECT:
         return np.uint64(s), x, pos, 0, False
     q = s - DIRECT
@@ -334,7 +354,7 @@ def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, l
     """
     store = cls.size >= n
     if words.size < 2:
-        return 1
+        return ENDS_EARLY
     x = (np.uint64(words[0]) << np.uint64(16)) | np.uint64(words[1])
     pos = 2
     limit = np.uint64(0xFFFFFFFFFFFFFFFF) if width == 64 else (np.uint64(1) << np.uint64(width)) - np.uint64(1)
@@ -342,7 +362,7 @@ def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, l
     for c in range(lo, hi + 1):
         m, ms = gap_model[c], step_model[c]
         if m < 0:
-            return 3
+            return NO_MODEL
         rank = np.int64(-1)
         while True:
             v, x, pos, err, end = _pop_value(x, words, pos, m, freq, cum, lut)
@@ -351,26 +371,26 @@ def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, l
             if end:
                 break
             if j >= n:
-                return 2
+                return CLASS_OVERFULL
             if v >= np.uint64(size):
-                return 4
+                return RANK_PAST_CHUNK
             rank += np.int64(v) + 1
             if rank >= size:
-                return 4
+                return RANK_PAST_CHUNK
             if ms < 0:
-                return 3
+                return NO_MODEL
             v, x, pos, err, end = _pop_value(x, words, pos, ms, freq, cum, lut)
             if err:
                 return err
             if end or v >= limit:
-                return 5
+                return STEP_TOO_WIDE
             if store:
                 cls[j] = c
                 ranks[j] = rank
                 steps[j] = v + np.uint64(1)
             j += 1
     if j != n:
-        return 7
+        return TOO_FEW
     if pos != words.size or x != np.uint64(_L):
-        return 6
+        return NOT_FINISHED
     return 0

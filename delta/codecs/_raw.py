@@ -1,26 +1,82 @@
 """Codec `raw`: the TRL blog layout, int32 flat positions and new values, uncompressed.
 
 Kept for interoperability (files from TRL-style writers apply as they are) and as the baseline the
-compact codecs are measured against: 4 + itemsize bytes per changed element.
+compact codecs are measured against: 4 + itemsize bytes per changed element. Its writer lists the changes of
+host tensors a range of chunks per compiled call (`changes_rows`, on the chunks to scan of `_found`), ranges
+taken by `workers` threads as the other codecs' scans are; those of device tensors a group at a time where they
+live (`_raw_groups`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
+from numba import njit
 from tqdm import tqdm
 
+from .._cores import PerThread, in_threads, resolve_workers, slices
 from ..errors import DeltaFormatError
 from ..tensors import _device, _sumhash
-from ..tensors._sumhash import Sums
+from ..tensors._sumhash import Sums, TensorKey
 from ..tensors.bits import DTYPE_NAMES, bits
 from . import _raw_groups
 from ._base import Change, Codec, Encoded, TensorEntry
+from ._found import HI, LO, MEMBER, by_dtype, chunk_size, chunks_of, key_tables, sum_by
+from ._kernels import changes_chunk
 
 INT32_MAX = 2**31 - 1
+
+
+@njit(nogil=True, cache=True)
+def changes_rows(a_list, b_list, chunks, ikeys, seeds):  # pragma: no cover - compiled
+    """The changes of `chunks` (`_found`'s columns MEMBER..HI; tensors of one dtype in `a_list`/`b_list`): their
+    positions in their tensor (int32, ascending) and new bits, chunk after chunk, and per chunk its number of
+    changes and its hash moves. The outputs have room for every element to change (address space: only the
+    pages the changes fill are touched)."""
+    n = chunks.shape[0]
+    room = 0
+    for r in range(n):
+        room += chunks[r, HI] - chunks[r, LO]
+    positions = np.empty(room, np.int32)
+    values = np.empty(room, a_list[0].dtype)
+    counts = np.empty(n, np.int64)
+    moved = np.empty((n, 2), np.uint64)
+    used = 0
+    for r in range(n):
+        t = chunks[r, MEMBER]
+        key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
+        m, moved[r, 0], moved[r, 1] = changes_chunk(a_list[t], b_list[t], chunks[r, LO], chunks[r, HI],
+                                                    positions[used:], values[used:], key)
+        counts[r] = m
+        used += m
+    return positions[:used], values[:used], counts, moved
+
+
+def _host_changes(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], members: list[str], chunk: int,
+                  keys: Mapping[str, TensorKey] | None, workers: int
+                  ) -> Iterator[tuple[str, np.ndarray, np.ndarray, Sums]]:
+    """(name, positions, new bits, hash moves) of each changed tensor among `members` (host tensors of one dtype),
+    found by one compiled call per range of chunks on `workers` threads."""
+    a_bits, b_bits = [bits(old[n].detach()) for n in members], [bits(new[n].detach()) for n in members]
+    per_thread = PerThread(a_bits, b_bits)
+    chunks = chunks_of(np.array([a.size for a in a_bits], np.int64), chunk)
+    ikeys, seeds = key_tables(keys, members)
+
+    def scan(lo: int, hi: int) -> tuple:
+        a_list, b_list = per_thread.lists()
+        return changes_rows(a_list, b_list, chunks[lo:hi], ikeys, seeds)
+
+    found = in_threads(scan, slices(chunks[:, HI] - chunks[:, LO], workers), workers)
+    positions, values, counts, moved = (np.concatenate([f[i] for f in found]) for i in range(4))
+    ends = np.cumsum(np.bincount(chunks[:, MEMBER], weights=counts, minlength=len(members)).astype(np.int64))
+    sums = sum_by(chunks[:, MEMBER], moved, len(members))
+    for t, name in enumerate(members):
+        start = int(ends[t - 1]) if t else 0
+        if ends[t] > start:
+            yield name, positions[start:ends[t]], values[start:ends[t]], (int(sums[t, 0]), int(sums[t, 1]))
 
 
 class RawCodec(Codec):
@@ -28,25 +84,37 @@ class RawCodec(Codec):
     form = "indices"
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
-    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None):
+    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None, workspace=None):
+        """See `Codec.encode`; nothing is kept between calls (`workspace` goes unused)."""
         for name in names:
             if old[name].numel() > INT32_MAX:
                 raise ValueError(f"tensor {name!r} has {old[name].numel()} elements; codec 'raw' stores int32 positions")
+        chunk = chunk_size(chunk)
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         moved: dict[str, Sums] = {}
+        host = [n for n in names if _device.on_host(old[n])]
+        if host:
+            workers = resolve_workers(workers)
+            for members in by_dtype(old, host).values():
+                for name, positions, values, sums in _host_changes(old, new, members, chunk, keys, workers):
+                    parts[name].append((positions, values))
+                    moved[name] = sums
+        on_device = [n for n in names if not _device.on_host(old[n])]
         with _device.Staging() as staging:
-            for group in tqdm(_raw_groups.groups(old, names), desc="diff raw", unit="group", disable=not progress):
+            for group in tqdm(_raw_groups.groups(old, on_device), desc="diff raw", unit="group",
+                              disable=not progress or not on_device):
                 positions, values, sums = _raw_groups.scan(old, new, group, keys, staging)
                 for t, name in enumerate(group.names):
                     if positions[t].size:  # copied out of the staging buffers, which go back to the pool
                         parts[name].append((positions[t].copy(), values[t].copy()))
-                        if sums is not None:
+                        if sums is not None:  # a tensor in parts: each part's moves add up
                             part = (int(sums[t, 0]), int(sums[t, 1]))
-                            moved[name] = _sumhash.add(moved.get(name, _sumhash.ZERO), part)
+                            moved[name] = _sumhash.add(moved[name], part) if name in moved else part
         entries, blobs = [], {}
         for name in sorted(parts):
-            positions = np.concatenate([p for p, _ in parts[name]])
-            values = np.concatenate([v for _, v in parts[name]])
+            pieces = parts[name]
+            positions, values = pieces[0] if len(pieces) == 1 else (np.concatenate([p for p, _ in pieces]),
+                                                                    np.concatenate([v for _, v in pieces]))
             blobs[f"{name}.indices"] = torch.from_numpy(positions)
             blobs[f"{name}.values"] = torch.from_numpy(values).view(new[name].dtype)
             entries.append(TensorEntry(name, DTYPE_NAMES[new[name].dtype], tuple(new[name].shape), "indices",
@@ -99,7 +167,9 @@ class RawCodec(Codec):
             extra = sorted(set(blobs) - self.stream_names(entries))
             raise DeltaFormatError(f"streams not listed by the header: {extra[:5]}" if extra else "streams missing")
 
-    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None):
+    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None, workspace=None):
+        """See `Codec.decode`: copies on the calling thread alone, whatever `workers` (checked); nothing kept."""
+        resolve_workers(workers)
         self._all_streams(entries, blobs)
         changes, on_device = {}, {}
         for entry in entries:
@@ -119,7 +189,8 @@ class RawCodec(Codec):
                 changes[entry.name] = Change(entry.name, pos, bits(val.contiguous()).copy())
             else:
                 on_device[entry.name] = (pos, bits(val.contiguous()))
-        changes.update(self._place_on_device(state, on_device, keys))
+        if on_device:
+            changes.update(self._place_on_device(state, on_device, keys))
         return [changes[e.name] for e in entries]
 
     @staticmethod
@@ -140,11 +211,12 @@ class RawCodec(Codec):
         for name, pieces in parts.items():
             sums = None
             if keys is not None:
-                sums = _sumhash.ZERO
-                for _, _, moved in pieces:
+                sums = pieces[0][2]
+                for _, _, moved in pieces[1:]:
                     sums = _sumhash.add(sums, moved)
-            changes[name] = Change(name, torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces]),
-                                   sums)
+            positions, values = ((pieces[0][0], pieces[0][1]) if len(pieces) == 1 else
+                                 (torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces])))
+            changes[name] = Change(name, positions, values, sums)
         return changes
 
     def check(self, entries, blobs, workers=None, foreign=False):

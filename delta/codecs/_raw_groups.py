@@ -1,11 +1,11 @@
 """Codec `raw`'s work a group of tensors at a time, where the tensors live: a few torch ops and one host round
 trip per group (`delta.tensors._groups`), however many tensors the group holds.
 
-Tensor by tensor, a GPU diff of a 300-tensor model made ~310 small launches and a wait each for the hash
-moves, and copied each tensor's changes to unpinned memory on its own: slower than the scan itself. Here
-the writer compares a whole group, hashes its changes with one kernel sequence and copies positions,
-values, counts and sums across in one wait; the reader sends a group's positions and values up in one copy
-each and proves their hash moves in one pass.
+Tensor by tensor, a GPU diff made small launches and a wait for the hash moves per tensor, and copied each tensor's
+changes to unpinned memory on its own: for a model of hundreds of tensors, slower than the scan itself
+(docs/benchmarks.md). Here the writer compares a whole group, hashes its changes with one kernel sequence and copies
+positions, values, counts and sums across in one wait; the reader sends a group's positions and values up in one
+copy each and proves their hash moves in one pass.
 """
 
 from __future__ import annotations

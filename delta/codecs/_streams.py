@@ -14,11 +14,13 @@ from ..errors import DeltaFormatError
 ZSTD_LEVEL = 9
 
 
-def pack(values: np.ndarray, level: int = ZSTD_LEVEL) -> bytes:
-    """Compress a 1-D unsigned integer array as byte planes (little-endian) under zstd."""
+def pack(values: np.ndarray, level: int = ZSTD_LEVEL, threads: int = -1) -> bytes:
+    """Compress a 1-D unsigned integer array as byte planes (little-endian) under zstd, on `threads` of zstd's
+    threads (-1: one per core). zstd writes the same bytes for any number of threads from 1 up (not for 0, its
+    single-threaded mode, which is never used here)."""
     planes = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"), copy=False)
                                   .view(np.uint8).reshape(-1, values.dtype.itemsize).T)
-    return zstandard.ZstdCompressor(level=level, threads=-1).compress(planes.tobytes())
+    return zstandard.ZstdCompressor(level=level, threads=threads).compress(planes.tobytes())
 
 
 def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int | None, what: str,

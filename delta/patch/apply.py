@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._cores import resolve_workers
 from .._stages import stage
-from ..codecs import Change, get_codec
+from ..codecs import Change, Workspace, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
 from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
 from ..tensors import _device
@@ -55,7 +56,7 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
 
 
 def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *, path: str | None = None,
-           digest: StateDigest | None = None, workers: int | None = None
+           digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
            ) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
     """Parse and validate a delta against `state` without writing anything.
 
@@ -68,7 +69,9 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
 
     Args:
         digest: The state's digest if the caller has it (in the file's hash scheme; otherwise computed).
-        workers: Threads that decode chunks (None: one per core).
+        workers: Threads that decode and hash (None: one per core).
+        workspace: Memory kept from this caller's previous decode (one call at a time; None: fresh memory). The
+            changes returned are never in it.
 
     Returns:
         (header, decoded changes, digest of `state` before applying — None for foreign files).
@@ -87,28 +90,28 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
         raise DeltaFormatError(str(e), path=path) from e
     names = [e.name for e in header.tensors]
     if header.foreign:
-        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
         if header.checksum:
             prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
         return header, changes, None
     legacy = scheme_of(header.base_hash) == LEGACY_SCHEME
     if legacy and not isinstance(digest, LegacyDigest):
-        digest = legacy_state_digest(state)
+        digest = legacy_state_digest(state, workers)
     elif not legacy and not isinstance(digest, SumDigest):
-        digest = state_digest(state)
+        digest = state_digest(state, workers=workers)
     if digest.hexdigest != header.base_hash:
         raise StateMismatchError(
             f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
             f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
     if legacy:
-        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path)
-        after = _prove_legacy(changes, _device.host_view(state, names), digest)
+        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
+        after = _prove_legacy(changes, _device.host_view(state, names), digest, workers)
     else:
-        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path)
+        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path, workspace)
         with stage("hash"):
             for c in changes:
                 if c.sums is None:  # decoded without the old values at hand (`raw`)
-                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values)
+                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values, workers)
         after = digest.moved({c.name: c.sums for c in changes})
     if after.hexdigest != header.target_hash:
         raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
@@ -116,9 +119,9 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     return header, changes, digest
 
 
-def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path) -> list[Change]:
+def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path, workspace) -> list[Change]:
     try:
-        changes = codec.decode(header.tensors, blobs, state, workers, keys=keys)
+        changes = codec.decode(header.tensors, blobs, state, workers, keys=keys, workspace=workspace)
     except DeltaFormatError as e:
         raise e.at(path) from None
     if len({c.name for c in changes}) != len(changes):  # the header check makes names unique; never write one twice
@@ -126,8 +129,10 @@ def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path) -> l
     return changes
 
 
-def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest) -> LegacyDigest:
-    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time."""
+def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest,
+                  workers: int | None) -> LegacyDigest:
+    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time, a tensor
+    per thread on up to 2 of `workers` threads."""
     def prove(change: Change) -> str:
         positions, values = change.positions, change.values
         if isinstance(positions, torch.Tensor):  # placed on a device: ascending, on the host, for the hash
@@ -136,7 +141,7 @@ def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], befor
             positions, values = positions[order], values[order]
         return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=min(2, resolve_workers(workers))) as pool:
         for change, digest in zip(changes, pool.map(prove, changes)):
             change.digest = digest
     return before.merged(LegacyDigest({c.name: c.digest for c in changes}))
@@ -183,7 +188,8 @@ class Rollback:
 
 
 def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
-                  digest: StateDigest | None, rollback: Rollback | None = None) -> ApplyResult:
+                  digest: StateDigest | None, rollback: Rollback | None = None, *, workers: int | None = None
+                  ) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
 
     The new digest is the old one moved by what `decode` proved each change does (no re-hashing: the pause
@@ -193,6 +199,8 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
         digest: The state's digest before the write, as `decode` returned it.
         rollback: Records the writes (pass one to undo several files' writes together); on a mismatch
             everything it recorded is restored, earlier files' writes included.
+        workers: Threads that hash what no proof covers (a foreign file's state, a change without sums; None:
+            one per core).
 
     Raises:
         IntegrityError: the result does not hash to the header's target (the state is restored).
@@ -203,13 +211,14 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
                    for change in changes]
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
-        return ApplyResult(header, state_digest(state), changed)
+        return ApplyResult(header, state_digest(state, workers=workers), changed)
     if isinstance(digest, LegacyDigest):
         after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
                                             for c in changes}))
     else:
         after = digest.moved({c.name: c.sums if c.sums is not None else
-                              moved_sums(digest.keys[c.name], c.positions, old, c.values) for c, old in written})
+                              moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
+                              for c, old in written})
     if after.hexdigest != header.target_hash:
         rollback.restore()
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
@@ -218,7 +227,8 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
 
 
 def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | str, *,
-          digest: StateDigest | None = None, workers: int | None = None) -> ApplyResult:
+          digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
+          ) -> ApplyResult:
     """Apply a delta to `state` in place: everything is validated before the first write.
 
     Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and
@@ -231,7 +241,8 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
             prove their hash).
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
-        workers: Threads that decode chunks (None: one per core).
+        workers: Threads that decode and hash (None: one per core).
+        workspace: Memory kept from this caller's previous apply (see `decode`).
 
     Returns:
         ApplyResult with the new digest.
@@ -246,5 +257,5 @@ def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | 
         path = delta
         with open(delta, "rb") as f:
             delta = f.read()
-    header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers)
-    return write_changes(header, changes, state, before)
+    header, changes, before = decode(delta, state, path=path, digest=digest, workers=workers, workspace=workspace)
+    return write_changes(header, changes, state, before, workers=workers)

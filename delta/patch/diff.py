@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from .._stages import stage
-from ..codecs import DEFAULT_CODEC, get_codec
+from ..codecs import DEFAULT_CODEC, Workspace, get_codec
 from ..format import DeltaHeader, write_delta
 from ..tensors._sumhash import TensorKey
 from ..tensors.hashing import StateDigest, SumDigest, state_digest
@@ -21,7 +21,8 @@ def _contiguous(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
          version: int | None = None, base_version: int | None = None, old_digest: StateDigest | None = None,
-         progress: bool = False, workers: int | None = None, chunk: int | None = None) -> bytes:
+         progress: bool = False, workers: int | None = None, chunk: int | None = None,
+         workspace: Workspace | None = None) -> bytes:
     """Encode what changed from `old` to `new` (bit patterns, element by element) as a delta file.
 
     Both states must hold the same tensor names, shapes and dtypes. Neither is modified. Tensors on
@@ -35,8 +36,10 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         version, base_version: Model versions written into the header.
         old_digest: The hash of `old` when the caller already has it (`state_digest`; saves a pass over it).
         progress: Show a progress bar on stderr.
-        workers: Threads that scan and code chunks (None: one per core).
+        workers: Threads that scan, code and hash (None: one per core).
         chunk: Elements per independently coded chunk (None: 1 Mi); readers take any size.
+        workspace: Memory kept from this caller's previous diff (one call at a time; None: fresh memory). The
+            bytes returned are never in it.
 
     Returns:
         The bytes of a safetensors file (see docs/delta.md, "The delta format").
@@ -45,13 +48,13 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
         StateMismatchError: the states do not have the same layout.
     """
     return encode_delta(old, new, codec=codec, version=version, base_version=base_version, old_digest=old_digest,
-                        progress=progress, workers=workers, chunk=chunk)[0]
+                        progress=progress, workers=workers, chunk=chunk, workspace=workspace)[0]
 
 
 def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
                  version: int | None = None, base_version: int | None = None, old_digest: StateDigest | None = None,
                  keys: Mapping[str, TensorKey] | None = None, progress: bool = False, workers: int | None = None,
-                 chunk: int | None = None) -> tuple[bytes, SumDigest]:
+                 chunk: int | None = None, workspace: Workspace | None = None) -> tuple[bytes, SumDigest]:
     """`diff`, also returning the digest of `new` (the publisher keeps it for the next version).
 
     Args:
@@ -60,10 +63,10 @@ def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
     check_same_layout(old, new)
     old, new = _contiguous(old), _contiguous(new)
     if not isinstance(old_digest, SumDigest) or old_digest.names != set(old):
-        old_digest = state_digest(old, keys)
+        old_digest = state_digest(old, keys, workers)
     chosen = get_codec(codec)
     encoded = chosen.encode(old, new, sorted(old), progress=progress, workers=workers, chunk=chunk,
-                            keys=old_digest.keys)
+                            keys=old_digest.keys, workspace=workspace)
     new_digest = old_digest.moved(encoded.sums)
     header = DeltaHeader(
         codec=chosen.name, version=version, base_version=base_version,

@@ -8,8 +8,8 @@ without a GPU: the same torch code, on CPU tensors.
 
 Every copy between host and device goes through `to_host`, `to_host_all` or `to_device`, so that tests
 can count them (host round trips) by replacing these functions. Host memory for those copies comes from
-`POOL` through a `Staging`: pinning memory costs about as much as the copy it speeds up (90 ms of a diff
-on an H100 when it was made afresh each call), so buffers are kept between calls.
+`POOL` through a `Staging`: pinning memory costs about as much as the copy it speeds up (docs/benchmarks.md),
+so buffers are kept between calls.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 import xxhash
 
 from ..errors import DeltaFormatError
-from .._cores import default_workers
+from .._cores import resolve_workers
 from . import _device, _groups, _sumhash
 from ._sumhash import Sums, TensorKey
 from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
@@ -185,17 +185,19 @@ class LegacyDigest(StateDigest):
 # -- computing digests -----------------------------------------------------------------------------------
 
 
-def tensor_sums(key: TensorKey, tensor: torch.Tensor) -> Sums:
-    """The element sums of one tensor, where it lives (compiled host code, or torch ops on its device)."""
-    return _state_sums({"t": key}, {"t": tensor})["t"]
+def tensor_sums(key: TensorKey, tensor: torch.Tensor, workers: int | None = None) -> Sums:
+    """The element sums of one tensor, where it lives (compiled host code on `workers` threads, or torch ops on
+    its device)."""
+    return _state_sums({"t": key}, {"t": tensor}, workers)["t"]
 
 
-def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]) -> dict[str, Sums]:
-    """Element sums of every tensor: host tensors together on host threads, device tensors a group at a time on
-    their device (`_groups`: a few kernels per group, whatever its number of tensors), one wait for all."""
+def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor], workers: int | None
+                ) -> dict[str, Sums]:
+    """Element sums of every tensor: host tensors together on `workers` host threads, device tensors a group at a
+    time on their device (`_groups`: a few kernels per group, whatever its number of tensors), one wait for all."""
     host = [n for n in keys if _device.on_host(state[n])]
     sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
-                                             default_workers())))
+                                             resolve_workers(workers))))
     on_device = sorted(n for n in keys if n not in sums)
     flat = {n: state[n].detach().contiguous().reshape(-1) for n in on_device}
     found = [(group, _group_sums(group, flat, keys)) for group in _groups.groups(flat, on_device, 1)]
@@ -231,13 +233,13 @@ def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Ma
 
 
 def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old: np.ndarray | torch.Tensor,
-               new: np.ndarray | torch.Tensor) -> Sums:
+               new: np.ndarray | torch.Tensor, workers: int | None = None) -> Sums:
     """How a tensor's sums move when the bits `old` at flat `positions` become `new` (None: `old` and `new` are
-    the whole tensor), computed where the values are: numpy arrays on host threads, torch tensors with torch
-    ops on their device."""
+    the whole tensor), computed where the values are: numpy arrays on `workers` host threads, torch tensors with
+    torch ops on their device."""
     if isinstance(new, np.ndarray) and isinstance(old, np.ndarray):
         if positions is None:
-            whole = _sumhash.host_sums([(key, new), (key, old.view(new.dtype))], default_workers())
+            whole = _sumhash.host_sums([(key, new), (key, old.view(new.dtype))], resolve_workers(workers))
             return _sumhash.sub(*whole)
         return _sumhash.host_change_sums(key, np.asarray(positions), old, new.view(old.dtype))
     if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
@@ -258,12 +260,12 @@ def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old:
 
 
 def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None,
-                new: np.ndarray | torch.Tensor) -> Sums:
+                new: np.ndarray | torch.Tensor, workers: int | None = None) -> Sums:
     """How `tensor`'s sums move when the bits at flat `positions` (None: all) become `new`; reads the old bits
-    from `tensor` (not modified) where it lives."""
+    from `tensor` (not modified) where it lives; `workers`: host threads for a whole tensor."""
     if isinstance(new, np.ndarray) and tensor.device.type == "cpu":
         flat = bits(tensor)
-        return moved_sums(key, positions, flat if positions is None else flat[np.asarray(positions)], new)
+        return moved_sums(key, positions, flat if positions is None else flat[np.asarray(positions)], new, workers)
     flat = _device.int_view(tensor)
     if positions is None:
         return moved_sums(key, None, flat, new)
@@ -272,30 +274,35 @@ def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | to
     return moved_sums(key, index, flat.index_select(0, index.to(flat.device)), new)
 
 
-def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None) -> SumDigest:
+def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None,
+                 workers: int | None = None) -> SumDigest:
     """Hash every tensor of `state` (only read), where each lives; `keys` for pieces of sharded tensors
-    (`delta.pieces`), else each tensor is its own full tensor."""
+    (`delta.pieces`), else each tensor is its own full tensor; host tensors on `workers` threads (None: one per
+    core)."""
     keys = keys or {}
     key_of = {n: keys.get(n) or whole_key(n, state[n]) for n in sorted(state)}
-    sums = _state_sums(key_of, state)
+    sums = _state_sums(key_of, state, workers)
     return SumDigest({n: _Part(key_of[n], sums[n]) for n in key_of})
 
 
-def legacy_state_digest(state: Mapping[str, torch.Tensor]) -> LegacyDigest:
-    """The format-2 digest of `state` (host copies of device tensors; threads)."""
+def legacy_state_digest(state: Mapping[str, torch.Tensor], workers: int | None = None) -> LegacyDigest:
+    """The format-2 digest of `state` (host copies of device tensors), a tensor per thread on up to 4 of
+    `workers` threads."""
     names = sorted(state)
-    if len(names) <= 1:
+    threads = min(4, resolve_workers(workers), len(names))
+    if threads <= 1:
         return LegacyDigest({n: legacy_tensor_digest(n, state[n]) for n in names})
-    with ThreadPoolExecutor(max_workers=min(4, len(names))) as pool:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names))))
 
 
 def digest_like(state_hash: str, state: Mapping[str, torch.Tensor],
-                keys: Mapping[str, TensorKey] | None = None) -> StateDigest:
-    """The digest of `state` in the scheme `state_hash` is written in (the current one for anything else)."""
+                keys: Mapping[str, TensorKey] | None = None, workers: int | None = None) -> StateDigest:
+    """The digest of `state` in the scheme `state_hash` is written in (the current one for anything else), on
+    `workers` host threads."""
     if scheme_of(state_hash) == LEGACY_SCHEME:
-        return legacy_state_digest(state)
-    return state_digest(state, keys)
+        return legacy_state_digest(state, workers)
+    return state_digest(state, keys, workers)
 
 
 def _legacy_hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
