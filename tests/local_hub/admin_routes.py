@@ -2,12 +2,13 @@
 auth (the server listens on 127.0.0.1 only); never counted.
 
     GET    /_local_hub/health                         {"ok": true, "pid": ...}
-    GET    /_local_hub/state                          users, tokens (masked), buckets and their files, settings
+    GET    /_local_hub/state                          users, tokens (masked), buckets and their files, Xet files
+                                                      (size, chunks, xorbs), xorbs stored (count, bytes), settings
     POST   /_local_hub/users        {"name", "orgs"}  create or update a user
     POST   /_local_hub/tokens       {"user", "scope": "read"|"write"[, "token"]}  → {"token"}
     DELETE /_local_hub/tokens/<token>                 revoke
     PUT    /_local_hub/buckets/<ns>/<name> {"private"[, "create"]}  set visibility (create if asked)
-    PUT    /_local_hub/settings     {"page_size", "xet_token_lifetime_s", "xorb_grants", "quota"}  any subset
+    PUT    /_local_hub/settings     {"page_size", "xet_token_lifetime_s", "xorb_grants", "cas_v2", "quota"}
     GET    /_local_hub/faults                         the rules in force, with their hits
     POST   /_local_hub/faults       {rule}            → the rule with its id (see `faults.py`)
     DELETE /_local_hub/faults[/<id>]                  clear all, or one
@@ -43,6 +44,7 @@ async def health(request: Request) -> Response:
 
 async def state(request: Request) -> Response:
     store = hub_of(request).store
+    xorbs = [p for p in (store.root / "xorbs").iterdir() if not p.name.startswith(".")]
     return JSONResponse({
         "users": {name: asdict(user) for name, user in store.users.items()},
         "tokens": [{"token": t.value[:8] + "…", "user": t.user, "scope": t.scope, "revoked": t.revoked}
@@ -52,7 +54,9 @@ async def state(request: Request) -> Response:
                         "files": {p: {"size": f.size, "xet_hash": f.xet_hash} for p, f in sorted(b.files.items())}}
             for bucket_id, b in sorted(store.buckets.items())
         },
-        "xet_files": len(store.xet_files),
+        "xet_files": {h: {"size": f.size, "chunks": sum(s.end - s.start for s in f.segments),
+                          "xorbs": sorted({s.xorb for s in f.segments})} for h, f in store.xet_files.items()},
+        "xorbs": {"count": len(xorbs), "bytes": sum(p.stat().st_size for p in xorbs)},
         "settings": asdict(store.settings),
     })
 

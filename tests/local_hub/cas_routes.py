@@ -139,6 +139,8 @@ async def shard_upload(request: Request) -> Response:
     the files the shard describes. A bad shard is a 400 before any frame is sent."""
     if isinstance(token := authorize(request, "write"), Response):
         return token
+    if request.url.path.startswith("/v2/") and not hub_of(request).store.settings.cas_v2:
+        return PlainTextResponse("v2 shard uploads are off", status_code=404)
     try:
         hub_of(request).store.register_shard(parse_shard(await request.body()))
     except XetFormatError as error:
@@ -185,6 +187,8 @@ async def reconstruction(request: Request) -> Response:
     if isinstance(token := authorize(request, "read"), Response):
         return token
     hub, file_hash = hub_of(request), _hash_param(request, "file_hash")
+    if request.url.path.startswith("/v2/") and not hub.store.settings.cas_v2:
+        return PlainTextResponse("v2 reconstructions are off", status_code=404)
     xet_file = hub.store.xet_files.get(file_hash or "")
     if xet_file is None:
         return PlainTextResponse("file not found", status_code=404)

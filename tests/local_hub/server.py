@@ -45,7 +45,7 @@ class LocalHub:
         root: Folder for the server's state and xorbs (created; kept across restarts).
         port: Default a free port; kept across restarts.
         log_path: Default `<root>.local_hub.log`, appended across restarts.
-        settings: Settings for a new root (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `quota`).
+        settings: Settings for a new root (see `tests.local_hub.store.Settings`).
     """
 
     def __init__(self, root: Path, *, port: int | None = None, log_path: Path | None = None,
@@ -200,7 +200,8 @@ class LocalHub:
         self._admin("PUT", f"/buckets/{bucket_id}", {"private": private, "create": create})
 
     def settings(self, **changes: Any) -> dict[str, Any]:
-        """Change settings (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `quota`); returns them all."""
+        """Change settings (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `cas_v2`, `quota`: see
+        `tests.local_hub.store.Settings`); returns them all."""
         return self._admin("PUT", "/settings", changes)
 
     def add_fault(self, **rule: Any) -> int:

@@ -93,6 +93,8 @@ class Settings:
         xet_token_lifetime_s: Seconds a CAS token stays valid.
         xorb_grants: Serve xorb uploads through upload grants (hf_xet ≥ 1.8's path); off answers 404 to grant
             requests, which sends hf_xet to `POST /v1/xorbs`.
+        cas_v2: Serve `/v2/reconstructions` and `/v2/shards`; off answers them 404, which sends hf_xet to the v1
+            routes (its documented fallback).
         quota: Optional real rate limit, `{"window_s": 300, "api": 1000, "resolver": 5000}`: requests per user
             (or per client address when anonymous) and class in each fixed window; `None` for none.
     """
@@ -100,6 +102,7 @@ class Settings:
     page_size: int = 1000
     xet_token_lifetime_s: int = 3600
     xorb_grants: bool = True
+    cas_v2: bool = True
     quota: dict[str, int] | None = None
 
 
