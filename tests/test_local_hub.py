@@ -231,11 +231,18 @@ def test_write_list_and_read_back_bit_exact(local_hub: LocalHub, tmp_path: Path)
         "small.txt": b"hello",
         "deep/3MiB.bin": _random(3 << 20, 1),
         "deep/floats.f32": _floats(300_000),
+        "deep/a b#1?.txt": b"odd name",
     }
     api.batch_bucket_files("alice/b1", add=[(data, path) for path, data in files.items()])
     listed = {f.path: f for f in api.list_bucket_tree("alice/b1", recursive=True)}
     assert {p: f.size for p, f in listed.items()} == {p: len(d) for p, d in files.items()}
-    assert local_hub.counts()["routes"]["api.tree"] == 2  # two pages of two
+    under = [f.path for f in api.list_bucket_tree("alice/b1", prefix="deep/a b#", recursive=True)]
+    assert under == ["deep/a b#1?.txt"]
+    assert [f.path for f in api.list_bucket_tree("alice/b1", prefix="deep", recursive=True)] == sorted(
+        p for p in files if p.startswith("deep/")
+    )
+    routes = local_hub.counts()["routes"]
+    assert (routes["api.tree"], routes["api.tree_prefix"]) == (3, 3)  # pages of two: 5 files, then 1, then 3
     assert _download(api, "alice/b1", list(files), tmp_path / "out") == files
     state = local_hub.state()
     chunks = {p: state["xet_files"][listed[p].xet_hash]["chunks"] for p in files if files[p]}
@@ -243,7 +250,7 @@ def test_write_list_and_read_back_bit_exact(local_hub: LocalHub, tmp_path: Path)
     for path, data in files.items():  # what the server stored, decoded by the server itself
         assert local_hub.file_bytes("alice/b1", path) == data
     info = api.bucket_info("alice/b1")
-    assert (info.private, info.size, info.total_files) == (True, sum(map(len, files.values())), 4)
+    assert (info.private, info.size, info.total_files) == (True, sum(map(len, files.values())), 5)
 
 
 def test_a_second_file_sharing_content_uploads_only_its_new_chunks(local_hub: LocalHub, tmp_path: Path) -> None:
@@ -525,6 +532,7 @@ def test_a_restart_on_the_same_root_keeps_the_data(local_hub: LocalHub, tmp_path
 
 
 def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> None:
+    from delta import FileTooLargeError
     from delta.storage import StoredFile, open_storage
 
     bucket = open_storage("hf://buckets/alice/run/v", token=local_hub.token("alice"), endpoint=local_hub.endpoint)
@@ -533,6 +541,10 @@ def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> No
     bucket.write("manifest.json", b"{}")
     assert bucket.read("weights/1.bin") == data
     assert bucket.read("manifest.json", max_bytes=10) == b"{}"
+    local_hub.reset_counts()
+    with pytest.raises(FileTooLargeError):
+        bucket.read("weights/1.bin", max_bytes=1000)
+    assert local_hub.counts()["routes"] == {"resolver.resolve": 1}  # the size asked, nothing downloaded
     assert bucket.list() == [StoredFile("manifest.json", 2), StoredFile("weights/1.bin", len(data))]
     bucket.move("weights/1.bin", "weights/2.bin")
     assert [f.path for f in bucket.list("weights/")] == ["weights/2.bin"]

@@ -196,8 +196,11 @@ async def reconstruction(request: Request) -> Response:
     header = request.headers.get("range")
     if header:
         first, _, last = header.removeprefix("bytes=").partition("-")
-        start, end = int(first), min(xet_file.size, int(last) + 1)
-        if start >= xet_file.size:
+        try:
+            start, end = int(first), min(xet_file.size, int(last) + 1 if last else xet_file.size)
+        except ValueError:
+            return PlainTextResponse(f"bad range {header!r}", status_code=400)
+        if start >= xet_file.size or end <= start:
             return PlainTextResponse("range not satisfiable", status_code=416)
     terms, fetch, offset = _plan(request, xet_file.segments, start, end)
     if request.url.path.startswith("/v1/"):
@@ -277,7 +280,10 @@ async def xorb_bytes(request: Request) -> Response:
     ranges = []
     for part in header.removeprefix("bytes=").split(","):
         first, _, last = part.strip().partition("-")
-        a, b = int(first), min(total - 1, int(last)) if last else total - 1
+        try:
+            a, b = int(first), min(total - 1, int(last)) if last else total - 1
+        except ValueError:
+            return PlainTextResponse(f"bad range {header!r}", status_code=400)
         if a > b:
             return Response(b"", status_code=416, headers={"Content-Range": f"bytes */{total}"})
         ranges.append((a, b))

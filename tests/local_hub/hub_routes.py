@@ -167,7 +167,8 @@ async def tree(request: Request) -> Response:
     headers = {}
     if cursor is not None:
         query = urlencode({"recursive": str(recursive).lower(), "cursor": cursor})
-        headers["Link"] = f'<{base_url(request)}{request.url.path}?{query}>; rel="next"'
+        path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")  # the prefix as sent
+        headers["Link"] = f'<{base_url(request)}{path}?{query}>; rel="next"'
     return JSONResponse(page, headers=headers)
 
 
@@ -308,7 +309,10 @@ async def resolve(request: Request) -> Response:
     if request.method == "HEAD":
         return Response(b"", headers={**headers, "Content-Length": str(file.size)})
     data = file_bytes(request, file.xet_hash)
-    start, end = _byte_range(request.headers.get("range"), len(data))
+    try:
+        start, end = _byte_range(request.headers.get("range"), len(data))
+    except ValueError:
+        start, end = len(data), len(data)  # an unreadable range: not satisfiable
     if start is None:
         return Response(data, headers=headers)
     if start >= len(data):
@@ -330,7 +334,11 @@ def file_bytes(request: Request, xet_hash: str) -> bytes:
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int | None, int]:
-    """`bytes=a-b` (inclusive), `bytes=a-` or `bytes=-n` as `[start, end)`; `(None, size)` without a header."""
+    """`bytes=a-b` (inclusive), `bytes=a-` or `bytes=-n` as `[start, end)`; `(None, size)` without a header.
+
+    Raises:
+        ValueError: The numbers do not parse.
+    """
     if not header or not header.startswith("bytes="):
         return None, size
     first, _, last = header[len("bytes="):].split(",")[0].partition("-")
