@@ -27,6 +27,7 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="delta-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 if TYPE_CHECKING:
+    from tests.local_hub.server import LocalHub
     from tests.rclone_server import RcloneS3Server
 
 
@@ -38,3 +39,18 @@ def rclone_s3(tmp_path: Path) -> Iterator[RcloneS3Server]:
 
     with RcloneS3Server(tmp_path / "s3") as server:
         yield server
+
+
+@pytest.fixture
+def local_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
+    """A running local Hub (bucket API + Xet CAS, `tests/local_hub/`) over `tmp_path / "hub"`, stopped after the
+    test, with users `alice` (org `team`) and `bob` and their tokens (`hub.token(...)`, `hub.api(...)`). hf_xet's
+    cache goes to `tmp_path` (hf_xet reads HF_XET_CACHE per transfer); huggingface_hub's progress bars and telemetry
+    are off. Stop, restart and break it freely inside the test: see `LocalHub`."""
+    from tests.local_hub.server import LocalHub
+
+    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "xet-cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with LocalHub(tmp_path / "hub") as hub:
+        yield hub

@@ -1,0 +1,241 @@
+"""`LocalHub`: the local Hub as a real server process for tests, on a free port of 127.0.0.1, plus a small client of
+its admin API. Modelled on `tests.rclone_server.RcloneS3Server`; imports only the standard library (huggingface_hub
+when `api()` is called), so fixtures can import it at collection time.
+
+    with LocalHub(tmp_path / "hub") as hub:
+        api = hub.api("alice")                     # HfApi(endpoint=hub.endpoint, token=alice's write token)
+        api.create_bucket("alice/b1")
+        hub.add_fault(kind="status", route="api.batch", status=503, times=2)
+        hub.counts()["classes"]                    # {"api": ..., "resolver": ..., "cas": ..., "unknown": 0}
+        hub.restart()                              # same port, same root, same data
+
+Users made at the first start: `alice` (member of org `team`), `bob`; tokens: `hub.token("alice")` (write),
+`hub.token("alice", "read")`, `hub.token("bob")`. The server's log (one line per request) goes to `log_path`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from tests._ports import free_port
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalHub:
+    """The local Hub serving `root` on 127.0.0.1:`port` (see the module docstring).
+
+    Args:
+        root: Folder for the server's state and xorbs (created; kept across restarts).
+        port: Default a free port; kept across restarts.
+        log_path: Default `<root>.local_hub.log`, appended across restarts.
+        settings: Settings for a new root (see `tests.local_hub.store.Settings`).
+    """
+
+    def __init__(self, root: Path, *, port: int | None = None, log_path: Path | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.log_path = log_path or self.root.with_name(f"{self.root.name}.local_hub.log")
+        self.config_path = self.root.with_name(f"{self.root.name}.local_hub.json")
+        if self.config_path.exists():
+            self._config = json.loads(self.config_path.read_text())
+        else:
+            self._config = {
+                "users": [{"name": "alice", "orgs": ["team"]}, {"name": "bob", "orgs": []}],
+                "tokens": [
+                    {"user": "alice", "scope": "write", "token": "hf_alice_w_" + secrets.token_hex(8)},
+                    {"user": "alice", "scope": "read", "token": "hf_alice_r_" + secrets.token_hex(8)},
+                    {"user": "bob", "scope": "write", "token": "hf_bob_w_" + secrets.token_hex(8)},
+                ],
+                "settings": settings or {},
+            }
+            self.config_path.write_text(json.dumps(self._config))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # --- the process -------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def token(self, user: str = "alice", scope: str = "write") -> str:
+        """A token made at the first start for `user` with `scope`."""
+        for token in self._config["tokens"]:
+            if token["user"] == user and token["scope"] == scope:
+                return token["token"]
+        raise KeyError(f"no {scope} token for {user!r} in the local hub's config; make one with add_token()")
+
+    def api(self, user: str | None = "alice", scope: str = "write") -> HfApi:
+        """An `HfApi` pointed at this server with `user`'s token (`user=None`: anonymous)."""
+        from huggingface_hub import HfApi
+
+        return HfApi(endpoint=self.endpoint, token=self.token(user, scope) if user else False)
+
+    def env(self, user: str = "alice", scope: str = "write") -> dict[str, str]:
+        """Environment for a subprocess that should reach this server through huggingface_hub."""
+        return {
+            "HF_ENDPOINT": self.endpoint,
+            "HF_TOKEN": self.token(user, scope),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+
+    def start(self, timeout: float = 20.0) -> None:
+        """Start the server and return once its admin API answers.
+
+        Raises:
+            RuntimeError: It exited or did not answer within `timeout` seconds; the message holds its log.
+        """
+        if self.running:
+            raise RuntimeError(f"the local hub is already serving {self.endpoint}")
+        command = [sys.executable, "-m", "tests.local_hub", "--root", str(self.root), "--port", str(self.port),
+                   "--config", str(self.config_path)]
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._admin("GET", "/health", timeout=0.5)
+                return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the local hub did not start on port {self.port}; its log:\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop the server (SIGTERM, or SIGKILL with `kill=True`). Safe when it is not running; a paused server is
+        resumed first so it can exit."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGCONT)
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop, then start again on the same port and root."""
+        self.stop(kill=kill)
+        self.start()
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections are accepted but never answered."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._process is None or self._process.poll() is not None:
+            raise RuntimeError(f"the local hub is not running on {self.endpoint}")
+        self._process.send_signal(sig)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> LocalHub:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    # --- the admin API -----------------------------------------------------------------------------
+
+    def _admin(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.endpoint}/_local_hub{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"local hub admin {method} {path}: HTTP {error.code} {error.read()!r}") from error
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return json.loads(raw)
+        return raw
+
+    def add_user(self, name: str, orgs: list[str] | None = None) -> None:
+        self._admin("POST", "/users", {"name": name, "orgs": orgs or []})
+
+    def add_token(self, user: str, scope: str = "write") -> str:
+        """A new token for `user` (created if missing)."""
+        return self._admin("POST", "/tokens", {"user": user, "scope": scope})["token"]
+
+    def revoke_token(self, token: str) -> None:
+        self._admin("DELETE", f"/tokens/{urllib.parse.quote(token, safe='')}")
+
+    def set_bucket(self, bucket_id: str, *, private: bool, create: bool = False) -> None:
+        """Set a bucket's visibility (creating it with `create=True`), bypassing auth."""
+        self._admin("PUT", f"/buckets/{bucket_id}", {"private": private, "create": create})
+
+    def settings(self, **changes: Any) -> dict[str, Any]:
+        """Change settings (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `cas_v2`, `quota`: see
+        `tests.local_hub.store.Settings`); returns them all."""
+        return self._admin("PUT", "/settings", changes)
+
+    def add_fault(self, **rule: Any) -> int:
+        """Add a fault rule (see `tests.local_hub.faults`); returns its id."""
+        return self._admin("POST", "/faults", rule)["id"]
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self._admin("GET", "/faults")
+
+    def clear_faults(self) -> None:
+        self._admin("DELETE", "/faults")
+
+    def counts(self) -> dict[str, Any]:
+        return self._admin("GET", "/counts")
+
+    def reset_counts(self) -> None:
+        self._admin("DELETE", "/counts")
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The last requests the server saw (method, path, query, route, cls, user, status, range)."""
+        return self._admin("GET", "/requests")
+
+    def reset_quota(self) -> None:
+        self._admin("DELETE", "/quota")
+
+    def state(self) -> dict[str, Any]:
+        return self._admin("GET", "/state")
+
+    def file_bytes(self, bucket_id: str, path: str) -> bytes:
+        """A file's content as the server decodes it from its own xorbs (not through the clients)."""
+        return self._admin("GET", f"/files/{bucket_id}/{urllib.parse.quote(path)}")
+
+
+def _die_with_parent() -> None:
+    """Have Linux send SIGTERM to the server when the thread that started it dies, so that no server outlives a
+    crashed or killed test run."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
