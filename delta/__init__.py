@@ -23,7 +23,7 @@ from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Up
 from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .bucket.trust import Trust
 from .errors import (
-    BucketUnreachableError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, KeyFormatError,
+    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, RateLimitedError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, KeyFormatError,
     NoPathError, PrivateFileError, PublishError, ReplyLimitError, StateMismatchError, StorageError,
     UntrustedVersionError,
 )
@@ -39,13 +39,13 @@ from .tensors.hashing import StateDigest, state_digest
 from .tensors.state import State, load_state, save_state
 
 __all__ = [
-    "CODECS", "DEFAULT_CODEC", "ApplyResult", "BucketUnreachableError", "Change", "DeltaError", "DeltaFormatError",
-    "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError", "KeyFormatError", "Manifest", "NoPathError",
-    "PrivateFileError", "PublicKey", "PublishError", "PublishedVersion", "Publisher", "PublisherConfig",
-    "ReplyLimitError", "RetryPolicy", "Rollback", "SigningKey", "State", "StateDigest", "StateMismatchError",
-    "Storage", "StorageError", "StoredFile", "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry",
-    "Trust", "UntrustedVersionError", "Update", "VersionEntry", "VersionStats", "Workspace", "apply", "atomic_path",
-    "broadcast_object", "decode", "diff", "load_state", "open_storage", "pieces", "read_delta", "read_manifest",
-    "read_private", "read_reply", "save_state", "state_digest", "trainer_key", "write_atomic", "write_changes",
-    "write_private",
+    "AccessDeniedError", "ApplyResult", "BucketNotFoundError", "BucketUnreachableError", "CODECS", "Change",
+    "DEFAULT_CODEC", "DeltaError", "DeltaFormatError", "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError",
+    "KeyFormatError", "Manifest", "NoPathError", "PrivateFileError", "PublicKey", "PublishError", "PublishedVersion",
+    "Publisher", "PublisherConfig", "RateLimitedError", "ReplyLimitError", "RetryPolicy", "Rollback", "SigningKey",
+    "State", "StateDigest", "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber",
+    "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Trust", "UntrustedVersionError", "Update", "VersionEntry",
+    "VersionStats", "Workspace", "apply", "atomic_path", "broadcast_object", "decode", "diff", "load_state",
+    "open_storage", "pieces", "read_delta", "read_manifest", "read_private", "read_reply", "save_state",
+    "state_digest", "trainer_key", "write_atomic", "write_changes", "write_private",
 ]

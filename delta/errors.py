@@ -107,6 +107,43 @@ class BucketUnreachableError(StorageError, ConnectionError):
         self.attempts = attempts
 
 
+class AccessDeniedError(StorageError, PermissionError):
+    """The bucket refused the credentials: a token or key that is missing, invalid, revoked, or without the access the
+    call needs (HTTP 401 or 403; on the Hub also from its Xet storage). Never retried: waiting does not change a
+    token. The message says what the server said and what to change.
+
+    Attributes:
+        url: The bucket.
+        path: The file inside the bucket, or None when the operation was about several files.
+        status: The HTTP status, when the server sent one.
+    """
+
+    def __init__(self, message: str, *, url: str, path: str | None = None, status: int | None = None) -> None:
+        super().__init__(message, url=url, path=path)
+        self.status = status
+
+
+class BucketNotFoundError(StorageError, FileNotFoundError):
+    """The bucket itself does not exist (on the Hub: or the token cannot see it). A reader takes it as "nothing there
+    yet", as it takes a missing file (it is a `FileNotFoundError`); a writer that may not create the bucket stops on
+    it. The message says how to create it."""
+
+
+class RateLimitedError(BucketUnreachableError):
+    """The server asked this client to slow down (HTTP 429): nothing is sent to it before `retry_at`, which its
+    `RateLimit` or `Retry-After` headers set (or a default wait where they say nothing). Calling again after
+    `retry_at` may succeed: the loops that must not give up wait until then.
+
+    Attributes:
+        retry_at: Unix time before which the bucket is not asked again.
+    """
+
+    def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1,
+                 retry_at: float) -> None:
+        super().__init__(message, url=url, path=path, attempts=attempts)
+        self.retry_at = retry_at
+
+
 class FileTooLargeError(StorageError):
     """A file is larger than its reader takes (`Storage.read(path, max_bytes=...)`): refused before it was read
     whole, so no file in a bucket costs a reader more memory than the limit it states. Not retried.

@@ -63,7 +63,7 @@ from .errors import AdapterRefusedError, UntrustedVersionError, printable
 from .integrations.peft_adapter import adapter_config, write_adapter
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
-from .retry import RetryPolicy
+from .poll import Backoff
 from .storage import open_storage
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,10 @@ class FollowConfig:
         poll_interval: Seconds between bucket polls while up to date.
         ready_timeout: Seconds to wait for the server to answer at start.
         request_timeout: Seconds to wait for each server answer.
-        max_backoff: Longest wait between attempts to recover after failures.
+        max_backoff: Longest wait between attempts to recover after failures (after a 429: until the time the bucket
+            named).
+        idle_poll_max: Longest wait between polls while nothing new comes (doubling from `poll_interval`, back to it
+            at the first new version); None: never stretched.
         history: Applied versions kept in the status.
         trusted_key: The trainer's public key (``ed25519:...``, or a file holding it); None: ``DELTA_TRUSTED_KEY``,
             else trust on first use (`delta.Trust.for_bucket`).
@@ -101,6 +104,7 @@ class FollowConfig:
     ready_timeout: float = 600.0
     request_timeout: float = 600.0
     max_backoff: float = 30.0
+    idle_poll_max: float | None = None
     history: int = 20
     trusted_key: str | None = None
     unauthenticated: bool = False
@@ -108,6 +112,8 @@ class FollowConfig:
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
             raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
+        if self.idle_poll_max is not None and self.idle_poll_max < self.poll_interval:
+            raise ValueError(f"idle_poll_max must be >= poll_interval, got {self.idle_poll_max}")
 
 
 @dataclass(frozen=True)
@@ -203,19 +209,22 @@ class _Follower:
         """Call `step` every poll interval until `stop` is set, or until version `until` (or newer) is served and
         `_clean`; returns the version served. A step that raises, or leaves the follower not `_clean`, is a
         failure: logged, counted, retried with a growing wait; never fatal."""
-        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
-        failures = 0
+        backoff = Backoff(self.config.poll_interval, self.config.max_backoff, self.config.idle_poll_max)
         while not stop.is_set():
+            seen = (self.status.latest, self.status.version)
             try:
                 step()
-                failures = 0 if self._clean() else failures + 1
+                if self._clean():
+                    backoff.succeeded(changed=(self.status.latest, self.status.version) != seen)
+                else:
+                    backoff.failed()
             except Exception as e:  # bucket or server down, a bad file, a bug: logged, counted, retried
                 self._note_failure(e)
-                failures += 1
+                backoff.failed(e)
             self._write_status()
             if until is not None and (self.status.version or -1) >= until and self._clean():
                 break
-            stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+            backoff.wait(stop)
         return self.status.version
 
     def _clean(self) -> bool:

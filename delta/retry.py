@@ -10,7 +10,10 @@ request) retry on the same schedule without a limit (`attempts=None`) until they
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
+
+from .errors import RateLimitedError
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,11 @@ class RetryPolicy:
     def retries_after(self, attempt: int) -> bool:
         """Whether failed attempt number `attempt` is tried again."""
         return self.attempts is None or attempt < self.attempts
+
+    def delay_after(self, error: BaseException | None, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` failed with `error`: `delay(attempt)`, or longer
+        where the server said when to come back (`RateLimitedError.retry_at`)."""
+        wait = self.delay(attempt)
+        if isinstance(error, RateLimitedError):
+            wait = max(wait, error.retry_at - time.time())
+        return wait

@@ -158,6 +158,11 @@ class Follower:
         return self._subscriber.storage.url
 
     @property
+    def storage(self) -> Storage:
+        """The bucket followed (its `traffic` is what the server's requests to it cost)."""
+        return self._subscriber.storage
+
+    @property
     def decoded_version(self) -> int | None:
         """The version written into the published state: ahead of `engine.version` while the engine
         finishes the batch in flight (None before the first)."""

@@ -15,6 +15,7 @@ from delta import DeltaHeader
 from wire.errors import RolloutError
 from wire.exam_shelf import ExamShelf
 from wire.fleet_bucket import FleetBucket
+from wire.traffic import bucket_traffic
 from wire.rollout import RolloutStatus, Trajectory
 
 from .engines import Completion, Engine, SamplingParams
@@ -252,6 +253,7 @@ class RolloutService:
             device=self.engine.config.device,
             model=self.model,
             bucket=self.follower.bucket if self.follower is not None else None,
+            bucket_traffic=bucket_traffic(self.follower.storage) if self.follower is not None else None,
             env_url=self.env.url if self.env is not None else None,
             last_error=following.get("last_error"),
             state_hash=following.get("state_hash") if self.engine.exact else None,  # not claimed for rounded weights

@@ -21,6 +21,7 @@ from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
 from dashboard.mount import mount_ui as _mount
+from dashboard.traffic import traffic_text
 from webguard import client_address
 from wire.errors import RolloutError
 from wire.rollout import RolloutStatus, Trajectory
@@ -78,6 +79,8 @@ def status_markdown(status: RolloutStatus) -> str:
         lines.append(f"note: {html.escape(status.note)}")
     error = status.last_error
     lines.append(f"**last error:** {html.escape(error)}" if error else "no errors")
+    if status.bucket_traffic is not None:
+        lines.append(html.escape(traffic_text(status.bucket_traffic)))
     return "\n\n".join(lines)
 
 

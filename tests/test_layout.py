@@ -18,10 +18,10 @@ PUBLIC = ("delta", "delta.storage", "delta.follow", "delta.integrations.trl", "d
           "delta.integrations.vllm_http", "delta.integrations.vllm_update", "delta.integrations.peft_adapter")
 WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_vllm_legacy.py", "bench/catchup.py",
              "bench/signing.py")
-# Each layer imports only from layers of a lower rank (or its own): errors (retry, atomic, replies, private, _cores,
+# Each layer imports only from layers of a lower rank (or its own): errors (retry, poll, atomic, replies, private, _cores,
 # _stages) < storage, signing, tensors < codecs < format < patch < bucket < inspect, integrations < follow < cli < the
 # package's entry points.
-RANK = {"errors": 0, "retry": 0, "atomic": 0, "replies": 0, "private": 0, "_cores": 0, "_stages": 0, "storage": 1,
+RANK = {"errors": 0, "retry": 0, "poll": 0, "atomic": 0, "replies": 0, "private": 0, "_cores": 0, "_stages": 0, "storage": 1,
         "signing": 1, "tensors": 1, "codecs": 2, "format": 3, "patch": 4, "bucket": 5, "inspect": 6, "integrations": 6,
         "follow": 7, "cli": 8, "__main__": 9, "__init__": 9}
 

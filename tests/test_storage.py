@@ -1,8 +1,7 @@
-"""delta.storage: one suite for the interface, run against every backend that works here (a local
-directory, and S3 for real through `rclone serve s3`), then each backend's own promises and failures.
-
-The Hugging Face backend cannot reach the Hub from here: its tests cover URL parsing and run every
-call through the real huggingface_hub code against an endpoint that cannot be connected to.
+"""delta.storage: one suite for the interface, run against every backend (a local directory, S3 for real through
+`rclone serve s3`, Hugging Face buckets through the real huggingface_hub and hf_xet against the local Hub of
+tests/local_hub), then each backend's own promises and failures. The errors every backend shares (refused
+credentials, a missing bucket, a server that does not answer or asks to slow down) are in tests/test_storage_errors.py.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -34,19 +34,31 @@ from delta.storage._hf import parse_hf_bucket_url
 from tests._capped import HUGE, run_capped, sparse
 from tests.rclone_server import RcloneS3Server
 
+if TYPE_CHECKING:
+    from tests.local_hub.server import LocalHub
+
 # Retries that give up in well under a second, so failure tests stay fast.
 QUICK = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
 
 OpenBucket = Callable[[str], Storage]
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "hf"])
 def open_bucket(request: pytest.FixtureRequest, tmp_path: Path) -> OpenBucket:
     """Open `<bucket root>/<sub>` on the backend under test; the same root for every call in a test."""
     if request.param == "local":
         return lambda sub="": open_storage(str(tmp_path / "bucket" / sub), retry=QUICK)
+    if request.param == "hf":
+        hub: LocalHub = request.getfixturevalue("local_hub")
+        return lambda sub="": open_storage(f"hf://buckets/alice/test-bucket/{sub}", retry=QUICK,
+                                           token=hub.token("alice"), endpoint=hub.endpoint)
     server: RcloneS3Server = request.getfixturevalue("rclone_s3")
     return lambda sub="": open_storage(f"s3://test-bucket/{sub}", retry=QUICK, **server.storage_options())
+
+
+def entries(files: list[StoredFile]) -> list[tuple[str, int]]:
+    """A listing as (path, size) pairs: what every backend agrees on (the etag is each one's own)."""
+    return [(f.path, f.size) for f in files]
 
 
 @pytest.fixture
@@ -69,13 +81,13 @@ def test_overwrite_replaces_content_and_size(bucket: Storage) -> None:
     bucket.write("manifest.json", b"version 1, a longer first text")
     bucket.write("manifest.json", b"version 2")
     assert bucket.read("manifest.json") == b"version 2"
-    assert bucket.list() == [StoredFile("manifest.json", 9)]
+    assert entries(bucket.list()) == [("manifest.json", 9)]
 
 
 def test_list_filters_by_string_prefix_sorted_with_sizes(bucket: Storage) -> None:
     for path, size in [("b", 4), ("a/2/x", 3), ("ab", 2), ("a/1", 1)]:
         bucket.write(path, b"z" * size)
-    assert bucket.list() == [StoredFile("a/1", 1), StoredFile("a/2/x", 3), StoredFile("ab", 2), StoredFile("b", 4)]
+    assert entries(bucket.list()) == [("a/1", 1), ("a/2/x", 3), ("ab", 2), ("b", 4)]
     assert [f.path for f in bucket.list("a/")] == ["a/1", "a/2/x"]
     assert [f.path for f in bucket.list("a")] == ["a/1", "a/2/x", "ab"]
     assert [f.path for f in bucket.list("a/2/")] == ["a/2/x"]
@@ -86,9 +98,9 @@ def test_prefixes_of_one_bucket_do_not_see_each_other(open_bucket: OpenBucket) -
     one, two, root = open_bucket("one"), open_bucket("two"), open_bucket("")
     one.write("x", b"1")
     two.write("x", b"22")
-    assert one.list() == [StoredFile("x", 1)]
+    assert entries(one.list()) == [("x", 1)]
     assert two.read("x") == b"22"
-    assert root.list() == [StoredFile("one/x", 1), StoredFile("two/x", 2)]
+    assert entries(root.list()) == [("one/x", 1), ("two/x", 2)]
 
 
 def test_delete_removes_the_given_files_and_skips_missing_ones(bucket: Storage) -> None:
@@ -117,7 +129,7 @@ def test_move_takes_a_file_to_another_path_replacing_what_was_there(bucket: Stor
     bucket.write("trainer/history.json", b"old history")
     bucket.write("aside/history.json", b"x")
     bucket.move("trainer/history.json", "aside/history.json")
-    assert bucket.list() == [StoredFile("aside/history.json", 11)]
+    assert entries(bucket.list()) == [("aside/history.json", 11)]
     assert bucket.read("aside/history.json") == b"old history"
     with pytest.raises(FileNotFoundError):
         bucket.move("trainer/history.json", "elsewhere.json")
@@ -139,6 +151,32 @@ def test_a_bounded_read_refuses_a_file_over_its_bound_and_reads_one_at_it(bucket
         bucket.read("not/there", max_bytes=4)
     with pytest.raises(ValueError, match="max_bytes must be >= 0"):
         bucket.read("f", max_bytes=-1)
+
+
+def test_a_listed_entry_reads_what_was_listed_and_its_etag_follows_the_content(bucket: Storage) -> None:
+    bucket.write("m.json", b"first")
+    [listed] = bucket.list("m.json")
+    assert bucket.read("m.json", listed=listed) == b"first"
+    bucket.write("m.json", b"other")  # same size, other bytes
+    [again] = bucket.list("m.json")
+    assert again.size == listed.size
+    assert again.etag is None or again.etag != listed.etag  # a local folder names no content
+    assert bucket.read("m.json", listed=again) == b"other"
+    with pytest.raises(FileTooLargeError) as info:  # refused by its listed size, unread
+        bucket.read("m.json", max_bytes=4, listed=again)
+    assert info.value.size == 5
+    with pytest.raises(ValueError, match="not of 'n.json'"):
+        bucket.read("n.json", listed=again)
+
+
+def test_every_backend_counts_its_requests(bucket: Storage) -> None:
+    before = sum(bucket.traffic.snapshot().total.values())
+    bucket.write("f", b"x")
+    bucket.read("f")
+    bucket.list()
+    after = bucket.traffic.snapshot()
+    assert sum(after.total.values()) >= before + 3 and sum(after.last_window.values()) >= 3
+    assert set(bucket.traffic.classes) <= set(after.total) and after.throttled_until is None
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

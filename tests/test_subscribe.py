@@ -175,9 +175,9 @@ _COUNTING = '''
 from delta.storage import LocalStorage
 class Counting(LocalStorage):
     reads = {}
-    def _read(self, path, max_bytes):
+    def _read(self, path, max_bytes, listed):
         self.reads[path] = self.reads.get(path, 0) + 1
-        return super()._read(path, max_bytes)
+        return super()._read(path, max_bytes, listed)
 '''
 
 

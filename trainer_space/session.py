@@ -32,12 +32,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import delta
 from webguard import token_matches
 from wire.errors import RolloutRefusedError
 from wire.fleet import RunState
 from wire.fleet_bucket import FleetBucket
 from wire.history import up_to
 from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerHistory, TrainerState, TrainerStatus
+from wire.traffic import bucket_traffic
 from wire.trajectory import Trajectory
 
 from .config import TrainerConfig
@@ -99,12 +101,11 @@ class TrainingSession:
                  wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
                  ranks: TrainerRanks | None = None) -> None:
         self.ranks = ranks or TrainerRanks()
+        self._storage = delta.open_storage(config.bucket)  # for its traffic: shared by every storage of the bucket
         self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
         self.monitor: FleetMonitor | None = None
         self._fleet: FleetRun | None = None  # every rank's: whose groups count
         if config.fleet:
-            import delta  # loaded with the fleet's bucket already (`wire.fleet_bucket`)
-
             # Rank 0's key signs the run's settings, as it signs the weights; every rank reads only what it signed.
             url = delta.open_storage(config.bucket).url
             key = delta.trainer_key(url) if self.ranks.main else None
@@ -353,6 +354,7 @@ class TrainingSession:
             error=self.error,
             rollout_error=parts.rollouts.last_error if parts else None,
             rollout_failing=parts.rollouts.failing if parts else 0,
+            bucket_traffic=bucket_traffic(self._storage),
             examples=self.config.examples,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],

@@ -19,6 +19,7 @@ from dashboard.exam import exam_figure, exam_text, refused_exams_text
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location, published_state
+from dashboard.traffic import traffic_text
 from dashboard.trend import step_text
 from wire.fleet import Refusal, ServerState
 from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, TrainerStatus
@@ -67,6 +68,8 @@ def status_markdown(status: TrainerStatus) -> str:
         lines.append(f"**{html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}**{trainable}")
     if status.waiting_for_rollouts:
         lines.insert(1, f"**waiting for rollouts**: {status.groups_ready} of {status.groups_needed} groups ready")
+    if status.bucket_traffic is not None:
+        lines.append(html.escape(traffic_text(status.bucket_traffic)))
     if status.error:
         lines.append(f"**error:** {html.escape(status.error)}")
     rollout_error = status.rollout_error

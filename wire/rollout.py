@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from wire.lora import LoraSettings
+from wire.traffic import BucketTraffic
 from wire.trajectory import Trajectory
 
 __all__ = ["Completion", "GenerateResponse", "RolloutResponse", "RolloutStatus", "Trajectory"]
@@ -57,6 +58,10 @@ class RolloutStatus(BaseModel):
                                        "trusted (given, or trusted on first use); or that they are not checked")
     authenticated: bool = Field(True, description="False when the bucket is followed unauthenticated: whoever writes "
                                                   "to it decides the weights served")
+    bucket_traffic: BucketTraffic | None = Field(None, description="Requests this server sent to its bucket, by class, "
+                                                                   "per 5 minutes and in all, and whether the "
+                                                                   "bucket's server asked it to slow down (None "
+                                                                   "without a bucket)")
 
 
 class Completion(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .curriculum import ExampleSchedule
 from .exam import ExamRecord, ExamSettings
 from .lora import LoraSettings
+from .traffic import BucketTraffic
 
 
 class TrainerState(str, Enum):
@@ -121,6 +122,9 @@ class TrainerStatus(BaseModel):
     rollout_error: str | None = Field(description="The last failed rollout request, with its time (kept after "
                                                   "recovery)")
     rollout_failing: int = Field(description="Failed rollout requests in a row now (0 once one succeeds)")
+    bucket_traffic: BucketTraffic | None = Field(None, description="Requests the trainer sent to its bucket, by class, "
+                                                                   "per 5 minutes and in all, and whether the "
+                                                                   "bucket's server asked it to slow down")
     examples: ExampleSchedule = Field(ExampleSchedule(), description="How likely the training games' messages show "
                                                                      "the env's example guess, by version")
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")

@@ -79,8 +79,10 @@ class PublisherConfig:
         max_shard_bytes: Largest anchor shard file (a single larger tensor gets a file of its own).
         codec: Delta codec (`delta.CODECS`).
         retry_delay: Seconds before the first retry of a version whose upload failed (the bucket was
-            unreachable after the storage's own retries); doubles up to `max_retry_delay`, with jitter
-            (`delta.retry.RetryPolicy`). Retried until it succeeds or `close` gives up.
+            unreachable after the storage's own retries, or did not apply every file of a batch); doubles up to
+            `max_retry_delay`, with jitter (`delta.retry.RetryPolicy`), and waits longer where the bucket said to
+            (a 429's time). Retried until it succeeds or `close` gives up. Refused credentials or a missing bucket
+            the publisher may not create stop it at once (`PublishError` says which).
         max_retry_delay: Longest wait between two retries of a version.
         commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for
             its commit, before the publisher stops with `PublishError`.
@@ -424,9 +426,9 @@ class Publisher:
             try:
                 self._publish_one(snapshot)
                 return
-            except BucketUnreachableError as e:
+            except BucketUnreachableError as e:  # a rate limit too: waited out until the time the server named
                 failures += 1
-                delay = policy.delay(failures)
+                delay = policy.delay_after(e, failures)
                 logger.warning("version %d not published (%s); retrying in %.1f s", self._next_version, e, delay)
             with self._cond:
                 self._cond.wait_for(lambda: self._closing, delay)

@@ -24,7 +24,7 @@ from typing import Any
 from .._cores import resolve_workers
 from ..errors import DeltaError, StorageError, UntrustedVersionError, printable
 from ..format import DeltaHeader
-from ..retry import RetryPolicy
+from ..poll import Backoff
 from ..storage import Storage, open_storage
 from ..tensors.hashing import StateDigest
 from ..tensors.state import State
@@ -40,9 +40,11 @@ class SubscriberConfig:
     """Settings of a `Subscriber`.
 
     Attributes:
-        poll_interval: Seconds between manifest polls while up to date.
+        poll_interval: Seconds between manifest polls while versions come.
         max_backoff: Longest wait between polls after failures (doubling from `poll_interval`, with
-            jitter: `delta.retry.RetryPolicy`).
+            jitter: `delta.poll.Backoff`; after a 429, until the time the bucket named).
+        idle_poll_max: Longest wait between polls while nothing new comes (doubling from `poll_interval`, back to it
+            at the first new version): what a reader at rest costs the bucket. None: never stretched.
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         history: Per-version statistics kept for `status()`.
         workers: Threads that decode chunks (None: one per core).
@@ -50,6 +52,7 @@ class SubscriberConfig:
 
     poll_interval: float = 1.0
     max_backoff: float = 30.0
+    idle_poll_max: float | None = None
     fetch_threads: int = 4
     history: int = 100
     workers: int | None = None
@@ -57,6 +60,8 @@ class SubscriberConfig:
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
             raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
+        if self.idle_poll_max is not None and self.idle_poll_max < self.poll_interval:
+            raise ValueError(f"idle_poll_max must be >= poll_interval, got {self.idle_poll_max}")
         resolve_workers(self.workers)
         if self.fetch_threads < 1 or self.history < 1:
             raise ValueError(f"fetch_threads and history must be >= 1, got {self.fetch_threads}, {self.history}")
@@ -278,23 +283,23 @@ class Subscriber:
     # -- the loop --------------------------------------------------------------------------------
 
     def _follow(self) -> None:
-        policy = RetryPolicy(None, 2 * self.config.poll_interval, self.config.max_backoff)
-        failures = 0
+        backoff = Backoff(self.config.poll_interval, self.config.max_backoff, self.config.idle_poll_max)
         while not self._stop.is_set():
             with self._sync_lock:
+                seen = (self._latest, self._reader.version)
                 try:
                     self._catch_up(None)
-                    failures = 0
+                    backoff.succeeded(changed=(self._latest, self._reader.version) != seen)
                 except UntrustedVersionError:  # counted by `_catch_up`; the trainer's next version is awaited
-                    failures = 0
-                except (DeltaError, OSError) as e:
+                    backoff.succeeded(changed=True)
+                except (DeltaError, OSError) as e:  # a rate limit too: the next look waits for the time it names
                     self._record(e)
-                    failures += 1
+                    backoff.failed(e)
                 except Exception as e:  # anything else (a bug, MemoryError, ...): recorded and retried, never fatal
                     logger.exception("subscriber on %s: unexpected failure, retrying", self.storage.url)
                     self._record(e)
-                    failures += 1
-            self._stop.wait(policy.delay(failures) if failures else self.config.poll_interval)
+                    backoff.failed(e)
+            backoff.wait(self._stop)
 
     def _record(self, error: BaseException) -> None:
         self._failures += 1

@@ -16,23 +16,32 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import BucketUnreachableError, FileTooLargeError, StorageError
+from ..errors import (
+    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, FileTooLargeError, RateLimitedError, StorageError,
+)
 from ..retry import RetryPolicy
 from ._base import Storage, StoredFile, check_path
+from ._traffic import RateLimit, Traffic, TrafficSnapshot
 from ._fsspec import S3Storage
 from ._hf import HfBucketStorage
 from ._local import LocalStorage
 
 __all__ = [
+    "AccessDeniedError",
+    "BucketNotFoundError",
     "BucketUnreachableError",
     "FileTooLargeError",
     "HfBucketStorage",
     "LocalStorage",
+    "RateLimit",
+    "RateLimitedError",
     "RetryPolicy",
     "S3Storage",
     "Storage",
     "StorageError",
     "StoredFile",
+    "Traffic",
+    "TrafficSnapshot",
     "check_path",
     "open_storage",
 ]

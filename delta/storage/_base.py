@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
 
-from ..errors import BucketUnreachableError, FileTooLargeError, StorageError
+from ..errors import (
+    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, FileTooLargeError, RateLimitedError, StorageError,
+)
 from ..retry import RetryPolicy
+from ._traffic import Traffic
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +42,13 @@ class StoredFile:
     Attributes:
         path: Relative to the bucket root, '/'-separated.
         size: In bytes.
+        etag: What names this content where the backend says (the Xet hash on the Hub, the ETag on S3; None on a
+            local folder): a file listed with the same size and etag holds the same bytes as before.
     """
 
     path: str
     size: int
+    etag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,18 @@ class Failure:
     """What a backend's `_classify` makes of an exception.
 
     Attributes:
-        kind: `FileNotFoundError`, `StorageError` or `BucketUnreachableError` (the only one retried).
+        kind: `FileNotFoundError`, `BucketNotFoundError`, `AccessDeniedError`, `StorageError`,
+            `BucketUnreachableError` (the only one retried within a call) or `RateLimitedError` (never sent again before
+            the time the server named).
         reason: What went wrong, for the message, with a hint on what to do where the backend knows one.
+        status: The HTTP status the server answered, where there was one.
+        wait_s: A `RateLimitedError`: the seconds the server asked to wait (None: it named no time).
     """
 
     kind: type[OSError]
     reason: str
+    status: int | None = None
+    wait_s: float | None = None
 
 
 def import_backend(module: str, needed_for: str, extra: str) -> ModuleType:
@@ -106,31 +118,42 @@ class Storage(ABC):
     backend's docstring says). Writing several files is never atomic as a group: write the data
     first and a small commit marker last.
 
-    Errors:
-        FileNotFoundError: The file does not exist (also when the bucket itself does not exist yet).
-        BucketUnreachableError: The bucket did not answer, after `retry.attempts` tries.
-        StorageError: Any other failure of the backend (credentials, permissions, disk).
+    Errors (alike on every backend):
+        FileNotFoundError: The file does not exist. `BucketNotFoundError` (one of them): the bucket itself does not
+            (a reader takes it as empty; a writer that may not create it stops, told how to create it).
+        AccessDeniedError: The credentials were refused (missing, invalid, revoked, or without the access needed):
+            never retried.
+        BucketUnreachableError: The bucket did not answer, or answered "try later", after `retry.attempts` tries.
+            `RateLimitedError` (one of them): the server said to slow down; nothing is sent to it before its
+            `retry_at`, by any storage of this process that shares its `traffic`.
+        StorageError: Any other failure of the backend (a server error it will not retry, disk).
         ValueError: An invalid path (see `check_path`).
 
     Attributes:
         url: The bucket's URL, without any credentials.
         retry: How calls are retried when the bucket cannot be reached.
+        traffic: The requests sent to the bucket's server by class, and whether it asked to slow down (shared by
+            every storage of this process that talks to the same server with the same credentials).
     """
 
-    def __init__(self, url: str, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, url: str, retry: RetryPolicy | None = None, traffic: Traffic | None = None) -> None:
         self.url = url
         self.retry = retry if retry is not None else RetryPolicy()
+        self.traffic = traffic if traffic is not None else Traffic(("read", "write", "list", "move", "delete"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    def read(self, path: str, max_bytes: int | None = None) -> bytes:
+    def read(self, path: str, max_bytes: int | None = None, *, listed: StoredFile | None = None) -> bytes:
         """Return the whole content of the file at `path`.
 
         Args:
             max_bytes: The most this file may hold (None: no bound, for files of one's own). A file found larger, by
                 its size where the backend knows it before reading, else while reading (which stops past the
                 limit), raises `FileTooLargeError`: a file in a bucket strangers write to never costs more memory.
+            listed: The entry a listing of this storage just gave for `path`: a backend that reads by content (the
+                Hub) reads that content without asking for the file's metadata again. The bytes are then those
+                listed, even if the file was replaced since. Over `max_bytes` by its listed size: refused unread.
 
         Raises:
             FileTooLargeError: over `max_bytes` (never retried), besides the interface's errors.
@@ -138,7 +161,12 @@ class Storage(ABC):
         check_path(path)
         if max_bytes is not None and max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0 or None, got {max_bytes}")
-        return self._call("read", path, lambda: self._read(path, max_bytes))
+        if listed is not None:
+            if listed.path != path:
+                raise ValueError(f"listed is the entry of {listed.path!r}, not of {path!r}")
+            if max_bytes is not None and listed.size > max_bytes:
+                raise self._too_large(path, max_bytes, listed.size)
+        return self._call("read", path, lambda: self._read(path, max_bytes, listed))
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace the file at `path` with `data`, creating the bucket if it does not exist."""
@@ -178,10 +206,14 @@ class Storage(ABC):
             return
 
     def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
-        """Run `call`, retrying while the bucket is unreachable, and raise the documented errors."""
+        """Run `call`, retrying while the bucket is unreachable, and raise the documented errors. Nothing is sent
+        while the server's rate limit holds (a 429 seen by any storage sharing `traffic`)."""
         start = time.monotonic()
         attempt = 1
         while True:
+            held = self.traffic.held_until()
+            if held is not None:
+                raise self._rate_limited(operation, path, held, "not sent: the server asked to slow down earlier")
             try:
                 return call()
             except FileTooLargeError:
@@ -190,6 +222,11 @@ class Storage(ABC):
                 failure = self._classify(error)
                 if failure is None:
                     raise
+                if failure.kind is RateLimitedError:
+                    until = self.traffic.throttle(failure.wait_s, failure.reason)
+                    logger.warning("%s %s: %s; nothing is sent to the bucket before %s", operation, self._where(path),
+                                   failure.reason, time.strftime("%H:%M:%S", time.localtime(until)))
+                    raise self._rate_limited(operation, path, until, failure.reason) from error
                 if failure.kind is BucketUnreachableError and self.retry.retries_after(attempt):
                     wait = self.retry.delay(attempt)
                     logger.warning(
@@ -204,10 +241,20 @@ class Storage(ABC):
     def _where(self, path: str | None) -> str:
         return f"{self.url}/{path}" if path else self.url
 
+    def _rate_limited(self, operation: str, path: str | None, until: float, reason: str) -> RateLimitedError:
+        when = time.strftime("%H:%M:%S", time.localtime(until))
+        return RateLimitedError(f"{operation}: rate-limited until {when} ({reason})", url=self.url, path=path,
+                                retry_at=until)
+
     def _error(self, failure: Failure, operation: str, path: str | None, attempts: int, elapsed: float) -> OSError:
         """Build the exception a caller sees from a classified failure."""
         if failure.kind is FileNotFoundError:
             return FileNotFoundError(f"{path!r} does not exist in {self.url}")
+        if failure.kind is BucketNotFoundError:
+            return BucketNotFoundError(f"{operation} failed: {failure.reason}", url=self.url, path=path)
+        if failure.kind is AccessDeniedError:
+            return AccessDeniedError(f"{operation} failed: {failure.reason}", url=self.url, path=path,
+                                     status=failure.status)
         if failure.kind is BucketUnreachableError:
             return BucketUnreachableError(
                 f"{operation} failed after {attempts} attempt(s) over {elapsed:.1f} s, the bucket did not answer: "
@@ -242,9 +289,10 @@ class Storage(ABC):
         return data
 
     @abstractmethod
-    def _read(self, path: str, max_bytes: int | None) -> bytes:
+    def _read(self, path: str, max_bytes: int | None, listed: StoredFile | None) -> bytes:
         """Return the content of `path` (already checked); past `max_bytes` (when not None), raise
-        `self._too_large(...)` having read at most about `max_bytes` bytes."""
+        `self._too_large(...)` having read at most about `max_bytes` bytes. `listed`: the entry a listing gave for
+        `path` (checked against `max_bytes` already), for backends that read by it."""
 
     @abstractmethod
     def _write(self, path: str, data: bytes) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ..errors import BucketUnreachableError, StorageError
+from ..errors import AccessDeniedError, BucketNotFoundError, BucketUnreachableError, StorageError
 from ..retry import RetryPolicy
 from ._base import Failure, Storage, StoredFile, import_backend
+from ._traffic import shared_traffic
 
 T = TypeVar("T")
 
@@ -86,13 +88,16 @@ class S3Storage(Storage):
         retry: RetryPolicy | None = None,
     ) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
-        super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry)
         self.endpoint_url = endpoint_url or _endpoint_from_env()
+        account = hashlib.sha256((key or os.environ.get("AWS_ACCESS_KEY_ID") or "").encode()).hexdigest()
+        super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry,
+                         traffic=shared_traffic(("s3", self.endpoint_url or "aws", account), ("put", "get", "delete")))
         self.timeout = timeout
         s3fs = import_backend("s3fs", "s3:// URLs", "s3")
         session = import_backend("aiobotocore.session", "s3:// URLs", "s3").AioSession()
         # Runs after botocore's own handler for the same event, which adds the header to every upload.
         session.register("before-call.s3", _drop_expect_continue)
+        session.register("before-send.s3", self._count)
         self._fs = s3fs.S3FileSystem(
             key=key,
             secret=secret,
@@ -108,6 +113,10 @@ class S3Storage(Storage):
         )
         self._fs.retries = 1  # s3fs's own retry loop (a class attribute, not a constructor argument)
 
+    def _count(self, event_name: str = "", **_: Any) -> None:
+        """botocore event handler: count each HTTP request sent (retries included) by how S3 bills it."""
+        self.traffic.count(s3_request_class(event_name.rpartition(".")[2]))
+
     def _classify(self, error: Exception) -> Failure | None:
         from aiohttp import ClientError as AiohttpError
         from botocore.exceptions import BotoCoreError, HTTPClientError
@@ -116,6 +125,9 @@ class S3Storage(Storage):
         where = self.endpoint_url or "AWS S3"
         status = _http_status(error)
         if isinstance(error, FileNotFoundError):
+            if "NoSuchBucket" in f"{error} {error.__cause__}":
+                return Failure(BucketNotFoundError, f"no bucket {self.bucket!r} at {where}: create it, or let the "
+                               "writer create it (it does on its first write)", 404)
             return Failure(FileNotFoundError, str(error))
         if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # the write deadline, socket timeouts
             return Failure(BucketUnreachableError, f"{where} did not answer in time")
@@ -125,9 +137,10 @@ class S3Storage(Storage):
             return Failure(BucketUnreachableError, f"{where} answered HTTP {status}: {error}")
         if isinstance(error, PermissionError):
             return Failure(
-                StorageError,
+                AccessDeniedError,
                 f"access denied by {where} ({error}); check the key and secret "
                 "(key=/secret= or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+                status,
             )
         if isinstance(error, (OSError, BotoCoreError)):
             return Failure(StorageError, f"{where}: {error}")
@@ -144,7 +157,7 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return f"{self.bucket}/{self.prefix}{path}"
 
-    def _read(self, path: str, max_bytes: int | None) -> bytes:
+    def _read(self, path: str, max_bytes: int | None, listed: StoredFile | None) -> bytes:
         if max_bytes is None:
             return self._run(self._fs._cat_file, self._key(path), max_concurrency=1)  # one GET, one version
         data = self._run(self._get_at_most, self._key(path), max_bytes + 1)
@@ -189,7 +202,7 @@ class S3Storage(Storage):
     def _list(self, folder: str) -> list[StoredFile]:
         found = self._run(self._fs._find, self._key(folder), detail=True)
         start = len(self._key(""))
-        return [StoredFile(name[start:], int(info["size"])) for name, info in found.items()]
+        return [StoredFile(name[start:], int(info["size"]), info.get("ETag")) for name, info in found.items()]
 
     def _delete(self, paths: list[str]) -> None:
         self._run(self._fs._rm, [self._key(p) for p in paths])
@@ -202,6 +215,15 @@ def _http_status(error: BaseException) -> int | None:
         if isinstance(response, dict):
             return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return None
+
+
+def s3_request_class(operation: str) -> str:
+    """How S3 bills a request: "get" (GET and HEAD), "delete" (free on AWS), else "put" (PUT, COPY, POST, LIST)."""
+    if operation.startswith(("Get", "Head")):
+        return "get"
+    if operation.startswith("Delete"):
+        return "delete"
+    return "put"
 
 
 def _drop_expect_continue(params: dict[str, Any], **_: Any) -> None:

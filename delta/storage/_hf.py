@@ -1,25 +1,28 @@
-"""A Hugging Face storage bucket (`hf://buckets/<namespace>/<name>`) through huggingface_hub's bucket API.
+"""A Hugging Face storage bucket (`hf://buckets/<namespace>/<name>`) through huggingface_hub's bucket API and hf_xet.
 
-What was exercised here, without access to the Hub: URL parsing, and every call this backend makes,
-run through the real huggingface_hub code (argument checks, URL building, its retry logic) up to the
-point where the connection fails, which proves the arguments fit the installed huggingface_hub's
-signatures and that a dead endpoint becomes `BucketUnreachableError`. Not exercised: anything the
-Hub answers (file contents, listings, 401/403/404/5xx replies, partial batch failures), Xet
-transfers, bucket creation, and huggingface_hub 1.x (the tests ran on the 2.x series).
+Exercised against a local Hub built from the clients' own code and xet-core's protocol (tests/local_hub, docs/
+local-hub.md) with the real huggingface_hub 2.x and hf_xet: every call, its failures (refused tokens, missing and
+private buckets, 429s, 5xx, dropped connections, failed batch entries, expired Xet tokens) and its request counts. Not
+against the Hub itself.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
+import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import BucketUnreachableError, StorageError
 from ..retry import RetryPolicy
 from ._base import Failure, Storage, StoredFile, import_backend, install_hint
+from ._hf_errors import HubCall, classify
+from ._hf_http import counting
+from ._hf_xet import XetTarget, add_operation, download, upload
+from ._traffic import shared_traffic
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -50,21 +53,26 @@ def parse_hf_bucket_url(url: str) -> tuple[str, str]:
 
 
 class HfBucketStorage(Storage):
-    """A Hugging Face storage bucket, thin over `HfApi`'s `create_bucket`, `batch_bucket_files`,
-    `download_bucket_files` and `list_bucket_tree`.
+    """A Hugging Face storage bucket: metadata through `HfApi` (`list_bucket_tree`, `get_bucket_paths_info`,
+    `batch_bucket_files`, `create_bucket`), contents through hf_xet with the Xet token kept between transfers
+    (`_hf_xet`).
 
-    `HfFileSystem` is not used: it caches listings and bucket existence per instance, which a reader
-    polling for new versions must not see stale, and it reads buckets only in releases after 1.5.
+    `HfFileSystem` is not used: it caches listings and bucket existence per instance, which a reader polling for new
+    versions must not see stale.
 
-    Atomicity (as huggingface_hub documents it, not verified here): a write uploads the content to
-    Xet storage first, then one batch call points the path at it, so a reader should see the old or
-    the new file. A batch of several files is not transactional; `delete` is one batch.
+    Requests (the Hub counts them per account in 5-minute windows; `traffic` counts them here): a listing is one
+    API request per page; a read one paths-info (none when given the entry a listing returned) and its transfer; a
+    write one batch call and its transfer; a move one paths-info and two batch calls; a delete one batch call; a Xet
+    token one API request per token lifetime, shared by every storage of the process with the same token. A 429 holds
+    every storage of the process with the same token back until the time the Hub named (`RateLimitedError`).
 
-    Blocking: each call blocks through huggingface_hub's own retries, so the default `retry` adds
-    none. Reads download into a temporary directory that is removed before returning; a bounded read
-    (`max_bytes`) asks the file's size first and downloads nothing past the bound (a file replaced
-    between the two is caught on the local copy, read at most to the bound). Progress bars
-    follow huggingface_hub's settings (HF_HUB_DISABLE_PROGRESS_BARS=1 hides them).
+    Atomicity (as huggingface_hub documents it): a write stores the content in Xet storage first, then one batch
+    call points the path at it, so a reader sees the old or the new file. A batch of several files is not
+    transactional; `delete` is one batch.
+
+    Blocking: each call blocks through huggingface_hub's and hf_xet's own retries of 5xx answers and dropped
+    connections, so the default `retry` adds none. Reads download into a temporary directory that is removed before
+    returning; a bounded read (`max_bytes`) learns the file's size first and downloads nothing past the bound.
 
     Args:
         url: `hf://buckets/<namespace>/<name>` or `hf://buckets/<namespace>/<name>/<prefix>`.
@@ -72,7 +80,8 @@ class HfBucketStorage(Storage):
             Never logged nor put in messages.
         endpoint: Hub URL; default huggingface_hub's (HF_ENDPOINT, else huggingface.co).
         api: Your own `HfApi` instead of one built from `token` and `endpoint`.
-        create: Create the bucket (if missing) before the first write.
+        create: Create the bucket (if missing) before the first write; else a write to a missing bucket raises
+            `BucketNotFoundError`.
         private: Visibility of a bucket this creates; default the namespace's default.
         retry: How calls are retried on top of huggingface_hub's own retries.
     """
@@ -89,65 +98,71 @@ class HfBucketStorage(Storage):
         retry: RetryPolicy | None = None,
     ) -> None:
         self.bucket_id, self.prefix = parse_hf_bucket_url(url)
-        super().__init__(f"{_SCHEME}{self.bucket_id}/{self.prefix}".rstrip("/"), retry=retry or _DEFAULT_RETRY)
         if api is not None and (token is not None or endpoint is not None):
             raise ValueError("pass token and endpoint either to your HfApi or to HfBucketStorage, not both")
         if api is None:
             hub = import_backend("huggingface_hub", "hf://buckets/ URLs", "hf")
-            if not hasattr(hub.HfApi, "batch_bucket_files"):
-                raise ImportError(
-                    f"huggingface_hub {hub.__version__} has no bucket API; hf://buckets/ URLs need >= 1.5: "
-                    + install_hint("hf")
-                )
+            if int(hub.__version__.split(".")[0]) < 2:
+                raise ImportError(f"hf://buckets/ URLs need huggingface_hub >= 2 (installed: {hub.__version__}): "
+                                  + install_hint("hf"))
             api = hub.HfApi(endpoint=endpoint, token=token)
+        from huggingface_hub.utils import build_hf_headers
+
         self._api = api
+        headers = build_hf_headers(token=api.token, headers=api.headers)
+        self._xet = XetTarget(api.endpoint, self.bucket_id, headers)
+        has_token = any(k.lower() == "authorization" for k in headers)
+        self._call_read = HubCall(api.endpoint, self.bucket_id, has_token, writing=False)
+        self._call_write = HubCall(api.endpoint, self.bucket_id, has_token, writing=True)
+        account = hashlib.sha256(next((v for k, v in headers.items() if k.lower() == "authorization"), "").encode())
+        traffic = shared_traffic(("hf", api.endpoint, account.hexdigest()), ("api", "resolver", "transfer"))
+        super().__init__(f"{_SCHEME}{self.bucket_id}/{self.prefix}".rstrip("/"), retry=retry or _DEFAULT_RETRY,
+                         traffic=traffic)
         self._create = create
         self._private = private
+        self._writing = threading.local()  # the call in progress writes: its refusals say "needs write access"
+
+    def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
+        with counting(self.traffic):
+            self._writing.value = operation in ("write", "move", "delete")
+            return super()._call(operation, path, call)
 
     def _classify(self, error: Exception) -> Failure | None:
-        from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled
-
-        if isinstance(error, (EntryNotFoundError, BucketNotFoundError)):
-            return Failure(FileNotFoundError, str(error))
-        if isinstance(error, OfflineModeIsEnabled):
-            return Failure(StorageError, "HF_HUB_OFFLINE is set; unset it to reach the Hub")
-        if isinstance(error, HfHubHTTPError):
-            status = error.response.status_code if error.response is not None else None
-            if status in (401, 403):
-                return Failure(
-                    StorageError,
-                    f"the Hub refused the token (HTTP {status}); log in with `hf auth login` or set HF_TOKEN "
-                    "to a token with write access to the bucket's namespace",
-                )
-            if status == 429 or (status or 0) >= 500:
-                return Failure(BucketUnreachableError, f"the Hub answered HTTP {status}: {error}")
-            return Failure(StorageError, f"the Hub answered: {error}")
-        if isinstance(error, _transport_errors()):
-            return Failure(BucketUnreachableError, f"cannot reach the Hub at {self._api.endpoint}: {error}")
-        return None
+        return classify(error, self._call_write if getattr(self._writing, "value", False) else self._call_read)
 
     def _key(self, path: str) -> str:
         return self.prefix + path
 
-    def _read(self, path: str, max_bytes: int | None) -> bytes:
-        if max_bytes is not None:  # the size the Hub gives, before anything is downloaded
-            size = self._api.get_bucket_file_metadata(self.bucket_id, self._key(path)).size
-            if size > max_bytes:
-                raise self._too_large(path, max_bytes, size)
+    def _read(self, path: str, max_bytes: int | None, listed: StoredFile | None) -> bytes:
+        if listed is not None and listed.etag is not None:
+            xet_hash, size = listed.etag, listed.size
+        else:
+            xet_hash, size = self._info(path)
+        if max_bytes is not None and size > max_bytes:  # the size the Hub gives, before anything is downloaded
+            raise self._too_large(path, max_bytes, size)
         with tempfile.TemporaryDirectory(prefix="delta-hf-") as tmp:
             local = os.path.join(tmp, "file")
-            self._api.download_bucket_files(self.bucket_id, [(self._key(path), local)], raise_on_missing_files=True)
-            return self._read_local(local, path, max_bytes)  # replaced since: still bounded in memory
+            download(self._xet, xet_hash, size, local, self.traffic)
+            return self._read_local(local, path, max_bytes)  # still bounded in memory, whatever came
+
+    def _info(self, path: str) -> tuple[str, int]:
+        """The Xet hash and size of `path` (one paths-info request)."""
+        for info in self._api.get_bucket_paths_info(self.bucket_id, [self._key(path)]):
+            if info.path == self._key(path):
+                return info.xet_hash, info.size
+        raise FileNotFoundError(path)
 
     def _write(self, path: str, data: bytes) -> None:
         if self._create:
             self._api.create_bucket(self.bucket_id, private=self._private, exist_ok=True)
             self._create = False  # once per instance; a race between threads only repeats an idempotent call
-        self._api.batch_bucket_files(self.bucket_id, add=[(data, self._key(path))])
+        xet_hash, size = upload(self._xet, data, self.traffic)
+        self._api.batch_bucket_files(self.bucket_id, add=[add_operation(data, self._key(path), xet_hash, size)])
 
     def _move(self, source: str, target: str) -> None:
-        # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted.
-        xet_hash = self._api.get_bucket_file_metadata(self.bucket_id, self._key(source)).xet_file_data.file_hash
+        # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted: two calls,
+        # so that a failed copy never leaves the source deleted.
+        xet_hash, _ = self._info(source)
         self._api.batch_bucket_files(self.bucket_id, copy=[("bucket", self.bucket_id, xet_hash, self._key(target))])
         self._api.batch_bucket_files(self.bucket_id, delete=[self._key(source)])
 
@@ -156,20 +171,7 @@ class HfBucketStorage(Storage):
         prefix = self._key(folder).rstrip("/") or None
         for item in self._api.list_bucket_tree(self.bucket_id, prefix=prefix, recursive=True):
             if item.type == "file" and item.path.startswith(self.prefix):
-                yield StoredFile(item.path[len(self.prefix) :], item.size)
+                yield StoredFile(item.path[len(self.prefix) :], item.size, item.xet_hash)
 
     def _delete(self, paths: list[str]) -> None:
         self._api.batch_bucket_files(self.bucket_id, delete=[self._key(p) for p in paths])
-
-
-@functools.cache
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean the Hub was not reached: httpx's (huggingface_hub 1.x) or httpx2's
-    (2.x) transport errors, and the builtin ones hf_xet raises for its own transfers."""
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for module in ("httpx2", "httpx"):
-        try:
-            errors.append(importlib.import_module(module).TransportError)
-        except ImportError:
-            continue  # the other huggingface_hub generation's HTTP client
-    return tuple(errors)

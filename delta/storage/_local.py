@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ..atomic import TMP_PREFIX, write_atomic
 from ..errors import StorageError
 from ..retry import RetryPolicy
 from ._base import Failure, Storage, StoredFile
+from ._traffic import shared_traffic
+
+T = TypeVar("T")
 
 
 class LocalStorage(Storage):
@@ -27,6 +31,8 @@ class LocalStorage(Storage):
     reads as missing, and writes and deletes through such a folder are refused: the bucket's files are
     written by strangers, and a link must not make a reader take, or a writer touch, a file elsewhere.
 
+    Requests: none leave the machine; `traffic` counts each call by its kind (read, write, list, move, delete).
+
     Args:
         root: The directory; `~` is expanded.
         retry: Accepted for symmetry with the other backends; local errors are never transient.
@@ -34,12 +40,17 @@ class LocalStorage(Storage):
 
     def __init__(self, root: str | os.PathLike[str], *, retry: RetryPolicy | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
-        super().__init__(self.root.as_uri(), retry=retry)
+        super().__init__(self.root.as_uri(), retry=retry,
+                         traffic=shared_traffic(("local", str(self.root)), ("read", "write", "list", "move", "delete")))
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StorageError(f"cannot create the bucket directory: {error}", url=self.url) from error
         self._real_root = self.root.resolve()
+
+    def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
+        self.traffic.count(operation)
+        return super()._call(operation, path, call)
 
     def _inside(self, path: Path, what: str) -> Path:
         """`path`, if it resolves (links followed) inside the bucket; else FileNotFoundError for a read,
@@ -56,7 +67,7 @@ class LocalStorage(Storage):
             return Failure(StorageError, str(error))
         return None
 
-    def _read(self, path: str, max_bytes: int | None) -> bytes:
+    def _read(self, path: str, max_bytes: int | None, listed: StoredFile | None) -> bytes:
         return self._read_local(self._inside(self.root / path, "read"), path, max_bytes)
 
     def _write(self, path: str, data: bytes) -> None:

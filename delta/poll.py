@@ -1,0 +1,70 @@
+"""How long a loop that polls a bucket waits before its next look: one rule for the subscriber, the follow loops and
+the apps' monitors.
+
+Every look is a request against the bucket's server, and on the Hub against an account's quota that every Space of
+the account shares: a loop that found nothing new looks again less and less often (up to `idle_max`) and comes back to
+its interval at the first change; a loop that failed backs off (doubling, with jitter, so that many clients do not
+come back in the same second); a loop the server asked to slow down (`RateLimitedError`) waits until the time the
+server named.
+
+    backoff = Backoff(interval=1.0, max_delay=30.0, idle_max=8.0)
+    while not stop.is_set():
+        try:
+            backoff.succeeded(changed=look())
+        except OSError as error:
+            backoff.failed(error)
+        backoff.wait(stop)
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .retry import RetryPolicy
+
+
+class Backoff:
+    """The wait before a polling loop's next look (see the module docstring). Used by one loop (one thread).
+
+    Args:
+        interval: Seconds between looks while things change.
+        max_delay: Longest wait after failures (they double from `2 * interval`, with jitter).
+        idle_max: Longest wait while nothing changes (looks that found nothing new double the wait from `interval`);
+            None or `interval`: never stretched.
+
+    Attributes:
+        failures: Failed looks in a row (0 after a look that succeeded).
+    """
+
+    def __init__(self, interval: float, max_delay: float, idle_max: float | None = None) -> None:
+        if interval <= 0 or max_delay < interval:
+            raise ValueError(f"need 0 < interval <= max_delay, got {interval} and {max_delay}")
+        if idle_max is not None and idle_max < interval:
+            raise ValueError(f"idle_max must be >= interval ({interval}), got {idle_max}")
+        self.interval = interval
+        self.idle_max = idle_max if idle_max is not None else interval
+        self.failures = 0
+        self._quiet = 0
+        self._error: BaseException | None = None
+        self._policy = RetryPolicy(None, min(2 * interval, max_delay), max_delay)
+
+    def succeeded(self, changed: bool = True) -> None:
+        """The look worked; `changed`: it found something new (the wait goes back to `interval`)."""
+        self.failures, self._error = 0, None
+        self._quiet = 0 if changed else min(self._quiet + 1, 62)
+
+    def failed(self, error: BaseException | None = None) -> None:
+        """The look failed, with `error` where one was raised (a `RateLimitedError` sets the earliest time of the
+        next look)."""
+        self.failures += 1
+        self._error = error
+
+    def delay(self) -> float:
+        """Seconds to wait now."""
+        if self.failures:
+            return self._policy.delay_after(self._error, self.failures)
+        return min(self.idle_max, self.interval * 2**self._quiet)
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Wait `delay()` seconds, or until `stop` is set; True if it was."""
+        return stop.wait(self.delay())
