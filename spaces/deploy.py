@@ -79,25 +79,18 @@ def space_url(repo_id: str) -> str:
 def signing_key(bucket: str, make: bool = True) -> str | None:
     """The trainer's private key text for `bucket`: ``DELTA_SIGNING_KEY`` when set, else the key kept for the bucket in
     this user's cache (`delta.trainer_key`, which a trainer run here on the bucket signs with), made now if there is
-    none and `make`; None when there is none and not `make` (a dry run: `plan` shows a throwaway key).
+    none; None when not `make` and the variable is unset (a dry run touches no key: `plan` shows a throwaway one).
 
     Raises:
         delta.KeyFormatError, delta.PrivateFileError: the variable or the kept file holds no key, or is not the user's.
-        ImportError: `make`, and huggingface_hub (>= 1.5) is not installed.
+        ImportError: huggingface_hub (>= 1.5) is not installed.
     """
+    if not (make or os.environ.get("DELTA_SIGNING_KEY")):
+        return None
     _repository_on_path()
     from delta import open_storage, trainer_key
-    from delta.signing import SIGNING_KEY_VARIABLE, bucket_file
 
-    try:
-        url = open_storage(bucket).url  # the spelling a trainer's Publisher keys its file by (no request is made)
-    except ImportError:  # no huggingface_hub with buckets: nothing is deployed, and a dry run shows a throwaway key
-        if make:
-            raise
-        return None
-    if make or os.environ.get(SIGNING_KEY_VARIABLE) or bucket_file("keys", url, ".key").exists():
-        return trainer_key(url).secret_text()
-    return None
+    return trainer_key(open_storage(bucket).url).secret_text()  # the URL's spelling a Publisher keys its file by
 
 
 def _repository_on_path() -> None:
@@ -216,7 +209,7 @@ def main(argv: list[str]) -> None:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
     if args.keep_signing_key and not os.environ.get("DELTA_SIGNING_KEY"):
         parser.error("--keep-signing-key: set DELTA_SIGNING_KEY to the trainer's key (ed25519-private:...)")
-    try:  # a dry run or --out makes no key: shown, a kept one or a throwaway
+    try:  # a dry run or --out makes no key
         kept = signing_key(bucket, make=not (args.dry_run or args.out))
         plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
                      model=args.model, signing_key=kept)
