@@ -16,7 +16,8 @@ its tensors are not the run's adapter, or when the run publishes full weights (m
 the `delta` backend follows those, `python -m delta follow`). The adapter versions and the run's settings are used only
 when the trainer's key signed them (`--trusted-key`, env DELTA_TRUSTED_KEY; else the key of the first signed one, kept
 per bucket; `--unauthenticated` for an unsigned bucket): a version it did not sign is refused in one line and counted
-(``untrusted version``), and settings it did not sign are refused and the last ones it signed kept. The run's
+(``untrusted version``), and settings it did not sign are refused in one line, counted (``untrusted run settings``, read
+before each version) and the last ones it signed kept. The run's
 settings are also checked against their HMAC with the run's rollout token (`--rollout-token`, env ROLLOUT_TOKEN);
 without it that check is skipped, and the sidecar says so at start.
 """
@@ -32,7 +33,8 @@ from collections.abc import Callable
 import settings
 from delta import Trust, open_storage
 from delta.follow import (
-    AdapterFollower, AdapterRefusedError, AdapterRun, add_arguments, base_hash_of, follow_config, run_until_stopped,
+    AdapterFollower, AdapterRefusedError, AdapterRun, FollowStatus, add_arguments, base_hash_of, follow_config,
+    run_until_stopped,
 )
 from delta.integrations.vllm_http import VLLMHTTPClient
 from wire.fleet_bucket import FleetBucket
@@ -69,6 +71,14 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
     return read
 
 
+def count_run_refusals(bucket: FleetBucket, status: FollowStatus) -> None:
+    """Show in `status` (the status file) the run settings `bucket` refused for their signature, as a rollout server's
+    `/status` does: ``refused["untrusted run settings"]``, and the last refusal's reason as `last_error`."""
+    if bucket.runs_refused > status.refused.get("untrusted run settings", 0):
+        status.refused["untrusted run settings"] = bucket.runs_refused
+        status.last_error = bucket.run_refusal
+
+
 def server_base_hash(client: VLLMHTTPClient, base: str | None) -> str | None:
     """The state hash of the server's base model (`delta.follow.base_hash_of`): of `base`, else of the folder the
     server loaded when it is one on this machine; None (logged) when neither is."""
@@ -99,7 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         trust = Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
         client.wait_ready(config.ready_timeout)
         base_hash = server_base_hash(client, args.base)
-        run = run_adapter(FleetBucket(args.bucket, secret=args.rollout_token, trust=trust), args.keep)
+        fleet = FleetBucket(args.bucket, secret=args.rollout_token, trust=trust)
+        adapter = run_adapter(fleet, args.keep)
+
+        def run() -> AdapterRun:  # read before each version, once `follower` is made
+            try:
+                return adapter()
+            finally:
+                count_run_refusals(fleet, follower.status)
+
         follower = AdapterFollower(config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client,
                                    trust=trust)
     except (OSError, ValueError) as e:  # PrivateFileError is an OSError, KeyFormatError a ValueError

@@ -10,6 +10,11 @@ It works out a plan first (print it with ``--dry-run``), then carries it out wit
    ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's DELTA_SIGNING_KEY, with which it signs
    the weights and run settings that the rollouts then check), and ask for its hardware.
 
+The trainer's key is the one kept for the bucket in your cache (``~/.cache/delta/keys/``, owner-only; made at the first
+deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_KEY`` when set: a redeploy sets the same key, so
+the trainer resumes the versions it signed (with a new key it would find none of its own and start again from the base
+model), and a trainer you run on the same bucket signs with it too.
+
 The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
 the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
 and the trainer's defaults. ``--model`` picks another (a Hub id; the rollout and the trainer get the same).
@@ -71,6 +76,29 @@ def space_url(repo_id: str) -> str:
     return "https://" + repo_id.replace("/", "-").replace("_", "-").replace(".", "-").lower() + ".hf.space"
 
 
+def signing_key(bucket: str, make: bool = True) -> str | None:
+    """The trainer's private key text for `bucket`: ``DELTA_SIGNING_KEY`` when set, else the key kept for the bucket in
+    this user's cache (`delta.trainer_key`, which a trainer run here on the bucket signs with), made now if there is
+    none; None when not `make` and the variable is unset (a dry run touches no key: `plan` shows a throwaway one).
+
+    Raises:
+        delta.KeyFormatError, delta.PrivateFileError: the variable or the kept file holds no key, or is not the user's.
+        ImportError: huggingface_hub (>= 1.5) is not installed.
+    """
+    if not (make or os.environ.get("DELTA_SIGNING_KEY")):
+        return None
+    _repository_on_path()
+    from delta import open_storage, trainer_key
+
+    return trainer_key(open_storage(bucket).url).secret_text()  # the URL's spelling a Publisher keys its file by
+
+
+def _repository_on_path() -> None:
+    """Run as `python spaces/deploy.py`: import the repository's `delta`, beside this script."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
 def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
          env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1,
          model: str | None = None, signing_key: str | None = None) -> list[SpacePlan]:
@@ -79,10 +107,9 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
     env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
     too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode).
     `model`: the policy of the rollouts and the trainer (None: `GPU_MODEL` on GPUs, with `GPU_TRAINER_ARGS`;
-    `CPU_MODEL` with `cpu`). `signing_key`: the trainer's private key text (None: a new one; give the old one again
-    to redeploy without changing the key the rollouts trust)."""
-    if str(REPO) not in sys.path:  # run as `python spaces/deploy.py`: the repository's `delta`, beside it
-        sys.path.insert(0, str(REPO))
+    `CPU_MODEL` with `cpu`). `signing_key`: the trainer's private key text (None: a new one; `main` gives the one kept
+    for the bucket, `signing_key`, so that a redeploy keeps the key the trainer's versions carry)."""
+    _repository_on_path()
     from delta import SigningKey
 
     key = SigningKey.parse(signing_key) if signing_key else SigningKey.generate()
@@ -164,8 +191,9 @@ def main(argv: list[str]) -> None:
                         help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     parser.add_argument("--keep-signing-key", action="store_true",
-                        help="sign with the trainer key in DELTA_SIGNING_KEY (a redeploy: the rollouts go on trusting "
-                             "it) instead of a new one")
+                        help="require DELTA_SIGNING_KEY to be set, and sign with it (without this flag it is used too "
+                             "when set; else the key kept for the bucket in ~/.cache/delta/keys, made at the first "
+                             "deploy)")
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
     bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
@@ -179,11 +207,13 @@ def main(argv: list[str]) -> None:
         token = get_token() or ""
         if not token:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
-    try:
-        kept = os.environ.get("DELTA_SIGNING_KEY") if args.keep_signing_key else None
+    if args.keep_signing_key and not os.environ.get("DELTA_SIGNING_KEY"):
+        parser.error("--keep-signing-key: set DELTA_SIGNING_KEY to the trainer's key (ed25519-private:...)")
+    try:  # a dry run or --out makes no key
+        kept = signing_key(bucket, make=not (args.dry_run or args.out))
         plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
                      model=args.model, signing_key=kept)
-    except ValueError as e:  # KeyFormatError too: the message never quotes the key
+    except (ValueError, OSError, ImportError) as e:  # KeyFormatError, PrivateFileError too: no message quotes a key
         parser.error(str(e))
     if args.out:
         for p in plans:

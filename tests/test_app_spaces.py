@@ -136,6 +136,35 @@ def test_each_token_is_set_on_the_space_that_checks_it_and_the_one_that_sends_it
     assert again[1].variables["DELTA_TRUSTED_KEY"] == key.public.text  # a redeploy that keeps the key
 
 
+def test_a_redeploy_sets_the_key_the_first_deploy_kept_for_the_bucket(tmp_path: Path, monkeypatch) -> None:
+    """A trainer resumes only the versions its key signed: the deploy keeps the key it sets on the trainer Space in the
+    user's cache, per bucket (as a trainer of one's own keeps its key), so a redeploy sets the same key and the trainer
+    goes on from its versions; a trainer run here on the bucket signs with it too. A dry run makes none;
+    DELTA_SIGNING_KEY, when set, is the key."""
+    import delta
+
+    sys.path.insert(0, str(REPO / "spaces"))
+    try:
+        from deploy import signing_key
+    finally:
+        sys.path.remove(str(REPO / "spaces"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DELTA_SIGNING_KEY", raising=False)
+    bucket = "hf://buckets/alice/wordle-deltas"
+    assert signing_key(bucket, make=False) is None and not list(tmp_path.rglob("*.key"))  # a dry run
+    first = signing_key(bucket)
+    assert signing_key(bucket) == first and signing_key(bucket, make=False) is None  # a redeploy; a dry run
+    assert delta.trainer_key(delta.open_storage(bucket + "/").url).secret_text() == first  # a trainer of one's own
+    [kept] = tmp_path.rglob("*.key")
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert signing_key("hf://buckets/alice/other") != first  # one key per bucket
+    given = delta.SigningKey.generate().secret_text()
+    monkeypatch.setenv("DELTA_SIGNING_KEY", given)
+    assert signing_key(bucket) == given
+    refused = run_deploy("--namespace", "alice", "--dry-run", "--keep-signing-key")
+    assert refused.returncode == 2 and "--keep-signing-key: set DELTA_SIGNING_KEY" in refused.stderr
+
+
 def test_gpu_spaces_train_qwen3_sized_for_an_l4_and_cpu_spaces_the_offline_model() -> None:
     gpu = run_deploy("--namespace", "alice", "--dry-run")
     assert gpu.returncode == 0, gpu.stderr

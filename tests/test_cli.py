@@ -108,6 +108,43 @@ def test_bucket_commands_publish_log_pull_gc(tmp_path):
     assert out.returncode == 0 and states_equal(delta.load_state(str(tmp_path / "v4.safetensors")), states[4])
 
 
+def test_pull_writes_only_what_the_trusted_key_signed(tmp_path):
+    """`pull --trusted-key` refuses a version another key signed (exit 1, the reason in one `error:` line, nothing
+    written); a bucket of unsigned versions (an older delta's) is pulled only with --unauthenticated, which it says."""
+    from dataclasses import replace
+
+    from delta.bucket.manifest import write_manifest
+
+    from ._trainer import trajectory
+
+    states = trajectory(2, n=20_000)
+    bucket, output = str(tmp_path / "bucket"), tmp_path / "pulled.safetensors"
+    trainer, stranger = delta.SigningKey.generate(), delta.SigningKey.generate()
+    with delta.Publisher(bucket, signing_key=trainer) as pub:
+        pub.publish(states[1])
+        assert pub.flush(timeout=60)
+    with delta.Publisher(bucket, signing_key=stranger) as pub:
+        pub.publish(states[2])
+        assert pub.flush(timeout=60)
+    out = run("pull", "--bucket", bucket, "--trusted-key", trainer.public.text, "-o", str(output))
+    assert out.returncode == 1 and not output.exists(), out.stderr
+    error = out.stderr.splitlines()[-1]
+    assert error == (f"error: version 2 is signed by {stranger.public.fingerprint}, not by the trusted "
+                     f"{trainer.public.fingerprint}, and no handover signed by the trusted key introduces it")
+
+    storage = delta.open_storage(bucket)
+    manifest = delta.read_manifest(storage)
+    write_manifest(storage, replace(manifest, versions=tuple(replace(v, run=None, signer=None, signature=None)
+                                                             for v in manifest.versions)))
+    out = run("pull", "--bucket", bucket, "--trusted-key", stranger.public.text, "-o", str(output))
+    assert out.returncode == 1 and not output.exists(), out.stderr
+    assert out.stderr.splitlines()[-1].startswith("error: version 2 is unsigned: ")
+    out = run("pull", "--bucket", bucket, "--unauthenticated", "-o", str(output))
+    assert out.returncode == 0, out.stderr
+    assert states_equal(delta.load_state(str(output)), states[2])
+    assert "(verified; unauthenticated: the weights are applied whoever wrote them)" in out.stdout
+
+
 def test_a_bucket_folder_that_does_not_exist_is_a_usage_error_and_is_not_created(files, tmp_path):
     d, old, _ = files
     missing = tmp_path / "mistyped"

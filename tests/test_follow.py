@@ -313,9 +313,10 @@ def _adapter(version: int, r: int = 4) -> dict[str, torch.Tensor]:
 
 
 def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None = "tok", staleness: int = 1,
-               **lora: object) -> None:
-    """The run's settings in `bucket` as a trainer writes them (signed with `token`): a LoRA run of rank 4, alpha 6,
-    on q_proj of the model folder `base`, staleness 1 (another `staleness`: as no trainer of adapter runs writes it)."""
+               signer: delta.SigningKey | None = None, **lora: object) -> None:
+    """The run's settings in `bucket` as a trainer writes them (signed with `token`, and with `signer`, by default the
+    bucket's trainer key): a LoRA run of rank 4, alpha 6, on q_proj of the model folder `base`, staleness 1 (another
+    `staleness`: as no trainer of adapter runs writes it)."""
     from tests._lora import settings
     from trainer_space import TrainerConfig
     from trainer_space.fleet import FleetRun
@@ -324,8 +325,8 @@ def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None
 
     config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync if staleness == 1 else "merged",
                            max_staleness=staleness)
-    run = FleetRun(config, FleetBucket(str(bucket), secret=token), run_id="run")
-    run.know_lora(settings(base, sync, alpha=6.0, targets=("q_proj",), **lora))
+    run = FleetRun(config, FleetBucket(str(bucket), secret=token, signer=signer), run_id="run")
+    run.know_lora(settings(base, sync, **{"alpha": 6.0, "targets": ("q_proj",), **lora}))
     run.send(RunState.RUNNING, 0)
 
 
@@ -365,6 +366,51 @@ def test_the_sidecar_loads_an_adapter_run_with_the_run_s_settings_from_the_bucke
     final = json.loads(status.read_text())
     assert (final["failures"], final["refused"]) == (0, {})
     assert "no rollout token" not in out
+
+
+def test_the_sidecar_refuses_a_strangers_version_and_settings_and_loads_the_trainers_next(tmp_path: Path) -> None:
+    """Only what the trainer's key signed: a stranger's adapter version and run settings (its own key, another alpha;
+    the rollout token's HMAC right) are each refused in one line and counted in the status file (``untrusted
+    version``, ``untrusted run settings``); the trainer's next version is loaded with the settings the trainer signed."""
+    from tests._env_server import serving
+
+    bucket, status = tmp_path / "bucket", tmp_path / "status.json"
+    server = FakeLoraServer(_base(tmp_path / "model"))
+    _write_run(bucket, server.root)
+    stranger = delta.SigningKey.generate()
+
+    def now() -> dict:
+        return json.loads(status.read_text()) if status.exists() else {}
+
+    with serving(server.app) as url, delta.Publisher(str(bucket)) as trainer:
+        trainer.publish(_adapter(1))
+        trainer.flush()
+        sidecar = _sidecar(bucket, url, status, "--rollout-token", "tok", "--trusted-key", trainer.public_key.text,
+                           "--until", "2")
+        try:
+            wait_until(lambda: now().get("version") == 1)
+            _write_run(bucket, server.root, signer=stranger, alpha=60.0)
+            with delta.Publisher(str(bucket), signing_key=stranger) as theirs:
+                theirs.publish(_adapter(7))
+                theirs.flush()
+            wait_until(lambda: now().get("refused", {}).get("untrusted version") == 1)
+            trainer.publish(_adapter(2))  # from its own manifest: its version 2
+            trainer.flush()
+            out, _ = sidecar.communicate(timeout=120)
+        finally:
+            if sidecar.poll() is None:
+                sidecar.kill()
+    assert sidecar.returncode == 0, out
+    assert server.calls == [("load", "adapter-v1", 6.0, 4), ("load", "adapter-v2", 6.0, 4)]
+    final = now()
+    assert (final["version"], final["failures"]) == (2, 0)
+    assert final["refused"] == {"untrusted version": 1, "untrusted run settings": 1}
+    lines = out.splitlines()
+    [refused] = [line for line in lines if line.startswith("REFUSED")]
+    assert refused.startswith(f"REFUSED version 2 is signed by {stranger.public.fingerprint}, not by the trusted ")
+    assert sum(f"REFUSED the run's settings: fleet/run.json: this file is signed by {stranger.public.fingerprint}"
+               in line for line in lines) == 1
+    assert "Traceback" not in out
 
 
 @pytest.mark.parametrize("case, flags, reason, line", [

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, state_digest
+from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, state_digest, trainer_key
 from delta.bucket.manifest import read_manifest, version_of_path
 from delta.storage import RetryPolicy, open_storage
 
@@ -126,11 +126,13 @@ def test_server_stopped_and_restarted_mid_run(rclone_s3):
     assert reader.sync() == pub.last.version and states_equal(reader.state, states[7])
 
 
-def _run_ranks(bucket, mode: str, phases: str) -> list[str]:
-    """Run `tests._rank_child` as 2 gloo ranks to the end; their outputs, each checked to have exited 0."""
+def _run_ranks(bucket, mode: str, phases: str, environ: dict[int, dict[str, str]] | None = None) -> list[str]:
+    """Run `tests._rank_child` as 2 gloo ranks to the end (`environ`: variables set for a rank); their outputs, each
+    checked to have exited 0."""
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tests._rank_child", str(bucket), str(rank), "2", str(port), mode,
-                               phases], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               phases], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, **(environ or {}).get(rank, {})})
              for rank in range(2)]
     outs = [p.communicate(timeout=150)[0] for p in procs]
     return [(p.returncode, out) for p, out in zip(procs, outs)]
@@ -144,10 +146,13 @@ def _ok(results) -> None:
 @pytest.mark.parametrize("mode", ["names", "split"])
 def test_two_ranks_under_torch_distributed(tmp_path, mode):
     """Two gloo ranks publish disjoint tensors (`names`) or each its share of every tensor, all held by
-    both (`split`); the second publisher run resumes with deltas; readers rebuild every state."""
+    both (`split`); the second publisher run resumes with deltas; readers rebuild every state. Rank 0 alone signs, with
+    the key kept for the bucket: rank 1 never reads a key (the one it is given is no key at all)."""
     bucket = tmp_path / "bucket"
-    _ok(_run_ranks(bucket, mode, "both"))
+    _ok(_run_ranks(bucket, mode, "both", {1: {"DELTA_SIGNING_KEY": "not a key"}}))
     manifest = read_manifest(open_storage(bucket))
+    key = trainer_key(open_storage(bucket).url).public
+    assert {v.signer for v in manifest.versions} == {key.text} and all(v.signature for v in manifest.versions)
     assert manifest.shards is not None and len(manifest.shards) == 2
     assert all(len(v.delta) == 2 for v in manifest.versions[1:]) and len(manifest.versions[0].anchor) == 2
     if mode == "split":  # every tensor cut in two, one piece per rank, rows 0..n/2 on rank 0
