@@ -245,7 +245,7 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
 
 def build_ui(session: TrainingSession) -> gr.Blocks:
     """The Blocks app (mounted by `server.build_app`)."""
-    with gr.Blocks(title="Delta trainer") as demo:
+    with gr.Blocks(title="Delta trainer", analytics_enabled=False) as demo:
         gr.Markdown("# Trainer: GRPO on Wordle, a sparse delta published after every step")
         status = gr.Markdown(status_markdown(session.status()))
         seen = gr.State(None)
