@@ -533,7 +533,7 @@ def test_a_restart_on_the_same_root_keeps_the_data(local_hub: LocalHub, tmp_path
 
 def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> None:
     from delta import FileTooLargeError
-    from delta.storage import StoredFile, open_storage
+    from delta.storage import open_storage
 
     bucket = open_storage("hf://buckets/alice/run/v", token=local_hub.token("alice"), endpoint=local_hub.endpoint)
     data = _random(1 << 20, 8)
@@ -544,12 +544,15 @@ def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> No
     local_hub.reset_counts()
     with pytest.raises(FileTooLargeError):
         bucket.read("weights/1.bin", max_bytes=1000)
-    assert local_hub.counts()["routes"] == {"resolver.resolve": 1}  # the size asked, nothing downloaded
-    assert bucket.list() == [StoredFile("manifest.json", 2), StoredFile("weights/1.bin", len(data))]
+    assert local_hub.counts()["routes"] == {"api.paths_info": 1}  # the size asked, nothing downloaded
+    listed = bucket.list()  # each with its Xet hash as the etag
+    assert [(f.path, f.size) for f in listed] == [("manifest.json", 2), ("weights/1.bin", len(data))]
+    held = local_hub.state()["buckets"]["alice/run"]["files"]
+    assert [f.etag for f in listed] == [held["v/manifest.json"]["xet_hash"], held["v/weights/1.bin"]["xet_hash"]]
     bucket.move("weights/1.bin", "weights/2.bin")
     assert [f.path for f in bucket.list("weights/")] == ["weights/2.bin"]
     bucket.delete(["weights/2.bin", "never/there"])
-    assert bucket.list() == [StoredFile("manifest.json", 2)]
+    assert [(f.path, f.size) for f in bucket.list()] == [("manifest.json", 2)]
     with pytest.raises(FileNotFoundError):
         bucket.read("weights/2.bin")
 
