@@ -151,28 +151,78 @@ def assemble(role: str, out: Path) -> Path:
     return out
 
 
+class DeployError(Exception):
+    """A step the Hub refused or could not be reached for; the message names the step and what to do, on one line."""
+
+
 def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
-    """Carry the plan out on the Hub (idempotent: existing bucket and Spaces are updated)."""
+    """Carry the plan out on the Hub (idempotent: existing bucket and Spaces are updated). The Hub is
+    huggingface_hub's endpoint: huggingface.co, or HF_ENDPOINT (read when huggingface_hub is imported).
+
+    Raises:
+        DeployError: The Hub refused a step (a token without write access, say) or could not be reached.
+    """
     from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(token=token)
     bucket_id = bucket.removeprefix("hf://buckets/")
-    print(f"creating the bucket {bucket_id}", flush=True)
-    api.create_bucket(bucket_id, private=True, exist_ok=True)
-    for p in plans:
-        print(f"creating {p.repo_id} ({p.sdk}, {p.hardware})", flush=True)
-        api.create_repo(p.repo_id, repo_type="space", space_sdk=p.sdk, exist_ok=True)
-        for key, value in p.variables.items():
-            api.add_space_variable(p.repo_id, key, value)
-        for key, value in p.secrets.items():
-            api.add_space_secret(p.repo_id, key, value)
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = assemble(p.role, Path(tmp) / p.repo_id.split("/")[1])
-            api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
-                              commit_message="deploy from delta-sync")
-        if p.hardware != "cpu-basic":
-            api.request_space_hardware(p.repo_id, p.hardware)
-        print(f"  {p.url}", flush=True)
+    step, namespace = f"creating the bucket {bucket_id}", bucket_id.split("/")[0]
+    try:
+        print(step, flush=True)
+        api.create_bucket(bucket_id, private=True, exist_ok=True)
+        for p in plans:
+            step, namespace = f"creating {p.repo_id}", p.repo_id.split("/")[0]
+            print(f"{step} ({p.sdk}, {p.hardware})", flush=True)
+            api.create_repo(p.repo_id, repo_type="space", space_sdk=p.sdk, exist_ok=True)
+            for key, value in p.variables.items():
+                step = f"setting the variable {key} of {p.repo_id}"
+                api.add_space_variable(p.repo_id, key, value)
+            for key, value in p.secrets.items():
+                step = f"setting the secret {key} of {p.repo_id}"
+                api.add_space_secret(p.repo_id, key, value)
+            step = f"uploading the files of {p.repo_id}"
+            with tempfile.TemporaryDirectory() as tmp:
+                folder = assemble(p.role, Path(tmp) / p.repo_id.split("/")[1])
+                api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
+                                  commit_message="deploy from delta-sync")
+            if p.hardware != "cpu-basic":
+                step = f"requesting {p.hardware} for {p.repo_id}"
+                api.request_space_hardware(p.repo_id, p.hardware)
+            print(f"  {p.url}", flush=True)
+    except HfHubHTTPError as error:
+        raise DeployError(f"{step}: {_refusal(error, api.endpoint, namespace)}") from error
+    except _transport_errors() as error:
+        raise DeployError(f"{step}: cannot reach the Hub at {api.endpoint} ({type(error).__name__}: {error}); "
+                          "check HF_ENDPOINT and the network") from error
+
+
+def _refusal(error: Exception, endpoint: str, namespace: str) -> str:
+    """What the Hub's answer means, in one line: its status, its own words (`X-Error-Message`), what to do."""
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    said = (response.headers.get("X-Error-Message") or "") if response is not None else ""
+    if not said:
+        said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    if status == 401 and said == "Invalid credentials in Authorization header":
+        return ("the Hub refused the token (HTTP 401: invalid credentials): it is wrong, expired or revoked; set "
+                "HF_TOKEN to a token with write access or run `hf auth login`")
+    if status in (401, 403):
+        return (f"the Hub refused the token (HTTP {status}: {said}): deploying needs a token with write access to "
+                f"{namespace}; make one at {endpoint}/settings/tokens and set HF_TOKEN (or run `hf auth login`)")
+    return f"the Hub answered HTTP {status}: {said}"
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the Hub was not reached: httpx2's (huggingface_hub 2.x) and the builtin ones."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    return tuple(errors)
 
 
 def main(argv: list[str]) -> None:
@@ -229,7 +279,10 @@ def main(argv: list[str]) -> None:
           f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
           "the trainer Space's secret DELTA_SIGNING_KEY)")
     if not args.dry_run:
-        deploy(plans, bucket, token)
+        try:
+            deploy(plans, bucket, token)
+        except DeployError as error:
+            sys.exit(f"error: {error}")
 
 
 if __name__ == "__main__":

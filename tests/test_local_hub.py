@@ -533,7 +533,7 @@ def test_a_restart_on_the_same_root_keeps_the_data(local_hub: LocalHub, tmp_path
 
 def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> None:
     from delta import FileTooLargeError
-    from delta.storage import StoredFile, open_storage
+    from delta.storage import open_storage
 
     bucket = open_storage("hf://buckets/alice/run/v", token=local_hub.token("alice"), endpoint=local_hub.endpoint)
     data = _random(1 << 20, 8)
@@ -544,11 +544,146 @@ def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> No
     local_hub.reset_counts()
     with pytest.raises(FileTooLargeError):
         bucket.read("weights/1.bin", max_bytes=1000)
-    assert local_hub.counts()["routes"] == {"resolver.resolve": 1}  # the size asked, nothing downloaded
-    assert bucket.list() == [StoredFile("manifest.json", 2), StoredFile("weights/1.bin", len(data))]
+    assert local_hub.counts()["routes"] == {"api.paths_info": 1}  # the size asked, nothing downloaded
+    listed = bucket.list()  # each with its Xet hash as the etag
+    assert [(f.path, f.size) for f in listed] == [("manifest.json", 2), ("weights/1.bin", len(data))]
+    held = local_hub.state()["buckets"]["alice/run"]["files"]
+    assert [f.etag for f in listed] == [held["v/manifest.json"]["xet_hash"], held["v/weights/1.bin"]["xet_hash"]]
     bucket.move("weights/1.bin", "weights/2.bin")
     assert [f.path for f in bucket.list("weights/")] == ["weights/2.bin"]
     bucket.delete(["weights/2.bin", "never/there"])
-    assert bucket.list() == [StoredFile("manifest.json", 2)]
+    assert [(f.path, f.size) for f in bucket.list()] == [("manifest.json", 2)]
     with pytest.raises(FileNotFoundError):
         bucket.read("weights/2.bin")
+
+
+# --- Space repositories (what `spaces/deploy.py` calls) ------------------------------------------
+
+
+def test_space_repos_each_rule_as_huggingface_hub_raises_it(local_hub: LocalHub,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        BadRequestError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    # After a 403, create_repo(exist_ok=True) builds its RepoUrl on huggingface_hub's own endpoint (not HfApi's):
+    # point that at the local Hub, as HF_ENDPOINT would.
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", local_hub.endpoint)
+    alice, read, bob = local_hub.api("alice"), local_hub.api("alice", "read"), local_hub.api("bob")
+    anon = local_hub.api(None)
+    bad = HfApi(endpoint=local_hub.endpoint, token="hf_not_a_token")
+    space = {"repo_type": "space", "space_sdk": "docker"}
+    alice.create_repo("alice/priv", private=True, **space)
+    alice.create_repo("alice/pub", **space)
+    creds = "Invalid credentials in Authorization header"
+    table: list[tuple[str, Callable[[], Any], type[BaseException] | None, str]] = [
+        ("exists", lambda: alice.create_repo("alice/pub", **space), HfHubHTTPError, "409 Conflict"),
+        ("exists, exist_ok", lambda: alice.create_repo("alice/pub", exist_ok=True, **space), None, ""),
+        ("read token creates", lambda: read.create_repo("alice/new", **space), HfHubHTTPError,
+         "403 Forbidden: Your token is read-only"),
+        # a 403, then repo_info finds it: passes
+        ("read token, exist_ok", lambda: read.create_repo("alice/pub", exist_ok=True, **space), None, ""),
+        ("read token, exist_ok, missing", lambda: read.create_repo("alice/new", exist_ok=True, **space),
+         HfHubHTTPError, "403 Forbidden"),
+        ("stranger creates", lambda: bob.create_repo("alice/new", **space), HfHubHTTPError, "don't have the rights"),
+        ("stranger, org", lambda: bob.create_repo("team/new", **space), HfHubHTTPError, "403 Forbidden"),
+        ("member, org", lambda: alice.create_repo("team/new", **space), None, ""),
+        ("no token creates", lambda: anon.create_repo("alice/new", **space), HfHubHTTPError, "401"),
+        ("bad token", lambda: bad.space_info("alice/pub"), HfHubHTTPError, creds),
+        ("missing", lambda: alice.space_info("alice/nope"), RepositoryNotFoundError, "404 Client Error"),
+        ("private, stranger", lambda: bob.space_info("alice/priv"), RepositoryNotFoundError, "404 Client Error"),
+        ("private, no token", lambda: anon.space_info("alice/priv"), RepositoryNotFoundError, "401 Client Error"),
+        ("private, stranger sets", lambda: bob.add_space_variable("alice/priv", "K", "v"), RepositoryNotFoundError,
+         "404 Client Error"),
+        ("public, no token", lambda: anon.space_info("alice/pub"), None, ""),
+        ("public, stranger reads variables", lambda: bob.get_space_variables("alice/pub"), None, ""),
+        ("public, stranger sets a variable", lambda: bob.add_space_variable("alice/pub", "K", "v"), HfHubHTTPError,
+         "403 Forbidden"),
+        ("public, stranger lists secrets", lambda: bob.get_space_secrets("alice/pub"), HfHubHTTPError, "403"),
+        ("read token sets a secret", lambda: read.add_space_secret("alice/pub", "K", "v"), HfHubHTTPError,
+         "403 Forbidden: Your token is read-only"),
+        ("read token asks for hardware", lambda: read.request_space_hardware("alice/pub", "t4-small"),
+         HfHubHTTPError, "403"),
+        ("read token uploads", lambda: read.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="alice/pub",
+                                                        repo_type="space"), HfHubHTTPError, "403"),
+        ("unknown hardware", lambda: alice.request_space_hardware("alice/pub", "h100-giant"), BadRequestError,
+         "unknown hardware flavor"),
+        ("bad variable key", lambda: alice.add_space_variable("alice/pub", "1 X", "v"), BadRequestError,
+         "invalid key"),
+        ("missing revision", lambda: alice.space_info("alice/pub", revision="v2"), RevisionNotFoundError,
+         "Revision Not Found"),
+    ]
+    wrong = []
+    for name, call, expected, fragment in table:
+        try:
+            call()
+            raised: BaseException | None = None
+        except Exception as error:  # noqa: BLE001 - each row checks what it got
+            raised = error
+        if expected is None and raised is not None:
+            wrong.append(f"{name}: raised {type(raised).__name__}: {raised}")
+        elif expected is not None and (type(raised) is not expected or fragment not in str(raised)):
+            wrong.append(f"{name}: expected {expected.__name__} with {fragment!r}, "
+                         f"got {type(raised).__name__}: {raised}")
+    assert not wrong, "\n".join(wrong)
+    assert local_hub.counts()["unknown"] == []
+    assert sorted(local_hub.state()["spaces"]) == ["alice/priv", "alice/pub", "team/new"]
+
+
+def test_space_settings_and_files_through_the_real_client(local_hub: LocalHub, tmp_path: Path) -> None:
+    from huggingface_hub.utils.sha import git_hash
+
+    api = local_hub.api("alice")
+    url = api.create_repo("alice/app", repo_type="space", space_sdk="gradio", private=True)
+    assert (url.repo_id, url.repo_type) == ("alice/app", "space")
+    api.add_space_variable("alice/app", "MODE", "fast", description="how fast")
+    assert {k: (v.value, v.description) for k, v in api.add_space_variable("alice/app", "N", "3").items()} == {
+        "MODE": ("fast", "how fast"), "N": ("3", None)}
+    api.add_space_secret("alice/app", "TOKEN", "s3cret-value", description="the token")
+    api.add_space_secret("alice/app", "TOKEN", "s3cret-value-2")  # an update
+    secrets = api.get_space_secrets("alice/app")
+    assert list(secrets) == ["TOKEN"] and secrets["TOKEN"].updated_at is not None
+    listing = httpx.get(f"{local_hub.endpoint}/api/spaces/alice/app/secrets",
+                        headers={"authorization": f"Bearer {local_hub.token('alice')}"})
+    assert "s3cret" not in listing.text and local_hub.space("alice/app")["secrets"] == {"TOKEN": "s3cret-value-2"}
+    runtime = api.request_space_hardware("alice/app", "t4-small", sleep_time=3600)
+    assert (runtime.requested_hardware, runtime.sleep_time) == ("t4-small", 3600)
+    assert api.get_space_runtime("alice/app").requested_hardware == "t4-small"
+
+    folder = tmp_path / "app"
+    files = {"README.md": b"---\ntitle: app\nsdk: gradio\napp_file: app.py\n---\n# app\n", "app.py": b"print(1)\n",
+             "data/blob.bin": _random(200_000, 9), "data/empty": b"", "old/x.txt": b"x"}
+    for path, data in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_bytes(data)
+    api.upload_folder(repo_id="alice/app", repo_type="space", folder_path=str(folder), commit_message="first")
+    info = api.space_info("alice/app", files_metadata=True)
+    assert {s.rfilename: (s.size, s.blob_id) for s in info.siblings} == {
+        p: (len(d), git_hash(d)) for p, d in files.items()}
+    for path, data in files.items():  # binary and empty files too: every file went inline ("regular")
+        assert local_hub.space_file("alice/app", path) == data
+    api.upload_file(path_or_fileobj=b"print(2)\n", path_in_repo="app.py", repo_id="alice/app", repo_type="space")
+    api.delete_file("data/empty", repo_id="alice/app", repo_type="space")
+    api.delete_folder("old", repo_id="alice/app", repo_type="space")
+    held = local_hub.space("alice/app")
+    assert sorted(held["files"]) == ["README.md", "app.py", "data/blob.bin"]
+    assert local_hub.space_file("alice/app", "app.py") == b"print(2)\n"
+    assert [c["summary"] for c in held["commits"]][:2] == ["initial commit", "first"] and len(held["commits"]) == 5
+    assert api.space_info("alice/app").sha == held["head"]
+
+    (folder / "README.md").write_bytes(b"---\ntitle: [unclosed\n---\n")
+    with pytest.raises(ValueError, match="Invalid metadata in README.md"):
+        api.upload_folder(repo_id="alice/app", repo_type="space", folder_path=str(folder))
+    lfs = b'{"key": "header", "value": {"summary": "s"}}\n{"key": "lfsFile", "value": {"path": "w", "oid": "0"}}\n'
+    refused = httpx.post(f"{local_hub.endpoint}/api/spaces/alice/app/commit/main", content=lfs,
+                         headers={"authorization": f"Bearer {local_hub.token('alice')}"})
+    assert refused.status_code == 400 and "lfsFile" in refused.json()["error"]
+    counts = local_hub.counts()
+    assert counts["unknown"] == [] and counts["classes"]["api"] == sum(counts["routes"].values())
+    local_hub.restart(kill=True)  # Spaces and their files are kept on the root like buckets
+    assert local_hub.space("alice/app")["head"] == held["head"] and api.get_space_variables("alice/app")["N"].value == "3"
+    assert local_hub.space_file("alice/app", "data/blob.bin") == files["data/blob.bin"]

@@ -21,13 +21,15 @@ chosen here because neither client shows it):
   `response.json()["url"]` after letting a 409 through).
 
 Read access to a public bucket needs no token. Members of an org read and write the org's buckets with a write token.
+Space repositories (`space_routes.py`) follow the same rules with `kind="Space"`: their files, variables, secrets and
+hardware are the Space's "write"; their info and variables its "read".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .store import Bucket, Scope, Store
+from .store import Bucket, Scope, Space, Store
 
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 
@@ -74,27 +76,30 @@ def check_token(caller: Caller) -> Refusal | None:
     return Refusal(401, None, INVALID_CREDENTIALS) if caller.bad_token else None
 
 
-def check_read(store: Store, caller: Caller, bucket_id: str, bucket: Bucket | None) -> Refusal | None:
-    """May `caller` read `bucket_id` (None when it does not exist)?"""
+def check_read(store: Store, caller: Caller, bucket_id: str, bucket: Bucket | Space | None,
+               kind: str = "Bucket") -> Refusal | None:
+    """May `caller` read `bucket_id` (None when it does not exist)? `kind` names it in refusals (`"Space"` for a
+    Space repository, which follows the same rules)."""
     if refusal := check_token(caller):
         return refusal
     if bucket is None:
-        return Refusal(404, "RepoNotFound", f"Bucket {bucket_id} not found")
+        return Refusal(404, "RepoNotFound", f"{kind} {bucket_id} not found")
     if not bucket.private:
         return None
     if caller.user is None:
-        return Refusal(401, "RepoNotFound", f"Bucket {bucket_id} not found")
+        return Refusal(401, "RepoNotFound", f"{kind} {bucket_id} not found")
     if bucket.namespace not in store.namespaces_of(caller.user):
-        return Refusal(404, "RepoNotFound", f"Bucket {bucket_id} not found")
+        return Refusal(404, "RepoNotFound", f"{kind} {bucket_id} not found")
     return None
 
 
-def check_write(store: Store, caller: Caller, bucket_id: str, bucket: Bucket | None) -> Refusal | None:
+def check_write(store: Store, caller: Caller, bucket_id: str, bucket: Bucket | Space | None,
+                kind: str = "Bucket") -> Refusal | None:
     """May `caller` change `bucket_id` (its files, settings, or delete it)? Read access is checked first, so a
     private bucket stays hidden from strangers."""
-    if refusal := check_read(store, caller, bucket_id, bucket):
+    if refusal := check_read(store, caller, bucket_id, bucket, kind):
         return refusal
-    return _check_namespace_write(store, caller, bucket_id.split("/", 1)[0], f"bucket {bucket_id}")
+    return _check_namespace_write(store, caller, bucket_id.split("/", 1)[0], f"{kind.lower()} {bucket_id}")
 
 
 def check_create(store: Store, caller: Caller, namespace: str) -> Refusal | None:

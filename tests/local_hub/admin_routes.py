@@ -17,6 +17,9 @@ auth (the server listens on 127.0.0.1 only); never counted.
     GET    /_local_hub/requests                       the last requests, oldest first
     DELETE /_local_hub/quota                          forget the quota windows' usage
     GET    /_local_hub/files/<ns>/<name>/<path>       a file's bytes as this server decodes them from its xorbs
+    GET    /_local_hub/spaces/<ns>/<name>             a Space: sdk, private, variables, secrets with their values,
+                                                      hardware requests, files (oid, size), commits
+    GET    /_local_hub/spaces/<ns>/<name>/files/<path>  a Space file's bytes
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ async def state(request: Request) -> Response:
                         "files": {p: {"size": f.size, "xet_hash": f.xet_hash} for p, f in sorted(b.files.items())}}
             for bucket_id, b in sorted(store.buckets.items())
         },
+        "spaces": {space_id: {"sdk": s.sdk, "private": s.private, "head": s.head, "files": len(s.files),
+                               "variables": sorted(s.variables), "secrets": sorted(s.secrets),
+                               "hardware": s.requested_hardware}
+                   for space_id, s in sorted(store.spaces.items())},
         "xet_files": {h: {"size": f.size, "chunks": sum(s.end - s.start for s in f.segments),
                           "xorbs": sorted({s.xorb for s in f.segments})} for h, f in store.xet_files.items()},
         "xorbs": {"count": len(xorbs), "bytes": sum(p.stat().st_size for p in xorbs)},
@@ -154,6 +161,31 @@ async def decoded_file(request: Request) -> Response:
     return Response(file_bytes(request, file.xet_hash), media_type="application/octet-stream")
 
 
+async def space(request: Request) -> Response:
+    """A Space as the server holds it, secret values included (the Hub routes never send those back)."""
+    store = hub_of(request).store
+    found = store.spaces.get(f"{request.path_params['namespace']}/{request.path_params['name']}")
+    if found is None:
+        return _error(404, "no such space")
+    return JSONResponse({
+        "id": found.id, "sdk": found.sdk, "private": found.private, "head": found.head,
+        "variables": {k: v.value for k, v in sorted(found.variables.items())},
+        "secrets": {k: v.value for k, v in sorted(found.secrets.items())},
+        "hardware_requests": found.hardware_requests,
+        "files": {p: asdict(f) for p, f in sorted(found.files.items())},
+        "commits": [asdict(c) for c in found.commits],
+    })
+
+
+async def space_file(request: Request) -> Response:
+    store = hub_of(request).store
+    found = store.spaces.get(f"{request.path_params['namespace']}/{request.path_params['name']}")
+    file = found.files.get(request.path_params["path"]) if found else None
+    if file is None:
+        return _error(404, "no such file")
+    return Response(store.read_blob(file.oid), media_type="application/octet-stream")
+
+
 _ADMIN = "/_local_hub"
 
 ROUTES = [
@@ -170,4 +202,7 @@ ROUTES = [
     Route(_ADMIN + "/requests", requests, methods=["GET"], name="admin.requests"),
     Route(_ADMIN + "/quota", reset_quota, methods=["DELETE"], name="admin.quota"),
     Route(_ADMIN + "/files/{namespace}/{name}/{path:path}", decoded_file, methods=["GET"], name="admin.file"),
+    Route(_ADMIN + "/spaces/{namespace}/{name}", space, methods=["GET"], name="admin.space"),
+    Route(_ADMIN + "/spaces/{namespace}/{name}/files/{path:path}", space_file, methods=["GET"],
+          name="admin.space_file"),
 ]

@@ -1,5 +1,5 @@
-"""The local Hub's ASGI app: the routes of `hub_routes`, `cas_routes` and `admin_routes` behind one layer that
-names each request's route and class, counts it, logs it, applies the quota and the fault rules.
+"""The local Hub's ASGI app: the routes of `hub_routes`, `space_routes`, `cas_routes` and `admin_routes` behind one
+layer that names each request's route and class, counts it, logs it, applies the quota and the fault rules.
 
 Order per request: find the route (its name says its class; none found: class `unknown`, answered 404 and logged
 loudly) → who is asking (the Hub token's user, or the CAS token's) → quota (429 with `RateLimit` headers once
@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Match
 from starlette.types import Message, Receive, Scope, Send
 
-from . import admin_routes, cas_routes, hub_routes
+from . import admin_routes, cas_routes, hub_routes, space_routes
 from .access import caller_from_header
 from .context import Hub
 from .counts import RequestRecord
@@ -36,7 +36,8 @@ class LocalHubApp:
 
     def __init__(self, store: Store) -> None:
         self.hub = Hub(store)
-        self.app = Starlette(routes=[*hub_routes.ROUTES, *cas_routes.ROUTES, *admin_routes.ROUTES])
+        self.app = Starlette(routes=[*hub_routes.ROUTES, *space_routes.ROUTES, *cas_routes.ROUTES,
+                                       *admin_routes.ROUTES])
         self.app.state.hub = self.hub
 
     def route_of(self, scope: Scope) -> str:

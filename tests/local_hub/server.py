@@ -234,6 +234,15 @@ class LocalHub:
         """A file's content as the server decodes it from its own xorbs (not through the clients)."""
         return self._admin("GET", f"/files/{bucket_id}/{urllib.parse.quote(path)}")
 
+    def space(self, space_id: str) -> dict[str, Any]:
+        """A Space repository as the server holds it: sdk, private, head, variables, secrets (with their values,
+        which the Hub routes never send back), hardware_requests, files (path → oid, size), commits."""
+        return self._admin("GET", f"/spaces/{space_id}")
+
+    def space_file(self, space_id: str, path: str) -> bytes:
+        """A file of a Space repository as committed."""
+        return self._admin("GET", f"/spaces/{space_id}/files/{urllib.parse.quote(path)}")
+
 
 def _die_with_parent() -> None:
     """Have Linux send SIGTERM to the server when the thread that started it dies, so that no server outlives a

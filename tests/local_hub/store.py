@@ -1,15 +1,18 @@
 """What the local Hub remembers: users and their tokens, buckets and the paths in them, Xet files (a file hash →
-the xorb ranges that make it up) and the xorbs' bytes.
+the xorb ranges that make it up) and the xorbs' bytes; Space repositories (their files, commits, variables, secrets
+and hardware requests) and the files' bytes.
 
-Everything lives under one root folder: `state.json` (rewritten whole, atomically, after every change) and
-`xorbs/<hash>` (one file per xorb). A server restarted on the same root finds the same buckets, files, users and
-tokens; upload grants in flight are forgotten, as a restarted CAS would (the client asks for a new one).
+Everything lives under one root folder: `state.json` (rewritten whole, atomically, after every change),
+`xorbs/<hash>` (one file per xorb) and `blobs/<git sha1>` (a Space file's bytes, by their git blob id). A server
+restarted on the same root finds the same buckets, Spaces, files, users and tokens; upload grants in flight are
+forgotten, as a restarted CAS would (the client asks for a new one).
 
 Not thread-safe: the server runs one event loop and every change happens between two awaits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -77,6 +80,66 @@ class Bucket:
 
 
 @dataclass
+class SpaceFile:
+    """A file of a Space repository: its git blob id (the name of its bytes under `blobs/`) and size."""
+
+    oid: str
+    size: int
+
+
+@dataclass
+class SpaceCommit:
+    oid: str
+    summary: str
+    description: str
+    parent: str | None
+    at: float
+
+
+@dataclass
+class SpaceSetting:
+    """A Space variable or secret (a secret's value is never sent back by the Hub routes)."""
+
+    value: str
+    description: str | None
+    updated_at: float
+
+
+@dataclass
+class Space:
+    """A Space repository on its one branch, `main`: files, commits (oldest first, the first made at creation),
+    variables, secrets, and the hardware requested (each request kept, the last one in force)."""
+
+    id: str
+    sdk: str
+    private: bool
+    created_at: float
+    files: dict[str, SpaceFile] = field(default_factory=dict)
+    commits: list[SpaceCommit] = field(default_factory=list)
+    variables: dict[str, SpaceSetting] = field(default_factory=dict)
+    secrets: dict[str, SpaceSetting] = field(default_factory=dict)
+    hardware_requests: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    @property
+    def head(self) -> str:
+        return self.commits[-1].oid
+
+    @property
+    def requested_hardware(self) -> str | None:
+        return self.hardware_requests[-1]["flavor"] if self.hardware_requests else None
+
+
+def git_blob_id(data: bytes) -> str:
+    """Git's id of a blob (`git hash-object`): sha1 of `blob <size>\\0` and the bytes; what huggingface_hub compares a
+    local file against to skip unchanged files."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
 class XetFile:
     """A file the CAS knows from a shard: its size and its xorb ranges, in order."""
 
@@ -120,10 +183,12 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         (self.root / "xorbs").mkdir(parents=True, exist_ok=True)
+        (self.root / "blobs").mkdir(exist_ok=True)
         self.users: dict[str, User] = {}
         self.tokens: dict[str, Token] = {}
         self.xet_tokens: dict[str, XetToken] = {}
         self.buckets: dict[str, Bucket] = {}
+        self.spaces: dict[str, Space] = {}
         self.xet_files: dict[str, XetFile] = {}
         self.settings = Settings()
         self._layouts: dict[str, XorbLayout] = {}
@@ -149,6 +214,7 @@ class Store:
         self.xet_files = {
             k: XetFile(v["size"], [Segment(*s) for s in v["segments"]]) for k, v in state["xet_files"].items()
         }
+        self.spaces = {k: _space_from_json(v) for k, v in state.get("spaces", {}).items()}
         self.settings = Settings(**state["settings"])
 
     def save(self) -> None:
@@ -160,6 +226,7 @@ class Store:
             "tokens": {k: asdict(v) for k, v in self.tokens.items()},
             "xet_tokens": {k: asdict(v) for k, v in self.xet_tokens.items()},
             "buckets": {k: asdict(v) for k, v in self.buckets.items()},
+            "spaces": {k: asdict(v) for k, v in self.spaces.items()},
             "xet_files": {
                 k: {"size": v.size, "segments": [[s.xorb, s.start, s.end, s.unpacked] for s in v.segments]}
                 for k, v in self.xet_files.items()
@@ -297,3 +364,55 @@ class Store:
             self.xet_files[file.file_hash] = XetFile(file.size, list(file.segments))
         self.save()
         return [file.file_hash for file in shard.files]
+
+    # --- Space repositories ------------------------------------------------------------------------
+
+    def create_space(self, space_id: str, sdk: str, private: bool) -> Space:
+        """A new Space with one empty commit, `initial commit`."""
+        if space_id in self.spaces:
+            raise StoreError(409, f"space {space_id} already exists")
+        space = Space(space_id, sdk, private, time.time())
+        self.spaces[space_id] = space
+        self.commit_space(space, "initial commit", "", {}, [])
+        return space
+
+    def put_blob(self, data: bytes) -> str:
+        """Keep a Space file's bytes under their git blob id; returns the id."""
+        oid = git_blob_id(data)
+        path = self.root / "blobs" / oid
+        if not path.exists():
+            fd, tmp = tempfile.mkstemp(dir=self.root / "blobs", prefix=".blob-")
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, path)
+        return oid
+
+    def read_blob(self, oid: str) -> bytes:
+        return (self.root / "blobs" / oid).read_bytes()
+
+    def commit_space(self, space: Space, summary: str, description: str, added: dict[str, bytes],
+                     deleted: list[str]) -> SpaceCommit:
+        """Apply a commit to `space`: `deleted` paths first (a path ending in `/` deletes the folder), then `added`."""
+        for path in deleted:
+            for existing in [p for p in space.files if p == path or (path.endswith("/") and p.startswith(path))]:
+                del space.files[existing]
+        for path, data in added.items():
+            space.files[path] = SpaceFile(self.put_blob(data), len(data))
+        parent = space.commits[-1].oid if space.commits else None
+        tree = json.dumps(sorted((p, f.oid) for p, f in space.files.items()))
+        oid = hashlib.sha1(f"{parent}\n{summary}\n{description}\n{time.time_ns()}\n{tree}".encode()).hexdigest()
+        commit = SpaceCommit(oid, summary, description, parent, time.time())
+        space.commits.append(commit)
+        self.save()
+        return commit
+
+
+def _space_from_json(data: dict[str, Any]) -> Space:
+    return Space(
+        data["id"], data["sdk"], data["private"], data["created_at"],
+        files={p: SpaceFile(**f) for p, f in data["files"].items()},
+        commits=[SpaceCommit(**c) for c in data["commits"]],
+        variables={k: SpaceSetting(**v) for k, v in data["variables"].items()},
+        secrets={k: SpaceSetting(**v) for k, v in data["secrets"].items()},
+        hardware_requests=list(data["hardware_requests"]),
+    )
