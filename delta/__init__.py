@@ -17,7 +17,7 @@ import only downwards: `tensors` (bit views, hashes, state files, the host/devic
 from .atomic import atomic_path, write_atomic
 from .bucket import pieces
 from .bucket._ranks import broadcast_object
-from .bucket.manifest import FileRef, Manifest, VersionEntry, read_manifest
+from .bucket.manifest import FileRef, Manifest, PolledManifests, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
 from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
@@ -41,11 +41,11 @@ from .tensors.state import State, load_state, save_state
 __all__ = [
     "AccessDeniedError", "ApplyResult", "BucketNotFoundError", "BucketUnreachableError", "CODECS", "Change",
     "DEFAULT_CODEC", "DeltaError", "DeltaFormatError", "DeltaHeader", "FileRef", "FileTooLargeError", "IntegrityError",
-    "KeyFormatError", "Manifest", "NoPathError", "PrivateFileError", "PublicKey", "PublishError", "PublishedVersion",
-    "Publisher", "PublisherConfig", "RateLimitedError", "ReplyLimitError", "RetryPolicy", "Rollback", "SigningKey",
-    "State", "StateDigest", "StateMismatchError", "Storage", "StorageError", "StoredFile", "Subscriber",
-    "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Trust", "UntrustedVersionError", "Update", "VersionEntry",
-    "VersionStats", "Workspace", "apply", "atomic_path", "broadcast_object", "decode", "diff", "load_state",
-    "open_storage", "pieces", "read_delta", "read_manifest", "read_private", "read_reply", "save_state",
+    "KeyFormatError", "Manifest", "NoPathError", "PolledManifests", "PrivateFileError", "PublicKey", "PublishError",
+    "PublishedVersion", "Publisher", "PublisherConfig", "RateLimitedError", "ReplyLimitError", "RetryPolicy",
+    "Rollback", "SigningKey", "State", "StateDigest", "StateMismatchError", "Storage", "StorageError", "StoredFile",
+    "Subscriber", "SubscriberConfig", "SubscriberStatus", "TensorEntry", "Trust", "UntrustedVersionError", "Update",
+    "VersionEntry", "VersionStats", "Workspace", "apply", "atomic_path", "broadcast_object", "decode", "diff",
+    "load_state", "open_storage", "pieces", "read_delta", "read_manifest", "read_private", "read_reply", "save_state",
     "state_digest", "trainer_key", "write_atomic", "write_changes", "write_private",
 ]

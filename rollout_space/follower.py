@@ -260,8 +260,8 @@ class Follower:
             delta.DeltaError, OSError: as `delta.Subscriber.sync`; the engine serves the last version
                 reached before the error.
         """
-        try:
-            self._subscriber.sync()
+        try:  # the listing of the last poll may answer: the newest version is at most one poll interval away
+            self._subscriber.sync(max_age=self._subscriber.config.poll_interval)
         finally:
             self._load_pending()
         return self._subscriber.version

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
     parser.add_argument("--poll-interval", type=float, default=None,
-                        help="seconds between bucket polls, for new weights and for the fleet's run and room "
-                             "(default: delta.SubscriberConfig's, 1 s)")
+                        help="seconds between bucket polls while things change, for new weights and for the fleet's "
+                             "run and room (default: the bucket's, wire.budget: 1 s; 2 s on hf://, stretched up to "
+                             "16 s while nothing changes)")
     parser.add_argument("--server-id", default=os.environ.get("ROLLOUT_ID") or None,
                         help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)")
     parser.add_argument("--no-produce", action="store_true",
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> None:
 
     from .engines import EngineConfig, open_engine
     from .env_client import EnvClient
+    from wire.budget import budget_for
     from wire.fleet_bucket import FleetBucket
 
     from .follower import Follower
@@ -109,7 +111,9 @@ def run(args: argparse.Namespace) -> None:
     options = {"plan": plan, "max_lora_rank": args.max_lora_rank} if kind == "vllm" else {}
     engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)
     try:
-        polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
+        budget = budget_for(url)
+        poll = budget.poll_s if args.poll_interval is None else args.poll_interval
+        polling = SubscriberConfig(poll_interval=poll, idle_poll_max=max(poll, budget.idle_poll_s))
         follower = Follower(engine, args.bucket, polling, trust=trust)
         env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:
@@ -119,11 +123,13 @@ def run(args: argparse.Namespace) -> None:
     if not args.no_produce:
         server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
         # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
-        service.attach_producer(FleetBucket(args.bucket, secret=args.token, trust=trust), server_id,
-                                poll_s=polling.poll_interval, first_step_alone=args.first_step_alone)
+        fleet = FleetBucket(args.bucket, secret=args.token, trust=trust, max_age=budget.listing_age_s)
+        service.attach_producer(fleet, server_id, poll_s=poll, heartbeat_s=budget.heartbeat_s,
+                                gone_after_s=budget.gone_after_s, first_step_alone=args.first_step_alone)
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     else:  # no games for the fleet, but the state the run names (a LoRA run's adapter) is still followed
-        service.watch_run(FleetBucket(args.bucket, secret=args.token, trust=trust), poll_s=polling.poll_interval)
+        service.watch_run(FleetBucket(args.bucket, secret=args.token, trust=trust, max_age=budget.listing_age_s),
+                          poll_s=poll)
     logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
                 args.bucket, args.env_url)
     logger.info("weights and run settings checked with: %s", trust.describe())

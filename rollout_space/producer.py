@@ -35,7 +35,7 @@ from wire.fleet import (
     RUN_PATH, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, ServerState, group_run,
 )
 from wire.fleet_bucket import FleetBucket
-from wire.liveness import HeartbeatWatch
+from wire.liveness import GONE_AFTER_S, HeartbeatWatch
 from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
@@ -84,6 +84,7 @@ class GroupProducer:
         poll_s: Seconds between looks at the run while there is nothing to play (while no run has been written yet:
             from `FIRST_LOOK_S`, doubling up to it).
         heartbeat_s: Seconds between heartbeats.
+        gone_after_s: Seconds of silence after which a peer server counts as gone (`wire.liveness`).
         catch_up: Called before each batch to load the newest published weights first (`Follower.sync`):
             the trainer takes a step's groups right after publishing a version, so the room for the next
             batch appears just as a new version does; played with it, the batch is one version fresher
@@ -116,7 +117,8 @@ class GroupProducer:
 
     def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
                  bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None, examiner: Examiner | None = None,
+                 gone_after_s: float = GONE_AFTER_S, catch_up: Callable[[], object] | None = None,
+                 examiner: Examiner | None = None,
                  max_games: int = 256, max_tokens: int = 1024,
                  adopt: Callable[[LoraSettings | None, int], object] | None = None,
                  published: Callable[[], int | None] = lambda: None, first_step_alone: bool = False) -> None:
@@ -151,7 +153,7 @@ class GroupProducer:
         self._failures = 0
         self._run_refused: str | None = None  # the last_error a run signed with another key set (cleared by a good one)
         self._retry = RetryPolicy(None, poll_s, 30.0)
-        self._watch = HeartbeatWatch(bucket)
+        self._watch = HeartbeatWatch(bucket, gone_after_s)
         self.peers = 0
         self.peer_ids: list[str] = []
         self._memory: _RunMemory | None = None  # of the run it last read
@@ -245,7 +247,7 @@ class GroupProducer:
         """Whether this server is the run's examiner: the live server of the run with the lowest id, as the last
         heartbeats said (`peer_ids`). Decided through the bucket alone, so every server comes to the same answer
         without talking to the others; one that dies mid-exam stops counting once its heartbeat is gone
-        (`wire.liveness.GONE_AFTER_S`), and the next one takes the exam, still due, over."""
+        (`gone_after_s`), and the next one takes the exam, still due, over."""
         return not self.peer_ids or self.server_id < self.peer_ids[0]
 
     def _produce(self) -> None:

@@ -15,6 +15,7 @@ from delta import DeltaHeader
 from wire.errors import RolloutError
 from wire.exam_shelf import ExamShelf
 from wire.fleet_bucket import FleetBucket
+from wire.liveness import GONE_AFTER_S
 from wire.traffic import bucket_traffic
 from wire.rollout import RolloutStatus, Trajectory
 
@@ -94,8 +95,8 @@ class RolloutService:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0,
-                        first_step_alone: bool = False) -> GroupProducer:
+    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0, heartbeat_s: float = 5.0,
+                        gone_after_s: float = GONE_AFTER_S, first_step_alone: bool = False) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
         `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
         (`exam.Examiner`, with an env); returns the producer."""
@@ -109,9 +110,11 @@ class RolloutService:
             return self.follower.latest if self.follower is not None else None
 
         if self.env is not None:
-            self.examiner = Examiner(play, version, self._served_hash, self.env, ExamShelf(bucket.storage, bucket.key), server_id,
+            shelf = ExamShelf(bucket.storage, bucket.key, max_age=bucket.max_age)
+            self.examiner = Examiner(play, version, self._served_hash, self.env, shelf, server_id,
                                      hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
-        self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
+        self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s, heartbeat_s=heartbeat_s,
+                                      gone_after_s=gone_after_s,
                                       catch_up=self.follower.sync if self.follower is not None else None,
                                       examiner=self.examiner,
                                       max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,

@@ -33,3 +33,20 @@ def test_gc_keeps_newest_anchors_and_removes_unreferenced_files(tmp_path):
 
     sub = Subscriber(bucket)
     assert sub.sync() == 9 and states_equal(sub.state, states[-1])
+
+
+def test_old_manifests_are_deleted_a_batch_at_a_time_not_one_per_commit(tmp_path) -> None:
+    from delta.bucket.retention import KEEP_OLD_MANIFESTS, OLD_MANIFESTS_BATCH
+
+    states = trajectory(OLD_MANIFESTS_BATCH + 6, n=200)
+    bucket = open_storage(tmp_path)
+    counts = []
+    with Publisher(bucket, PublisherConfig(anchor_every=1000)) as pub:
+        for s in states[1:]:
+            pub.publish(s)
+            pub.flush()
+            counts.append(len(bucket.list("manifests/")))
+    most = KEEP_OLD_MANIFESTS + OLD_MANIFESTS_BATCH
+    assert max(counts) == most and counts.index(most) == most - 1  # they gather up to the batch...
+    assert counts[most] == KEEP_OLD_MANIFESTS + 1  # ...and go in one delete
+    assert Subscriber(bucket).sync() == len(states) - 1

@@ -169,6 +169,31 @@ def test_a_listed_entry_reads_what_was_listed_and_its_etag_follows_the_content(b
         bucket.read("n.json", listed=again)
 
 
+def test_pollers_of_a_process_share_one_listing_that_holds_its_own_changes(open_bucket: OpenBucket) -> None:
+    bucket, other = open_bucket("shared"), open_bucket("shared")  # two storages of one bucket in one process
+    stranger = open_bucket("shared")
+    bucket.write("fleet/a", b"1")
+    assert entries(bucket.list("fleet/", max_age=60)) == [("fleet/a", 1)]
+    sent = sum(bucket.traffic.snapshot().total.values())
+    assert entries(other.list("fleet/", max_age=60)) == [("fleet/a", 1)]  # the same listing: nothing sent
+    assert entries(other.list("manifests/", max_age=60)) == []
+    assert sum(bucket.traffic.snapshot().total.values()) == sent
+    assert other.listed("fleet/a") is not None and other.listed("fleet/b") is None
+    other.write("fleet/c", b"333")  # this process's changes are in it at once
+    bucket.delete(["fleet/a"])
+    assert entries(bucket.list("fleet/", max_age=60)) == [("fleet/c", 3)]
+    bucket.move("fleet/c", "fleet/d")
+    assert entries(other.list("fleet/", max_age=60)) == [("fleet/d", 3)]
+    assert bucket.read("fleet/d", listed=bucket.listed("fleet/d")) == b"333"
+    # a file written elsewhere shows in a fresh listing, and in the shared one once it is older than asked
+    stranger._listing = type(stranger._listing)()  # another process: a listing of its own
+    stranger.write("fleet/e", b"55555")
+    assert [p for p, _ in entries(bucket.list("fleet/", max_age=60))] == ["fleet/d"]
+    assert [p for p, _ in entries(bucket.list("fleet/"))] == ["fleet/d", "fleet/e"]
+    time.sleep(0.3)
+    assert [p for p, _ in entries(bucket.list("fleet/", max_age=0.2))] == ["fleet/d", "fleet/e"]
+
+
 def test_every_backend_counts_its_requests(bucket: Storage) -> None:
     before = sum(bucket.traffic.snapshot().total.values())
     bucket.write("f", b"x")

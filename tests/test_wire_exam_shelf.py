@@ -116,9 +116,11 @@ def test_a_2_gb_exam_file_is_refused_unread_and_one_that_grew_is_not_read_past_t
     sparse(root / "exams" / "v0000000000.json", HUGE, b'{"kind"')
     setup = ("from wire.exam_shelf import ExamShelf, MAX_EXAM_BYTES\nfrom wire.exam import ExamRecord\n"
              "from wire.fleet import FleetMessageError\nfrom wire.fleet_bucket import read_message\n"
+             "from delta.storage import StoredFile\n"
              f"shelf = ExamShelf({str(root)!r})")
     body = ("print('records', shelf.records(), shelf.refusals())\n"
-            "try:\n    read_message(shelf.storage, 'exams/v0000000000.json', ExamRecord, None, MAX_EXAM_BYTES, 100)\n"
+            "try:\n    read_message(shelf.storage, 'exams/v0000000000.json', ExamRecord, None, MAX_EXAM_BYTES,\n"
+            "                 StoredFile('exams/v0000000000.json', 100))\n"
             "except FleetMessageError as e:\n    print('grew:', e.category, e.reason)")
     done = run_capped(setup, body)
     assert "records [] {'too large': 1}\n" in done.stdout, done.stdout

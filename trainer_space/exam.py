@@ -31,13 +31,14 @@ class ExamWatch:
         bucket: The bucket URL (the one the weights are published to).
         secret: The run's rollout token, when it has one: only exams signed with it are read.
         interval: Seconds between two reads.
+        max_age: How old the process's shared listing of the bucket may be to read from (`wire.budget`).
 
     Attributes:
         last_error: The last failure to read the bucket, with its cause (kept until a read succeeds).
     """
 
-    def __init__(self, bucket: str, interval: float = 5.0, secret: str | None = None) -> None:
-        self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None)
+    def __init__(self, bucket: str, interval: float = 5.0, secret: str | None = None, max_age: float = 0.0) -> None:
+        self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None, max_age)
         self.last_error: str | None = None
         self._records: list[ExamRecord] = []
         self._refused: dict[str, int] = {}

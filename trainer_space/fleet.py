@@ -28,12 +28,13 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from delta import StorageError
+from delta import StorageError, StoredFile
+from wire.budget import budget_for
 from wire.fleet import FleetMessageError, GameGroup, Refusal, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
 from wire.lora import LoraSettings
-from wire.liveness import HeartbeatWatch, SeenServer
+from wire.liveness import GONE_AFTER_S, HeartbeatWatch, SeenServer
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
@@ -46,11 +47,11 @@ from .staleness import StalenessCounts, StepRollouts, examples_shown
 logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at the bucket while a step waits for groups: the first look again after
-#: `FIRST_POLL_S`, then twice as long each time, up to `POLL_S`. An idle trainer costs more than a listing, and
-#: most waits end soon after they start (a server writes its batch as the step needs it), so the first looks are
-#: quick; a long wait (no server) costs a listing every `POLL_S`.
+#: `FIRST_POLL_S`, then twice as long each time, up to the bucket's `wire.budget.Budget.group_wait_s` (0.5 s on a
+#: folder or S3, 5 s on a Hub bucket). An idle trainer costs more than a listing, and most waits end soon after they
+#: start (a server writes its batch as the step needs it), so the first looks are quick; a long wait (no server)
+#: costs a listing every `group_wait_s`.
 FIRST_POLL_S = 0.02
-POLL_S = 0.5
 #: Seconds after which a gone server's heartbeat file is deleted.
 FORGET_AFTER_S = 3600.0
 
@@ -191,6 +192,7 @@ class FleetRollouts:
         self._deferred: dict[str, tuple[int, float, str]] = {}  # read and valid, held back for room: their age
         self._done: set[str] = set()  # taken, dropped or refused: never read again
         self._undeleted: set[str] = set()  # done, but the delete failed: retried on the next look
+        self._wait_s = budget_for(self.bucket.url).group_wait_s
 
     def take(self, n: int) -> list[GameGroup]:
         """The `n` oldest fresh groups, waiting while fewer are ready; drops stale ones and refuses bad ones on
@@ -222,7 +224,7 @@ class FleetRollouts:
                 self.run.resend()
                 if self._stop.wait(poll):
                     raise RolloutsStopped("stopped while waiting for rollout groups")
-                poll = min(POLL_S, 2 * poll)
+                poll = min(self._wait_s, 2 * poll)
         except RolloutsStopped:
             for group in taken:  # not trained on: back to the queue for the next step (a stop ends the run)
                 self._done.discard(group.path)
@@ -261,7 +263,7 @@ class FleetRollouts:
         """List the bucket's groups; read the new ones, holding at most the run's pending bound (or `needed`) in
         memory, the oldest; drop stale and refuse bad ones (deleting them)."""
         try:
-            listed = self.bucket.list_groups()
+            listed = self.bucket.list_groups(max_age=min(self.bucket.max_age, self._wait_s))
             if self._undeleted:
                 self._delete(list(self._undeleted))
         except (OSError, StorageError) as e:
@@ -279,12 +281,12 @@ class FleetRollouts:
                     continue
                 if group_run(f.path) != self.run_id:
                     self._refuse(f.path, "from another run", Refusal.ANOTHER_RUN, step, discard)
-                elif (group := self._read(f.path, f.size, settings, now, step, discard)) is not None:
+                elif (group := self._read(f.path, f, settings, now, step, discard)) is not None:
                     self._hold(group, room)
             while len(self._queue) < room and self._deferred:  # room again: the oldest held back, read again
                 path = min(self._deferred, key=self._deferred.__getitem__)
                 del self._deferred[path]
-                if (group := self._read(path, 0, settings, now, step, discard)) is not None:
+                if (group := self._read(path, None, settings, now, step, discard)) is not None:
                     self._queue[path] = group
         except (OSError, StorageError) as e:
             self._delete(discard)
@@ -304,21 +306,21 @@ class FleetRollouts:
         self._delete(discard)
         self.failing = 0
 
-    def _read(self, path: str, size: int, settings: RunSettings, now: int, step: StepRollouts,
+    def _read(self, path: str, listed: StoredFile | None, settings: RunSettings, now: int, step: StepRollouts,
               discard: list[str]) -> GameGroup | None:
-        """The group at `path` checked against the run (refused unread when its listed `size` is more than a
+        """The group at `path` checked against the run (refused unread when its `listed` size is more than a
         group of the run can be), or None: refused, or deleted meanwhile.
 
         Raises:
             OSError, StorageError: the bucket failed.
         """
         limit = max_group_bytes(settings)
-        if size > limit:
-            self._refuse(path, f"{size} bytes, more than a group of this run can be ({limit})", Refusal.TOO_LARGE,
-                         step, discard)
+        if listed is not None and listed.size > limit:
+            self._refuse(path, f"{listed.size} bytes, more than a group of this run can be ({limit})",
+                         Refusal.TOO_LARGE, step, discard)
             return None
         try:
-            group = self.bucket.read_group(path, limit, size)
+            group = self.bucket.read_group(path, limit, listed)
             check_group(group, settings, now, path)
         except FileNotFoundError:
             return None  # deleted meanwhile (by a trainer of an earlier process)
@@ -416,10 +418,10 @@ class FleetMonitor:
         interval: Seconds between two reads.
     """
 
-    def __init__(self, bucket: FleetBucket, interval: float = 2.0) -> None:
+    def __init__(self, bucket: FleetBucket, interval: float = 2.0, gone_after_s: float = GONE_AFTER_S) -> None:
         self.bucket = bucket
         self.interval = interval
-        self._watch = HeartbeatWatch(bucket)
+        self._watch = HeartbeatWatch(bucket, gone_after_s)
         self._servers: list[FleetServer] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

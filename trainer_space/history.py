@@ -97,11 +97,10 @@ class HistoryKeeper:
         Raises:
             FileNotFoundError, delta.FileTooLargeError, OSError, delta.StorageError: as `Storage.read`.
         """
-        listed = [f for f in self.storage.list(HISTORY_PATH) if f.path == HISTORY_PATH]
-        if listed and listed[0].size > MAX_HISTORY_BYTES:
-            raise delta.FileTooLargeError(url=self.storage.url, path=HISTORY_PATH, limit=MAX_HISTORY_BYTES,
-                                          size=listed[0].size)
-        return self.storage.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES)
+        listed = next((f for f in self.storage.list(HISTORY_PATH) if f.path == HISTORY_PATH), None)
+        if listed is None:
+            raise FileNotFoundError(HISTORY_PATH)  # listed: nothing more to ask
+        return self.storage.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES, listed=listed)  # refused by its size
 
     def _set_aside(self, error: HistoryFileError) -> None:
         """Move an unreadable history beside it (unread and uncopied), so the fresh one written next loses nothing;

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import delta
+from wire.budget import budget_for
 from wire.history import up_to
 from wire.lora import LoraSettings
 from wire.trainer import TrainerHistory
@@ -130,7 +131,9 @@ class TrainerParts:
                 logger.info("signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
                             c.bucket, self.publisher.public_key.fingerprint, self.publisher.public_key.text)
                 earlier = up_to(history, version) if history is not None else None
-                self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier, trust=own).start()
+                budget = budget_for(self.publisher.storage.url)
+                self.payloads = PayloadLog(c.bucket, dense_bytes(published), budget.poll_s, earlier=earlier, trust=own,
+                                           max_age=budget.listing_age_s).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
                                         world=ranks.world, master_of=self._master_of)

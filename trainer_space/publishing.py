@@ -134,6 +134,8 @@ class PayloadLog:
         bucket: Bucket URL.
         dense_bytes: Bytes of the full published state.
         interval: Seconds between manifest polls.
+        max_age: How old the process's shared listing of the bucket may be to find the newest manifest in
+            (`delta.Storage.list`; the publisher's own commits are in it at once).
         history: Most payloads (and anchors) kept.
         earlier: What earlier trainer processes measured (their history in the bucket): kept first.
         trust: The trainer's own key (`weights.own_trust`; None: this process's): versions it did not sign (a
@@ -144,8 +146,10 @@ class PayloadLog:
     """
 
     def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000,
-                 earlier: TrainerHistory | None = None, trust: delta.Trust | None = None) -> None:
+                 earlier: TrainerHistory | None = None, trust: delta.Trust | None = None, max_age: float = 0.0) -> None:
         self.storage = delta.open_storage(bucket)
+        self.max_age = max_age
+        self._polled = delta.PolledManifests()  # a poll that finds the manifest unchanged reads nothing
         self.trust = trust or own_trust(bucket)
         self.dense_bytes = dense_bytes
         self.interval = interval
@@ -192,7 +196,7 @@ class PayloadLog:
 
     def poll(self) -> None:
         """Measure the versions committed since the last poll (deltas only: anchors replace everything)."""
-        manifest = read_manifest(self.storage)
+        manifest = read_manifest(self.storage, polled=self._polled, max_age=self.max_age)
         if manifest is None:
             return
         for entry in manifest.versions:
@@ -213,7 +217,14 @@ class PayloadLog:
                 self.on_record()
 
     def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
-        return [delta.read_delta(self.storage.read(f.path, max_bytes=f.size), f.path)[0] for f in entry.delta]
+        return [delta.read_delta(self.storage.read(f.path, max_bytes=f.size, listed=self._listed(f)), f.path)[0]
+                for f in entry.delta]
+
+    def _listed(self, ref: delta.FileRef) -> delta.StoredFile | None:
+        """The file's entry in the process's listing (the publisher put it there as it wrote it), if its size is the
+        manifest's: read by it, nothing more is asked of the bucket."""
+        listed = self.storage.listed(ref.path)
+        return listed if listed is not None and listed.size == ref.size else None
 
     def _measure(self, entry: delta.VersionEntry) -> None:
         """Record what the delta of a committed version cost, from its files' headers."""

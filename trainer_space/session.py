@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import delta
 from webguard import token_matches
+from wire.budget import budget_for
 from wire.errors import RolloutRefusedError
 from wire.fleet import RunState
 from wire.fleet_bucket import FleetBucket
@@ -102,6 +103,7 @@ class TrainingSession:
                  ranks: TrainerRanks | None = None) -> None:
         self.ranks = ranks or TrainerRanks()
         self._storage = delta.open_storage(config.bucket)  # for its traffic: shared by every storage of the bucket
+        budget = budget_for(self._storage.url)  # how often the bucket is read and written (wire.budget)
         self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
         self.monitor: FleetMonitor | None = None
         self._fleet: FleetRun | None = None  # every rank's: whose groups count
@@ -110,17 +112,20 @@ class TrainingSession:
             url = delta.open_storage(config.bucket).url
             key = delta.trainer_key(url) if self.ranks.main else None
             own = delta.Trust.for_bucket(url, self.ranks.broadcast(key.public.text if key is not None else None))
-            bucket = FleetBucket(config.bucket, secret=config.rollout_token, signer=key, trust=own)
+            bucket = FleetBucket(config.bucket, secret=config.rollout_token, signer=key, trust=own,
+                                 max_age=budget.listing_age_s)
             self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
             if self.ranks.main:
                 self.fleet_run = self._fleet
-                self.monitor = FleetMonitor(bucket).start()
+                self.monitor = FleetMonitor(bucket, budget.monitor_s, budget.gone_after_s).start()
         elif client is None:
             from .rollout_client import RolloutClient
 
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
-        self.exams = ExamWatch(config.bucket, secret=config.rollout_token).start() if self.ranks.main else None  # what the fleet's exams found
+        # what the fleet's exams found
+        self.exams = (ExamWatch(config.bucket, budget.exams_s, secret=config.rollout_token, max_age=budget.listing_age_s)
+                      .start() if self.ranks.main else None)
         self._owner_token = owner_token
         self._client = client
         self._wrap_publisher = wrap_publisher
@@ -131,7 +136,7 @@ class TrainingSession:
         self.keeper: HistoryKeeper | None = None
         self._earlier = TrainerHistory(steps=[], payloads=[])
         if self.ranks.main:
-            self.keeper = HistoryKeeper(config.bucket)
+            self.keeper = HistoryKeeper(config.bucket, budget.history_s)
             self._earlier = self.keeper.load()
             self.records.extend(self._earlier.steps)
         self.progress = StepCount(self.records[-1].step if self.records else 0)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from delta import DeltaFormatError, read_manifest
-from delta.storage import Storage, open_storage
+from delta import DeltaFormatError, PolledManifests, read_manifest
+from delta.storage import Storage, StoredFile, open_storage
 
 from .exam import EXAMS_PREFIX, OTHER_KEY, ExamRecord, path_version
 from .fleet import FleetMessageError, Refusal, encode
@@ -42,13 +42,14 @@ class ExamShelf:
             are refused.
     """
 
-    def __init__(self, bucket: str | Storage, key: bytes | None = None) -> None:
+    def __init__(self, bucket: str | Storage, key: bytes | None = None, max_age: float = 0.0) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = key
+        self.max_age = max_age
         self.published = 0
         self._refusals: dict[str, FleetMessageError] = {}  # path -> why, for the files in the bucket now
-        self._read: dict[str, tuple[int, ExamRecord | None]] = {}  # path -> (size read, record or None: refused)
-        self._manifests: dict[str, tuple[int, DeltaFormatError]] = {}  # refused, skipped unread (`read_manifest`)
+        self._read: dict[str, tuple[StoredFile, ExamRecord | None]] = {}  # path -> (as listed, record or None: refused)
+        self._manifests = PolledManifests()  # the manifests refused (skipped unread) and the last one read (`read_manifest`)
         self._lock = threading.Lock()
 
     @property
@@ -76,15 +77,15 @@ class ExamShelf:
             OSError, delta.StorageError: the bucket could not be listed or read (as `Storage`).
         """
         with self._lock:
-            listed = [f for f in self.storage.list(EXAMS_PREFIX)][:MAX_EXAMS]
+            listed = [f for f in self.storage.list(EXAMS_PREFIX, max_age=self.max_age)][:MAX_EXAMS]
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]
             for gone in set(self._refusals) - present:
                 del self._refusals[gone]
             for f in listed:
-                if self._read.get(f.path, (None,))[0] != f.size:
-                    self._read[f.path] = (f.size, self._check(f.path, f.size))
+                if self._read.get(f.path, (None,))[0] != f:  # read again only what changed since (size, etag)
+                    self._read[f.path] = (f, self._check(f))
             self.published = self._newest_published()
             kept = []
             for path, (_, record) in self._read.items():
@@ -103,17 +104,18 @@ class ExamShelf:
         """The newest version the bucket's manifest lists (0 with none: the untrained weights every server starts
         from)."""
         try:
-            manifest = read_manifest(self.storage, refused=self._manifests)
+            manifest = read_manifest(self.storage, polled=self._manifests, max_age=self.max_age)
         except DeltaFormatError:  # no manifest parses: no version can be shown to be published
             return 0
         return manifest.latest.version if manifest is not None and manifest.latest is not None else 0
 
-    def _check(self, path: str, size: int) -> ExamRecord | None:
+    def _check(self, listed: StoredFile) -> ExamRecord | None:
+        path = listed.path
         claimed = path_version(path)
         try:
             if claimed is None:
                 raise FleetMessageError(path, "not an exam file name (exams/v<10 digits>.json)")
-            record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, size)
+            record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, listed)
             if record.version != claimed:
                 raise FleetMessageError(path, f"holds the exam of version {record.version}: a file renamed or "
                                               "copied by hand", Refusal.RENAMED)

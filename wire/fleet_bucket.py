@@ -15,6 +15,7 @@ bucket is shared and files can be damaged or crafted. Who writes and who deletes
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from delta import SigningKey, Trust, trainer_key
 from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
@@ -26,21 +27,25 @@ from .fleet import (
 
 logger = logging.getLogger(__name__)
 
+#: Files whose last reading is kept (heartbeats and the run's settings: a few per server).
+_MAX_KNOWN = 1024
+
 
 def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | None, max_bytes: int,
-                 listed: int | None = None, trust: Trust | None = None) -> Message:
+                 listed: StoredFile | None = None, trust: Trust | None = None) -> Message:
     """The message of `kind` at `path`, from one bounded read: refused unread when its `listed` size is over
     `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed); signed
-    with the key `trust` accepts, when given.
+    with the key `trust` accepts, when given. `listed`: its entry in a listing, read as listed (`Storage.read`: no
+    metadata asked again).
 
     Raises:
         FleetMessageError: over the bound (`Refusal.TOO_LARGE`) or not a valid message (`wire.fleet.decode`).
         FileNotFoundError, delta.StorageError: as `Storage.read`.
     """
-    if listed is not None and listed > max_bytes:
-        raise too_large(path, listed, max_bytes)
+    if listed is not None and listed.size > max_bytes:
+        raise too_large(path, listed.size, max_bytes)
     try:
-        data = storage.read(path, max_bytes=max_bytes)
+        data = storage.read(path, max_bytes=max_bytes, listed=listed)
     except FileTooLargeError as e:
         raise too_large(path, e.size, max_bytes) from e
     return decode(data, kind, path, key, max_bytes, trust)
@@ -49,6 +54,11 @@ def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | 
 class FleetBucket:
     """The fleet's files in one bucket. Every method blocks on the bucket; instances may be shared
     between threads (the storage is).
+
+    Requests: what this process's readers poll (the run's settings, groups, heartbeats) is listed from one listing of
+    the bucket shared by every poller of the process (`Storage.list`'s `max_age`), and a file listed with the content
+    it had when it was read last (the same size and etag: the run's settings, a heartbeat that did not beat) is not
+    read again. A write is one request; a read of a file listed asks nothing more of the bucket than its content.
 
     Args:
         bucket: A bucket URL (as `delta.open_storage` takes) or an open `Storage`.
@@ -59,6 +69,8 @@ class FleetBucket:
         trust: Whose signature the run's settings must carry to be read (share the weights' subscriber's, so both trust
             one key); None: the signer's own key for a trainer, else `delta.Trust.for_bucket` (``DELTA_TRUSTED_KEY``,
             or the key trusted on first use).
+        max_age: Seconds a listing of the bucket this process made may be old to answer the reads (the pollers'
+            interval); 0: listed at every read.
 
     Attributes:
         runs_refused: Run settings refused so far for their signature (each file counted once); the last ones
@@ -70,7 +82,7 @@ class FleetBucket:
     """
 
     def __init__(self, bucket: str | Storage, secret: str | None = None, *, signer: SigningKey | None = None,
-                 trust: Trust | None = None) -> None:
+                 trust: Trust | None = None, max_age: float = 0.0) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = fleet_key(secret) if secret else None
         self.signer = signer
@@ -78,7 +90,8 @@ class FleetBucket:
         self.runs_refused = 0
         self.run_refusal: str | None = None
         self._trusted_run: RunSettings | None = None  # the last run settings read that the trusted key signed
-        self._run_too_large: tuple[int, FleetMessageError] | None = None  # (listed size, the refusal)
+        self.max_age = max_age
+        self._known: dict[str, tuple[StoredFile, Message | FleetMessageError]] = {}  # path -> as listed when read
 
     @property
     def signed(self) -> bool:
@@ -98,18 +111,16 @@ class FleetBucket:
         self.storage.write(RUN_PATH, encode(run, self.key, self.signer))
 
     def read_run(self) -> RunSettings | None:
-        """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`).
-        Once refused as too large, the file is not read again until its listed size changes (a listing per call
-        instead of a bounded read). Settings not signed by the trusted key are refused (counted in `runs_refused`,
-        once per file, and logged) and the last trusted ones are returned instead, until the trainer writes new ones;
-        with none yet, the refusal is raised."""
-        if self._run_too_large is not None:
-            size, error = self._run_too_large
-            if self._listed_size(RUN_PATH) == size:
-                raise error
-            self._run_too_large = None
+        """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`; refused
+        unread when listed larger). Read again only once the listing shows other content. Settings not signed by the
+        trusted key are refused (counted in `runs_refused`, once per file, and logged) and the last trusted ones are
+        returned instead, until the trainer writes new ones; with none yet, the refusal is raised."""
+        listed = next((f for f in self.storage.list(RUN_PATH, max_age=self.max_age) if f.path == RUN_PATH), None)
+        if listed is None:
+            return None
         try:
-            run = read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES, trust=self.trust)
+            run = self._read(RUN_PATH, listed, lambda: read_message(self.storage, RUN_PATH, RunSettings, self.key,
+                                                                     MAX_RUN_BYTES, listed, self.trust))
         except FileNotFoundError:
             return None
         except FleetMessageError as e:
@@ -117,12 +128,26 @@ class FleetBucket:
                 self._refuse_run(e)
                 if self._trusted_run is not None:
                     return self._trusted_run
-            size = self._listed_size(RUN_PATH) if e.category == Refusal.TOO_LARGE else None
-            if size is not None:
-                self._run_too_large = (size, e)
             raise
+        assert isinstance(run, RunSettings)
         self._trusted_run = run
         return run
+
+    def _read(self, path: str, listed: StoredFile, read: Callable[[], Message]) -> Message:
+        """`read()`, or what it gave (or raised) last time if `path` is listed with the same content (the same size
+        and etag) as then."""
+        known = self._known.get(path)
+        if known is None or listed.etag is None or known[0] != listed:
+            try:
+                known = (listed, read())
+            except FleetMessageError as e:
+                known = (listed, e)
+            if len(self._known) >= _MAX_KNOWN:
+                self._known.pop(next(iter(self._known)))
+            self._known[path] = known
+        if isinstance(known[1], FleetMessageError):
+            raise known[1]
+        return known[1]
 
     def _refuse_run(self, error: FleetMessageError) -> None:
         """Count and log run settings that the trusted key did not sign, once per refusal (they are read every poll)."""
@@ -132,9 +157,6 @@ class FleetBucket:
             self.runs_refused += 1
             logger.warning("REFUSED the run's settings: %s", text)
 
-    def _listed_size(self, path: str) -> int | None:
-        return next((f.size for f in self.storage.list(path) if f.path == path), None)
-
     # -- groups (the servers write, the trainer reads and deletes) -------------------------------------
 
     def write_group(self, group: GameGroup) -> str:
@@ -142,11 +164,12 @@ class FleetBucket:
         self.storage.write(group.path, encode(group, self.key))
         return group.path
 
-    def list_groups(self) -> list[StoredFile]:
-        """Every group file in the bucket, of any run, sorted by path."""
-        return self.storage.list(GROUPS_PREFIX)
+    def list_groups(self, max_age: float | None = None) -> list[StoredFile]:
+        """Every group file in the bucket, of any run, sorted by path (from a listing at most `max_age` old; None:
+        the bucket's `max_age`)."""
+        return self.storage.list(GROUPS_PREFIX, max_age=self.max_age if max_age is None else max_age)
 
-    def read_group(self, path: str, max_bytes: int = MAX_MESSAGE_BYTES, listed: int | None = None) -> GameGroup:
+    def read_group(self, path: str, max_bytes: int = MAX_MESSAGE_BYTES, listed: StoredFile | None = None) -> GameGroup:
         """The group at `path`, checked (over `max_bytes`, by its `listed` size or while reading: refused, not read
         past that); FileNotFoundError when it was deleted meanwhile."""
         group = read_message(self.storage, path, GameGroup, self.key, max_bytes, listed)
@@ -164,13 +187,20 @@ class FleetBucket:
         self.storage.write(server_path(beat.server_id), encode(beat, self.key))
 
     def list_heartbeats(self) -> list[StoredFile]:
-        return self.storage.list(SERVERS_PREFIX)
+        """Every heartbeat file, sorted by path (from a listing at most `max_age` old)."""
+        return self.storage.list(SERVERS_PREFIX, max_age=self.max_age)
 
-    def read_heartbeat(self, path: str, listed: int | None = None) -> Heartbeat:
+    def read_heartbeat(self, path: str, listed: StoredFile | None = None) -> Heartbeat:
         """The heartbeat at `path`, checked: also that it is the file of the server it names. Over
-        `MAX_HEARTBEAT_BYTES` (by its `listed` size, or while reading): refused, not read past that."""
-        beat = read_message(self.storage, path, Heartbeat, self.key, MAX_HEARTBEAT_BYTES, listed)
-        if server_path(beat.server_id) != path:
-            raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
-                                          "server's name", Refusal.RENAMED)
+        `MAX_HEARTBEAT_BYTES` (by its `listed` size, or while reading): refused, not read past that. A heartbeat
+        `listed` with the content it had when it was read last is not read again."""
+        def read() -> Heartbeat:
+            beat = read_message(self.storage, path, Heartbeat, self.key, MAX_HEARTBEAT_BYTES, listed)
+            if server_path(beat.server_id) != path:
+                raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
+                                              "server's name", Refusal.RENAMED)
+            return beat
+
+        beat = self._read(path, listed, read) if listed is not None else read()
+        assert isinstance(beat, Heartbeat)
         return beat

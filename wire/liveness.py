@@ -19,7 +19,8 @@ from .fleet_bucket import FleetBucket
 
 logger = logging.getLogger(__name__)
 
-#: Seconds after which a server whose heartbeat stopped changing counts as gone (heartbeats come every 5 s).
+#: Seconds after which a server whose heartbeat stopped changing counts as gone (heartbeats every 5 s; on a Hub
+#: bucket every 30 s, gone after `wire.budget.HUB.gone_after_s`).
 GONE_AFTER_S = 30.0
 
 
@@ -30,10 +31,11 @@ class SeenServer:
     path: str
     heartbeat: Heartbeat
     silent_s: float
+    gone_after_s: float = GONE_AFTER_S
 
     @property
     def gone(self) -> bool:
-        return self.silent_s > GONE_AFTER_S
+        return self.silent_s > self.gone_after_s
 
 
 class HeartbeatWatch:
@@ -41,10 +43,12 @@ class HeartbeatWatch:
 
     Args:
         bucket: The fleet's bucket.
+        gone_after_s: Seconds of silence after which a server is gone (a few of its heartbeat periods).
     """
 
-    def __init__(self, bucket: FleetBucket) -> None:
+    def __init__(self, bucket: FleetBucket, gone_after_s: float = GONE_AFTER_S) -> None:
         self.bucket = bucket
+        self.gone_after_s = gone_after_s
         self._seen: dict[str, tuple[str, int, float]] = {}  # path -> (boot, beat, when it last counted up)
         self._bad: dict[str, str] = {}  # path -> the reason it was last refused for
         self.refused: Counter[str] = Counter()  # refusals by `wire.fleet.Refusal`
@@ -62,7 +66,7 @@ class HeartbeatWatch:
             del self._bad[path]
         for f in listed:
             try:
-                beat = self.bucket.read_heartbeat(f.path, f.size)
+                beat = self.bucket.read_heartbeat(f.path, f)
             except FileNotFoundError:
                 continue
             except FleetMessageError as e:
@@ -76,7 +80,7 @@ class HeartbeatWatch:
             counted_up = old is None or old[0] != beat.boot or beat.beat > old[1]
             boot, number, since = (beat.boot, beat.beat, now) if counted_up else old
             self._seen[f.path] = (boot, number, since)
-            seen.append(SeenServer(f.path, beat, now - since))
+            seen.append(SeenServer(f.path, beat, now - since, self.gone_after_s))
         return seen
 
     def forget(self, paths: list[str]) -> None:

@@ -371,27 +371,55 @@ def version_of_path(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def manifest_commits(storage: Storage) -> list[tuple[int, str]]:
-    """(commit, path) of every manifest file in the bucket, newest first."""
-    return [(commit, f.path) for commit, f in _listed(storage)]
+def manifest_commits(storage: Storage | list[StoredFile]) -> list[tuple[int, str]]:
+    """(commit, path) of every manifest file in the bucket (or among the files of a listing of it), newest first."""
+    files = storage if isinstance(storage, list) else storage.list(MANIFEST_DIR)
+    return [(commit, f.path) for commit, f in _commits(files)]
 
 
-def _listed(storage: Storage) -> list[tuple[int, StoredFile]]:
+def _listed(storage: Storage, max_age: float = 0.0) -> list[tuple[int, StoredFile]]:
     """(commit, listed file) of every manifest file in the bucket, newest first."""
+    return _commits(storage.list(MANIFEST_DIR, max_age=max_age))
+
+
+def _commits(files: list[StoredFile]) -> list[tuple[int, StoredFile]]:
+    """(commit, file) of the manifest files among `files`, newest first."""
     found = []
-    for f in storage.list(MANIFEST_DIR):
+    for f in files:
         m = _MANIFEST_NAME.fullmatch(f.path)
         if m:
             found.append((int(m.group(1)), f))
     return sorted(found, key=lambda found: found[0], reverse=True)
 
 
-#: Manifests refused, by path: (their listed size, why), for `read_manifest` to skip unread.
-Refused = dict[str, tuple[int, DeltaFormatError]]
+class PolledManifests:
+    """What a caller that polls `read_manifest` keeps between polls (pass the same one each time), so that a poll
+    that finds nothing new reads nothing: the manifests refused so far, skipped unread until their listing changes,
+    and the last manifest read, returned again unread while the listing shows it unchanged (the same path, size and
+    etag: on the Hub and S3 the etag names the content; a local folder names none, and its manifest is read again,
+    which costs no request).
+
+    Attributes:
+        refused: By path: (the listed size it was refused at, why).
+    """
+
+    def __init__(self) -> None:
+        self.refused: dict[str, tuple[int, DeltaFormatError]] = {}
+        self._last: tuple[StoredFile, Manifest] | None = None
+
+    def unchanged(self, listed: StoredFile) -> Manifest | None:
+        """The manifest read last, if `listed` is the same file with the same content."""
+        if self._last is not None and listed.etag is not None and self._last[0] == listed:
+            return self._last[1]
+        return None
+
+    def read(self, listed: StoredFile, manifest: Manifest) -> None:
+        self._last = (listed, manifest)
+        self.refused.pop(listed.path, None)
 
 
 def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None,
-                  refused: Refused | None = None) -> Manifest | None:
+                  polled: PolledManifests | None = None, max_age: float = 0.0) -> Manifest | None:
     """The newest manifest that reads and parses, or None for a bucket with no version yet.
 
     A newest manifest that is missing by the time it is read (deleted by gc), does not parse (a torn
@@ -399,38 +427,46 @@ def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], Non
     before it is read, and never read past that bound) or fails a check (crafted) is skipped in favour of
     the one before, and `on_refused` is told why.
 
+    Requests: one listing of `manifests/`, and one read of the manifest returned (none with `polled` when it did not
+    change since the last poll), the entry listed passed on (`Storage.read`'s `listed`: no metadata asked again).
+
     Args:
-        refused: Kept by a caller that polls (pass the same dict each time): the manifests refused so far,
-            filled in and pruned here; one listed at the size it was refused at is skipped unread and
-            `on_refused` is not told again. None: every manifest is read afresh.
+        polled: Kept by a caller that polls (`PolledManifests`): a poll that finds the newest manifest unchanged reads
+            nothing, and one refused is skipped unread, `on_refused` not told again, until its listing changes.
+            None: every manifest is read afresh.
+        max_age: For a caller that polls: `manifests/` may be listed from the listing of the bucket this process
+            made at most `max_age` seconds ago (`Storage.list`).
 
     Raises:
         BucketUnreachableError, StorageError: from the bucket.
         DeltaFormatError: manifests exist but none parses (the message names the newest).
     """
-    listed = _listed(storage)
-    if refused is not None:
-        for gone in refused.keys() - {f.path for _, f in listed}:
-            del refused[gone]
+    listed = _listed(storage, max_age)
+    if polled is not None:
+        for gone in polled.refused.keys() - {f.path for _, f in listed}:
+            del polled.refused[gone]
     first_error: DeltaFormatError | None = None
     for commit, f in listed:
-        known = refused.get(f.path) if refused is not None else None
+        known = polled.refused.get(f.path) if polled is not None else None
         if known is not None and known[0] == f.size:
             first_error = first_error or known[1]
             continue
+        same = polled.unchanged(f) if polled is not None else None
+        if same is not None:
+            return same
         try:
             manifest = _read_one(storage, commit, f)
         except FileNotFoundError:
             continue
         except DeltaFormatError as e:
             first_error = first_error or e
-            if refused is not None:
-                refused[f.path] = (f.size, e)
+            if polled is not None:
+                polled.refused[f.path] = (f.size, e)
             if on_refused is not None:
                 on_refused(e)
             continue
-        if refused is not None:
-            refused.pop(f.path, None)
+        if polled is not None:
+            polled.read(f, manifest)
         return manifest
     if first_error is not None:
         raise first_error
@@ -453,7 +489,7 @@ def _read_one(storage: Storage, commit: int, listed: StoredFile) -> Manifest:
     try:
         if listed.size > MAX_MANIFEST_BYTES:
             raise FileTooLargeError(url=storage.url, path=path, limit=MAX_MANIFEST_BYTES, size=listed.size)
-        data = storage.read(path, max_bytes=MAX_MANIFEST_BYTES)
+        data = storage.read(path, max_bytes=MAX_MANIFEST_BYTES, listed=listed)
     except FileTooLargeError as e:
         told = f"{e.size:,} bytes" if e.size is not None else "more bytes"
         raise DeltaFormatError(f"{told}, more than the {MAX_MANIFEST_BYTES:,} a manifest may hold", path=path) from e
@@ -463,14 +499,18 @@ def _read_one(storage: Storage, commit: int, listed: StoredFile) -> Manifest:
     return manifest
 
 
-def write_manifest(storage: Storage, manifest: Manifest) -> Manifest:
+def write_manifest(storage: Storage, manifest: Manifest, listed: list[StoredFile] | None = None) -> Manifest:
     """Commit `manifest` and return it as written: renumbered above every manifest file present, parsed
     or torn, so that no file is ever overwritten.
 
     This one write is the commit: before it the version does not exist, after it it does. It is
     atomic where a single file write is (local directory: rename; S3: one PUT; HF: one batch call).
+
+    Args:
+        listed: The bucket's files as the caller listed them just now (one listing for this and `collect_garbage`);
+            None: `manifests/` is listed here.
     """
-    listed = [c for c, _ in manifest_commits(storage)]
+    listed = [c for c, _ in (_commits(listed) if listed is not None else _listed(storage))]
     manifest = replace(manifest, commit=max([manifest.commit, *(c + 1 for c in listed)]))
     storage.write(manifest.path, manifest.to_json())
     return manifest
@@ -484,8 +524,11 @@ def file_ref(path: str, data: bytes, rank: int = 0) -> FileRef:
     return FileRef(path, len(data), sha256(data), rank)
 
 
-def fetch_verified(storage: Storage, ref: FileRef) -> bytes:
+def fetch_verified(storage: Storage, ref: FileRef, listed: StoredFile | None = None) -> bytes:
     """Read a data file and check its size and SHA-256 against the manifest.
+
+    `listed`: its entry in a listing (`Storage.listed`), which saves the backend asking for its metadata; used only
+    where its size is the manifest's.
 
     Raises:
         IntegrityError: size or hash differ (truncated, corrupted or replaced file; one larger than the
@@ -494,7 +537,8 @@ def fetch_verified(storage: Storage, ref: FileRef) -> bytes:
         BucketUnreachableError, StorageError: from the bucket.
     """
     try:
-        data = storage.read(ref.path, max_bytes=ref.size)
+        data = storage.read(ref.path, max_bytes=ref.size,
+                            listed=listed if listed is not None and listed.size == ref.size else None)
     except FileTooLargeError as e:
         actual = f"{e.size}" if e.size is not None else f"more than {ref.size}"
         raise IntegrityError(f"{ref.path}: wrong size", expected=str(ref.size), actual=actual, path=ref.path) from e

@@ -525,8 +525,9 @@ class Publisher:
         if self._handover is not None and self._handover not in current.handovers:
             current = replace(current, handovers=current.handovers + (self._handover,))
         signed = sign_latest(current.with_version(entry, shards, layout), self._key, self._run_id)
-        manifest = write_manifest(self.storage, retain(signed, self.config.keep_anchors))
-        collect_garbage(self.storage, manifest)
+        listed = self.storage.list()  # one listing to number the commit and collect garbage by
+        manifest = write_manifest(self.storage, retain(signed, self.config.keep_anchors), listed)
+        collect_garbage(self.storage, manifest, listed)
         return manifest
 
 

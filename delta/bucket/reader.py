@@ -218,10 +218,10 @@ class Reader:
         """Fetch and verify one file, once more if it fails; returns (data, bytes read)."""
         _check_path(ref)
         try:
-            return fetch_verified(self.storage, ref), ref.size
+            return fetch_verified(self.storage, ref, self.storage.listed(ref.path)), ref.size
         except (IntegrityError, FileNotFoundError) as first:
             logger.warning("%s", printable(f"{ref.path}: {first}; fetching it again"))
-            try:
+            try:  # asking the bucket what the file is now, not the listing kept
                 return fetch_verified(self.storage, ref), 2 * ref.size
             except (IntegrityError, FileNotFoundError) as e:
                 raise BadFiles([ref.path], e) from e

@@ -15,13 +15,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from ..storage import Storage
+from ..storage import Storage, StoredFile
 from .manifest import VERSIONS_DIR, Manifest, manifest_commits, version_of_path, write_manifest
 
 logger = logging.getLogger(__name__)
 
 #: Manifests kept besides the newest, so that a reader who listed just before a commit still finds its file.
 KEEP_OLD_MANIFESTS = 2
+#: Older manifests are deleted once this many have gathered, in one request (not one per commit: each request counts
+#: against a Hub account's quota).
+OLD_MANIFESTS_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -50,19 +53,26 @@ def retain(manifest: Manifest, keep_anchors: int) -> Manifest:
     return replace(manifest, versions=tuple(v for v in manifest.versions if v.version >= oldest))
 
 
-def collect_garbage(storage: Storage, manifest: Manifest) -> list[str]:
+def collect_garbage(storage: Storage, manifest: Manifest, listed: list[StoredFile] | None = None) -> list[str]:
     """Delete what `manifest` (the newest, already committed) does not need.
 
     Deletes data files under `versions/` that it does not reference, of versions up to its latest
     (newer ones may belong to a publish in progress), and manifests older than the newest
-    `KEEP_OLD_MANIFESTS + 1`. Returns the deleted paths.
+    `KEEP_OLD_MANIFESTS + 1` (those once `OLD_MANIFESTS_BATCH` have gathered, or with data files). Returns the deleted
+    paths.
+
+    Args:
+        listed: The bucket's files as listed just before `manifest` was committed (`write_manifest`'s listing, saving
+            one); None: the bucket is listed here.
     """
     latest = manifest.latest.version if manifest.latest else 0
     keep = manifest.referenced()
-    doomed = [f.path for f in storage.list(VERSIONS_DIR)
-              if f.path not in keep and (version_of_path(f.path) or 0) <= latest]
-    doomed += [path for commit, path in manifest_commits(storage)[KEEP_OLD_MANIFESTS + 1:]
-               if commit < manifest.commit]
+    files = storage.list() if listed is None else [*listed, StoredFile(manifest.path, 0)]
+    doomed = [f.path for f in files if f.path.startswith(VERSIONS_DIR)
+              and f.path not in keep and (version_of_path(f.path) or 0) <= latest]
+    old = [path for commit, path in manifest_commits(files)[KEEP_OLD_MANIFESTS + 1:] if commit < manifest.commit]
+    if doomed or len(old) >= OLD_MANIFESTS_BATCH:
+        doomed += old
     storage.delete(doomed)
     if doomed:
         logger.info("gc: deleted %d files from %s", len(doomed), storage.url)

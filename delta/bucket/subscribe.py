@@ -28,7 +28,7 @@ from ..poll import Backoff
 from ..storage import Storage, open_storage
 from ..tensors.hashing import StateDigest
 from ..tensors.state import State
-from .manifest import Refused, read_manifest
+from .manifest import PolledManifests, read_manifest
 from .reader import Applied, Reader
 from .trust import Trust
 
@@ -186,7 +186,7 @@ class Subscriber:
         self._latest: int | None = None
         self._last_error: str | None = None
         self._refused: str | None = None  # the last manifest refused, as warned
-        self._refused_manifests: Refused = {}  # skipped unread until their listing changes
+        self._polled = PolledManifests()  # manifests refused (skipped unread until their listing changes), the last one read
         self._failures = 0
         self._refusals = 0
         self._last_refusal: str | None = None
@@ -220,13 +220,14 @@ class Subscriber:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
         return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history), len(self._refused_manifests), self._refusals,
+                                tuple(self._history), len(self._polled.refused), self._refusals,
                                 self._last_refusal, self.trust.describe(), not self.trust.unauthenticated)
 
-    def sync(self, version: int | None = None) -> int | None:
+    def sync(self, version: int | None = None, *, max_age: float = 0.0) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
 
-        Blocks until done. Tries every route the manifest offers around bad files before giving up.
+        Blocks until done. Tries every route the manifest offers around bad files before giving up. `max_age`: how
+        old a listing of the bucket this process made may be to find the newest manifest in (0: listed now).
 
         Raises (only `DeltaError`s, whatever the bucket holds):
             UntrustedVersionError: a version on the way is not the trusted key's (counted in `status()`'s
@@ -238,7 +239,7 @@ class Subscriber:
         """
         with self._sync_lock:
             try:
-                return self._catch_up(version)
+                return self._catch_up(version, max_age)
             except UntrustedVersionError:
                 raise
             except DeltaError as e:
@@ -288,7 +289,7 @@ class Subscriber:
             with self._sync_lock:
                 seen = (self._latest, self._reader.version)
                 try:
-                    self._catch_up(None)
+                    self._catch_up(None, self.config.poll_interval)
                     backoff.succeeded(changed=(self._latest, self._reader.version) != seen)
                 except UntrustedVersionError:  # counted by `_catch_up`; the trainer's next version is awaited
                     backoff.succeeded(changed=True)
@@ -313,9 +314,12 @@ class Subscriber:
             self._refused = text
             logger.warning("subscriber on %s: skipping a manifest: %s", self.storage.url, text)
 
-    def _catch_up(self, version: int | None) -> int | None:
+    def _catch_up(self, version: int | None, max_age: float = 0.0) -> int | None:
+        """Catch up to `version` (None: the newest); `max_age`: how old a listing of the bucket this process made may
+        be to list the manifests from (the follow loop's poll; 0 for `sync`)."""
         seen_at = time.monotonic()
-        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, refused=self._refused_manifests)
+        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, polled=self._polled,
+                                 max_age=max_age)
         if manifest is None or manifest.latest is None:
             return self._reader.version
         self._latest = manifest.latest.version

@@ -24,6 +24,7 @@ from ..errors import (
     AccessDeniedError, BucketNotFoundError, BucketUnreachableError, FileTooLargeError, RateLimitedError, StorageError,
 )
 from ..retry import RetryPolicy
+from ._listing import shared_listing
 from ._traffic import Traffic
 
 logger = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class Storage(ABC):
         self.url = url
         self.retry = retry if retry is not None else RetryPolicy()
         self.traffic = traffic if traffic is not None else Traffic(("read", "write", "list", "move", "delete"))
+        self._listing = shared_listing(url)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -173,18 +175,36 @@ class Storage(ABC):
         check_path(path)
         if not isinstance(data, bytes):
             raise TypeError(f"write() takes bytes, got {type(data).__name__}; pass bytes(data)")
-        self._call("write", path, lambda: self._write(path, data))
+        etag = self._call("write", path, lambda: self._write(path, data))
+        self._listing.changed(path, StoredFile(path, len(data), etag))
 
-    def list(self, prefix: str = "") -> list[StoredFile]:
+    def list(self, prefix: str = "", *, max_age: float = 0.0) -> list[StoredFile]:
         """Return the files whose path starts with `prefix` (a plain string prefix: 'v1' matches
-        'v1/a' and 'v10'), sorted by path. A bucket that does not exist yet lists as empty."""
+        'v1/a' and 'v10'), sorted by path. A bucket that does not exist yet lists as empty.
+
+        Args:
+            max_age: For a caller that polls (its interval): the answer may come from a listing of the whole bucket
+                that this process made at most `max_age` seconds ago, shared by every storage of the process on this
+                bucket (one request for all its pollers), with this process's own writes, moves and deletes in it.
+                0: listed now.
+        """
         check_path(prefix, prefix=True)
-        folder = prefix[: prefix.rfind("/") + 1]
+        if max_age > 0 or not prefix:  # a listing of the whole bucket is kept for the pollers
+            files = self._listing.files(max_age, lambda: self._list_or_empty(""))
+        else:
+            files = self._list_or_empty(prefix[: prefix.rfind("/") + 1])
+        return sorted((f for f in files if f.path.startswith(prefix)), key=lambda f: f.path)
+
+    def listed(self, path: str) -> StoredFile | None:
+        """`path`'s entry in the listing this process keeps of the bucket (`list(..., max_age=...)`), or None where
+        it is not in it or none is kept. Asks nothing of the bucket; the entry may be out of date."""
+        return self._listing.entry(path)
+
+    def _list_or_empty(self, folder: str) -> list[StoredFile]:
         try:
-            files = self._call("list", prefix or None, lambda: list(self._list(folder)))
+            return self._call("list", folder or None, lambda: list(self._list(folder)))
         except FileNotFoundError:
             return []
-        return sorted((f for f in files if f.path.startswith(prefix)), key=lambda f: f.path)
 
     def move(self, source: str, target: str) -> None:
         """Move the file at `source` to `target` (replacing a file there) without reading it: a rename on a local
@@ -193,6 +213,9 @@ class Storage(ABC):
         check_path(source)
         check_path(target)
         self._call("move", source, lambda: self._move(source, target))
+        moved = self._listing.entry(source)
+        self._listing.changed(source, None)
+        self._listing.changed(target, StoredFile(target, moved.size, moved.etag) if moved is not None else None)
 
     def delete(self, paths: Iterable[str]) -> None:
         """Delete the files at `paths`; paths that do not exist are skipped. Not atomic: on an error,
@@ -203,7 +226,9 @@ class Storage(ABC):
         try:
             self._call("delete", paths[0] if len(paths) == 1 else None, lambda: self._delete(paths))
         except FileNotFoundError:
-            return
+            pass
+        for path in paths:
+            self._listing.changed(path, None)
 
     def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
         """Run `call`, retrying while the bucket is unreachable, and raise the documented errors. Nothing is sent
@@ -295,8 +320,9 @@ class Storage(ABC):
         `path` (checked against `max_bytes` already), for backends that read by it."""
 
     @abstractmethod
-    def _write(self, path: str, data: bytes) -> None:
-        """Create or replace `path` (already checked) with `data`."""
+    def _write(self, path: str, data: bytes) -> str | None:
+        """Create or replace `path` (already checked) with `data`; return what names the content where the backend
+        knows it (`StoredFile.etag`)."""
 
     @abstractmethod
     def _move(self, source: str, target: str) -> None:

@@ -184,7 +184,7 @@ class S3Storage(Storage):
             body.close()
         return b"".join(pieces)
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes) -> str | None:
         deadline = self.timeout + len(data) / _MIN_UPLOAD_BYTES_PER_S
         try:
             self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
@@ -192,6 +192,7 @@ class S3Storage(Storage):
             with contextlib.suppress(FileExistsError):  # another writer was quicker
                 self._run(self._fs._mkdir, self.bucket)
             self._run(self._fs._pipe_file, self._key(path), data, deadline=deadline)
+        return None  # the ETag S3 gives is learnt at the next listing
 
     def _move(self, source: str, target: str) -> None:
         # One CopyObject, made by the server (up to 5 GB on AWS; a larger file is refused there): never the

@@ -152,12 +152,13 @@ class HfBucketStorage(Storage):
                 return info.xet_hash, info.size
         raise FileNotFoundError(path)
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes) -> str | None:
         if self._create:
             self._api.create_bucket(self.bucket_id, private=self._private, exist_ok=True)
             self._create = False  # once per instance; a race between threads only repeats an idempotent call
         xet_hash, size = upload(self._xet, data, self.traffic)
         self._api.batch_bucket_files(self.bucket_id, add=[add_operation(data, self._key(path), xet_hash, size)])
+        return xet_hash
 
     def _move(self, source: str, target: str) -> None:
         # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted: two calls,

@@ -70,13 +70,14 @@ class LocalStorage(Storage):
     def _read(self, path: str, max_bytes: int | None, listed: StoredFile | None) -> bytes:
         return self._read_local(self._inside(self.root / path, "read"), path, max_bytes)
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes) -> str | None:
         target = self.root / path
         if target.name.startswith(TMP_PREFIX):
             raise ValueError(f"invalid bucket path {path!r}: names starting with {TMP_PREFIX!r} are reserved")
         self._inside(target.parent, "write")
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, data)
+        return None
 
     def _move(self, source: str, target: str) -> None:
         to = self.root / target

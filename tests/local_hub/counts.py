@@ -5,7 +5,7 @@ Classes (the Hub's, from huggingface.co/docs/hub/rate-limits, plus the CAS which
 (`/buckets/.../resolve/...`), `cas` (the Xet CAS routes and the xorb byte ranges its reconstructions point to), and
 `unknown` (a route this server does not serve: counted, kept in `unknown`, answered 404). The admin API is not
 counted. Counts are kept per class, per route name, per user (the Hub token's user, the CAS token's user, or
-`anonymous`) and per token (its first 8 characters), and a ring of the last requests is kept for inspection.
+`anonymous`, by class and by route) and per token (its last 8 characters), and a ring of the last requests is kept for inspection.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Counts:
         self.by_route: Counter[str] = Counter()
         self.by_user: dict[str, Counter[str]] = {}
         self.by_token: dict[str, Counter[str]] = {}
+        self.by_user_route: dict[str, Counter[str]] = {}
         self.unknown: list[dict[str, Any]] = []
         self.recent: deque[RequestRecord] = deque(maxlen=self._keep)
 
@@ -50,8 +51,10 @@ class Counts:
         self.by_class[record.cls] += 1
         self.by_route[record.route] += 1
         self.by_user.setdefault(record.user, Counter())[record.cls] += 1
+        self.by_user_route.setdefault(record.user, Counter())[record.route] += 1
         if token:
-            self.by_token.setdefault(token[:8], Counter())[record.cls] += 1
+            self.by_token.setdefault(token[-8:], Counter())[record.cls] += 1
+
         if record.cls == "unknown":
             self.unknown.append(asdict(record))
         self.recent.append(record)
@@ -63,6 +66,7 @@ class Counts:
             "routes": dict(sorted(self.by_route.items())),
             "users": {user: dict(counter) for user, counter in sorted(self.by_user.items())},
             "tokens": {token: dict(counter) for token, counter in sorted(self.by_token.items())},
+            "user_routes": {user: dict(counter) for user, counter in sorted(self.by_user_route.items())},
             "unknown": list(self.unknown),
         }
 

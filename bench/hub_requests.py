@@ -1,0 +1,135 @@
+"""What the product asks of a Hugging Face account: requests per 5 minutes by the Hub's classes, per role, against
+the local Hub (tests/local_hub: the real huggingface_hub and hf_xet), next to the free and PRO limits, and the same
+traffic priced as S3 requests.
+
+    python -m bench.hub_requests --servers 1 2 4 8 --seconds 300       # the table of docs/benchmarks.md
+    python -m bench.hub_requests --servers 1 --seconds 120 --routes     # and every route each role called
+
+Each configuration runs env, a trainer (the tiny test model, training without end) and N rollout servers as real
+processes on one bucket (`hf://buckets/alice/fleet-run`), each role with a token of its own, so the local Hub counts
+requests per role (`api`: listings, paths-info, batch calls, Xet tokens; `resolver`: `/resolve/`; `cas`: Xet
+storage). After a warm-up (the first step) it counts for `--seconds` and scales to 5 minutes. A resting reader (a
+`Subscriber` on a bucket where nothing is published) is measured apart. S3 pricing: `api` and `cas` requests that
+write (batch, xorb uploads) as PUTs, the others as GETs — an estimate of what the same traffic would cost on S3, not a
+run against S3.
+
+Requests, not seconds: the counts depend on the cadence (a step every ~20-40 s on 2 CPU cores with the tiny model),
+which the table states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+FREE = {"api": 1000, "resolver": 5000}
+PRO = {"api": 2500, "resolver": 12000}
+BUCKET = "hf://buckets/team/fleet-run"
+WINDOW_S = 300.0
+#: Routes whose requests write (priced as S3 PUTs); the rest are reads (GETs).
+WRITES = ("api.batch", "api.bucket_create", "cas.xorb_grant", "cas.grant_upload", "cas.xorb_commit", "cas.xorb_upload",
+          "cas.shard_upload_v2", "cas.shard_upload_v1", "api.tree", "api.tree_prefix")
+
+
+def member_token(hub, role: str) -> str:
+    """A write token of a user of its own for `role`, a member of the bucket's org (the local Hub counts per user:
+    Hub requests by the token, Xet storage requests by the Xet token it handed that user)."""
+    hub.add_user(role, ["team"])
+    return hub.add_token(role)
+
+
+def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Counter]:
+    """Env, trainer and `servers` rollout servers on a local Hub: requests per role in `seconds` after the first
+    step, scaled to 5 minutes."""
+    from tests._env_server import running_app, running_server
+    from tests._trainer_stack import FAST_TRAINING, tiny_model
+    from tests.local_hub.server import LocalHub
+
+    with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub, contextlib.ExitStack() as stack:
+        model = tiny_model(str(Path(tmp) / "model"))
+        tokens = {role: member_token(hub, role) for role in ["trainer", *(f"rollout-{i}" for i in range(servers))]}
+        base = {**hub.env("alice"), "HF_XET_CACHE": str(Path(tmp) / "xet"),
+                "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        env = stack.enter_context(running_server("env"))
+        trainer = stack.enter_context(running_app(
+            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "100000",
+            *FAST_TRAINING, env={**base, "HF_TOKEN": tokens["trainer"]}, log=Path(tmp) / "trainer.log"))
+        for i in range(servers):
+            stack.enter_context(running_app(
+                "rollout", "--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", f"r{i}",
+                "--engine", "transformers", "--showcase-every", "0",
+                env={**base, "HF_TOKEN": tokens[f"rollout-{i}"]}, log=Path(tmp) / f"rollout-{i}.log"))
+        deadline = time.monotonic() + 600
+        while httpx.get(f"{trainer.url}/status", timeout=10).json()["step"] < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no first step within 10 minutes")
+            time.sleep(2)
+        hub.reset_counts()
+        start = time.monotonic()
+        steps_before = httpx.get(f"{trainer.url}/status", timeout=10).json()["step"]
+        time.sleep(seconds)
+        elapsed = time.monotonic() - start
+        steps = httpx.get(f"{trainer.url}/status", timeout=10).json()["step"] - steps_before
+        seen = hub.counts()
+        counts = {role: Counter(seen["users"].get(role, {})) for role in tokens}
+        if show_routes:
+            for role in tokens:
+                routes = Counter(seen["user_routes"].get(role, {}))
+                print(f"  {role}: " + ", ".join(f"{r} {n}" for r, n in routes.most_common()))
+        scale = WINDOW_S / elapsed
+        print(f"  {servers} server(s): {steps} steps in {elapsed:.0f} s ({elapsed / max(steps, 1):.0f} s a step)")
+        return {role: Counter({k: round(v * scale) for k, v in c.items()}) for role, c in counts.items()}
+
+
+def resting_reader(seconds: float) -> Counter:
+    """A Subscriber following a bucket where nothing is published: requests per 5 minutes by class."""
+    from delta import Publisher, Subscriber
+    from tests._trainer import trajectory
+    from tests.local_hub.server import LocalHub
+
+    with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub:
+        with Publisher(BUCKET, token=hub.token("alice"), endpoint=hub.endpoint) as pub:
+            pub.publish(trajectory(1, n=1000)[1])
+        hub.add_user("reader", ["team"])
+        reader_token = hub.add_token("reader", "read")
+        with Subscriber(BUCKET, token=reader_token, endpoint=hub.endpoint) as sub:
+            sub.sync()
+            hub.reset_counts()
+            sub.start()
+            time.sleep(seconds)
+        counts = Counter(hub.counts()["users"].get("reader", {}))
+        return Counter({k: round(v * WINDOW_S / seconds) for k, v in counts.items()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--seconds", type=float, default=300.0, help="counted after the first step, per fleet")
+    parser.add_argument("--rest-seconds", type=float, default=60.0, help="the resting reader's count")
+    parser.add_argument("--routes", action="store_true", help="print every route each role called")
+    args = parser.parse_args()
+    print(f"on {platform.machine()}, {platform.python_version()}; local Hub (tests/local_hub), huggingface_hub + "
+          "hf_xet; requests per 5 minutes")
+    rest = resting_reader(args.rest_seconds)
+    print(f"a resting reader: api {rest.get('api', 0)}, resolver {rest.get('resolver', 0)}, cas {rest.get('cas', 0)}")
+    print("| servers | role | api | resolver | cas | account api (free 1,000 / PRO 2,500) | account resolver (5,000) |")
+    print("|---|---|---|---|---|---|---|")
+    for n in args.servers:
+        counts = run_fleet(n, args.seconds, args.routes)
+        total = sum(counts.values(), Counter())
+        for role, c in sorted(counts.items()):
+            print(f"| {n} | {role} | {c.get('api', 0):,} | {c.get('resolver', 0):,} | {c.get('cas', 0):,} | | |")
+        print(f"| {n} | **all** | {total.get('api', 0):,} | {total.get('resolver', 0):,} | {total.get('cas', 0):,} | "
+              f"{100 * total.get('api', 0) / FREE['api']:.0f} % / {100 * total.get('api', 0) / PRO['api']:.0f} % | "
+              f"{100 * total.get('resolver', 0) / FREE['resolver']:.0f} % |")
+
+
+if __name__ == "__main__":
+    main()
