@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import platform
 import tempfile
 import time
@@ -45,11 +46,17 @@ def member_token(hub, role: str) -> str:
     return hub.add_token(role)
 
 
+#: Trainer flags for the tiny model at a cadence like the demo's (a step every ~20-40 s on 2 cores): whole games of
+#: long replies, so the servers' games, not the trainer, set the pace, as they do with SmolLM2.
+DEMO_PACE = ("--games-per-step", "8", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
+             "--learning-rate", "1e-3", "--reply-prefix", "")
+
+
 def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Counter]:
     """Env, trainer and `servers` rollout servers on a local Hub: requests per role in `seconds` after the first
     step, scaled to 5 minutes."""
     from tests._env_server import running_app, running_server
-    from tests._trainer_stack import FAST_TRAINING, tiny_model
+    from tests._trainer_stack import tiny_model
     from tests.local_hub.server import LocalHub
 
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub, contextlib.ExitStack() as stack:
@@ -60,7 +67,7 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Coun
         env = stack.enter_context(running_server("env"))
         trainer = stack.enter_context(running_app(
             "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "100000",
-            *FAST_TRAINING, env={**base, "HF_TOKEN": tokens["trainer"]}, log=Path(tmp) / "trainer.log"))
+            *DEMO_PACE, env={**base, "HF_TOKEN": tokens["trainer"]}, log=Path(tmp) / "trainer.log"))
         for i in range(servers):
             stack.enter_context(running_app(
                 "rollout", "--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", f"r{i}",
@@ -115,6 +122,7 @@ def main() -> None:
     parser.add_argument("--rest-seconds", type=float, default=60.0, help="the resting reader's count")
     parser.add_argument("--routes", action="store_true", help="print every route each role called")
     args = parser.parse_args()
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="bench-hub-cache-")  # keys it makes stay out of yours
     print(f"on {platform.machine()}, {platform.python_version()}; local Hub (tests/local_hub), huggingface_hub + "
           "hf_xet; requests per 5 minutes")
     rest = resting_reader(args.rest_seconds)

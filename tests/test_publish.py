@@ -281,3 +281,24 @@ def test_workers_setting_is_checked_and_used(tmp_path):
             assert pub.flush(timeout=60)
     reader = Subscriber(str(tmp_path), config=SubscriberConfig(workers=1))
     assert reader.sync() == len(states) and states_equal(reader.state, states[-1])
+
+
+def test_a_minimum_interval_between_commits_coalesces_the_steps_in_between(tmp_path) -> None:
+    states = trajectory(6, n=2000)
+    with Publisher(str(tmp_path), PublisherConfig(min_interval=1.5)) as pub:
+        pub.publish(states[1])
+        assert pub.flush(30)  # a flush does not wait for the interval
+        start = time.monotonic()
+        for s in states[2:5]:  # three steps within the interval: one version, of the last
+            pub.publish(s)
+        deadline = time.monotonic() + 30
+        while (pub.last.version if pub.last else 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert time.monotonic() - start >= 1.0 and pub.last.version == 2
+        pub.publish(states[5])
+        pub.publish(states[6])
+        assert pub.flush(30) and pub.last.version == 3
+    sub = Subscriber(str(tmp_path))
+    assert sub.sync() == 3 and states_equal(sub.state, states[6])
+    with pytest.raises(ValueError, match="min_interval must be >= 0"):
+        PublisherConfig(min_interval=-1)

@@ -122,7 +122,9 @@ class TrainerParts:
         self.publisher: delta.Publisher | None = None
         self.payloads: PayloadLog | None = None
         if c.publish:
-            pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC)
+            budget = budget_for(c.bucket)  # a Hub bucket: at most one version every `publish_s` (wire.budget)
+            pconfig = delta.PublisherConfig(anchor_every=c.anchor_every, codec=c.codec or delta.DEFAULT_CODEC,
+                                            min_interval=budget.publish_s)
             base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
             if self.lora is not None:
                 base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
@@ -131,7 +133,6 @@ class TrainerParts:
                 logger.info("signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
                             c.bucket, self.publisher.public_key.fingerprint, self.publisher.public_key.text)
                 earlier = up_to(history, version) if history is not None else None
-                budget = budget_for(self.publisher.storage.url)
                 self.payloads = PayloadLog(c.bucket, dense_bytes(published), budget.poll_s, earlier=earlier, trust=own,
                                            max_age=budget.listing_age_s).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher

@@ -31,6 +31,8 @@ class Budget:
         monitor_s: Between two reads of the heartbeats by the trainer's fleet table.
         exams_s: Between two reads of the exam records by the trainer.
         history_s: Between two writes of the trainer's history (changes in between are folded into one).
+        publish_s: Between two versions at least (`delta.PublisherConfig.min_interval`): a trainer that steps faster
+            publishes the newest of its steps when it is due (they coalesce into one delta).
     """
 
     poll_s: float
@@ -42,15 +44,16 @@ class Budget:
     monitor_s: float
     exams_s: float
     history_s: float
+    publish_s: float
 
 
 #: A local folder or S3: requests cost nothing to speak of; everything as soon as it comes.
 QUICK = Budget(poll_s=1.0, idle_poll_s=1.0, listing_age_s=0.0, group_wait_s=0.5, heartbeat_s=5.0, gone_after_s=30.0,
-               monitor_s=2.0, exams_s=5.0, history_s=2.0)
+               monitor_s=2.0, exams_s=5.0, history_s=2.0, publish_s=0.0)
 #: A Hugging Face bucket: a trainer and four rollout servers at the demo's cadence under half of a free account's
 #: 1,000 API requests per 5 minutes (docs/fleet.md).
-HUB = Budget(poll_s=2.0, idle_poll_s=16.0, listing_age_s=5.0, group_wait_s=5.0, heartbeat_s=30.0, gone_after_s=90.0,
-             monitor_s=15.0, exams_s=30.0, history_s=30.0)
+HUB = Budget(poll_s=2.0, idle_poll_s=16.0, listing_age_s=10.0, group_wait_s=5.0, heartbeat_s=30.0, gone_after_s=90.0,
+             monitor_s=15.0, exams_s=30.0, history_s=30.0, publish_s=15.0)
 
 
 def budget_for(bucket: str) -> Budget:

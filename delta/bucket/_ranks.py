@@ -97,6 +97,8 @@ class Ranks:
             TimeoutError: not all records came within `timeout` seconds.
         """
         wanted = {f"{folder}rank-{r:05d}.json" for r in range(1, self.world)}
+        if not wanted:  # one rank: nothing to wait for, nothing to list
+            return []
         deadline = time.monotonic() + timeout
         polls = 0
         while not wanted <= {f.path for f in storage.list(f"{folder}rank-")}:

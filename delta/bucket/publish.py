@@ -88,6 +88,10 @@ class PublisherConfig:
             its commit, before the publisher stops with `PublishError`.
         workers: Threads that encode chunks in the background (None: one per core; fewer leaves
             cores to training).
+        min_interval: Seconds between two commits at least (one rank only): steps published sooner wait, and the
+            newest of them goes out once the interval has passed (they coalesce into one delta). For a bucket whose
+            requests are counted (a Hub account's quota, `wire.budget`): a trainer stepping every second would
+            otherwise spend several requests a second. `flush` and `close` do not wait for it. 0: no wait.
     """
 
     anchor_every: int = 50
@@ -98,6 +102,7 @@ class PublisherConfig:
     max_retry_delay: float = 30.0
     commit_timeout: float = 600.0
     workers: int | None = None
+    min_interval: float = 0.0
 
     def __post_init__(self) -> None:
         if self.anchor_every < 1:
@@ -109,6 +114,8 @@ class PublisherConfig:
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
         resolve_workers(self.workers)
+        if self.min_interval < 0:
+            raise ValueError(f"min_interval must be >= 0 seconds, got {self.min_interval}")
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
             raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
                              f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")
@@ -202,6 +209,8 @@ class Publisher:
         self._spare: State | None = None
         self._error: BaseException | None = None
         self._closing = False
+        self._hurry = False  # `flush` or `close`: the next commit does not wait for `min_interval`
+        self._committed_at = float("-inf")  # monotonic time of the last commit
         self._workspace = Workspace()  # the background thread's memory kept from one delta to the next
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="delta-publisher", daemon=True)
@@ -278,7 +287,8 @@ class Publisher:
         with self._cond:
             if self._pending is not None:
                 self._pending.ready = True  # several ranks: every rank holds the same waiting step
-                self._cond.notify_all()
+                self._hurry = True
+            self._cond.notify_all()
             while (self._pending is not None or self._busy) and self._error is None:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -401,11 +411,13 @@ class Publisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._pending is not None and self._pending.ready) and not self._closing:
-                    self._cond.wait()
+                while not (self._pending is not None and self._pending.ready and self._due()) and not self._closing:
+                    due_in = self._committed_at + self.config.min_interval - time.monotonic()
+                    self._cond.wait(due_in if self._pending is not None and due_in > 0 else None)
                 if self._pending is None or not self._pending.ready:
                     return
                 snapshot, self._pending, self._busy, self._in_flight = self._pending, None, True, True
+                self._hurry = False
             try:
                 self._publish_with_retries(snapshot)
             except BaseException as e:  # recorded for the trainer's thread, which raises it
@@ -417,7 +429,13 @@ class Publisher:
                 return
             with self._cond:
                 self._busy = False
+                self._committed_at = time.monotonic()
                 self._cond.notify_all()
+
+    def _due(self) -> bool:
+        """Whether the waiting snapshot may be committed now (`min_interval`, with one rank; `flush` hurries it)."""
+        return (self._hurry or self.ranks.world > 1
+                or time.monotonic() >= self._committed_at + self.config.min_interval)
 
     def _publish_with_retries(self, snapshot: _Snapshot) -> None:
         policy = RetryPolicy(None, self.config.retry_delay, self.config.max_retry_delay)

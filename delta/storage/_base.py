@@ -141,7 +141,7 @@ class Storage(ABC):
         self.url = url
         self.retry = retry if retry is not None else RetryPolicy()
         self.traffic = traffic if traffic is not None else Traffic(("read", "write", "list", "move", "delete"))
-        self._listing = shared_listing(url)
+        self._listing = shared_listing((url, id(self.traffic)))  # shared by the storages of one account
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

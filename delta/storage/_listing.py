@@ -71,14 +71,15 @@ def _apply(files: dict[str, StoredFile], path: str, entry: StoredFile | None) ->
         files[path] = entry
 
 
-_SHARED: dict[str, SharedListing] = {}
+_SHARED: dict[tuple[str, int], SharedListing] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_listing(url: str) -> SharedListing:
-    """The process's one `SharedListing` of the bucket at `url` (made on first use)."""
+def shared_listing(key: tuple[str, int]) -> SharedListing:
+    """The process's one `SharedListing` of a bucket as one account sees it (`key`: its URL and the account's
+    `Traffic`), made on first use."""
     with _SHARED_LOCK:
-        listing = _SHARED.get(url)
+        listing = _SHARED.get(key)
         if listing is None:
-            listing = _SHARED[url] = SharedListing()
+            listing = _SHARED[key] = SharedListing()
         return listing
