@@ -104,7 +104,7 @@ def _convert(gguf_path: str, out_dir: str) -> None:
                 "dequantised weights: pin transformers as requirements.txt does"
             )
         # The weights are plain tensors; the GGUF marker would make savers refuse and loaders look for the file.
-        model.hf_quantizer.remove_quantization_config(model)
-        model.to(torch.bfloat16).save_pretrained(out_dir)
+        model.hf_quantizer.remove_quantization_config(model)  # type: ignore[union-attr,operator]  # set by from_pretrained
+        model.to(torch.bfloat16).save_pretrained(out_dir)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
         tokenizer.save_pretrained(out_dir)
         bar.update()

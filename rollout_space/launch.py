@@ -85,11 +85,10 @@ def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
     from delta import PrivateFileError, SubscriberConfig, Trust, open_storage
     from models import resolve_model
+    from wire.fleet_bucket import FleetBucket
 
     from .engines import EngineConfig, open_engine
     from .env_client import EnvClient
-    from wire.fleet_bucket import FleetBucket
-
     from .follower import Follower
     from .producer import server_id_from
     from .server import serve

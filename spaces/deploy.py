@@ -3,12 +3,13 @@
 It works out a plan first (print it with ``--dry-run``), then carries it out with huggingface_hub:
 
 1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
-2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's files (this repository's tracked files, with
-   ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
-   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the trainer's APP_ARGS; the
-   rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, ENV_TOKEN /
-   ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's DELTA_SIGNING_KEY, with which it signs
-   the weights and run settings that the rollouts then check), and ask for its hardware.
+2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's
+   files (this repository's tracked files, with ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile``
+   on top), create the Space, upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the
+   trainer's APP_ARGS; the rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET,
+   HF_TOKEN, OWNER_TOKEN, ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's
+   DELTA_SIGNING_KEY, with which it signs the weights and run settings that the rollouts then check), and ask for
+   its hardware.
 
 The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
 the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
@@ -126,7 +127,7 @@ def assemble(role: str, out: Path) -> Path:
 
 def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
     """Carry the plan out on the Hub (idempotent: existing bucket and Spaces are updated)."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, SpaceHardware
 
     api = HfApi(token=token)
     bucket_id = bucket.removeprefix("hf://buckets/")
@@ -144,7 +145,7 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
             api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
                               commit_message="deploy from delta-sync")
         if p.hardware != "cpu-basic":
-            api.request_space_hardware(p.repo_id, p.hardware)
+            api.request_space_hardware(p.repo_id, SpaceHardware(p.hardware))
         print(f"  {p.url}", flush=True)
 
 
@@ -190,7 +191,7 @@ def main(argv: list[str]) -> None:
             print(assemble(p.role, args.out / p.repo_id.split("/")[1].removeprefix(f"{args.prefix}-")))
         return
     for p in plans:
-        hidden = {k: "***" for k in p.secrets}
+        hidden = dict.fromkeys(p.secrets, "***")
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
     rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
     trusted = next(p.variables["DELTA_TRUSTED_KEY"] for p in plans if p.role == "rollout")

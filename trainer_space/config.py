@@ -8,7 +8,13 @@ from typing import Any
 from wire.curriculum import ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
 from wire.lora import (
-    DEFAULT_TARGETS, LORA_SYNCS, MAX_ADAPTER_RANK, MAX_RANK, LoraSync, check_target_names, kept_versions_refusal,
+    DEFAULT_TARGETS,
+    LORA_SYNCS,
+    MAX_ADAPTER_RANK,
+    MAX_RANK,
+    LoraSync,
+    check_target_names,
+    kept_versions_refusal,
 )
 from wire.wordle import OPEN_TAG
 

@@ -76,7 +76,7 @@ class ExamShelf:
             OSError, delta.StorageError: the bucket could not be listed or read (as `Storage`).
         """
         with self._lock:
-            listed = [f for f in self.storage.list(EXAMS_PREFIX)][:MAX_EXAMS]
+            listed = list(self.storage.list(EXAMS_PREFIX))[:MAX_EXAMS]
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]

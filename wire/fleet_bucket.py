@@ -20,8 +20,23 @@ from delta import SigningKey, Trust, trainer_key
 from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
 
 from .fleet import (
-    GROUPS_PREFIX, MAX_HEARTBEAT_BYTES, MAX_MESSAGE_BYTES, MAX_RUN_BYTES, RUN_PATH, SERVERS_PREFIX, FleetMessageError,
-    GameGroup, Heartbeat, Message, Refusal, RunSettings, decode, encode, fleet_key, server_path, too_large,
+    GROUPS_PREFIX,
+    MAX_HEARTBEAT_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_RUN_BYTES,
+    RUN_PATH,
+    SERVERS_PREFIX,
+    FleetMessageError,
+    GameGroup,
+    Heartbeat,
+    Message,
+    Refusal,
+    RunSettings,
+    decode,
+    encode,
+    fleet_key,
+    server_path,
+    too_large,
 )
 
 logger = logging.getLogger(__name__)
@@ -117,9 +132,9 @@ class FleetBucket:
                 self._refuse_run(e)
                 if self._trusted_run is not None:
                     return self._trusted_run
-            size = self._listed_size(RUN_PATH) if e.category == Refusal.TOO_LARGE else None
-            if size is not None:
-                self._run_too_large = (size, e)
+            listed = self._listed_size(RUN_PATH) if e.category == Refusal.TOO_LARGE else None
+            if listed is not None:
+                self._run_too_large = (listed, e)
             raise
         self._trusted_run = run
         return run

@@ -13,7 +13,14 @@ from ..errors import DeltaFormatError
 from ..tensors.bits import bits
 from . import _foreign
 from .header import (
-    FORMAT_NAME, FORMAT_VERSION, MAX_HEADER_BYTES, DeltaHeader, load_tensors, own_header, read_header_json, shown,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MAX_HEADER_BYTES,
+    DeltaHeader,
+    load_tensors,
+    own_header,
+    read_header_json,
+    shown,
 )
 
 _ST_DTYPES = {
