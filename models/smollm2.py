@@ -51,8 +51,9 @@ def smollm2_gguf_path() -> str:
 def prepare_smollm2(cache_dir: str | None = None) -> str:
     """Return a bf16 safetensors HF folder of SmolLM2-135M-Instruct, converting the GGUF on first use.
 
-    The conversion (~40 s on 2 CPU cores) writes into a temporary folder beside the target and renames
-    it into place, so a crash leaves no half folder and concurrent callers at worst convert twice.
+    The conversion (slow on a small CPU, so done once: docs/benchmarks.md) writes into a temporary folder beside
+    the target and renames it into place, so a crash leaves no half folder and concurrent callers at worst convert
+    twice.
     Never touches the network (`local_files_only`).
 
     Args:

@@ -102,8 +102,8 @@ class GroupProducer:
         published: The newest version the bucket has published (`Follower.latest`; None: none, or unknown).
         first_step_alone: Play nothing after the first batch for a run until `published` is 1 or more: set where the
             server shares the trainer's cores (``python app.py`` starts every role on one machine), for the first
-            step would take twice as long beside a batch, and it is the step a newcomer waits for (measured on 2
-            cores: 59-75 s from launch to the first step instead of 87-93 s). Only while the trainer has taken every
+            step would take twice as long beside a batch, and it is the step a newcomer waits for (docs/training.md has
+            what it saves on 2 cores). Only while the trainer has taken every
             group handed in (it trains; with groups left in the bucket it waits for more, which are played) and for
             at most `choices.FIRST_STEP_WAIT_S` after the first batch.
         adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an

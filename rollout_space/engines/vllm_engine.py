@@ -107,8 +107,8 @@ class VLLMEngine(Engine):
                 share, eager mode). None: planned here for this machine and `config.dtype` (on a CPU: float32,
                 a 256 MiB KV cache, eager; on a GPU: 0.85 of its memory, CUDA graphs).
             kv_cache_bytes: Overrides the plan's KV cache size (then no GPU memory share is passed).
-            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (on a 2-core CPU vLLM starts
-                in ~30 s instead of ~2 min). Updates apply either way (checked on CPU).
+            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (vLLM starts several times faster
+                without them on a small CPU: docs/benchmarks.md). Updates apply either way (checked on CPU).
             tmp_dir: Where update files are written (and deleted right after) and the adapter versions held (PEFT
                 folders, deleted with their version); default the system's.
             max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of
