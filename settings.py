@@ -74,7 +74,7 @@ class Setting:
     default: Any
     help: str
     kind: type = str
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str, ...] | tuple[int, ...] | None = None
 
     def value(self, environ: Mapping[str, str] | None = None) -> Any:
         """The default this setting takes in `environ` (the process environment when None)."""

@@ -3,6 +3,7 @@
 import json
 import struct
 from collections.abc import Mapping
+from types import TracebackType
 from typing import BinaryIO
 
 import torch
@@ -49,7 +50,7 @@ class StreamingWriter:
         encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
         encoded += b" " * (-len(encoded) % 8)  # the data section starts 8-byte aligned
         self._atomic = atomic_path(path)
-        self._file: BinaryIO = open(self._atomic.__enter__(), "wb")
+        self._file: BinaryIO = open(self._atomic.__enter__(), "wb")  # noqa: SIM115 - closed on leaving the writer's block
         self._file.write(struct.pack("<Q", len(encoded)) + encoded)
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
@@ -57,16 +58,17 @@ class StreamingWriter:
         expected = self._order[self._next] if self._next < len(self._order) else None
         if name != expected or tensor.dtype != self._dtype or tuple(tensor.shape) != self._shapes[name]:
             raise ValueError(
-                f"{self.path}: expected tensor {expected!r} {self._shapes.get(expected)} in {self._dtype}, "
+                f"{self.path}: expected tensor {expected!r} {self._shapes.get(expected or '')} in {self._dtype}, "
                 f"got {name!r} {tuple(tensor.shape)} in {tensor.dtype}"
             )
-        self._file.write(tensor.contiguous().view(torch.uint8).numpy())
+        self._file.write(tensor.contiguous().view(torch.uint8).numpy().data)
         self._next += 1
 
     def __enter__(self) -> "StreamingWriter":
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._file.close()
         if exc_type is None and self._next < len(self._order):
             exc = ValueError(f"{self.path}: {len(self._order) - self._next} tensors were never written")

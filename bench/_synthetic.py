@@ -131,5 +131,5 @@ def _init(name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
 def _generator(seed: int, name: str, step: int, device: str = "cpu") -> torch.Generator:
     """A generator on `device` seeded from (seed, tensor name, step): the draws do not depend on tensor order (a
     GPU's generator draws other numbers than the CPU's from the same seed)."""
-    digest = hashlib.sha256(f"{seed}/{name}/{step}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{seed}/{name}/{step}".encode()).digest()
     return torch.Generator(device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -31,10 +31,10 @@ class WeightUpdateExtension(RegisterDeltaBackend):
 
         with safe_open(path, framework="pt") as f, _quiet_partial_reload():
             names = list(f.keys())
-            self.reload_weights(  # type: ignore[attr-defined]
+            self.reload_weights(  # type: ignore[attr-defined]  # the vLLM worker this class extends has it
                 weights_iterator=((name, f.get_tensor(name)) for name in names), is_checkpoint_format=True)
         if current_platform.is_cpu():
-            _repack_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]
+            _repack_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]  # the worker's
         return len(names)
 
 
@@ -43,7 +43,7 @@ class LegacyVLLMEngine(VLLMEngine):
 
     worker_extension = "bench._vllm_legacy.WeightUpdateExtension"
 
-    def _load(self, changed: Mapping[str, torch.Tensor]) -> None:
+    def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
         names = whole_groups(changed, self._groups)
         tensors = {n: (changed[n] if n in changed else self.state[n]).contiguous() for n in names}
         fd, path = tempfile.mkstemp(suffix=".safetensors", dir=self._tmp_dir)

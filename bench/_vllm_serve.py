@@ -46,7 +46,7 @@ class VLLMServer:
                 "--weight-transfer-config", json.dumps({"backend": "delta"})]
         if site is None:
             args += ["--worker-extension-cls", "delta_vllm_plugin.RegisterDeltaBackend"]
-        self._log = open(log, "wb")
+        self._log = open(log, "wb")  # noqa: SIM115 - the server writes it until stop()
         self.process = subprocess.Popen(args, cwd=site.parent if site else REPO, env=env, stdout=self._log,
                                         stderr=subprocess.STDOUT)
         self.client = VLLMHTTPClient(self.url, timeout=120)

@@ -7,8 +7,9 @@ Loads the other checkout's `delta` package under another name, then, round after
 implementation after the other on the same states: `Publisher.publish` blocking time, the writer's
 time per version (publish to commit, `flush`), and `delta.apply` time per version (decode + write).
 Prints the best of the rounds for each version, and the ratio of the fastest of each side (the figure
-least touched by other processes), then the bytes of each version's delta on both sides and their ratio. Interleaving in one process spreads the load of other
-processes over both sides alike, which a run of `bench.sync` per checkout does not.
+least touched by other processes), then the bytes of each version's delta on both sides and their ratio. Interleaving in
+one process spreads the load of other processes over both sides alike, which a run of `bench.sync` per checkout does
+not.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from types import ModuleType
 
 import torch
 
-from delta import load_state
 import delta
+from delta import load_state
 
 from ._files import step_file_name
 
@@ -35,6 +36,8 @@ def _load_package(checkout: str, alias: str) -> ModuleType:
     """The `delta` package of `checkout`, imported as `alias` (its imports are relative)."""
     spec = importlib.util.spec_from_file_location(alias, os.path.join(checkout, "delta", "__init__.py"),
                                                   submodule_search_locations=[os.path.join(checkout, "delta")])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no delta package in {checkout}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[alias] = module
     spec.loader.exec_module(module)
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                 got, sizes[name] = _one_round(lib, states, str(Path(tmp) / f"{name}-{r}"))
                 for metric, values in got.items():
                     old = best[name].get(metric)
-                    best[name][metric] = values if old is None else [min(a, b) for a, b in zip(old, values)]
+                    best[name][metric] = values if old is None else [min(a, b) for a, b in zip(old, values, strict=True)]
     for metric in best["this"]:
         b, t = best["base"][metric], best["this"][metric]
         print(f"{metric} (best of {args.rounds} per version): base {', '.join(f'{x * 1e3:.0f}' for x in b)} ms; this "

@@ -8,8 +8,8 @@ planning: every anchor is a candidate start), as a publisher writes it: real pat
 hashes, so its JSON is the size a real one would be (~700 bytes per version). Each size runs in a fresh
 process: `Manifest.from_json` (what a Subscriber does at every poll), then `catchup.plan` from an empty
 reader and from a reader one version behind, best of --repeat; the process reports its peak resident
-memory (VmHWM) above what it held with the file's bytes read (what parsing and planning added). The target (issue 37): an 8,000-anchor manifest
-planned in under 0.5 s and 200 MiB.
+memory (VmHWM) above what it held with the file's bytes read (what parsing and planning added). The target (issue 37):
+an 8,000-anchor manifest planned in under 0.5 s and 200 MiB.
 
 A white-box tool: it calls the planner itself (`delta.bucket.catchup.plan`), which the public API runs only
 inside a `Subscriber`.
@@ -79,7 +79,8 @@ def main() -> None:
     parser.add_argument("--anchors", type=int, nargs="+", default=[1000, 2000, 3000, 8000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'anchors':>8} {'manifest':>9} {'parse':>8} {'plan (empty)':>13} {'plan (1 behind)':>16} {'peak above start':>17}")
+    print(f"{'anchors':>8} {'manifest':>9} {'parse':>8} {'plan (empty)':>13} {'plan (1 behind)':>16} "
+          f"{'peak above start':>17}")
     for n in args.anchors:
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             f.write(big_manifest(n).to_json())

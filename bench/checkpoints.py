@@ -23,6 +23,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -39,7 +41,7 @@ GENERATOR_VERSION = 1
 DEFAULT_UNIFORM_DENSITY = 0.01
 
 #: Qwen3-0.6B's shapes (its config.json on the Hub), for the synthetic state of that size.
-QWEN3_0_6B = dict(
+QWEN3_0_6B: dict[str, Any] = dict(
     hidden_size=1024,
     num_hidden_layers=28,
     num_attention_heads=16,
@@ -234,13 +236,13 @@ def generate_checkpoints(params: CheckpointParams, out_dir: str) -> CheckpointRu
             {"step": k, "file": n, "bytes": os.path.getsize(os.path.join(out_dir, n)),
              **({"changed": changed[k - 1], "density": changed[k - 1] / elements} if k else {})}
             for k, n in enumerate(names)
-        ],  # fmt: skip
+        ],
         "seconds": round(seconds, 2),
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
     }
     write_atomic(os.path.join(out_dir, RUN_FILE), json.dumps(record, indent=2).encode())
     files = [os.path.join(out_dir, n) for n in names]
-    return CheckpointRun(out_dir, params, files, elements, changed, record["seconds"])
+    return CheckpointRun(out_dir, params, files, elements, changed, round(seconds, 2))
 
 
 def load_run(out_dir: str) -> CheckpointRun | None:
@@ -253,7 +255,7 @@ def load_run(out_dir: str) -> CheckpointRun | None:
     if record.get("format") != RUN_FORMAT or record.get("generator_version") != GENERATOR_VERSION:
         return None
     files = [os.path.join(out_dir, s["file"]) for s in record["steps"]]
-    if any(not os.path.isfile(f) or os.path.getsize(f) != s["bytes"] for f, s in zip(files, record["steps"])):
+    if any(not os.path.isfile(f) or os.path.getsize(f) != s["bytes"] for f, s in zip(files, record["steps"], strict=True)):
         return None
     return CheckpointRun(
         out_dir=out_dir,
@@ -271,11 +273,11 @@ def measure_changes(files: list[str]) -> tuple[int, list[int]]:
     Compares integer views, so -0/+0 and NaN payloads count as the bits say. Reads one tensor at a time.
     """
     changed = []
-    for old_path, new_path in tqdm(list(zip(files, files[1:])), desc="Measuring density", unit="step"):
+    for old_path, new_path in tqdm(list(pairwise(files)), desc="Measuring density", unit="step"):
         with safe_open(old_path, "pt") as old, safe_open(new_path, "pt") as new:
-            changed.append(sum(int((_bits(old.get_tensor(n)) != _bits(new.get_tensor(n))).sum()) for n in old.keys()))
+            changed.append(sum(int((_bits(old.get_tensor(n)) != _bits(new.get_tensor(n))).sum()) for n in old.keys()))  # noqa: SIM118 - a safetensors file has keys() and no __iter__
     with safe_open(files[0], "pt") as first:
-        elements = sum(math.prod(first.get_slice(n).get_shape()) for n in first.keys())
+        elements = sum(math.prod(first.get_slice(n).get_shape()) for n in first.keys())  # noqa: SIM118 - a safetensors file has keys() and no __iter__
     return elements, changed
 
 
@@ -317,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: this tool never needs the Hub
     run = generate_checkpoints(params, args.out)
     print(f"{params.data}: {run.elements:,} elements per state, generated in {run.seconds:.1f} s -> {run.out_dir}")
-    for step, (changed, density) in enumerate(zip(run.changed, run.density), start=1):
+    for step, (changed, density) in enumerate(zip(run.changed, run.density, strict=True), start=1):
         print(f"  step {step}: {changed:>12,} changed  density {density:.4%}")
     return 0
 

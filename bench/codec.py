@@ -15,10 +15,10 @@ default; the device path alone for synthetic shapes on a GPU, where the host pat
 (whole-tensor torch work where the state lives: on the GPU with --device cuda, on CPU tensors with
 --device cpu, as `DELTA_DEVICE_PATH=1` runs it) and the **host path** (compiled chunk scans on the host's
 cores, the state in host memory). Where each path's time goes, stage by stage (the best of --repeat more
-recorded runs each, per stage: `delta._stages`), in a second table, with the host's nanoseconds per changed element per thread for
-coding and decoding (at all cores' rate, the figure stays put as threads are added). Sizes in bytes per changed element for `raw`, `gap`,
-`ctx` (default) and the conditional entropy bound. Peak extra memory above the states while encoding
-and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
+recorded runs each, per stage: `delta._stages`), in a second table, with the host's nanoseconds per changed element per
+thread for coding and decoding (at all cores' rate, the figure stays put as threads are added). Sizes in bytes per
+changed element for `raw`, `gap`, `ctx` (default) and the conditional entropy bound. Peak extra memory above the states
+while encoding and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
 
 Synthetic shapes are made and measured one tensor at a time (see `_streamed`), so the figures add
 up per tensor: a state of any size fits, and small tensors get no help from their neighbours' threads.
@@ -41,13 +41,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
 
 import torch
 
+import delta
 from delta import state_digest
 from delta._stages import recording
 from delta.tensors import _device
-import delta
 
 from . import _streamed
 from .checkpoints import DATASETS, CheckpointParams, generate_checkpoints
@@ -55,7 +56,7 @@ from .entropy import conditional_entropy_bits
 
 DEFAULT_STEPS = 4
 # The 600M-element state: 1.2 GB per step on disk, so 2 steps; lr 5e-7 puts it at ~1% density.
-BIG = {"data": "qwen3-0.6b-shape", "steps": 2, "lr": 5e-7}
+BIG: dict[str, Any] = {"data": "qwen3-0.6b-shape", "steps": 2, "lr": 5e-7}
 SYNTHETIC_LR = 1e-6
 ENCODE_STAGES = ("scan", "hash", "transfer", "code", "write")
 APPLY_STAGES = ("read", "decode", "transfer", "locate", "hash", "write")
@@ -99,12 +100,15 @@ class PeakMemory:
         return self.peak - self.start
 
 
+R = TypeVar("R")
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
 
-def _timed(fn: Callable[[], object], device: str) -> tuple[float, object]:
+def _timed(fn: Callable[[], R], device: str) -> tuple[float, R]:
     gc.collect()
     _sync(device)
     start = time.perf_counter()
@@ -235,7 +239,11 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
                 gpu_extra = max(gpu_extra, mem.gpu_extra)
                 for k in reader:
                     reader[k].copy_(old[k])
-                keep("apply", _timed(lambda: delta.apply(reader, data, digest=old_digest, workers=threads), device)[0])
+
+                def apply_device(data: bytes = data) -> object:
+                    return delta.apply(reader, data, digest=old_digest, workers=threads)
+
+                keep("apply", _timed(apply_device, device)[0])
         if "host" in paths:
             with _Path(device=False):
                 if not on_device:
@@ -250,12 +258,15 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
                 data = host_data
                 for k in host_reader:
                     host_reader[k].copy_(host_old[k])
+
+                def apply_host(data: bytes = data) -> object:
+                    return delta.apply(host_reader, data, digest=old_digest, workers=threads)
+
                 with PeakMemory(False) as mem:
-                    seconds, _ = _timed(lambda: delta.apply(host_reader, data, digest=old_digest, workers=threads),
-                                        "cpu")
+                    seconds, _ = _timed(apply_host, "cpu")
                 keep("host_apply", seconds)
                 apply_extra = max(apply_extra, mem.extra)
-    stages = {path: ({}, {}) for path in paths}  # where each path's time goes: `repeat` more runs, recorded
+    stages: dict[str, tuple[dict[str, float], dict[str, float]]] = {path: ({}, {}) for path in paths}  # where each path's time goes: `repeat` more runs, recorded
     for _ in range(repeat):
         for path in paths:
             src_old, src_new, target = (old, new, reader) if path == "device" else (host_old, host_new, host_reader)
@@ -266,12 +277,12 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
                     target[k].copy_(src_old[k])
                 with recording() as apply_stages:
                     delta.apply(target, data, digest=old_digest, workers=threads)
-            for kept, seconds in zip(stages[path], (encode_stages, apply_stages)):
-                kept.update({k: min(v, kept.get(k, v)) for k, v in seconds.items()})
+            for kept, recorded in zip(stages[path], (encode_stages, apply_stages), strict=True):
+                kept.update({k: min(v, kept.get(k, v)) for k, v in recorded.items()})
     header, _ = delta.read_delta(data)
     changed = max(header.changed, 1)
     bound = conditional_entropy_bits(host_old, host_new) / 8 / changed if entropy else math.nan
-    none = ({}, {})
+    none: tuple[dict[str, float], dict[str, float]] = ({}, {})
     return Row(
         data=name, step=step, device=device, threads=threads, elements=elements, state_bytes=nbytes,
         changed=header.changed, raw=sizes["raw"] / changed, gap=sizes["gap"] / changed, ctx=len(data) / changed,
@@ -286,9 +297,9 @@ def render(rows: list[Row]) -> str:
     head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} {'elements':>14} {'density':>8} | {'raw':>5} {'gap':>6} "
             f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'raw':>6} | {'diff':>6} {'apply':>6} "
             f"{'diff/raw':>8} | {'h.diff':>6} {'h.apply':>7} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}")
-    lines = ["sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes); diff and apply on the device "
+    lines = [("sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes); diff and apply on the device "
              "path, h. on the host path; diff/raw: time of the default diff over the raw diff "
-             "| extra memory (host path; GPU): fraction of the state", head, "-" * len(head)]
+             "| extra memory (host path; GPU): fraction of the state"), head, "-" * len(head)]
     for r in rows:
         gb = r.state_bytes / 1e9
         lines.append(
@@ -308,13 +319,13 @@ def _per_change_core(seconds: float, r: Row) -> str:
 
 
 def render_stages(rows: list[Row]) -> str:
-    """Milliseconds per stage of each path's diff and apply (best of the recorded runs, per stage: waits at each stage), and the host's
-    nanoseconds per change per core for coding (code) and decoding (decode)."""
-    lines = ["milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
+    """Milliseconds per stage of each path's diff and apply (best of the recorded runs, per stage: waits at each stage),
+    and the host's nanoseconds per change per core for coding (code) and decoding (decode)."""
+    lines = [("milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
              "counts; hash: the changes' state-hash sums; transfer: host<->device copies; code: symbol counts and rANS "
              "on host threads; decode: rANS on host threads, on the host path also placing; locate: positions and new "
              "values on the device; write: the file, or index_copy_ into the state); ns/ch/core: host nanoseconds per "
-             "changed element per thread for code and decode"]
+             "changed element per thread for code and decode")]
     head = (f"{'data':<20} {'step':>4} {'dev':>4} {'path':>6} {'thr':>3} | diff: " + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
             + " | apply: " + " ".join(f"{s:>8}" for s in APPLY_STAGES) + " | ns/ch/core: code decode")
     lines += [head, "-" * len(head)]
@@ -387,12 +398,12 @@ def main(argv: list[str] | None = None) -> None:
         shapes = _streamed.qwen3_shapes(model, args.layers)
         label = model if args.layers is None else f"{model}/{args.layers}L"
         totals: dict[int, Row] = {}
-        for tensor, old, new in _streamed.pairs(shapes, SYNTHETIC_LR, device=args.device):
+        for tensor, old_tensor, new_tensor in _streamed.pairs(shapes, SYNTHETIC_LR, device=args.device):
             for threads in args.threads:
-                row = measure_pair(label, 2, {tensor: old}, {tensor: new}, threads=threads, device=args.device,
-                                   repeat=args.repeat, entropy=False, paths=paths)
+                row = measure_pair(label, 2, {tensor: old_tensor}, {tensor: new_tensor}, threads=threads,
+                                   device=args.device, repeat=args.repeat, entropy=False, paths=paths)
                 totals[threads] = totals[threads].add(row) if threads in totals else row
-            del old, new
+            del old_tensor, new_tensor
         for threads in args.threads:
             rows.append(totals[threads])
             print(render(rows[-1:]).splitlines()[-1], flush=True)

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -49,7 +50,6 @@ from delta.codecs import _rans
 from delta.codecs._streams import pack, unpack
 from delta.format import header_limit
 from delta.tensors.bits import DTYPES_BY_NAME, bits, layout_of
-
 from tests._forgery import Raw, deep, forge_duplicate, join, split  # the test suite's forger, shared
 
 CHILD = r"""
@@ -105,6 +105,7 @@ def models_max(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
     """The dense claim below, with every chunk row spanning all classes of its dtype and the models stream as
     large as the reader then allows: every model its rows admit, each over the whole alphabet."""
     p = split(dense_claim(good, state))
+    assert p.meta is not None  # a delta file's header has its metadata
     rows = unpack(p.blobs["chunks"][2], np.uint32, None, "chunks", 1 << 30).copy()
     table = rows[1:].reshape(-1, 5)
     classes: dict[int, int] = {}
@@ -117,7 +118,7 @@ def models_max(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
             held += int(table[at, 1])
             at += 1
         classes[layout.itemsize * 8] = max(classes.get(layout.itemsize * 8, 0), layout.mask + 1)
-    largest = {}
+    largest: dict[int, int] = {}
     for e in json.loads(p.meta["tensors"]):
         width = layout_of(DTYPES_BY_NAME[e["dtype"]]).itemsize * 8
         largest[width] = max(largest.get(width, 0), min(1 << 20, int(np.prod(e["shape"]))))
@@ -128,8 +129,8 @@ def models_max(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
             symbols = list(range(top + 1)) + ([_rans.END] if kind == 0 else [])
             freq = [_rans.PROB_SCALE // len(symbols)] * len(symbols)
             freq[0] += _rans.PROB_SCALE - sum(freq)
-            diffs = [symbols[0]] + [b - a for a, b in zip(symbols, symbols[1:])]
-            pairs = [v for pair in zip(diffs, freq) for v in pair]
+            diffs = [symbols[0]] + [b - a for a, b in pairwise(symbols)]
+            pairs = [v for pair in zip(diffs, freq, strict=True) for v in pair]
             for c in range(classes[width]):
                 models.append([kind, width, c, len(symbols)] + pairs)
     models.sort(key=lambda m: tuple(m[:3]))
@@ -144,6 +145,7 @@ def dense_claim(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
     """Every tensor claims every element changed, each chunk in 2 words, with one-symbol models (a symbol that
     costs no bits: the decoder runs through the whole claim before it finds the stream wrong)."""
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     table = json.loads(p.meta["tensors"])
     chunk = 1 << 20
     rows, keys = [chunk], set()
@@ -173,6 +175,7 @@ def dense_claim(good: bytes, state: dict[str, torch.Tensor]) -> bytes:
 def header_at_limit(good: bytes, limit: int) -> bytes:
     """The good header plus a list of two-letter strings (the costliest JSON values per byte) up to the limit."""
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     room = (limit - int.from_bytes(good[:8], "little") - 16) // 5
     p.extra["x"] = Raw("[" + ",".join(['"ab"'] * room) + "]")
     data = join(p)
@@ -182,6 +185,7 @@ def header_at_limit(good: bytes, limit: int) -> bytes:
 
 def entry_repeated(good: bytes, limit: int) -> bytes:
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     table = json.loads(p.meta["tensors"])
     row = max(table, key=lambda e: e["changed"])
     k = max(2, (limit - int.from_bytes(good[:8], "little")) // (len(json.dumps(json.dumps(row))) + 2))
@@ -198,26 +202,31 @@ def make_cases(base: dict, folder: str) -> dict[str, str]:
     good = files["good ctx"]
     limit = header_limit(base)
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     p.extra["padding"] = "x" * (100 << 20)
     files["header 100 MiB"] = join(p)
     files["header at limit"] = header_at_limit(good, limit)
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     p.extra["x"] = Raw(deep(1000))
     files["nested 1000 deep"] = join(p)
     big = max((n for n in base if base[n].dtype == torch.bfloat16), key=lambda n: base[n].numel())
     files["entry twice"] = forge_duplicate(base, new, big, "ctx")
     files["entry x K"] = entry_repeated(good, limit)
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     p.blobs["models"][2] = zstandard.ZstdCompressor(level=19).compress(bytes(256 << 20))
     p.blobs["models"][1] = [len(p.blobs["models"][2])]
     files["models bomb"] = join(p)
     files["models max"] = models_max(good, base)
     everywhere = moved(base, 1.0, seed=2)
     dense = split(delta.diff(base, everywhere, version=2, base_version=1))
+    assert dense.meta is not None  # a delta file's header has its metadata
     dense.meta["target_hash"] = delta.state_digest(new).hexdigest
     files["dense, wrong target"] = join(dense)
     files["dense claim, 2 words per chunk"] = dense_claim(good, base)
     p = split(good)
+    assert p.meta is not None  # a delta file's header has its metadata
     p.blobs["words"][2] = np.random.default_rng(0).integers(0, 256, len(p.blobs["words"][2]), np.uint8).tobytes()
     files["garbage words"] = join(p)
     paths = {}

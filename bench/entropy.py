@@ -47,7 +47,7 @@ def conditional_entropy_bits(old: Mapping[str, torch.Tensor], new: Mapping[str, 
             in_class = step_of[changed_classes == c]
             changed[key] += in_class.size
             values, counts = np.unique(in_class, return_counts=True)
-            steps[key].update(dict(zip(values.tolist(), counts.tolist())))
+            steps[key].update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
     total = 0.0
     for key, n in sizes.items():
         k = changed.get(key, 0)

@@ -1,11 +1,12 @@
 """Request mode against the fleet, side by side in one run: steps and games per minute, and who waits.
 
-    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 24] [--warmup 4] [--max-tokens 72] [--cases request fleet1 fleet2]
-                          [--placement shared pinned] [--json bench/out/fleet.json]
+    python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 24] [--warmup 4] [--max-tokens 72]
+                          [--cases request fleet1 fleet2] [--placement shared pinned] [--json bench/out/fleet.json]
 
 Each case starts a fresh local bucket, an env, its rollout server(s) (transformers engine) and a trainer as
 real `python app.py ROLE` processes, runs `--warmup + --steps` steps with the same training settings, and
-measures the last `--steps` (the warm-up holds each server's first weight loads, which are slow once) (from the trainer's `/history` and the servers' `/status`):
+measures the last `--steps` (the warm-up holds each server's first weight loads, which are slow once) (from the
+trainer's `/history` and the servers' `/status`):
 
 - steps/min and games trained per minute;
 - the trainer's idle share: the time its steps waited for games (`StepRecord.wait_s`: the rollout's answer
@@ -77,7 +78,7 @@ class Stack:
     """The processes of one case; stops them all on exit."""
 
     def __init__(self, log: str) -> None:
-        self.log = open(log, "w")
+        self.log = open(log, "w")  # noqa: SIM115 - the processes write it until close()
         self.procs: list[subprocess.Popen] = []
 
     def start(self, role: str, flags: list[str], cpu: int | None) -> str:
@@ -149,7 +150,9 @@ def run_case(case: Case, pinned: bool, model: str, steps: int, warmup: int, root
     stale: Counter[int] = Counter()
     for r in measured:
         stale.update({int(k): n for k, n in r.staleness.items()})
-    ratios = [r for r in measured if r.ratio_mean is not None]
+    # (min, mean, max) of the steps that carry their importance ratios (all three, or none)
+    ratios = [(r.ratio_min, r.ratio_mean, r.ratio_max) for r in measured
+              if r.ratio_min is not None and r.ratio_mean is not None and r.ratio_max is not None]
     return {
         "case": case.name, "placement": "pinned" if pinned else "shared", "steps": len(measured),
         "wall_s": round(wall, 2), "steps_per_min": round(60 * len(measured) / wall, 2),
@@ -157,9 +160,9 @@ def run_case(case: Case, pinned: bool, model: str, steps: int, warmup: int, root
         "trainer_idle": round(sum(r.wait_s or 0.0 for r in measured) / wall, 3),
         "rollout_idle": round(1 - busy_s / (wall * case.servers), 3),
         "staleness": dict(sorted(stale.items())), "dropped": sum(r.dropped for r in measured),
-        "ratio": None if not ratios else [round(min(r.ratio_min for r in ratios), 3),
-                                          round(statistics.mean(r.ratio_mean for r in ratios), 3),
-                                          round(max(r.ratio_max for r in ratios), 3)],
+        "ratio": None if not ratios else [round(min(low for low, _, _ in ratios), 3),
+                                          round(statistics.mean(mean for _, mean, _ in ratios), 3),
+                                          round(max(high for _, _, high in ratios), 3)],
     }
 
 

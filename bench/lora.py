@@ -136,6 +136,8 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
         gen_tokens: int, poll_interval: float) -> dict:
     """Train, publish and follow as the module docstring says; returns the figures (see `main` for the printout)."""
     import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import delta
     from bench._adamw import BETAS, EPS, WEIGHT_DECAY
@@ -145,9 +147,6 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
     from trainer_space.lora import adapter_tensors, lora_master
     from trainer_space.weights import checkpoint_dtypes
     from wire.lora import DEFAULT_TARGETS, LoraSettings
-
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)
     base_state = delta.load_state(model)
@@ -205,8 +204,10 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
                 versions.append(record)
             for mode in MODES:
                 publishers[mode].close()
-                entries = delta.read_manifest(delta.open_storage(buckets[mode])).versions
-                for record, entry in zip(versions, entries[1:]):
+                manifest = delta.read_manifest(delta.open_storage(buckets[mode]))
+                assert manifest is not None  # published above
+                entries = manifest.versions
+                for record, entry in zip(versions, entries[1:], strict=True):
                     record.delta_bytes[mode] = sum(f.size for f in entry.delta)
             for follower in followers.values():  # generation measured with nothing polling beside it
                 follower.close()

@@ -6,8 +6,8 @@ For each model and engine, in one run: generation throughput with nobody publish
 and the same generation while a publisher emits a new version every `--interval` seconds into a
 local bucket that a `rollout_space.follower.Follower` follows (alternating, so load drift hits both); the
 ratio, the pause generation saw per version (`Engine.update`), and the time from the trainer's `publish` to
-the engine serving it: in all, and without the wait for the batch in flight (publish, encode, upload, poll, fetch, decode and
-load: what the speed issue's 2 s target counts). The follower polls as the rollout server does by
+the engine serving it: in all, and without the wait for the batch in flight (publish, encode, upload, poll, fetch,
+decode and load: what the speed issue's 2 s target counts). The follower polls as the rollout server does by
 default (`--poll-interval`).
 Updates are sign steps of every weight at `--lr` in fp32, rounded back to bf16 (about what AdamW does
 at an RL learning rate: a few percent of the elements change).
@@ -45,7 +45,7 @@ def _model(name: str, root: str) -> str:
     path = build_tiny_qwen3(os.path.join(root, "tiny"), seed=0)
     config = Qwen3Config.from_pretrained(path)
     config.head_dim = 32
-    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
     return path
 
 
@@ -70,8 +70,8 @@ def _generate_for(engine, seconds: float) -> tuple[int, float]:
 def _run(model: str, kind: str, seconds: float, interval: float, lr: float, poll: float, rounds: int = 4) -> dict:
     """Alternate `rounds` times between generating with the trainer quiet and with it publishing, so
     that drift in the machine's load hits both columns alike."""
-    from delta import SubscriberConfig
     import delta
+    from delta import SubscriberConfig
     from rollout_space.engines import EngineConfig, open_engine
     from rollout_space.follower import Follower
 
@@ -115,17 +115,17 @@ def _run(model: str, kind: str, seconds: float, interval: float, lr: float, poll
             records = [r for r in follower.records() if r.via == "delta"]
         finally:
             engine.close()
-    timed = [r for r in records if r.lag_s is not None]  # the manifest said when each was published
+    lags = [(r, r.lag_s) for r in records if r.lag_s is not None]  # the manifest said when each was published
     header = follower.last_header()
     density = (sum(t.changed for t in header.tensors) / sum(t.numel for t in header.tensors)) if header else 0.0
     return {"base_tps": totals[False][0] / totals[False][1], "tps": totals[True][0] / totals[True][1],
             "versions": len(records),
             "pause_ms": _median([r.pause_s for r in records]) * 1e3,
-            "lag_s": _median([r.lag_s for r in timed]),
-            "ready_s": _median([r.lag_s - r.wait_s for r in timed]),
+            "lag_s": _median([lag for _, lag in lags]),
+            "ready_s": _median([lag - r.wait_s for r, lag in lags]),
             # Where the lag goes: the trainer's hand-off to the version being found in the bucket (encode,
             # upload, the poll's wait), then fetch, decode, the batch in flight and the engine's load.
-            "found_s": _median([r.lag_s - r.wait_s - r.pause_s - r.fetch_s - r.decode_s for r in timed]),
+            "found_s": _median([lag - r.wait_s - r.pause_s - r.fetch_s - r.decode_s for r, lag in lags]),
             "fetch_s": _median([r.fetch_s for r in records]), "decode_s": _median([r.decode_s for r in records]),
             "wait_s": _median([r.wait_s for r in records]),
             "mb": statistics.mean(r.bytes_fetched for r in records) / 1e6 if records else 0.0, "density": density}

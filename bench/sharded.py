@@ -10,9 +10,9 @@ published as bf16), as replicated ranks (MULTI_CPU) do; with 2 ranks each publis
 (`delta.pieces.split`), so the two runs publish the same versions. Per version: seconds from the
 snapshot to the commit (`PublishedVersion.seconds`, the slowest rank), the CPU seconds the busiest
 rank spent from `publish` to the commit (all its threads: what the wall time would be on an idle
-core, less the waits), and the seconds `publish` blocked the step (`copy_s`). Peak extra memory: resident memory sampled every 2 ms from `publish` to
-the commit, minus what it was just before `publish`, over the delta versions, next to the rank's
-share of the published bytes. The anchor (version 1) and the first delta (thread pools and codec
+core, less the waits), and the seconds `publish` blocked the step (`copy_s`). Peak extra memory: resident memory sampled
+every 2 ms from `publish` to the commit, minus what it was just before `publish`, over the delta versions, next to the
+rank's share of the published bytes. The anchor (version 1) and the first delta (thread pools and codec
 tables start) are warm-up, left out of both.
 """
 
@@ -68,7 +68,7 @@ def _shapes(elements: int) -> dict[str, tuple[int, int]]:
 
 
 def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, bucket: str, queue) -> None:
-    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world,
@@ -93,6 +93,7 @@ def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, 
             pub.flush()
             cpu = time.process_time() - cpu
             peak = sampler.stop()
+            assert pub.last is not None  # flushed
             rows.append({"version": version, "kind": pub.last.kind, "seconds": pub.last.seconds, "cpu_s": cpu,
                          "copy_s": pub.copy_s, "extra_bytes": peak - before, "bytes": pub.last.bytes_written})
     queue.put({"rank": rank, "share_bytes": share_bytes, "rows": rows})
@@ -135,16 +136,18 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=30_000_000, help="bf16 elements in the published state")
     parser.add_argument("--versions", type=int, default=8, help="versions per run (the first two are warm-up)")
     args = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
           f"state {args.elements / 1e6:.0f} M bf16 elements; each rank pinned to one core, one coding thread; "
-          "load average %.2f %.2f %.2f" % os.getloadavg())
+          f"load average {load}")
     results = [run(world, args.elements, args.versions) for world in (1, 2)]
-    print("load average (1, 5, 15 min) at the end: %.2f %.2f %.2f" % os.getloadavg())
+    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     one, two = results
     for r in results:
         share = max(r["share_bytes"])
         print(f"{r['ranks']} rank(s): publish per delta version {r['publish_s_median']:.3f} s (median of "
-              f"{r['publish_s']}), CPU time of the busiest rank {r['cpu_s_median']:.3f} s, publish() blocked {r['copy_s_median'] * 1e3:.1f} ms, anchor {r['anchor_s']:.2f} s; "
+              f"{r['publish_s']}), CPU time of the busiest rank {r['cpu_s_median']:.3f} s, publish() blocked "
+              f"{r['copy_s_median'] * 1e3:.1f} ms, anchor {r['anchor_s']:.2f} s; "
               f"share {share / 2**20:.0f} MiB per rank, peak extra memory "
               f"{[round(b / 2**20) for b in r['peak_extra_bytes']]} MiB "
               f"({max(r['peak_extra_bytes']) / share:.2f}x the share); delta {r['delta_bytes_median'] / 2**20:.2f} MiB")

@@ -56,6 +56,7 @@ def _run(label: str, url: str, states: list[dict[str, torch.Tensor]], anchor_eve
         pub.flush()
     reader.close()
     manifest = read_manifest(open_storage(url, **options))
+    assert manifest is not None  # published above
     deltas = [v.delta_bytes for v in manifest.versions[1:]]
     return dict(label=label, blocking=blocking, latency=latency, pauses=pauses, anchor=manifest.versions[0].anchor_bytes,
                 delta=sum(deltas) / len(deltas), manifest=len(manifest.to_json()), history=reader.status().history)
@@ -97,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
               + ", ".join(f"{t:.2f} s" for t in r["latency"])
               + "  (goal <= 1 s local); reader apply pause: " + ", ".join(f"{p * 1e3:.0f} ms" for p in r["pauses"]))
         for h in r["history"]:
-            print(f"[{r['label']}]   version {h.version} via {h.via}: fetched {h.bytes_fetched:,} B in {h.fetch_s:.2f} s, "
-                  f"decode {h.decode_s:.2f} s, apply pause {h.apply_pause_s * 1e3:.0f} ms")
+            print(f"[{r['label']}]   version {h.version} via {h.via}: fetched {h.bytes_fetched:,} B in "
+                  f"{h.fetch_s:.2f} s, decode {h.decode_s:.2f} s, apply pause {h.apply_pause_s * 1e3:.0f} ms")
         amortised = r["delta"] + r["manifest"] + r["anchor"] / args.anchor_every
         print(f"[{r['label']}] bytes per version: delta {r['delta']:,.0f} + manifest {r['manifest']:,} + anchor "
               f"{r['anchor']:,} / {args.anchor_every} = {amortised:,.0f} B amortised "

@@ -10,20 +10,20 @@ Runs the trainer Space's own `TrainingSession` (TRL's GRPOTrainer, the publish c
 on a fixed batch of games replayed every step (prompt and completion token ids of Wordle-game length,
 rewards that differ within each group), so every step does the same training work. The publisher is
 called every third step only (`EveryThird`, the session's `wrap_publisher`): in each triple, the first
-step pays the snapshot copy, the second runs beside the background encode and upload (on the same cores), the third is clean. The ratio
-(first + second) / (2 x third), median over triples, is what publishing after every step costs; the
+step pays the snapshot copy, the second runs beside the background encode and upload (on the same cores), the third is
+clean. The ratio (first + second) / (2 x third), median over triples, is what publishing after every step costs; the
 interleaving keeps it honest on a shared machine whose load drifts between runs. A real step also waits
 for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a step.
 
 `run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
-local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser
-needed, so a GPU machine runs it from a shell), with the trainer's defaults (what `python app.py` runs)
-unless `--games`, `--max-tokens`, `--max-turns`, `--lr`, `--credit`, `--temperature`, the examples' schedule
-(`--examples`, `--fade-start`, `--fade-end`) or the exam's settings (`--exam-every`, `--exam-games`,
-`--exam-turns`, `--exam-greedy`) say otherwise; each exam is printed as it comes in. Then the trainer's
-`/history` (its steps, payloads and exams) is saved to `--json` with a summary (mean reward, win rate and
-valid-guess rate over the first and the last `--window` steps; the exam series, the rise of its own-word
-valid-guess rate from the first exam to the last two, and the last two exams' letters found against the
+local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with
+SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser needed, so a GPU machine runs it
+from a shell), with the trainer's defaults (what `python app.py` runs) unless `--games`, `--max-tokens`, `--max-turns`,
+`--lr`, `--credit`, `--temperature`, the examples' schedule (`--examples`, `--fade-start`, `--fade-end`) or the exam's
+settings (`--exam-every`, `--exam-games`, `--exam-turns`, `--exam-greedy`) say otherwise; each exam is printed as it
+comes in. Then the trainer's `/history` (its steps, payloads and exams) is saved to `--json` with a summary (mean
+reward, win rate and valid-guess rate over the first and the last `--window` steps; the exam series, the rise of its
+own-word valid-guess rate from the first exam to the last two, and the last two exams' letters found against the
 copy-only player's; the no-collapse check: the training valid-guess rate at step 10 and the longest run of
 later steps below it; how many different words the policy's last 40 games scored, and how many of their
 later moves played the example the env's request showed, and the letters a player that only copies the
@@ -54,12 +54,12 @@ from pydantic import TypeAdapter
 
 import delta
 import settings
+from dashboard.exam import exam_text
 from env_space.exam import copying_games
 from env_space.words import load_word_lists
+from launcher.children import Child, exit_text, stop_all
 from trainer_space import TrainerConfig, TrainingSession
 from trainer_space.credit import CREDITS
-from dashboard.exam import exam_text
-from launcher.children import Child, exit_text, stop_all
 from wire.env import GameRecord
 from wire.exam import ExamRecord
 from wire.rollout import RolloutStatus, Trajectory
@@ -79,7 +79,7 @@ class ReplayedGames:
 
     def rollout(self, games: Sequence[dict], **_: object) -> list[Trajectory]:
         out = []
-        for i, g in enumerate(games):
+        for i in range(len(games)):
             if i not in self.batch:
                 r = self.rng
                 mask = [1 if (t // 30) % 2 == 0 else 0 for t in range(self.completion_len)]  # model/env turns
@@ -100,12 +100,23 @@ class EveryThird:
     def __init__(self, publisher: delta.Publisher, warmup: int) -> None:
         self.publisher, self.warmup, self.calls = publisher, warmup, 0
 
-    def publish(self, state: Mapping[str, torch.Tensor]) -> None:
+    def publish(self, state: Mapping[str, torch.Tensor | delta.pieces.Slice]) -> None:
         self.calls += 1  # = the step number; warm-up steps all publish (the first is the anchor)
         if self.calls <= self.warmup or (self.calls - self.warmup) % 3 == 1:
             self.publisher.publish(state)
 
-    def __getattr__(self, name: str) -> object:  # last, idle, flush, close: the real publisher's
+    @property
+    def last(self) -> delta.PublishedVersion | None:
+        return self.publisher.last
+
+    @property
+    def state_version(self) -> int:
+        return self.publisher.state_version
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.publisher.flush(timeout)
+
+    def __getattr__(self, name: str) -> object:  # idle, close, ...: the real publisher's
         return getattr(self.publisher, name)
 
 
@@ -139,6 +150,7 @@ def overhead(args: argparse.Namespace) -> None:
         copies.append(copy.publish_s)
         print(f"steps {copy.step}-{clean.step}: with copy {copy.step_s:.2f} s (publish() blocked "
               f"{1000 * copy.publish_s:.0f} ms), beside the upload {beside.step_s:.2f} s, clean {clean.step_s:.2f} s")
+    assert session.payloads is not None  # a session that published
     sizes = [p.delta_bytes for p in session.payloads.records]
     ratio = statistics.median(ratios)
     print(f"delta {statistics.median(sizes):,.0f} B per version vs dense {session.payloads.dense_bytes:,} B; "
@@ -189,7 +201,7 @@ def stop_roles(children: Sequence[Child], timeout_s: float) -> dict[str, dict[st
             for name, end in stopped.items()}
 
 
-def _fetch(url: str, parse: Callable[[bytes], T], **params: object) -> T | None:
+def _fetch(url: str, parse: Callable[[bytes], T], **params: str | int) -> T | None:
     """GET `url` and parse its answer; None (said) when the role does not answer or answers nonsense: what the
     other roles answered is still saved."""
     import httpx
@@ -312,7 +324,7 @@ def not_first_words(games: Sequence[GameRecord]) -> int:
     (read here by hand, not by the env's parser): 0 is what the strict rule promises."""
     wrong = 0
     for g in games:
-        for reply, guess in zip(g.replies, g.guesses):
+        for reply, guess in zip(g.replies, g.guesses, strict=True):
             if guess:
                 after = re.split("<guess>", reply, flags=re.IGNORECASE)[-1].split("<")[0].split()
                 wrong += not after or after[0].strip("\"'`*_.,;:!?()[]{}<>").lower() != guess
@@ -323,7 +335,7 @@ def examples_played(games: Sequence[GameRecord]) -> dict[str, int]:
     """Scored words of `games`' later moves, and how many of them are the example guess the env's message
     showed before that move (`GameRecord.examples`): how much of the valid-guess rate is the policy copying
     the env's example rather than choosing a word."""
-    later = [(guess, example) for g in games for guess, example in list(zip(g.guesses, g.examples))[1:] if guess]
+    later = [(guess, example) for g in games for guess, example in list(zip(g.guesses, g.examples, strict=False))[1:] if guess]
     return {"later_moves_scored": len(later), "later_moves_playing_the_example": sum(g == e for g, e in later)}
 
 

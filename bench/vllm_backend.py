@@ -25,6 +25,7 @@ import platform
 import statistics
 import tempfile
 import time
+from itertools import pairwise
 
 # Only light imports at the top: vLLM's workers import this __main__ module again (see bench/rollout.py).
 
@@ -53,13 +54,14 @@ def _pauses(kind: str, model: str, states: list[dict]) -> list[float]:
     try:
         engine.generate(["warm up"], SamplingParams(max_tokens=4))
         pauses = []
-        for version, (old, new) in enumerate(zip(states, states[1:]), start=1):
+        for version, (old, new) in enumerate(pairwise(states), start=1):
             data = delta.diff(old, new, version=version, base_version=version - 1)
             header, changes, digest = delta.decode(data, engine.state)  # while serving
             start = time.perf_counter()
             with engine.paused():
                 result = delta.write_changes(header, changes, engine.state, digest)
                 names = [e.name for e in result.header.tensors if e.changed]
+                assert result.header.version is not None  # delta.diff was given one
                 engine.update({n: engine.state[n] for n in names}, result.header.version)
             pauses.append(time.perf_counter() - start)
         engine.generate(["still serving"], SamplingParams(max_tokens=4))

@@ -42,11 +42,16 @@ _LABEL_PX = 6
 class SyncLike(Protocol):
     """What the timeline reads from one sync (``rollout_space.service.SyncRecord`` has it)."""
 
-    version: int
-    via: str
-    bytes_fetched: int
-    fetch_s: float
-    pause_s: float
+    @property
+    def version(self) -> int: ...
+    @property
+    def via(self) -> str: ...
+    @property
+    def bytes_fetched(self) -> int: ...
+    @property
+    def fetch_s(self) -> float: ...
+    @property
+    def pause_s(self) -> float: ...
 
 
 @dataclass(frozen=True)

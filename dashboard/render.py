@@ -12,7 +12,7 @@ from wire.env import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
 from wire.wordle import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
-_CLASS = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
+_CLASS: dict[str, str] = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
 
 CSS = """
 .wordle-board { display: grid; gap: 5px; justify-content: center; margin: 8px 0; }
@@ -149,7 +149,7 @@ def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, 
     reasons = list(errors) + [""] * (len(replies) - len(errors))
     offered = list(examples) + [""] * (len(replies) - len(examples))
     shown_before = list(copied) + [False] * (len(replies) - len(copied))
-    for n, (reply, guess, why, example, seen) in enumerate(zip(replies, guesses, reasons, offered, shown_before),
+    for n, (reply, guess, why, example, seen) in enumerate(zip(replies, guesses, reasons, offered, shown_before, strict=False),
                                                             start=1):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
         shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -58,7 +59,7 @@ class UIServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int, on_exit: Callable[[], None] | None = None, **options: object) -> None:
+def serve(app: FastAPI, host: str, port: int, on_exit: Callable[[], None] | None = None, **options: Any) -> None:
     """Serve `app` until SIGINT/SIGTERM, then stop within `settings.SHUTDOWN_GRACE_S`. Blocks.
 
     Args:
@@ -66,5 +67,5 @@ def serve(app: FastAPI, host: str, port: int, on_exit: Callable[[], None] | None
         options: More `uvicorn.Config` settings (`ws_max_size`...).
     """
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S, **options)  # type: ignore[arg-type]
+                            timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S, **options)
     UIServer(config, on_exit).run()

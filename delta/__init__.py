@@ -20,11 +20,24 @@ from .bucket._ranks import broadcast_object
 from .bucket.manifest import FileRef, Manifest, PolledManifests, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
-from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .bucket.trust import Trust
+from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .errors import (
-    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, RateLimitedError, DeltaError, DeltaFormatError, FileTooLargeError, IntegrityError, KeyFormatError,
-    NoPathError, PrivateFileError, PublishError, ReplyLimitError, StateMismatchError, StorageError,
+    AccessDeniedError,
+    BucketNotFoundError,
+    BucketUnreachableError,
+    DeltaError,
+    DeltaFormatError,
+    FileTooLargeError,
+    IntegrityError,
+    KeyFormatError,
+    NoPathError,
+    PrivateFileError,
+    PublishError,
+    RateLimitedError,
+    ReplyLimitError,
+    StateMismatchError,
+    StorageError,
     UntrustedVersionError,
 )
 from .format import DeltaHeader, TensorEntry, read_delta

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -91,7 +92,7 @@ def cut(costs: np.ndarray, parts: int) -> list[tuple[int, int]]:
     bounds = np.clip(np.searchsorted(total, total[-1] * k / parts, side="right"), k, n - parts + k)
     bounds = np.maximum.accumulate(bounds - k) + k  # strictly increasing: no empty range
     edges = np.concatenate([[0], bounds, [n]]).tolist()
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 def slices(costs: np.ndarray, workers: int) -> list[tuple[int, int]]:
@@ -142,7 +143,8 @@ class Started(Generic[R]):
         wait(self._helpers)
         for e in self._errors:
             if e is not None:
-                error.add_note(f"a started span failed too: {e!r}")
+                if sys.version_info >= (3, 11):  # notes are 3.11's; on 3.10 the block's error goes on alone
+                    error.add_note(f"a started span failed too: {e!r}")
                 return
 
     def _drain(self) -> None:
@@ -152,7 +154,7 @@ class Started(Generic[R]):
                 return
             try:
                 self._results[i] = self._fn(*self._spans[i])
-            except BaseException as e:  # kept and raised by `join`, after every span
+            except BaseException as e:  # noqa: BLE001 - kept and raised by `join`, after every span
                 self._errors[i] = e
 
     def join(self) -> list[R]:

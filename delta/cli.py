@@ -57,10 +57,11 @@ def check_bucket(url: str, create: bool = False, hint: str = "check the path") -
 
 def human_bytes(n: int) -> str:
     """`n` bytes for people: 812 B, 40.1 kB, 1.2 MB, 3.4 GB (powers of 1000)."""
+    size: float = n
     for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        if size < 1000 or unit == "TB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
     raise AssertionError("unreachable")
 
 
@@ -120,6 +121,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         publisher.publish(state, anchor=args.anchor)
         publisher.flush()
     last, key = publisher.last, publisher.public_key
+    assert last is not None and key is not None  # one process: rank 0, which published and signed
     print(f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
           f"state {last.state_hash}, signed by {key.fingerprint} (readers: --trusted-key {key.text})")
     return 0
@@ -142,6 +144,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     if version is None:
         print(f"error: {args.bucket} holds no version yet", file=sys.stderr)
         return 1
+    assert subscriber.state is not None and subscriber.digest is not None  # at `version`
     save_state(subscriber.state, args.output, metadata={"version": str(version),
                                                         "state_hash": subscriber.digest.hexdigest})
     print(printable(f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified; "
@@ -160,8 +163,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     versions = manifest.versions
     print(printable(f"{args.bucket}: versions {versions[0].version}..{versions[-1].version} "
                     f"({len(manifest.anchors())} with an anchor), {manifest.path}"))
-    print(f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  {'published (UTC)':<19}  "
-          f"{'signed by (not checked here)':<28}  state hash, sha256 of each file (first 12 hex digits)")
+    print(f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  "
+          f"{'published (UTC)':<19}  {'signed by (not checked here)':<28}  "
+          "state hash, sha256 of each file (first 12 hex digits)")
     for v in versions:
         base = "-" if v.base_version is None else v.base_version
         when = "-" if v.published_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.published_at))
@@ -188,6 +192,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print(f"{printable(args.bucket)}: no version yet, nothing to collect")
         return 0
     report = gc(storage, manifest, args.keep_anchors)
+    assert report.manifest.latest is not None  # gc keeps the latest version
     print(f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "
           f"versions {report.manifest.versions[0].version}..{report.manifest.latest.version} remain")
     return 0

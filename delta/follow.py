@@ -173,7 +173,7 @@ class _Follower:
         self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
         self._log = log or (lambda line: print(line, flush=True))
         self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix=prefix)
-        self.work_dir = config.work_dir or self._tmp.name
+        self.work_dir: str = self._tmp.name if self._tmp is not None else (config.work_dir or "")  # one is set
         os.makedirs(self.work_dir, exist_ok=True)
         url = open_storage(config.bucket).url
         #: Whose versions are applied: one for every subscriber this follower opens (a recovery opens a new one).
@@ -218,7 +218,7 @@ class _Follower:
                     backoff.succeeded(changed=(self.status.latest, self.status.version) != seen)
                 else:
                     backoff.failed()
-            except Exception as e:  # bucket or server down, a bad file, a bug: logged, counted, retried
+            except Exception as e:  # noqa: BLE001 - bucket or server down, a bad file, a bug: logged, counted, retried
                 self._note_failure(e)
                 backoff.failed(e)
             self._write_status()
@@ -310,8 +310,11 @@ class ServerFollower(_Follower):
             return  # the server is paused on a failed version; recovery sends the whole state
         try:
             names = list(update.changed)
+            assert self._following is not None and self._worker is not None  # set by `_recover` before any update
             state = self._following.state
+            assert state is not None  # it has applied a version
             if self._worker.in_place:
+                assert self._served is not None  # kept where the server updates in place
                 new, old = {n: state[n] for n in names}, {n: self._served[n] for n in names}
             else:
                 new, old = {n: state[n] for n in whole_groups(names, self._groups)}, None
@@ -320,7 +323,7 @@ class ServerFollower(_Follower):
                 for n in names:
                     self._served[n].copy_(state[n])
             self._record(applied)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - kept: the server stays paused until a whole state is applied
             self._failed = e
             self._note_failure(e)
             self._log(printable(f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server "
@@ -365,6 +368,7 @@ class ServerFollower(_Follower):
             fresh.close()
             self.status.state = "waiting"  # nothing published yet: the server keeps its own weights
             return
+        assert fresh.state is not None and self._worker is not None  # at `version`, for a known worker
         self._groups = fused_groups(fresh.state, self._worker.packed_modules)
         try:
             applied = self._send(dict(fresh.state), None, version, "full",
@@ -525,6 +529,7 @@ class AdapterFollower(_Follower):
         """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A version refused (by the
         checks of `_adapter_config`, or by the server) is logged and counted; the versions loaded before it stay
         served."""
+        assert self._following is not None and self._following.state is not None  # it decoded this update
         version, state = update.version, self._following.state
         folder = os.path.join(self.work_dir, f"v{version}")
         try:

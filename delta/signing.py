@@ -209,7 +209,7 @@ def public_key(value: str | PublicKey) -> PublicKey:
     if isinstance(value, PublicKey):
         return value
     text = value.strip()
-    if text.startswith(_PUBLIC) or text.startswith(_PRIVATE):
+    if text.startswith((_PUBLIC, _PRIVATE)):
         return PublicKey.parse(text)
     try:
         with open(os.path.expanduser(text), encoding="ascii", errors="replace") as f:

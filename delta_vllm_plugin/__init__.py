@@ -48,7 +48,7 @@ def register() -> None:
     except ImportError as e:  # a vLLM without the weight-transfer API at all (before 0.23)
         logger.debug("delta: not registering the vLLM backend, no vLLM with a weight-transfer API here (%s)", e)
         return
-    if BACKEND in WeightTransferEngineFactory._registry:  # noqa: SLF001  (vLLM's register_engine refuses twice)
+    if BACKEND in WeightTransferEngineFactory._registry:  # a private registry, read: vLLM's register_engine refuses twice
         return
     WeightTransferEngineFactory.register_engine(BACKEND, "delta.integrations.vllm_backend", "DeltaWeightTransferEngine")
 

@@ -3,10 +3,10 @@
 per connection exactly like OpenEnv's ``EnvClient`` expects; plus ``/health``, ``/schema``,
 ``/metadata``, a minimal ``/mcp``, and this Space's ``/stats`` and ``/games``.
 
-Who may do what (with a token set; without one the env is open, as before): a caller with the env token (``Authorization: Bearer <ENV_TOKEN>``, on the HTTP
-requests or on the WebSocket's opening request) plays in the reserved pool and may say which policy
-plays (``weight_version``). Anyone else is an anonymous visitor: their games are people's games, in
-the public pool under per-address caps (429 past them), and a ``weight_version`` from them is
+Who may do what (with a token set; without one the env is open, as before): a caller with the env token
+(``Authorization: Bearer <ENV_TOKEN>``, on the HTTP requests or on the WebSocket's opening request) plays in the
+reserved pool and may say which policy plays (``weight_version``). Anyone else is an anonymous visitor: their games are
+people's games, in the public pool under per-address caps (429 past them), and a ``weight_version`` from them is
 refused with 403."""
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from wire.env import (
     WordleObservation,
     player_label,
 )
-
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS
 
 from .errors import (

@@ -1,4 +1,5 @@
-"""`python app.py env`: the Wordle environment's flags (defaults from the Space's environment variables) and start-up."""
+"""`python app.py env`: the Wordle environment's flags (defaults from the Space's environment variables) and
+start-up."""
 
 from __future__ import annotations
 

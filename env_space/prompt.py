@@ -65,10 +65,9 @@ def parse_guess(text: str) -> ParsedGuess:
     the policy learns nothing.
     """
     visible = _THINKING.sub(" ", text)
-    opening = None
-    for opening in _OPEN.finditer(visible):
-        pass
-    if opening is not None:
+    openings = list(_OPEN.finditer(visible))
+    if openings:
+        opening = openings[-1]
         after = visible[opening.end():]
         left_open = CLOSE_TAG not in after.lower()
         first = _WORD.search(after.split("<", 1)[0])  # a word ends at a tag: "crane</guess>"

@@ -58,7 +58,7 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
         curve = render.win_rate_curve(stats)
         return (
             render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
-            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[v for v, _ in curve]),
+            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[str(v) for v, _ in curve]),
             render.win_rate_note(stats),
             pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
         )

@@ -3,5 +3,6 @@ with a landing page linking their UIs. Also the settings checks every role runs 
 
 Modules: `config` (the launcher's settings), `checks` (what a role must be given), `children`
 (starting, health-waiting and stopping one child process group), `landing` (the page on port 7860),
-`launch` (add_arguments/run: the all-in-one start-up), `_guard` (each app's parent-death signal). Importing this package imports nothing heavy.
+`launch` (add_arguments/run: the all-in-one start-up), `_guard` (each app's parent-death signal). Importing this package
+imports nothing heavy.
 """

@@ -47,8 +47,8 @@ async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervi
     card: dict[str, Any] = {"role": child.role, "name": child.name, "title": title, "blurb": BLURBS[child.role],
                             "port": child.port, "state": child.state, "fields": [], "fleet": [], "fleet_note": ""}
     if restarts is not None and restarts.restarts(child.name):
-        card["fields"].append(["restarts", f"{restarts.restarts(child.name)} (last exit: "
-                                           f"{restarts.last_exit(child.name)})"])
+        card["fields"].append(["restarts", (f"{restarts.restarts(child.name)} (last exit: "
+                                           f"{restarts.last_exit(child.name)})")])
     if child.state != "ready":
         return card
     path = "/health" if child.role == "env" else "/status"
@@ -210,7 +210,7 @@ class LandingServer:
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
         self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         # The launcher owns SIGINT/SIGTERM; uvicorn must not install its own handlers from a thread.
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]  # uvicorn's, of some versions
         self._thread = threading.Thread(target=self._server.run, name="landing", daemon=True)
 
     def start(self, timeout_s: float = 30.0) -> None:
@@ -284,7 +284,8 @@ async function refresh() {
   try {
     const status = await (await fetch("/api/status")).json();
     document.getElementById("cards").innerHTML = status.apps.map(card).join("");
-    document.getElementById("updated").textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC";  // as the feeds' times
+    // UTC, as the feeds' times
+    document.getElementById("updated").textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC";
   } catch (e) {
     document.getElementById("updated").textContent = "The launcher is not answering (stopped?)";
   }

@@ -79,7 +79,9 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
 
 def trusted(key: str | None) -> dict[str, str]:
     """The variable that gives a rollout server the trainer's public key (none when `key` is None)."""
-    return {settings.TRUSTED_KEY.variable: key} if key else {}
+    variable = settings.TRUSTED_KEY.variable
+    assert variable is not None  # the setting has its variable
+    return {variable: key} if key else {}
 
 
 def trainer_public_key(bucket: str) -> PublicKey:

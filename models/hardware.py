@@ -189,8 +189,8 @@ def plan_trainer(machine: Machine, device: str | None = "auto") -> TrainerPlan:
     gpu = machine.gpus[0]
     if gpu.bf16_native:
         return TrainerPlan("cuda", True)
-    return TrainerPlan("cuda", False, (f"{gpu.label} has no native bf16: training in fp32 (torch would emulate "
-                                       "bf16, slowly); an L4-class GPU (compute 8.0+) trains in bf16",))
+    return TrainerPlan("cuda", False, ((f"{gpu.label} has no native bf16: training in fp32 (torch would emulate "
+                                       "bf16, slowly); an L4-class GPU (compute 8.0+) trains in bf16"),))
 
 
 @dataclass(frozen=True)

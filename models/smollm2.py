@@ -51,8 +51,9 @@ def smollm2_gguf_path() -> str:
 def prepare_smollm2(cache_dir: str | None = None) -> str:
     """Return a bf16 safetensors HF folder of SmolLM2-135M-Instruct, converting the GGUF on first use.
 
-    The conversion (~40 s on 2 CPU cores) writes into a temporary folder beside the target and renames
-    it into place, so a crash leaves no half folder and concurrent callers at worst convert twice.
+    The conversion (slow on a small CPU, so done once: docs/benchmarks.md) writes into a temporary folder beside
+    the target and renames it into place, so a crash leaves no half folder and concurrent callers at worst convert
+    twice.
     Never touches the network (`local_files_only`).
 
     Args:
@@ -104,7 +105,7 @@ def _convert(gguf_path: str, out_dir: str) -> None:
                 "dequantised weights: pin transformers as requirements.txt does"
             )
         # The weights are plain tensors; the GGUF marker would make savers refuse and loaders look for the file.
-        model.hf_quantizer.remove_quantization_config(model)
-        model.to(torch.bfloat16).save_pretrained(out_dir)
+        model.hf_quantizer.remove_quantization_config(model)  # type: ignore[union-attr,operator]  # set by from_pretrained
+        model.to(torch.bfloat16).save_pretrained(out_dir)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
         tokenizer.save_pretrained(out_dir)
         bar.update()

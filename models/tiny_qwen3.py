@@ -98,7 +98,7 @@ def build_tiny_qwen3(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
-    model.to(torch.bfloat16)
+    model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

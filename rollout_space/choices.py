@@ -15,8 +15,8 @@ from enum import StrEnum
 from wire.fleet import RunState, ServerState
 
 #: Most seconds a server started with `first_step_alone` waits for the trainer's first step after its first batch: far
-#: longer than that step takes on 2 CPU cores (~30 s), so that a trainer that refused the batch and waits for more
-#: groups gets them all the same.
+#: longer than that step takes on 2 CPU cores (docs/benchmarks.md), so that a trainer that refused the batch and waits
+#: for more groups gets them all the same.
 FIRST_STEP_WAIT_S = 120.0
 #: Seconds before an exam that failed (or whose records could not be read) is tried again; training games go on.
 EXAM_RETRY_S = 60.0

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
+from delta import ReplyLimitError
 from webguard import auth_headers
 from wire.env import ExamInfo, StepResponse, WordleObservation
-from delta import ReplyLimitError
 from wire.http import exchange, request_json
 
 from .errors import EnvUnavailableError

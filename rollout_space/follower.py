@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import delta
 from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
-
 from wire.lora import LoraSettings, kept_versions_refusal
 
 from .engines import Engine
@@ -83,14 +82,14 @@ def run_refusal(lora: LoraSettings | None, keep: int, *, base_hash: str, followe
     version 0 and fail on every version of the bucket after.
     """
     if lora is not None and lora.base_hash != base_hash:
-        return ("another base", f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
-                f"server's model hashes to {base_hash}: start it with the run's base model")
-    if lora is not None and lora.sync == "adapter" and kept_versions_refusal(keep):
-        return "too many versions", kept_versions_refusal(keep)
+        return ("another base", (f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
+                f"server's model hashes to {base_hash}: start it with the run's base model"))
+    if lora is not None and lora.sync == "adapter" and (too_many := kept_versions_refusal(keep)):
+        return "too many versions", too_many
     if held is not None and _published(lora) != _published(followed):
-        return ("mode switch", f"the run now publishes {_described(lora)}, but this server serves version {held} of "
+        return ("mode switch", (f"the run now publishes {_described(lora)}, but this server serves version {held} of "
                 f"the bucket, which holds {_described(followed)}: a bucket's versions keep their kind, so version "
-                f"{held} stays served (a run of another kind starts on a new bucket)")
+                f"{held} stays served (a run of another kind starts on a new bucket)"))
     return None
 
 
@@ -102,7 +101,7 @@ def _published(lora: LoraSettings | None) -> tuple[int, float, tuple[str, ...]] 
 
 def _described(lora: LoraSettings | None) -> str:
     """`_published(lora)` in a few words."""
-    if _published(lora) is None:
+    if lora is None or _published(lora) is None:
         return "full weights"
     return f"a LoRA adapter of rank {lora.r}, alpha {lora.alpha:g} on {', '.join(lora.targets)}"
 
@@ -404,4 +403,4 @@ class Follower:
         return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
                 "last_error": self._engine_error or self.refusal or status.last_error,
                 "refused": refused, "last_refusal": status.last_refusal, "trust": status.trust,
-                "authenticated": status.authenticated, "state_hash": digest.hexdigest if served else None}
+                "authenticated": status.authenticated, "state_hash": digest.hexdigest if served and digest is not None else None}

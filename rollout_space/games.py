@@ -155,7 +155,7 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
                                       None if params.seed is None else params.seed + turn, stop=params.stop)
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling, at=pinned)
             pinned = replies[0].version if pinned is None else pinned
-            for game, reply in zip(playing, replies):
+            for game, reply in zip(playing, replies, strict=True):
                 _reply(game, reply, prefix)
                 game.examples.append(shown[game.episode_id])
                 observation = env.step(game.episode_id, prefix + reply.text)

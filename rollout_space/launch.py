@@ -86,12 +86,11 @@ def run(args: argparse.Namespace) -> None:
     """Load the model, start following the bucket, serve until interrupted."""
     from delta import PrivateFileError, SubscriberConfig, Trust, open_storage
     from models import resolve_model
-
-    from .engines import EngineConfig, open_engine
-    from .env_client import EnvClient
     from wire.budget import budget_for
     from wire.fleet_bucket import FleetBucket
 
+    from .engines import EngineConfig, open_engine
+    from .env_client import EnvClient
     from .follower import Follower
     from .producer import server_id_from
     from .server import serve

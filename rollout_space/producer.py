@@ -32,7 +32,15 @@ from dataclasses import dataclass, replace
 from delta import DeltaError, RetryPolicy, StorageError
 from wire.errors import RolloutError
 from wire.fleet import (
-    RUN_PATH, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, ServerState, group_run,
+    RUN_PATH,
+    FleetMessageError,
+    GameGroup,
+    Heartbeat,
+    Refusal,
+    RunSettings,
+    RunState,
+    ServerState,
+    group_run,
 )
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import GONE_AFTER_S, HeartbeatWatch
@@ -95,13 +103,15 @@ class GroupProducer:
         published: The newest version the bucket has published (`Follower.latest`; None: none, or unknown).
         first_step_alone: Play nothing after the first batch for a run until `published` is 1 or more: set where the
             server shares the trainer's cores (``python app.py`` starts every role on one machine), for the first
-            step would take twice as long beside a batch, and it is the step a newcomer waits for (measured on 2
-            cores: 59-75 s from launch to the first step instead of 87-93 s). Only while the trainer has taken every
+            step would take twice as long beside a batch, and it is the step a newcomer waits for (docs/training.md has
+            what it saves on 2 cores). Only while the trainer has taken every
             group handed in (it trains; with groups left in the bucket it waits for more, which are played) and for
             at most `choices.FIRST_STEP_WAIT_S` after the first batch.
         adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an
-            engine keeps for groups begun under them) each time the run is read, before anything is played (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
-            (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is played for the run.
+            engine keeps for groups begun under them) each time the run is read, before anything is played
+            (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
+            (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is
+            played for the run.
         examiner: Takes the exams the run asks for, and keeps version 0 for its exam, as `choices.choose` says: on the
             run's examiner only (`examines`: one server per run, so the others go on producing and each version has
             one record), never before this server's first batch for the run (the trainer's first step waits on
@@ -258,7 +268,7 @@ class GroupProducer:
                 if self._stop.is_set():  # the engine was closed under the batch: the server is stopping
                     return
                 wait = self._failed(e)
-            except Exception as e:  # noqa: BLE001 - an engine or env failure must not end production for good
+            except Exception as e:  # an engine or env failure must not end production for good
                 logger.exception("producing games failed")
                 wait = self._failed(e)
             if wait:

@@ -213,7 +213,8 @@ class RolloutService:
         start = time.monotonic()
         try:
             if public:
-                trajectories = play_games(BehindTrainer(self.engine, self._gate), self.env, games, params, on_turn)
+                trajectories = play_games(BehindTrainer(self.engine, self._gate),  # type: ignore[arg-type]  # the engine behind a gate: the calls play_games makes
+                                          self.env, games, params, on_turn)
             else:
                 with self._gate.trainer():
                     trajectories = play_games(self.engine, self.env, games, params, on_turn)
@@ -234,7 +235,8 @@ class RolloutService:
         error, the hash of the weights served (comparable with the manifest's), and more."""
         following = self.follower.status() if self.follower is not None else {}
         latest = following.get("latest_version")
-        refused = dict(following.get("refused", {}))
+        refused_then = following.get("refused")
+        refused = dict(refused_then) if isinstance(refused_then, dict) else {}
         last_refusal = following.get("last_refusal")
         fleet = self.producer.bucket if self.producer is not None else self.run_watch.bucket if self.run_watch else None
         if fleet is not None and fleet.runs_refused:

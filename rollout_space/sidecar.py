@@ -33,7 +33,13 @@ from collections.abc import Callable
 import settings
 from delta import Trust, open_storage
 from delta.follow import (
-    AdapterFollower, AdapterRefusedError, AdapterRun, FollowStatus, add_arguments, base_hash_of, follow_config,
+    AdapterFollower,
+    AdapterRefusedError,
+    AdapterRun,
+    FollowStatus,
+    add_arguments,
+    base_hash_of,
+    follow_config,
     run_until_stopped,
 )
 from delta.integrations.vllm_http import VLLMHTTPClient
@@ -65,8 +71,8 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
             raise AdapterRefusedError(f"the run publishes {what}, not an adapter: follow it with `python -m delta "
                                       "follow` beside a server with the delta backend", "not an adapter run")
         kept = run.max_staleness + 1 if keep is None else keep
-        if kept_versions_refusal(kept):
-            raise AdapterRefusedError(kept_versions_refusal(kept), "too many versions")
+        if too_many := kept_versions_refusal(kept):
+            raise AdapterRefusedError(too_many, "too many versions")
         return AdapterRun(lora.alpha, keep=kept, r=lora.r, targets=lora.targets, base_hash=lora.base_hash)
     return read
 

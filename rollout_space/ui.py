@@ -15,8 +15,7 @@ from typing import Any
 import gradio as gr
 from fastapi import FastAPI
 
-from dashboard import games, sparsity
-from dashboard import render
+from dashboard import games, render, sparsity
 from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
 from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location

@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
-from dashboard import games
-from dashboard import render
+from dashboard import games, render
 from wire.env import WordleObservation
 from wire.rollout import Trajectory
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine, then run it.
-# This is the README's test command and exactly what .ci/run calls. What it installs, and where:
+# This is the README's test command and exactly what .ci/run calls: ruff and mypy (scripts/quality.sh), then pytest.
+# What it installs, and where:
 #   pip: requirements-test.txt (the apps' requirements and the test tools; torch pinned to its CPU build by
 #        constraints.txt) into the Python that runs this script: an active virtualenv's, else the interpreter's;
 #   apt: Debian's chromium, only where /usr/bin/chromium is missing (needs root).
@@ -13,4 +14,6 @@ if [ ! -x /usr/bin/chromium ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium < /dev/null
 fi
+# Lint, format and types first (scripts/quality.sh): a finding fails the run before the 25 minutes of tests.
+bash scripts/quality.sh
 python -m pytest -q "$@"

@@ -3,12 +3,13 @@
 It works out a plan first (print it with ``--dry-run``), then carries it out with huggingface_hub:
 
 1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
-2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's files (this repository's tracked files, with
-   ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile`` on top), create the Space,
-   upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the trainer's APP_ARGS; the
-   rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET, HF_TOKEN, OWNER_TOKEN, ENV_TOKEN /
-   ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's DELTA_SIGNING_KEY, with which it signs
-   the weights and run settings that the rollouts then check), and ask for its hardware.
+2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's
+   files (this repository's tracked files, with ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile``
+   on top), create the Space, upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the
+   trainer's APP_ARGS; the rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET,
+   HF_TOKEN, OWNER_TOKEN, ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's
+   DELTA_SIGNING_KEY, with which it signs the weights and run settings that the rollouts then check), and ask for
+   its hardware.
 
 The trainer's key is the one kept for the bucket in your cache (``~/.cache/delta/keys/``, owner-only; made at the first
 deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_KEY`` when set: a redeploy sets the same key, so
@@ -162,7 +163,7 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
     Raises:
         DeployError: The Hub refused a step (a token without write access, say) or could not be reached.
     """
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, SpaceHardware
     from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(token=token)
@@ -188,7 +189,7 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
                                   commit_message="deploy from delta-sync")
             if p.hardware != "cpu-basic":
                 step = f"requesting {p.hardware} for {p.repo_id}"
-                api.request_space_hardware(p.repo_id, p.hardware)
+                api.request_space_hardware(p.repo_id, SpaceHardware(p.hardware))
             print(f"  {p.url}", flush=True)
     except HfHubHTTPError as error:
         raise DeployError(f"{step}: {_refusal(error, api.endpoint, namespace)}") from error
@@ -270,7 +271,7 @@ def main(argv: list[str]) -> None:
             print(assemble(p.role, args.out / p.repo_id.split("/")[1].removeprefix(f"{args.prefix}-")))
         return
     for p in plans:
-        hidden = {k: "***" for k in p.secrets}
+        hidden = dict.fromkeys(p.secrets, "***")
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
     rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
     trusted = next(p.variables["DELTA_TRUSTED_KEY"] for p in plans if p.role == "rollout")

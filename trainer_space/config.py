@@ -8,7 +8,13 @@ from typing import Any
 from wire.curriculum import ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
 from wire.lora import (
-    DEFAULT_TARGETS, LORA_SYNCS, MAX_ADAPTER_RANK, MAX_RANK, LoraSync, check_target_names, kept_versions_refusal,
+    DEFAULT_TARGETS,
+    LORA_SYNCS,
+    MAX_ADAPTER_RANK,
+    MAX_RANK,
+    LoraSync,
+    check_target_names,
+    kept_versions_refusal,
 )
 from wire.wordle import OPEN_TAG
 
@@ -32,10 +38,9 @@ class TrainerConfig:
         num_generations: Games per Wordle word: GRPO compares the games of one group, which share a seed.
         max_steps: Optimizer steps this session runs before it stops.
         learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
-            element changes once the updates since it last changed add up to half its ULP. 7e-5: in 20 minutes
-            on 2 CPU cores (~28 steps of 8 games, whole-game credit) SmolLM2-135M's strict valid-guess rate rose
-            by 13 to 39 points over three seeds; 1e-4 broke the model's replies within ~10 steps, 5e-5 was slower
-            (docs/training.md).
+            element changes once the updates since it last changed add up to half its ULP. 7e-5: the rate that
+            moved SmolLM2-135M most within a 20-minute run on 2 CPU cores without breaking its replies (1e-4
+            broke them, 5e-5 was slower; the runs: docs/benchmarks.md, docs/training.md).
         device: Torch device of the master weights, the optimizer state and the published state: `cpu` or
             `cuda`, the one GPU the process sees (`models.hardware.plan_trainer` turns `--device` into one, and
             refuses several GPUs or `cuda:N`: transformers' Trainer would move the model to cuda:0).

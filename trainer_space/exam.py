@@ -15,7 +15,6 @@ from delta import StorageError
 from wire.exam import ExamRecord
 from wire.exam_shelf import ExamShelf
 from wire.fleet import fleet_key
-
 from wire.periodic import Periodic
 
 logger = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from wire.budget import budget_for
 from wire.fleet import FleetMessageError, GameGroup, Refusal, RunSettings, RunState, Sampling, group_run
 from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
-from wire.lora import LoraSettings
 from wire.liveness import GONE_AFTER_S, HeartbeatWatch, SeenServer
+from wire.lora import LoraSettings
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
@@ -209,7 +209,7 @@ class FleetRollouts:
         try:
             while True:
                 self._look(step, n)
-                refused = []
+                refused: list[GameGroup] = []
                 for group in sorted(self._queue.values(), key=_age):
                     if len(taken) == n:
                         break
@@ -253,7 +253,7 @@ class FleetRollouts:
             columns = trajectory_columns(group.games, [False] * len(group.games))
             if self.tokenizer is not None:
                 self.tokenizer.batch_decode(columns["prompt_ids"] + columns["completion_ids"], skip_special_tokens=True)
-        except Exception as e:  # noqa: BLE001 - whatever a group does, it must not end the run
+        except Exception as e:  # whatever a group does, it must not end the run
             logger.exception("group %s failed on its way into the step; refused", group.path)
             self._count_refusal(group.path, f"{type(e).__name__}: {e}", Refusal.UNEXPECTED, step)
             return False
@@ -329,7 +329,7 @@ class FleetRollouts:
             return None
         except (OSError, StorageError):
             raise
-        except Exception as e:  # noqa: BLE001 - a file must never end the run
+        except Exception as e:  # a file must never end the run
             logger.exception("reading group %s failed unexpectedly; refused", path)
             self._refuse(path, f"{type(e).__name__}: {e}", Refusal.UNEXPECTED, step, discard)
             return None

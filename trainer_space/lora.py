@@ -95,7 +95,7 @@ class MergedWeights(Mapping[str, torch.Tensor]):
     def __init__(self, model: torch.nn.Module, folder: str) -> None:
         from peft.tuners.lora import LoraLayer
 
-        base = model.get_base_model()
+        base = model.get_base_model()  # type: ignore[operator]  # a PeftModel's
         params = base.state_dict(keep_vars=False)
         self._layers: dict[str, LoraLayer] = {}
         self._plain: dict[str, torch.Tensor] = {}
@@ -116,7 +116,7 @@ class MergedWeights(Mapping[str, torch.Tensor]):
         if layer is None:
             return self._plain[name]
         with torch.no_grad():
-            return layer.get_base_layer().weight.detach() + layer.get_delta_weight(ADAPTER)
+            return layer.get_base_layer().weight.detach() + layer.get_delta_weight(ADAPTER)  # type: ignore[attr-defined,operator]  # LoRA layers define it
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -160,7 +160,7 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
     theirs = (previous.sync, previous.r, previous.alpha, previous.targets, previous.base_hash)
     if mine != theirs:
         fields = ", ".join(f"{n} {a!r} (this run: {b!r})" for n, a, b in zip(("sync", "r", "alpha", "targets", "base"),
-                                                                             theirs, mine) if a != b)
+                                                                             theirs, mine, strict=True) if a != b)
         raise LoraRefusedError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its "
                                "settings")
     trust = trust or own_trust(bucket)
@@ -174,7 +174,7 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
         digest = sub.digest
     finally:
         sub.close()
-    if state is None:
+    if state is None or version is None:
         raise ValueError(f"{held} but its state could not be read")
     logger.info("resuming the LoRA adapter from %s at version %d", bucket, version)
     return int(version), digest.hexdigest if digest is not None else None, dict(state)

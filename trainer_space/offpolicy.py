@@ -30,7 +30,6 @@ from trl import GRPOTrainer
 from wire.trainer import IMPORTANCE_METRIC
 
 
-
 def truncated_ratio(current: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
     """Per-token importance weights ``min(exp(current - sampling), cap)``, 1 where `mask` is 0.
 
@@ -99,7 +98,7 @@ class OffPolicyGRPOTrainer(GRPOTrainer):
         output["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * ratio
         self.last_ratio = ratio_stats(ratio, mask)
         if self.last_ratio is not None:
-            mode = "train" if self.model.training else "eval"
-            for name, value in zip(("mean", "min", "max"), self.last_ratio):
+            mode = "train" if self.model is not None and self.model.training else "eval"
+            for name, value in zip(("mean", "min", "max"), self.last_ratio, strict=True):
                 self._metrics[mode][f"{IMPORTANCE_METRIC}/{name}"].append(value)
         return output

@@ -88,7 +88,7 @@ class TrainerParts:
         # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
         self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32,
                                                                            local_files_only=True)
-        self.model.to(c.device)
+        self.model.to(c.device)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
         master = master_tensors(self.model, c.model)
         published = published_state(master, c.model)
         #: The run's LoRA settings (None: every weight trains); the base's hash is that of the folder's tensors.
@@ -130,8 +130,10 @@ class TrainerParts:
                 base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
             self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
             if ranks.main:
+                key = self.publisher.public_key
+                assert key is not None  # rank 0's, which signs
                 logger.info("signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
-                            c.bucket, self.publisher.public_key.fingerprint, self.publisher.public_key.text)
+                            c.bucket, key.fingerprint, key.text)
                 earlier = up_to(history, version) if history is not None else None
                 self.payloads = PayloadLog(c.bucket, dense_bytes(published), budget.poll_s, earlier=earlier, trust=own,
                                            max_age=budget.listing_age_s).start()
@@ -141,7 +143,7 @@ class TrainerParts:
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
             fleet.know_lora(self.lora)
-            fleet.know_vocabulary(self.model.get_input_embeddings().num_embeddings)
+            fleet.know_vocabulary(self.model.get_input_embeddings().num_embeddings)  # type: ignore[arg-type]  # an nn.Embedding's
             self.rollouts = FleetRollouts(c, fleet, lambda: self.callback.version, stop, ranks, self.tokenizer)
         elif client is not None:
             self.rollouts = WordleRollouts(c, client, lambda: self.callback.version, stop)
@@ -165,6 +167,7 @@ class TrainerParts:
     def master(self) -> Mapping[str, torch.Tensor]:
         """The trained model's parameters under the checkpoint's names, sharing their storage (the fp32 master
         weights): the callback's, which it takes again from the model TRL trains when a run begins."""
+        assert self.callback.master is not None  # the callback casts from master weights
         return self.callback.master
 
     @property

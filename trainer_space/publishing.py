@@ -1,9 +1,9 @@
 """Publishing after every optimizer step, and measuring what each published version cost.
 
 `PublishCallback` casts the master weights into the published state and hands it to `delta.Publisher`
-at the end of every optimizer step, on the weights' device; the publisher copies it and returns (encoding and upload run in its background thread, and coalesce if
-they fall behind), so a step waits only for the copy. `PayloadLog` watches the bucket from its own
-thread and records, per committed delta, its size with the default codec against what the `raw`
+at the end of every optimizer step, on the weights' device; the publisher copies it and returns (encoding and upload run
+in its background thread, and coalesce if they fall behind), so a step waits only for the copy. `PayloadLog` watches the
+bucket from its own thread and records, per committed delta, its size with the default codec against what the `raw`
 layout (int32 positions + values, the TRL blog's) and the dense model would have cost.
 """
 

@@ -115,7 +115,7 @@ class WordleRollouts:
                 break
             time.sleep(c.stale_wait)
             self.counts.add(replayed=len(stale))
-            for i, game in zip(stale, self.play([seeds[i] for i in stale])):
+            for i, game in zip(stale, self.play([seeds[i] for i in stale]), strict=True):
                 games[i] = game
             stale = stale_indices(games, self.current_version(), c.max_staleness)
         if stale:
@@ -123,7 +123,7 @@ class WordleRollouts:
                            len(stale), len(games), c.max_staleness, c.stale_retries)
         dropped = [i in set(stale) for i in range(len(games))]
         now = self.current_version()
-        kept = [g for g, d in zip(games, dropped) if not d]
+        kept = [g for g, d in zip(games, dropped, strict=True) if not d]
         self.counts.add(games=len(kept), dropped=len(stale),
                         seen=max((staleness(g, now) for g in kept), default=0))
         self.recent.extend(kept)
@@ -151,7 +151,7 @@ def trajectory_columns(games: list[Trajectory], dropped: list[bool], moves: Move
         "completion_ids": [s.completion_ids for s in samples],
         "logprobs": [s.logprobs for s in samples],
         "env_mask": [s.env_mask for s in samples],
-        "env_reward": [None if d else s.reward for s, d in zip(samples, dropped)],
+        "env_reward": [None if d else s.reward for s, d in zip(samples, dropped, strict=True)],
         "game_reward": [g.reward for g in games],
         "won": [g.won for g in games],
         "valid_share": [valid_share(g) for g in games],

@@ -8,7 +8,6 @@ import threading
 from fastapi import FastAPI
 
 import settings
-
 from dashboard import serving
 from dashboard.mount import mount_ui
 from dashboard.render import CSS

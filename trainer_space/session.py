@@ -121,6 +121,7 @@ class TrainingSession:
         elif client is None:
             from .rollout_client import RolloutClient
 
+            assert config.rollout_url is not None  # request mode: the config checked it has one
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
         # what the fleet's exams found
@@ -432,7 +433,7 @@ class TrainingSession:
                                        rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
                                        importance_cap=c.importance_cap, peft_config=peft)
         if parts.lora is not None:
-            parts.model = trainer.model
+            parts.model = trainer.model  # type: ignore[assignment]  # the PEFT model TRL made: it trains in its place
         return trainer
 
     def _train(self) -> None:

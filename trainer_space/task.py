@@ -57,23 +57,23 @@ def env_reward(completions: list, env_reward: list[float | None], **_: Any) -> l
 def game_reward(completions: list, game_reward: list[float], env_reward: list[float | None],
                 **_: Any) -> list[float | None]:
     """The env's total reward per game (weight 0: logged; with per-move credit `env_reward` is one move's)."""
-    return [None if r is None else float(g) for g, r in zip(game_reward, env_reward)]
+    return [None if r is None else float(g) for g, r in zip(game_reward, env_reward, strict=True)]
 
 
 def won(completions: list, won: list[bool], env_reward: list[float | None], **_: Any) -> list[float | None]:
     """1.0 for a won game, 0.0 for a lost one (weight 0: logged as the win rate, not trained on)."""
-    return [None if r is None else float(w) for w, r in zip(won, env_reward)]
+    return [None if r is None else float(w) for w, r in zip(won, env_reward, strict=True)]
 
 
 def valid_guesses(completions: list, valid_share: list[float], env_reward: list[float | None],
                   **_: Any) -> list[float | None]:
     """The share of a game's moves the env scored as valid guesses (weight 0: logged, not trained on)."""
-    return [None if r is None else float(v) for v, r in zip(valid_share, env_reward)]
+    return [None if r is None else float(v) for v, r in zip(valid_share, env_reward, strict=True)]
 
 
 def letters(completions: list, letters: list[float], env_reward: list[float | None], **_: Any) -> list[float | None]:
     """Letters the game found (`wire.wordle.letters_found`; weight 0: logged, not trained on)."""
-    return [None if r is None else float(n) for n, r in zip(letters, env_reward)]
+    return [None if r is None else float(n) for n, r in zip(letters, env_reward, strict=True)]
 
 
 #: Reward functions and their weights in `GRPOConfig.reward_weights`.

@@ -135,7 +135,7 @@ def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
 
 
 #: Refusal reasons that read as a fault without a word more.
-GLOSSES = {Refusal.ANOTHER_RUN: "from an earlier run, left in the bucket by the last start: expected after a restart"}
+GLOSSES: dict[str, str] = {Refusal.ANOTHER_RUN: "from an earlier run, left in the bucket by the last start: expected after a restart"}
 
 
 def _refusals(total: int, by_reason: dict[str, int], what: str) -> str:

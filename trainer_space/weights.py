@@ -31,7 +31,7 @@ def checkpoint_dtypes(folder: str) -> dict[str, torch.dtype]:
     dtypes: dict[str, torch.dtype] = {}
     for name in files:
         with safe_open(os.path.join(folder, name), "pt") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 - a safetensors file has keys() and no __iter__
                 code = f.get_slice(key).get_dtype()
                 if code not in _DTYPES:
                     raise ValueError(f"{folder}/{name}: tensor {key} is {code}; the trainer publishes "
@@ -115,7 +115,7 @@ def resume(state: dict[str, torch.Tensor], bucket: str, trust: delta.Trust | Non
         stored = sub.state
     finally:
         sub.close()
-    if stored is None or set(stored) != set(state):
+    if version is None or stored is None or set(stored) != set(state):
         extra = sorted(set(stored or {}) ^ set(state))[:3]
         raise delta.StateMismatchError(f"bucket {bucket} holds other tensors than the model (e.g. {extra}): "
                                        "use another bucket or the model it was trained from")

@@ -10,5 +10,16 @@ from .clients import client_address
 from .harden import MAX_INT63, guard_app
 from .strict_json import StrictJSONError, error_summary, loads_strict
 
-__all__ = ["MAX_INT63", "auth_headers", "BodyLimit", "BodyTooLarge", "StrictJSONError", "bearer_token", "client_address",
-           "error_summary", "guard_app", "loads_strict", "token_matches"]
+__all__ = [
+           "MAX_INT63",
+           "BodyLimit",
+           "BodyTooLarge",
+           "StrictJSONError",
+           "auth_headers",
+           "bearer_token",
+           "client_address",
+           "error_summary",
+           "guard_app",
+           "loads_strict",
+           "token_matches",
+]

@@ -230,7 +230,7 @@ class PlayerStats(BaseModel):
     games: int
     wins: int
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's computed field over a property, as its docs write it
     @property
     def win_rate(self) -> float:
         """Wins per game (0 before any)."""

@@ -139,7 +139,7 @@ class ExamScores(BaseModel):
         for g in games:
             copied = list(g.copied) + [False] * (len(g.guesses) - len(g.copied))
             moves = max(1, len(g.guesses))
-            mine = sum(1 for w, c in zip(g.guesses, copied) if w and not c)
+            mine = sum(1 for w, c in zip(g.guesses, copied, strict=False) if w and not c)
             valid.append(sum(1 for w in g.guesses if w) / moves)
             own.append(mine / moves)
             own_words += mine

@@ -21,8 +21,23 @@ from delta import SigningKey, Trust, trainer_key
 from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
 
 from .fleet import (
-    GROUPS_PREFIX, MAX_HEARTBEAT_BYTES, MAX_MESSAGE_BYTES, MAX_RUN_BYTES, RUN_PATH, SERVERS_PREFIX, FleetMessageError,
-    GameGroup, Heartbeat, Message, Refusal, RunSettings, decode, encode, fleet_key, server_path, too_large,
+    GROUPS_PREFIX,
+    MAX_HEARTBEAT_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_RUN_BYTES,
+    RUN_PATH,
+    SERVERS_PREFIX,
+    FleetMessageError,
+    GameGroup,
+    Heartbeat,
+    Message,
+    Refusal,
+    RunSettings,
+    decode,
+    encode,
+    fleet_key,
+    server_path,
+    too_large,
 )
 
 logger = logging.getLogger(__name__)

@@ -143,10 +143,11 @@ def _out_of_order(record: BaseModel, previous: BaseModel | None) -> str | None:
     step, version = getattr(record, "step", None), getattr(record, "version", None)
     if previous is None or version is None:
         return None
-    if step is not None and step <= previous.step:  # type: ignore[attr-defined]
-        return f"step {step} after step {previous.step}"  # type: ignore[attr-defined]
-    if version < previous.version or (step is None and version == previous.version):  # type: ignore[attr-defined]
-        return f"version {version} after version {previous.version}"  # type: ignore[attr-defined]
+    previous_step, previous_version = getattr(previous, "step", None), getattr(previous, "version", None)
+    if step is not None and step <= previous_step:
+        return f"step {step} after step {previous_step}"
+    if version < previous_version or (step is None and version == previous_version):
+        return f"version {version} after version {previous_version}"
     return None
 
 

@@ -24,7 +24,8 @@ REFUSALS = frozenset({400, 401, 403, 413, 422})
 def exchange(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None,
              max_bytes: int) -> tuple[int, bytes]:
     """`method path` with a JSON body: the reply's status and body, read whole within the client's timeout (which
-    bounds each read and the whole reply; a client without one waits as long as it takes) and `max_bytes`. Asks for no compression: what arrives is what is counted.
+    bounds each read and the whole reply; a client without one waits as long as it takes) and `max_bytes`. Asks for no
+    compression: what arrives is what is counted.
 
     Raises:
         httpx.HTTPError: no answer.

@@ -78,7 +78,7 @@ class HeartbeatWatch:
             self._bad.pop(f.path, None)
             old = self._seen.get(f.path)
             counted_up = old is None or old[0] != beat.boot or beat.beat > old[1]
-            boot, number, since = (beat.boot, beat.beat, now) if counted_up else old
+            boot, number, since = (beat.boot, beat.beat, now) if counted_up or old is None else old
             self._seen[f.path] = (boot, number, since)
             seen.append(SeenServer(f.path, beat, now - since, self.gone_after_s))
         return seen

@@ -34,7 +34,10 @@ class RolloutStatus(BaseModel):
     state_hash: str | None = Field(description="Hash of the weights served, comparable with the manifest's; None "
                                                "before a bucket version is served, and when the engine computes in a "
                                                "dtype that rounds the published weights (bf16 served as float16)")
-    failures: int = Field(description="Failed syncs since the server started (bad files, an unreachable bucket): each was recovered from or retried")
+    failures: int = Field(
+        description="Failed syncs since the server started (bad files, an unreachable bucket): each was recovered "
+        "from or retried"
+    )
     note: str | None = Field(description="Why the model is served as loaded (no bucket, an empty bucket)")
     syncs: int = Field(description="Versions applied and remembered for the UI's timeline")
     tokens_served: int = Field(description="Tokens generated since the start (the model's own, in games)")

@@ -56,7 +56,7 @@ class Trajectory(BaseModel):
     finished: bool = Field(False, description="False if the game was cut (max_turns or the model's context "
                                               "length) before the env ended it")
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's computed field over a property, as its docs write it
     @property
     def version(self) -> int:
         """The oldest weight version that produced any reply (-1 before the first): a trainer judges staleness

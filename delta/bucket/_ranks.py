@@ -130,6 +130,7 @@ class Ranks:
                 if not all(f.path.startswith(folder) for f in entry.files):
                     raise RuntimeError(f"version {version} was committed with files outside {folder}: another "
                                        "publisher writes to this bucket")
+                assert manifest is not None  # it lists the version
                 return manifest
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 did not commit version {version} within {timeout:.0f} s")

@@ -23,21 +23,29 @@ Shards = tuple[tuple[str, ...], ...]
 
 
 class File(Protocol):
-    """What is checked of a version's file (`manifest.FileRef`)."""
+    """What is checked of a version's file (`manifest.FileRef`): read only."""
 
-    path: str
-    rank: int
+    @property
+    def path(self) -> str: ...
+    @property
+    def rank(self) -> int: ...
 
 
 class Version(Protocol):
-    """What is checked of a version (`manifest.VersionEntry`)."""
+    """What is checked of a version (`manifest.VersionEntry`): read only."""
 
-    version: int
-    kind: str
-    base_version: int | None
-    base_hash: str | None
-    delta: tuple[File, ...]
-    anchor: tuple[File, ...]
+    @property
+    def version(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def base_version(self) -> int | None: ...
+    @property
+    def base_hash(self) -> str | None: ...
+    @property
+    def delta(self) -> tuple[File, ...]: ...
+    @property
+    def anchor(self) -> tuple[File, ...]: ...
 
 
 def check_manifest(shards: Shards | None, versions: Sequence[Version]) -> None:

@@ -66,29 +66,37 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
 
     # deltas[v - first] = bytes of the deltas v+1..target, or None if one of them is unusable: one pass.
     deltas: list[int | None] = [None] * (target - first + 1)
-    deltas[-1] = 0
+    deltas[-1] = total = 0
     for v in range(target, first, -1):
         entry = manifest.get(v)
-        if not (usable(entry.delta) and entry.base_version == v - 1):
+        if entry is None or not (usable(entry.delta) and entry.base_version == v - 1):
             break
-        deltas[v - 1 - first] = deltas[v - first] + entry.delta_bytes
+        deltas[v - 1 - first] = total = total + entry.delta_bytes
 
     # Each candidate start costs O(1) to price; only the cheapest is spelled out as steps.
     best: tuple[int, int, int, str] | None = None  # (bytes, steps, start version, "delta" | "anchor")
-    if have is not None and have_hash is not None and first <= have < target and deltas[have - first] is not None:
-        base_hash, held = manifest.get(have + 1).base_hash, manifest.get(have)
+    cost = deltas[have - first] if have is not None and first <= have < target else None
+    if have is not None and have_hash is not None and cost is not None:
+        following, held = manifest.get(have + 1), manifest.get(have)
+        base_hash = following.base_hash if following is not None else None
         if base_hash == have_hash or (held is not None and held.state_hash == have_hash and base_hash is not None
                                       and scheme_of(base_hash) != scheme_of(have_hash)):
-            best = (deltas[have - first], target - have, have, "delta")
+            best = (cost, target - have, have, "delta")
     for anchor in manifest.anchors():
-        if anchor.version <= target and usable(anchor.anchor) and deltas[anchor.version - first] is not None:
-            route = (anchor.anchor_bytes + deltas[anchor.version - first], target - anchor.version + 1,
-                     anchor.version, "anchor")
+        cost = deltas[anchor.version - first] if anchor.version <= target else None
+        if cost is not None and usable(anchor.anchor):
+            route = (anchor.anchor_bytes + cost, target - anchor.version + 1, anchor.version, "anchor")
             if best is None or route[:2] < best[:2]:
                 best = route
     if best is None:
         raise NoPathError(f"no usable route to version {target} from {have}: every route crosses a bad or "
                           f"missing file (avoided: {sorted(avoid)[:3]}); wait for a newer anchor", target=target)
     _, _, start, via = best
-    steps = [Step(manifest.get(start), "anchor")] if via == "anchor" else []
-    return steps + [Step(manifest.get(v), "delta") for v in range(start + 1, target + 1)]
+
+    def listed(version: int) -> VersionEntry:
+        entry = manifest.get(version)
+        assert entry is not None  # the route was priced from these versions' entries
+        return entry
+
+    steps = [Step(listed(start), "anchor")] if via == "anchor" else []
+    return steps + [Step(listed(v), "delta") for v in range(start + 1, target + 1)]

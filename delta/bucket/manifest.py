@@ -75,8 +75,8 @@ _KEY_FORM = "'ed25519:' and 43 base64 characters"
 #: passes for a version.
 SIGNED_VERSION = b"delta-weights-version/1\n"
 #: What a state hash looks like: a scheme (lowercase letters, digits, dashes) and its hex digest, such as
-#: ``sum128:<32 hex digits>`` (``xxh3-128:`` in buckets of format 2). The one place the form is defined: readers refuse a manifest whose hashes
-#: do not match it, and treat the hashes as opaque strings otherwise.
+#: ``sum128:<32 hex digits>`` (``xxh3-128:`` in buckets of format 2). The one place the form is defined: readers refuse
+#: a manifest whose hashes do not match it, and treat the hashes as opaque strings otherwise.
 STATE_HASH = re.compile(r"[a-z0-9-]{1,32}:[0-9a-f]{32,64}")
 #: The largest manifest read (a manifest lists every retained version: ~700 bytes per anchor version).
 MAX_MANIFEST_BYTES = 256 << 20

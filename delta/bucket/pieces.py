@@ -123,7 +123,7 @@ def local_slice(tensor: Any) -> torch.Tensor | Slice | None:
                          "publish from a 1-D mesh (one Shard placement) or pass delta.pieces.Slice values")
     local = tensor.to_local()
     if not cut:
-        coordinate = tensor.device_mesh.get_coordinate() or []
+        coordinate = tensor.device_mesh.get_coordinate() or ()
         return local if all(c == 0 for c in coordinate) else None
     return Slice(local, shape, cut[0], offsets[cut[0]])
 
@@ -251,7 +251,7 @@ def assemble(flat: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded]) ->
     pieces_of = owners(layout)
     full = {n: t for n, t in flat.items() if n not in pieces_of}
     for name, sharded in layout.items():
-        parts = []
+        parts: list[torch.Tensor] = []
         for piece, start, stop in sharded.pieces:
             t = flat.get(piece)
             want = sharded.shape[:sharded.dim] + (stop - start,) + sharded.shape[sharded.dim + 1:]

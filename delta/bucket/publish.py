@@ -59,7 +59,15 @@ from . import pieces
 from ._ranks import Ranks
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .manifest import (
-    FileRef, Handover, Manifest, VersionEntry, file_ref, manifests_after, read_manifest, version_dir, write_manifest,
+    FileRef,
+    Handover,
+    Manifest,
+    VersionEntry,
+    file_ref,
+    manifests_after,
+    read_manifest,
+    version_dir,
+    write_manifest,
 )
 from .reader import Reader
 from .retention import collect_garbage, retain
@@ -248,6 +256,7 @@ class Publisher:
             # A snapshot still waiting is overwritten in place (taken back so that the worker cannot start on
             # it meanwhile): at most three copies live on the state's device, published, publishing, waiting.
             waiting, self._pending = self._pending, None
+            buffers: dict[str, torch.Tensor] | None
             if waiting is not None:
                 buffers, anchor = waiting.tensors, anchor or waiting.anchor
             else:
@@ -329,6 +338,7 @@ class Publisher:
         Versions after its own are said to be someone else's, and left behind."""
         if newest is None:
             return None, 0, run
+        assert self._key is not None  # rank 0's, which signs
         latest = newest.latest.version if newest.latest else 0
         for manifest in itertools.chain([newest], manifests_after(self.storage, newest.commit)):
             handovers = manifest.handovers + ((self._handover,) if self._handover is not None else ())
@@ -337,7 +347,7 @@ class Publisher:
             for entry in manifest.versions:
                 if not signed_by(manifest, entry, keys):
                     break
-                own, run = entry.version, entry.run
+                own, run = entry.version, entry.run or run  # a signed version names its run
             if own:
                 break
         mine = self._key.public.fingerprint
@@ -365,7 +375,7 @@ class Publisher:
             same = same and all(
                 layout.get(name) is not None and (piece, start, stop) in layout[name].pieces
                 and layout[name].shape == tuple(shape) and layout[name].dim == dim
-                for piece, (name, shape, dim, start, stop) in self._pieces.items())
+                for piece, (name, shape, dim, start, stop) in (self._pieces or {}).items())
         elif same:
             same = manifest.shards is None and not self._pieces
         if not self.ranks.all(same):
@@ -390,6 +400,7 @@ class Publisher:
                 logger.warning("base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
                                digest.hexdigest, latest.version, latest.state_hash)
         if latest is not None and base is None:
+            assert manifest is not None  # it lists `latest`
             try:
                 reader = Reader(self.storage)
                 try:
@@ -397,6 +408,7 @@ class Publisher:
                 finally:
                     reader.close()
                 full = reader.flat_state
+                assert full is not None  # caught up
                 names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
                 if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
                     names = []
@@ -504,7 +516,9 @@ class Publisher:
         self._next_version = version + 1
         if anchor:
             self._last_anchor = version
-        published = PublishedVersion(version, manifest.get(version).state_hash, "anchor" if anchor else "delta",
+        committed = manifest.get(version)
+        assert committed is not None  # the manifest just committed lists it
+        published = PublishedVersion(version, committed.state_hash, "anchor" if anchor else "delta",
                                      written, time.monotonic() - start)
         with self._cond:  # `state_version` reads `last`, the upload and the queue together
             self.last = published
@@ -542,6 +556,7 @@ class Publisher:
         current = self._manifest or Manifest(0)
         if self._handover is not None and self._handover not in current.handovers:
             current = replace(current, handovers=current.handovers + (self._handover,))
+        assert self._key is not None  # rank 0's, which commits
         signed = sign_latest(current.with_version(entry, shards, layout), self._key, self._run_id)
         listed = self.storage.list()  # one listing to number the commit and collect garbage by
         manifest = write_manifest(self.storage, retain(signed, self.config.keep_anchors), listed)

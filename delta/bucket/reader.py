@@ -243,7 +243,7 @@ class Reader:
     def _decode_anchor(self, step: Step, datas: list[bytes]) -> tuple[State, StateDigest, State | None]:
         fresh: State = {}
         for rank in sorted({f.rank for f in step.files}):  # each rank's shards make one anchor of its tensors
-            mine = [(f.path, data) for f, data in zip(step.files, datas) if f.rank == rank]
+            mine = [(f.path, data) for f, data in zip(step.files, datas, strict=True) if f.rank == rank]
             part = decode_anchor([d for _, d in mine], version=step.entry.version, paths=[p for p, _ in mine])
             if fresh.keys() & part.keys():
                 raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
@@ -262,6 +262,7 @@ class Reader:
         """The held state's digest in the scheme the step's base is hashed in: the one held, or (a format-3 delta
         straight after a format-2 version) the state hashed afresh in the new scheme, read only, so that every
         file is proven in its own scheme before the first write."""
+        assert self._digest is not None and self._state is not None  # a delta step follows a held version
         if entry.base_hash is None or scheme_of(entry.base_hash) == self._digest.scheme:
             return self._digest
         return digest_like(entry.base_hash, self._state, self._keys(self._state), self.workers)
@@ -271,8 +272,10 @@ class Reader:
         in; no tensor in two files (each file is proven against the same old state, so two writes of one tensor
         would not add up). Returns the held state's digest in that scheme, and each file's decoded parts."""
         base = self._base_digest(step.entry)
-        out, written = [], set()
-        for ref, data in zip(step.files, datas):
+        assert self._state is not None  # as `_base_digest` found it
+        out: list[tuple] = []
+        written: set[str] = set()
+        for ref, data in zip(step.files, datas, strict=True):
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
             sub_digest = base.subset(names)
@@ -303,9 +306,11 @@ class Reader:
                     self._full = full
                     self._state = pieces.piece_views(full, self._layout) if self._layout else full
                 else:
+                    assert self._full is not None  # held with the state
                     for name, tensor in fresh.items():
                         self._state[name].copy_(tensor)
                     pieces.write_back(self._full, self._state, self._layout)
+                assert self._full is not None
                 changed = tuple(sorted(self._full))
                 headers: tuple[DeltaHeader, ...] = ()
             else:
@@ -332,6 +337,7 @@ class Reader:
         Raises:
             IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
         """
+        assert self._full is not None and self._state is not None  # a delta step follows a held version
         digest = base
         rollback = Rollback()
         changed: set[str] = set()

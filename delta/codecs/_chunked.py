@@ -84,15 +84,15 @@ class ChunkedCodec(Codec):
             rows = np.concatenate([[chunk], coded.rows.reshape(-1)]).astype(np.uint32)
             blobs = {"models": pack(models.to_table(), threads=workers), "chunks": pack(rows, threads=workers),
                      "words": coded.words.astype("<u2", copy=False).view(np.uint8)}
-            blobs = {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else  # out of the workspace
-                     torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}
+            streams = {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else  # out of the workspace
+                       torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}
         changed = np.bincount(coded.tensor, weights=coded.rows[:, _parsed.S_COUNT],
                               minlength=len(names)).astype(np.int64)
         entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
-                   for name, c in zip(names, changed.tolist()) if c]
+                   for name, c in zip(names, changed.tolist(), strict=True) if c]
         sums = ({name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
                 if keys is not None else None)
-        return Encoded(entries, blobs, sums)
+        return Encoded(entries, streams, sums)
 
     def stream_names(self, entries: tuple[TensorEntry, ...]) -> set[str]:
         return set(_parsed.STREAMS)
@@ -133,4 +133,4 @@ class ChunkedCodec(Codec):
         own = 2 * np.bincount(rows[:, _parsed.ENTRY], weights=rows[:, _parsed.W1] - rows[:, _parsed.W0],
                               minlength=len(entries)).astype(np.int64)
         total = max(1, int(own.sum()))
-        return {e.name: int(n) + round(tables * int(n) / total) for e, n in zip(entries, own.tolist())}
+        return {e.name: int(n) + round(tables * int(n) / total) for e, n in zip(entries, own.tolist(), strict=True)}

@@ -154,12 +154,12 @@ def decode_on_host(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.
         shift, mask = parsed.classing.field(dtype)
         names = [entries[i].name for i in members]
         a = [bits(state[n]) for n in names]
-        dense = np.array([entries[i].changed * (8 + x.itemsize) > x.nbytes for i, x in zip(members, a)])
+        dense = np.array([entries[i].changed * (8 + x.itemsize) > x.nbytes for i, x in zip(members, a, strict=True)])
         # Positions and values would take more room than the tensor where `dense`: build the new tensor
         # instead (a copy of the old one with each chunk's changes written in), so no delta costs the reader
         # more than one copy of each tensor it changes.
-        pos = [np.empty(0 if d else entries[i].changed, np.int64) for i, d in zip(members, dense)]
-        val = [x.copy() if d else np.empty(entries[i].changed, x.dtype) for i, x, d in zip(members, a, dense)]
+        pos = [np.empty(0 if d else entries[i].changed, np.int64) for i, d in zip(members, dense, strict=True)]
+        val = [x.copy() if d else np.empty(entries[i].changed, x.dtype) for i, x, d in zip(members, a, dense, strict=True)]
         local = np.full(len(entries), -1, np.int64)
         local[members] = np.arange(len(members))
         sel = np.flatnonzero(local[rows[:, _parsed.ENTRY]] >= 0)
@@ -234,7 +234,7 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
             failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
                 lambda lo, hi: decode_rows(parsed.words, part[lo:hi], table.gap_models, table.step_models,
                                            parsed.models.freq, parsed.models.cum, parsed.models.lut, cls, ranks, steps),
-                spans, workers)) if err]
+                spans, workers), strict=True) if err]
         if failed:
             row, err = min(failed)
             return None, (err, int(sel[row]))
@@ -245,7 +245,7 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
     with ThreadPoolExecutor(1, thread_name_prefix="delta-decode") as host_stage:
         stagings = [_device.Staging() for _ in groups]
         ahead = [host_stage.submit(contextvars.copy_context().run, decode_group, g, s)
-                 for g, s in zip(groups[:1], stagings[:1])]
+                 for g, s in zip(groups[:1], stagings[:1], strict=True)]
         try:
             for k, group in enumerate(groups):
                 decoded, failure = ahead[k].result()
@@ -255,6 +255,7 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
                 if failure is not None:
                     _raise_at(parsed, *failure)
                 shift, mask = parsed.classing.field(state[group.names[0]].dtype)
+                assert decoded is not None  # a failure raised above
                 got = _device_scan.locate(state, group, shift, mask, decoded, keys)
                 stagings[k].close()  # `locate` waited for the device: the uploads are done
                 if got.bad is not None:
@@ -270,7 +271,7 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
                 s.close()
     changes = {}
     for name, pieces in parts.items():
-        positions, values, moved = zip(*pieces)
+        positions, values, moved = zip(*pieces, strict=True)
         sums = None
         if keys is not None:
             sums = _sumhash.ZERO
@@ -293,7 +294,7 @@ def check(parsed: Parsed, workers: int) -> None:
     failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
         lambda lo, hi: decode_rows(parsed.words, table.rows[lo:hi], table.gap_models, table.step_models,
                                    parsed.models.freq, parsed.models.cum, parsed.models.lut, none16, none32, noneu),
-        spans, workers)) if err]
+        spans, workers), strict=True) if err]
     if failed:
         row, err = min(failed)
         _raise_at(parsed, err, row)

@@ -185,7 +185,7 @@ def scan_on_host(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
 
             spans = slices(chunks[:, HI] - chunks[:, LO], workers)
             tensor = np.array([index[n] for n in members], np.int64)
-            for (lo, hi), (cls, gaps, steps, rows, row_moved) in zip(spans, in_threads(scan, spans, workers)):
+            for (lo, hi), (cls, gaps, steps, rows, row_moved) in zip(spans, in_threads(scan, spans, workers), strict=True):
                 moved += sum_by(tensor[chunks[lo:hi, MEMBER]], row_moved, len(names))
                 rows[:, TENSOR] = tensor[rows[:, TENSOR]]
                 found.append(Found(cls, gaps, steps, rows, width))

@@ -69,7 +69,7 @@ def _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sig
     position in the chunk for mask 0, whose lanes are not kept)."""
     rank = np.int64(i - lo)
     if mask:
-        rank = 0
+        rank = 0  # type: ignore[assignment]  # numba types both int64
         for t in range(per):
             rank += lanes[t * nc + c]
     cls[m] = c

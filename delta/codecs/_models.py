@@ -155,7 +155,7 @@ class WriterModels(_Models):
         step[firsts] = symbol[firsts]  # a model's first symbol counts from 0
         out = np.empty(4 * len(self.keys) + 2 * model.size, np.int64)
         head = 4 * np.arange(len(self.keys)) + 2 * (np.cumsum(k) - k)
-        for column, values in enumerate(zip(*self.keys)):
+        for column, values in enumerate(zip(*self.keys, strict=True)):
             out[head + column] = values
         out[head + 3] = k
         at = 4 * (model + 1) + 2 * np.arange(model.size)  # pair j of model i follows i + 1 headers and j pairs

@@ -93,8 +93,8 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
-    """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq` and
-    their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
+    """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq`
+    and their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
     that threads fill them side by side and nothing is joined after). Histograms and tables are in the writer's
     layout (`writer_symbols`), the tables at least as wide as the histograms: END moves to their last column."""
     end, table_end = end_column(hists[0]), end_column(freq)

@@ -26,12 +26,13 @@ from . import _raw_groups
 from ._base import Change, Codec, Encoded, TensorEntry
 from ._found import HI, LO, MEMBER, by_dtype, chunk_size, chunks_of, key_tables, sum_by
 from ._kernels import changes_chunk
+from ._workspace import Workspace
 
 INT32_MAX = 2**31 - 1
 
 
 @njit(nogil=True, cache=True)
-def changes_rows(a_list, b_list, chunks, ikeys, seeds):  # pragma: no cover - compiled
+def changes_rows(a_list, b_list, chunks, ikeys, seeds):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled: numba types it by its arguments
     """The changes of `chunks` (`_found`'s columns MEMBER..HI; tensors of one dtype in `a_list`/`b_list`): their
     positions in their tensor (int32, ascending) and new bits, chunk after chunk, and per chunk its number of
     changes and its hash moves. The outputs have room for every element to change (address space: only the
@@ -84,7 +85,9 @@ class RawCodec(Codec):
     form = "indices"
     description = "int32 flat positions + new values, uncompressed (TRL blog layout)"
 
-    def encode(self, old, new, names, progress=False, workers=None, chunk=None, keys=None, workspace=None):
+    def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
+               progress: bool = False, workers: int | None = None, chunk: int | None = None,
+               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> Encoded:
         """See `Codec.encode`; nothing is kept between calls (`workspace` goes unused)."""
         for name in names:
             if old[name].numel() > INT32_MAX:
@@ -103,14 +106,15 @@ class RawCodec(Codec):
         with _device.Staging() as staging:
             for group in tqdm(_raw_groups.groups(old, on_device), desc="diff raw", unit="group",
                               disable=not progress or not on_device):
-                positions, values, sums = _raw_groups.scan(old, new, group, keys, staging)
+                found_positions, found_values, found_sums = _raw_groups.scan(old, new, group, keys, staging)
                 for t, name in enumerate(group.names):
-                    if positions[t].size:  # copied out of the staging buffers, which go back to the pool
-                        parts[name].append((positions[t].copy(), values[t].copy()))
-                        if sums is not None:  # a tensor in parts: each part's moves add up
-                            part = (int(sums[t, 0]), int(sums[t, 1]))
+                    if found_positions[t].size:  # copied out of the staging buffers, which go back to the pool
+                        parts[name].append((found_positions[t].copy(), found_values[t].copy()))
+                        if found_sums is not None:  # a tensor in parts: each part's moves add up
+                            part = (int(found_sums[t, 0]), int(found_sums[t, 1]))
                             moved[name] = _sumhash.add(moved[name], part) if name in moved else part
-        entries, blobs = [], {}
+        entries: list[TensorEntry] = []
+        blobs: dict[str, torch.Tensor] = {}
         for name in sorted(parts):
             pieces = parts[name]
             positions, values = pieces[0] if len(pieces) == 1 else (np.concatenate([p for p, _ in pieces]),
@@ -121,11 +125,11 @@ class RawCodec(Codec):
                                        positions.size))
         return Encoded(entries, blobs, moved if keys is not None else None)
 
-    def stream_names(self, entries):
+    def stream_names(self, entries: tuple[TensorEntry, ...]) -> set[str]:
         return {f"{e.name}.{kind}" for e in entries
                 for kind in (("values",) if e.form == "dense" else ("indices", "values"))}
 
-    def check_streams(self, entries, blobs):
+    def check_streams(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> None:
         for e in entries:
             idx, val = blobs[f"{e.name}.indices"], blobs[f"{e.name}.values"]
             if idx.dtype != torch.int32 or tuple(idx.shape) != (e.changed,):
@@ -135,7 +139,7 @@ class RawCodec(Codec):
                 raise DeltaFormatError(f"values are {val.dtype} {tuple(val.shape)}, the header needs {e.dtype} "
                                        f"({e.changed},)", tensor=e.name)
 
-    def _streams(self, entry, blobs) -> tuple[np.ndarray | None, torch.Tensor]:
+    def _streams(self, entry: TensorEntry, blobs: Mapping[str, torch.Tensor]) -> tuple[np.ndarray | None, torch.Tensor]:
         """(positions as int64, values) of one entry, every count and dtype checked; positions None for `dense`."""
         val = blobs.get(f"{entry.name}.values")
         if entry.form == "dense":
@@ -162,16 +166,19 @@ class RawCodec(Codec):
             raise DeltaFormatError("positions are negative", tensor=entry.name)
         return pos, val
 
-    def _all_streams(self, entries, blobs) -> None:
+    def _all_streams(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> None:
         if set(blobs) != self.stream_names(entries):
             extra = sorted(set(blobs) - self.stream_names(entries))
             raise DeltaFormatError(f"streams not listed by the header: {extra[:5]}" if extra else "streams missing")
 
-    def decode(self, entries, blobs: Mapping[str, torch.Tensor], state, workers=None, keys=None, workspace=None):
+    def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
+               state: Mapping[str, torch.Tensor], workers: int | None = None,
+               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> list[Change]:
         """See `Codec.decode`: copies on the calling thread alone, whatever `workers` (checked); nothing kept."""
         resolve_workers(workers)
         self._all_streams(entries, blobs)
-        changes, on_device = {}, {}
+        changes: dict[str, Change] = {}
+        on_device: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for entry in entries:
             target = state[entry.name]
             if DTYPE_NAMES.get(target.dtype) != entry.dtype:
@@ -194,32 +201,37 @@ class RawCodec(Codec):
         return [changes[e.name] for e in entries]
 
     @staticmethod
-    def _place_on_device(state, found: dict[str, tuple[np.ndarray, np.ndarray]], keys) -> dict[str, Change]:
+    def _place_on_device(state: Mapping[str, torch.Tensor], found: dict[str, tuple[np.ndarray, np.ndarray]],
+                         keys: Mapping[str, TensorKey] | None) -> dict[str, Change]:
         """Send the changes of device tensors up a group at a time, their hash moves proven there (with keys)."""
         parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, Sums | None]]] = defaultdict(list)
         for group in _raw_groups.groups(state, sorted(found)):
-            positions, values = [], []
-            for name, start, size in zip(group.names, group.starts, group.sizes):  # the member's part of its tensor
+            member_positions: list[np.ndarray] = []
+            member_values: list[np.ndarray] = []
+            for name, start, size in zip(group.names, group.starts, group.sizes, strict=True):  # its part of the tensor
                 pos, val = found[name]
                 lo, hi = np.searchsorted(pos, [start, start + size])
-                positions.append(pos[lo:hi])
-                values.append(val[lo:hi])
-            local, new, sums = _raw_groups.place(state, group, positions, values, keys)
+                member_positions.append(pos[lo:hi])
+                member_values.append(val[lo:hi])
+            local, new, group_sums = _raw_groups.place(state, group, member_positions, member_values, keys)
             for t, name in enumerate(group.names):
-                parts[name].append((local[t], new[t], None if sums is None else (int(sums[t, 0]), int(sums[t, 1]))))
+                parts[name].append((local[t], new[t],
+                                    None if group_sums is None else (int(group_sums[t, 0]), int(group_sums[t, 1]))))
         changes = {}
         for name, pieces in parts.items():
             sums = None
             if keys is not None:
                 sums = pieces[0][2]
                 for _, _, moved in pieces[1:]:
+                    assert sums is not None and moved is not None  # with keys, every part carries its sums
                     sums = _sumhash.add(sums, moved)
             positions, values = ((pieces[0][0], pieces[0][1]) if len(pieces) == 1 else
                                  (torch.cat([p for p, _, _ in pieces]), torch.cat([v for _, v, _ in pieces])))
             changes[name] = Change(name, positions, values, sums)
         return changes
 
-    def check(self, entries, blobs, workers=None, foreign=False):
+    def check(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], workers: int | None = None,
+              foreign: bool = False) -> str:
         self._all_streams(entries, blobs)
         for entry in entries:
             pos, _ = self._streams(entry, blobs)
@@ -231,7 +243,7 @@ class RawCodec(Codec):
         return (f"{len(entries)} tensors, with positions strictly increasing and {where}, and one value of the "
                 "table's dtype per position")
 
-    def tensor_bytes(self, entries, blobs):
+    def tensor_bytes(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> dict[str, int]:
         self._all_streams(entries, blobs)
         sizes = {}
         for entry in entries:

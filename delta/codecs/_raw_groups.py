@@ -11,6 +11,7 @@ copy each and proves their hash moves in one pass.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
     with stage("transfer"):
         host = _device.to_host_all(crossing, staging)
     bounds = np.concatenate([[0], np.cumsum(host[2])])
-    split = [slice(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    split = [slice(int(lo), int(hi)) for lo, hi in pairwise(bounds)]
     sums = _sumhash.sums_of_halves_array(host[3]) if keys is not None else None
     return [host[0][s] for s in split], [host[1][s] for s in split], sums
 

@@ -8,7 +8,13 @@ belong to a codec (`delta.codecs`). docs/delta.md, "The delta format", is the sp
 from ._foreign import prove_checksum
 from .file import read_delta, serialize_safetensors, write_delta
 from .header import (
-    FORMAT_NAME, FORMAT_VERSION, MAX_HEADER_BYTES, DeltaHeader, TensorEntry, header_limit, read_header_json,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MAX_HEADER_BYTES,
+    DeltaHeader,
+    TensorEntry,
+    header_limit,
+    read_header_json,
 )
 
 __all__ = [

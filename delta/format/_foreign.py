@@ -194,7 +194,7 @@ def _anchor(meta: dict, data: bytes | memoryview, path: str | None, checksum: st
     if not blobs:
         raise DeltaFormatError("this anchor holds no tensors; nothing to apply, nothing written", path=path)
     if checksum:
-        actual = _sha256({k: v for k, v in blobs.items()})
+        actual = _sha256(dict(blobs))
         if actual != checksum:
             raise IntegrityError(f"{path + ': ' if path else ''}anchor does not match its checksum_sha256; nothing "
                                  "was written", expected=checksum, actual=actual, path=path)
@@ -213,9 +213,9 @@ def _header(entries: list[TensorEntry], version: int | None, base_version: int |
 def _bf16_bytes(flat: np.ndarray, dtype: torch.dtype) -> memoryview:
     """Bytes of a flat bit view as TRL hashes them: the values as bf16."""
     if dtype == torch.bfloat16:
-        return memoryview(np.ascontiguousarray(flat)).cast("B")
+        return np.ascontiguousarray(flat).data.cast("B")
     t = torch.from_numpy(np.ascontiguousarray(flat)).view(dtype).to(torch.bfloat16)
-    return memoryview(t.view(torch.uint8).numpy()).cast("B")
+    return t.view(torch.uint8).numpy().data.cast("B")
 
 
 def _sha256(state: dict[str, torch.Tensor], changes: dict | None = None) -> str:
@@ -236,6 +236,7 @@ def _sha256(state: dict[str, torch.Tensor], changes: dict | None = None) -> str:
             if bounds is not None and bounds[k] < bounds[k + 1]:
                 a, b = bounds[k], bounds[k + 1]
                 chunk = chunk.copy()
+                assert change is not None and change.positions is not None  # what the bounds were cut from
                 chunk[change.positions[a:b] - lo] = change.values[a:b]
             h.update(_bf16_bytes(chunk, t.dtype))
     return h.hexdigest()

@@ -16,6 +16,7 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -118,7 +119,7 @@ def json_kind(value: object) -> str:
 
 
 @njit(nogil=True, cache=True)
-def _nesting_within(text, limit):  # pragma: no cover - compiled
+def _nesting_within(text, limit):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled: numba types it
     """True when no JSON array or object in `text` (UTF-8 bytes) is nested deeper than `limit`; brackets
     inside strings do not count. Linear, allocates nothing: runs before the parser."""
     depth = 0
@@ -145,7 +146,7 @@ def _nesting_within(text, limit):  # pragma: no cover - compiled
     return True
 
 
-def parse_json(text: bytes | str, what: str, path: str | None = None) -> object:
+def parse_json(text: bytes | memoryview | str, what: str, path: str | None = None) -> object:
     """Strict JSON: UTF-8, nested at most MAX_NESTING deep, whole numbers only (at most MAX_COUNT in size), no
     NaN or Infinity, no key twice in an object.
 
@@ -160,8 +161,10 @@ def parse_json(text: bytes | str, what: str, path: str | None = None) -> object:
         out = dict(items)
         if len(out) != len(items):
             seen: set[str] = set()
-            twice = next(k for k, _ in items if k in seen or seen.add(k))
-            raise DeltaFormatError(f"{what} has key {shown(twice)} twice", path=path)
+            for key, _ in items:
+                if key in seen:
+                    raise DeltaFormatError(f"{what} has key {shown(key)} twice", path=path)
+                seen.add(key)
         return out
 
     def whole(digits: str) -> int:
@@ -184,6 +187,12 @@ def parse_json(text: bytes | str, what: str, path: str | None = None) -> object:
         raise DeltaFormatError(f"{what} is not valid JSON ({e.msg} at character {e.pos})", path=path) from e
 
 
+@overload
+def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
+                 optional: Literal[False] = False) -> int: ...
+@overload
+def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
+                 optional: bool) -> int | None: ...
 def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
                  optional: bool = False) -> int | None:
     """The whole number a metadata string holds, in canonical decimal form only: ASCII digits, no leading

@@ -43,7 +43,8 @@ def check_adapter(state: Mapping[str, torch.Tensor], r: int | None = None,
         ValueError: one line naming the first offending tensors (and how many more), or the adapter's rank and modules
             beside the ones asked for.
     """
-    problems, shapes = [], {}
+    problems: list[str] = []
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {}
     for name, tensor in sorted(state.items()):
         match = _LORA_NAME.match(name)
         if match is None or tensor.dim() != 2:
@@ -103,8 +104,8 @@ def lora_config(r: int, alpha: float, targets: list[str]) -> Any:
     bias), the one trainer and servers build alike."""
     from peft import LoraConfig
 
-    return LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
-                      task_type="CAUSAL_LM")
+    return LoraConfig(r=r, lora_alpha=alpha,  # type: ignore[arg-type]  # PEFT's field says int; a float scales alike
+                      target_modules=targets, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
 
 
 def write_adapter(folder: str, state: Mapping[str, torch.Tensor], config: Any) -> str:

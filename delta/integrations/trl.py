@@ -108,6 +108,7 @@ class BucketWeightTransfer:
             PublishError: publishing stopped on an error in the background (the message says which).
         """
         self.init_weight_transfer()
+        assert self.publisher is not None  # made by init_weight_transfer
         if self.adapter_of is not None:
             for _ in iterator:  # drained: its tensors are not published, but other ranks may gather with it
                 pass

@@ -35,12 +35,15 @@ import torch
 import vllm
 
 import delta_vllm_plugin as vllm_plugin
+
 from .vllm_update import Update, WorkerInfo, read_update, siblings, write_worker_info
 
 vllm_plugin.check_vllm_version(vllm.__version__)
 
 from vllm.distributed.weight_transfer.base import (  # noqa: E402  (after the version check, on purpose)
-    WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo,
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,7 +78,7 @@ def _quiet_partial_reload() -> Iterator[None]:
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 
@@ -88,6 +91,7 @@ def _repack_tied_lm_head(model: torch.nn.Module) -> None:
     tied = any(p is weight for name, p in model.named_parameters(remove_duplicate=False)
                if not name.startswith("lm_head."))
     if tied:
+        assert lm_head is not None  # it has a weight
         lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
@@ -173,7 +177,8 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
             self._reloading = True
         try:
             with _quiet_partial_reload():
-                self.model.load_weights((name, update.dense[name]) for name in names)
+                self.model.load_weights(  # type: ignore[operator]  # vLLM's models define it; nn.Module's types do not
+                    (name, update.dense[name]) for name in names)
         except BaseException:
             self._abandon_reload()
             raise
@@ -200,7 +205,8 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
 
     def _write_in_place(self, update: Update) -> None:
         from vllm.model_executor.model_loader.checkpoint_weight_patch import (
-            CheckpointWeightPatch, load_checkpoint_weight_patches,
+            CheckpointWeightPatch,
+            load_checkpoint_weight_patches,
         )
 
         device = self.device

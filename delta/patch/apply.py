@@ -11,14 +11,24 @@ import torch
 
 from .._cores import resolve_workers
 from .._stages import stage
-from ..codecs import Change, Workspace, get_codec
+from ..codecs import Change, Codec, Workspace, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
 from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
 from ..tensors import _device
+from ..tensors._sumhash import TensorKey
 from ..tensors.bits import DTYPE_NAMES, bits
 from ..tensors.hashing import (
-    LEGACY_SCHEME, LegacyDigest, StateDigest, SumDigest, change_sums, legacy_digest_with_changes, legacy_state_digest,
-    legacy_tensor_digest, moved_sums, scheme_of, state_digest,
+    LEGACY_SCHEME,
+    LegacyDigest,
+    StateDigest,
+    SumDigest,
+    change_sums,
+    legacy_digest_with_changes,
+    legacy_state_digest,
+    legacy_tensor_digest,
+    moved_sums,
+    scheme_of,
+    state_digest,
 )
 
 
@@ -95,31 +105,39 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
             prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
         return header, changes, None
     legacy = scheme_of(header.base_hash) == LEGACY_SCHEME
-    if legacy and not isinstance(digest, LegacyDigest):
-        digest = legacy_state_digest(state, workers)
-    elif not legacy and not isinstance(digest, SumDigest):
-        digest = state_digest(state, workers=workers)
-    if digest.hexdigest != header.base_hash:
+    # One of the two is bound, as `legacy` says; `before` is the one bound.
+    if legacy:
+        legacy_before = digest if isinstance(digest, LegacyDigest) else legacy_state_digest(state, workers)
+        before: StateDigest = legacy_before
+    else:
+        sum_before = digest if isinstance(digest, SumDigest) else state_digest(state, workers=workers)
+        before = sum_before
+    if before.hexdigest != header.base_hash:
         raise StateMismatchError(
-            f"the state's hash is {digest.hexdigest}, this delta applies to {header.base_hash} "
+            f"the state's hash is {before.hexdigest}, this delta applies to {header.base_hash} "
             f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
+    after: StateDigest
     if legacy:
         changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
-        after = _prove_legacy(changes, _device.host_view(state, names), digest, workers)
+        after = _prove_legacy(changes, _device.host_view(state, names), legacy_before, workers)
     else:
-        changes = _decoded(codec, header, blobs, state, workers, digest.keys, path, workspace)
+        changes = _decoded(codec, header, blobs, state, workers, sum_before.keys, path, workspace)
+        sums: dict[str, tuple[int, int]] = {}
         with stage("hash"):
             for c in changes:
                 if c.sums is None:  # decoded without the old values at hand (`raw`)
-                    c.sums = change_sums(digest.keys[c.name], state[c.name], c.positions, c.values, workers)
-        after = digest.moved({c.name: c.sums for c in changes})
+                    c.sums = change_sums(sum_before.keys[c.name], state[c.name], c.positions, c.values, workers)
+                sums[c.name] = c.sums
+        after = sum_before.moved(sums)
     if after.hexdigest != header.target_hash:
         raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
                              "was written", expected=header.target_hash, actual=after.hexdigest)
-    return header, changes, digest
+    return header, changes, before
 
 
-def _decoded(codec, header: DeltaHeader, blobs, state, workers, keys, path, workspace) -> list[Change]:
+def _decoded(codec: Codec, header: DeltaHeader, blobs: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor],
+             workers: int | None, keys: Mapping[str, TensorKey] | None, path: str | None,
+             workspace: Workspace | None) -> list[Change]:
     try:
         changes = codec.decode(header.tensors, blobs, state, workers, keys=keys, workspace=workspace)
     except DeltaFormatError as e:
@@ -135,16 +153,19 @@ def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], befor
     per thread on up to 2 of `workers` threads."""
     def prove(change: Change) -> str:
         positions, values = change.positions, change.values
-        if isinstance(positions, torch.Tensor):  # placed on a device: ascending, on the host, for the hash
-            positions, values = positions.cpu().numpy(), values.cpu().numpy()
-            order = np.argsort(positions, kind="stable")
-            positions, values = positions[order], values[order]
+        if isinstance(positions, torch.Tensor):  # placed on a device with its values: ascending, on the host
+            host_positions, host_values = positions.cpu().numpy(), torch.as_tensor(values).cpu().numpy()
+            order = np.argsort(host_positions, kind="stable")
+            return legacy_digest_with_changes(change.name, host[change.name], host_positions[order],
+                                              host_values[order])
+        assert not isinstance(values, torch.Tensor)  # values on a device come with positions there
         return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
+    proven: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=min(2, resolve_workers(workers))) as pool:
-        for change, digest in zip(changes, pool.map(prove, changes)):
-            change.digest = digest
-    return before.merged(LegacyDigest({c.name: c.digest for c in changes}))
+        for change, digest in zip(changes, pool.map(prove, changes), strict=True):
+            change.digest = proven[change.name] = digest
+    return before.merged(LegacyDigest(proven))
 
 
 class Rollback:
@@ -160,6 +181,7 @@ class Rollback:
         lives, keeping what was there; returns what was there."""
         if tensor.device.type == "cpu" and isinstance(values, np.ndarray) and not isinstance(positions, torch.Tensor):
             flat = bits(tensor)  # host arrays into host memory: compiled, without the GIL
+            old: np.ndarray | torch.Tensor
             if positions is None:
                 old = flat.copy()
                 flat[:] = values
@@ -212,13 +234,15 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state, workers=workers), changed)
-    if isinstance(digest, LegacyDigest):
-        after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
-                                            for c in changes}))
-    else:
+    after: StateDigest
+    if isinstance(digest, SumDigest):
         after = digest.moved({c.name: c.sums if c.sums is not None else
                               moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
                               for c, old in written})
+    else:
+        assert digest is not None, "write_changes takes the digest decode returned"
+        after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
+                                            for c in changes}))
     if after.hexdigest != header.target_hash:
         rollback.restore()
         raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "

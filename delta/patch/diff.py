@@ -67,6 +67,7 @@ def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
     chosen = get_codec(codec)
     encoded = chosen.encode(old, new, sorted(old), progress=progress, workers=workers, chunk=chunk,
                             keys=old_digest.keys, workspace=workspace)
+    assert encoded.sums is not None  # asked for with the keys
     new_digest = old_digest.moved(encoded.sums)
     header = DeltaHeader(
         codec=chosen.name, version=version, base_version=base_version,

@@ -9,10 +9,11 @@ the paths, retry what is worth retrying and raise the errors documented below.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import logging
-import re
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -334,5 +335,5 @@ class Storage(ABC):
         May yield more (the caller filters); may raise FileNotFoundError for a missing bucket."""
 
     @abstractmethod
-    def _delete(self, paths: list[str]) -> None:
+    def _delete(self, paths: builtins.list[str]) -> None:
         """Delete `paths` (already checked, not empty), skipping missing ones."""

@@ -172,7 +172,7 @@ class HfBucketStorage(Storage):
         prefix = self._key(folder).rstrip("/") or None
         for item in self._api.list_bucket_tree(self.bucket_id, prefix=prefix, recursive=True):
             if item.type == "file" and item.path.startswith(self.prefix):
-                yield StoredFile(item.path[len(self.prefix) :], item.size, item.xet_hash)
+                yield StoredFile(item.path[len(self.prefix) :], item.size, item.xet_hash)  # type: ignore[union-attr]  # a "file": BucketFile
 
     def _delete(self, paths: list[str]) -> None:
         self._api.batch_bucket_files(self.bucket_id, delete=[self._key(p) for p in paths])

@@ -112,7 +112,7 @@ class Staging:
     def __enter__(self) -> Staging:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -210,7 +210,7 @@ def restore_at(t: torch.Tensor, positions: torch.Tensor | None, old: torch.Tenso
 
 
 @njit(nogil=True, cache=True)
-def _scatter(flat, positions, values, saved):  # pragma: no cover - compiled
+def _scatter(flat, positions, values, saved):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled: numba types it
     for j in range(positions.size):
         saved[j] = flat[positions[j]]
         flat[positions[j]] = values[j]

@@ -14,7 +14,7 @@ import torch
 
 from . import _device
 
-UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+UINT: dict[int, type[np.unsignedinteger]] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int
 def flat(tensors: Mapping[str, torch.Tensor], group: Group) -> torch.Tensor:
     """The group's bits as one flat integer tensor: a view of a member alone, else one concatenation."""
     views = [_device.int_view(tensors[n].contiguous())[a:a + size]
-             for n, a, size in zip(group.names, group.starts, group.sizes)]
+             for n, a, size in zip(group.names, group.starts, group.sizes, strict=True)]
     return views[0] if len(views) == 1 else torch.cat(views)
 
 

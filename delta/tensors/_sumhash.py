@@ -184,8 +184,11 @@ def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> li
         seeds = np.array([k.seeds for k in keys], np.uint64)
         arrays = typed([pairs[t][1] for t in members])
         out = np.zeros((len(rows), 2), np.uint64)
-        in_threads(lambda a, b: _sum_rows(arrays, rows[a:b], ikeys, seeds, out[a:b]),
-                   slices(rows[:, 2] - rows[:, 1], threads), threads)
+
+        def span(a: int, b: int, arrays=arrays, rows=rows, ikeys=ikeys, seeds=seeds, out=out) -> None:
+            _sum_rows(arrays, rows[a:b], ikeys, seeds, out[a:b])
+
+        in_threads(span, slices(rows[:, 2] - rows[:, 1], threads), threads)
         for m, t in enumerate(members):
             mine = out[member == m]
             totals[t] = (int(mine[:, 0].sum(dtype=np.uint64)), int(mine[:, 1].sum(dtype=np.uint64)))

@@ -18,14 +18,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import xxhash
 
-from ..errors import DeltaFormatError
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11; the library runs on 3.10 too
+
 from .._cores import resolve_workers
+from ..errors import DeltaFormatError
 from . import _device, _groups, _sumhash
 from ._sumhash import Sums, TensorKey
 from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
@@ -56,13 +59,17 @@ class StateDigest(ABC):
 
     scheme: str
 
+    @abstractmethod
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        """The digest of what `items` holds per tensor name, as `_items` returns it."""
+
     @property
     @abstractmethod
     def hexdigest(self) -> str:
         """The state hash, as written in delta headers and manifests."""
 
     @abstractmethod
-    def _items(self) -> dict:
+    def _items(self) -> dict[str, Any]:
         """What it is made of, per tensor name: what the subclass's constructor takes back."""
 
     @property
@@ -84,7 +91,7 @@ class StateDigest(ABC):
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self._items() == other._items()
 
-    __hash__ = None  # type: ignore[assignment]  (mutable-looking: compare, do not key by it)
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking: compare, do not key by it
 
 
 @dataclass(frozen=True)
@@ -197,14 +204,14 @@ def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]
     time on their device (`_groups`: a few kernels per group, whatever its number of tensors), one wait for all."""
     host = [n for n in keys if _device.on_host(state[n])]
     sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
-                                             resolve_workers(workers))))
+                                             resolve_workers(workers)), strict=True))
     on_device = sorted(n for n in keys if n not in sums)
     flat = {n: state[n].detach().contiguous().reshape(-1) for n in on_device}
     found = [(group, _group_sums(group, flat, keys)) for group in _groups.groups(flat, on_device, 1)]
     halves = {n: [0, 0, 0, 0] for n in on_device}  # an empty tensor is in no group: its sums are zero
-    for (group, _), rows in zip(found, _device.to_host_all([t for _, t in found]) if found else []):
-        for n, row in zip(group.names, rows.tolist()):  # a tensor in parts: each part adds its halves
-            halves[n] = [a + b for a, b in zip(halves[n], row)]
+    for (group, _), rows in zip(found, _device.to_host_all([t for _, t in found]) if found else [], strict=True):
+        for n, row in zip(group.names, rows.tolist(), strict=True):  # a tensor in parts: each part adds its halves
+            halves[n] = [a + b for a, b in zip(halves[n], row, strict=True)]
     sums.update((n, _sumhash.sums_of_halves(row)) for n, row in halves.items())
     return sums
 
@@ -216,7 +223,7 @@ def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Ma
     each element's key gathered by member."""
     first = flat[group.names[0]]
     device, width = first.device, first.element_size() * 8
-    parts = [flat[n][a:a + k] for n, a, k in zip(group.names, group.starts, group.sizes)]
+    parts = [flat[n][a:a + k] for n, a, k in zip(group.names, group.starts, group.sizes, strict=True)]
     v = _sumhash.as_int64(torch.cat(parts) if len(parts) > 1 else parts[0], width)
     if len(parts) == 1:
         key, start = keys[group.names[0]], group.starts[0]
@@ -243,7 +250,8 @@ def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old:
             return _sumhash.sub(*whole)
         return _sumhash.host_change_sums(key, np.asarray(positions), old, new.view(old.dtype))
     if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
-        device = new.device if isinstance(new, torch.Tensor) else old.device
+        device = (new.device if isinstance(new, torch.Tensor) else
+                  old.device if isinstance(old, torch.Tensor) else torch.device("cpu"))
         old, new = (x if isinstance(x, torch.Tensor) else _device.to_device([x], device)[0] for x in (old, new))
     width = old.element_size() * 8
     old_v, new_v = _sumhash.as_int64(old.reshape(-1), width), _sumhash.as_int64(new.reshape(-1), width)
@@ -266,12 +274,12 @@ def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | to
     if isinstance(new, np.ndarray) and tensor.device.type == "cpu":
         flat = bits(tensor)
         return moved_sums(key, positions, flat if positions is None else flat[np.asarray(positions)], new, workers)
-    flat = _device.int_view(tensor)
+    ints = _device.int_view(tensor)
     if positions is None:
-        return moved_sums(key, None, flat, new)
+        return moved_sums(key, None, ints, new)
     index = (positions if isinstance(positions, torch.Tensor)
-             else _device.to_device([np.asarray(positions, np.int64)], flat.device)[0])
-    return moved_sums(key, index, flat.index_select(0, index.to(flat.device)), new)
+             else _device.to_device([np.asarray(positions, np.int64)], ints.device)[0])
+    return moved_sums(key, index, ints.index_select(0, index.to(ints.device)), new)
 
 
 def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None,
@@ -293,7 +301,7 @@ def legacy_state_digest(state: Mapping[str, torch.Tensor], workers: int | None =
     if threads <= 1:
         return LegacyDigest({n: legacy_tensor_digest(n, state[n]) for n in names})
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names))))
+        return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names), strict=True)))
 
 
 def digest_like(state_hash: str, state: Mapping[str, torch.Tensor],
@@ -314,7 +322,7 @@ def _legacy_hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
 def legacy_tensor_digest(name: str, tensor: torch.Tensor) -> str:
     """Format 2's digest of one tensor: its name, dtype, shape and bytes."""
     h = _legacy_hasher(name, tensor)
-    h.update(memoryview(bits(_device.host_view({name: tensor}, [name])[name].detach().contiguous())).cast("B"))
+    h.update(bits(_device.host_view({name: tensor}, [name])[name].detach().contiguous()).data.cast("B"))
     return h.hexdigest()
 
 
@@ -327,7 +335,7 @@ def legacy_digest_with_changes(name: str, tensor: torch.Tensor, positions: np.nd
     (None: `values` is the whole tensor), without writing anything; copies one chunk at a time."""
     h = _legacy_hasher(name, tensor)
     if positions is None:
-        h.update(memoryview(values).cast("B"))
+        h.update(values.data.cast("B"))
         return h.hexdigest()
     flat = bits(tensor)
     bounds = np.searchsorted(positions, np.arange(0, flat.size + LEGACY_CHUNK, LEGACY_CHUNK))
@@ -337,5 +345,5 @@ def legacy_digest_with_changes(name: str, tensor: torch.Tensor, positions: np.nd
         if a < b:
             chunk = chunk.copy()
             chunk[positions[a:b] - lo] = values[a:b]
-        h.update(memoryview(chunk).cast("B"))
+        h.update(chunk.data.cast("B"))
     return h.hexdigest()

@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-import settings
+from typing import Any
 
+import settings
 from wire.rollout import Completion
 
 from .base import Engine, EngineConfig, SamplingParams
@@ -20,7 +21,7 @@ from .errors import EngineError, PromptError, UpdateRefusedError
 ENGINES = settings.ENGINES  # the names `open_engine` takes
 
 
-def open_engine(kind: str, config: EngineConfig, *, version: int = 0, **options: object) -> Engine:
+def open_engine(kind: str, config: EngineConfig, *, version: int = 0, **options: Any) -> Engine:
     """Start an engine of `kind` (`transformers` or `vllm`) on `config.model`.
 
     Args:

@@ -264,7 +264,7 @@ class Engine(ABC):
                 raise EngineError("the engine was closed while generating", version=version)
         return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
                            text=whole_characters(self.tokenizer, s.token_ids),
-                           finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled)]
+                           finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled, strict=True)]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
         """Log-probability of each prompt token given the ones before it (for tests and scoring).
@@ -339,9 +339,9 @@ class Engine(ABC):
 
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """`adapter_refusal`'s part that depends on the backend: no LoRA support, or a rank above its cap."""
-        return ("no LoRA support", f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
+        return ("no LoRA support", (f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
                 "this server with --engine transformers, or vllm with --max-lora-rank, or run the trainer with "
-                "--lora-sync merged")
+                "--lora-sync merged"))
 
     @functools.cached_property
     def _modules(self) -> dict[str, torch.nn.Module]:

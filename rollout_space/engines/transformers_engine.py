@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import torch
-from transformers import StoppingCriteria
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 import delta
 from models.interrupt import Breaker, Interrupted
@@ -36,7 +37,7 @@ class TransformersEngine(Engine):
         super().__init__(config, version=version)
         dtype = compute_dtype(config.dtype, on_cpu=config.device == "cpu")
         model = AutoModelForCausalLM.from_pretrained(config.model, dtype=DTYPES[dtype] or "auto", local_files_only=True)
-        model.to(config.device).eval()
+        model.to(config.device).eval()  # type: ignore[arg-type]  # transformers' decorated `to` types its self oddly
         # Sample with our parameters only: the folder's generation defaults (top_k, penalties) would
         # make this engine sample differently from vLLM.
         model.generation_config = GenerationConfig(pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id)
@@ -58,9 +59,9 @@ class TransformersEngine(Engine):
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """PEFT serves any adapter up to `wire.lora.MAX_ADAPTER_RANK`."""
         if lora.r > MAX_ADAPTER_RANK:
-            return ("rank above max", f"the run's adapter has rank {lora.r}, above the transformers engine's cap of "
+            return ("rank above max", (f"the run's adapter has rank {lora.r}, above the transformers engine's cap of "
                     f"{MAX_ADAPTER_RANK}: run the trainer with --lora-r {MAX_ADAPTER_RANK} or less, or --lora-sync "
-                    "merged")
+                    "merged"))
         return None
 
     @torch.inference_mode(False)
@@ -102,25 +103,27 @@ class TransformersEngine(Engine):
         with torch.random.fork_rng(devices=gpus, enabled=params.seed is not None):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+            sampling: dict[str, Any] = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
             try:
-                out = self._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
+                out = self._model.generate(  # type: ignore[misc]  # a causal LM's; transformers types its self narrowly
+                                           input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
                                            eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
-                                           output_logits=True, stopping_criteria=[_UntilSet(self._closing)],
+                                           output_logits=True, stopping_criteria=StoppingCriteriaList([_UntilSet(self._closing)]),
                                            **sampling, **self._stop_strings(params))
             except Interrupted:  # closing: `generate` says so ("closed while generating")
                 return [Sampled([], [], "length") for _ in prompts]
+        assert not isinstance(out, torch.Tensor) and out.logits is not None  # return_dict_in_generate, output_logits
         new = out.sequences[:, width:]
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw logits: before temperature/top-p
         sampled = logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1)
         results = []
-        for row, row_logprobs in zip(new.tolist(), sampled.tolist()):
+        for row, row_logprobs in zip(new.tolist(), sampled.tolist(), strict=True):
             end = next((i + 1 for i, t in enumerate(row) if t in stops), None)
             n = end or len(row)
             results.append(Sampled(row[:n], row_logprobs[:n], "stop" if end else "length"))
         return results
 
-    def _stop_strings(self, params: SamplingParams) -> dict[str, object]:
+    def _stop_strings(self, params: SamplingParams) -> dict[str, Any]:
         """`generate`'s arguments that end a row at a stop string (the base class cuts it exactly)."""
         return {"stop_strings": list(params.stop), "tokenizer": self.tokenizer} if params.stop else {}
 
@@ -133,7 +136,7 @@ class TransformersEngine(Engine):
         mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts], device=device)
         logits = self._model(input_ids=ids, attention_mask=mask).logits.float()
         scores = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        return [row[: len(p) - 1] for row, p in zip(scores.tolist(), prompts)]
+        return [row[: len(p) - 1] for row, p in zip(scores.tolist(), prompts, strict=True)]
 
     @torch.inference_mode()
     def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:

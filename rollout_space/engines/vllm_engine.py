@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,7 @@ from .base import Engine, EngineConfig, Sampled, SamplingParams, meta_model
 
 if TYPE_CHECKING:
     import vllm
+    from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
     from models.hardware import RolloutPlan
@@ -55,7 +56,7 @@ def adapter_state(model: str, lora: LoraSettings) -> dict[str, torch.Tensor]:
 
 
 def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None,
-                  enforce_eager: bool | None) -> dict[str, object]:
+                  enforce_eager: bool | None) -> dict[str, Any]:
     """vLLM's dtype, KV-cache / GPU-memory and eager settings: the plan's (made for this machine when None),
     with the caller's overrides."""
     from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
@@ -106,8 +107,8 @@ class VLLMEngine(Engine):
                 share, eager mode). None: planned here for this machine and `config.dtype` (on a CPU: float32,
                 a 256 MiB KV cache, eager; on a GPU: 0.85 of its memory, CUDA graphs).
             kv_cache_bytes: Overrides the plan's KV cache size (then no GPU memory share is passed).
-            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (on a 2-core CPU vLLM starts
-                in ~30 s instead of ~2 min). Updates apply either way (checked on CPU).
+            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (vLLM starts several times faster
+                without them on a small CPU: docs/benchmarks.md). Updates apply either way (checked on CPU).
             tmp_dir: Where update files are written (and deleted right after) and the adapter versions held (PEFT
                 folders, deleted with their version); default the system's.
             max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of
@@ -134,7 +135,7 @@ class VLLMEngine(Engine):
         import delta_vllm_plugin as vllm_plugin  # registers the `delta` backend in this process
 
         self.max_lora_rank = max_lora_rank
-        lora = {"enable_lora": True, "max_lora_rank": max_lora_rank} if max_lora_rank else {}
+        lora: dict[str, Any] = {"enable_lora": True, "max_lora_rank": max_lora_rank} if max_lora_rank else {}
         self._llm = LLM(model=config.model, max_model_len=config.max_model_len,
                         weight_transfer_config={"backend": vllm_plugin.BACKEND},
                         worker_extension_cls=self.worker_extension,
@@ -162,12 +163,12 @@ class VLLMEngine(Engine):
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """No LoRA support, or a rank above `max_lora_rank`."""
         if not self.max_lora_rank:
-            return ("no LoRA support", "the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
+            return ("no LoRA support", ("the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
                     f"support: restart it with --max-lora-rank {_rank_for(lora.r)}, or run the trainer with "
-                    "--lora-sync merged")
+                    "--lora-sync merged"))
         if lora.r > self.max_lora_rank:
-            return ("rank above max", f"the run's adapter has rank {lora.r}, above this vLLM engine's max LoRA rank "
-                    f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}")
+            return ("rank above max", (f"the run's adapter has rank {lora.r}, above this vLLM engine's max LoRA rank "
+                    f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}"))
         return None
 
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
@@ -204,22 +205,25 @@ class VLLMEngine(Engine):
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, version: int) -> list[Sampled]:
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
-        outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                     [self._sampling(params, s) for s in seeds], use_tqdm=False,
+        requests: list[TokensPrompt] = [{"prompt_token_ids": p} for p in prompts]
+        outputs = self._llm.generate(requests, [self._sampling(params, s) for s in seeds], use_tqdm=False,
                                      lora_request=self._request(version))
         results = []
         for out in outputs:
             c = out.outputs[0]
-            logprobs = [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)]
+            assert c.logprobs is not None  # asked for by `_sampling`
+            logprobs = [step[t].logprob for step, t in zip(c.logprobs, c.token_ids, strict=True)]  # type: ignore[index]  # a dict per token
             results.append(Sampled(list(c.token_ids), logprobs, "stop" if c.finish_reason == "stop" else "length"))
         return results
 
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
         sampling = self._sampling(SamplingParams(max_tokens=1, temperature=0), prompt_logprobs=True)
-        outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False,
-                                     lora_request=self._request(self._version))
-        return [[step[t].logprob for step, t in zip(out.prompt_logprobs[1:], p[1:])]
-                for out, p in zip(outputs, prompts)]
+        requests: list[TokensPrompt] = [{"prompt_token_ids": p} for p in prompts]
+        outputs = self._llm.generate(requests, sampling, use_tqdm=False, lora_request=self._request(self._version))
+        return [
+            [step[t].logprob for step, t in zip(out.prompt_logprobs[1:], p[1:], strict=True)]  # type: ignore[index]  # asked for: a dict per token but the first
+            for out, p in zip(outputs, prompts, strict=True)
+        ]
 
     def _load(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
         if self._lora is not None:
@@ -233,6 +237,7 @@ class VLLMEngine(Engine):
         beyond `keep_versions`."""
         from vllm.lora.request import LoRARequest
 
+        assert self._lora is not None  # an adapter run
         adapter = {n: changed.get(n, t) for n, t in self.state.items()}
         lora_id, self._next_id = self._next_id, self._next_id + 1
         folder = write_adapter(os.path.join(self._adapters.name, str(lora_id)), adapter, self._lora.peft_config())
