@@ -35,8 +35,18 @@ PRO = {"api": 2500, "resolver": 12000}
 BUCKET = "hf://buckets/team/fleet-run"
 WINDOW_S = 300.0
 #: Routes whose requests write (priced as S3 PUTs); the rest are reads (GETs).
-WRITES = ("api.batch", "api.bucket_create", "cas.xorb_grant", "cas.grant_upload", "cas.xorb_commit", "cas.xorb_upload",
-          "cas.shard_upload_v2", "cas.shard_upload_v1", "api.tree", "api.tree_prefix")
+WRITES = (
+    "api.batch",
+    "api.bucket_create",
+    "cas.xorb_grant",
+    "cas.grant_upload",
+    "cas.xorb_commit",
+    "cas.xorb_upload",
+    "cas.shard_upload_v2",
+    "cas.shard_upload_v1",
+    "api.tree",
+    "api.tree_prefix",
+)
 
 
 def member_token(hub, role: str) -> str:
@@ -48,8 +58,20 @@ def member_token(hub, role: str) -> str:
 
 #: Trainer flags for the tiny model at a cadence like the demo's (a step every ~20-40 s on 2 cores): whole games of
 #: long replies, so the servers' games, not the trainer, set the pace, as they do with SmolLM2.
-DEMO_PACE = ("--games-per-step", "8", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
-             "--learning-rate", "1e-3", "--reply-prefix", "")
+DEMO_PACE = (
+    "--games-per-step",
+    "8",
+    "--num-generations",
+    "4",
+    "--max-tokens",
+    "48",
+    "--max-turns",
+    "6",
+    "--learning-rate",
+    "1e-3",
+    "--reply-prefix",
+    "",
+)
 
 
 def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Counter]:
@@ -62,17 +84,44 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Coun
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub, contextlib.ExitStack() as stack:
         model = tiny_model(str(Path(tmp) / "model"))
         tokens = {role: member_token(hub, role) for role in ["trainer", *(f"rollout-{i}" for i in range(servers))]}
-        base = {**hub.env("alice"), "HF_XET_CACHE": str(Path(tmp) / "xet"),
-                "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        base = {**hub.env("alice"), "HF_XET_CACHE": str(Path(tmp) / "xet"), "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
         env = stack.enter_context(running_server("env"))
-        trainer = stack.enter_context(running_app(
-            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "100000",
-            *DEMO_PACE, env={**base, "HF_TOKEN": tokens["trainer"]}, log=Path(tmp) / "trainer.log"))
+        trainer = stack.enter_context(
+            running_app(
+                "trainer",
+                "--bucket",
+                BUCKET,
+                "--model",
+                model,
+                "--env-url",
+                env,
+                "--max-steps",
+                "100000",
+                *DEMO_PACE,
+                env={**base, "HF_TOKEN": tokens["trainer"]},
+                log=Path(tmp) / "trainer.log",
+            )
+        )
         for i in range(servers):
-            stack.enter_context(running_app(
-                "rollout", "--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", f"r{i}",
-                "--engine", "transformers", "--showcase-every", "0",
-                env={**base, "HF_TOKEN": tokens[f"rollout-{i}"]}, log=Path(tmp) / f"rollout-{i}.log"))
+            stack.enter_context(
+                running_app(
+                    "rollout",
+                    "--bucket",
+                    BUCKET,
+                    "--model",
+                    model,
+                    "--env-url",
+                    env,
+                    "--server-id",
+                    f"r{i}",
+                    "--engine",
+                    "transformers",
+                    "--showcase-every",
+                    "0",
+                    env={**base, "HF_TOKEN": tokens[f"rollout-{i}"]},
+                    log=Path(tmp) / f"rollout-{i}.log",
+                )
+            )
         deadline = time.monotonic() + 600
         while httpx.get(f"{trainer.url}/status", timeout=10).json()["step"] < 1:
             if time.monotonic() > deadline:
@@ -123,8 +172,10 @@ def main() -> None:
     parser.add_argument("--routes", action="store_true", help="print every route each role called")
     args = parser.parse_args()
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="bench-hub-cache-")  # keys it makes stay out of yours
-    print(f"on {platform.machine()}, {platform.python_version()}; local Hub (tests/local_hub), huggingface_hub + "
-          "hf_xet; requests per 5 minutes")
+    print(
+        f"on {platform.machine()}, {platform.python_version()}; local Hub (tests/local_hub), huggingface_hub + "
+        "hf_xet; requests per 5 minutes"
+    )
     rest = resting_reader(args.rest_seconds)
     print(f"a resting reader: api {rest.get('api', 0)}, resolver {rest.get('resolver', 0)}, cas {rest.get('cas', 0)}")
     print("| servers | role | api | resolver | cas | account api (free 1,000 / PRO 2,500) | account resolver (5,000) |")
@@ -134,9 +185,11 @@ def main() -> None:
         total = sum(counts.values(), Counter())
         for role, c in sorted(counts.items()):
             print(f"| {n} | {role} | {c.get('api', 0):,} | {c.get('resolver', 0):,} | {c.get('cas', 0):,} | | |")
-        print(f"| {n} | **all** | {total.get('api', 0):,} | {total.get('resolver', 0):,} | {total.get('cas', 0):,} | "
-              f"{100 * total.get('api', 0) / FREE['api']:.0f} % / {100 * total.get('api', 0) / PRO['api']:.0f} % | "
-              f"{100 * total.get('resolver', 0) / FREE['resolver']:.0f} % |")
+        print(
+            f"| {n} | **all** | {total.get('api', 0):,} | {total.get('resolver', 0):,} | {total.get('cas', 0):,} | "
+            f"{100 * total.get('api', 0) / FREE['api']:.0f} % / {100 * total.get('api', 0) / PRO['api']:.0f} % | "
+            f"{100 * total.get('resolver', 0) / FREE['resolver']:.0f} % |"
+        )
 
 
 if __name__ == "__main__":

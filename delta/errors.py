@@ -138,8 +138,7 @@ class RateLimitedError(BucketUnreachableError):
         retry_at: Unix time before which the bucket is not asked again.
     """
 
-    def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1,
-                 retry_at: float) -> None:
+    def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1, retry_at: float) -> None:
         super().__init__(message, url=url, path=path, attempts=attempts)
         self.retry_at = retry_at
 
@@ -157,8 +156,9 @@ class FileTooLargeError(StorageError):
 
     def __init__(self, *, url: str, path: str, limit: int, size: int | None = None) -> None:
         told = f"{size:,} bytes" if size is not None else "more bytes"
-        super().__init__(f"{told}, more than the {limit:,} this file may hold: refused, not read past that",
-                         url=url, path=path)
+        super().__init__(
+            f"{told}, more than the {limit:,} this file may hold: refused, not read past that", url=url, path=path
+        )
         self.limit = limit
         self.size = size
 

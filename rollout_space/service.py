@@ -16,8 +16,8 @@ from wire.errors import RolloutError
 from wire.exam_shelf import ExamShelf
 from wire.fleet_bucket import FleetBucket
 from wire.liveness import GONE_AFTER_S
-from wire.traffic import bucket_traffic
 from wire.rollout import RolloutStatus, Trajectory
+from wire.traffic import bucket_traffic
 
 from .engines import Completion, Engine, SamplingParams
 from .engines.base import Prompt
@@ -71,8 +71,16 @@ class RolloutService:
         engine_kind: What to call the engine in `status()`.
     """
 
-    def __init__(self, engine: Engine, follower: Follower | None, env: EnvClient | None,
-                 limits: ServiceLimits | None = None, *, model: str = "", engine_kind: str = "") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        follower: Follower | None,
+        env: EnvClient | None,
+        limits: ServiceLimits | None = None,
+        *,
+        model: str = "",
+        engine_kind: str = "",
+    ) -> None:
         self.engine = engine
         self.follower = follower
         self.env = env
@@ -95,11 +103,19 @@ class RolloutService:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                        gone_after_s: float = GONE_AFTER_S, first_step_alone: bool = False) -> GroupProducer:
+    def attach_producer(
+        self,
+        bucket: FleetBucket,
+        server_id: str,
+        poll_s: float = 1.0,
+        heartbeat_s: float = 5.0,
+        gone_after_s: float = GONE_AFTER_S,
+        first_step_alone: bool = False,
+    ) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
         `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
         (`exam.Examiner`, with an env); returns the producer."""
+
         def play(specs: Sequence[GameSpec], params: PlayParams) -> list[Trajectory]:
             return self.play(specs, params)
 
@@ -111,15 +127,31 @@ class RolloutService:
 
         if self.env is not None:
             shelf = ExamShelf(bucket.storage, bucket.key, max_age=bucket.max_age)
-            self.examiner = Examiner(play, version, self._served_hash, self.env, shelf, server_id,
-                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
-        self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s, heartbeat_s=heartbeat_s,
-                                      gone_after_s=gone_after_s,
-                                      catch_up=self.follower.sync if self.follower is not None else None,
-                                      examiner=self.examiner,
-                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
-                                      adopt=self.follower.adopt if self.follower is not None else None,
-                                      published=published, first_step_alone=first_step_alone)
+            self.examiner = Examiner(
+                play,
+                version,
+                self._served_hash,
+                self.env,
+                shelf,
+                server_id,
+                hold=self.follower.holding if self.follower is not None else contextlib.nullcontext,
+            )
+        self.producer = GroupProducer(
+            play,
+            version,
+            bucket,
+            server_id,
+            poll_s=poll_s,
+            heartbeat_s=heartbeat_s,
+            gone_after_s=gone_after_s,
+            catch_up=self.follower.sync if self.follower is not None else None,
+            examiner=self.examiner,
+            max_games=self.limits.max_games,
+            max_tokens=self.limits.max_tokens,
+            adopt=self.follower.adopt if self.follower is not None else None,
+            published=published,
+            first_step_alone=first_step_alone,
+        )
         return self.producer
 
     def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:
@@ -192,8 +224,14 @@ class RolloutService:
         self._count(sum(len(c.token_ids) for c in completions))
         return completions
 
-    def play(self, games: Sequence[GameSpec], params: PlayParams | None = None,
-             on_turn: Callable[[Sequence[Trajectory]], None] | None = None, *, public: bool = False) -> list[Trajectory]:
+    def play(
+        self,
+        games: Sequence[GameSpec],
+        params: PlayParams | None = None,
+        on_turn: Callable[[Sequence[Trajectory]], None] | None = None,
+        *,
+        public: bool = False,
+    ) -> list[Trajectory]:
         """Play whole games with the current policy (see `games.play_games`, which calls `on_turn`).
 
         The trainer's games (``public=False``) keep public play waiting while they run; public games
@@ -213,8 +251,13 @@ class RolloutService:
         start = time.monotonic()
         try:
             if public:
-                trajectories = play_games(BehindTrainer(self.engine, self._gate),  # type: ignore[arg-type]  # the engine behind a gate: the calls play_games makes
-                                          self.env, games, params, on_turn)
+                trajectories = play_games(
+                    BehindTrainer(self.engine, self._gate),  # type: ignore[arg-type]  # the engine behind a gate: the calls play_games makes
+                    self.env,
+                    games,
+                    params,
+                    on_turn,
+                )
             else:
                 with self._gate.trainer():
                     trajectories = play_games(self.engine, self.env, games, params, on_turn)

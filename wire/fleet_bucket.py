@@ -46,8 +46,15 @@ logger = logging.getLogger(__name__)
 _MAX_KNOWN = 1024
 
 
-def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | None, max_bytes: int,
-                 listed: StoredFile | None = None, trust: Trust | None = None) -> Message:
+def read_message(
+    storage: Storage,
+    path: str,
+    kind: type[Message],
+    key: bytes | None,
+    max_bytes: int,
+    listed: StoredFile | None = None,
+    trust: Trust | None = None,
+) -> Message:
     """The message of `kind` at `path`, from one bounded read: refused unread when its `listed` size is over
     `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed); signed
     with the key `trust` accepts, when given. `listed`: its entry in a listing, read as listed (`Storage.read`: no
@@ -96,8 +103,15 @@ class FleetBucket:
     missing), and `wire.fleet.FleetMessageError` for a file that is not a valid message.
     """
 
-    def __init__(self, bucket: str | Storage, secret: str | None = None, *, signer: SigningKey | None = None,
-                 trust: Trust | None = None, max_age: float = 0.0) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        secret: str | None = None,
+        *,
+        signer: SigningKey | None = None,
+        trust: Trust | None = None,
+        max_age: float = 0.0,
+    ) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = fleet_key(secret) if secret else None
         self.signer = signer
@@ -106,7 +120,8 @@ class FleetBucket:
         self.run_refusal: str | None = None
         self._trusted_run: RunSettings | None = None  # the last run settings read that the trusted key signed
         self.max_age = max_age
-        self._known: dict[str, tuple[StoredFile, Message | FleetMessageError]] = {}  # path -> as listed when read
+        # path -> as listed when read, and what was read (the run's settings, heartbeats) or why it was refused
+        self._known: dict[str, tuple[StoredFile, RunSettings | Heartbeat | FleetMessageError]] = {}
 
     @property
     def signed(self) -> bool:
@@ -134,8 +149,11 @@ class FleetBucket:
         if listed is None:
             return None
         try:
-            run = self._read(RUN_PATH, listed, lambda: read_message(self.storage, RUN_PATH, RunSettings, self.key,
-                                                                     MAX_RUN_BYTES, listed, self.trust))
+            run = self._read(
+                RUN_PATH,
+                listed,
+                lambda: read_message(self.storage, RUN_PATH, RunSettings, self.key, MAX_RUN_BYTES, listed, self.trust),
+            )
         except FileNotFoundError:
             return None
         except FleetMessageError as e:
@@ -148,18 +166,21 @@ class FleetBucket:
         self._trusted_run = run
         return run
 
-    def _read(self, path: str, listed: StoredFile, read: Callable[[], Message]) -> Message:
+    def _read(
+        self, path: str, listed: StoredFile, read: Callable[[], RunSettings | Heartbeat]
+    ) -> RunSettings | Heartbeat:
         """`read()`, or what it gave (or raised) last time if `path` is listed with the same content (the same size
         and etag) as then."""
         known = self._known.get(path)
         if known is None or listed.etag is None or known[0] != listed:
+            result: RunSettings | Heartbeat | FleetMessageError
             try:
-                known = (listed, read())
+                result = read()
             except FleetMessageError as e:
-                known = (listed, e)
+                result = e
             if len(self._known) >= _MAX_KNOWN:
                 self._known.pop(next(iter(self._known)))
-            self._known[path] = known
+            known = self._known[path] = (listed, result)
         if isinstance(known[1], FleetMessageError):
             raise known[1]
         return known[1]
@@ -189,8 +210,9 @@ class FleetBucket:
         past that); FileNotFoundError when it was deleted meanwhile."""
         group = read_message(self.storage, path, GameGroup, self.key, max_bytes, listed)
         if group.path != path:
-            raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand",
-                                    Refusal.RENAMED)
+            raise FleetMessageError(
+                path, f"holds the group of {group.path}: a file renamed or copied by hand", Refusal.RENAMED
+            )
         return group
 
     def delete(self, paths: list[str]) -> None:
@@ -209,11 +231,15 @@ class FleetBucket:
         """The heartbeat at `path`, checked: also that it is the file of the server it names. Over
         `MAX_HEARTBEAT_BYTES` (by its `listed` size, or while reading): refused, not read past that. A heartbeat
         `listed` with the content it had when it was read last is not read again."""
+
         def read() -> Heartbeat:
             beat = read_message(self.storage, path, Heartbeat, self.key, MAX_HEARTBEAT_BYTES, listed)
             if server_path(beat.server_id) != path:
-                raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
-                                              "server's name", Refusal.RENAMED)
+                raise FleetMessageError(
+                    path,
+                    f"holds the heartbeat of server {beat.server_id}: written under another server's name",
+                    Refusal.RENAMED,
+                )
             return beat
 
         beat = self._read(path, listed, read) if listed is not None else read()

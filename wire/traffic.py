@@ -18,23 +18,34 @@ if TYPE_CHECKING:  # pydantic only at run time: the launcher's landing page read
 class BucketTraffic(BaseModel):
     """Requests this process sent to its bucket's server (every storage of it with the same credentials)."""
 
-    last_5min: dict[str, int] = Field(description="Requests in the last 5 minutes, by class (Hub: api, resolver, "
-                                                  "transfer; S3: put, get, delete; a folder: its calls)")
+    last_5min: dict[str, int] = Field(
+        description="Requests in the last 5 minutes, by class (Hub: api, resolver, "
+        "transfer; S3: put, get, delete; a folder: its calls)"
+    )
     total: dict[str, int] = Field(description="Requests since the process started, by class")
-    limit: dict[str, int] = Field({}, description="Requests allowed per window, by class, where the server said "
-                                                  "(the Hub's RateLimit-Policy header)")
-    remaining: dict[str, int] = Field({}, description="Requests left in the server's current window, by class, as "
-                                                      "its last reply said")
+    limit: dict[str, int] = Field(
+        {},
+        description="Requests allowed per window, by class, where the server said (the Hub's RateLimit-Policy header)",
+    )
+    remaining: dict[str, int] = Field(
+        {}, description="Requests left in the server's current window, by class, as its last reply said"
+    )
     rate_limited: int = Field(0, description="HTTP 429 answers since the process started")
-    throttled_until: float | None = Field(None, description="Unix time before which nothing is sent: the server "
-                                                            "asked to slow down (None: it has not)")
+    throttled_until: float | None = Field(
+        None, description="Unix time before which nothing is sent: the server asked to slow down (None: it has not)"
+    )
     throttled_by: str | None = Field(None, description="What the server said when it asked")
 
 
 def bucket_traffic(storage: Storage) -> BucketTraffic:
     """`storage`'s traffic now (shared by every storage of the process on the same server and credentials)."""
     snap = storage.traffic.snapshot()
-    return BucketTraffic(last_5min=snap.last_window, total=snap.total,
-                         limit={k: v.limit for k, v in snap.limits.items() if v.limit is not None},
-                         remaining={k: v.remaining for k, v in snap.limits.items()}, rate_limited=snap.rate_limited,
-                         throttled_until=snap.throttled_until, throttled_by=snap.throttled_by)
+    return BucketTraffic(
+        last_5min=snap.last_window,
+        total=snap.total,
+        limit={k: v.limit for k, v in snap.limits.items() if v.limit is not None},
+        remaining={k: v.remaining for k, v in snap.limits.items()},
+        rate_limited=snap.rate_limited,
+        throttled_until=snap.throttled_until,
+        throttled_by=snap.throttled_by,
+    )

@@ -68,9 +68,12 @@ def collect_garbage(storage: Storage, manifest: Manifest, listed: list[StoredFil
     latest = manifest.latest.version if manifest.latest else 0
     keep = manifest.referenced()
     files = storage.list() if listed is None else [*listed, StoredFile(manifest.path, 0)]
-    doomed = [f.path for f in files if f.path.startswith(VERSIONS_DIR)
-              and f.path not in keep and (version_of_path(f.path) or 0) <= latest]
-    old = [path for commit, path in manifest_commits(files)[KEEP_OLD_MANIFESTS + 1:] if commit < manifest.commit]
+    doomed = [
+        f.path
+        for f in files
+        if f.path.startswith(VERSIONS_DIR) and f.path not in keep and (version_of_path(f.path) or 0) <= latest
+    ]
+    old = [path for commit, path in manifest_commits(files)[KEEP_OLD_MANIFESTS + 1 :] if commit < manifest.commit]
     if doomed or len(old) >= OLD_MANIFESTS_BATCH:
         doomed += old
     storage.delete(doomed)
@@ -89,4 +92,3 @@ def gc(storage: Storage, manifest: Manifest, keep_anchors: int) -> GcReport:
     if dropped:
         kept = write_manifest(storage, replace(kept, commit=kept.commit + 1))
     return GcReport(kept, dropped, tuple(collect_garbage(storage, kept)))
-

@@ -171,22 +171,39 @@ class Subscriber:
     reading the state to see one version throughout).
     """
 
-    def __init__(self, bucket: str | Storage, state: State | None = None, *, version: int | None = None,
-                 digest: StateDigest | None = None, config: SubscriberConfig | None = None,
-                 on_update: Callable[[Update], None] | None = None, trust: Trust | None = None,
-                 **storage_options: Any) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        state: State | None = None,
+        *,
+        version: int | None = None,
+        digest: StateDigest | None = None,
+        config: SubscriberConfig | None = None,
+        on_update: Callable[[Update], None] | None = None,
+        trust: Trust | None = None,
+        **storage_options: Any,
+    ) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or SubscriberConfig()
         self.on_update = on_update
         self.trust = trust or Trust.for_bucket(self.storage.url)
-        self._reader = Reader(self.storage, state, version=version, digest=digest,
-                              fetch_threads=self.config.fetch_threads, workers=self.config.workers, trust=self.trust)
+        self._reader = Reader(
+            self.storage,
+            state,
+            version=version,
+            digest=digest,
+            fetch_threads=self.config.fetch_threads,
+            workers=self.config.workers,
+            trust=self.trust,
+        )
         self.lock = self._reader.lock
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
         self._last_error: str | None = None
         self._refused: str | None = None  # the last manifest refused, as warned
-        self._polled = PolledManifests()  # manifests refused (skipped unread until their listing changes), the last one read
+        self._polled = (
+            PolledManifests()
+        )  # manifests refused (skipped unread until their listing changes), the last one read
         self._failures = 0
         self._refusals = 0
         self._last_refusal: str | None = None
@@ -219,9 +236,19 @@ class Subscriber:
     def status(self) -> SubscriberStatus:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
-        return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history), len(self._polled.refused), self._refusals,
-                                self._last_refusal, self.trust.describe(), not self.trust.unauthenticated)
+        return SubscriberStatus(
+            version,
+            self._latest,
+            lag,
+            self._last_error,
+            self._failures,
+            tuple(self._history),
+            len(self._polled.refused),
+            self._refusals,
+            self._last_refusal,
+            self.trust.describe(),
+            not self.trust.unauthenticated,
+        )
 
     def sync(self, version: int | None = None, *, max_age: float = 0.0) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
@@ -318,15 +345,19 @@ class Subscriber:
         """Catch up to `version` (None: the newest); `max_age`: how old a listing of the bucket this process made may
         be to list the manifests from (the follow loop's poll; 0 for `sync`)."""
         seen_at = time.monotonic()
-        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, polled=self._polled,
-                                 max_age=max_age)
+        manifest = read_manifest(self.storage, on_refused=self._refused_manifest, polled=self._polled, max_age=max_age)
         if manifest is None or manifest.latest is None:
             return self._reader.version
         self._latest = manifest.latest.version
         target = manifest.latest.version if version is None else version
         try:
-            return self._reader.catch_up(manifest, target, stopped=self._stop.is_set, on_bad_files=self._record,
-                                         on_applied=lambda applied: self._report(applied, seen_at))
+            return self._reader.catch_up(
+                manifest,
+                target,
+                stopped=self._stop.is_set,
+                on_bad_files=self._record,
+                on_applied=lambda applied: self._report(applied, seen_at),
+            )
         except UntrustedVersionError as e:
             self._refuse(e, manifest.commit)
             raise
@@ -342,12 +373,20 @@ class Subscriber:
 
     def _report(self, applied: Applied, seen_at: float) -> None:
         """Keep the statistics of a version just applied and hand it to `on_update`."""
-        stats = VersionStats(applied.entry.version, applied.via, applied.bytes_fetched, applied.fetch_s,
-                             applied.decode_s, applied.pause_s, time.monotonic() - seen_at)
+        stats = VersionStats(
+            applied.entry.version,
+            applied.via,
+            applied.bytes_fetched,
+            applied.fetch_s,
+            applied.decode_s,
+            applied.pause_s,
+            time.monotonic() - seen_at,
+        )
         self._history.append(stats)
         if self.on_update is not None:
             try:
-                self.on_update(Update(applied.entry.version, applied.changed, stats, applied.headers,
-                                      applied.entry.published_at))
+                self.on_update(
+                    Update(applied.entry.version, applied.changed, stats, applied.headers, applied.entry.published_at)
+                )
             except Exception:  # the consumer's bug must not stop the follower
                 logger.exception("on_update callback failed for version %d", applied.entry.version)

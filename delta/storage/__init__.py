@@ -17,14 +17,19 @@ import os
 from typing import Any
 
 from ..errors import (
-    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, FileTooLargeError, RateLimitedError, StorageError,
+    AccessDeniedError,
+    BucketNotFoundError,
+    BucketUnreachableError,
+    FileTooLargeError,
+    RateLimitedError,
+    StorageError,
 )
 from ..retry import RetryPolicy
 from ._base import Storage, StoredFile, check_path
-from ._traffic import RateLimit, Traffic, TrafficSnapshot
 from ._fsspec import S3Storage
 from ._hf import HfBucketStorage
 from ._local import LocalStorage
+from ._traffic import RateLimit, Traffic, TrafficSnapshot
 
 __all__ = [
     "AccessDeniedError",

@@ -22,7 +22,12 @@ from types import ModuleType
 from typing import TypeVar
 
 from ..errors import (
-    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, FileTooLargeError, RateLimitedError, StorageError,
+    AccessDeniedError,
+    BucketNotFoundError,
+    BucketUnreachableError,
+    FileTooLargeError,
+    RateLimitedError,
+    StorageError,
 )
 from ..retry import RetryPolicy
 from ._listing import shared_listing
@@ -82,8 +87,10 @@ def import_backend(module: str, needed_for: str, extra: str) -> ModuleType:
 
 def install_hint(extra: str) -> str:
     """How to install an optional backend: the library's extra, or this repository's requirements."""
-    return (f"pip install 'delta-weight-sync[{extra}]' (in this repository: pip install -r requirements.txt "
-            "-c constraints.txt)")
+    return (
+        f"pip install 'delta-weight-sync[{extra}]' (in this repository: pip install -r requirements.txt "
+        "-c constraints.txt)"
+    )
 
 
 def check_path(path: str, *, prefix: bool = False) -> str:
@@ -201,7 +208,7 @@ class Storage(ABC):
         it is not in it or none is kept. Asks nothing of the bucket; the entry may be out of date."""
         return self._listing.entry(path)
 
-    def _list_or_empty(self, folder: str) -> list[StoredFile]:
+    def _list_or_empty(self, folder: str) -> builtins.list[StoredFile]:
         try:
             return self._call("list", folder or None, lambda: list(self._list(folder)))
         except FileNotFoundError:
@@ -250,14 +257,24 @@ class Storage(ABC):
                     raise
                 if failure.kind is RateLimitedError:
                     until = self.traffic.throttle(failure.wait_s, failure.reason)
-                    logger.warning("%s %s: %s; nothing is sent to the bucket before %s", operation, self._where(path),
-                                   failure.reason, time.strftime("%H:%M:%S", time.localtime(until)))
+                    logger.warning(
+                        "%s %s: %s; nothing is sent to the bucket before %s",
+                        operation,
+                        self._where(path),
+                        failure.reason,
+                        time.strftime("%H:%M:%S", time.localtime(until)),
+                    )
                     raise self._rate_limited(operation, path, until, failure.reason) from error
                 if failure.kind is BucketUnreachableError and self.retry.retries_after(attempt):
                     wait = self.retry.delay(attempt)
                     logger.warning(
                         "%s %s: %s; attempt %d of %s, retrying in %.1f s",
-                        operation, self._where(path), failure.reason, attempt, self.retry.attempts, wait,
+                        operation,
+                        self._where(path),
+                        failure.reason,
+                        attempt,
+                        self.retry.attempts,
+                        wait,
                     )
                     time.sleep(wait)
                     attempt += 1
@@ -269,8 +286,9 @@ class Storage(ABC):
 
     def _rate_limited(self, operation: str, path: str | None, until: float, reason: str) -> RateLimitedError:
         when = time.strftime("%H:%M:%S", time.localtime(until))
-        return RateLimitedError(f"{operation}: rate-limited until {when} ({reason})", url=self.url, path=path,
-                                retry_at=until)
+        return RateLimitedError(
+            f"{operation}: rate-limited until {when} ({reason})", url=self.url, path=path, retry_at=until
+        )
 
     def _error(self, failure: Failure, operation: str, path: str | None, attempts: int, elapsed: float) -> OSError:
         """Build the exception a caller sees from a classified failure."""
@@ -279,14 +297,17 @@ class Storage(ABC):
         if failure.kind is BucketNotFoundError:
             return BucketNotFoundError(f"{operation} failed: {failure.reason}", url=self.url, path=path)
         if failure.kind is AccessDeniedError:
-            return AccessDeniedError(f"{operation} failed: {failure.reason}", url=self.url, path=path,
-                                     status=failure.status)
+            return AccessDeniedError(
+                f"{operation} failed: {failure.reason}", url=self.url, path=path, status=failure.status
+            )
         if failure.kind is BucketUnreachableError:
             return BucketUnreachableError(
                 f"{operation} failed after {attempts} attempt(s) over {elapsed:.1f} s, the bucket did not answer: "
                 f"{failure.reason}. Check that the server is up and the URL or endpoint is right; "
                 f"pass retry=RetryPolicy(...) to open_storage to wait longer",
-                url=self.url, path=path, attempts=attempts,
+                url=self.url,
+                path=path,
+                attempts=attempts,
             )
         return StorageError(f"{operation} failed: {failure.reason}", url=self.url, path=path)
 

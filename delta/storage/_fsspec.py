@@ -90,8 +90,11 @@ class S3Storage(Storage):
         self.bucket, self.prefix = parse_s3_url(url)
         self.endpoint_url = endpoint_url or _endpoint_from_env()
         account = hashlib.sha256((key or os.environ.get("AWS_ACCESS_KEY_ID") or "").encode()).hexdigest()
-        super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry,
-                         traffic=shared_traffic(("s3", self.endpoint_url or "aws", account), ("put", "get", "delete")))
+        super().__init__(
+            f"s3://{self.bucket}/{self.prefix}".rstrip("/"),
+            retry=retry,
+            traffic=shared_traffic(("s3", self.endpoint_url or "aws", account), ("put", "get", "delete")),
+        )
         self.timeout = timeout
         s3fs = import_backend("s3fs", "s3:// URLs", "s3")
         session = import_backend("aiobotocore.session", "s3:// URLs", "s3").AioSession()
@@ -126,8 +129,12 @@ class S3Storage(Storage):
         status = _http_status(error)
         if isinstance(error, FileNotFoundError):
             if "NoSuchBucket" in f"{error} {error.__cause__}":
-                return Failure(BucketNotFoundError, f"no bucket {self.bucket!r} at {where}: create it, or let the "
-                               "writer create it (it does on its first write)", 404)
+                return Failure(
+                    BucketNotFoundError,
+                    f"no bucket {self.bucket!r} at {where}: create it, or let the "
+                    "writer create it (it does on its first write)",
+                    404,
+                )
             return Failure(FileNotFoundError, str(error))
         if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # the write deadline, socket timeouts
             return Failure(BucketUnreachableError, f"{where} did not answer in time")

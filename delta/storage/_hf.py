@@ -103,8 +103,10 @@ class HfBucketStorage(Storage):
         if api is None:
             hub = import_backend("huggingface_hub", "hf://buckets/ URLs", "hf")
             if int(hub.__version__.split(".")[0]) < 2:
-                raise ImportError(f"hf://buckets/ URLs need huggingface_hub >= 2 (installed: {hub.__version__}): "
-                                  + install_hint("hf"))
+                raise ImportError(
+                    f"hf://buckets/ URLs need huggingface_hub >= 2 (installed: {hub.__version__}): "
+                    + install_hint("hf")
+                )
             api = hub.HfApi(endpoint=endpoint, token=token)
         from huggingface_hub.utils import build_hf_headers
 
@@ -116,8 +118,9 @@ class HfBucketStorage(Storage):
         self._call_write = HubCall(api.endpoint, self.bucket_id, has_token, writing=True)
         account = hashlib.sha256(next((v for k, v in headers.items() if k.lower() == "authorization"), "").encode())
         traffic = shared_traffic(("hf", api.endpoint, account.hexdigest()), ("api", "resolver", "transfer"))
-        super().__init__(f"{_SCHEME}{self.bucket_id}/{self.prefix}".rstrip("/"), retry=retry or _DEFAULT_RETRY,
-                         traffic=traffic)
+        super().__init__(
+            f"{_SCHEME}{self.bucket_id}/{self.prefix}".rstrip("/"), retry=retry or _DEFAULT_RETRY, traffic=traffic
+        )
         self._create = create
         self._private = private
         self._writing = threading.local()  # the call in progress writes: its refusals say "needs write access"

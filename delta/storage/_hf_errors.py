@@ -16,7 +16,11 @@ import re
 from dataclasses import dataclass
 
 from ..errors import (
-    AccessDeniedError, BucketNotFoundError, BucketUnreachableError, RateLimitedError, StorageError,
+    AccessDeniedError,
+    BucketNotFoundError,
+    BucketUnreachableError,
+    RateLimitedError,
+    StorageError,
 )
 from ._base import Failure
 from ._hf_http import RateLimitedReply
@@ -46,7 +50,10 @@ class HubCall:
 def classify(error: Exception, call: HubCall) -> Failure | None:
     """The failure `error` stands for, or None for an exception that is not the Hub's nor the network's (a bug)."""
     from huggingface_hub.errors import (
-        BucketBatchError, EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled,
+        BucketBatchError,
+        EntryNotFoundError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
     )
 
     if type(error) is FileNotFoundError:  # ours: paths-info does not list the file
@@ -58,10 +65,13 @@ def classify(error: Exception, call: HubCall) -> Failure | None:
     if isinstance(error, BucketBatchError):
         failed = error.failures
         first = failed[0] if failed else {}
-        return Failure(BucketUnreachableError,
-                       f"the Hub did not apply {len(failed)} operation(s) of the batch (first: "
-                       f"{first.get('path', '?')}: {first.get('error', '?')}); nothing else of it is relied on, "
-                       "and it is sent again", _status_of(error))
+        return Failure(
+            BucketUnreachableError,
+            f"the Hub did not apply {len(failed)} operation(s) of the batch (first: "
+            f"{first.get('path', '?')}: {first.get('error', '?')}); nothing else of it is relied on, "
+            "and it is sent again",
+            _status_of(error),
+        )
     if isinstance(error, EntryNotFoundError) and not isinstance(error, HfHubHTTPError):
         return Failure(FileNotFoundError, str(error))
     if isinstance(error, HfHubHTTPError):
@@ -81,27 +91,48 @@ def by_status(status: int, said: str, call: HubCall) -> Failure:
     """What an HTTP status from the Hub (or its Xet storage) means, with `said`, the Hub's own words."""
     if status == 401:
         if said == _INVALID_CREDENTIALS:
-            return Failure(AccessDeniedError, "the Hub refused the token (HTTP 401: invalid credentials): it is wrong, "
-                           "expired or revoked; set HF_TOKEN to a valid token or run `hf auth login`", status)
+            return Failure(
+                AccessDeniedError,
+                "the Hub refused the token (HTTP 401: invalid credentials): it is wrong, "
+                "expired or revoked; set HF_TOKEN to a valid token or run `hf auth login`",
+                status,
+            )
         if not call.has_token:
-            return Failure(AccessDeniedError, f"the Hub sent HTTP 401 and no token was sent: the bucket "
-                           f"{call.bucket_id} is private, or does not exist; set HF_TOKEN (or run `hf auth login`) "
-                           "with a token that can read it", status)
-        return Failure(AccessDeniedError, f"the Hub refused the token (HTTP 401{': ' + said if said else ''}); set "
-                       "HF_TOKEN to a valid token or run `hf auth login`", status)
+            return Failure(
+                AccessDeniedError,
+                f"the Hub sent HTTP 401 and no token was sent: the bucket "
+                f"{call.bucket_id} is private, or does not exist; set HF_TOKEN (or run `hf auth login`) "
+                "with a token that can read it",
+                status,
+            )
+        return Failure(
+            AccessDeniedError,
+            f"the Hub refused the token (HTTP 401{': ' + said if said else ''}); set "
+            "HF_TOKEN to a valid token or run `hf auth login`",
+            status,
+        )
     if status == 403:
         need = "write access" if call.writing else "read access"
-        return Failure(AccessDeniedError, f"the Hub refused the token (HTTP 403{': ' + said if said else ''}): it "
-                       f"needs {need} to the bucket {call.bucket_id} (its namespace "
-                       f"{call.bucket_id.split('/')[0]}); make one at {call.endpoint}/settings/tokens "
-                       "(a reader needs read access only)", status)
+        return Failure(
+            AccessDeniedError,
+            f"the Hub refused the token (HTTP 403{': ' + said if said else ''}): it "
+            f"needs {need} to the bucket {call.bucket_id} (its namespace "
+            f"{call.bucket_id.split('/')[0]}); make one at {call.endpoint}/settings/tokens "
+            "(a reader needs read access only)",
+            status,
+        )
     if status == 404:
-        return Failure(BucketNotFoundError, f"no bucket {call.bucket_id} on {call.endpoint} (or the token cannot see "
-                       f"it): create it (`hf buckets create {call.bucket_id}`, or let the writer create it: "
-                       "create=True, `--create`)", status)
+        return Failure(
+            BucketNotFoundError,
+            f"no bucket {call.bucket_id} on {call.endpoint} (or the token cannot see "
+            f"it): create it (`hf buckets create {call.bucket_id}`, or let the writer create it: "
+            "create=True, `--create`)",
+            status,
+        )
     if status == 429:
-        return Failure(RateLimitedError, f"the Hub answered HTTP 429 Too Many Requests{': ' + said if said else ''}",
-                       status)
+        return Failure(
+            RateLimitedError, f"the Hub answered HTTP 429 Too Many Requests{': ' + said if said else ''}", status
+        )
     if status == 408 or status >= 500:
         return Failure(BucketUnreachableError, f"the Hub answered HTTP {status}{': ' + said if said else ''}", status)
     return Failure(StorageError, f"the Hub answered HTTP {status}{': ' + said if said else ''}", status)
@@ -113,15 +144,23 @@ def _xet_failure(cause: BaseException, call: HubCall) -> Failure:
 
     text = f"{type(cause).__name__}: {cause}"
     if isinstance(cause, hf_xet.XetAuthenticationError):
-        return Failure(AccessDeniedError, f"Xet storage refused the token ({text}); set HF_TOKEN to a token with "
-                       f"{'write' if call.writing else 'read'} access to the bucket {call.bucket_id}", 401)
+        return Failure(
+            AccessDeniedError,
+            f"Xet storage refused the token ({text}); set HF_TOKEN to a token with "
+            f"{'write' if call.writing else 'read'} access to the bucket {call.bucket_id}",
+            401,
+        )
     if isinstance(cause, hf_xet.XetObjectNotFoundError):
         return Failure(StorageError, f"Xet storage holds no content for this file ({text})")
     found = _STATUS_IN_TEXT.search(str(cause))
     if found and int(found.group(1)) in (401, 403):
-        return Failure(AccessDeniedError, f"Xet storage refused the token (HTTP {found.group(1)}: {cause}); set "
-                       f"HF_TOKEN to a token with {'write' if call.writing else 'read'} access to the bucket "
-                       f"{call.bucket_id}", int(found.group(1)))
+        return Failure(
+            AccessDeniedError,
+            f"Xet storage refused the token (HTTP {found.group(1)}: {cause}); set "
+            f"HF_TOKEN to a token with {'write' if call.writing else 'read'} access to the bucket "
+            f"{call.bucket_id}",
+            int(found.group(1)),
+        )
     if found:
         failure = by_status(int(found.group(1)), f"Xet storage: {cause}", call)
         if failure.kind is not BucketNotFoundError or "/xet-" in str(cause):  # a 404 of Xet storage is no bucket's

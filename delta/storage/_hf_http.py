@@ -85,8 +85,9 @@ def _on_response(response: Any) -> None:
         wait = retry_after(response.headers, limit)
         told = f"{limit.resource} quota {limit.limit or '?'} per {limit.window_s or '?'} s spent" if limit else "429"
         message = response.headers.get("X-Error-Message")
-        raise RateLimitedReply(wait, f"the Hub answered HTTP 429 Too Many Requests ({told})"
-                                     + (f": {message}" if message else ""))
+        raise RateLimitedReply(
+            wait, f"the Hub answered HTTP 429 Too Many Requests ({told})" + (f": {message}" if message else "")
+        )
 
 
 def rate_limit(headers: Any) -> RateLimit | None:
@@ -100,8 +101,9 @@ def rate_limit(headers: Any) -> RateLimit | None:
     if info is None:
         return None
     now = time.time()
-    return RateLimit(info.resource_type, info.remaining, now + info.reset_in_seconds, info.limit, info.window_seconds,
-                     now)
+    return RateLimit(
+        info.resource_type, info.remaining, now + info.reset_in_seconds, info.limit, info.window_seconds, now
+    )
 
 
 def retry_after(headers: Any, limit: RateLimit | None) -> float | None:

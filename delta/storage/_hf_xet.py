@@ -26,6 +26,7 @@ from ._traffic import Traffic
 
 T = TypeVar("T")
 
+
 class XetTransferError(Exception):
     """hf_xet failed a transfer (its builtin `ConnectionError`, `RuntimeError`, `PermissionError`, ...), wrapped to
     say where it came from.
@@ -57,8 +58,9 @@ class XetTarget:
         """The Hub route that hands out a Xet token of `scope` ("read" or "write") for this bucket."""
         from huggingface_hub.utils._xet import XetTokenType, xet_connection_info_refresh_url
 
-        return xet_connection_info_refresh_url(token_type=XetTokenType(scope), repo_id=self.bucket_id,
-                                               repo_type="bucket", endpoint=self.endpoint)
+        return xet_connection_info_refresh_url(
+            token_type=XetTokenType(scope), repo_id=self.bucket_id, repo_type="bucket", endpoint=self.endpoint
+        )
 
     def session_options(self, scope: str) -> dict[str, Any]:
         """What hf_xet's upload commit or download group is opened with: the kept token of `scope` (fetched when there
@@ -67,9 +69,14 @@ class XetTarget:
 
         url = self.refresh_url(scope)
         info = _fetch_xet_connection_info_with_url(url, self.headers)  # cached until a minute before it expires
-        return {"endpoint": info.endpoint, "token": info.access_token,
-                "token_expiry_unix_secs": info.expiration_unix_epoch, "token_refresh_url": url,
-                "token_refresh_headers": self.headers, "custom_headers": xet_headers_without_auth(self.headers)}
+        return {
+            "endpoint": info.endpoint,
+            "token": info.access_token,
+            "token_expiry_unix_secs": info.expiration_unix_epoch,
+            "token_refresh_url": url,
+            "token_refresh_headers": self.headers,
+            "custom_headers": xet_headers_without_auth(self.headers),
+        }
 
     def forget_token(self, scope: str) -> None:
         """Drop the kept token of `scope` (Xet storage refused it), so the next transfer fetches a fresh one."""
@@ -92,8 +99,9 @@ def upload(target: XetTarget, data: bytes, traffic: Traffic) -> tuple[str, int]:
     return _with_token(target, "write", traffic, send)
 
 
-def download(target: XetTarget, xet_hash: str, size: int, destination: str | os.PathLike[str],
-             traffic: Traffic) -> None:
+def download(
+    target: XetTarget, xet_hash: str, size: int, destination: str | os.PathLike[str], traffic: Traffic
+) -> None:
     """Write the content named by `xet_hash` (of `size` bytes) to the file `destination`."""
     from hf_xet import XetFileInfo
     from huggingface_hub.utils._xet import get_xet_session

@@ -40,8 +40,11 @@ class LocalStorage(Storage):
 
     def __init__(self, root: str | os.PathLike[str], *, retry: RetryPolicy | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
-        super().__init__(self.root.as_uri(), retry=retry,
-                         traffic=shared_traffic(("local", str(self.root)), ("read", "write", "list", "move", "delete")))
+        super().__init__(
+            self.root.as_uri(),
+            retry=retry,
+            traffic=shared_traffic(("local", str(self.root)), ("read", "write", "list", "move", "delete")),
+        )
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -104,4 +107,3 @@ class LocalStorage(Storage):
         for path in paths:
             target = self.root / path
             (self._inside(target.parent, "delete") / target.name).unlink(missing_ok=True)
-

@@ -68,10 +68,17 @@ class TrafficSnapshot:
 
     def to_json(self) -> dict:
         """Plain JSON for `/status` routes."""
-        return {"total": self.total, "last_5min": self.last_window, "rate_limited": self.rate_limited,
-                "throttled_until": self.throttled_until, "throttled_by": self.throttled_by,
-                "limits": {k: {"remaining": v.remaining, "limit": v.limit, "window_s": v.window_s,
-                               "reset_at": v.reset_at} for k, v in self.limits.items()}}
+        return {
+            "total": self.total,
+            "last_5min": self.last_window,
+            "rate_limited": self.rate_limited,
+            "throttled_until": self.throttled_until,
+            "throttled_by": self.throttled_by,
+            "limits": {
+                k: {"remaining": v.remaining, "limit": v.limit, "window_s": v.window_s, "reset_at": v.reset_at}
+                for k, v in self.limits.items()
+            },
+        }
 
 
 class Traffic:
@@ -128,9 +135,14 @@ class Traffic:
         with self._lock:
             self._trim(now)
             recent = Counter(kind for _, kind in self._recent)
-            return TrafficSnapshot({c: self._total[c] for c in self._names()},
-                                   {c: recent[c] for c in self._names()}, dict(self._limits), held,
-                                   self._by if held is not None else None, self._rate_limited)
+            return TrafficSnapshot(
+                {c: self._total[c] for c in self._names()},
+                {c: recent[c] for c in self._names()},
+                dict(self._limits),
+                held,
+                self._by if held is not None else None,
+                self._rate_limited,
+            )
 
     def _names(self) -> list[str]:
         return [*self.classes, *sorted(set(self._total) - set(self.classes))]
