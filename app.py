@@ -56,13 +56,17 @@ def pick_role(argv: list[str], environ: dict[str, str] | os._Environ[str]) -> tu
     if argv and not argv[0].startswith("-"):
         role, rest = argv[0], argv[1:]
         if role not in ROLES:
-            _fail(f"unknown role {role!r}: name one of {names} (e.g. `python {PROG} env`), "
-                  f"or none to run all three; a Space sets the SPACE_ROLE variable instead")
+            _fail(
+                f"unknown role {role!r}: name one of {names} (e.g. `python {PROG} env`), "
+                f"or none to run all three; a Space sets the SPACE_ROLE variable instead"
+            )
         return role, rest
     role = environ.get("SPACE_ROLE", "").strip()
     if role and role not in ROLES:
-        _fail(f"SPACE_ROLE={role!r} is not a role: set the SPACE_ROLE variable to one of {names}, "
-              f"or unset it to run all three")
+        _fail(
+            f"SPACE_ROLE={role!r} is not a role: set the SPACE_ROLE variable to one of {names}, "
+            f"or unset it to run all three"
+        )
     return role or "all", argv
 
 
@@ -74,8 +78,10 @@ def _load(role: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] == module.split(".")[0]:
             raise
-        _fail(f"the {role} role needs the package {e.name!r}, which is not installed: run "
-              f"`bash scripts/install.sh` (or `pip install -r requirements.txt -c constraints.txt`)")
+        _fail(
+            f"the {role} role needs the package {e.name!r}, which is not installed: run "
+            f"`bash scripts/install.sh` (or `pip install -r requirements.txt -c constraints.txt`)"
+        )
         raise  # unreachable: _fail exits
 
 

@@ -88,44 +88,80 @@ class Setting:
         if self.default is not None:
             where.append(f"default {self.default}")
         suffix = f" ({'; '.join(where)})" if where else ""
-        parser.add_argument(self.flag, type=self.kind, default=self.value(), choices=self.choices,
-                            help=(help or self.help) + suffix)
+        parser.add_argument(
+            self.flag, type=self.kind, default=self.value(), choices=self.choices, help=(help or self.help) + suffix
+        )
 
 
-BUCKET = Setting("--bucket", "DELTA_BUCKET", DEFAULT_BUCKET,
-                 "the bucket shared by trainer and rollout: a folder, s3://..., hf://buckets/NS/NAME")
+BUCKET = Setting(
+    "--bucket",
+    "DELTA_BUCKET",
+    DEFAULT_BUCKET,
+    "the bucket shared by trainer and rollout: a folder, s3://..., hf://buckets/NS/NAME",
+)
 MODEL = Setting("--model", "MODEL", DEFAULT_MODEL, "model folder or Hub id the trainer starts from (offline default)")
-DEVICE = Setting("--device", "DEVICE", "auto",
-                 f"torch device: {', '.join(DEVICE_CHOICES)} or cuda:N (auto: the GPU when there is one)")
-ENGINE = Setting("--engine", "ENGINE", None, "rollout engine (unset: vllm where CUDA is, transformers on CPUs)",
-                 choices=ENGINES)
-DTYPE = Setting("--dtype", "DTYPE", "auto",
-                "compute dtype of the rollout's engine: auto, bfloat16, float16, float32 (auto: the checkpoint's where "
-                "the GPU computes in it natively, float32 on CPUs and, for bf16 weights, on GPUs without bf16)",
-                choices=("auto", "bfloat16", "float16", "float32"))
-GPU_MEMORY_UTILIZATION = Setting("--gpu-memory-utilization", "GPU_MEMORY_UTILIZATION", None,
-                                 "share of the GPU's memory vLLM takes for weights and KV cache (unset: 0.85; lower "
-                                 "it when a trainer shares the GPU); ignored on CPUs", float)
-CUDA_GRAPHS = Setting("--cuda-graphs", "CUDA_GRAPHS", "on",
-                      "vLLM on a GPU: capture CUDA graphs (on: faster decoding, a slower start; off: eager mode); "
-                      "always off on CPUs", choices=("on", "off"))
+DEVICE = Setting(
+    "--device",
+    "DEVICE",
+    "auto",
+    f"torch device: {', '.join(DEVICE_CHOICES)} or cuda:N (auto: the GPU when there is one)",
+)
+ENGINE = Setting(
+    "--engine", "ENGINE", None, "rollout engine (unset: vllm where CUDA is, transformers on CPUs)", choices=ENGINES
+)
+DTYPE = Setting(
+    "--dtype",
+    "DTYPE",
+    "auto",
+    "compute dtype of the rollout's engine: auto, bfloat16, float16, float32 (auto: the checkpoint's where "
+    "the GPU computes in it natively, float32 on CPUs and, for bf16 weights, on GPUs without bf16)",
+    choices=("auto", "bfloat16", "float16", "float32"),
+)
+GPU_MEMORY_UTILIZATION = Setting(
+    "--gpu-memory-utilization",
+    "GPU_MEMORY_UTILIZATION",
+    None,
+    "share of the GPU's memory vLLM takes for weights and KV cache (unset: 0.85; lower "
+    "it when a trainer shares the GPU); ignored on CPUs",
+    float,
+)
+CUDA_GRAPHS = Setting(
+    "--cuda-graphs",
+    "CUDA_GRAPHS",
+    "on",
+    "vLLM on a GPU: capture CUDA graphs (on: faster decoding, a slower start; off: eager mode); always off on CPUs",
+    choices=("on", "off"),
+)
 #: The max LoRA ranks vLLM 0.32 accepts (`vllm.config.lora.MaxLoRARanks`).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-MAX_LORA_RANK = Setting("--max-lora-rank", "MAX_LORA_RANK", 0,
-                        "vLLM: serve LoRA adapters up to this rank (adapter-mode runs; vLLM's --enable-lora "
-                        "--max-lora-rank); 0: no LoRA support, such runs are refused", int,
-                        choices=(0, *VLLM_LORA_RANKS))
+MAX_LORA_RANK = Setting(
+    "--max-lora-rank",
+    "MAX_LORA_RANK",
+    0,
+    "vLLM: serve LoRA adapters up to this rank (adapter-mode runs; vLLM's --enable-lora "
+    "--max-lora-rank); 0: no LoRA support, such runs are refused",
+    int,
+    choices=(0, *VLLM_LORA_RANKS),
+)
 ENV_URL = Setting("--env-url", "ENV_URL", DEFAULT_ENV_URL, "the Wordle env Space")
-ROLLOUT_URL = Setting("--rollout-url", "ROLLOUT_URL", None,
-                      "request mode: the one rollout Space asked for each step's games (unset: the fleet, any number "
-                      "of rollout servers handing games in through the bucket)")
+ROLLOUT_URL = Setting(
+    "--rollout-url",
+    "ROLLOUT_URL",
+    None,
+    "request mode: the one rollout Space asked for each step's games (unset: the fleet, any number "
+    "of rollout servers handing games in through the bucket)",
+)
 OWNER_TOKEN = Setting("--owner-token", "OWNER_TOKEN", None, "secret that the trainer's start/pause/stop need")
 ENV_TOKEN = Setting("--env-token", "ENV_TOKEN", None, "the env's token, sent on the policy's games")
 ROLLOUT_TOKEN = Setting("--rollout-token", "ROLLOUT_TOKEN", None, "the rollout's token, sent with every request")
-TRUSTED_KEY = Setting("--trusted-key", "DELTA_TRUSTED_KEY", None,
-                      "the trainer's public key (ed25519:..., or a file holding it): only the weights and run settings "
-                      "it signed are used (unset: the key of the first signed version, kept per bucket in "
-                      "~/.cache/delta/trusted)")
+TRUSTED_KEY = Setting(
+    "--trusted-key",
+    "DELTA_TRUSTED_KEY",
+    None,
+    "the trainer's public key (ed25519:..., or a file holding it): only the weights and run settings "
+    "it signed are used (unset: the key of the first signed version, kept per bucket in "
+    "~/.cache/delta/trusted)",
+)
 HOST = Setting("--host", "GRADIO_SERVER_NAME", DEFAULT_HOST, "address to listen on")
 PORT = Setting("--port", "GRADIO_SERVER_PORT", DEFAULT_PORT, "port to listen on", int)
 

@@ -67,8 +67,9 @@ class StreamingWriter:
     def __enter__(self) -> "StreamingWriter":
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._file.close()
         if exc_type is None and self._next < len(self._order):
             exc = ValueError(f"{self.path}: {len(self._order) - self._next} tensors were never written")

@@ -31,21 +31,29 @@ def qwen3_shapes(model: str, layers: int | None = None) -> dict[str, tuple[int, 
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c["vocab"], h)}
     for i in range(c["layers"] if layers is None else min(layers, c["layers"])):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (c["heads"] * d, h), p + "self_attn.k_proj.weight": (c["kv_heads"] * d, h),
-            p + "self_attn.v_proj.weight": (c["kv_heads"] * d, h), p + "self_attn.o_proj.weight": (h, c["heads"] * d),
-            p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,),
-            p + "mlp.gate_proj.weight": (c["mlp"], h), p + "mlp.up_proj.weight": (c["mlp"], h),
-            p + "mlp.down_proj.weight": (h, c["mlp"]),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (c["heads"] * d, h),
+                p + "self_attn.k_proj.weight": (c["kv_heads"] * d, h),
+                p + "self_attn.v_proj.weight": (c["kv_heads"] * d, h),
+                p + "self_attn.o_proj.weight": (h, c["heads"] * d),
+                p + "self_attn.q_norm.weight": (d,),
+                p + "self_attn.k_norm.weight": (d,),
+                p + "mlp.gate_proj.weight": (c["mlp"], h),
+                p + "mlp.up_proj.weight": (c["mlp"], h),
+                p + "mlp.down_proj.weight": (h, c["mlp"]),
+            }
+        )
     shapes["model.norm.weight"] = (h,)
     shapes["lm_head.weight"] = (c["vocab"], h)
     return shapes
 
 
-def pairs(shapes: dict[str, tuple[int, ...]], lr: float, seed: int = 0, device: str = "cpu"
-          ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+def pairs(
+    shapes: dict[str, tuple[int, ...]], lr: float, seed: int = 0, device: str = "cpu"
+) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, old, new) per tensor: bf16 states after AdamW steps 1 and 2 (see the module docstring), made on
     `device` (on a GPU in seconds where the host would take minutes; other draws than the CPU's)."""
     b1, b2 = BETAS
@@ -67,5 +75,5 @@ def pairs(shapes: dict[str, tuple[int, ...]], lr: float, seed: int = 0, device: 
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 w.mul_(1 - lr * WEIGHT_DECAY)
                 w.addcdiv_(m, v.sqrt().div_((1 - b2**step) ** 0.5).add_(EPS), value=-lr / (1 - b1**step))
-                out[lo:lo + n] = w.bfloat16()
+                out[lo : lo + n] = w.bfloat16()
         yield name, old.reshape(shape), new.reshape(shape)

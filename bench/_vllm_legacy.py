@@ -32,7 +32,8 @@ class WeightUpdateExtension(RegisterDeltaBackend):
         with safe_open(path, framework="pt") as f, _quiet_partial_reload():
             names = list(f.keys())
             self.reload_weights(  # type: ignore[attr-defined]  # the vLLM worker this class extends has it
-                weights_iterator=((name, f.get_tensor(name)) for name in names), is_checkpoint_format=True)
+                weights_iterator=((name, f.get_tensor(name)) for name in names), is_checkpoint_format=True
+            )
         if current_platform.is_cpu():
             _repack_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]  # the worker's
         return len(names)

@@ -38,17 +38,42 @@ class VLLMServer:
         self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-               "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONPATH": str(site or REPO)}
-        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-                "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32",
-                "--max-model-len", str(max_model_len), "--kv-cache-memory-bytes", str(64 << 20), "--enforce-eager",
-                "--weight-transfer-config", json.dumps({"backend": "delta"})]
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+            "PYTHONPATH": str(site or REPO),
+        }
+        args = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            "tiny",
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(max_model_len),
+            "--kv-cache-memory-bytes",
+            str(64 << 20),
+            "--enforce-eager",
+            "--weight-transfer-config",
+            json.dumps({"backend": "delta"}),
+        ]
         if site is None:
             args += ["--worker-extension-cls", "delta_vllm_plugin.RegisterDeltaBackend"]
         self._log = open(log, "wb")  # noqa: SIM115 - the server writes it until stop()
-        self.process = subprocess.Popen(args, cwd=site.parent if site else REPO, env=env, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args, cwd=site.parent if site else REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
         self.client = VLLMHTTPClient(self.url, timeout=120)
 
     def wait_ready(self, timeout: float = 300) -> VLLMServer:
@@ -67,8 +92,9 @@ class VLLMServer:
     def complete(self, prompts: list[str], max_tokens: int = 16) -> list[str]:
         """Greedy completions of `prompts`."""
         body = json.dumps({"model": "tiny", "prompt": prompts, "max_tokens": max_tokens, "temperature": 0}).encode()
-        request = urllib.request.Request(self.url + "/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=120) as response:
             choices = json.loads(response.read())["choices"]
         return [c["text"] for c in sorted(choices, key=lambda c: c["index"])]

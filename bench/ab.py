@@ -34,8 +34,11 @@ from ._files import step_file_name
 
 def _load_package(checkout: str, alias: str) -> ModuleType:
     """The `delta` package of `checkout`, imported as `alias` (its imports are relative)."""
-    spec = importlib.util.spec_from_file_location(alias, os.path.join(checkout, "delta", "__init__.py"),
-                                                  submodule_search_locations=[os.path.join(checkout, "delta")])
+    spec = importlib.util.spec_from_file_location(
+        alias,
+        os.path.join(checkout, "delta", "__init__.py"),
+        submodule_search_locations=[os.path.join(checkout, "delta")],
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"no delta package in {checkout}")
     module = importlib.util.module_from_spec(spec)
@@ -44,8 +47,9 @@ def _load_package(checkout: str, alias: str) -> ModuleType:
     return module
 
 
-def _one_round(lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: str
-               ) -> tuple[dict[str, list[float]], list[int]]:
+def _one_round(
+    lib: ModuleType, states: list[dict[str, torch.Tensor]], folder: str
+) -> tuple[dict[str, list[float]], list[int]]:
     """Publish every state (flushing each), then apply each delta to a copy of the first state; returns the
     times and the bytes of each version's delta."""
     blocking, writer, apply_s = [], [], []
@@ -82,10 +86,14 @@ def main(argv: list[str] | None = None) -> None:
     files = sorted(f for f in os.listdir(args.data) if f.endswith(".safetensors"))
     steps = {step_file_name(i) for i in range(len(files))}
     states = [load_state(os.path.join(args.data, f)) for f in files if f in steps]
-    print(f"measured on: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, python "
-          f"{platform.python_version()}; load from other processes {os.getloadavg()[0]:.1f}")
-    print(f"state: {args.data}, {len(states)} states, {sum(t.numel() for t in states[0].values()):,} elements; "
-          f"{args.rounds} rounds, the two implementations alternating")
+    print(
+        f"measured on: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, python "
+        f"{platform.python_version()}; load from other processes {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"state: {args.data}, {len(states)} states, {sum(t.numel() for t in states[0].values()):,} elements; "
+        f"{args.rounds} rounds, the two implementations alternating"
+    )
     best: dict[str, dict[str, list[float]]] = {"base": {}, "this": {}}
     sizes: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
@@ -94,13 +102,19 @@ def main(argv: list[str] | None = None) -> None:
                 got, sizes[name] = _one_round(lib, states, str(Path(tmp) / f"{name}-{r}"))
                 for metric, values in got.items():
                     old = best[name].get(metric)
-                    best[name][metric] = values if old is None else [min(a, b) for a, b in zip(old, values, strict=True)]
+                    best[name][metric] = (
+                        values if old is None else [min(a, b) for a, b in zip(old, values, strict=True)]
+                    )
     for metric in best["this"]:
         b, t = best["base"][metric], best["this"][metric]
-        print(f"{metric} (best of {args.rounds} per version): base {', '.join(f'{x * 1e3:.0f}' for x in b)} ms; this "
-              f"{', '.join(f'{x * 1e3:.0f}' for x in t)} ms; fastest this/base {min(t) / min(b):.2f}x")
-    print(f"bytes per delta: base {', '.join(f'{n:,}' for n in sizes['base'])}; this "
-          f"{', '.join(f'{n:,}' for n in sizes['this'])}; this/base {sum(sizes['this']) / sum(sizes['base']):.4f}")
+        print(
+            f"{metric} (best of {args.rounds} per version): base {', '.join(f'{x * 1e3:.0f}' for x in b)} ms; this "
+            f"{', '.join(f'{x * 1e3:.0f}' for x in t)} ms; fastest this/base {min(t) / min(b):.2f}x"
+        )
+    print(
+        f"bytes per delta: base {', '.join(f'{n:,}' for n in sizes['base'])}; this "
+        f"{', '.join(f'{n:,}' for n in sizes['this'])}; this/base {sum(sizes['this']) / sum(sizes['base']):.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,18 @@ def big_manifest(versions: int) -> Manifest:
         folder = f"versions/{v:08d}-1a2b3c4d/"
         delta = (FileRef(f"{folder}delta-r00000.safetensors", 1_500_000, f"{v:064x}"),) if v > 1 else ()
         anchor = (FileRef(f"{folder}anchor-r00000-00000-of-00001.safetensors", 270_000_000, f"{v + 1:064x}"),)
-        entries.append(VersionEntry(v, "anchor", v - 1 if delta else None, f"xxh3-128:{v - 1:032x}" if delta else None,
-                                    f"xxh3-128:{v:032x}", delta, anchor, published_at=1.764e9 + v))
+        entries.append(
+            VersionEntry(
+                v,
+                "anchor",
+                v - 1 if delta else None,
+                f"xxh3-128:{v - 1:032x}" if delta else None,
+                f"xxh3-128:{v:032x}",
+                delta,
+                anchor,
+                published_at=1.764e9 + v,
+            )
+        )
     return Manifest(versions, tuple(entries))
 
 
@@ -70,8 +80,14 @@ def measure(path: str, repeat: int) -> dict:
         plan_behind = min(plan_behind, time.perf_counter() - start)
     assert [(s.entry.version, s.via) for s in route] == [(versions, "anchor")]
     assert [(s.entry.version, s.via) for s in behind] == [(versions, "delta")]
-    return {"versions": versions, "manifest_mb": len(data) / 1e6, "parse_s": parse, "plan_empty_s": plan_empty,
-            "plan_behind_s": plan_behind, "peak_mib": (_peak_kib() - before) / 1024}
+    return {
+        "versions": versions,
+        "manifest_mb": len(data) / 1e6,
+        "parse_s": parse,
+        "plan_empty_s": plan_empty,
+        "plan_behind_s": plan_behind,
+        "peak_mib": (_peak_kib() - before) / 1024,
+    }
 
 
 def main() -> None:
@@ -79,17 +95,22 @@ def main() -> None:
     parser.add_argument("--anchors", type=int, nargs="+", default=[1000, 2000, 3000, 8000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'anchors':>8} {'manifest':>9} {'parse':>8} {'plan (empty)':>13} {'plan (1 behind)':>16} "
-          f"{'peak above start':>17}")
+    print(
+        f"{'anchors':>8} {'manifest':>9} {'parse':>8} {'plan (empty)':>13} {'plan (1 behind)':>16} "
+        f"{'peak above start':>17}"
+    )
     for n in args.anchors:
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             f.write(big_manifest(n).to_json())
             f.flush()
-            out = subprocess.run([sys.executable, "-c", CHILD, f.name, str(args.repeat)], capture_output=True,
-                                 text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, f.name, str(args.repeat)], capture_output=True, text=True, check=True
+            )
         r = json.loads(out.stdout)
-        print(f"{n:>8,} {r['manifest_mb']:>7.1f}MB {r['parse_s']:>7.3f}s {r['plan_empty_s']:>12.4f}s "
-              f"{r['plan_behind_s']:>15.4f}s {r['peak_mib']:>14.0f}MiB")
+        print(
+            f"{n:>8,} {r['manifest_mb']:>7.1f}MB {r['parse_s']:>7.3f}s {r['plan_empty_s']:>12.4f}s "
+            f"{r['plan_behind_s']:>15.4f}s {r['peak_mib']:>14.0f}MiB"
+        )
 
 
 if __name__ == "__main__":

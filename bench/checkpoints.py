@@ -233,8 +233,12 @@ def generate_checkpoints(params: CheckpointParams, out_dir: str) -> CheckpointRu
         **facts,
         "elements": elements,
         "steps": [
-            {"step": k, "file": n, "bytes": os.path.getsize(os.path.join(out_dir, n)),
-             **({"changed": changed[k - 1], "density": changed[k - 1] / elements} if k else {})}
+            {
+                "step": k,
+                "file": n,
+                "bytes": os.path.getsize(os.path.join(out_dir, n)),
+                **({"changed": changed[k - 1], "density": changed[k - 1] / elements} if k else {}),
+            }
             for k, n in enumerate(names)
         ],
         "seconds": round(seconds, 2),
@@ -255,7 +259,9 @@ def load_run(out_dir: str) -> CheckpointRun | None:
     if record.get("format") != RUN_FORMAT or record.get("generator_version") != GENERATOR_VERSION:
         return None
     files = [os.path.join(out_dir, s["file"]) for s in record["steps"]]
-    if any(not os.path.isfile(f) or os.path.getsize(f) != s["bytes"] for f, s in zip(files, record["steps"], strict=True)):
+    if any(
+        not os.path.isfile(f) or os.path.getsize(f) != s["bytes"] for f, s in zip(files, record["steps"], strict=True)
+    ):
         return None
     return CheckpointRun(
         out_dir=out_dir,

@@ -172,6 +172,7 @@ class Row:
 
     def add(self, other: Row) -> Row:
         """Sums of sizes and times; peaks are the largest."""
+
         def w(a: float, b: float) -> float:  # per-changed-element sizes, weighted by changed elements
             total = self.changed + other.changed
             return (a * self.changed + b * other.changed) / total if total else 0.0
@@ -180,25 +181,43 @@ class Row:
             return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
 
         return dataclasses.replace(
-            self, elements=self.elements + other.elements, state_bytes=self.state_bytes + other.state_bytes,
-            changed=self.changed + other.changed, raw=w(self.raw, other.raw), gap=w(self.gap, other.gap),
-            ctx=w(self.ctx, other.ctx), entropy=math.nan,
-            **{f: getattr(self, f) + getattr(other, f) for f in ("copy_s", "floor_s", "raw_s", "encode_s", "apply_s",
-                                                                "host_encode_s", "host_apply_s")},
+            self,
+            elements=self.elements + other.elements,
+            state_bytes=self.state_bytes + other.state_bytes,
+            changed=self.changed + other.changed,
+            raw=w(self.raw, other.raw),
+            gap=w(self.gap, other.gap),
+            ctx=w(self.ctx, other.ctx),
+            entropy=math.nan,
+            **{
+                f: getattr(self, f) + getattr(other, f)
+                for f in ("copy_s", "floor_s", "raw_s", "encode_s", "apply_s", "host_encode_s", "host_apply_s")
+            },
             encode_host_extra=max(self.encode_host_extra, other.encode_host_extra),
             apply_host_extra=max(self.apply_host_extra, other.apply_host_extra),
             encode_gpu_extra=max(self.encode_gpu_extra, other.encode_gpu_extra),
             encode_stages=stages(self.encode_stages, other.encode_stages),
             apply_stages=stages(self.apply_stages, other.apply_stages),
             host_encode_stages=stages(self.host_encode_stages, other.host_encode_stages),
-            host_apply_stages=stages(self.host_apply_stages, other.host_apply_stages))
+            host_apply_stages=stages(self.host_apply_stages, other.host_apply_stages),
+        )
 
 
 PATHS = ("device", "host")
 
 
-def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, device: str, repeat: int,
-                 entropy: bool = True, paths: tuple[str, ...] = PATHS) -> Row:
+def measure_pair(
+    name: str,
+    step: int,
+    old: dict,
+    new: dict,
+    *,
+    threads: int,
+    device: str,
+    repeat: int,
+    entropy: bool = True,
+    paths: tuple[str, ...] = PATHS,
+) -> Row:
     """All figures for one (old, new) pair on `device` with `threads`, on the `paths` asked for (the other's figures
     are NaN); the states are not modified."""
     torch.set_num_threads(threads)
@@ -213,8 +232,10 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
     on_device = "device" in paths
     with _Path(device=on_device):  # sizes: the same bytes on either path
         src_old, src_new = (old, new) if on_device else (host_old, host_new)
-        sizes = {codec: len(delta.diff(src_old, src_new, codec=codec, old_digest=old_digest, workers=threads))
-                 for codec in ("raw", "gap")}
+        sizes = {
+            codec: len(delta.diff(src_old, src_new, codec=codec, old_digest=old_digest, workers=threads))
+            for codec in ("raw", "gap")
+        }
     # Filled once untimed, so no timed pass pays for first-touch page faults.
     scratch = {k: v.clone() for k, v in old.items()}
     reader = {k: v.clone() for k, v in old.items()} if on_device else {}
@@ -231,8 +252,12 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
         keep("floor", _timed(lambda: _floor(old, new), device)[0])
         if on_device:
             with _Path(device=True):
-                keep("raw", _timed(lambda: delta.diff(old, new, codec="raw", old_digest=old_digest, workers=threads),
-                                   device)[0])
+                keep(
+                    "raw",
+                    _timed(lambda: delta.diff(old, new, codec="raw", old_digest=old_digest, workers=threads), device)[
+                        0
+                    ],
+                )
                 with PeakMemory(device == "cuda") as mem:
                     seconds, data = _timed(lambda: delta.diff(old, new, old_digest=old_digest, workers=threads), device)
                 keep("encode", seconds)
@@ -247,11 +272,17 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
         if "host" in paths:
             with _Path(device=False):
                 if not on_device:
-                    keep("raw", _timed(lambda: delta.diff(host_old, host_new, codec="raw", old_digest=old_digest,
-                                                          workers=threads), "cpu")[0])
+                    keep(
+                        "raw",
+                        _timed(
+                            lambda: delta.diff(host_old, host_new, codec="raw", old_digest=old_digest, workers=threads),
+                            "cpu",
+                        )[0],
+                    )
                 with PeakMemory(False) as mem:
-                    seconds, host_data = _timed(lambda: delta.diff(host_old, host_new, old_digest=old_digest,
-                                                                   workers=threads), "cpu")
+                    seconds, host_data = _timed(
+                        lambda: delta.diff(host_old, host_new, old_digest=old_digest, workers=threads), "cpu"
+                    )
                 keep("host_encode", seconds)
                 encode_extra = max(encode_extra, mem.extra)
                 assert not data or host_data == data, "the device path and the host path wrote different bytes"
@@ -266,7 +297,9 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
                     seconds, _ = _timed(apply_host, "cpu")
                 keep("host_apply", seconds)
                 apply_extra = max(apply_extra, mem.extra)
-    stages: dict[str, tuple[dict[str, float], dict[str, float]]] = {path: ({}, {}) for path in paths}  # where each path's time goes: `repeat` more runs, recorded
+    stages: dict[str, tuple[dict[str, float], dict[str, float]]] = {
+        path: ({}, {}) for path in paths
+    }  # where each path's time goes: `repeat` more runs, recorded
     for _ in range(repeat):
         for path in paths:
             src_old, src_new, target = (old, new, reader) if path == "device" else (host_old, host_new, host_reader)
@@ -284,22 +317,49 @@ def measure_pair(name: str, step: int, old: dict, new: dict, *, threads: int, de
     bound = conditional_entropy_bits(host_old, host_new) / 8 / changed if entropy else math.nan
     none: tuple[dict[str, float], dict[str, float]] = ({}, {})
     return Row(
-        data=name, step=step, device=device, threads=threads, elements=elements, state_bytes=nbytes,
-        changed=header.changed, raw=sizes["raw"] / changed, gap=sizes["gap"] / changed, ctx=len(data) / changed,
-        entropy=bound, copy_s=best["copy"], floor_s=best["floor"], raw_s=best["raw"], encode_s=best["encode"],
-        apply_s=best["apply"], host_encode_s=best["host_encode"], host_apply_s=best["host_apply"],
-        encode_host_extra=encode_extra, apply_host_extra=apply_extra, encode_gpu_extra=gpu_extra,
-        encode_stages=stages.get("device", none)[0], apply_stages=stages.get("device", none)[1],
-        host_encode_stages=stages.get("host", none)[0], host_apply_stages=stages.get("host", none)[1])
+        data=name,
+        step=step,
+        device=device,
+        threads=threads,
+        elements=elements,
+        state_bytes=nbytes,
+        changed=header.changed,
+        raw=sizes["raw"] / changed,
+        gap=sizes["gap"] / changed,
+        ctx=len(data) / changed,
+        entropy=bound,
+        copy_s=best["copy"],
+        floor_s=best["floor"],
+        raw_s=best["raw"],
+        encode_s=best["encode"],
+        apply_s=best["apply"],
+        host_encode_s=best["host_encode"],
+        host_apply_s=best["host_apply"],
+        encode_host_extra=encode_extra,
+        apply_host_extra=apply_extra,
+        encode_gpu_extra=gpu_extra,
+        encode_stages=stages.get("device", none)[0],
+        apply_stages=stages.get("device", none)[1],
+        host_encode_stages=stages.get("host", none)[0],
+        host_apply_stages=stages.get("host", none)[1],
+    )
 
 
 def render(rows: list[Row]) -> str:
-    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} {'elements':>14} {'density':>8} | {'raw':>5} {'gap':>6} "
-            f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'raw':>6} | {'diff':>6} {'apply':>6} "
-            f"{'diff/raw':>8} | {'h.diff':>6} {'h.apply':>7} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}")
-    lines = [("sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes); diff and apply on the device "
-             "path, h. on the host path; diff/raw: time of the default diff over the raw diff "
-             "| extra memory (host path; GPU): fraction of the state"), head, "-" * len(head)]
+    head = (
+        f"{'data':<20} {'step':>4} {'dev':>4} {'thr':>3} {'elements':>14} {'density':>8} | {'raw':>5} {'gap':>6} "
+        f"{'ctx':>6} {'bound':>6} {'raw/ctx':>7} | {'copy':>6} {'floor':>6} {'raw':>6} | {'diff':>6} {'apply':>6} "
+        f"{'diff/raw':>8} | {'h.diff':>6} {'h.apply':>7} | {'enc host':>8} {'app host':>8} {'enc gpu':>7}"
+    )
+    lines = [
+        (
+            "sizes: bytes per changed element | speeds: GB/s of state (bf16 bytes); diff and apply on the device "
+            "path, h. on the host path; diff/raw: time of the default diff over the raw diff "
+            "| extra memory (host path; GPU): fraction of the state"
+        ),
+        head,
+        "-" * len(head),
+    ]
     for r in rows:
         gb = r.state_bytes / 1e9
         lines.append(
@@ -309,7 +369,8 @@ def render(rows: list[Row]) -> str:
             f"{gb / r.encode_s:>6.2f} {gb / r.apply_s:>6.2f} {r.encode_s / r.raw_s:>8.2f} | "
             f"{gb / r.host_encode_s:>6.2f} {gb / r.host_apply_s:>7.2f} | "
             f"{r.encode_host_extra / r.state_bytes:>8.2f} {r.apply_host_extra / r.state_bytes:>8.2f} "
-            f"{r.encode_gpu_extra / r.state_bytes:>7.2f}")
+            f"{r.encode_gpu_extra / r.state_bytes:>7.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -321,23 +382,37 @@ def _per_change_core(seconds: float, r: Row) -> str:
 def render_stages(rows: list[Row]) -> str:
     """Milliseconds per stage of each path's diff and apply (best of the recorded runs, per stage: waits at each stage),
     and the host's nanoseconds per change per core for coding (code) and decoding (decode)."""
-    lines = [("milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
-             "counts; hash: the changes' state-hash sums; transfer: host<->device copies; code: symbol counts and rANS "
-             "on host threads; decode: rANS on host threads, on the host path also placing; locate: positions and new "
-             "values on the device; write: the file, or index_copy_ into the state); ns/ch/core: host nanoseconds per "
-             "changed element per thread for code and decode")]
-    head = (f"{'data':<20} {'step':>4} {'dev':>4} {'path':>6} {'thr':>3} | diff: " + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
-            + " | apply: " + " ".join(f"{s:>8}" for s in APPLY_STAGES) + " | ns/ch/core: code decode")
+    lines = [
+        (
+            "milliseconds per stage (scan: compare, classes, sort, ranks, steps, on the host path also the symbol "
+            "counts; hash: the changes' state-hash sums; transfer: host<->device copies; code: symbol counts and rANS "
+            "on host threads; decode: rANS on host threads, on the host path also placing; locate: positions and new "
+            "values on the device; write: the file, or index_copy_ into the state); ns/ch/core: host nanoseconds per "
+            "changed element per thread for code and decode"
+        )
+    ]
+    head = (
+        f"{'data':<20} {'step':>4} {'dev':>4} {'path':>6} {'thr':>3} | diff: "
+        + " ".join(f"{s:>8}" for s in ENCODE_STAGES)
+        + " | apply: "
+        + " ".join(f"{s:>8}" for s in APPLY_STAGES)
+        + " | ns/ch/core: code decode"
+    )
     lines += [head, "-" * len(head)]
     for r in rows:
-        for path, (enc, app) in (("device", (r.encode_stages, r.apply_stages)),
-                                 ("host", (r.host_encode_stages, r.host_apply_stages))):
+        for path, (enc, app) in (
+            ("device", (r.encode_stages, r.apply_stages)),
+            ("host", (r.host_encode_stages, r.host_apply_stages)),
+        ):
             if not enc:
                 continue
-            lines.append(f"{r.data:<20} {r.step:>4} {r.device:>4} {path:>6} {r.threads:>3} | diff: "
-                         + " ".join(f"{1e3 * enc.get(s, 0.0):>8.1f}" for s in ENCODE_STAGES)
-                         + " | apply: " + " ".join(f"{1e3 * app.get(s, 0.0):>8.1f}" for s in APPLY_STAGES)
-                         + f" | {_per_change_core(enc.get('code', 0.0), r)} {_per_change_core(app.get('decode', 0.0), r)}")
+            lines.append(
+                f"{r.data:<20} {r.step:>4} {r.device:>4} {path:>6} {r.threads:>3} | diff: "
+                + " ".join(f"{1e3 * enc.get(s, 0.0):>8.1f}" for s in ENCODE_STAGES)
+                + " | apply: "
+                + " ".join(f"{1e3 * app.get(s, 0.0):>8.1f}" for s in APPLY_STAGES)
+                + f" | {_per_change_core(enc.get('code', 0.0), r)} {_per_change_core(app.get('decode', 0.0), r)}"
+            )
     return "\n".join(lines)
 
 
@@ -363,27 +438,54 @@ def checkpoint_pairs(names: Iterable[str], steps: int | None, data_dir: str) -> 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="*", default=None, choices=sorted(DATASETS),
-                        help="checkpoint data sets (default: all but tiny-qwen3, unless --synthetic is given)")
-    parser.add_argument("--synthetic", nargs="*", default=[], choices=sorted(_streamed.SHAPES),
-                        help="large shapes made and measured tensor by tensor")
+    parser.add_argument(
+        "--data",
+        nargs="*",
+        default=None,
+        choices=sorted(DATASETS),
+        help="checkpoint data sets (default: all but tiny-qwen3, unless --synthetic is given)",
+    )
+    parser.add_argument(
+        "--synthetic",
+        nargs="*",
+        default=[],
+        choices=sorted(_streamed.SHAPES),
+        help="large shapes made and measured tensor by tensor",
+    )
     parser.add_argument("--layers", type=int, default=None, help="synthetic shapes: only the first N layers")
-    parser.add_argument("--steps", type=int, default=None,
-                        help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG['steps']} for {BIG['data']})")
-    parser.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "delta-sync", "checkpoints"),
-                        help="where the checkpoint sequences are generated once and reused (default %(default)s)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"optimizer steps per data set (default {DEFAULT_STEPS}, {BIG['steps']} for {BIG['data']})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.path.join(os.path.expanduser("~"), ".cache", "delta-sync", "checkpoints"),
+        help="where the checkpoint sequences are generated once and reused (default %(default)s)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the states live")
-    parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count() or 1],
-                        help="coding threads to measure (default: one per core)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[os.cpu_count() or 1],
+        help="coding threads to measure (default: one per core)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timing repeats, best kept")
-    parser.add_argument("--paths", choices=["device", "host", "both"], default=None,
-                        help="which paths to measure (default: device alone for --synthetic on --device cuda, else both)")
+    parser.add_argument(
+        "--paths",
+        choices=["device", "host", "both"],
+        default=None,
+        help="which paths to measure (default: device alone for --synthetic on --device cuda, else both)",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    names = args.data if args.data is not None else ([] if args.synthetic else
-                                                      [d for d in DATASETS if d != "tiny-qwen3"])
+    names = (
+        args.data if args.data is not None else ([] if args.synthetic else [d for d in DATASETS if d != "tiny-qwen3"])
+    )
     if args.paths is None:
         args.paths = "device" if args.synthetic and args.device == "cuda" else "both"
     paths = PATHS if args.paths == "both" else (args.paths,)
@@ -391,8 +493,9 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[Row] = []
     for name, step, old, new in checkpoint_pairs(names, args.steps, args.data_dir):
         for threads in args.threads:
-            rows.append(measure_pair(name, step, old, new, threads=threads, device=args.device, repeat=args.repeat,
-                                     paths=paths))
+            rows.append(
+                measure_pair(name, step, old, new, threads=threads, device=args.device, repeat=args.repeat, paths=paths)
+            )
             print(render(rows[-1:]).splitlines()[-1], flush=True)
     for model in args.synthetic:
         shapes = _streamed.qwen3_shapes(model, args.layers)
@@ -400,8 +503,17 @@ def main(argv: list[str] | None = None) -> None:
         totals: dict[int, Row] = {}
         for tensor, old_tensor, new_tensor in _streamed.pairs(shapes, SYNTHETIC_LR, device=args.device):
             for threads in args.threads:
-                row = measure_pair(label, 2, {tensor: old_tensor}, {tensor: new_tensor}, threads=threads,
-                                   device=args.device, repeat=args.repeat, entropy=False, paths=paths)
+                row = measure_pair(
+                    label,
+                    2,
+                    {tensor: old_tensor},
+                    {tensor: new_tensor},
+                    threads=threads,
+                    device=args.device,
+                    repeat=args.repeat,
+                    entropy=False,
+                    paths=paths,
+                )
                 totals[threads] = totals[threads].add(row) if threads in totals else row
             del old_tensor, new_tensor
         for threads in args.threads:

@@ -78,9 +78,15 @@ def base_state(elements: int) -> dict[str, torch.Tensor]:
     layers = max(1, elements // per_layer)
     state = {}
     for i in range(layers):
-        for name, shape in (("q", (hidden, hidden)), ("k", (hidden // 3, hidden)), ("v", (hidden // 3, hidden)),
-                            ("o", (hidden, hidden)), ("gate", (4 * hidden, hidden)), ("up", (4 * hidden, hidden)),
-                            ("down", (hidden, 4 * hidden))):
+        for name, shape in (
+            ("q", (hidden, hidden)),
+            ("k", (hidden // 3, hidden)),
+            ("v", (hidden // 3, hidden)),
+            ("o", (hidden, hidden)),
+            ("gate", (4 * hidden, hidden)),
+            ("up", (4 * hidden, hidden)),
+            ("down", (hidden, 4 * hidden)),
+        ):
             state[f"layers.{i:02d}.{name}.weight"] = (torch.randn(shape, generator=g) * 0.02).bfloat16()
         state[f"layers.{i:02d}.norm.weight"] = 1 + 0.1 * torch.randn(hidden, generator=g)
     state["scale.f64"] = torch.randn(4096, generator=g, dtype=torch.float64)
@@ -253,8 +259,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--folder", default=None, help="where the files go (default: a temporary folder)")
-    parser.add_argument("--only", nargs="*", default=None, help="measure only the cases whose names contain one of "
-                        "these (the floor and `good ctx` always)")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="measure only the cases whose names contain one of these (the floor and `good ctx` always)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         base = base_state(args.elements)
@@ -262,8 +272,11 @@ def main() -> None:
         delta.save_state(base, base_path)
         elements = sum(t.numel() for t in base.values())
         state_mb = sum(t.numel() * t.element_size() for t in base.values()) / 2**20
-        print(f"base: {len(base)} tensors, {elements:,} elements, {state_mb:.0f} MiB; header limit "
-              f"{header_limit(base):,} bytes", flush=True)
+        print(
+            f"base: {len(base)} tensors, {elements:,} elements, {state_mb:.0f} MiB; header limit "
+            f"{header_limit(base):,} bytes",
+            flush=True,
+        )
         t0 = time.perf_counter()
         paths = make_cases(base, folder)
         del base
@@ -281,16 +294,21 @@ def main() -> None:
                 b = best.setdefault(name, r)
                 b["seconds"], b["peak_mb"] = min(b["seconds"], r["seconds"]), min(b["peak_mb"], r["peak_mb"])
         ref = best["good ctx"]
-        print(f"\n{'case':<32} {'file MB':>9} {'exit':>5} {'peak MiB':>9} {'x good':>7} {'seconds':>8} {'x good':>7}  "
-              "refused with")
+        print(
+            f"\n{'case':<32} {'file MB':>9} {'exit':>5} {'peak MiB':>9} {'x good':>7} {'seconds':>8} {'x good':>7}  "
+            "refused with"
+        )
         for name, r in best.items():
             size = os.path.getsize(paths[name]) / 1e6 if name in paths else 0
-            print(f"{name:<32} {size:>9.2f} {r['rc']:>5} {r['peak_mb']:>9.0f} {r['peak_mb'] / ref['peak_mb']:>7.2f} "
-                  f"{r['seconds']:>8.2f} {r['seconds'] / ref['seconds']:>7.2f}  {r['error'][:90]}")
+            print(
+                f"{name:<32} {size:>9.2f} {r['rc']:>5} {r['peak_mb']:>9.0f} {r['peak_mb'] / ref['peak_mb']:>7.2f} "
+                f"{r['seconds']:>8.2f} {r['seconds'] / ref['seconds']:>7.2f}  {r['error'][:90]}"
+            )
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"elements": elements, "state_mib": state_mb, "cpus": os.cpu_count(), "cases": best}, f,
-                          indent=1)
+                json.dump(
+                    {"elements": elements, "state_mib": state_mb, "cpus": os.cpu_count(), "cases": best}, f, indent=1
+                )
 
 
 if __name__ == "__main__":

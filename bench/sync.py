@@ -58,8 +58,16 @@ def _run(label: str, url: str, states: list[dict[str, torch.Tensor]], anchor_eve
     manifest = read_manifest(open_storage(url, **options))
     assert manifest is not None  # published above
     deltas = [v.delta_bytes for v in manifest.versions[1:]]
-    return dict(label=label, blocking=blocking, latency=latency, pauses=pauses, anchor=manifest.versions[0].anchor_bytes,
-                delta=sum(deltas) / len(deltas), manifest=len(manifest.to_json()), history=reader.status().history)
+    return dict(
+        label=label,
+        blocking=blocking,
+        latency=latency,
+        pauses=pauses,
+        anchor=manifest.versions[0].anchor_bytes,
+        delta=sum(deltas) / len(deltas),
+        manifest=len(manifest.to_json()),
+        history=reader.status().history,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,13 +78,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     files = sorted(p for p in os.listdir(args.data) if p.endswith(".safetensors"))
-    states = [load_state(os.path.join(args.data, f)) for f in files if f in {step_file_name(i) for i in range(len(files))}]
+    states = [
+        load_state(os.path.join(args.data, f)) for f in files if f in {step_file_name(i) for i in range(len(files))}
+    ]
     numel = sum(t.numel() for t in states[0].values())
-    print(f"measured on: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "
-          f"{os.getloadavg()[0]:.1f}")
-    print(f"state: {args.data}, {len(states)} states, {numel:,} elements, "
-          f"{sum(t.numel() * t.element_size() for t in states[0].values()) / 1e9:.2f} GB")
+    print(
+        f"measured on: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"state: {args.data}, {len(states)} states, {numel:,} elements, "
+        f"{sum(t.numel() * t.element_size() for t in states[0].values()) / 1e9:.2f} GB"
+    )
     copy_s = _copy_time(states[0])
 
     results = []
@@ -86,24 +100,35 @@ def main(argv: list[str] | None = None) -> None:
             from tests.rclone_server import RcloneS3Server
 
             with RcloneS3Server(Path(tmp) / "s3") as server:
-                results.append(_run("rclone-s3", "s3://bench/run", states, args.anchor_every,
-                                    **server.storage_options()))
+                results.append(
+                    _run("rclone-s3", "s3://bench/run", states, args.anchor_every, **server.storage_options())
+                )
 
     print(f"in-memory copy of the state (clone): {copy_s * 1e3:.0f} ms")
     for r in results:
         block = max(r["blocking"])
-        print(f"[{r['label']}] publish() blocking: " + ", ".join(f"{b * 1e3:.0f} ms" for b in r["blocking"])
-              + f"  -> worst {block / copy_s:.2f}x the copy (goal <= 1.5x)")
-        print(f"[{r['label']}] publish -> reader holds the new state: "
-              + ", ".join(f"{t:.2f} s" for t in r["latency"])
-              + "  (goal <= 1 s local); reader apply pause: " + ", ".join(f"{p * 1e3:.0f} ms" for p in r["pauses"]))
+        print(
+            f"[{r['label']}] publish() blocking: "
+            + ", ".join(f"{b * 1e3:.0f} ms" for b in r["blocking"])
+            + f"  -> worst {block / copy_s:.2f}x the copy (goal <= 1.5x)"
+        )
+        print(
+            f"[{r['label']}] publish -> reader holds the new state: "
+            + ", ".join(f"{t:.2f} s" for t in r["latency"])
+            + "  (goal <= 1 s local); reader apply pause: "
+            + ", ".join(f"{p * 1e3:.0f} ms" for p in r["pauses"])
+        )
         for h in r["history"]:
-            print(f"[{r['label']}]   version {h.version} via {h.via}: fetched {h.bytes_fetched:,} B in "
-                  f"{h.fetch_s:.2f} s, decode {h.decode_s:.2f} s, apply pause {h.apply_pause_s * 1e3:.0f} ms")
+            print(
+                f"[{r['label']}]   version {h.version} via {h.via}: fetched {h.bytes_fetched:,} B in "
+                f"{h.fetch_s:.2f} s, decode {h.decode_s:.2f} s, apply pause {h.apply_pause_s * 1e3:.0f} ms"
+            )
         amortised = r["delta"] + r["manifest"] + r["anchor"] / args.anchor_every
-        print(f"[{r['label']}] bytes per version: delta {r['delta']:,.0f} + manifest {r['manifest']:,} + anchor "
-              f"{r['anchor']:,} / {args.anchor_every} = {amortised:,.0f} B amortised "
-              f"({amortised / numel * 8:.3f} bits per element, {100 * amortised / (2 * numel):.2f}% of a full bf16 copy)")
+        print(
+            f"[{r['label']}] bytes per version: delta {r['delta']:,.0f} + manifest {r['manifest']:,} + anchor "
+            f"{r['anchor']:,} / {args.anchor_every} = {amortised:,.0f} B amortised "
+            f"({amortised / numel * 8:.3f} bits per element, {100 * amortised / (2 * numel):.2f}% of a full bf16 copy)"
+        )
 
 
 if __name__ == "__main__":

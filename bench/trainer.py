@@ -84,10 +84,14 @@ class ReplayedGames:
                 r = self.rng
                 mask = [1 if (t // 30) % 2 == 0 else 0 for t in range(self.completion_len)]  # model/env turns
                 self.batch[i] = Trajectory(
-                    prompt_ids=[r.randrange(self.vocab) for _ in range(self.prompt_len)], episode_id=f"replayed-{i}",
+                    prompt_ids=[r.randrange(self.vocab) for _ in range(self.prompt_len)],
+                    episode_id=f"replayed-{i}",
                     completion_ids=[r.randrange(self.vocab) for _ in range(self.completion_len)],
-                    logprobs=[-1.0] * self.completion_len, env_mask=mask,
-                    reward=r.uniform(-1, 1), secret="crane", versions=[0],
+                    logprobs=[-1.0] * self.completion_len,
+                    env_mask=mask,
+                    reward=r.uniform(-1, 1),
+                    secret="crane",
+                    versions=[0],
                 )
             out.append(self.batch[i])
         return out
@@ -126,37 +130,56 @@ def overhead(args: argparse.Namespace) -> None:
     from models import resolve_model
 
     model = resolve_model(args.model)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__} with {torch.get_num_threads()} threads; load avg {os.getloadavg()[0]:.1f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads; load avg {os.getloadavg()[0]:.1f}"
+    )
     print(f"model: {model}; {args.games} games x (120 prompt + 120 completion tokens) per step, lr {args.lr}")
     bucket = tempfile.mkdtemp(prefix="bench-trainer-")
     steps = args.warmup + 3 * args.triples
-    config = TrainerConfig(bucket=bucket, rollout_url="http://replayed", model=model, games_per_step=args.games,
-                           num_generations=4, max_steps=steps, learning_rate=args.lr, max_staleness=10**9,
-                           output_dir=os.path.join(bucket, "out"))
+    config = TrainerConfig(
+        bucket=bucket,
+        rollout_url="http://replayed",
+        model=model,
+        games_per_step=args.games,
+        num_generations=4,
+        max_steps=steps,
+        learning_rate=args.lr,
+        max_staleness=10**9,
+        output_dir=os.path.join(bucket, "out"),
+    )
     vocab = AutoConfig.from_pretrained(model).vocab_size
-    session = TrainingSession(config, client=ReplayedGames(vocab, prompt_len=120, completion_len=120),
-                              wrap_publisher=lambda publisher: EveryThird(publisher, args.warmup))
+    session = TrainingSession(
+        config,
+        client=ReplayedGames(vocab, prompt_len=120, completion_len=120),
+        wrap_publisher=lambda publisher: EveryThird(publisher, args.warmup),
+    )
     session.start()
     session.wait()
     if session.error:
         raise RuntimeError(session.error)
     session.close()
-    records = list(session.records)[args.warmup:]
+    records = list(session.records)[args.warmup :]
     ratios, copies = [], []
     for i in range(0, len(records) - 2, 3):
-        copy, beside, clean = records[i:i + 3]
+        copy, beside, clean = records[i : i + 3]
         ratios.append((copy.step_s + beside.step_s) / (2 * clean.step_s))
         copies.append(copy.publish_s)
-        print(f"steps {copy.step}-{clean.step}: with copy {copy.step_s:.2f} s (publish() blocked "
-              f"{1000 * copy.publish_s:.0f} ms), beside the upload {beside.step_s:.2f} s, clean {clean.step_s:.2f} s")
+        print(
+            f"steps {copy.step}-{clean.step}: with copy {copy.step_s:.2f} s (publish() blocked "
+            f"{1000 * copy.publish_s:.0f} ms), beside the upload {beside.step_s:.2f} s, clean {clean.step_s:.2f} s"
+        )
     assert session.payloads is not None  # a session that published
     sizes = [p.delta_bytes for p in session.payloads.records]
     ratio = statistics.median(ratios)
-    print(f"delta {statistics.median(sizes):,.0f} B per version vs dense {session.payloads.dense_bytes:,} B; "
-          f"median publish() block {1000 * statistics.median(copies):.0f} ms")
-    print(f"publishing on/off step time ratio: {ratio:.3f} (median of {len(ratios)} triples: publishing costs "
-          f"{100 * (ratio - 1):+.1f} % of a step; goal <= 5 %)")
+    print(
+        f"delta {statistics.median(sizes):,.0f} B per version vs dense {session.payloads.dense_bytes:,} B; "
+        f"median publish() block {1000 * statistics.median(copies):.0f} ms"
+    )
+    print(
+        f"publishing on/off step time ratio: {ratio:.3f} (median of {len(ratios)} triples: publishing costs "
+        f"{100 * (ratio - 1):+.1f} % of a step; goal <= 5 %)"
+    )
 
 
 def role_children(root: str, model: str, args: argparse.Namespace) -> list[Child]:
@@ -172,22 +195,60 @@ def role_children(root: str, model: str, args: argparse.Namespace) -> list[Child
     env_url = f"http://127.0.0.1:{ports['env']}"
     roles = {
         "env": _given({"--own-word-reward": args.own_word_reward, "--five-letter-reward": args.five_letter_reward}),
-        "rollout": ["--bucket", bucket, "--model", model, "--env-url", env_url, "--engine", "transformers",
-                    "--showcase-every", "0", "--device", args.device],
+        "rollout": [
+            "--bucket",
+            bucket,
+            "--model",
+            model,
+            "--env-url",
+            env_url,
+            "--engine",
+            "transformers",
+            "--showcase-every",
+            "0",
+            "--device",
+            args.device,
+        ],
         # as `python app.py` runs them: the trainer takes its games from the fleet, through the bucket
-        "trainer": ["--bucket", bucket, "--model", model, "--env-url", env_url,
-                    "--max-steps", "100000", "--device", args.device, "--seed", str(args.seed),
-                    *_given({"--games-per-step": args.games, "--num-generations": args.num_generations,
-                             "--max-tokens": args.max_tokens, "--max-turns": args.max_turns,
-                             "--learning-rate": args.lr, "--credit": args.credit, "--temperature": args.temperature,
-                             "--kl": args.kl, "--examples": args.examples, "--fade-start": args.fade_start,
-                             "--fade-end": args.fade_end, "--exam-every": args.exam_every,
-                             "--exam-games": args.exam_games, "--exam-turns": args.exam_turns}),
-                    *(["--exam-greedy"] if args.exam_greedy else [])],
+        "trainer": [
+            "--bucket",
+            bucket,
+            "--model",
+            model,
+            "--env-url",
+            env_url,
+            "--max-steps",
+            "100000",
+            "--device",
+            args.device,
+            "--seed",
+            str(args.seed),
+            *_given(
+                {
+                    "--games-per-step": args.games,
+                    "--num-generations": args.num_generations,
+                    "--max-tokens": args.max_tokens,
+                    "--max-turns": args.max_turns,
+                    "--learning-rate": args.lr,
+                    "--credit": args.credit,
+                    "--temperature": args.temperature,
+                    "--kl": args.kl,
+                    "--examples": args.examples,
+                    "--fade-start": args.fade_start,
+                    "--fade-end": args.fade_end,
+                    "--exam-every": args.exam_every,
+                    "--exam-games": args.exam_games,
+                    "--exam-turns": args.exam_turns,
+                }
+            ),
+            *(["--exam-greedy"] if args.exam_greedy else []),
+        ],
     }
     tokens = launch_tokens({})
-    return [Child(role, "127.0.0.1", ports[role], flags, os.path.join(root, f"{role}.log"), role_environ(role, tokens))
-            for role, flags in roles.items()]
+    return [
+        Child(role, "127.0.0.1", ports[role], flags, os.path.join(root, f"{role}.log"), role_environ(role, tokens))
+        for role, flags in roles.items()
+    ]
 
 
 def stop_roles(children: Sequence[Child], timeout_s: float) -> dict[str, dict[str, object]]:
@@ -196,9 +257,15 @@ def stop_roles(children: Sequence[Child], timeout_s: float) -> dict[str, dict[st
     stops. How each ended, by role, as the JSON keeps it: `ended` in words, `code`, `killed` (it did not stop in
     time) and `seconds` from the signal."""
     stopped = stop_all(children, timeout_s, lambda line: print(line, flush=True), by="bench.trainer")
-    return {name: {"ended": exit_text(end, "bench.trainer"), "code": None if end is None else end.code,
-                   "killed": end is not None and end.forced, "seconds": None if end is None else end.seconds}
-            for name, end in stopped.items()}
+    return {
+        name: {
+            "ended": exit_text(end, "bench.trainer"),
+            "code": None if end is None else end.code,
+            "killed": end is not None and end.forced,
+            "seconds": None if end is None else end.seconds,
+        }
+        for name, end in stopped.items()
+    }
 
 
 def _fetch(url: str, parse: Callable[[bytes], T], **params: str | int) -> T | None:
@@ -235,9 +302,12 @@ def real_run(args: argparse.Namespace) -> None:
             status = _fetch(f"{url['trainer']}/status", TrainerStatus.model_validate_json)
             if status is None:
                 break
-            print(f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
-                  f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
-                  f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}", flush=True)
+            print(
+                f"{(time.monotonic() - start) / 60:5.1f} min: step {status.step} version {status.version} "
+                f"reward {status.mean_reward} win {status.win_rate} valid {status.valid_rate} "
+                f"letters {status.letters} load {os.getloadavg()[0]:.1f} error {status.error}",
+                flush=True,
+            )
             for exam in status.exams:
                 if exam.version not in examined:
                     examined.add(exam.version)
@@ -251,13 +321,21 @@ def real_run(args: argparse.Namespace) -> None:
         games = [g for g in played if not g.exam][:LAST_GAMES]  # the training games (exams are in /history)
     finally:  # every role is stopped, within --stop-timeout however it stops, and the run is saved regardless
         stops = stop_roles(children, args.stop_timeout)
-        save_run(args, "python -m bench.trainer run " + " ".join(sys.argv[2:]), history, status, rollout, games,
-                 stops, root)
+        save_run(
+            args, "python -m bench.trainer run " + " ".join(sys.argv[2:]), history, status, rollout, games, stops, root
+        )
 
 
-def save_run(args: argparse.Namespace, command: str, history: TrainerHistory | None, status: TrainerStatus | None,
-             rollout: RolloutStatus | None, games: Sequence[GameRecord], stops: dict[str, dict[str, object]],
-             logs: str) -> None:
+def save_run(
+    args: argparse.Namespace,
+    command: str,
+    history: TrainerHistory | None,
+    status: TrainerStatus | None,
+    rollout: RolloutStatus | None,
+    games: Sequence[GameRecord],
+    stops: dict[str, dict[str, object]],
+    logs: str,
+) -> None:
     """Print the run's summary and write it to `--json` (and draw `--png`): what the roles answered (None: that
     role did not), how each role stopped (`stops`, with `killed_roles`: those killed after `--stop-timeout`), and
     where the roles' logs are."""
@@ -268,8 +346,10 @@ def save_run(args: argparse.Namespace, command: str, history: TrainerHistory | N
     print(f"the policy's last {len(games)} games (newest first):")
     for g in games[:8]:
         first = f"; first reply {g.replies[0][:60]!r}" if g.replies else ""
-        print(f"  {g.player}: {' '.join(g.words).upper() or '(no valid guess)'}, {g.invalid_moves} invalid, "
-              f"reward {g.total_reward:+.2f}{first}")
+        print(
+            f"  {g.player}: {' '.join(g.words).upper() or '(no valid guess)'}, {g.invalid_moves} invalid, "
+            f"reward {g.total_reward:+.2f}{first}"
+        )
     print("the exams (held-out words, no examples, never trained on):")
     for exam in history.exams if history is not None else []:
         print(f"  {exam_text(exam)}; words {' '.join(exam.scores.words[:12]).upper() or '-'}")
@@ -278,12 +358,22 @@ def save_run(args: argparse.Namespace, command: str, history: TrainerHistory | N
         print(f"killed after --stop-timeout {args.stop_timeout:.0f} s: {', '.join(killed)} (see the logs in {logs})")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({**(history.model_dump(mode="json") if history is not None else {}),
-                   "status": status.model_dump(mode="json") if status is not None else None,
-                   "rollout": rollout.model_dump(mode="json") if rollout is not None else None,
-                   "command": command, "minutes": args.minutes, "summary": results,
-                   "last_games": [g.model_dump(mode="json") for g in games],
-                   "stops": stops, "killed_roles": killed, "logs": logs}, f, indent=1)
+        json.dump(
+            {
+                **(history.model_dump(mode="json") if history is not None else {}),
+                "status": status.model_dump(mode="json") if status is not None else None,
+                "rollout": rollout.model_dump(mode="json") if rollout is not None else None,
+                "command": command,
+                "minutes": args.minutes,
+                "summary": results,
+                "last_games": [g.model_dump(mode="json") for g in games],
+                "stops": stops,
+                "killed_roles": killed,
+                "logs": logs,
+            },
+            f,
+            indent=1,
+        )
     if history is None or status is None:
         print(f"saved {args.json} (no figure: the trainer did not answer)")
         return
@@ -300,18 +390,24 @@ LAST_GAMES = 40
 _GAMES = TypeAdapter(list[GameRecord])
 
 
-def run_summary(steps: list[StepRecord], exams: Sequence[ExamRecord], games: Sequence[GameRecord],
-                args: argparse.Namespace) -> dict[str, object]:
+def run_summary(
+    steps: list[StepRecord], exams: Sequence[ExamRecord], games: Sequence[GameRecord], args: argparse.Namespace
+) -> dict[str, object]:
     """What `run` prints and saves about a finished run: the curves' ends (`summary`), the exam series and the
     collapse check, what the policy's last games wrote, and the letters a copy-only player finds with the run's
     moves per game (the trainer's default where `--max-turns` was not given)."""
     max_turns = TrainerConfig.max_turns if args.max_turns is None else args.max_turns
-    return {**summary(steps, args.window), **exam_summary(exams), **collapse(steps),
-            "distinct_words_last_games": len({w for g in games for w in g.words}),
-            "scored_but_not_the_first_word": not_first_words(games),
-            **examples_played(games),
-            "letters_found_by_copying_only": copying_baseline(max_turns),
-            "load_average_1min_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}
+    return {
+        **summary(steps, args.window),
+        **exam_summary(exams),
+        **collapse(steps),
+        "distinct_words_last_games": len({w for g in games for w in g.words}),
+        "scored_but_not_the_first_word": not_first_words(games),
+        **examples_played(games),
+        "letters_found_by_copying_only": copying_baseline(max_turns),
+        "load_average_1min_at_end": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
 
 
 def _given(flags: dict[str, object]) -> list[str]:
@@ -335,7 +431,12 @@ def examples_played(games: Sequence[GameRecord]) -> dict[str, int]:
     """Scored words of `games`' later moves, and how many of them are the example guess the env's message
     showed before that move (`GameRecord.examples`): how much of the valid-guess rate is the policy copying
     the env's example rather than choosing a word."""
-    later = [(guess, example) for g in games for guess, example in list(zip(g.guesses, g.examples, strict=False))[1:] if guess]
+    later = [
+        (guess, example)
+        for g in games
+        for guess, example in list(zip(g.guesses, g.examples, strict=False))[1:]
+        if guess
+    ]
     return {"later_moves_scored": len(later), "later_moves_playing_the_example": sum(g == e for g, e in later)}
 
 
@@ -357,15 +458,19 @@ def exam_summary(exams: Sequence[ExamRecord]) -> dict[str, object]:
     last = exams[-2:]
     first_own, last_own = exams[0].scores.own_rate, statistics.fmean(e.scores.own_rate for e in last)
     copying = exams[-1].copying
-    return {"exams": len(exams), "exam_versions": [e.version for e in exams],
-            "exam_own_rate": [round(e.scores.own_rate, 4) for e in exams],
-            "exam_valid_rate": [round(e.scores.valid_rate, 4) for e in exams],
-            "exam_letters": [round(e.scores.letters, 4) for e in exams],
-            "exam_wins": [e.scores.wins for e in exams],
-            "exam_own_first": first_own, "exam_own_last_two": last_own,
-            "exam_own_rise_points": round(100 * (last_own - first_own), 1),
-            "exam_letters_last_two": statistics.fmean(e.scores.letters for e in last),
-            "exam_letters_copying_only": copying.letters if copying is not None else None}
+    return {
+        "exams": len(exams),
+        "exam_versions": [e.version for e in exams],
+        "exam_own_rate": [round(e.scores.own_rate, 4) for e in exams],
+        "exam_valid_rate": [round(e.scores.valid_rate, 4) for e in exams],
+        "exam_letters": [round(e.scores.letters, 4) for e in exams],
+        "exam_wins": [e.scores.wins for e in exams],
+        "exam_own_first": first_own,
+        "exam_own_last_two": last_own,
+        "exam_own_rise_points": round(100 * (last_own - first_own), 1),
+        "exam_letters_last_two": statistics.fmean(e.scores.letters for e in last),
+        "exam_letters_copying_only": copying.letters if copying is not None else None,
+    }
 
 
 def collapse(steps: Sequence[StepRecord], at: int = 10) -> dict[str, object]:
@@ -384,17 +489,24 @@ def collapse(steps: Sequence[StepRecord], at: int = 10) -> dict[str, object]:
 def summary(steps: list[StepRecord], window: int) -> dict[str, float | None]:
     """Mean reward, win rate, strict valid-guess rate and letters found over the first and the last `window`
     steps (steps with no games left out)."""
+
     def mean(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return statistics.fmean(known) if known else None
 
     first, last = steps[:window], steps[-window:]
-    return {"steps": len(steps), "window": window,
-            "reward_first": mean([s.reward for s in first]), "reward_last": mean([s.reward for s in last]),
-            "win_rate_first": mean([s.win_rate for s in first]), "win_rate_last": mean([s.win_rate for s in last]),
-            "valid_rate_first": mean([s.valid_rate for s in first]),
-            "valid_rate_last": mean([s.valid_rate for s in last]),
-            "letters_first": mean([s.letters for s in first]), "letters_last": mean([s.letters for s in last])}
+    return {
+        "steps": len(steps),
+        "window": window,
+        "reward_first": mean([s.reward for s in first]),
+        "reward_last": mean([s.reward for s in last]),
+        "win_rate_first": mean([s.win_rate for s in first]),
+        "win_rate_last": mean([s.win_rate for s in last]),
+        "valid_rate_first": mean([s.valid_rate for s in first]),
+        "valid_rate_last": mean([s.valid_rate for s in last]),
+        "letters_first": mean([s.letters for s in first]),
+        "letters_last": mean([s.letters for s in last]),
+    }
 
 
 def plot(history: TrainerHistory, device: str, title: str, png: str) -> None:
@@ -458,35 +570,55 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", default=None, help="model folder (default: the offline SmolLM2-135M-Instruct)")
     r.add_argument("--minutes", type=float, default=12.0)
     r.add_argument("--games", type=int, default=None, help="games per step, groups of 4 (default: the trainer's)")
-    r.add_argument("--num-generations", type=int, default=None, help="games per word, the GRPO group (default: "
-                   "the trainer's)")
+    r.add_argument(
+        "--num-generations", type=int, default=None, help="games per word, the GRPO group (default: the trainer's)"
+    )
     r.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: the trainer's)")
     r.add_argument("--max-turns", type=int, default=None, help="guesses per game (default: the trainer's)")
     r.add_argument("--lr", type=float, default=None, help="learning rate (default: the trainer's)")
     r.add_argument("--credit", choices=CREDITS, default=None, help="what GRPO credits (default: the trainer's)")
     r.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the trainer's)")
-    r.add_argument("--kl", type=float, default=None, help="KL weight to the reference model (default: the trainer's, 0)")
-    r.add_argument("--examples", choices=["off", "fixed", "fading"], default=None,
-                   help="the env's examples in training games (default: the trainer's, fading)")
+    r.add_argument(
+        "--kl", type=float, default=None, help="KL weight to the reference model (default: the trainer's, 0)"
+    )
+    r.add_argument(
+        "--examples",
+        choices=["off", "fixed", "fading"],
+        default=None,
+        help="the env's examples in training games (default: the trainer's, fading)",
+    )
     r.add_argument("--fade-start", type=int, default=None, help="fading: last version showing every example")
     r.add_argument("--fade-end", type=int, default=None, help="fading: first version showing none")
-    r.add_argument("--exam-every", type=int, default=None, help="an exam every this many versions (default: "
-                   "the trainer's)")
+    r.add_argument(
+        "--exam-every", type=int, default=None, help="an exam every this many versions (default: the trainer's)"
+    )
     r.add_argument("--exam-games", type=int, default=None, help="held-out words per exam (default: the trainer's)")
     r.add_argument("--exam-turns", type=int, default=None, help="replies per exam game (default: --max-turns)")
     r.add_argument("--exam-greedy", action="store_true", help="greedy exams (default: the training temperature)")
-    r.add_argument("--own-word-reward", type=float, default=None,
-                   help="the env's reward term for a word of the policy's own (default: the env's)")
-    r.add_argument("--five-letter-reward", type=float, default=None,
-                   help="the env's reward back for a non-word of five letters (default: the env's)")
+    r.add_argument(
+        "--own-word-reward",
+        type=float,
+        default=None,
+        help="the env's reward term for a word of the policy's own (default: the env's)",
+    )
+    r.add_argument(
+        "--five-letter-reward",
+        type=float,
+        default=None,
+        help="the env's reward back for a non-word of five letters (default: the env's)",
+    )
     r.add_argument("--device", default="auto", help="trainer and engine device: auto, cpu, cuda (default auto)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (game order, sampling)")
     r.add_argument("--window", type=int, default=5, help="steps averaged at each end for the summary")
     r.add_argument("--png", default="docs/training.png")
     r.add_argument("--json", default="bench/out/training.json", help="where the history and summary go")
-    r.add_argument("--stop-timeout", type=float, default=settings.STOP_TIMEOUT_S,
-                   help="seconds the roles get to exit after SIGTERM before they are killed (default "
-                        f"{settings.STOP_TIMEOUT_S}; each promises {settings.STOP_WITHIN_S})")
+    r.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=settings.STOP_TIMEOUT_S,
+        help="seconds the roles get to exit after SIGTERM before they are killed (default "
+        f"{settings.STOP_TIMEOUT_S}; each promises {settings.STOP_WITHIN_S})",
+    )
     return parser
 
 

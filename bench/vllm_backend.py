@@ -86,8 +86,9 @@ def _serve_pauses(model: str, states: list[dict], root: str) -> list[float]:
         with delta.Publisher(bucket, delta.PublisherConfig(anchor_every=10_000)) as publisher:
             publisher.publish(states[0])
             publisher.flush()
-            follower = ServerFollower(FollowConfig(bucket, server.url, poll_interval=0.05,
-                                                   history=len(states)), log=lambda line: None)
+            follower = ServerFollower(
+                FollowConfig(bucket, server.url, poll_interval=0.05, history=len(states)), log=lambda line: None
+            )
             runner = threading.Thread(target=follower.run, kwargs={"until": len(states)}, daemon=True)
             runner.start()
             for version, state in enumerate(states[1:], start=2):
@@ -99,8 +100,10 @@ def _serve_pauses(model: str, states: list[dict], root: str) -> list[float]:
             follower.close()
         applied = [a for a in follower.status.applied if a["via"] == "delta"]
         if len(applied) != len(states) - 1 or follower.status.failures:
-            raise RuntimeError(f"the follower applied {len(applied)} of {len(states) - 1} versions as deltas, "
-                               f"{follower.status.failures} failures: {follower.status.last_error}")
+            raise RuntimeError(
+                f"the follower applied {len(applied)} of {len(states) - 1} versions as deltas, "
+                f"{follower.status.failures} failures: {follower.status.last_error}"
+            )
         return [a["pause_s"] for a in applied]
     finally:
         server.stop()
@@ -117,8 +120,10 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; {args.versions} versions per row, same states")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; {args.versions} versions per row, same states"
+    )
     print(f"{'model':<8} {'path':<7} {'median ms':>10} {'mean ms':>8} {'max ms':>7} {'vs former':>10}")
     with tempfile.TemporaryDirectory() as root:
         for name in args.models:
@@ -129,8 +134,11 @@ def main() -> None:
                 pauses = _serve_pauses(folder, states, root) if kind == "serve" else _pauses(kind, folder, states)
                 pauses = [p * 1e3 for p in pauses]
                 medians[kind] = statistics.median(pauses)
-                print(f"{name:<8} {kind:<7} {medians[kind]:>10.1f} {statistics.mean(pauses):>8.1f} "
-                      f"{max(pauses):>7.1f} {medians[kind] / medians['former']:>9.2f}x", flush=True)
+                print(
+                    f"{name:<8} {kind:<7} {medians[kind]:>10.1f} {statistics.mean(pauses):>8.1f} "
+                    f"{max(pauses):>7.1f} {medians[kind] / medians['former']:>9.2f}x",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,12 @@ def arm(signum: int, seconds: float = settings.STOP_DEADLINE_S) -> bool:
         return False
     _armed_at = time.monotonic()
     faulthandler.dump_traceback_later(seconds, exit=True, file=sys.stderr)
-    logger.info("%s: stopping (the process ends within %.0f s; past that, every thread's stack is written here and "
-                "it exits with status 1)", signal.Signals(signum).name, seconds)
+    logger.info(
+        "%s: stopping (the process ends within %.0f s; past that, every thread's stack is written here and "
+        "it exits with status 1)",
+        signal.Signals(signum).name,
+        seconds,
+    )
     return True
 
 

@@ -27,11 +27,21 @@ _MARGIN_LEGEND = {**_MARGIN, "b": 110}
 _LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0, "xanchor": "left"}
 #: The toolbar plotly shows on hover, cut to what helps on these small figures (zoom, reset, save as PNG): with
 #: every button it covered the right half of a title.
-_MODEBAR = {"remove": ["pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "togglespikelines",
-                       "hoverclosest", "hovercompare"]}
+_MODEBAR = {
+    "remove": [
+        "pan",
+        "select",
+        "lasso",
+        "zoomin",
+        "zoomout",
+        "autoscale",
+        "togglespikelines",
+        "hoverclosest",
+        "hovercompare",
+    ]
+}
 #: White for "nothing changed", to dark blue for "everything changed", on the heatmap's fixed log axis.
-_SCALE = [[0.0, "#f7fbff"], [0.2, "#deebf7"], [0.4, "#9ecae1"], [0.6, "#4292c6"], [0.8, "#2171b5"],
-          [1.0, "#08306b"]]
+_SCALE = [[0.0, "#f7fbff"], [0.2, "#deebf7"], [0.4, "#9ecae1"], [0.6, "#4292c6"], [0.8, "#2171b5"], [1.0, "#08306b"]]
 #: The heatmap's fixed colour range: log10 of the density, 0.001 % (and less, and nothing) to 100 %. Fixed,
 #: so a colour means the same density in every version's heatmap.
 _DENSITY_DECADES = (-5, 0)
@@ -67,10 +77,18 @@ class Series:
 
 def _empty(title: str, message: str) -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font={"size": 14, "color": "#787c7e"},
-                       xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title=title, height=HEIGHT, margin=_MARGIN, xaxis={"visible": False},
-                      yaxis={"visible": False}, template="plotly_white", modebar=_MODEBAR)
+    fig.add_annotation(
+        text=message, showarrow=False, font={"size": 14, "color": "#787c7e"}, xref="paper", yref="paper", x=0.5, y=0.5
+    )
+    fig.update_layout(
+        title=title,
+        height=HEIGHT,
+        margin=_MARGIN,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        template="plotly_white",
+        modebar=_MODEBAR,
+    )
     return fig
 
 
@@ -93,41 +111,69 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: 
     if grid is None:
         return _empty(title or "Delta sparsity", f"No delta {side} yet")
     if not grid.cells:  # a version in which no element changed (every game of its step was dropped, say)
-        return _empty(title or f"Delta v{grid.base_version}→v{grid.version} {side}",
-                      "No element changed: the step's update was zero (each group's games scored alike, so GRPO saw no "
-                      "advantage, or every game was dropped)")
+        return _empty(
+            title or f"Delta v{grid.base_version}→v{grid.version} {side}",
+            "No element changed: the step's update was zero (each group's games scored alike, so GRPO saw no "
+            "advantage, or every game was dropped)",
+        )
     if title is None:
-        title = (f"Delta v{grid.base_version}→v{grid.version} {side}<br><sup>{grid.changed:,} of {grid.total:,} "
-                 f"elements changed ({100 * grid.density:.3g}%)</sup>")
+        title = (
+            f"Delta v{grid.base_version}→v{grid.version} {side}<br><sup>{grid.changed:,} of {grid.total:,} "
+            f"elements changed ({100 * grid.density:.3g}%)</sup>"
+        )
     z, text = [], []
     for row in grid.rows:
         z_row, text_row = [], []
         for kind in grid.kinds:
             cell = grid.cell(row, kind)
             z_row.append(None if cell is None else cell.density)
-            text_row.append("" if cell is None else
-                            f"{row} · {kind}<br>{cell.changed:,} of {cell.numel:,} changed "
-                            f"({100 * cell.density:.3g}%)<br>{cell.tensors} tensor{'s' * (cell.tensors != 1)}")
+            text_row.append(
+                ""
+                if cell is None
+                else f"{row} · {kind}<br>{cell.changed:,} of {cell.numel:,} changed "
+                f"({100 * cell.density:.3g}%)<br>{cell.tensors} tensor{'s' * (cell.tensors != 1)}"
+            )
         z.append(z_row)
         text.append(text_row)
     low, high = _DENSITY_DECADES
     colour = [[None if d is None else max(low, math.log10(d)) if d > 0 else low for d in row] for row in z]
     decades = list(range(low, high + 1))
-    fig = go.Figure(go.Heatmap(
-        z=colour, customdata=z, x=list(grid.kinds), y=list(grid.rows), text=text, hoverinfo="text",
-        hoverongaps=False, colorscale=_SCALE, zmin=low, zmax=high, xgap=1, ygap=1,
-        colorbar={"title": {"text": "density<br>(fixed scale)", "font": {"size": 11}}, "tickvals": decades,
-                  "thickness": 12, "tickfont": {"size": 10},
-                  "ticktext": [f"{'≤' if d == low else ''}{10.0 ** (d + 2):g}%" for d in decades]}))
+    fig = go.Figure(
+        go.Heatmap(
+            z=colour,
+            customdata=z,
+            x=list(grid.kinds),
+            y=list(grid.rows),
+            text=text,
+            hoverinfo="text",
+            hoverongaps=False,
+            colorscale=_SCALE,
+            zmin=low,
+            zmax=high,
+            xgap=1,
+            ygap=1,
+            colorbar={
+                "title": {"text": "density<br>(fixed scale)", "font": {"size": 11}},
+                "tickvals": decades,
+                "thickness": 12,
+                "tickfont": {"size": 10},
+                "ticktext": [f"{'≤' if d == low else ''}{10.0 ** (d + 2):g}%" for d in decades],
+            },
+        )
+    )
     # Column labels upright (read bottom to top): a column on a phone (390 px) is ~15 px wide, so any slanted label
     # longer than that runs into its neighbours'. The margin below grows to the longest label (`automargin`), the
     # figure with it, so the grid keeps its height.
     longest = max(len(k) for k in grid.kinds)
-    fig.update_layout(title=title, height=max(HEIGHT, 60 + 18 * len(grid.rows)) + _LABEL_PX * longest,
-                      margin={**_MARGIN, "t": 60}, template="plotly_white",
-                      yaxis={"autorange": "reversed", "type": "category"},
-                      xaxis={"type": "category", "tickangle": -90, "tickfont": {"size": 11}, "automargin": True},
-                      modebar=_MODEBAR)
+    fig.update_layout(
+        title=title,
+        height=max(HEIGHT, 60 + 18 * len(grid.rows)) + _LABEL_PX * longest,
+        margin={**_MARGIN, "t": 60},
+        template="plotly_white",
+        yaxis={"autorange": "reversed", "type": "category"},
+        xaxis={"type": "category", "tickangle": -90, "tickfont": {"size": 11}, "automargin": True},
+        modebar=_MODEBAR,
+    )
     return fig
 
 
@@ -157,27 +203,55 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
         shown = [s for s in syncs if (s.via == "anchor") == (via == "anchor")]
         if not shown:
             continue
-        fig.add_trace(go.Bar(x=[s.version for s in shown], y=[max(1, s.bytes_fetched) for s in shown], name=name,
-                             width=0.7, marker_color=color, text=[size_text(s.bytes_fetched) for s in shown],
-                             textposition="outside", textangle=angle, textfont={"size": 11},
-                             constraintext="none", cliponaxis=False,
-                             hovertemplate=f"v%{{x}} {name}: %{{text}}<extra></extra>"),
-                      secondary_y=False)
-    for label, values, color in (("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
-                                 ("apply pause (ms)", [1000 * s.pause_s for s in syncs], "#e6550d")):
-        fig.add_trace(go.Scatter(x=versions, y=values, name=label, mode="lines+markers",
-                                 line={"color": color},
-                                 hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>"),
-                      secondary_y=True)
-    fig.update_layout(title=title, height=HEIGHT + 60, margin=_MARGIN_LEGEND, template="plotly_white",
-                      legend=_LEGEND_BELOW, bargap=0.3, barmode="overlay", modebar=_MODEBAR)
+        fig.add_trace(
+            go.Bar(
+                x=[s.version for s in shown],
+                y=[max(1, s.bytes_fetched) for s in shown],
+                name=name,
+                width=0.7,
+                marker_color=color,
+                text=[size_text(s.bytes_fetched) for s in shown],
+                textposition="outside",
+                textangle=angle,
+                textfont={"size": 11},
+                constraintext="none",
+                cliponaxis=False,
+                hovertemplate=f"v%{{x}} {name}: %{{text}}<extra></extra>",
+            ),
+            secondary_y=False,
+        )
+    for label, values, color in (
+        ("fetch (ms)", [1000 * s.fetch_s for s in syncs], "#4292c6"),
+        ("apply pause (ms)", [1000 * s.pause_s for s in syncs], "#e6550d"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=versions,
+                y=values,
+                name=label,
+                mode="lines+markers",
+                line={"color": color},
+                hovertemplate=f"v%{{x}}: %{{y:.1f}} ms<extra>{label}</extra>",
+            ),
+            secondary_y=True,
+        )
+    fig.update_layout(
+        title=title,
+        height=HEIGHT + 60,
+        margin=_MARGIN_LEGEND,
+        template="plotly_white",
+        legend=_LEGEND_BELOW,
+        bargap=0.3,
+        barmode="overlay",
+        modebar=_MODEBAR,
+    )
     fig.update_xaxes(title_text="version", range=[min(versions) - 0.6, max(versions) + 0.6], **_whole_ticks(versions))
     sizes = [max(1, s.bytes_fetched) for s in syncs]  # a decade below the smallest: bars of like size look alike
     bottom, top = math.floor(math.log10(min(sizes))) - 1, math.log10(max(sizes)) + 1.2  # room for the label above
-    fig.update_yaxes(title_text="bytes (log)", type="log", secondary_y=False, range=[bottom, top],
-                     **_byte_decades(bottom, top))
-    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5,
-                     secondary_y=True)
+    fig.update_yaxes(
+        title_text="bytes (log)", type="log", secondary_y=False, range=[bottom, top], **_byte_decades(bottom, top)
+    )
+    fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5, secondary_y=True)
     return fig
 
 
@@ -187,8 +261,12 @@ def _byte_decades(bottom: float, top: float) -> dict[str, Any]:
     the range holds fewer than two decades (one version: a point with no scale otherwise)."""
     ticks = [10**k for k in range(math.ceil(bottom), math.floor(top) + 1)]
     if len(ticks) < 2:
-        ticks = [m * 10**k for k in range(math.floor(bottom), math.ceil(top) + 1) for m in (1, 2, 5)
-                 if bottom <= math.log10(m * 10**k) <= top]
+        ticks = [
+            m * 10**k
+            for k in range(math.floor(bottom), math.ceil(top) + 1)
+            for m in (1, 2, 5)
+            if bottom <= math.log10(m * 10**k) <= top
+        ]
     return {"tickvals": ticks, "ticktext": [size_text(t) for t in ticks]}
 
 
@@ -198,18 +276,40 @@ def _whole_ticks(x: Sequence[float]) -> dict[str, Any]:
     return {"tickformat": "d", "dtick": max(1, math.ceil(span / 10))}
 
 
-def line_curves(series: Sequence[Series], title: str, x_title: str = "step", y_title: str = "",
-                log_y: bool = False, y_range: tuple[float, float] | None = None, whole_x: bool = False) -> go.Figure:
+def line_curves(
+    series: Sequence[Series],
+    title: str,
+    x_title: str = "step",
+    y_title: str = "",
+    log_y: bool = False,
+    y_range: tuple[float, float] | None = None,
+    whole_x: bool = False,
+) -> go.Figure:
     """Named lines on one axis: the building block of the training curves. `whole_x`: x counts steps or
     versions, ticked on whole numbers."""
     if not any(len(s.x) for s in series):
         return _empty(title, "No data yet")
     fig = go.Figure()
     for s in series:
-        fig.add_trace(go.Scatter(x=list(s.x), y=list(s.y), name=s.name, mode=s.mode,
-                                 line={"dash": s.dash} if s.dash else None, connectgaps=False))
-    fig.update_layout(title=title, height=HEIGHT + 60, margin=_MARGIN_LEGEND, template="plotly_white",
-                      legend=_LEGEND_BELOW, showlegend=True, modebar=_MODEBAR)
+        fig.add_trace(
+            go.Scatter(
+                x=list(s.x),
+                y=list(s.y),
+                name=s.name,
+                mode=s.mode,
+                line={"dash": s.dash} if s.dash else None,
+                connectgaps=False,
+            )
+        )
+    fig.update_layout(
+        title=title,
+        height=HEIGHT + 60,
+        margin=_MARGIN_LEGEND,
+        template="plotly_white",
+        legend=_LEGEND_BELOW,
+        showlegend=True,
+        modebar=_MODEBAR,
+    )
     xs = [v for s in series for v in s.x]
     fig.update_xaxes(title_text=x_title, **(_whole_ticks(xs) if whole_x else {}))
     if whole_x and len(set(xs)) == 1:  # one step or version: centred, not at the edge of a 0-2 axis
@@ -227,40 +327,79 @@ class Metric:
     y_range: tuple[float, float] | None = None
 
 
-def learning_curves(x: Sequence[float], metrics: Sequence[Metric], x_title: str = "step",
-                    title: str = "Is it learning?", smoothing: float = SMOOTHING, whole_x: bool = True) -> go.Figure:
+def learning_curves(
+    x: Sequence[float],
+    metrics: Sequence[Metric],
+    x_title: str = "step",
+    title: str = "Is it learning?",
+    smoothing: float = SMOOTHING,
+    whole_x: bool = True,
+) -> go.Figure:
     """One panel per metric, sharing the x axis: each step as a faint point and its exponential
     moving average (``dashboard.smoothing.ema`` with weight ``smoothing``) as a line. `whole_x`: x counts
     steps, ticked on whole numbers (False for time)."""
     if not len(x):
         return _empty(title, "No training step yet")
-    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[m.name for m in metrics])
+    fig = make_subplots(
+        rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=[m.name for m in metrics]
+    )
     for row, m in enumerate(metrics, start=1):
-        fig.add_trace(go.Scatter(x=list(x), y=list(m.values), name="each step", mode="markers",
-                                 marker={"color": "#9ecae1", "size": 6}, showlegend=row == 1,
-                                 legendgroup="raw", hovertemplate=f"%{{y:.3f}}<extra>{m.name}</extra>"),
-                      row=row, col=1)
-        fig.add_trace(go.Scatter(x=list(x), y=ema(m.values, smoothing), name=f"smoothed (EMA {smoothing})",
-                                 mode="lines", line={"color": "#08306b", "width": 2}, connectgaps=True,
-                                 showlegend=row == 1, legendgroup="ema",
-                                 hovertemplate=f"%{{y:.3f}}<extra>{m.name}, smoothed</extra>"),
-                      row=row, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=list(x),
+                y=list(m.values),
+                name="each step",
+                mode="markers",
+                marker={"color": "#9ecae1", "size": 6},
+                showlegend=row == 1,
+                legendgroup="raw",
+                hovertemplate=f"%{{y:.3f}}<extra>{m.name}</extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=list(x),
+                y=ema(m.values, smoothing),
+                name=f"smoothed (EMA {smoothing})",
+                mode="lines",
+                line={"color": "#08306b", "width": 2},
+                connectgaps=True,
+                showlegend=row == 1,
+                legendgroup="ema",
+                hovertemplate=f"%{{y:.3f}}<extra>{m.name}, smoothed</extra>",
+            ),
+            row=row,
+            col=1,
+        )
         # 3 significant digits: a constant series gets one tick at its exact value otherwise ("-0.20624999701976776")
         fig.update_yaxes(range=m.y_range, tickformat=".3~g", row=row, col=1)
-    fig.update_layout(title=title, height=HEIGHT + 60 + 140 * (len(metrics) - 1), margin=_MARGIN_LEGEND,
-                      template="plotly_white", legend=_LEGEND_BELOW, modebar=_MODEBAR)
+    fig.update_layout(
+        title=title,
+        height=HEIGHT + 60 + 140 * (len(metrics) - 1),
+        margin=_MARGIN_LEGEND,
+        template="plotly_white",
+        legend=_LEGEND_BELOW,
+        modebar=_MODEBAR,
+    )
     fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
     if whole_x:
         fig.update_xaxes(**_whole_ticks(x))
     return fig
 
 
-def payload_curves(steps: Sequence[float], codec_bytes: Sequence[float | None],
-                   raw_bytes: Sequence[float | None] | None = None, dense_bytes: float | None = None,
-                   codec: str = "default codec", title: str = "Bytes published per step",
-                   x_title: str = "version", anchors: Sequence[tuple[int, int]] = (),
-                   dense: str = "dense model") -> go.Figure:
+def payload_curves(
+    steps: Sequence[float],
+    codec_bytes: Sequence[float | None],
+    raw_bytes: Sequence[float | None] | None = None,
+    dense_bytes: float | None = None,
+    codec: str = "default codec",
+    title: str = "Bytes published per step",
+    x_title: str = "version",
+    anchors: Sequence[tuple[int, int]] = (),
+    dense: str = "dense model",
+) -> go.Figure:
     """Bytes per published version: the codec in use, the ``raw`` (TRL layout) size of the same delta
     and the dense model as a flat line, on a log axis (they differ by orders of magnitude). `anchors`
     ((version, bytes) of full copies, such as version 1, which has no delta) are their own series, so

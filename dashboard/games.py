@@ -23,14 +23,21 @@ def scored_words(trajectory: Trajectory) -> list[str]:
 
 
 def result_text(trajectory: Trajectory, reveal: bool = True) -> str:
-    """"won in 3", "lost (CRANE)" or "unfinished", plus invalid moves: the env's feed wording and counts
+    """ "won in 3", "lost (CRANE)" or "unfinished", plus invalid moves: the env's feed wording and counts
     (``dashboard.render.outcome_text``); the secret only when ``reveal``."""
-    return render.outcome_text(trajectory.won, trajectory.finished, trajectory.secret, len(scored_words(trajectory)),
-                               trajectory.invalid_moves, reveal)
+    return render.outcome_text(
+        trajectory.won,
+        trajectory.finished,
+        trajectory.secret,
+        len(scored_words(trajectory)),
+        trajectory.invalid_moves,
+        reveal,
+    )
 
 
-def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_letters: bool = False,
-               testid: str = "policy-board") -> str:
+def board_html(
+    trajectory: Trajectory | None, rows: int | None = None, hide_letters: bool = False, testid: str = "policy-board"
+) -> str:
     """The full 6 x 5 board of one policy game, or of its first ``rows`` scored guesses."""
     if trajectory is None:
         inner = render.rows_html([], [], MAX_GUESSES)
@@ -45,8 +52,7 @@ def board_html(trajectory: Trajectory | None, rows: int | None = None, hide_lett
 SHOWCASE_NOTE = "showcase game: played whole, not trained on"
 
 
-def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed",
-              showcase: Collection[str] = ()) -> str:
+def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed", showcase: Collection[str] = ()) -> str:
     """Recent policy games, newest first: a small board, the weight version, the result and what the
     model wrote for each move. Games whose episode id is in `showcase` say they are showcase games."""
     if not trajectories:
@@ -56,15 +62,16 @@ def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed",
     for i, t in enumerate(trajectories):
         words = scored_words(t)
         versions = sorted(set(t.versions))
-        label = ("v?" if not versions else f"v{versions[0]}" if len(versions) == 1
-                 else f"v{versions[0]}–v{versions[-1]}")
+        label = "v?" if not versions else f"v{versions[0]}" if len(versions) == 1 else f"v{versions[0]}–v{versions[-1]}"
         games.append(
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(t.episode_id)}">'
             f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
             f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}"
             f"{' · exam (held-out word, no examples)' if t.exam else ''}<br>{result_text(t)}<br>"
             f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
-            + render.moves_html(t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples,
-                                copied=t.copied) +
-            '</div></div>')
+            + render.moves_html(
+                t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples, copied=t.copied
+            )
+            + "</div></div>"
+        )
     return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 
 def counted(n: int, singular: str, plural: str | None = None) -> str:
-    """"1 sync", "2 syncs", "0 games"."""
+    """ "1 sync", "2 syncs", "0 games"."""
     return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 
 
@@ -50,10 +50,12 @@ def public_location(location: str | None) -> str:
 
 
 #: Under the sparsity heatmaps: why the demo's deltas are denser than an RL run's.
-DENSITY_NOTE = ("**Why this dense?** The demo's steps change 8–12 % of the elements: it trains at learning rate "
-                "7e-5, about 70× the ~1e-6 of a typical RL run, so that a small model moves within minutes on a "
-                "CPU. A typical RL step (AdamW at ~1e-6 on bf16 weights) changes around 1 % of them, nearly all by "
-                "one ULP: the case the codec is built for.")
+DENSITY_NOTE = (
+    "**Why this dense?** The demo's steps change 8–12 % of the elements: it trains at learning rate "
+    "7e-5, about 70× the ~1e-6 of a typical RL run, so that a small model moves within minutes on a "
+    "CPU. A typical RL step (AdamW at ~1e-6 on bf16 weights) changes around 1 % of them, nearly all by "
+    "one ULP: the case the codec is built for."
+)
 
 #: What the pages' terms mean, as Markdown (the trainer and rollout UIs show it in an accordion).
 GLOSSARY = """\

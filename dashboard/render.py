@@ -76,12 +76,13 @@ def keyboard_html(rows: Sequence[GuessRow]) -> str:
     keys = []
     for n, row in enumerate(_KEY_ROWS):
         cells = "".join(
-            f'<div class="wordle-key {_CLASS[states[c]] if c in states else ""}" data-key="{c}">{c}</div>'
-            for c in row
+            f'<div class="wordle-key {_CLASS[states[c]] if c in states else ""}" data-key="{c}">{c}</div>' for c in row
         )
         if n == len(_KEY_ROWS) - 1:
-            cells = (f'<div class="wordle-key wide" data-key="enter">enter</div>{cells}'
-                     '<div class="wordle-key wide" data-key="back">back</div>')
+            cells = (
+                f'<div class="wordle-key wide" data-key="enter">enter</div>{cells}'
+                '<div class="wordle-key wide" data-key="back">back</div>'
+            )
         keys.append(f'<div class="wordle-keyrow">{cells}</div>')
     return f'<div class="wordle-keyboard" data-testid="keyboard">{"".join(keys)}</div>'
 
@@ -118,8 +119,7 @@ def status_text(observation: WordleObservation | None) -> str:
     return left
 
 
-def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_moves: int,
-                 reveal: bool = True) -> str:
+def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_moves: int, reveal: bool = True) -> str:
     """The one wording of a game's result ("won in 3", "lost (CRANE), 2 invalid moves", "unfinished"),
     used by the env's feed and the rollout's alike, from the env's own counts."""
     if won:
@@ -133,8 +133,15 @@ def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_m
     return text
 
 
-def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, open_: bool = False,
-               errors: Sequence[str] = (), examples: Sequence[str] = (), copied: Sequence[bool] = ()) -> str:
+def moves_html(
+    replies: Sequence[str],
+    guesses: Sequence[str],
+    chars: int = 70,
+    open_: bool = False,
+    errors: Sequence[str] = (),
+    examples: Sequence[str] = (),
+    copied: Sequence[bool] = (),
+) -> str:
     """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
     the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
     as "?", escaped and cut at ``chars`` (the whole kept text on hover). An invalid move shows the env's
@@ -149,23 +156,31 @@ def moves_html(replies: Sequence[str], guesses: Sequence[str], chars: int = 70, 
     reasons = list(errors) + [""] * (len(replies) - len(errors))
     offered = list(examples) + [""] * (len(replies) - len(examples))
     shown_before = list(copied) + [False] * (len(replies) - len(copied))
-    for n, (reply, guess, why, example, seen) in enumerate(zip(replies, guesses, reasons, offered, shown_before, strict=False),
-                                                            start=1):
+    for n, (reply, guess, why, example, seen) in enumerate(
+        zip(replies, guesses, reasons, offered, shown_before, strict=False), start=1
+    ):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
         shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
         verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
         if guess and guess == example:
-            verdict += (' <span class="wordle-copied" title="copied from the env&#x27;s message">'
-                        "(env&#x27;s example)</span>")
+            verdict += (
+                ' <span class="wordle-copied" title="copied from the env&#x27;s message">(env&#x27;s example)</span>'
+            )
         elif guess and seen:
-            verdict += (' <span class="wordle-copied" title="a word the env&#x27;s instructions or feedback had shown '
-                        'before this move: not the policy&#x27;s own">(copied from the env&#x27;s text)</span>')
+            verdict += (
+                ' <span class="wordle-copied" title="a word the env&#x27;s instructions or feedback had shown '
+                'before this move: not the policy&#x27;s own">(copied from the env&#x27;s text)</span>'
+            )
         reason = f'<div class="wordle-why">{html.escape(why)}</div>' if why and not guess else ""
-        lines.append(f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
-                     f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}{reason}</li>")
+        lines.append(
+            f'<li class="wordle-move{"" if guess else " invalid"}" title="{html.escape(flat)}">'
+            f"{n}. {verdict}: {html.escape(shown) or '(empty reply)'}{reason}</li>"
+        )
     count = f"{len(replies)} move{'s' if len(replies) != 1 else ''}"
-    return (f'<details class="wordle-moves-box"{" open" if open_ else ""}><summary>what it wrote ({count})'
-            f'</summary><ol class="wordle-moves" data-testid="moves">{"".join(lines)}</ol></details>')
+    return (
+        f'<details class="wordle-moves-box"{" open" if open_ else ""}><summary>what it wrote ({count})'
+        f'</summary><ol class="wordle-moves" data-testid="moves">{"".join(lines)}</ol></details>'
+    )
 
 
 def feed_html(records: Sequence[GameRecord]) -> str:
@@ -191,15 +206,17 @@ def feed_html(records: Sequence[GameRecord]) -> str:
 
 
 #: Under the policy feed: why training games read "unfinished", and what the showcase games beside them are.
-UNFINISHED_NOTE = ("*A policy game reads \"unfinished\" when its player stopped before the game ended: the trainer "
-                   "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
-                   "minute on small machines. A policy game played to its end (up to 6 guesses) beside them is a "
-                   "rollout server's showcase game, played when it has been idle for a minute so that its page shows "
-                   "the current policy; it is never trained on. Each invalid move shows the reason it was refused, "
-                   "and a word marked "
-                   "\"env's example\" was copied from the env's message (every request shows an "
-                   "example guess, never the secret), one marked \"copied from the env's text\" from its instructions "
-                   "or feedback (GREEN, GUESS): those are not the policy's own words.*")
+UNFINISHED_NOTE = (
+    '*A policy game reads "unfinished" when its player stopped before the game ended: the trainer '
+    "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
+    "minute on small machines. A policy game played to its end (up to 6 guesses) beside them is a "
+    "rollout server's showcase game, played when it has been idle for a minute so that its page shows "
+    "the current policy; it is never trained on. Each invalid move shows the reason it was refused, "
+    "and a word marked "
+    "\"env's example\" was copied from the env's message (every request shows an "
+    'example guess, never the secret), one marked "copied from the env\'s text" from its instructions '
+    "or feedback (GREEN, GUESS): those are not the policy's own words.*"
+)
 
 
 def win_rate_note(stats: Sequence[PlayerStats]) -> str:
@@ -209,9 +226,11 @@ def win_rate_note(stats: Sequence[PlayerStats]) -> str:
     if not games:
         return "*No policy game yet.*"
     if not wins:
-        return (f"*No policy game won yet ({games:,} games): the line lies on 0. Cut at a few moves, a small "
-                "model's training games rarely find the word; the trainer's valid-guess rate and letters found "
-                "show what it learns first.*")
+        return (
+            f"*No policy game won yet ({games:,} games): the line lies on 0. Cut at a few moves, a small "
+            "model's training games rarely find the word; the trainer's valid-guess rate and letters found "
+            "show what it learns first.*"
+        )
     return f"*{wins:,} of {games:,} policy games won.*"
 
 
@@ -222,8 +241,9 @@ CURVE_HEADERS = ["weight version", "win rate"]
 def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
     """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`: people first, then policies newest
     version first (a long run has hundreds of versions: the top of the table is the one a visitor reads)."""
-    ordered = sorted(stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None
-                                                                  else -1)))
+    ordered = sorted(
+        stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None else -1))
+    )
     return [[s.player, s.games, s.wins, f"{100 * s.win_rate:.0f}%"] for s in ordered]
 
 

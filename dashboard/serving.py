@@ -66,6 +66,7 @@ def serve(app: FastAPI, host: str, port: int, on_exit: Callable[[], None] | None
         on_exit: See `UIServer`.
         options: More `uvicorn.Config` settings (`ws_max_size`...).
     """
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S, **options)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=settings.SHUTDOWN_GRACE_S, **options
+    )
     UIServer(config, on_exit).run()

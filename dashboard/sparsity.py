@@ -22,8 +22,19 @@ NON_LAYER_ROW = "other"
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 #: Column order: attention, then its norms, then the MLP, then whatever else a layer holds, then the
 #: tensors outside layers. Kinds not listed come after the listed ones of their group, sorted.
-_LAYER_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "input_layernorm",
-                "post_attention_layernorm", "gate_proj", "up_proj", "down_proj")
+_LAYER_ORDER = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "q_norm",
+    "k_norm",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
 _OTHER_ORDER = ("embed_tokens", "norm", "lm_head")
 _PARAM_NAMES = ("weight",)
 
@@ -93,7 +104,7 @@ def kind_of(name: str) -> tuple[str, str]:
     """
     match = _LAYER.search(name)
     row = f"layer {int(match.group(1))}" if match else NON_LAYER_ROW
-    parts = name[match.end():].split(".") if match else name.split(".")
+    parts = name[match.end() :].split(".") if match else name.split(".")
     param = parts[-1] if len(parts) > 1 else ""
     modules = [p for p in (parts[:-1] if param else parts) if not p.isdigit()]
     if not modules:
@@ -142,8 +153,15 @@ def sparsity(header: DeltaHeader, names: Iterable[str] | Mapping[str, Sequence[i
     cells = {key: Cell(key[0], key[1], c, n, t) for key, (c, n, t) in sums.items()}
     layers = sorted({r for r, _ in cells if r != NON_LAYER_ROW}, key=lambda r: int(r.split()[1]))
     rows = layers + ([NON_LAYER_ROW] if any(r == NON_LAYER_ROW for r, _ in cells) else [])
-    kinds = (_ordered({k for r, k in cells if r != NON_LAYER_ROW}, _LAYER_ORDER)
-             + _ordered({k for r, k in cells if r == NON_LAYER_ROW}
-                        - {k for r, k in cells if r != NON_LAYER_ROW}, _OTHER_ORDER))
-    return SparsityGrid(rows=tuple(rows), kinds=tuple(kinds), cells=cells, version=header.version,
-                        base_version=header.base_version, changed=header.changed, total=header.total)
+    kinds = _ordered({k for r, k in cells if r != NON_LAYER_ROW}, _LAYER_ORDER) + _ordered(
+        {k for r, k in cells if r == NON_LAYER_ROW} - {k for r, k in cells if r != NON_LAYER_ROW}, _OTHER_ORDER
+    )
+    return SparsityGrid(
+        rows=tuple(rows),
+        kinds=tuple(kinds),
+        cells=cells,
+        version=header.version,
+        base_version=header.base_version,
+        changed=header.changed,
+        total=header.total,
+    )

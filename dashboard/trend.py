@@ -35,7 +35,7 @@ def trend_text(values: Sequence[float | None], percent: bool = False, window: in
 
 
 def step_text(step: int, max_steps: int, step_s: float | None) -> str:
-    """"step 21" for a run whose end is far away at the current pace (or unknown), "step 21 / 50" when
+    """ "step 21" for a run whose end is far away at the current pace (or unknown), "step 21 / 50" when
     the end is near enough to mean something: 21 of 1000 steps read as "2 % done" for a run that is
     stopped after 20 minutes."""
     if step_s is None or (max_steps - step) * step_s > OPEN_ENDED_S:

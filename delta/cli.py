@@ -71,9 +71,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     data = diff(old, new, codec=args.codec, version=args.version, base_version=args.base_version, progress=True)
     write_atomic(args.output, data)
     header, _ = read_delta(data)  # the header alone: no need to decode the streams again
-    print(f"wrote {args.output}: {len(data):,} bytes, {header.changed:,} of {header.total:,} elements "
-          f"changed ({100 * header.density:.3f}%), {len(data) / max(header.changed, 1):.3f} B/changed, codec "
-          f"{args.codec}, {time.perf_counter() - start:.2f} s")
+    print(
+        f"wrote {args.output}: {len(data):,} bytes, {header.changed:,} of {header.total:,} elements "
+        f"changed ({100 * header.density:.3f}%), {len(data) / max(header.changed, 1):.3f} B/changed, codec "
+        f"{args.codec}, {time.perf_counter() - start:.2f} s"
+    )
     return 0
 
 
@@ -82,10 +84,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
     result = apply(state, args.delta)
     save_state(state, args.output)
     h = result.header
-    checked = ("hash" if not h.foreign else "TRL checksum_sha256 matched, hash" if h.checksum
-               else "TRL file without hashes, hash")
-    print(printable(f"wrote {args.output}: version {h.version}, {result.changed:,} elements changed, "
-                    f"{checked} {result.digest.hexdigest}"))
+    checked = (
+        "hash"
+        if not h.foreign
+        else "TRL checksum_sha256 matched, hash"
+        if h.checksum
+        else "TRL file without hashes, hash"
+    )
+    print(
+        printable(
+            f"wrote {args.output}: version {h.version}, {result.changed:,} elements changed, "
+            f"{checked} {result.digest.hexdigest}"
+        )
+    )
     return 0
 
 
@@ -103,12 +114,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     state = load_state(args.base)
     header, _, _ = decode(data, state, path=args.file)  # everything, the target hash proven; nothing written
     if not header.foreign:
-        print(printable(f"OK {args.file}: applies to {args.base} and gives {header.target_hash} (base hash, every "
-                        "stream and value, and the target hash checked)"))
+        print(
+            printable(
+                f"OK {args.file}: applies to {args.base} and gives {header.target_hash} (base hash, every "
+                "stream and value, and the target hash checked)"
+            )
+        )
     else:
         what = "its checksum_sha256 matched" if header.checksum else "the file carries no hashes"
-        print(printable(f"OK {args.file}: applies to {args.base} (TRL file: names, dtypes, shapes and positions "
-                        f"checked; {what})"))
+        print(
+            printable(
+                f"OK {args.file}: applies to {args.base} (TRL file: names, dtypes, shapes and positions "
+                f"checked; {what})"
+            )
+        )
     return 0
 
 
@@ -122,8 +141,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
         publisher.flush()
     last, key = publisher.last, publisher.public_key
     assert last is not None and key is not None  # one process: rank 0, which published and signed
-    print(f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
-          f"state {last.state_hash}, signed by {key.fingerprint} (readers: --trusted-key {key.text})")
+    print(
+        f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
+        f"state {last.state_hash}, signed by {key.fingerprint} (readers: --trusted-key {key.text})"
+    )
     return 0
 
 
@@ -145,10 +166,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
         print(f"error: {args.bucket} holds no version yet", file=sys.stderr)
         return 1
     assert subscriber.state is not None and subscriber.digest is not None  # at `version`
-    save_state(subscriber.state, args.output, metadata={"version": str(version),
-                                                        "state_hash": subscriber.digest.hexdigest})
-    print(printable(f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified; "
-                    f"{subscriber.trust.describe()})"))
+    save_state(
+        subscriber.state, args.output, metadata={"version": str(version), "state_hash": subscriber.digest.hexdigest}
+    )
+    print(
+        printable(
+            f"wrote {args.output}: version {version}, state {subscriber.digest.hexdigest} (verified; "
+            f"{subscriber.trust.describe()})"
+        )
+    )
     return 0
 
 
@@ -161,19 +187,29 @@ def cmd_log(args: argparse.Namespace) -> int:
         print(f"{printable(args.bucket)}: no version yet")
         return 0
     versions = manifest.versions
-    print(printable(f"{args.bucket}: versions {versions[0].version}..{versions[-1].version} "
-                    f"({len(manifest.anchors())} with an anchor), {manifest.path}"))
-    print(f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  "
-          f"{'published (UTC)':<19}  {'signed by (not checked here)':<28}  "
-          "state hash, sha256 of each file (first 12 hex digits)")
+    print(
+        printable(
+            f"{args.bucket}: versions {versions[0].version}..{versions[-1].version} "
+            f"({len(manifest.anchors())} with an anchor), {manifest.path}"
+        )
+    )
+    print(
+        f"{'version':>8}  {'kind':<6}  {'base':>6}  {'files':>5}  {'delta':>9}  {'anchor':>9}  "
+        f"{'published (UTC)':<19}  {'signed by (not checked here)':<28}  "
+        "state hash, sha256 of each file (first 12 hex digits)"
+    )
     for v in versions:
         base = "-" if v.base_version is None else v.base_version
         when = "-" if v.published_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.published_at))
         signer = PublicKey.parse(v.signer).fingerprint[:28] if v.signer else "unsigned"
-        print(printable(f"{v.version:>8}  {v.kind:<6}  {base:>6}  {len(v.files):>5}  "
-                        f"{human_bytes(v.delta_bytes) if v.delta else '-':>9}  "
-                        f"{human_bytes(v.anchor_bytes) if v.anchor else '-':>9}  {when:<19}  {signer:<28}  "
-                        f"{v.state_hash}  {','.join(f.sha256[:12] for f in v.files)}"))
+        print(
+            printable(
+                f"{v.version:>8}  {v.kind:<6}  {base:>6}  {len(v.files):>5}  "
+                f"{human_bytes(v.delta_bytes) if v.delta else '-':>9}  "
+                f"{human_bytes(v.anchor_bytes) if v.anchor else '-':>9}  {when:<19}  {signer:<28}  "
+                f"{v.state_hash}  {','.join(f.sha256[:12] for f in v.files)}"
+            )
+        )
     return 0
 
 
@@ -193,8 +229,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
         return 0
     report = gc(storage, manifest, args.keep_anchors)
     assert report.manifest.latest is not None  # gc keeps the latest version
-    print(f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "
-          f"versions {report.manifest.versions[0].version}..{report.manifest.latest.version} remain")
+    print(
+        f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "
+        f"versions {report.manifest.versions[0].version}..{report.manifest.latest.version} remain"
+    )
     return 0
 
 
@@ -209,8 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("old")
     p.add_argument("new")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--codec", default=DEFAULT_CODEC, choices=sorted(CODECS),
-                   help=f"default {DEFAULT_CODEC}; " + "; ".join(f"{c.name}: {c.description}" for c in CODECS.values()))
+    p.add_argument(
+        "--codec",
+        default=DEFAULT_CODEC,
+        choices=sorted(CODECS),
+        help=f"default {DEFAULT_CODEC}; " + "; ".join(f"{c.name}: {c.description}" for c in CODECS.values()),
+    )
     p.add_argument("--version", type=int, default=None, help="model version the delta produces")
     p.add_argument("--base-version", type=int, default=None, help="model version it applies to")
     p.set_defaults(func=cmd_diff)
@@ -226,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, help="tensors listed (largest first; 0 for all)")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("verify", help="check what a delta alone can show (and say what that was); with --base, "
-                                      "that it applies exactly")
+    p = sub.add_parser(
+        "verify", help="check what a delta alone can show (and say what that was); with --base, that it applies exactly"
+    )
     p.add_argument("file")
     p.add_argument("--base", default=None, help="state the delta should apply to")
     p.set_defaults(func=cmd_verify)
@@ -238,12 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--anchor-every", type=int, default=50, help="an anchor every N versions (default 50)")
     p.add_argument("--keep-anchors", type=int, default=2, help="anchors kept by retention (default 2)")
     p.add_argument("--anchor", action="store_true", help="publish a full snapshot with this version")
-    p.add_argument("--create", action="store_true",
-                   help="start a new bucket if the folder does not exist (without it, a missing folder is an error)")
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="start a new bucket if the folder does not exist (without it, a missing folder is an error)",
+    )
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("pull", help="write a bucket's version as one safetensors file, verified against its hash and "
-                                    "the trainer's signature")
+    p = sub.add_parser(
+        "pull",
+        help="write a bucket's version as one safetensors file, verified against its hash and the trainer's signature",
+    )
     p.add_argument("--bucket", required=True)
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--version", type=int, default=None, help="default: the newest")
@@ -267,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "bucket", None) is not None:  # every bucket command: a mistyped folder is not a new bucket
-            check_bucket(args.bucket, getattr(args, "create", False),
-                         "pass --create to start a new bucket there" if args.command == "publish" else "check the path")
+            check_bucket(
+                args.bucket,
+                getattr(args, "create", False),
+                "pass --create to start a new bucket there" if args.command == "publish" else "check the path",
+            )
         return args.func(args)
     except UsageError as e:
         print(f"error: {printable(str(e))}", file=sys.stderr)

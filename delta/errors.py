@@ -120,8 +120,9 @@ class FileTooLargeError(StorageError):
 
     def __init__(self, *, url: str, path: str, limit: int, size: int | None = None) -> None:
         told = f"{size:,} bytes" if size is not None else "more bytes"
-        super().__init__(f"{told}, more than the {limit:,} this file may hold: refused, not read past that",
-                         url=url, path=path)
+        super().__init__(
+            f"{told}, more than the {limit:,} this file may hold: refused, not read past that", url=url, path=path
+        )
         self.limit = limit
         self.size = size
 

@@ -68,9 +68,21 @@ from .storage import open_storage
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_KEEP", "AdapterFollower", "AdapterRefusedError", "AdapterRun", "AppliedVersion", "FollowConfig",
-           "FollowStatus", "ServerFollower", "add_arguments", "add_trust_arguments", "base_hash_of", "follow_config",
-           "run_until_stopped"]
+__all__ = [
+    "MAX_KEEP",
+    "AdapterFollower",
+    "AdapterRefusedError",
+    "AdapterRun",
+    "AppliedVersion",
+    "FollowConfig",
+    "FollowStatus",
+    "ServerFollower",
+    "add_arguments",
+    "add_trust_arguments",
+    "base_hash_of",
+    "follow_config",
+    "run_until_stopped",
+]
 
 
 @dataclass(frozen=True)
@@ -161,8 +173,14 @@ class _Follower:
     whose versions are applied (None: from `config`'s `trusted_key` and `unauthenticated`).
     """
 
-    def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None, log: Callable[[str], None] | None,
-                 prefix: str, trust: Trust | None = None) -> None:
+    def __init__(
+        self,
+        config: FollowConfig,
+        client: VLLMHTTPClient | None,
+        log: Callable[[str], None] | None,
+        prefix: str,
+        trust: Trust | None = None,
+    ) -> None:
         self.config = config
         self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
         self._log = log or (lambda line: print(line, flush=True))
@@ -171,17 +189,23 @@ class _Follower:
         os.makedirs(self.work_dir, exist_ok=True)
         url = open_storage(config.bucket).url
         #: Whose versions are applied: one for every subscriber this follower opens (a recovery opens a new one).
-        self.trust = trust or (Trust.unauthenticated_for(url) if config.unauthenticated
-                               else Trust.for_bucket(url, config.trusted_key))
-        self.status = FollowStatus(config.bucket, config.vllm_url, self.trust.describe(),
-                                   not self.trust.unauthenticated)
+        self.trust = trust or (
+            Trust.unauthenticated_for(url) if config.unauthenticated else Trust.for_bucket(url, config.trusted_key)
+        )
+        self.status = FollowStatus(
+            config.bucket, config.vllm_url, self.trust.describe(), not self.trust.unauthenticated
+        )
         self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
         self._refusal: str | None = None  # the last refusal logged: each is logged and counted once
 
     def _subscriber(self, on_update: Callable[[Update], None] | None = None) -> Subscriber:
         """A subscriber on the bucket, checking versions with `trust`."""
-        return Subscriber(self.config.bucket, config=SubscriberConfig(poll_interval=self.config.poll_interval),
-                          on_update=on_update, trust=self.trust)
+        return Subscriber(
+            self.config.bucket,
+            config=SubscriberConfig(poll_interval=self.config.poll_interval),
+            on_update=on_update,
+            trust=self.trust,
+        )
 
     def _sync(self, subscriber: Subscriber) -> int | None:
         """`subscriber.sync()`; a version the trusted key did not sign is refused (logged and counted once, the version
@@ -249,8 +273,9 @@ class ServerFollower(_Follower):
     Threads: `run` blocks the caller; everything happens in that thread.
     """
 
-    def __init__(self, config: FollowConfig, client: VLLMHTTPClient | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: FollowConfig, client: VLLMHTTPClient | None = None, log: Callable[[str], None] | None = None
+    ) -> None:
         super().__init__(config, client, log, "delta-follow-")
         self._following: Subscriber | None = None
         self._worker: WorkerInfo | None = None
@@ -317,11 +342,16 @@ class ServerFollower(_Follower):
         except Exception as e:  # noqa: BLE001 - kept: the server stays paused until a whole state is applied
             self._failed = e
             self._note_failure(e)
-            self._log(printable(f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server "
-                                "stays paused until the newest anchor and the deltas after it are applied in full"))
+            self._log(
+                printable(
+                    f"ERROR version {update.version} failed to apply: {type(e).__name__}: {e}; the server "
+                    "stays paused until the newest anchor and the deltas after it are applied in full"
+                )
+            )
 
-    def _send(self, new: dict[str, torch.Tensor], old: dict[str, torch.Tensor] | None, version: int, via: str,
-              fetched: int) -> AppliedVersion:
+    def _send(
+        self, new: dict[str, torch.Tensor], old: dict[str, torch.Tensor] | None, version: int, via: str, fetched: int
+    ) -> AppliedVersion:
         """Write the update file (while serving), then pause, update, finish and resume.
 
         On failure the server is left paused (the caller recovers); a successful send resumes it.
@@ -362,8 +392,9 @@ class ServerFollower(_Follower):
         assert fresh.state is not None and self._worker is not None  # at `version`, for a known worker
         self._groups = fused_groups(fresh.state, self._worker.packed_modules)
         try:
-            applied = self._send(dict(fresh.state), None, version, "full",
-                                 sum(s.bytes_fetched for s in fresh.status().history))
+            applied = self._send(
+                dict(fresh.state), None, version, "full", sum(s.bytes_fetched for s in fresh.status().history)
+            )
         except BaseException:
             fresh.close()
             raise
@@ -374,8 +405,10 @@ class ServerFollower(_Follower):
         self._served = {n: t.clone() for n, t in fresh.state.items()} if self._worker.in_place else None
         if self._failed is not None:
             self.status.recoveries += 1
-            self._log(f"recovered: the server serves version {version} again, from the bucket's newest anchor "
-                      "and the deltas after it")
+            self._log(
+                f"recovered: the server serves version {version} again, from the bucket's newest anchor "
+                "and the deltas after it"
+            )
         self._failed = None
         self.status.latest = fresh.status().latest
         self._record(applied)
@@ -395,8 +428,10 @@ class ServerFollower(_Follower):
 
     def _record(self, applied: AppliedVersion) -> None:
         self._history.append(asdict(applied))
-        self._log(f"version {applied.version} applied ({applied.via}): {applied.bytes_fetched:,} bytes fetched, "
-                  f"{applied.tensors} tensors ({applied.update_bytes:,} bytes) sent, pause {applied.pause_s:.3f} s")
+        self._log(
+            f"version {applied.version} applied ({applied.via}): {applied.bytes_fetched:,} bytes fetched, "
+            f"{applied.tensors} tensors ({applied.update_bytes:,} bytes) sent, pause {applied.pause_s:.3f} s"
+        )
         self._write_status()
 
 
@@ -425,8 +460,10 @@ class AdapterRun:
 
     def __post_init__(self) -> None:
         if not 1 <= self.keep <= MAX_KEEP:
-            raise ValueError(f"keep must be 1 to {MAX_KEEP} adapter versions (each a folder on disk and one of the "
-                             f"server's adapters), got {self.keep}: lower --keep, or the run's staleness")
+            raise ValueError(
+                f"keep must be 1 to {MAX_KEEP} adapter versions (each a folder on disk and one of the "
+                f"server's adapters), got {self.keep}: lower --keep, or the run's staleness"
+            )
 
 
 def base_hash_of(folder: str) -> str:
@@ -461,9 +498,17 @@ class AdapterFollower(_Follower):
     Threads: `run` blocks the caller; everything happens in that thread.
     """
 
-    def __init__(self, config: FollowConfig, run: AdapterRun | Callable[[], AdapterRun], base_hash: str | None = None,
-                 max_rank: int | None = None, name: str = "adapter", client: VLLMHTTPClient | None = None,
-                 log: Callable[[str], None] | None = None, trust: Trust | None = None) -> None:
+    def __init__(
+        self,
+        config: FollowConfig,
+        run: AdapterRun | Callable[[], AdapterRun],
+        base_hash: str | None = None,
+        max_rank: int | None = None,
+        name: str = "adapter",
+        client: VLLMHTTPClient | None = None,
+        log: Callable[[str], None] | None = None,
+        trust: Trust | None = None,
+    ) -> None:
         super().__init__(config, client, log, "delta-adapters-", trust)
         self._run = run if callable(run) else (lambda: run)
         self.base_hash, self.max_rank, self.name = base_hash, max_rank, name
@@ -503,17 +548,21 @@ class AdapterFollower(_Follower):
         """
         run = self._run()
         if run.base_hash is not None and self.base_hash is not None and run.base_hash != self.base_hash:
-            raise AdapterRefusedError(f"the run trains its adapter on base {run.base_hash}; this server's model hashes "
-                                      f"to {self.base_hash}: start the server with the run's base model",
-                                      "another base")
+            raise AdapterRefusedError(
+                f"the run trains its adapter on base {run.base_hash}; this server's model hashes "
+                f"to {self.base_hash}: start the server with the run's base model",
+                "another base",
+            )
         try:
             config = adapter_config(state, run.alpha, run.r, run.targets)
         except ValueError as e:
             raise AdapterRefusedError(str(e), "bad adapter") from e
         if self.max_rank is not None and config.r > self.max_rank:
-            raise AdapterRefusedError(f"the run's adapter has rank {config.r}, above this server's max LoRA rank "
-                                      f"{self.max_rank}: restart vllm serve with --max-lora-rank {config.r} or more",
-                                      "rank above max")
+            raise AdapterRefusedError(
+                f"the run's adapter has rank {config.r}, above this server's max LoRA rank "
+                f"{self.max_rank}: restart vllm serve with --max-lora-rank {config.r} or more",
+                "rank above max",
+            )
         return config, run.keep
 
     def _on_update(self, update: Update) -> None:
@@ -546,8 +595,10 @@ class AdapterFollower(_Follower):
         self.status.version = version
         fetched = update.stats.bytes_fetched
         self._history.append({"version": version, "via": update.stats.via, "bytes_fetched": fetched})
-        self._log(f"adapter version {version} loaded as {self.served_name(version)} ({fetched:,} bytes fetched); "
-                  f"serving {', '.join(self.served_name(v) for v in self.loaded)}")
+        self._log(
+            f"adapter version {version} loaded as {self.served_name(version)} ({fetched:,} bytes fetched); "
+            f"serving {', '.join(self.served_name(v) for v in self.loaded)}"
+        )
         self._write_status()
 
 
@@ -559,30 +610,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     server the ones that concern it beside the run's settings (`--keep`, `--max-lora-rank`)."""
     p.add_argument("--bucket", required=True, help="local folder, s3://bucket[/prefix] or hf://buckets/ns/name")
     p.add_argument("--vllm-url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--work-dir", default=None,
-                   help="folder for update files, readable by the server (default: a temporary one, same machine)")
+    p.add_argument(
+        "--work-dir",
+        default=None,
+        help="folder for update files, readable by the server (default: a temporary one, same machine)",
+    )
     p.add_argument("--status-file", default=None, help="JSON status written after every event")
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
-    p.add_argument("--keep", type=_versions, default=None,
-                   help=f"adapter versions kept loaded on a LoRA server, 1 to {MAX_KEEP} (default: the run's staleness "
-                        "+ 1, or 1)")
-    p.add_argument("--max-lora-rank", type=int, default=None,
-                   help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
-                        "loading (default: the server refuses them itself, each a failure)")
+    p.add_argument(
+        "--keep",
+        type=_versions,
+        default=None,
+        help=f"adapter versions kept loaded on a LoRA server, 1 to {MAX_KEEP} (default: the run's staleness + 1, or 1)",
+    )
+    p.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=None,
+        help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
+        "loading (default: the server refuses them itself, each a failure)",
+    )
     add_trust_arguments(p)
 
 
 def add_trust_arguments(p: argparse.ArgumentParser) -> None:
     """`--trusted-key` and `--unauthenticated`: whose versions a reader of a bucket applies."""
-    p.add_argument("--trusted-key", default=None,
-                   help="the trainer's public key, ed25519:..., or a file holding it: only versions it signed are "
-                        "applied (env DELTA_TRUSTED_KEY; default: the key of the first signed version, kept per bucket "
-                        "in ~/.cache/delta/trusted, as ssh does)")
-    p.add_argument("--unauthenticated", action="store_true",
-                   help="follow an unsigned bucket (TRL's own delta files, an older delta's): every version is "
-                        "applied, whoever wrote it")
+    p.add_argument(
+        "--trusted-key",
+        default=None,
+        help="the trainer's public key, ed25519:..., or a file holding it: only versions it signed are "
+        "applied (env DELTA_TRUSTED_KEY; default: the key of the first signed version, kept per bucket "
+        "in ~/.cache/delta/trusted, as ssh does)",
+    )
+    p.add_argument(
+        "--unauthenticated",
+        action="store_true",
+        help="follow an unsigned bucket (TRL's own delta files, an older delta's): every version is "
+        "applied, whoever wrote it",
+    )
 
 
 def _versions(text: str) -> int:
@@ -594,10 +661,17 @@ def _versions(text: str) -> int:
 
 def follow_config(args: argparse.Namespace) -> FollowConfig:
     """The `FollowConfig` of `add_arguments`' options."""
-    return FollowConfig(args.bucket, args.vllm_url, work_dir=args.work_dir, status_path=args.status_file,
-                        poll_interval=args.poll_interval, max_backoff=max(30.0, args.poll_interval),
-                        ready_timeout=args.ready_timeout, trusted_key=args.trusted_key,
-                        unauthenticated=args.unauthenticated)
+    return FollowConfig(
+        args.bucket,
+        args.vllm_url,
+        work_dir=args.work_dir,
+        status_path=args.status_file,
+        poll_interval=args.poll_interval,
+        max_backoff=max(30.0, args.poll_interval),
+        ready_timeout=args.ready_timeout,
+        trusted_key=args.trusted_key,
+        unauthenticated=args.unauthenticated,
+    )
 
 
 def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:
@@ -620,10 +694,14 @@ def add_command(subparsers: Any) -> None:
     """Add the `follow` subcommand to `python -m delta`'s parser."""
     p = subparsers.add_parser("follow", help="make a running `vllm serve` (backend delta) follow a bucket")
     add_arguments(p)
-    p.add_argument("--lora-alpha", type=float, default=None,
-                   help="the bucket holds a LoRA run's adapter versions (adapter mode) with this alpha: load each into "
-                        "a stock `vllm serve --enable-lora` as the model adapter-v<version> (needs "
-                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 on the server)")
+    p.add_argument(
+        "--lora-alpha",
+        type=float,
+        default=None,
+        help="the bucket holds a LoRA run's adapter versions (adapter mode) with this alpha: load each into "
+        "a stock `vllm serve --enable-lora` as the model adapter-v<version> (needs "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 on the server)",
+    )
     p.set_defaults(func=_cmd_follow)
 
 

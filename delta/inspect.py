@@ -42,20 +42,28 @@ class DeltaInfo:
         lines = [
             f"codec         {printable(h.codec)}{'  (foreign TRL-layout file)' if h.foreign else ''}",
             f"version       {h.version}  (base {h.base_version})",
-            (f"changed       {h.changed:,} of {h.total:,} elements ({100 * h.density:.4f}%)" if not h.foreign else
-             f"changed       {h.changed:,} elements (the file does not say of how many)"),
+            (
+                f"changed       {h.changed:,} of {h.total:,} elements ({100 * h.density:.4f}%)"
+                if not h.foreign
+                else f"changed       {h.changed:,} elements (the file does not say of how many)"
+            ),
             f"file          {self.file_bytes:,} bytes, {self.bytes_per_changed:.3f} bytes per changed element",
             f"base hash     {printable(h.base_hash) or '-'}",
             f"target hash   {printable(h.target_hash) or '-'}",
-            *([f"checksum      sha256:{printable(h.checksum)} (TRL's, of the whole bf16 state after applying)"]
-              if h.checksum else []),
+            *(
+                [f"checksum      sha256:{printable(h.checksum)} (TRL's, of the whole bf16 state after applying)"]
+                if h.checksum
+                else []
+            ),
             "",
             f"{'tensor':<48} {'elements':>12} {'changed':>10} {'density':>9} {'form':>7} {'bytes':>10}",
         ]
         rows = sorted(self.tensors, key=lambda t: -t.bytes)
-        for t in rows[:limit or None]:
-            lines.append(f"{printable(t.name)[-48:]:<48} {t.elements:>12,} {t.changed:>10,} {100 * t.density:>8.3f}% "
-                         f"{printable(t.form):>7} {t.bytes:>10,}")
+        for t in rows[: limit or None]:
+            lines.append(
+                f"{printable(t.name)[-48:]:<48} {t.elements:>12,} {t.changed:>10,} {100 * t.density:>8.3f}% "
+                f"{printable(t.form):>7} {t.bytes:>10,}"
+            )
         if limit and len(rows) > limit:
             lines.append(f"... {len(rows) - limit} more tensors (--limit 0 lists all)")
         return "\n".join(lines)
@@ -72,13 +80,18 @@ def inspect_delta(data: bytes | memoryview, path: str | None = None) -> DeltaInf
         sizes = codec.tensor_bytes(header.tensors, blobs)
     except DeltaFormatError as e:
         raise e.at(path) from None
-    stats = tuple(TensorStats(e.name, e.numel if not header.foreign or e.form == "dense" else e.changed,
-                              e.changed, e.form, sizes[e.name]) for e in header.tensors)
+    stats = tuple(
+        TensorStats(
+            e.name, e.numel if not header.foreign or e.form == "dense" else e.changed, e.changed, e.form, sizes[e.name]
+        )
+        for e in header.tensors
+    )
     return DeltaInfo(header, len(data), stats)
 
 
-def check_delta(data: bytes | memoryview, path: str | None = None, workers: int | None = None
-                ) -> tuple[DeltaHeader, str]:
+def check_delta(
+    data: bytes | memoryview, path: str | None = None, workers: int | None = None
+) -> tuple[DeltaHeader, str]:
     """Check everything in a delta that can be checked without the state it applies to.
 
     Returns:
@@ -99,17 +112,22 @@ def check_delta(data: bytes | memoryview, path: str | None = None, workers: int 
     if not header.foreign:
         kind = f"{header.codec} delta"
         needs = ("that each class rank exists in the old tensor, " if header.codec == "ctx" else "") + (
-            "the base hash, the new values and the target hash")
+            "the base hash, the new values and the target hash"
+        )
     elif all(e.form == "dense" for e in header.tensors):
         kind = "TRL anchor (its checksum_sha256, if it has one, matched its tensors)"
         needs = "that its tensors' names, shapes and dtypes are the base's"
     else:
         kind = "TRL patch" + (" with a checksum_sha256" if header.checksum else " (no hashes)")
-        needs = "the tensors' names, dtypes and sizes" + (", and the checksum of the state after applying"
-                                                          if header.checksum else "")
-    checked = ("the header (every field, names sorted and unique, counts, the streams it needs and no others)"
-               if not header.foreign else "the metadata TRL writes (numbers in canonical form, counts and "
-               "changed_params matching the tensors present)")
+        needs = "the tensors' names, dtypes and sizes" + (
+            ", and the checksum of the state after applying" if header.checksum else ""
+        )
+    checked = (
+        "the header (every field, names sorted and unique, counts, the streams it needs and no others)"
+        if not header.foreign
+        else "the metadata TRL writes (numbers in canonical form, counts and "
+        "changed_params matching the tensors present)"
+    )
     return header, f"well-formed {kind}. Checked: {checked}; {streams}. Needs --base: {needs}"
 
 

@@ -50,8 +50,9 @@ def read_private(path: str | os.PathLike[str], max_bytes: int = MAX_PRIVATE_BYTE
         if info.st_size > max_bytes:
             raise PrivateFileError(name, f"holds {info.st_size:,} bytes, more than the {max_bytes:,} it may")
         if info.st_mode & 0o077:
-            logger.warning("%s could be read by other users (mode %o): made owner-only (0600)", name,
-                           stat.S_IMODE(info.st_mode))
+            logger.warning(
+                "%s could be read by other users (mode %o): made owner-only (0600)", name, stat.S_IMODE(info.st_mode)
+            )
             os.fchmod(fd, 0o600)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(max_bytes + 1)[:max_bytes]
@@ -90,8 +91,14 @@ def write_private(path: str | os.PathLike[str], data: bytes, replace: bool = Tru
 
 
 def _kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+    for test, kind in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"

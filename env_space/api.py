@@ -65,8 +65,12 @@ _STATUS = {
     InvalidSecretError: 422,
 }
 # OpenEnv's WebSocket error codes.
-_WS_CODE = {ServerFullError: "CAPACITY_REACHED", ClientLimitError: "CAPACITY_REACHED",
-            InvalidSecretError: "VALIDATION_ERROR", ForbiddenError: "FORBIDDEN"}
+_WS_CODE = {
+    ServerFullError: "CAPACITY_REACHED",
+    ClientLimitError: "CAPACITY_REACHED",
+    InvalidSecretError: "VALIDATION_ERROR",
+    ForbiddenError: "FORBIDDEN",
+}
 METADATA = {
     "name": "wordle",
     "description": "Wordle: find a 5-letter word in 6 guesses from green/yellow/gray feedback.",
@@ -96,8 +100,10 @@ class Access:
 
 def _start(store: SessionStore, request: ResetRequest, client: str | None) -> WordleObservation:
     if client is not None and request.weight_version is not None:
-        raise ForbiddenError("weight_version needs the env token (Authorization: Bearer <ENV_TOKEN>); "
-                             "anonymous games are recorded as a person's: leave weight_version out")
+        raise ForbiddenError(
+            "weight_version needs the env token (Authorization: Bearer <ENV_TOKEN>); "
+            "anonymous games are recorded as a person's: leave weight_version out"
+        )
     return store.start(
         player=HUMAN if request.human or client is not None else player_label(request.weight_version),
         seed=request.seed,
@@ -119,7 +125,8 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
     async def _wordle_error(_: Request, exc: WordleError) -> JSONResponse:
         retry = getattr(exc, "retry_after", None)
         return JSONResponse(
-            {"detail": str(exc), "error": type(exc).__name__}, status_code=_STATUS.get(type(exc), 400),
+            {"detail": str(exc), "error": type(exc).__name__},
+            status_code=_STATUS.get(type(exc), 400),
             headers={"Retry-After": str(retry)} if retry is not None else None,
         )
 
@@ -169,8 +176,9 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
         return store.history.recent(limit, policy_only)
 
     @app.get("/exam")
-    def exam(games: int = Query(16, ge=1, le=HELD_OUT_SECRETS),
-             turns: int = Query(3, ge=1, le=MAX_EXAM_TURNS)) -> ExamInfo:
+    def exam(
+        games: int = Query(16, ge=1, le=HELD_OUT_SECRETS), turns: int = Query(3, ge=1, le=MAX_EXAM_TURNS)
+    ) -> ExamInfo:
         """The held-out secrets' count, and what a player copying the examples scores on the first `games` of
         them in `turns` moves (the exam's reference line)."""
         return copying_reference(games, turns)
@@ -188,8 +196,11 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
                 if message["type"] == "websocket.disconnect":
                     break
                 text = message.get("text")
-                reply, stop = (session.handle(text) if text is not None else
-                               (_ws_error("INVALID_JSON", "send JSON text frames, not binary ones"), False))
+                reply, stop = (
+                    session.handle(text)
+                    if text is not None
+                    else (_ws_error("INVALID_JSON", "send JSON text frames, not binary ones"), False)
+                )
                 await websocket.send_text(json.dumps(reply))
                 if stop:
                     await websocket.close()
@@ -235,9 +246,7 @@ class _WsSession:
         if kind == "close":
             return {"type": "closed", "data": {}}, True
         if kind not in ("step", "state"):
-            return _ws_error(
-                "UNKNOWN_TYPE", f"unknown message type {kind!r}; use reset, step, state or close"
-            ), False
+            return _ws_error("UNKNOWN_TYPE", f"unknown message type {kind!r}; use reset, step, state or close"), False
         if self._episode_id is None:
             return _ws_error("SESSION_ERROR", "no game yet: send a 'reset' message first"), False
         if kind == "step":

@@ -110,8 +110,12 @@ class WordleGame:
         if error is not None:
             self._invalid += 1
             self._last_error = error
-            self._last_reward = invalid_move_reward(parsed.word is not None, parsed.tagged, self._rewards,
-                                                    five_letters=self._words.right_shape(parsed.word or ""))
+            self._last_reward = invalid_move_reward(
+                parsed.word is not None,
+                parsed.tagged,
+                self._rewards,
+                five_letters=self._words.right_shape(parsed.word or ""),
+            )
             lines = [prompt.invalid_line(error)]
         else:
             word = parsed.word or ""
@@ -119,7 +123,11 @@ class WordleGame:
             self._rows.append(GuessRow(word=word, marks=encode(marks)))
             self._last_error = None
             self._last_reward = guess_reward(
-                marks, self._best_progress, MAX_GUESSES - len(self._rows), parsed.tagged, self._rewards,
+                marks,
+                self._best_progress,
+                MAX_GUESSES - len(self._rows),
+                parsed.tagged,
+                self._rewards,
                 own=not self._copied[-1],
             )
             self._best_progress = max(self._best_progress, progress(marks))
@@ -131,8 +139,9 @@ class WordleGame:
             lines.append(prompt.result_text(self.won, self.secret, len(self._rows), self._too_many_invalid))
         else:
             shown = shows_example(self.secret, self._steps, self.examples)
-            self._example = self._words.example(self.secret, self._steps, [r.word for r in self._rows]) if shown \
-                else None
+            self._example = (
+                self._words.example(self.secret, self._steps, [r.word for r in self._rows]) if shown else None
+            )
             lines.append(prompt.next_move_text(MAX_GUESSES - len(self._rows), self._example))
         self._message = "\n".join(lines)
         self._shown |= _words_of(self._message)

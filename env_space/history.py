@@ -45,7 +45,9 @@ class GameHistory:
         """Per player label, humans first, then policies by weight version."""
         with self._lock:
             counts = {player: tuple(gw) for player, gw in self._counts.items()}
-        return [PlayerStats(player=p, games=g, wins=w) for p, (g, w) in sorted(counts.items(), key=lambda kv: _order(kv[0]))]
+        return [
+            PlayerStats(player=p, games=g, wins=w) for p, (g, w) in sorted(counts.items(), key=lambda kv: _order(kv[0]))
+        ]
 
 
 def _order(player: str) -> tuple[int, int, str]:

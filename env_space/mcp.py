@@ -17,8 +17,11 @@ def add_mcp(app: FastAPI, name: str, version: str) -> None:
     """Add ``POST /mcp`` to ``app`` (strict JSON when the app went through ``webguard.guard_app``)."""
 
     results = {
-        "initialize": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {"listChanged": False}},
-                       "serverInfo": {"name": name, "version": version}},
+        "initialize": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": name, "version": version},
+        },
         "ping": {},
         "tools/list": {"tools": []},
     }
@@ -30,9 +33,12 @@ def add_mcp(app: FastAPI, name: str, version: str) -> None:
             message = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(None, -32700, "parse error: send one JSON-RPC 2.0 request object")
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(
-                message.get("method"), str):
-            return _error(None, -32600, "invalid request: send {\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ...}")
+        if (
+            not isinstance(message, dict)
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(message.get("method"), str)
+        ):
+            return _error(None, -32600, 'invalid request: send {"jsonrpc": "2.0", "id": 1, "method": ...}')
         if "id" not in message:  # a notification: nothing to answer
             return Response(status_code=202)
         request_id = message["id"] if isinstance(message["id"], (str, int)) else None

@@ -23,8 +23,7 @@ class SessionPool:
         clock: Monotonic seconds.
     """
 
-    def __init__(self, capacity: int, idle_s: float, per_client: int | None,
-                 clock: Callable[[], float]) -> None:
+    def __init__(self, capacity: int, idle_s: float, per_client: int | None, clock: Callable[[], float]) -> None:
         self.capacity = capacity
         self.idle_s = idle_s
         self.per_client = per_client

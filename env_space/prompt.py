@@ -68,7 +68,7 @@ def parse_guess(text: str) -> ParsedGuess:
     openings = list(_OPEN.finditer(visible))
     if openings:
         opening = openings[-1]
-        after = visible[opening.end():]
+        after = visible[opening.end() :]
         left_open = CLOSE_TAG not in after.lower()
         first = _WORD.search(after.split("<", 1)[0])  # a word ends at a tag: "crane</guess>"
         word = first.group().strip(_EDGE_PUNCTUATION).lower() if first else ""
@@ -82,8 +82,7 @@ def parse_guess(text: str) -> ParsedGuess:
     return ParsedGuess(
         None,
         False,
-        f"no guess found; write one {WORD_LENGTH}-letter word inside <guess></guess>, "
-        "for example <guess>crane</guess>",
+        f"no guess found; write one {WORD_LENGTH}-letter word inside <guess></guess>, for example <guess>crane</guess>",
     )
 
 

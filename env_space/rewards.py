@@ -55,8 +55,10 @@ class RewardConfig:
         if max(self.untagged, self.no_guess, self.invalid_word) > 0:
             raise ValueError("untagged, no_guess and invalid_word are penalties: use values <= 0")
         if not 0 <= self.five_letters <= -self.invalid_word:
-            raise ValueError(f"five_letters must be between 0 and -invalid_word ({-self.invalid_word:g}): a "
-                             f"non-word never earns, got {self.five_letters:g}")
+            raise ValueError(
+                f"five_letters must be between 0 and -invalid_word ({-self.invalid_word:g}): a "
+                f"non-word never earns, got {self.five_letters:g}"
+            )
 
 
 DEFAULT_REWARDS = RewardConfig()
@@ -69,8 +71,9 @@ def format_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWA
     return 0.0 if tagged else config.untagged
 
 
-def invalid_move_reward(found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS,
-                        five_letters: bool = False) -> float:
+def invalid_move_reward(
+    found: bool, tagged: bool, config: RewardConfig = DEFAULT_REWARDS, five_letters: bool = False
+) -> float:
     """Reward of a move that was not a legal guess (nothing found, or not an allowed word); `five_letters`: the
     guess was five letters a-z outside the word list (`RewardConfig.five_letters`)."""
     reward = format_reward(found, tagged, config)

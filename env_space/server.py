@@ -16,8 +16,9 @@ from .ui import build_ui
 from .words import load_word_lists
 
 
-def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None,
-              rewards: RewardConfig = DEFAULT_REWARDS) -> FastAPI:
+def build_app(
+    limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None, rewards: RewardConfig = DEFAULT_REWARDS
+) -> FastAPI:
     """API routes first, then the UI mounted at ``/`` (so ``/reset``, ``/health``... stay the API's)."""
     access = access or Access()
     store = SessionStore(load_word_lists(), GameHistory(), limits, rewards)
@@ -25,7 +26,12 @@ def build_app(limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = No
     return mount_ui(app, build_ui(store, access.trust_forwarded), CSS)
 
 
-def serve(host: str, port: int, limits: SessionLimits = DEFAULT_LIMITS, access: Access | None = None,
-          rewards: RewardConfig = DEFAULT_REWARDS) -> None:
+def serve(
+    host: str,
+    port: int,
+    limits: SessionLimits = DEFAULT_LIMITS,
+    access: Access | None = None,
+    rewards: RewardConfig = DEFAULT_REWARDS,
+) -> None:
     """Serve until interrupted (`dashboard.serving`: its pages' streams end at the signal). Blocks."""
     serving.serve(build_app(limits, access, rewards), host, port, ws_max_size=MAX_BODY_BYTES)

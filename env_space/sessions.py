@@ -125,8 +125,11 @@ class SessionStore:
         if exam is not None:
             held_out = self.words.exam_secrets
             if secret is not None or not 0 <= exam < len(held_out):
-                raise InvalidSecretError(f"exam {exam}", f"an exam game names one of the {len(held_out)} held-out "
-                                                         "secrets by its number (0 first), and no secret")
+                raise InvalidSecretError(
+                    f"exam {exam}",
+                    f"an exam game names one of the {len(held_out)} held-out "
+                    "secrets by its number (0 first), and no secret",
+                )
             secret = held_out[exam]
         game = WordleGame(
             secret or self.words.pick_secret(seed),

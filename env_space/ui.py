@@ -81,31 +81,30 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
                         elem_id="wordle-input",
                     )
                     send = gr.Button("Guess", variant="primary", scale=1, elem_id="wordle-guess")
-                keyboard = gr.HTML(render.keyboard_html([]),
-                                   js_on_load=render.keyboard_js("wordle-input", "wordle-guess"))
+                keyboard = gr.HTML(
+                    render.keyboard_html([]), js_on_load=render.keyboard_js("wordle-input", "wordle-guess")
+                )
                 restart = gr.Button("New game", elem_id="wordle-new-game")
             with gr.Column(scale=1):
                 gr.Markdown("## Policy games (live)")
                 feed = gr.HTML(render.feed_html([]))
                 gr.Markdown(render.UNFINISHED_NOTE, elem_id="wordle-unfinished-note")
-                gr.Markdown("## Win rate by weight version\nCounted since this env started: a restart begins "
-                            "the counts again (the trainer's curves, kept in the bucket, go on).")
-                plot = gr.LinePlot(
-                    x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False
+                gr.Markdown(
+                    "## Win rate by weight version\nCounted since this env started: a restart begins "
+                    "the counts again (the trainer's curves, kept in the bucket, go on)."
                 )
+                plot = gr.LinePlot(x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False)
                 plot_note = gr.Markdown(render.win_rate_note([]), elem_id="wordle-win-note")
                 gr.Markdown("## Every player since this env started (newest policy versions first)")
-                table = gr.Dataframe(headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats",
-                                     max_height=2000)
+                table = gr.Dataframe(
+                    headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats", max_height=2000
+                )
 
         outputs = [game, board, keyboard, status, box]
         restart.click(new_game, game, outputs, api_name="new_game")
         demo.load(new_game, game, outputs, api_visibility="private")
         gr.on([box.submit, send.click], guess, [box, game], outputs, api_name="guess")
         timer = gr.Timer(refresh_s)
-        timer.tick(
-            lambda: store.history.finished, None, seen, show_progress="hidden", api_visibility="private"
-        )
-        seen.change(draw_feed, None, [feed, plot, plot_note, table], show_progress="hidden",
-                    api_visibility="private")
+        timer.tick(lambda: store.history.finished, None, seen, show_progress="hidden", api_visibility="private")
+        seen.change(draw_feed, None, [feed, plot, plot_note, table], show_progress="hidden", api_visibility="private")
     return demo

@@ -15,7 +15,9 @@ import settings
 
 #: argparse destination -> the shared setting checked here.
 SETTINGS: dict[str, settings.Setting] = {
-    "bucket": settings.BUCKET, "rollout_url": settings.ROLLOUT_URL, "env_url": settings.ENV_URL,
+    "bucket": settings.BUCKET,
+    "rollout_url": settings.ROLLOUT_URL,
+    "env_url": settings.ENV_URL,
     "device": settings.DEVICE,
 }
 #: The URL each role needs from another Space (the trainer's ENV_URL only links its UI's games).
@@ -51,18 +53,24 @@ def check_settings(role: str, args: argparse.Namespace, environ: Mapping[str, st
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             errors.append(f"{_name(dest)} must be an http(s) URL such as https://USER-SPACE.hf.space, got {url!r}")
         elif on_space and dest in NEEDED_URLS.get(role, ()) and parsed.hostname in LOOPBACK:
-            errors.append(f"set {_name(dest)} to the URL of your {dest.removesuffix('_url')} Space "
-                          f"(https://USER-SPACE.hf.space): {url!r} points back at this machine")
+            errors.append(
+                f"set {_name(dest)} to the URL of your {dest.removesuffix('_url')} Space "
+                f"(https://USER-SPACE.hf.space): {url!r} points back at this machine"
+            )
     bucket = getattr(args, "bucket", None)
     if bucket is not None:
         if not bucket.strip():
             errors.append(f"set {_name('bucket')}: a folder, s3://BUCKET/PREFIX or hf://buckets/NS/NAME")
         elif on_space and not _is_remote_bucket(bucket):
-            errors.append(f"set {_name('bucket')} to shared storage (hf://buckets/NS/NAME or s3://BUCKET/PREFIX): "
-                          f"the folder {bucket!r} is private to this Space and lost when it restarts")
+            errors.append(
+                f"set {_name('bucket')} to shared storage (hf://buckets/NS/NAME or s3://BUCKET/PREFIX): "
+                f"the folder {bucket!r} is private to this Space and lost when it restarts"
+            )
         elif bucket.startswith("hf://") and not _has_hf_token(environ):
-            errors.append(f"the bucket {bucket} needs a Hugging Face token: set the HF_TOKEN secret "
-                          "(write access for the trainer, read for rollouts), or run `hf auth login`")
+            errors.append(
+                f"the bucket {bucket} needs a Hugging Face token: set the HF_TOKEN secret "
+                "(write access for the trainer, read for rollouts), or run `hf auth login`"
+            )
     device = getattr(args, "device", None)
     if device is not None:
         from models import resolve_device
@@ -72,13 +80,19 @@ def check_settings(role: str, args: argparse.Namespace, environ: Mapping[str, st
         except ValueError as e:
             errors.append(f"{_name('device')}: {e}")
     if role == "all" and on_space:
-        return [("set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs one app "
-                 "(`python app.py` with no role runs all three on your own machine)")], warnings
+        return [
+            (
+                "set the SPACE_ROLE variable of this Space to env, rollout or trainer: one Space runs one app "
+                "(`python app.py` with no role runs all three on your own machine)"
+            )
+        ], warnings
     if role == "all":
         errors.extend(_launcher_problems(args))
     if role == "trainer" and on_space and not getattr(args, "owner_token", None):
-        warnings.append("OWNER_TOKEN is not set: nobody can start, pause or stop training from the UI; "
-                        "set it as a secret of this Space")
+        warnings.append(
+            "OWNER_TOKEN is not set: nobody can start, pause or stop training from the UI; "
+            "set it as a secret of this Space"
+        )
     return errors, warnings
 
 
@@ -108,6 +122,8 @@ def _launcher_problems(args: argparse.Namespace) -> list[str]:
             try:
                 s.bind((config.host, port))
             except OSError:
-                busy.append(f"port {port} ({flag}) is in use on {config.host}: stop what runs there "
-                            "(another `python app.py`?) or choose another port")
+                busy.append(
+                    f"port {port} ({flag}) is in use on {config.host}: stop what runs there "
+                    "(another `python app.py`?) or choose another port"
+                )
     return busy

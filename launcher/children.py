@@ -82,13 +82,32 @@ class Child:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_VARIABLES}
         env.update(self.environ, PYTHONUNBUFFERED="1")
-        command = [sys.executable, "-m", "launcher._guard", str(os.getpid()), sys.executable, "app.py", self.role,
-                   *self.args, "--host", self.host, "--port", str(self.port)]
+        command = [
+            sys.executable,
+            "-m",
+            "launcher._guard",
+            str(os.getpid()),
+            sys.executable,
+            "app.py",
+            self.role,
+            *self.args,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command[4:])}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self._asked_at = self._ended_at = None
         self.state = "starting"
 
@@ -119,8 +138,9 @@ class Child:
                 self.state = "ready"
                 return True
             if time.monotonic() > deadline:
-                raise ChildFailed(self.name, f"was not ready after {timeout_s:.0f} s (--ready-timeout)",
-                                  self.log_tail())
+                raise ChildFailed(
+                    self.name, f"was not ready after {timeout_s:.0f} s (--ready-timeout)", self.log_tail()
+                )
             stop.wait(0.5)
         return False
 
@@ -209,8 +229,9 @@ class Ended:
     seconds: float | None = None
 
 
-def stop_all(children: Sequence[Child], timeout_s: float, say: Callable[[str], None],
-             by: str = "the launcher") -> dict[str, Ended | None]:
+def stop_all(
+    children: Sequence[Child], timeout_s: float, say: Callable[[str], None], by: str = "the launcher"
+) -> dict[str, Ended | None]:
     """SIGTERM every running app at once, the last one first (the trainer: it commits its last version), then watch
     them all until each has exited or `timeout_s` has passed since the signal, when what is left is killed (SIGKILL
     to its process group): they stop side by side, the whole stop takes as long as the slowest, at most `timeout_s`

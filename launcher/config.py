@@ -65,8 +65,9 @@ class LauncherConfig:
             if not 0 < port < 65536:
                 raise ValueError(f"{flag} must be a port between 1 and 65535, got {port}")
         if len(set(ports.values())) != len(ports):
-            raise ValueError(f"the apps' ports must differ, got {ports}: change --port/--env-port/--rollout-port/"
-                             "--trainer-port")
+            raise ValueError(
+                f"the apps' ports must differ, got {ports}: change --port/--env-port/--rollout-port/--trainer-port"
+            )
         if self.ready_timeout_s <= 0 or self.stop_timeout_s <= 0:
             raise ValueError("--ready-timeout and --stop-timeout must be > 0 seconds")
         if self.rollout_restarts < 0:
@@ -80,8 +81,13 @@ class LauncherConfig:
     def ports(self) -> dict[str, int]:
         """Flag -> port, for the checks and their messages."""
         extra = {f"--rollouts (server {i + 2})": p for i, p in enumerate(self.rollout_ports[1:])}
-        return {"--port": self.port, "--env-port": self.env_port, "--rollout-port": self.rollout_port,
-                "--trainer-port": self.trainer_port, **extra}
+        return {
+            "--port": self.port,
+            "--env-port": self.env_port,
+            "--rollout-port": self.rollout_port,
+            "--trainer-port": self.trainer_port,
+            **extra,
+        }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,43 +98,82 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-port", type=int, default=d.env_port, help="Wordle env port (default 7861)")
     parser.add_argument("--rollout-port", type=int, default=d.rollout_port, help="rollout port (default 7862)")
     parser.add_argument("--trainer-port", type=int, default=d.trainer_port, help="trainer port (default 7863)")
-    parser.add_argument("--rollouts", type=int, default=d.rollouts,
-                        help="rollout servers to start on the one bucket (default 1); the second and later listen "
-                             "on the ports after the trainer's")
-    settings.BUCKET.add_to(parser, "bucket shared by rollout and trainer (in the repository, so a second start "
-                                   "resumes)")
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        default=d.rollouts,
+        help="rollout servers to start on the one bucket (default 1); the second and later listen "
+        "on the ports after the trainer's",
+    )
+    settings.BUCKET.add_to(
+        parser, "bucket shared by rollout and trainer (in the repository, so a second start resumes)"
+    )
     settings.MODEL.add_to(parser, "model folder or Hub id (offline default, prepared once)")
     settings.ENGINE.add_to(parser)
-    settings.OWNER_TOKEN.add_to(parser, "trainer control secret (unset: the one kept for the bucket, or a new one; "
-                                        "printed)")
+    settings.OWNER_TOKEN.add_to(
+        parser, "trainer control secret (unset: the one kept for the bucket, or a new one; printed)"
+    )
     parser.add_argument("--logs", default=d.logs, help="folder of the three apps' logs (default .cache/app/logs)")
-    parser.add_argument("--keys", default=d.keys,
-                        help="folder where the tokens the launcher makes are kept between starts, one owner-only file "
-                             "per bucket, never in the bucket (default .cache/app/keys); ENV_TOKEN, ROLLOUT_TOKEN and "
-                             "OWNER_TOKEN, when set, win")
-    parser.add_argument("--ready-timeout", type=float, default=d.ready_timeout_s,
-                        help="seconds each app may take to get ready (default 900)")
-    parser.add_argument("--stop-timeout", type=float, default=d.stop_timeout_s,
-                        help=f"seconds each app gets to exit on Ctrl-C before it is killed (default {d.stop_timeout_s:g})")
-    parser.add_argument("--rollout-restarts", type=int, default=d.rollout_restarts,
-                        help=f"times a rollout server that dies is restarted within 10 minutes, after 5 s, 10 s, 20 s... "
-                             f"(default {d.rollout_restarts}; 0: never); then the fleet goes on without it")
+    parser.add_argument(
+        "--keys",
+        default=d.keys,
+        help="folder where the tokens the launcher makes are kept between starts, one owner-only file "
+        "per bucket, never in the bucket (default .cache/app/keys); ENV_TOKEN, ROLLOUT_TOKEN and "
+        "OWNER_TOKEN, when set, win",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=d.ready_timeout_s,
+        help="seconds each app may take to get ready (default 900)",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=d.stop_timeout_s,
+        help=f"seconds each app gets to exit on Ctrl-C before it is killed (default {d.stop_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--rollout-restarts",
+        type=int,
+        default=d.rollout_restarts,
+        help=f"times a rollout server that dies is restarted within 10 minutes, after 5 s, 10 s, 20 s... "
+        f"(default {d.rollout_restarts}; 0: never); then the fleet goes on without it",
+    )
     parser.add_argument("--rollout-args", default="", help="extra flags for the rollout, one quoted string")
-    parser.add_argument("--trainer-args", default="",
-                        help="extra flags for the trainer, one quoted string (e.g. \"--max-steps 50\")")
+    parser.add_argument(
+        "--trainer-args", default="", help='extra flags for the trainer, one quoted string (e.g. "--max-steps 50")'
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> LauncherConfig:
     """The config from parsed flags (ValueError naming the flag when a value is wrong)."""
     # The apps run in the repository: folders given relative to the caller's directory become absolute.
     # The default bucket lives in the repository wherever the command is run from.
-    bucket = (LauncherConfig.bucket if args.bucket == settings.DEFAULT_BUCKET
-              else args.bucket if "://" in args.bucket else os.path.abspath(args.bucket))
+    bucket = (
+        LauncherConfig.bucket
+        if args.bucket == settings.DEFAULT_BUCKET
+        else args.bucket
+        if "://" in args.bucket
+        else os.path.abspath(args.bucket)
+    )
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
     return LauncherConfig(
-        host=args.host, port=args.port, env_port=args.env_port, rollout_port=args.rollout_port,
-        trainer_port=args.trainer_port, rollouts=args.rollouts, bucket=bucket, model=model, engine=args.engine,
-        owner_token=args.owner_token, logs=os.path.abspath(args.logs), keys=os.path.abspath(args.keys),
+        host=args.host,
+        port=args.port,
+        env_port=args.env_port,
+        rollout_port=args.rollout_port,
+        trainer_port=args.trainer_port,
+        rollouts=args.rollouts,
+        bucket=bucket,
+        model=model,
+        engine=args.engine,
+        owner_token=args.owner_token,
+        logs=os.path.abspath(args.logs),
+        keys=os.path.abspath(args.keys),
         ready_timeout_s=args.ready_timeout,
-        stop_timeout_s=args.stop_timeout, rollout_restarts=args.rollout_restarts,
-        rollout_args=shlex.split(args.rollout_args), trainer_args=shlex.split(args.trainer_args))
+        stop_timeout_s=args.stop_timeout,
+        rollout_restarts=args.rollout_restarts,
+        rollout_args=shlex.split(args.rollout_args),
+        trainer_args=shlex.split(args.trainer_args),
+    )

@@ -44,11 +44,21 @@ async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervi
     """One card's data: the launcher's view of the process (its state, its restarts), plus what the app says
     about itself."""
     title = TITLES[child.role] + (f" · {child.name}" if child.name != child.role else "")
-    card: dict[str, Any] = {"role": child.role, "name": child.name, "title": title, "blurb": BLURBS[child.role],
-                            "port": child.port, "state": child.state, "fields": [], "fleet": [], "fleet_note": ""}
+    card: dict[str, Any] = {
+        "role": child.role,
+        "name": child.name,
+        "title": title,
+        "blurb": BLURBS[child.role],
+        "port": child.port,
+        "state": child.state,
+        "fields": [],
+        "fleet": [],
+        "fleet_note": "",
+    }
     if restarts is not None and restarts.restarts(child.name):
-        card["fields"].append(["restarts", (f"{restarts.restarts(child.name)} (last exit: "
-                                           f"{restarts.last_exit(child.name)})")])
+        card["fields"].append(
+            ["restarts", (f"{restarts.restarts(child.name)} (last exit: {restarts.last_exit(child.name)})")]
+        )
     if child.state != "ready":
         return card
     path = "/health" if child.role == "env" else "/status"
@@ -100,25 +110,38 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
         fleet = [("fleet state", rollout.fleet_state)] if rollout.fleet_state is not None else []
         untrusted = {k: n for k, n in rollout.refused.items() if k.startswith("untrusted")}
         trust = [("weights", "UNAUTHENTICATED (the bucket's, whoever wrote them)")] if not rollout.authenticated else []
-        refused = [("refused (not signed by the trainer)", " · ".join(f"{k.removeprefix('untrusted ')} {n}"
-                                                                       for k, n in sorted(untrusted.items())))]
-        return [(VERSION_FIELD, rollout.version), ("versions behind", rollout.lag), *trust, *fleet,
-                ("engine", rollout.engine), ("syncs", rollout.syncs), *(refused if untrusted else [])]
+        refused = [
+            (
+                "refused (not signed by the trainer)",
+                " · ".join(f"{k.removeprefix('untrusted ')} {n}" for k, n in sorted(untrusted.items())),
+            )
+        ]
+        return [
+            (VERSION_FIELD, rollout.version),
+            ("versions behind", rollout.lag),
+            *trust,
+            *fleet,
+            ("engine", rollout.engine),
+            ("syncs", rollout.syncs),
+            *(refused if untrusted else []),
+        ]
     if role == "trainer":
         trainer = TrainerStatus.model_validate_json(status)
         training = str(trainer.state)
         if trainer.waiting_for_rollouts:
             training += f", waiting for rollouts ({trainer.groups_ready} of {trainer.groups_needed} groups ready)"
         recent = trainer.recent
-        return [("published version", trainer.version or "none yet"),
-                ("progress", step_text(trainer.step, trainer.last_step, trainer.step_s)),
-                (f"valid guesses (strict), last {WINDOW} steps",
-                 trend_text([r.valid_rate for r in recent], percent=True)),
-                (EXAMPLES_ROW, examples_text(trainer)),
-                (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
-                ("mean reward", trainer.mean_reward), ("training", training),
-                ("resumed from version", trainer.resumed_from),
-                *exam_fields(trainer)]
+        return [
+            ("published version", trainer.version or "none yet"),
+            ("progress", step_text(trainer.step, trainer.last_step, trainer.step_s)),
+            (f"valid guesses (strict), last {WINDOW} steps", trend_text([r.valid_rate for r in recent], percent=True)),
+            (EXAMPLES_ROW, examples_text(trainer)),
+            (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
+            ("mean reward", trainer.mean_reward),
+            ("training", training),
+            ("resumed from version", trainer.resumed_from),
+            *exam_fields(trainer),
+        ]
     return []
 
 
@@ -145,8 +168,10 @@ def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
     if trainer.exam is None:
         return [("exam", "off (--exam-every 0)")]
     exams = trainer.exams
-    rows: list[tuple[str, Any]] = [("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
-                                   ("exam: own valid words, trend", exam_trend_text(exams))]
+    rows: list[tuple[str, Any]] = [
+        ("last exam (held-out words, no examples)", exam_text(exams[-1] if exams else None)),
+        ("exam: own valid words, trend", exam_trend_text(exams)),
+    ]
     if refused := refused_exams_text(trainer.exams_refused):
         rows.append(("exam records not read", refused))
     return rows
@@ -156,8 +181,10 @@ def fleet_rows(role: str, status: bytes) -> list[list[Any]]:
     """The trainer card's fleet table: one row per rollout server (id, version, games/min, seen, state)."""
     if role != "trainer":
         return []
-    return [[s.id, s.version, round(s.games_per_min, 1), f"{s.last_seen_s:.0f} s ago", s.state]
-            for s in TrainerStatus.model_validate_json(status).fleet]
+    return [
+        [s.id, s.version, round(s.games_per_min, 1), f"{s.last_seen_s:.0f} s ago", s.state]
+        for s in TrainerStatus.model_validate_json(status).fleet
+    ]
 
 
 def fleet_note(children: Sequence[Child], trainer_card: dict[str, Any]) -> str:
@@ -235,9 +262,11 @@ class LandingServer:
 
 
 #: A green Wordle tile: the page's icon (served at /favicon.ico and inlined, so no request 404s).
-FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="2" '
-           'fill="#6aaa64"/><text x="8" y="12.5" font-size="11" font-family="sans-serif" font-weight="700" '
-           'fill="#fff" text-anchor="middle">Δ</text></svg>')
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="2" '
+    'fill="#6aaa64"/><text x="8" y="12.5" font-size="11" font-family="sans-serif" font-weight="700" '
+    'fill="#fff" text-anchor="middle">Δ</text></svg>'
+)
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>delta-sync: Wordle RL, live</title>

@@ -42,8 +42,14 @@ def _say(message: str) -> None:
     print(f"[app] {message}", flush=True)
 
 
-def build_children(config: LauncherConfig, model_folder: str, owner_token: str, tokens: dict[str, str],
-                   gpu_share: float | None = None, trusted_key: str | None = None) -> list[Child]:
+def build_children(
+    config: LauncherConfig,
+    model_folder: str,
+    owner_token: str,
+    tokens: dict[str, str],
+    gpu_share: float | None = None,
+    trusted_key: str | None = None,
+) -> list[Child]:
     """The apps in start order (env, the rollout servers, trainer), each holding the tokens it checks or sends
     (`tokens.launch_tokens()`); the rollout servers also the trainer's public key (`trusted_key`, as
     ``DELTA_TRUSTED_KEY``: they apply only the weights and run settings it signed). The trainer and the rollout
@@ -63,17 +69,38 @@ def build_children(config: LauncherConfig, model_folder: str, owner_token: str, 
     rollouts = []
     for i, port in enumerate(config.rollout_ports):
         name = "rollout" if i == 0 else f"rollout-{i + 1}"
-        rollouts.append(Child("rollout", config.host, port,
-                              [*shared, "--env-url", env_url, "--server-id", name, "--first-step-alone", *engine,
-                               *config.rollout_args],
-                              log(name), {**role_environ("rollout", tokens), **trusted(trusted_key)}, name=name))
+        rollouts.append(
+            Child(
+                "rollout",
+                config.host,
+                port,
+                [
+                    *shared,
+                    "--env-url",
+                    env_url,
+                    "--server-id",
+                    name,
+                    "--first-step-alone",
+                    *engine,
+                    *config.rollout_args,
+                ],
+                log(name),
+                {**role_environ("rollout", tokens), **trusted(trusted_key)},
+                name=name,
+            )
+        )
     return [
         Child("env", config.host, config.env_port, [], log("env"), role_environ("env", tokens)),
         *rollouts,
-        Child("trainer", config.host, config.trainer_port, [*shared, "--env-url", env_url, *config.trainer_args],
-              log("trainer"),
-              # A secret travels in the environment, not in argv where `ps` shows it to every local user.
-              {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)}),
+        Child(
+            "trainer",
+            config.host,
+            config.trainer_port,
+            [*shared, "--env-url", env_url, *config.trainer_args],
+            log("trainer"),
+            # A secret travels in the environment, not in argv where `ps` shows it to every local user.
+            {"OWNER_TOKEN": owner_token, **role_environ("trainer", tokens)},
+        ),
     ]
 
 
@@ -108,8 +135,10 @@ def _gpu_share(config: LauncherConfig, machine: Machine | None) -> float | None:
         _say(str(e))
         raise SystemExit(1) from e
     if share is not None:
-        _say(f"one GPU for the trainer and {config.rollouts} rollout server(s): each server's vLLM takes "
-             f"{share:.2f} of its memory (GPU_MEMORY_UTILIZATION sets another share)")
+        _say(
+            f"one GPU for the trainer and {config.rollouts} rollout server(s): each server's vLLM takes "
+            f"{share:.2f} of its memory (GPU_MEMORY_UTILIZATION sets another share)"
+        )
     return share
 
 
@@ -129,8 +158,10 @@ def run(args: argparse.Namespace) -> None:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if not stop.is_set():
-            _say(f"{signal.Signals(signum).name}: stopping all {apps} apps (each gets up to "
-                 f"{config.stop_timeout_s:.0f} s)")
+            _say(
+                f"{signal.Signals(signum).name}: stopping all {apps} apps (each gets up to "
+                f"{config.stop_timeout_s:.0f} s)"
+            )
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
@@ -159,13 +190,14 @@ def run(args: argparse.Namespace) -> None:
         return
     _say(f"model ready: {folder}")
 
-    _say(f"tokens for this bucket kept in {kept.path} (owner-only; set ENV_TOKEN, ROLLOUT_TOKEN or OWNER_TOKEN "
-         "to use others)")
+    _say(
+        f"tokens for this bucket kept in {kept.path} (owner-only; set ENV_TOKEN, ROLLOUT_TOKEN or OWNER_TOKEN "
+        "to use others)"
+    )
     machine = None if config.engine == "transformers" else Machine.probe()
     gpu_share = _gpu_share(config, machine)
     children = build_children(config, folder, owner_token, tokens, gpu_share, key.text)
-    supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s,
-                            _say)
+    supervisor = Supervisor(children, RestartPolicy(max_restarts=config.rollout_restarts), config.ready_timeout_s, _say)
     landing = LandingServer(build_app(children, config.bucket, supervisor), config.host, config.port)
     failed = False
     try:

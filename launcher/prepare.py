@@ -29,8 +29,13 @@ def prepare_model(model: str, stop: threading.Event) -> str | None:
     """
     if os.path.isdir(model):
         return model
-    proc = subprocess.Popen([sys.executable, "-m", "launcher.prepare", model], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher.prepare", model],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     # stderr passes through as it comes, in chunks: progress bars redraw with \r, not newlines.
     tail = bytearray()
 

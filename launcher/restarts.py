@@ -40,8 +40,9 @@ class RestartPolicy:
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0 or self.window_s <= 0 or not 0 <= self.first_wait_s <= self.max_wait_s:
-            raise ValueError(f"invalid restart policy {self}: max_restarts >= 0, window_s > 0 and "
-                             "0 <= first_wait_s <= max_wait_s")
+            raise ValueError(
+                f"invalid restart policy {self}: max_restarts >= 0, window_s > 0 and 0 <= first_wait_s <= max_wait_s"
+            )
 
     def wait_s(self, restart: int) -> float:
         """Seconds before restart number `restart` (1 for the first)."""
@@ -69,8 +70,14 @@ class Supervisor:
         clock: Monotonic seconds (tests pass their own).
     """
 
-    def __init__(self, children: Sequence[Child], policy: RestartPolicy, ready_timeout_s: float,
-                 say: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        children: Sequence[Child],
+        policy: RestartPolicy,
+        ready_timeout_s: float,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.children = list(children)
         self.policy = policy
         self.ready_timeout_s = ready_timeout_s
@@ -134,19 +141,26 @@ class Supervisor:
         recent = [t for t in record.times if now - t <= self.policy.window_s]
         if len(recent) >= self.policy.max_restarts:
             record.given_up = True
-            child.state = (f"left out of the fleet: {what}, after {len(recent)} restart"
-                           f"{'s' * (len(recent) != 1)} within {self.policy.window_s / 60:.0f} min")
-            self.say(f"{child.name} {what}; it was restarted {len(recent)} times within "
-                     f"{self.policy.window_s / 60:.0f} min, so it stays stopped and the fleet goes on without it. "
-                     f"The end of its log:\n{child.log_tail()}")
+            child.state = (
+                f"left out of the fleet: {what}, after {len(recent)} restart"
+                f"{'s' * (len(recent) != 1)} within {self.policy.window_s / 60:.0f} min"
+            )
+            self.say(
+                f"{child.name} {what}; it was restarted {len(recent)} times within "
+                f"{self.policy.window_s / 60:.0f} min, so it stays stopped and the fleet goes on without it. "
+                f"The end of its log:\n{child.log_tail()}"
+            )
             if all(self._restarts[c.name].given_up for c in self.children if c.role == "rollout"):
-                raise ChildFailed(child.name, f"{what}, and no rollout server is left to play the trainer's games",
-                                  child.log_tail())
+                raise ChildFailed(
+                    child.name, f"{what}, and no rollout server is left to play the trainer's games", child.log_tail()
+                )
             return
         wait = self.policy.wait_s(len(recent) + 1)
         record.times = recent
         record.due = now + wait
         child.state = f"exited ({what}); restarting in {wait:.0f} s"
-        self.say(f"{child.name} {what}; the trainer and the other apps go on, and it restarts in {wait:.0f} s "
-                 f"(restart {len(recent) + 1} of at most {self.policy.max_restarts} within "
-                 f"{self.policy.window_s / 60:.0f} min). The end of its log:\n{child.log_tail(12)}")
+        self.say(
+            f"{child.name} {what}; the trainer and the other apps go on, and it restarts in {wait:.0f} s "
+            f"(restart {len(recent) + 1} of at most {self.policy.max_restarts} within "
+            f"{self.policy.window_s / 60:.0f} min). The end of its log:\n{child.log_tail(12)}"
+        )

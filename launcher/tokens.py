@@ -74,14 +74,18 @@ class KeptTokens:
         write_private(self.path, json.dumps({"bucket": self.bucket, **tokens}, indent=1).encode())
 
 
-def launch_tokens(environ: Mapping[str, str] | None = None, kept: KeptTokens | None = None,
-                  owner_token: str | None = None) -> dict[str, str]:
+def launch_tokens(
+    environ: Mapping[str, str] | None = None, kept: KeptTokens | None = None, owner_token: str | None = None
+) -> dict[str, str]:
     """ENV_TOKEN, ROLLOUT_TOKEN and OWNER_TOKEN for this start: each as set in `environ` (the process environment
     when None; `owner_token` for the owner's, the ``--owner-token`` flag), else the one `kept` for the bucket,
     else fresh. The tokens the launcher made (kept or fresh) are written back to `kept`; an explicit one is
     never written to disk."""
-    given = {"ENV_TOKEN": settings.ENV_TOKEN.value(environ), "ROLLOUT_TOKEN": settings.ROLLOUT_TOKEN.value(environ),
-             "OWNER_TOKEN": owner_token if owner_token is not None else settings.OWNER_TOKEN.value(environ)}
+    given = {
+        "ENV_TOKEN": settings.ENV_TOKEN.value(environ),
+        "ROLLOUT_TOKEN": settings.ROLLOUT_TOKEN.value(environ),
+        "OWNER_TOKEN": owner_token if owner_token is not None else settings.OWNER_TOKEN.value(environ),
+    }
     before = kept.read() if kept is not None else {}
     made = {name: before.get(name) or secrets.token_urlsafe(size) for name, size in KEPT.items() if not given[name]}
     if kept is not None and {**before, **made} != before:

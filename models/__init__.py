@@ -13,5 +13,12 @@ from .resolve import DEFAULT_MODEL, resolve_model
 from .smollm2 import prepare_smollm2
 from .tiny_qwen3 import build_tiny_qwen3
 
-__all__ = ["DEFAULT_MODEL", "DEVICE_CHOICES", "build_tiny_qwen3", "english_text", "prepare_smollm2", "resolve_device",
-           "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEVICE_CHOICES",
+    "build_tiny_qwen3",
+    "english_text",
+    "prepare_smollm2",
+    "resolve_device",
+    "resolve_model",
+]

@@ -21,4 +21,3 @@ def english_text() -> str:
             "library (on Debian/Ubuntu: the libpython3.X-stdlib package)"
         ) from e
     return "\n\n".join(topics[key] for key in sorted(topics))
-

@@ -134,8 +134,10 @@ def device_name(name: str | None, gpus: int) -> str:
         return name
     if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
         if not gpus:
-            raise ValueError(f"device {name!r} asked for, but torch sees no GPU; use --device cpu (or auto), or "
-                             "install a CUDA build of torch on a machine with one")
+            raise ValueError(
+                f"device {name!r} asked for, but torch sees no GPU; use --device cpu (or auto), or "
+                "install a CUDA build of torch on a machine with one"
+            )
         index = int(name[5:]) if ":" in name else 0
         if index >= gpus:
             raise ValueError(f"device {name!r} does not exist: torch sees {gpus} GPU(s)")
@@ -147,12 +149,16 @@ def _one_gpu(name: str, machine: Machine, who: str, why: str) -> None:
     """Refuse a GPU other than the first, and several visible GPUs, where `who` would use only cuda:0."""
     index = int(name[5:]) if name.startswith("cuda:") else 0
     if index:
-        raise ValueError(f"--device {name}: {why}; make that GPU the only one {who} sees instead: "
-                         f"CUDA_VISIBLE_DEVICES={index} with --device cuda")
+        raise ValueError(
+            f"--device {name}: {why}; make that GPU the only one {who} sees instead: "
+            f"CUDA_VISIBLE_DEVICES={index} with --device cuda"
+        )
     if len(machine.gpus) > 1 and not machine.distributed:
-        raise ValueError(f"torch sees {len(machine.gpus)} GPUs and {who} uses one: set CUDA_VISIBLE_DEVICES to the "
-                         "GPU it should take (e.g. CUDA_VISIBLE_DEVICES=0), or run one process per GPU under "
-                         "`accelerate launch`")
+        raise ValueError(
+            f"torch sees {len(machine.gpus)} GPUs and {who} uses one: set CUDA_VISIBLE_DEVICES to the "
+            "GPU it should take (e.g. CUDA_VISIBLE_DEVICES=0), or run one process per GPU under "
+            "`accelerate launch`"
+        )
 
 
 @dataclass(frozen=True)
@@ -183,14 +189,26 @@ def plan_trainer(machine: Machine, device: str | None = "auto") -> TrainerPlan:
     name = device_name(device, len(machine.gpus))
     if name == "cpu":
         return TrainerPlan("cpu", False)
-    _one_gpu(name, machine, "the trainer",
-             "transformers' Trainer puts the model on cuda:0 whatever the device, and the published weights "
-             "would stop following it")
+    _one_gpu(
+        name,
+        machine,
+        "the trainer",
+        "transformers' Trainer puts the model on cuda:0 whatever the device, and the published weights "
+        "would stop following it",
+    )
     gpu = machine.gpus[0]
     if gpu.bf16_native:
         return TrainerPlan("cuda", True)
-    return TrainerPlan("cuda", False, ((f"{gpu.label} has no native bf16: training in fp32 (torch would emulate "
-                                       "bf16, slowly); an L4-class GPU (compute 8.0+) trains in bf16"),))
+    return TrainerPlan(
+        "cuda",
+        False,
+        (
+            (
+                f"{gpu.label} has no native bf16: training in fp32 (torch would emulate "
+                "bf16, slowly); an L4-class GPU (compute 8.0+) trains in bf16"
+            ),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -237,8 +255,10 @@ def _compute_dtype(gpu: Gpu | None, engine: str, published: tuple[str, ...], dty
     if dtype != "auto":
         if gpu is not None and dtype == "bfloat16" and not gpu.bf16_native:
             if engine == "vllm":
-                raise ValueError(f"--dtype bfloat16: {gpu.label} has no native bf16 and vLLM refuses it; use an "
-                                 "L4-class GPU (compute 8.0+), or --dtype float32 (exact) or float16 (inexact)")
+                raise ValueError(
+                    f"--dtype bfloat16: {gpu.label} has no native bf16 and vLLM refuses it; use an "
+                    "L4-class GPU (compute 8.0+), or --dtype float32 (exact) or float16 (inexact)"
+                )
             notes.append(f"{gpu.label} has no native bf16: torch emulates it, slowly")
         return dtype
     if gpu is None or len(set(published)) != 1:  # a CPU, or a checkpoint of mixed dtypes: float32 holds all
@@ -249,15 +269,23 @@ def _compute_dtype(gpu: Gpu | None, engine: str, published: tuple[str, ...], dty
                 f"{gpu.label} has no native bf16 and the checkpoint is bf16: vLLM would serve fp16, and the "
                 "weights served would differ from the published ones. Use an L4-class GPU (compute 8.0+), or "
                 "set DTYPE (--dtype) to float32 (exact, twice the memory) or float16 (inexact: the rollout "
-                "then reports no state hash)")
+                "then reports no state hash)"
+            )
         notes.append(f"{gpu.label} has no native bf16: serving in float32 (exact, twice the memory)")
         return "float32"
     return published[0]
 
 
-def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = ("bfloat16",),
-                 device: str | None = "auto", dtype: str = "auto", memory_fraction: float | None = None,
-                 cuda_graphs: bool = True) -> RolloutPlan:
+def plan_rollout(
+    machine: Machine,
+    *,
+    engine: str,
+    published: tuple[str, ...] = ("bfloat16",),
+    device: str | None = "auto",
+    dtype: str = "auto",
+    memory_fraction: float | None = None,
+    cuda_graphs: bool = True,
+) -> RolloutPlan:
     """The rollout engine's settings on `machine`.
 
     Args:
@@ -285,11 +313,15 @@ def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = 
     gpu = None
     if engine == "vllm" and machine.gpus:
         if name == "cpu":
-            raise ValueError("--device cpu with the vllm engine on a machine with a GPU: vLLM runs on the GPU "
-                             "whatever the device; use --engine transformers, or hide the GPUs (CUDA_VISIBLE_DEVICES=)")
+            raise ValueError(
+                "--device cpu with the vllm engine on a machine with a GPU: vLLM runs on the GPU "
+                "whatever the device; use --engine transformers, or hide the GPUs (CUDA_VISIBLE_DEVICES=)"
+            )
         if name not in ("cuda", "cuda:0"):
-            raise ValueError(f"--device {name}: vLLM runs on the first visible GPU whatever the device; make that "
-                             f"GPU the only one it sees instead: CUDA_VISIBLE_DEVICES={name[5:]} with --device cuda")
+            raise ValueError(
+                f"--device {name}: vLLM runs on the first visible GPU whatever the device; make that "
+                f"GPU the only one it sees instead: CUDA_VISIBLE_DEVICES={name[5:]} with --device cuda"
+            )
         gpu, name = machine.gpus[0], "cuda"
     elif name != "cpu":
         gpu = machine.gpus[int(name[5:]) if name.startswith("cuda:") else 0]
@@ -297,20 +329,28 @@ def plan_rollout(machine: Machine, *, engine: str, published: tuple[str, ...] = 
     compute = _compute_dtype(gpu, engine, published, dtype, notes)
     exact = all(holds(compute, p) for p in published)
     if not exact:
-        notes.append(f"serving in {compute} weights published in {'/'.join(sorted(set(published)))}: the served "
-                     "weights are rounded, not the published ones; the rollout reports no state hash")
+        notes.append(
+            f"serving in {compute} weights published in {'/'.join(sorted(set(published)))}: the served "
+            "weights are rounded, not the published ones; the rollout reports no state hash"
+        )
     if gpu is None or engine != "vllm":
-        return RolloutPlan(name, compute, exact, CPU_KV_CACHE_BYTES if engine == "vllm" else None, None, True,
-                           tuple(notes))
+        return RolloutPlan(
+            name, compute, exact, CPU_KV_CACHE_BYTES if engine == "vllm" else None, None, True, tuple(notes)
+        )
     fraction = DEFAULT_GPU_MEMORY_UTILIZATION if memory_fraction is None else memory_fraction
     free_share = gpu.free_bytes / gpu.total_bytes
     if fraction > free_share:
         fits = max(int((free_share - 0.05) * 100) / 100, 0.0)
-        what = (f"set GPU_MEMORY_UTILIZATION (--gpu-memory-utilization) to {fits:.2f} or less" if fits >= 0.1
-                else "free the GPU (stop what runs on it) first")
-        raise ValueError(f"vLLM would take {fraction:.2f} of the {gpu.label}'s {gpu.total_bytes / 2**30:.1f} GiB, but "
-                         f"only {gpu.free_bytes / 2**30:.1f} GiB ({free_share:.2f}) are free (another process, "
-                         f"such as a trainer on the same GPU, holds the rest): {what}")
+        what = (
+            f"set GPU_MEMORY_UTILIZATION (--gpu-memory-utilization) to {fits:.2f} or less"
+            if fits >= 0.1
+            else "free the GPU (stop what runs on it) first"
+        )
+        raise ValueError(
+            f"vLLM would take {fraction:.2f} of the {gpu.label}'s {gpu.total_bytes / 2**30:.1f} GiB, but "
+            f"only {gpu.free_bytes / 2**30:.1f} GiB ({free_share:.2f}) are free (another process, "
+            f"such as a trainer on the same GPU, holds the rest): {what}"
+        )
     return RolloutPlan("cuda", compute, exact, None, fraction, not cuda_graphs, tuple(notes))
 
 
@@ -325,8 +365,11 @@ def published_dtypes(folder: str) -> tuple[str, ...]:
         if name.endswith(".safetensors"):
             with open(os.path.join(folder, name), "rb") as f:
                 header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-            found.update(_SAFETENSORS_FLOATS[v["dtype"]] for k, v in header.items()
-                         if k != "__metadata__" and v["dtype"] in _SAFETENSORS_FLOATS)
+            found.update(
+                _SAFETENSORS_FLOATS[v["dtype"]]
+                for k, v in header.items()
+                if k != "__metadata__" and v["dtype"] in _SAFETENSORS_FLOATS
+            )
     return tuple(sorted(found))
 
 
@@ -349,6 +392,8 @@ def rollout_share_beside_trainer(machine: Machine, rollouts: int) -> float | Non
         return None
     share = int((DEFAULT_GPU_MEMORY_UTILIZATION - TRAINER_GPU_SHARE) / rollouts * 100) / 100
     if share < MIN_ROLLOUT_GPU_SHARE:
-        raise ValueError(f"{rollouts} vLLM rollout servers and the trainer do not fit one GPU ({share:.2f} of its "
-                         "memory each): start fewer with --rollouts, or run them with --engine transformers")
+        raise ValueError(
+            f"{rollouts} vLLM rollout servers and the trainer do not fit one GPU ({share:.2f} of its "
+            "memory each): start fewer with --rollouts, or run them with --engine transformers"
+        )
     return share

@@ -31,5 +31,7 @@ def resolve_model(model: str | None = None) -> str:
     try:
         return snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"])
     except Exception as e:  # offline, gated, not found: huggingface_hub raises many kinds
-        raise RuntimeError(f"cannot download {model!r} from the Hub ({type(e).__name__}: {e}); give a local "
-                           f"folder with --model, or use the offline default {DEFAULT_MODEL}") from e
+        raise RuntimeError(
+            f"cannot download {model!r} from the Hub ({type(e).__name__}: {e}); give a local "
+            f"folder with --model, or use the offline default {DEFAULT_MODEL}"
+        ) from e

@@ -52,9 +52,11 @@ class GenerateRequest(_Sampling):
     """Body of ``POST /generate``. Prompt lengths are checked in characters here, before tokenizing."""
 
     prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)] | TokenIds] = Field(
-        min_length=1, max_length=MAX_PROMPTS, description="Texts (no special tokens added) or token ids")
+        min_length=1, max_length=MAX_PROMPTS, description="Texts (no special tokens added) or token ids"
+    )
     stop: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(
-        None, max_length=64, description="Extra token ids that end a completion")
+        None, max_length=64, description="Extra token ids that end a completion"
+    )
 
 
 class GameRequest(BaseModel):
@@ -70,10 +72,17 @@ class RolloutRequest(_Sampling):
     games: list[GameRequest] = Field(min_length=1, max_length=MAX_PROMPTS)
     max_tokens: int = Field(48, ge=1, le=MAX_TOKENS, description="Most tokens per reply")
     max_turns: int = Field(PlayParams.max_turns, ge=1, le=64, description="Most replies per game")
-    reply_prefix: str = Field(PlayParams.reply_prefix, max_length=64,
-                              description="Text that opens every reply, written for the policy (never sampled)")
-    examples: float = Field(PlayParams.examples, ge=0, le=1,
-                            description="The probability that a game's messages show the env's example guess")
+    reply_prefix: str = Field(
+        PlayParams.reply_prefix,
+        max_length=64,
+        description="Text that opens every reply, written for the policy (never sampled)",
+    )
+    examples: float = Field(
+        PlayParams.examples,
+        ge=0,
+        le=1,
+        description="The probability that a game's messages show the env's example guess",
+    )
 
 
 #: The errors a request can cause, and their answers. Anything else is a bug: a 500, logged with its
@@ -87,8 +96,10 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
     Args:
         token: What ``/generate`` and ``/rollout`` require as a bearer token; None: open to all.
     """
-    app = guard_app(FastAPI(title="Rollout server", description="The latest published policy, following the bucket."),
-                    MAX_BODY_BYTES)
+    app = guard_app(
+        FastAPI(title="Rollout server", description="The latest published policy, following the bucket."),
+        MAX_BODY_BYTES,
+    )
     engine_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rollout-engine")
     status_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rollout-status")
 
@@ -97,8 +108,12 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
 
     def trainer_only(request: Request) -> None:
         if token is not None and not token_matches(bearer_token(request.headers), token):
-            raise HTTPException(401, "this route needs the rollout token: send Authorization: Bearer <ROLLOUT_TOKEN> "
-                                     "(the trainer's --rollout-token)", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "this route needs the rollout token: send Authorization: Bearer <ROLLOUT_TOKEN> "
+                "(the trainer's --rollout-token)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     async def run(pool: ThreadPoolExecutor, call: Callable[[], _T]) -> _T:
         return await asyncio.get_running_loop().run_in_executor(pool, call)
@@ -115,16 +130,24 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
     @app.post("/generate", dependencies=[Depends(trainer_only)])
     async def generate(request: GenerateRequest) -> GenerateResponse:
         """One completion per prompt: token ids, sampled logprobs, and the weight version of each."""
-        params = SamplingParams(request.max_tokens, request.temperature, request.top_p, request.seed,
-                                tuple(request.stop or ()))
+        params = SamplingParams(
+            request.max_tokens, request.temperature, request.top_p, request.seed, tuple(request.stop or ())
+        )
         completions = await run(engine_pool, partial(service.generate, request.prompts, params))
         return GenerateResponse(version=min(c.version for c in completions), completions=completions)
 
     @app.post("/rollout", dependencies=[Depends(trainer_only)])
     async def rollout(request: RolloutRequest) -> RolloutResponse:
         """Whole Wordle games, one trajectory each, in the shape of TRL's `rollout_func` output."""
-        params = PlayParams(request.max_tokens, request.temperature, request.top_p, request.max_turns, request.seed,
-                            request.reply_prefix, examples=request.examples)
+        params = PlayParams(
+            request.max_tokens,
+            request.temperature,
+            request.top_p,
+            request.max_turns,
+            request.seed,
+            request.reply_prefix,
+            examples=request.examples,
+        )
         games = [GameSpec(g.seed, g.secret) for g in request.games]
         trajectories = await run(engine_pool, partial(service.play, games, params))
         return RolloutResponse(trajectories=trajectories)

@@ -121,8 +121,13 @@ def _first_step_trains_alone(k: Known) -> bool:
     """Whether the trainer's first step trains alone now (`first_step_alone`): this server handed in its first batch
     for the run, the trainer took every group (with groups left it waits for more, which are played) and has not
     published yet, within `FIRST_STEP_WAIT_S` of that batch."""
-    return (k.first_step_alone and k.first_batch_at is not None and k.pending == 0 and (k.published or 0) < 1
-            and k.now - k.first_batch_at < FIRST_STEP_WAIT_S)
+    return (
+        k.first_step_alone
+        and k.first_batch_at is not None
+        and k.pending == 0
+        and (k.published or 0) < 1
+        and k.now - k.first_batch_at < FIRST_STEP_WAIT_S
+    )
 
 
 def _exam(k: Known, state: ServerState) -> tuple[Exam, Look | None]:

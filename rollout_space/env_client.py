@@ -38,9 +38,16 @@ class EnvClient:
         self.token = token
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
-    def reset(self, *, seed: int | None = None, secret: str | None = None,
-              weight_version: int | None = None, human: bool = False, examples: float | None = None,
-              exam: int | None = None) -> WordleObservation:
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        secret: str | None = None,
+        weight_version: int | None = None,
+        human: bool = False,
+        examples: float | None = None,
+        exam: int | None = None,
+    ) -> WordleObservation:
         """Start a game; returns the observation (its ``episode_id`` names the game).
 
         ``human``: a person plays it (a match against the policy): the env records it as a person's
@@ -70,9 +77,17 @@ class EnvClient:
         Raises:
             EnvUnavailableError: the env did not answer it.
         """
-        return request_json(self._http, "GET", f"/exam?games={games}&turns={turns}", None,
-                            what=f"the env Space at {self.url}", flag="--env-url", error=EnvUnavailableError,
-                            answer=ExamInfo, max_bytes=MAX_REPLY_BYTES)
+        return request_json(
+            self._http,
+            "GET",
+            f"/exam?games={games}&turns={turns}",
+            None,
+            what=f"the env Space at {self.url}",
+            flag="--env-url",
+            error=EnvUnavailableError,
+            answer=ExamInfo,
+            max_bytes=MAX_REPLY_BYTES,
+        )
 
     def health(self) -> bool:
         """Whether the env answers ``/health``."""
@@ -86,6 +101,15 @@ class EnvClient:
 
     def _post(self, path: str, body: dict[str, Any]) -> WordleObservation:
         """A step response of the env (``/reset``, ``/step``), its reward and done put in the observation."""
-        reply = request_json(self._http, "POST", path, body, what=f"the env Space at {self.url}", flag="--env-url",
-                             error=EnvUnavailableError, answer=StepResponse, max_bytes=MAX_REPLY_BYTES)
+        reply = request_json(
+            self._http,
+            "POST",
+            path,
+            body,
+            what=f"the env Space at {self.url}",
+            flag="--env-url",
+            error=EnvUnavailableError,
+            answer=StepResponse,
+            max_bytes=MAX_REPLY_BYTES,
+        )
         return reply.merged()

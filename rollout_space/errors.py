@@ -27,8 +27,18 @@ class LoraRefusedError(RolloutError, ValueError):
 
 #: The kinds of refusal a rollout server counts in its status (`RolloutStatus.refused`): a LoRA run or adapter version
 #: it cannot serve, and versions or run settings the trainer's key did not sign.
-REFUSALS = ("another base", "no LoRA support", "rank above max", "bad targets", "too many versions", "mode switch",
-            "adapter failed", "bad adapter", "untrusted version", "untrusted run settings")
+REFUSALS = (
+    "another base",
+    "no LoRA support",
+    "rank above max",
+    "bad targets",
+    "too many versions",
+    "mode switch",
+    "adapter failed",
+    "bad adapter",
+    "untrusted version",
+    "untrusted run settings",
+)
 
 
 class LimitExceededError(RolloutError, ValueError):
@@ -41,8 +51,10 @@ class LimitExceededError(RolloutError, ValueError):
     """
 
     def __init__(self, limit: str, value: int, cap: int, flag: str) -> None:
-        super().__init__(f"{limit} {value} is over this server's cap of {cap}: split the request, or start the "
-                         f"server with a higher {flag}")
+        super().__init__(
+            f"{limit} {value} is over this server's cap of {cap}: split the request, or start the "
+            f"server with a higher {flag}"
+        )
         self.limit = limit
         self.value = value
         self.cap = cap

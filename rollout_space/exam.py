@@ -57,9 +57,16 @@ class Examiner:
         last_error: The last failure, with its time.
     """
 
-    def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
-                 state_hash: Callable[[], str | None], env: EnvClient, shelf: ExamShelf, server_id: str,
-                 hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]],
+        version: Callable[[], int],
+        state_hash: Callable[[], str | None],
+        env: EnvClient,
+        shelf: ExamShelf,
+        server_id: str,
+        hold: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    ) -> None:
         self.play = play
         self.version = version
         self.state_hash = state_hash
@@ -137,9 +144,14 @@ class Examiner:
         """
         settings = run.exam or ExamSettings()
         copying = self._reference(settings)
-        params = PlayParams(max_tokens=run.sampling.max_tokens, temperature=settings.temperature,
-                            max_turns=settings.turns, seed=settings.seed, reply_prefix=run.sampling.reply_prefix,
-                            examples=0.0)
+        params = PlayParams(
+            max_tokens=run.sampling.max_tokens,
+            temperature=settings.temperature,
+            max_turns=settings.turns,
+            seed=settings.seed,
+            reply_prefix=run.sampling.reply_prefix,
+            examples=0.0,
+        )
         with self._lock, self.hold():
             version, state_hash = self.version(), self.state_hash()
             start = time.monotonic()
@@ -150,14 +162,29 @@ class Examiner:
                 self._playing = None
             played_s = time.monotonic() - start
         check_exam_games(games, version)
-        record = ExamRecord(version=version, state_hash=state_hash, server_id=self.server_id, settings=settings,
-                            scores=ExamScores.of(games), copying=copying, played_s=round(played_s, 3), at=time.time())
+        record = ExamRecord(
+            version=version,
+            state_hash=state_hash,
+            server_id=self.server_id,
+            settings=settings,
+            scores=ExamScores.of(games),
+            copying=copying,
+            played_s=round(played_s, 3),
+            at=time.time(),
+        )
         self.shelf.write(record)
         self.records = sorted([r for r in self.records if r.version != version] + [record], key=lambda r: r.version)
         self.last_error = None
         s = record.scores
-        logger.info("exam of v%d: own words %.0f%% of moves (valid %.0f%%), letters %.2f, %d wins, in %.0f s",
-                    version, 100 * s.own_rate, 100 * s.valid_rate, s.letters, s.wins, played_s)
+        logger.info(
+            "exam of v%d: own words %.0f%% of moves (valid %.0f%%), letters %.2f, %d wins, in %.0f s",
+            version,
+            100 * s.own_rate,
+            100 * s.valid_rate,
+            s.letters,
+            s.wins,
+            played_s,
+        )
         return record
 
     def _reference(self, settings: ExamSettings) -> ExamScores:
@@ -172,8 +199,11 @@ def check_exam_games(games: Sequence[Trajectory], version: int) -> None:
     weight `version`."""
     for game in games:
         if not game.exam or any(game.examples):
-            raise RolloutError(f"the env showed example words in exam game {game.episode_id}: it does not take "
-                               "examples: false (an env of an older version?)")
+            raise RolloutError(
+                f"the env showed example words in exam game {game.episode_id}: it does not take "
+                "examples: false (an env of an older version?)"
+            )
         if any(v != version for v in game.versions):
-            raise RolloutError(f"exam game {game.episode_id} was played by versions {sorted(set(game.versions))}, "
-                               f"not {version} alone")
+            raise RolloutError(
+                f"exam game {game.episode_id} was played by versions {sorted(set(game.versions))}, not {version} alone"
+            )

@@ -64,8 +64,9 @@ class SyncRecord:
     at: float
 
 
-def run_refusal(lora: LoraSettings | None, keep: int, *, base_hash: str, followed: LoraSettings | None,
-                held: int | None) -> tuple[str, str] | None:
+def run_refusal(
+    lora: LoraSettings | None, keep: int, *, base_hash: str, followed: LoraSettings | None, held: int | None
+) -> tuple[str, str] | None:
     """Why a server does not follow the run whose settings name `lora` and `keep` (its staleness + 1), whatever its
     engine: the kind (`errors.REFUSALS`) and one line saying what to change; None if it may.
 
@@ -82,14 +83,24 @@ def run_refusal(lora: LoraSettings | None, keep: int, *, base_hash: str, followe
     version 0 and fail on every version of the bucket after.
     """
     if lora is not None and lora.base_hash != base_hash:
-        return ("another base", (f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
-                f"server's model hashes to {base_hash}: start it with the run's base model"))
+        return (
+            "another base",
+            (
+                f"the run trains a LoRA adapter on base {lora.base_hash} ({lora.base_model}); this "
+                f"server's model hashes to {base_hash}: start it with the run's base model"
+            ),
+        )
     if lora is not None and lora.sync == "adapter" and (too_many := kept_versions_refusal(keep)):
         return "too many versions", too_many
     if held is not None and _published(lora) != _published(followed):
-        return ("mode switch", (f"the run now publishes {_described(lora)}, but this server serves version {held} of "
+        return (
+            "mode switch",
+            (
+                f"the run now publishes {_described(lora)}, but this server serves version {held} of "
                 f"the bucket, which holds {_described(followed)}: a bucket's versions keep their kind, so version "
-                f"{held} stays served (a run of another kind starts on a new bucket)"))
+                f"{held} stays served (a run of another kind starts on a new bucket)"
+            ),
+        )
     return None
 
 
@@ -118,8 +129,14 @@ class Follower:
             `delta.Trust.for_bucket` (``DELTA_TRUSTED_KEY``, else the key trusted on first use).
     """
 
-    def __init__(self, engine: Engine, bucket: str | Storage, config: SubscriberConfig | None = None,
-                 history: int = 200, trust: delta.Trust | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        bucket: str | Storage,
+        config: SubscriberConfig | None = None,
+        history: int = 200,
+        trust: delta.Trust | None = None,
+    ) -> None:
         self.engine = engine
         storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
         self.trust = trust or delta.Trust.for_bucket(storage.url)
@@ -137,8 +154,15 @@ class Follower:
             engine.update({}, version)
         self._config = config
         self._started = False
-        self._subscriber = delta.Subscriber(storage, engine.state, version=version, digest=digest, config=config,
-                                            on_update=self._queue, trust=self.trust)
+        self._subscriber = delta.Subscriber(
+            storage,
+            engine.state,
+            version=version,
+            digest=digest,
+            config=config,
+            on_update=self._queue,
+            trust=self.trust,
+        )
         self._refused_before = 0  # versions refused by the subscribers replaced (`_follow_anew`)
         self._records: deque[SyncRecord] = deque(maxlen=history)
         self._last_header: DeltaHeader | None = None
@@ -162,7 +186,9 @@ class Follower:
         finishes the batch in flight (None before the first)."""
         return self._subscriber.version
 
-    def _version_of_model(self, storage: Storage, digest: delta.StateDigest) -> tuple[int | None, delta.StateDigest | None]:
+    def _version_of_model(
+        self, storage: Storage, digest: delta.StateDigest
+    ) -> tuple[int | None, delta.StateDigest | None]:
         """The bucket's version whose state hash is the model's, if any (then no anchor needs fetching), with
         the model's digest (so the subscriber need not hash it again).
 
@@ -239,8 +265,9 @@ class Follower:
                 raise LoraRefusedError(f"cannot serve the run's adapter: {e}", "adapter failed") from e
             finally:  # a subscriber on whatever state the engine holds now, refused or not
                 self._refused_before += self._subscriber.status().versions_refused
-                self._subscriber = delta.Subscriber(storage, self.engine.state, config=self._config,
-                                                    on_update=self._queue, trust=self.trust)
+                self._subscriber = delta.Subscriber(
+                    storage, self.engine.state, config=self._config, on_update=self._queue, trust=self.trust
+                )
                 with self._lock:
                     self._last_header = None
                 if self._started:
@@ -350,10 +377,20 @@ class Follower:
         records = []
         for update, arrived in taken:
             stats = update.stats
-            records.append(SyncRecord(update.version, stats.via, stats.bytes_fetched, stats.fetch_s,
-                                      stats.decode_s + stats.apply_pause_s, max(0.0, start - arrived), pause,
-                                      None if update.published_at is None else max(0.0, now - update.published_at),
-                                      len(update.changed), now))
+            records.append(
+                SyncRecord(
+                    update.version,
+                    stats.via,
+                    stats.bytes_fetched,
+                    stats.fetch_s,
+                    stats.decode_s + stats.apply_pause_s,
+                    max(0.0, start - arrived),
+                    pause,
+                    None if update.published_at is None else max(0.0, now - update.published_at),
+                    len(update.changed),
+                    now,
+                )
+            )
         with self._lock:
             self._engine_error = None
             self._records.extend(records)
@@ -365,8 +402,9 @@ class Follower:
         subscriber's lock, so no write comes in between); empty when there are none or on close."""
         with self._arrived:
             # Its subscriber may be between writing the newest version and queueing it: `_queue` notifies.
-            self._arrived.wait_for(lambda: self._closing or not self._pending
-                                   or self._pending[-1][0].version == self._subscriber.version)
+            self._arrived.wait_for(
+                lambda: self._closing or not self._pending or self._pending[-1][0].version == self._subscriber.version
+            )
             if self._closing:
                 return []
             taken, self._pending = self._pending, []
@@ -395,7 +433,14 @@ class Follower:
         refused = dict(self.refused)
         if status.versions_refused or self._refused_before:
             refused["untrusted version"] = status.versions_refused + self._refused_before
-        return {"latest_version": status.latest, "lag": lag, "failures": status.failures,
-                "last_error": self._engine_error or self.refusal or status.last_error,
-                "refused": refused, "last_refusal": status.last_refusal, "trust": status.trust,
-                "authenticated": status.authenticated, "state_hash": digest.hexdigest if served and digest is not None else None}
+        return {
+            "latest_version": status.latest,
+            "lag": lag,
+            "failures": status.failures,
+            "last_error": self._engine_error or self.refusal or status.last_error,
+            "refused": refused,
+            "last_refusal": status.last_refusal,
+            "trust": status.trust,
+            "authenticated": status.authenticated,
+            "state_hash": digest.hexdigest if served and digest is not None else None,
+        }

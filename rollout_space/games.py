@@ -21,7 +21,7 @@ from .engines import Completion, Engine, SamplingParams
 from .env_client import EnvClient
 
 #: Stands for the model's reply while the chat template is rendered, to find the text around a reply.
-_REPLY = "\uE000REPLY\uE000"
+_REPLY = "\ue000REPLY\ue000"
 
 #: What opens each of the policy's replies by default, written for it: small models (SmolLM2-135M) asked to
 #: "write your guess inside <guess></guess> tags" almost never write the tag within a reply's tokens,
@@ -94,9 +94,11 @@ class ChatLayout:
         """The first user message and the opening of the assistant's turn."""
         if not self._templated:
             return self._tokenizer.encode(f"User: {message}\nAssistant:", add_special_tokens=False)
-        return list(self._tokenizer.apply_chat_template([{"role": "user", "content": message}],
-                                                        add_generation_prompt=True, tokenize=True,
-                                                        return_dict=False))
+        return list(
+            self._tokenizer.apply_chat_template(
+                [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
 
     def feedback(self, message: str, reply: Completion) -> list[int]:
         """What follows a reply: the end of the assistant's turn (unless the reply sampled it), the env's
@@ -104,9 +106,15 @@ class ChatLayout:
         if not self._templated:
             return self._tokenizer.encode(f"\nUser: {message}\nAssistant:", add_special_tokens=False)
         text = self._tokenizer.apply_chat_template(
-            [{"role": "user", "content": "."}, {"role": "assistant", "content": _REPLY},
-             {"role": "user", "content": message}], add_generation_prompt=True, tokenize=False)
-        after = text[text.index(_REPLY) + len(_REPLY):]
+            [
+                {"role": "user", "content": "."},
+                {"role": "assistant", "content": _REPLY},
+                {"role": "user", "content": message},
+            ],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        after = text[text.index(_REPLY) + len(_REPLY) :]
         if reply.finish_reason == "stop" and reply.token_ids:
             after = after.removeprefix(self._tokenizer.decode(reply.token_ids[-1:]))
         return self._tokenizer.encode(after, add_special_tokens=False)
@@ -116,8 +124,13 @@ class ChatLayout:
         return self._tokenizer.encode(text, add_special_tokens=False) if text else []
 
 
-def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params: PlayParams | None = None,
-               on_turn: Callable[[Sequence[Trajectory]], None] | None = None) -> list[Trajectory]:
+def play_games(
+    engine: Engine,
+    env: EnvClient,
+    games: Sequence[GameSpec],
+    params: PlayParams | None = None,
+    on_turn: Callable[[Sequence[Trajectory]], None] | None = None,
+) -> list[Trajectory]:
     """Play each game to its end (or `params.max_turns`) with the engine's current policy.
 
     Every turn of every live game is one prompt of a single `engine.generate` call; updates of the
@@ -140,19 +153,37 @@ def play_games(engine: Engine, env: EnvClient, games: Sequence[GameSpec], params
     try:
         for spec in games:
             examples = 0.0 if spec.exam is not None else params.examples
-            observation = env.reset(seed=spec.seed, secret=spec.secret, weight_version=engine.version,
-                                    examples=None if examples == 1 else examples, exam=spec.exam)
-            live.append(Trajectory(prompt_ids=layout.prompt(observation.message) + prefix_ids,
-                                   episode_id=observation.episode_id, exam=spec.exam is not None))
+            observation = env.reset(
+                seed=spec.seed,
+                secret=spec.secret,
+                weight_version=engine.version,
+                examples=None if examples == 1 else examples,
+                exam=spec.exam,
+            )
+            live.append(
+                Trajectory(
+                    prompt_ids=layout.prompt(observation.message) + prefix_ids,
+                    episode_id=observation.episode_id,
+                    exam=spec.exam is not None,
+                )
+            )
             shown[observation.episode_id] = observation.example or ""
         pinned: int | None = None  # the version of the first turn
         for turn in range(params.max_turns):
-            playing = [g for g in live if not g.finished
-                       and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit]
+            playing = [
+                g
+                for g in live
+                if not g.finished and len(g.prompt_ids) + len(g.completion_ids) + params.max_tokens <= limit
+            ]
             if not playing:
                 break
-            sampling = SamplingParams(params.max_tokens, params.temperature, params.top_p,
-                                      None if params.seed is None else params.seed + turn, stop=params.stop)
+            sampling = SamplingParams(
+                params.max_tokens,
+                params.temperature,
+                params.top_p,
+                None if params.seed is None else params.seed + turn,
+                stop=params.stop,
+            )
             replies = engine.generate([g.prompt_ids + g.completion_ids for g in playing], sampling, at=pinned)
             pinned = replies[0].version if pinned is None else pinned
             for game, reply in zip(playing, replies, strict=True):

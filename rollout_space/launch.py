@@ -28,18 +28,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.BUCKET.add_to(parser, "bucket the trainer publishes to: a folder, s3://..., hf://buckets/NS/NAME")
     settings.MODEL.add_to(parser, "model folder or Hub id the trainer started from (offline default)")
     settings.ENV_URL.add_to(parser)
-    parser.add_argument("--token", default=settings.ROLLOUT_TOKEN.value(),
-                        help="secret /generate and /rollout require as a bearer token (env ROLLOUT_TOKEN; the "
-                             "trainer's --rollout-token); unset: anyone may call them")
+    parser.add_argument(
+        "--token",
+        default=settings.ROLLOUT_TOKEN.value(),
+        help="secret /generate and /rollout require as a bearer token (env ROLLOUT_TOKEN; the "
+        "trainer's --rollout-token); unset: anyone may call them",
+    )
     settings.ENV_TOKEN.add_to(parser, "the env's token, sent on this server's games (the env's --token)")
     settings.TRUSTED_KEY.add_to(parser)
-    parser.add_argument("--unauthenticated", action="store_true",
-                        help="follow an unsigned bucket (TRL's own delta files, an older delta's): the weights and run "
-                             "settings are used whoever wrote them, and every page says so")
+    parser.add_argument(
+        "--unauthenticated",
+        action="store_true",
+        help="follow an unsigned bucket (TRL's own delta files, an older delta's): the weights and run "
+        "settings are used whoever wrote them, and every page says so",
+    )
     settings.ENGINE.add_to(parser)
-    settings.DEVICE.add_to(parser, f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
-                                   "cuda:N (auto: the GPU when there is one); vLLM runs on the first visible GPU "
-                                   "(for another, set CUDA_VISIBLE_DEVICES)")
+    settings.DEVICE.add_to(
+        parser,
+        f"where the transformers engine runs: {', '.join(settings.DEVICE_CHOICES)} or "
+        "cuda:N (auto: the GPU when there is one); vLLM runs on the first visible GPU "
+        "(for another, set CUDA_VISIBLE_DEVICES)",
+    )
     settings.DTYPE.add_to(parser)
     settings.GPU_MEMORY_UTILIZATION.add_to(parser)
     settings.CUDA_GRAPHS.add_to(parser)
@@ -48,19 +57,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch", type=int, default=256, help="most prompts per /generate call")
     parser.add_argument("--max-tokens", type=int, default=1024, help="most tokens per completion")
     parser.add_argument("--max-games", type=int, default=256, help="most games per /rollout call")
-    parser.add_argument("--poll-interval", type=float, default=None,
-                        help="seconds between bucket polls, for new weights and for the fleet's run and room "
-                             "(default: delta.SubscriberConfig's, 1 s)")
-    parser.add_argument("--server-id", default=os.environ.get("ROLLOUT_ID") or None,
-                        help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)")
-    parser.add_argument("--no-produce", action="store_true",
-                        help="play no games for the fleet: answer /generate and /rollout requests only")
-    parser.add_argument("--first-step-alone", action="store_true",
-                        help="after the first batch of a run, play nothing until the trainer has published its first "
-                             "step: for a server that shares the trainer's cores (python app.py sets it), where that "
-                             "step would otherwise take twice as long")
-    parser.add_argument("--showcase-every", type=float, default=60.0,
-                        help="play a game on its own after this many idle seconds, for the UI (0: never)")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="seconds between bucket polls, for new weights and for the fleet's run and room "
+        "(default: delta.SubscriberConfig's, 1 s)",
+    )
+    parser.add_argument(
+        "--server-id",
+        default=os.environ.get("ROLLOUT_ID") or None,
+        help="this server's name in the fleet (env ROLLOUT_ID; default: the Space id, or host-port)",
+    )
+    parser.add_argument(
+        "--no-produce",
+        action="store_true",
+        help="play no games for the fleet: answer /generate and /rollout requests only",
+    )
+    parser.add_argument(
+        "--first-step-alone",
+        action="store_true",
+        help="after the first batch of a run, play nothing until the trainer has published its first "
+        "step: for a server that shares the trainer's cores (python app.py sets it), where that "
+        "step would otherwise take twice as long",
+    )
+    parser.add_argument(
+        "--showcase-every",
+        type=float,
+        default=60.0,
+        help="play a game on its own after this many idle seconds, for the UI (0: never)",
+    )
     settings.add_server_arguments(parser)
 
 
@@ -74,9 +100,15 @@ def engine_plan(args: argparse.Namespace, kind: str, folder: str, machine: Machi
     """
     from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
 
-    plan = plan_rollout(machine or Machine.probe(), engine=kind, published=published_dtypes(folder),
-                        device=args.device, dtype=args.dtype, memory_fraction=args.gpu_memory_utilization,
-                        cuda_graphs=args.cuda_graphs == "on")
+    plan = plan_rollout(
+        machine or Machine.probe(),
+        engine=kind,
+        published=published_dtypes(folder),
+        device=args.device,
+        dtype=args.dtype,
+        memory_fraction=args.gpu_memory_utilization,
+        cuda_graphs=args.cuda_graphs == "on",
+    )
     log_notes(plan.notes)
     return plan
 
@@ -108,7 +140,9 @@ def run(args: argparse.Namespace) -> None:
     options = {"plan": plan, "max_lora_rank": args.max_lora_rank} if kind == "vllm" else {}
     engine = open_engine(kind, EngineConfig(folder, plan.dtype, args.max_model_len, plan.device), **options)
     try:
-        polling = SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
+        polling = (
+            SubscriberConfig() if args.poll_interval is None else SubscriberConfig(poll_interval=args.poll_interval)
+        )
         follower = Follower(engine, args.bucket, polling, trust=trust)
         env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:
@@ -116,18 +150,32 @@ def run(args: argparse.Namespace) -> None:
         raise
     service = RolloutService(engine, follower, env, limits, model=args.model, engine_kind=kind)
     if not args.no_produce:
-        server_id = server_id_from(args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}")
+        server_id = server_id_from(
+            args.server_id or os.environ.get("SPACE_ID") or f"{socket.gethostname()}-{args.port}"
+        )
         # The rollout token, shared with the trainer, signs this server's groups and heartbeats (wire.fleet).
-        service.attach_producer(FleetBucket(args.bucket, secret=args.token, trust=trust), server_id,
-                                poll_s=polling.poll_interval, first_step_alone=args.first_step_alone)
+        service.attach_producer(
+            FleetBucket(args.bucket, secret=args.token, trust=trust),
+            server_id,
+            poll_s=polling.poll_interval,
+            first_step_alone=args.first_step_alone,
+        )
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)
     else:  # no games for the fleet, but the state the run names (a LoRA run's adapter) is still followed
         service.watch_run(FleetBucket(args.bucket, secret=args.token, trust=trust), poll_s=polling.poll_interval)
-    logger.info("serving version %d on http://%s:%d (bucket %s, env %s)", engine.version, args.host, args.port,
-                args.bucket, args.env_url)
+    logger.info(
+        "serving version %d on http://%s:%d (bucket %s, env %s)",
+        engine.version,
+        args.host,
+        args.port,
+        args.bucket,
+        args.env_url,
+    )
     logger.info("weights and run settings checked with: %s", trust.describe())
     if not args.token:
-        logger.warning("no rollout token (--token / ROLLOUT_TOKEN): anyone may call /generate and /rollout; set one "
-                       "on a public Space (python app.py and spaces/deploy.py do)")
+        logger.warning(
+            "no rollout token (--token / ROLLOUT_TOKEN): anyone may call /generate and /rollout; set one "
+            "on a public Space (python app.py and spaces/deploy.py do)"
+        )
     # A Space (SPACE_ID set) is reached only through its proxy, whose X-Forwarded-For can be trusted.
     serve(service, args.host, args.port, args.token, trust_forwarded=bool(os.environ.get("SPACE_ID")))

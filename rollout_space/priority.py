@@ -50,8 +50,9 @@ class BehindTrainer:
         self._engine = engine
         self._gate = gate
 
-    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None, *,
-                 at: int | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: Sequence[Prompt], params: SamplingParams | None = None, *, at: int | None = None
+    ) -> list[Completion]:
         self._gate.wait_turn()
         return self._engine.generate(prompts, params, at=at)
 

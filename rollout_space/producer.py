@@ -124,12 +124,23 @@ class GroupProducer:
         peers, peer_ids: How many other servers produce for the run, and their ids, at the last heartbeat.
     """
 
-    def __init__(self, play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]], version: Callable[[], int],
-                 bucket: FleetBucket, server_id: str, *, poll_s: float = 1.0, heartbeat_s: float = 5.0,
-                 catch_up: Callable[[], object] | None = None, examiner: Examiner | None = None,
-                 max_games: int = 256, max_tokens: int = 1024,
-                 adopt: Callable[[LoraSettings | None, int], object] | None = None,
-                 published: Callable[[], int | None] = lambda: None, first_step_alone: bool = False) -> None:
+    def __init__(
+        self,
+        play: Callable[[Sequence[GameSpec], PlayParams], list[Trajectory]],
+        version: Callable[[], int],
+        bucket: FleetBucket,
+        server_id: str,
+        *,
+        poll_s: float = 1.0,
+        heartbeat_s: float = 5.0,
+        catch_up: Callable[[], object] | None = None,
+        examiner: Examiner | None = None,
+        max_games: int = 256,
+        max_tokens: int = 1024,
+        adopt: Callable[[LoraSettings | None, int], object] | None = None,
+        published: Callable[[], int | None] = lambda: None,
+        first_step_alone: bool = False,
+    ) -> None:
         self.play = play
         self.published = published
         self.first_step_alone = first_step_alone
@@ -168,8 +179,10 @@ class GroupProducer:
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
-        self._threads = [threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
-                         threading.Thread(target=self._heartbeats, name="fleet-heartbeat", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._produce, name="fleet-producer", daemon=True),
+            threading.Thread(target=self._heartbeats, name="fleet-heartbeat", daemon=True),
+        ]
         for t in self._threads:
             t.start()
         return self
@@ -200,10 +213,19 @@ class GroupProducer:
 
     def heartbeat(self) -> Heartbeat:
         self._beat += 1
-        return Heartbeat(server_id=self.server_id, boot=self.boot, beat=self._beat, run_id=self.run_id,
-                         state=self.state, version=self.version(), games_per_min=self.games_per_min(),
-                         groups_written=self.groups_written, idle_share=self.idle_share(),
-                         last_error=self.last_error[:2000] if self.last_error else None, updated_at=time.time())
+        return Heartbeat(
+            server_id=self.server_id,
+            boot=self.boot,
+            beat=self._beat,
+            run_id=self.run_id,
+            state=self.state,
+            version=self.version(),
+            games_per_min=self.games_per_min(),
+            groups_written=self.groups_written,
+            idle_share=self.idle_share(),
+            last_error=self.last_error[:2000] if self.last_error else None,
+            updated_at=time.time(),
+        )
 
     # -- the threads -----------------------------------------------------------------------------------
 
@@ -243,9 +265,14 @@ class GroupProducer:
         none before it knows the run."""
         if self.run_id is None:
             return []
-        return sorted(s.heartbeat.server_id for s in self._watch.read()
-                      if not s.gone and s.heartbeat.server_id != self.server_id and s.heartbeat.run_id == self.run_id
-                      and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING))
+        return sorted(
+            s.heartbeat.server_id
+            for s in self._watch.read()
+            if not s.gone
+            and s.heartbeat.server_id != self.server_id
+            and s.heartbeat.run_id == self.run_id
+            and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING)
+        )
 
     def count_peers(self) -> int:
         """How many other live servers produce for this server's run (`live_peers`)."""
@@ -291,8 +318,9 @@ class GroupProducer:
             # A run signed with another key: a previous start's (with another rollout token) until the current
             # trainer writes its own, or a stranger's. Not an error of this server: wait for a run it can trust.
             whose = "this server's token" if e.category == Refusal.UNSIGNED else "the trainer's key"
-            self.last_error = self._run_refused = (f"{time.strftime('%H:%M:%S')} waiting for a run signed with "
-                                                   f"{whose}: {e}")
+            self.last_error = self._run_refused = (
+                f"{time.strftime('%H:%M:%S')} waiting for a run signed with {whose}: {e}"
+            )
             return self._no_run(self.poll_s)
         if self._run_refused is not None and self.last_error == self._run_refused:
             self.last_error = None  # the current trainer wrote its run: the wait is over, not an error to show
@@ -309,10 +337,13 @@ class GroupProducer:
         pending = 0
         if run.state == RunState.RUNNING:
             if run.num_generations > self.max_games or run.sampling.max_tokens > self.max_tokens:
-                raise FleetMessageError(RUN_PATH, f"the run asks for groups of {run.num_generations} games of replies "
-                                                  f"of {run.sampling.max_tokens} tokens; this server plays at most "
-                                                  f"{self.max_games} games (--max-games) of {self.max_tokens} tokens "
-                                                  "(--max-tokens): not playing it")
+                raise FleetMessageError(
+                    RUN_PATH,
+                    f"the run asks for groups of {run.num_generations} games of replies "
+                    f"of {run.sampling.max_tokens} tokens; this server plays at most "
+                    f"{self.max_games} games (--max-games) of {self.max_tokens} tokens "
+                    "(--max-tokens): not playing it",
+                )
             pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
         known = self._known(run, memory, pending)
         choice = choose(known)
@@ -345,12 +376,21 @@ class GroupProducer:
 
     def _known(self, run: RunSettings, memory: _RunMemory, pending: int) -> Known:
         """What this server knows of `run` now, before any look at the heartbeats or the exam records."""
-        return Known(run.state, now=time.monotonic(), pending=pending, max_pending=run.max_pending_groups,
-                     first_batch_at=memory.first_batch_at, first_step_alone=self.first_step_alone,
-                     held=self.version(), published=self.published(),
-                     exams=self.examiner is not None and run.exam is not None, max_staleness=run.max_staleness,
-                     kept=self.examiner is not None and self.examiner.kept, exam_failed_at=memory.exam_failed_at,
-                     full_at=memory.full_at)
+        return Known(
+            run.state,
+            now=time.monotonic(),
+            pending=pending,
+            max_pending=run.max_pending_groups,
+            first_batch_at=memory.first_batch_at,
+            first_step_alone=self.first_step_alone,
+            held=self.version(),
+            published=self.published(),
+            exams=self.examiner is not None and run.exam is not None,
+            max_staleness=run.max_staleness,
+            kept=self.examiner is not None and self.examiner.kept,
+            exam_failed_at=memory.exam_failed_at,
+            full_at=memory.full_at,
+        )
 
     def _looked(self, run: RunSettings, memory: _RunMemory, known: Known, choice: Choice) -> Choice:
         """Read what `choice` asks for (each look answers its question, so this ends) and choose again."""
@@ -405,17 +445,23 @@ class GroupProducer:
         try:
             self.catch_up()
         except (DeltaError, OSError) as e:  # the follower keeps trying in its own thread; play what is held
-            logger.warning("could not load the newest weights before a batch (playing version %d): %s",
-                           self.version(), e)
+            logger.warning(
+                "could not load the newest weights before a batch (playing version %d): %s", self.version(), e
+            )
 
     def _play_batch(self, run: RunSettings, groups: int) -> bool:
         """Play `groups` groups and hand them in; False if the run changed meanwhile (nothing handed in)."""
         seeds = [self._rng.randrange(2**31 - 1) for _ in range(groups)]
         specs = [GameSpec(seed=s) for s in seeds for _ in range(run.num_generations)]
         s = run.sampling
-        params = PlayParams(max_tokens=s.max_tokens, temperature=s.temperature, max_turns=s.max_turns,
-                            reply_prefix=s.reply_prefix, max_game_tokens=run.max_game_tokens,
-                            examples=s.examples.probability(self.version()))
+        params = PlayParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            max_turns=s.max_turns,
+            reply_prefix=s.reply_prefix,
+            max_game_tokens=run.max_game_tokens,
+            examples=s.examples.probability(self.version()),
+        )
         start = time.monotonic()
         try:
             games = self.play(specs, params)
@@ -428,8 +474,16 @@ class GroupProducer:
             return False
         g = run.num_generations
         for i, seed in enumerate(seeds):
-            group = GameGroup(run_id=run.run_id, server_id=self.server_id, boot=self.boot, seq=self._seq, seed=seed,
-                              games=games[i * g:(i + 1) * g], played_s=played_s, created_at=time.time())
+            group = GameGroup(
+                run_id=run.run_id,
+                server_id=self.server_id,
+                boot=self.boot,
+                seq=self._seq,
+                seed=seed,
+                games=games[i * g : (i + 1) * g],
+                played_s=played_s,
+                created_at=time.time(),
+            )
             self.bucket.write_group(group)
             logger.info("wrote group %s (%d games, version %d)", group.path, g, group.version)
             self._seq += 1

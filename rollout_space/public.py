@@ -35,11 +35,14 @@ class PublicPlay:
         """
         with self._lock:
             if self._held[client] >= self.per_client:
-                raise PublicLimitError(f"you already have {self._held[client]} policy game(s) queued or playing "
-                                       "(the cap per visitor): wait for it to end, or close its match")
+                raise PublicLimitError(
+                    f"you already have {self._held[client]} policy game(s) queued or playing "
+                    "(the cap per visitor): wait for it to end, or close its match"
+                )
             if sum(self._held.values()) >= self.total:
-                raise PublicLimitError(f"{self.total} visitors' policy games are queued or playing (the cap): "
-                                       "try again in a minute")
+                raise PublicLimitError(
+                    f"{self.total} visitors' policy games are queued or playing (the cap): try again in a minute"
+                )
             self._held[client] += 1
 
     def release(self, client: str) -> None:

@@ -31,8 +31,9 @@ class RunWatch:
         last_error: The last failure (an unreadable bucket or run file, a refused run), None once a read succeeds.
     """
 
-    def __init__(self, bucket: FleetBucket, adopt: Callable[[LoraSettings | None, int], object],
-                 interval: float = 1.0) -> None:
+    def __init__(
+        self, bucket: FleetBucket, adopt: Callable[[LoraSettings | None, int], object], interval: float = 1.0
+    ) -> None:
         self.bucket = bucket
         self.adopt = adopt
         self.interval = interval

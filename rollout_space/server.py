@@ -23,8 +23,9 @@ def build_app(service: RolloutService, token: str | None = None, trust_forwarded
     return mount_ui(build_api(service, token), service, trust_forwarded=trust_forwarded)
 
 
-def serve(service: RolloutService, host: str, port: int, token: str | None = None,
-          trust_forwarded: bool = False) -> None:
+def serve(
+    service: RolloutService, host: str, port: int, token: str | None = None, trust_forwarded: bool = False
+) -> None:
     """Start following, serve until interrupted, then stop following and close the engine. Blocks.
 
     At SIGINT/SIGTERM the engine is interrupted first (`dashboard.serving`'s `on_exit`): the generation in flight

@@ -69,8 +69,16 @@ class RolloutService:
         engine_kind: What to call the engine in `status()`.
     """
 
-    def __init__(self, engine: Engine, follower: Follower | None, env: EnvClient | None,
-                 limits: ServiceLimits | None = None, *, model: str = "", engine_kind: str = "") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        follower: Follower | None,
+        env: EnvClient | None,
+        limits: ServiceLimits | None = None,
+        *,
+        model: str = "",
+        engine_kind: str = "",
+    ) -> None:
         self.engine = engine
         self.follower = follower
         self.env = env
@@ -93,11 +101,13 @@ class RolloutService:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def attach_producer(self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0,
-                        first_step_alone: bool = False) -> GroupProducer:
+    def attach_producer(
+        self, bucket: FleetBucket, server_id: str, poll_s: float = 1.0, first_step_alone: bool = False
+    ) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
         `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
         (`exam.Examiner`, with an env); returns the producer."""
+
         def play(specs: Sequence[GameSpec], params: PlayParams) -> list[Trajectory]:
             return self.play(specs, params)
 
@@ -108,14 +118,29 @@ class RolloutService:
             return self.follower.latest if self.follower is not None else None
 
         if self.env is not None:
-            self.examiner = Examiner(play, version, self._served_hash, self.env, ExamShelf(bucket.storage, bucket.key), server_id,
-                                     hold=self.follower.holding if self.follower is not None else contextlib.nullcontext)
-        self.producer = GroupProducer(play, version, bucket, server_id, poll_s=poll_s,
-                                      catch_up=self.follower.sync if self.follower is not None else None,
-                                      examiner=self.examiner,
-                                      max_games=self.limits.max_games, max_tokens=self.limits.max_tokens,
-                                      adopt=self.follower.adopt if self.follower is not None else None,
-                                      published=published, first_step_alone=first_step_alone)
+            self.examiner = Examiner(
+                play,
+                version,
+                self._served_hash,
+                self.env,
+                ExamShelf(bucket.storage, bucket.key),
+                server_id,
+                hold=self.follower.holding if self.follower is not None else contextlib.nullcontext,
+            )
+        self.producer = GroupProducer(
+            play,
+            version,
+            bucket,
+            server_id,
+            poll_s=poll_s,
+            catch_up=self.follower.sync if self.follower is not None else None,
+            examiner=self.examiner,
+            max_games=self.limits.max_games,
+            max_tokens=self.limits.max_tokens,
+            adopt=self.follower.adopt if self.follower is not None else None,
+            published=published,
+            first_step_alone=first_step_alone,
+        )
         return self.producer
 
     def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:
@@ -188,8 +213,14 @@ class RolloutService:
         self._count(sum(len(c.token_ids) for c in completions))
         return completions
 
-    def play(self, games: Sequence[GameSpec], params: PlayParams | None = None,
-             on_turn: Callable[[Sequence[Trajectory]], None] | None = None, *, public: bool = False) -> list[Trajectory]:
+    def play(
+        self,
+        games: Sequence[GameSpec],
+        params: PlayParams | None = None,
+        on_turn: Callable[[Sequence[Trajectory]], None] | None = None,
+        *,
+        public: bool = False,
+    ) -> list[Trajectory]:
         """Play whole games with the current policy (see `games.play_games`, which calls `on_turn`).
 
         The trainer's games (``public=False``) keep public play waiting while they run; public games
@@ -209,8 +240,13 @@ class RolloutService:
         start = time.monotonic()
         try:
             if public:
-                trajectories = play_games(BehindTrainer(self.engine, self._gate),  # type: ignore[arg-type]  # the engine behind a gate: the calls play_games makes
-                                          self.env, games, params, on_turn)
+                trajectories = play_games(
+                    BehindTrainer(self.engine, self._gate),  # type: ignore[arg-type]  # the engine behind a gate: the calls play_games makes
+                    self.env,
+                    games,
+                    params,
+                    on_turn,
+                )
             else:
                 with self._gate.trainer():
                     trajectories = play_games(self.engine, self.env, games, params, on_turn)

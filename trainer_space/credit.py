@@ -69,8 +69,10 @@ def one_move(game: Trajectory, move: int) -> Sample:
     """
     spans = reply_spans(game.env_mask)
     if len(spans) != len(game.turn_rewards):
-        raise ValueError(f"game {game.episode_id}: {len(spans)} runs of model tokens for {len(game.turn_rewards)} "
-                         "replies; cannot tell its moves apart")
+        raise ValueError(
+            f"game {game.episode_id}: {len(spans)} runs of model tokens for {len(game.turn_rewards)} "
+            "replies; cannot tell its moves apart"
+        )
     if not 0 <= move < len(spans):
         raise ValueError(f"game {game.episode_id} has {len(spans)} replies, no move {move}")
     start, end = spans[move]
@@ -93,7 +95,7 @@ class MoveChooser:
         """One sample per game; consecutive runs of `group_size` games are the groups (TRL's order)."""
         out: list[Sample] = []
         for at in range(0, len(games), self.group_size):
-            group = games[at:at + self.group_size]
+            group = games[at : at + self.group_size]
             shared = range(min(len(g.turn_rewards) for g in group))
             differ = [k for k in shared if len({round(g.turn_rewards[k], 6) for g in group}) > 1]
             move = self._rng.choice(differ or shared) if shared else None

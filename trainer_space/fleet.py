@@ -100,13 +100,26 @@ class FleetRun:
             # server on another base would play games for it before it could tell.
             state = RunState.PAUSED
         return RunSettings(
-            run_id=self.run_id, state=state, num_generations=c.num_generations,
-            groups_per_step=c.groups_per_step * self.ranks, max_staleness=c.max_staleness,
+            run_id=self.run_id,
+            state=state,
+            num_generations=c.num_generations,
+            groups_per_step=c.groups_per_step * self.ranks,
+            max_staleness=c.max_staleness,
             max_pending_groups=c.pending_groups(self.ranks),
-            sampling=Sampling(max_tokens=c.max_tokens, temperature=c.temperature, max_turns=c.max_turns,
-                              reply_prefix=c.reply_prefix, examples=c.examples),
-            max_game_tokens=c.max_game_tokens, vocab_size=self.vocab_size, exam=c.exam, lora=self.lora,
-            trainer_version=trainer_version, updated_at=time.time())
+            sampling=Sampling(
+                max_tokens=c.max_tokens,
+                temperature=c.temperature,
+                max_turns=c.max_turns,
+                reply_prefix=c.reply_prefix,
+                examples=c.examples,
+            ),
+            max_game_tokens=c.max_game_tokens,
+            vocab_size=self.vocab_size,
+            exam=c.exam,
+            lora=self.lora,
+            trainer_version=trainer_version,
+            updated_at=time.time(),
+        )
 
     def know_vocabulary(self, size: int) -> None:
         """The loaded model's vocabulary size (its embedding rows): from now on in the run's settings, and
@@ -166,8 +179,15 @@ class FleetRollouts:
         last_error: The last failure to read the bucket, with its time; `failing`: failures in a row.
     """
 
-    def __init__(self, config: TrainerConfig, run: FleetRun, current_version: Callable[[], int],
-                 stop: threading.Event | None = None, ranks: TrainerRanks | None = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        run: FleetRun,
+        current_version: Callable[[], int],
+        stop: threading.Event | None = None,
+        ranks: TrainerRanks | None = None,
+        tokenizer: Any = None,
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.refused: Counter[str] = Counter()
@@ -293,8 +313,12 @@ class FleetRollouts:
         stale = [(p, k[0]) for p, k in self._deferred.items()] + [(p, g.version) for p, g in self._queue.items()]
         for path, version in stale:
             if now - version > self.config.max_staleness:
-                logger.info("dropped group %s: %d versions behind, the bound is %d", path, now - version,
-                            self.config.max_staleness)
+                logger.info(
+                    "dropped group %s: %d versions behind, the bound is %d",
+                    path,
+                    now - version,
+                    self.config.max_staleness,
+                )
                 self._queue.pop(path, None)
                 self._deferred.pop(path, None)
                 self._done.add(path)
@@ -304,8 +328,9 @@ class FleetRollouts:
         self._delete(discard)
         self.failing = 0
 
-    def _read(self, path: str, size: int, settings: RunSettings, now: int, step: StepRollouts,
-              discard: list[str]) -> GameGroup | None:
+    def _read(
+        self, path: str, size: int, settings: RunSettings, now: int, step: StepRollouts, discard: list[str]
+    ) -> GameGroup | None:
         """The group at `path` checked against the run (refused unread when its listed `size` is more than a
         group of the run can be), or None: refused, or deleted meanwhile.
 
@@ -314,8 +339,9 @@ class FleetRollouts:
         """
         limit = max_group_bytes(settings)
         if size > limit:
-            self._refuse(path, f"{size} bytes, more than a group of this run can be ({limit})", Refusal.TOO_LARGE,
-                         step, discard)
+            self._refuse(
+                path, f"{size} bytes, more than a group of this run can be ({limit})", Refusal.TOO_LARGE, step, discard
+            )
             return None
         try:
             group = self.bucket.read_group(path, limit, size)
@@ -397,7 +423,7 @@ class FleetRollouts:
             taken = self.ranks.broadcast(None)
             if taken is None:
                 raise RolloutsStopped("rank 0 stopped while waiting for rollout groups")
-        return taken[self.ranks.rank * n:(self.ranks.rank + 1) * n]
+        return taken[self.ranks.rank * n : (self.ranks.rank + 1) * n]
 
 
 def _age(group: GameGroup) -> tuple[int, float, str]:
@@ -455,10 +481,17 @@ class FleetMonitor:
     @staticmethod
     def _server(seen: SeenServer) -> FleetServer:
         beat = seen.heartbeat
-        return FleetServer(id=beat.server_id, version=beat.version, games_per_min=round(beat.games_per_min, 2),
-                           last_seen_s=round(seen.silent_s, 1), state="gone" if seen.gone else str(beat.state),
-                           idle_share=round(beat.idle_share, 3), groups_written=beat.groups_written,
-                           run_id=beat.run_id, last_error=beat.last_error)
+        return FleetServer(
+            id=beat.server_id,
+            version=beat.version,
+            games_per_min=round(beat.games_per_min, 2),
+            last_seen_s=round(seen.silent_s, 1),
+            state="gone" if seen.gone else str(beat.state),
+            idle_share=round(beat.idle_share, 3),
+            groups_written=beat.groups_written,
+            run_id=beat.run_id,
+            last_error=beat.last_error,
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -467,4 +500,3 @@ class FleetMonitor:
             except (OSError, StorageError) as e:
                 logger.warning("reading the fleet's heartbeats failed: %s", e)
             self._stop.wait(self.interval)
-

@@ -60,8 +60,9 @@ class HistoryKeeper:
             return self._load()
         except Exception as e:  # the promise to the trainer's constructor: whatever the bucket holds, it starts
             logger.exception("reading the bucket's history failed unexpectedly")
-            self.problem = (f"the bucket's history could not be read, so it is not written either: "
-                            f"{type(e).__name__}: {e}")
+            self.problem = (
+                f"the bucket's history could not be read, so it is not written either: {type(e).__name__}: {e}"
+            )
             return TrainerHistory(steps=[], payloads=[])
 
     def _load(self) -> TrainerHistory:
@@ -73,8 +74,9 @@ class HistoryKeeper:
             return empty
         except delta.FileTooLargeError as e:
             told = f"{e.size} bytes" if e.size is not None else "more bytes"
-            self._set_aside(HistoryFileError(HISTORY_PATH, f"{told}, more than the {MAX_HISTORY_BYTES} a history may "
-                                                           "hold"))
+            self._set_aside(
+                HistoryFileError(HISTORY_PATH, f"{told}, more than the {MAX_HISTORY_BYTES} a history may hold")
+            )
             return empty
         except (OSError, delta.StorageError) as e:
             self.problem = f"the bucket's history could not be read, so it is not written either: {e}"
@@ -87,8 +89,13 @@ class HistoryKeeper:
             return empty
         self.problem = None
         if decoded.skipped:
-            logger.warning("history %s: %s record(s) refused (%s); the other %d steps kept", HISTORY_PATH,
-                           sum(decoded.skipped.values()), decoded.first_problem, len(decoded.history.steps))
+            logger.warning(
+                "history %s: %s record(s) refused (%s); the other %d steps kept",
+                HISTORY_PATH,
+                sum(decoded.skipped.values()),
+                decoded.first_problem,
+                len(decoded.history.steps),
+            )
         return decoded.history
 
     def _read(self) -> bytes:
@@ -99,8 +106,9 @@ class HistoryKeeper:
         """
         listed = [f for f in self.storage.list(HISTORY_PATH) if f.path == HISTORY_PATH]
         if listed and listed[0].size > MAX_HISTORY_BYTES:
-            raise delta.FileTooLargeError(url=self.storage.url, path=HISTORY_PATH, limit=MAX_HISTORY_BYTES,
-                                          size=listed[0].size)
+            raise delta.FileTooLargeError(
+                url=self.storage.url, path=HISTORY_PATH, limit=MAX_HISTORY_BYTES, size=listed[0].size
+            )
         return self.storage.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES)
 
     def _set_aside(self, error: HistoryFileError) -> None:

@@ -26,56 +26,110 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings.ENV_URL.add_to(parser, "the Wordle env Space, linked from the UI")
     settings.MODEL.add_to(parser, "model folder or Hub id to start from (offline default); the rollout's model")
     settings.OWNER_TOKEN.add_to(parser, "secret that start/pause/stop need (unset: nobody controls it)")
-    settings.DEVICE.add_to(parser, f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} (auto: the GPU "
-                                   "when there is one; one GPU: with several, set CUDA_VISIBLE_DEVICES)")
+    settings.DEVICE.add_to(
+        parser,
+        f"where the weights train: {', '.join(settings.DEVICE_CHOICES)} (auto: the GPU "
+        "when there is one; one GPU: with several, set CUDA_VISIBLE_DEVICES)",
+    )
     parser.add_argument("--paused", action="store_true", help="do not start training on launch")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps per run")
-    parser.add_argument("--games-per-step", type=int, default=defaults.games_per_step,
-                        help="games per optimizer step (a multiple of --num-generations)")
-    parser.add_argument("--num-generations", type=int, default=defaults.num_generations,
-                        help="games per secret word: the GRPO group")
+    parser.add_argument(
+        "--games-per-step",
+        type=int,
+        default=defaults.games_per_step,
+        help="games per optimizer step (a multiple of --num-generations)",
+    )
+    parser.add_argument(
+        "--num-generations", type=int, default=defaults.num_generations, help="games per secret word: the GRPO group"
+    )
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens per model turn")
     parser.add_argument("--max-turns", type=int, default=defaults.max_turns, help="guesses per game")
-    parser.add_argument("--temperature", type=float, default=defaults.temperature,
-                        help="sampling temperature of the training games (and of the exams, unless --exam-greedy)")
-    parser.add_argument("--credit", choices=CREDITS, default=defaults.credit,
-                        help="what GRPO trains with which reward: one move per group with its own reward (move), or "
-                             "every move with the game's total (game); see docs/training.md")
-    parser.add_argument("--reply-prefix", default=defaults.reply_prefix,
-                        help=f"text that opens each reply, written for the policy (default {defaults.reply_prefix!r}; "
-                             "'' lets the model write it all)")
-    parser.add_argument("--max-staleness", type=int, default=defaults.max_staleness,
-                        help="most versions a game's weights may lag the trainer's")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=defaults.temperature,
+        help="sampling temperature of the training games (and of the exams, unless --exam-greedy)",
+    )
+    parser.add_argument(
+        "--credit",
+        choices=CREDITS,
+        default=defaults.credit,
+        help="what GRPO trains with which reward: one move per group with its own reward (move), or "
+        "every move with the game's total (game); see docs/training.md",
+    )
+    parser.add_argument(
+        "--reply-prefix",
+        default=defaults.reply_prefix,
+        help=f"text that opens each reply, written for the policy (default {defaults.reply_prefix!r}; "
+        "'' lets the model write it all)",
+    )
+    parser.add_argument(
+        "--max-staleness",
+        type=int,
+        default=defaults.max_staleness,
+        help="most versions a game's weights may lag the trainer's",
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed)
     schedule = defaults.examples
-    parser.add_argument("--examples", choices=[str(m) for m in ExampleMode], default=str(schedule.mode),
-                        help="whether training games show the env's example guess: off, fixed (every message) or "
-                             f"fading (every message up to --fade-start, none from --fade-end; default "
-                             f"{schedule.mode}); see docs/training.md")
-    parser.add_argument("--fade-start", type=int, default=schedule.start,
-                        help="fading: the last weight version whose games show every example")
-    parser.add_argument("--fade-end", type=int, default=schedule.end,
-                        help="fading: the first weight version whose games show none")
-    parser.add_argument("--exam-every", type=int, default=defaults.exam_every,
-                        help="an exam every this many versions (and of version 0): held-out words, no examples, "
-                             "never trained on; 0: no exams")
+    parser.add_argument(
+        "--examples",
+        choices=[str(m) for m in ExampleMode],
+        default=str(schedule.mode),
+        help="whether training games show the env's example guess: off, fixed (every message) or "
+        f"fading (every message up to --fade-start, none from --fade-end; default "
+        f"{schedule.mode}); see docs/training.md",
+    )
+    parser.add_argument(
+        "--fade-start",
+        type=int,
+        default=schedule.start,
+        help="fading: the last weight version whose games show every example",
+    )
+    parser.add_argument(
+        "--fade-end", type=int, default=schedule.end, help="fading: the first weight version whose games show none"
+    )
+    parser.add_argument(
+        "--exam-every",
+        type=int,
+        default=defaults.exam_every,
+        help="an exam every this many versions (and of version 0): held-out words, no examples, "
+        "never trained on; 0: no exams",
+    )
     parser.add_argument("--exam-games", type=int, default=defaults.exam_games, help="held-out words an exam plays")
     parser.add_argument("--exam-turns", type=int, default=None, help="replies per exam game (default: --max-turns)")
-    parser.add_argument("--kl", type=float, default=defaults.kl,
-                        help="weight of the KL divergence to the model folder's weights in GRPO's loss (TRL's beta; "
-                             "default 0: no reference model loaded)")
-    parser.add_argument("--exam-greedy", action="store_true",
-                        help="exams sample greedily (default: at the training temperature, with a fixed seed)")
-    parser.add_argument("--lora-r", type=int, default=defaults.lora_r,
-                        help="train a LoRA adapter of this rank instead of every weight (default 0: no adapter; needs the "
-                             "fleet; merged runs an empty bucket); see the README's LoRA section")
+    parser.add_argument(
+        "--kl",
+        type=float,
+        default=defaults.kl,
+        help="weight of the KL divergence to the model folder's weights in GRPO's loss (TRL's beta; "
+        "default 0: no reference model loaded)",
+    )
+    parser.add_argument(
+        "--exam-greedy",
+        action="store_true",
+        help="exams sample greedily (default: at the training temperature, with a fixed seed)",
+    )
+    parser.add_argument(
+        "--lora-r",
+        type=int,
+        default=defaults.lora_r,
+        help="train a LoRA adapter of this rank instead of every weight (default 0: no adapter; needs the "
+        "fleet; merged runs an empty bucket); see the README's LoRA section",
+    )
     parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA's alpha (default: 2 * --lora-r)")
-    parser.add_argument("--lora-targets", default=",".join(defaults.lora_targets),
-                        help="comma-separated names of the modules adapted (default: every attention and MLP projection)")
-    parser.add_argument("--lora-sync", choices=LORA_SYNCS, default=defaults.lora_sync,
-                        help="how the adapter reaches the rollout servers: merged (the base with the adapter merged in, "
-                             "as deltas of the served weights) or adapter (the adapter's tensors alone, applied under PEFT)")
+    parser.add_argument(
+        "--lora-targets",
+        default=",".join(defaults.lora_targets),
+        help="comma-separated names of the modules adapted (default: every attention and MLP projection)",
+    )
+    parser.add_argument(
+        "--lora-sync",
+        choices=LORA_SYNCS,
+        default=defaults.lora_sync,
+        help="how the adapter reaches the rollout servers: merged (the base with the adapter merged in, "
+        "as deltas of the served weights) or adapter (the adapter's tensors alone, applied under PEFT)",
+    )
     settings.add_server_arguments(parser)
 
 
@@ -87,15 +141,35 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
     plan = plan_trainer(machine or Machine.probe(), args.device)
     log_notes(plan.notes)
     return TrainerConfig(
-        bucket=args.bucket, rollout_url=args.rollout_url, model=model_folder, env_url=args.env_url,
-        games_per_step=args.games_per_step, num_generations=args.num_generations, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, device=plan.device, bf16=plan.bf16, max_tokens=args.max_tokens,
-        max_turns=args.max_turns, temperature=args.temperature, credit=args.credit, reply_prefix=args.reply_prefix,
-        max_staleness=args.max_staleness, seed=args.seed, rollout_token=args.rollout_token,
+        bucket=args.bucket,
+        rollout_url=args.rollout_url,
+        model=model_folder,
+        env_url=args.env_url,
+        games_per_step=args.games_per_step,
+        num_generations=args.num_generations,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        device=plan.device,
+        bf16=plan.bf16,
+        max_tokens=args.max_tokens,
+        max_turns=args.max_turns,
+        temperature=args.temperature,
+        credit=args.credit,
+        reply_prefix=args.reply_prefix,
+        max_staleness=args.max_staleness,
+        seed=args.seed,
+        rollout_token=args.rollout_token,
         examples=ExampleSchedule(mode=ExampleMode(args.examples), start=args.fade_start, end=args.fade_end),
-        exam_every=args.exam_every, exam_games=args.exam_games, exam_turns=args.exam_turns,
-        exam_greedy=args.exam_greedy, kl=args.kl, lora_r=args.lora_r, lora_alpha=args.lora_alpha,
-        lora_targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()), lora_sync=args.lora_sync)
+        exam_every=args.exam_every,
+        exam_games=args.exam_games,
+        exam_turns=args.exam_turns,
+        exam_greedy=args.exam_greedy,
+        kl=args.kl,
+        lora_r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()),
+        lora_sync=args.lora_sync,
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -128,6 +202,7 @@ def run(args: argparse.Namespace) -> None:
     from .server import serve
 
     games = f"rollout {args.rollout_url}" if args.rollout_url else "games from the fleet through the bucket"
-    logging.getLogger(__name__).info("trainer on http://%s:%d (bucket %s, %s)", args.host, args.port, args.bucket,
-                                     games)
+    logging.getLogger(__name__).info(
+        "trainer on http://%s:%d (bucket %s, %s)", args.host, args.port, args.bucket, games
+    )
     serve(session, args.host, args.port)

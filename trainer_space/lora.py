@@ -63,8 +63,14 @@ def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
 
 def lora_settings(config: TrainerConfig, base_hash: str) -> LoraSettings:
     """The run's `LoraSettings` for `config` (a LoRA run), on a base whose published state hashes to `base_hash`."""
-    return LoraSettings(sync=config.lora_sync, r=config.lora_r, alpha=config.lora_alpha or 2.0 * config.lora_r,
-                        targets=config.lora_targets, base_model=config.model[-512:], base_hash=base_hash)
+    return LoraSettings(
+        sync=config.lora_sync,
+        r=config.lora_r,
+        alpha=config.lora_alpha or 2.0 * config.lora_r,
+        targets=config.lora_targets,
+        base_model=config.model[-512:],
+        base_hash=base_hash,
+    )
 
 
 def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -73,8 +79,11 @@ def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     Raises:
         ValueError: the model holds no adapter (its target modules matched nothing).
     """
-    tensors = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
-               if ".lora_A." in name or ".lora_B." in name}
+    tensors = {
+        name.replace(f".{ADAPTER}.", "."): p.detach()
+        for name, p in model.named_parameters()
+        if ".lora_A." in name or ".lora_B." in name
+    }
     if not tensors:
         raise ValueError("the model holds no LoRA adapter: its target modules matched none of the model's modules")
     return dict(sorted(tensors.items()))
@@ -107,8 +116,10 @@ class MergedWeights(Mapping[str, torch.Tensor]):
             elif name in params:
                 self._plain[name] = params[name].detach()
             else:
-                raise ValueError(f"the model has no tensor named {name!r}: the trainer publishes under the "
-                                 "checkpoint's names, so they must match")
+                raise ValueError(
+                    f"the model has no tensor named {name!r}: the trainer publishes under the "
+                    "checkpoint's names, so they must match"
+                )
         self._names = sorted([*self._layers, *self._plain])
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -131,8 +142,9 @@ def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, 
     return adapter_tensors(model) if sync == "adapter" else MergedWeights(model, folder)
 
 
-def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | None, trust: delta.Trust | None = None
-                   ) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
+def stored_adapter(
+    bucket: str, lora: LoraSettings, previous: LoraSettings | None, trust: delta.Trust | None = None
+) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
     """What a LoRA run resumes from `bucket`: (0, None, None) when it is empty; else, for an adapter run whose
     settings are those of the run before it (`previous`, read from the run's settings before this run wrote its own),
     the bucket's latest version this trainer signed (`trust`: its own key, `weights.own_trust`), its state hash (of the
@@ -150,19 +162,26 @@ def stored_adapter(bucket: str, lora: LoraSettings, previous: LoraSettings | Non
         return 0, None, None
     held = f"bucket {bucket} holds version {manifest.latest.version}"
     if lora.sync == "merged":
-        raise LoraRefusedError(f"{held}: a merged LoRA run starts on an empty bucket (resuming one is not built: the "
-                               "merged weights do not give the adapter back); start it with a new --bucket, and train "
-                               "with --lora-sync adapter where a run must resume")
+        raise LoraRefusedError(
+            f"{held}: a merged LoRA run starts on an empty bucket (resuming one is not built: the "
+            "merged weights do not give the adapter back); start it with a new --bucket, and train "
+            "with --lora-sync adapter where a run must resume"
+        )
     if previous is None:
-        raise LoraRefusedError(f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use "
-                               "a new bucket")
+        raise LoraRefusedError(
+            f"{held} and no LoRA run's settings beside it: a LoRA run resumes only an adapter; use a new bucket"
+        )
     mine = (lora.sync, lora.r, lora.alpha, lora.targets, lora.base_hash)
     theirs = (previous.sync, previous.r, previous.alpha, previous.targets, previous.base_hash)
     if mine != theirs:
-        fields = ", ".join(f"{n} {a!r} (this run: {b!r})" for n, a, b in zip(("sync", "r", "alpha", "targets", "base"),
-                                                                             theirs, mine, strict=True) if a != b)
-        raise LoraRefusedError(f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its "
-                               "settings")
+        fields = ", ".join(
+            f"{n} {a!r} (this run: {b!r})"
+            for n, a, b in zip(("sync", "r", "alpha", "targets", "base"), theirs, mine, strict=True)
+            if a != b
+        )
+        raise LoraRefusedError(
+            f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its settings"
+        )
     trust = trust or own_trust(bucket)
     last = last_signed(manifest, trust)
     if not last:
@@ -194,7 +213,9 @@ def load_adapter(adapter: Mapping[str, torch.Tensor], stored: Mapping[str, torch
     for name, tensor in adapter.items():
         src = stored[name]
         if src.shape != tensor.shape or src.dtype != tensor.dtype:
-            raise delta.StateMismatchError(f"{name}: the bucket's adapter has {src.dtype} {tuple(src.shape)}, the "
-                                           f"model's {tensor.dtype} {tuple(tensor.shape)}")
+            raise delta.StateMismatchError(
+                f"{name}: the bucket's adapter has {src.dtype} {tuple(src.shape)}, the "
+                f"model's {tensor.dtype} {tuple(tensor.shape)}"
+            )
     for name, tensor in adapter.items():
         tensor.copy_(stored[name])

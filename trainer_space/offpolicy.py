@@ -51,14 +51,15 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float, float, 
     return kept.mean().item(), kept.min().item(), kept.max().item()
 
 
-def raw_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int,
-                 batch_size: int) -> torch.Tensor:
+def raw_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int, batch_size: int
+) -> torch.Tensor:
     """Log-probabilities of the last `keep` tokens of each row under `model`'s untempered distribution."""
     rows = []
     with torch.no_grad():
         for i in range(0, input_ids.size(0), batch_size):
-            ids, att = input_ids[i:i + batch_size], attention_mask[i:i + batch_size]
-            logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -keep - 1:-1].float()
+            ids, att = input_ids[i : i + batch_size], attention_mask[i : i + batch_size]
+            logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -keep - 1 : -1].float()
             rows.append(logits.log_softmax(-1).gather(-1, ids[:, -keep:].unsqueeze(-1)).squeeze(-1))
     return torch.cat(rows)
 
@@ -76,7 +77,9 @@ class OffPolicyGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, importance_cap: float = 3.0, **kwargs: Any) -> None:
         if not importance_cap >= 1.0:
-            raise ValueError(f"importance_cap must be >= 1 (1 turns the correction into a clip at 1), got {importance_cap}")
+            raise ValueError(
+                f"importance_cap must be >= 1 (1 turns the correction into a clip at 1), got {importance_cap}"
+            )
         super().__init__(*args, **kwargs)
         self.importance_cap = importance_cap
         self.last_ratio: tuple[float, float, float] | None = None
@@ -91,8 +94,9 @@ class OffPolicyGRPOTrainer(GRPOTrainer):
             mask = mask * output["tool_mask"]
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        current = raw_logprobs(self.model, ids, attention, output["completion_ids"].size(1),
-                               self.args.per_device_train_batch_size)
+        current = raw_logprobs(
+            self.model, ids, attention, output["completion_ids"].size(1), self.args.per_device_train_batch_size
+        )
         ratio = truncated_ratio(current, sampling, mask, self.importance_cap)
         advantages = output["advantages"]
         output["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * ratio

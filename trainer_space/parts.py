@@ -75,18 +75,25 @@ class TrainerParts:
         delta.DeltaError: the bucket cannot be read.
     """
 
-    def __init__(self, config: TrainerConfig, client: RolloutSource | None, stop: threading.Event,
-                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
-                 fleet: FleetRun | None = None, ranks: TrainerRanks | None = None,
-                 history: TrainerHistory | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        client: RolloutSource | None,
+        stop: threading.Event,
+        wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
+        fleet: FleetRun | None = None,
+        ranks: TrainerRanks | None = None,
+        history: TrainerHistory | None = None,
+    ) -> None:
         c = self.config = config
         ranks = ranks or TrainerRanks()
         if ranks.world > 1 and fleet is None:
             raise ValueError(f"{ranks.world} ranks train on games from the fleet only: leave --rollout-url unset")
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(c.model, local_files_only=True)
         # fp32 master weights, whatever the checkpoint's dtype; the published state is their cast to it.
-        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(c.model, dtype=torch.float32,
-                                                                           local_files_only=True)
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+            c.model, dtype=torch.float32, local_files_only=True
+        )
         self.model.to(c.device)  # type: ignore[arg-type]  # transformers' decorated `to` types its first argument as the model
         master = master_tensors(self.model, c.model)
         published = published_state(master, c.model)
@@ -97,8 +104,10 @@ class TrainerParts:
         # The run before this one, as rank 0 read it: another rank may read the bucket after rank 0 wrote this run's.
         previous = ranks.broadcast(fleet.previous_lora if fleet is not None else None)
         # The versions it resumes are those its key signed: rank 0's, which signs them (`delta.Publisher`).
-        own = own_trust(c.bucket, ranks.broadcast(delta.trainer_key(delta.open_storage(c.bucket).url).public.text
-                                                  if ranks.main else None))
+        own = own_trust(
+            c.bucket,
+            ranks.broadcast(delta.trainer_key(delta.open_storage(c.bucket).url).public.text if ranks.main else None),
+        )
         if c.lora:
             check_targets(self.model, c.lora_targets)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
@@ -109,9 +118,11 @@ class TrainerParts:
             except delta.StateMismatchError as e:
                 if previous is None or previous.sync != "adapter":
                     raise
-                raise LoraRefusedError(f"bucket {c.bucket} holds the versions of a LoRA adapter run (r {previous.r}, "
-                                       "adapter mode), which a run of every weight cannot resume; use a new bucket, "
-                                       "or the adapter run's --lora-* flags") from e
+                raise LoraRefusedError(
+                    f"bucket {c.bucket} holds the versions of a LoRA adapter run (r {previous.r}, "
+                    "adapter mode), which a run of every weight cannot resume; use a new bucket, "
+                    "or the adapter run's --lora-* flags"
+                ) from e
         self.resumed_from: int | None = None
         self.resumed_hash: str | None = None
         if version:
@@ -129,13 +140,18 @@ class TrainerParts:
             if ranks.main:
                 key = self.publisher.public_key
                 assert key is not None  # rank 0's, which signs
-                logger.info("signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
-                            c.bucket, key.fingerprint, key.text)
+                logger.info(
+                    "signing the versions and run settings of %s with %s (readers: --trusted-key %s)",
+                    c.bucket,
+                    key.fingerprint,
+                    key.text,
+                )
                 earlier = up_to(history, version) if history is not None else None
                 self.payloads = PayloadLog(c.bucket, dense_bytes(published), earlier=earlier, trust=own).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
-        self.callback = PublishCallback(sink, published, version, master=master, rank=ranks.rank,
-                                        world=ranks.world, master_of=self._master_of)
+        self.callback = PublishCallback(
+            sink, published, version, master=master, rank=ranks.rank, world=ranks.world, master_of=self._master_of
+        )
         self.rollouts: WordleRollouts | FleetRollouts
         if fleet is not None:
             fleet.know_lora(self.lora)
@@ -209,4 +225,3 @@ class TrainerParts:
         finally:
             if self.payloads is not None:
                 self.payloads.close(5.0 if end is None else max(0.0, end - time.monotonic()))
-

@@ -68,9 +68,16 @@ class PublishCallback(TrainerCallback):
         steps: Steps seen.
     """
 
-    def __init__(self, publisher: VersionPublisher | None, state: dict[str, torch.Tensor], version: int,
-                 master: Mapping[str, torch.Tensor] | None = None, rank: int = 0, world: int = 1,
-                 master_of: Callable[[torch.nn.Module], Mapping[str, torch.Tensor]] | None = None) -> None:
+    def __init__(
+        self,
+        publisher: VersionPublisher | None,
+        state: dict[str, torch.Tensor],
+        version: int,
+        master: Mapping[str, torch.Tensor] | None = None,
+        rank: int = 0,
+        world: int = 1,
+        master_of: Callable[[torch.nn.Module], Mapping[str, torch.Tensor]] | None = None,
+    ) -> None:
         self.publisher = publisher
         self.state = state
         self.master = master
@@ -143,8 +150,15 @@ class PayloadLog:
         on_record: Called (from its thread) after each version measured: the session writes the history then.
     """
 
-    def __init__(self, bucket: str, dense_bytes: int, interval: float = 1.0, history: int = 10_000,
-                 earlier: TrainerHistory | None = None, trust: delta.Trust | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        dense_bytes: int,
+        interval: float = 1.0,
+        history: int = 10_000,
+        earlier: TrainerHistory | None = None,
+        trust: delta.Trust | None = None,
+    ) -> None:
         self.storage = delta.open_storage(bucket)
         self.trust = trust or own_trust(bucket)
         self.dense_bytes = dense_bytes
@@ -204,9 +218,10 @@ class PayloadLog:
                 return
             self._seen = entry.version
             if entry.anchor:
-                self.anchors.append(Anchor(version=entry.version, bytes=sum(f.size for f in entry.anchor),
-                                           at=time.time()))
-                del self.anchors[:-self.history]
+                self.anchors.append(
+                    Anchor(version=entry.version, bytes=sum(f.size for f in entry.anchor), at=time.time())
+                )
+                del self.anchors[: -self.history]
             if entry.delta:
                 self._measure(entry)
             if self.on_record is not None:
@@ -218,11 +233,18 @@ class PayloadLog:
     def _measure(self, entry: delta.VersionEntry) -> None:
         """Record what the delta of a committed version cost, from its files' headers."""
         headers = self._headers(entry)
-        self.records.append(Payload(version=entry.version, delta_bytes=sum(f.size for f in entry.delta),
-                                    raw_bytes=sum(raw_bytes(h) for h in headers), dense_bytes=self.dense_bytes,
-                                    changed=sum(h.changed for h in headers), total=headers[0].total,
-                                    at=time.time()))
-        del self.records[:-self.history]
+        self.records.append(
+            Payload(
+                version=entry.version,
+                delta_bytes=sum(f.size for f in entry.delta),
+                raw_bytes=sum(raw_bytes(h) for h in headers),
+                dense_bytes=self.dense_bytes,
+                changed=sum(h.changed for h in headers),
+                total=headers[0].total,
+                at=time.time(),
+            )
+        )
+        del self.records[: -self.history]
         self.latest_header = delta.DeltaHeader.merged(headers)
 
     def _run(self) -> None:

@@ -32,8 +32,9 @@ class RolloutClient:
 
     def __init__(self, url: str, timeout: float = 600.0, token: str | None = None) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"rollout URL {url!r} must start with http:// or https:// (set --rollout-url or "
-                             "ROLLOUT_URL)")
+            raise ValueError(
+                f"rollout URL {url!r} must start with http:// or https:// (set --rollout-url or ROLLOUT_URL)"
+            )
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers(token))
 
@@ -43,8 +44,12 @@ class RolloutClient:
 
     def generate(self, prompts: Sequence[str | Sequence[int]], **sampling: Any) -> GenerateResponse:
         """`POST /generate`: one completion per prompt (`max_tokens`, `temperature`, `top_p`, `seed`, `stop`)."""
-        return self._call("POST", "/generate", {"prompts": [p if isinstance(p, str) else list(p) for p in prompts],
-                                                **sampling}, GenerateResponse)
+        return self._call(
+            "POST",
+            "/generate",
+            {"prompts": [p if isinstance(p, str) else list(p) for p in prompts], **sampling},
+            GenerateResponse,
+        )
 
     def rollout(self, games: Sequence[dict[str, Any]], **sampling: Any) -> list[Trajectory]:
         """`POST /rollout`: one trajectory per game (`{"seed": s}` or `{"secret": w}`), same order.
@@ -63,6 +68,15 @@ class RolloutClient:
         self.close()
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None, answer: type[Answer]) -> Answer:
-        return request_json(self._http, method, path, body, what=f"the rollout server at {self.url}",
-                            flag="--rollout-url", error=RolloutError, answer=answer, max_bytes=MAX_REPLY_BYTES,
-                            refused=RolloutRefusedError)
+        return request_json(
+            self._http,
+            method,
+            path,
+            body,
+            what=f"the rollout server at {self.url}",
+            flag="--rollout-url",
+            error=RolloutError,
+            answer=answer,
+            max_bytes=MAX_REPLY_BYTES,
+            refused=RolloutRefusedError,
+        )

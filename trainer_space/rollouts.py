@@ -61,8 +61,13 @@ class WordleRollouts:
         last_step: What the last step's games took (the wait for them, their staleness).
     """
 
-    def __init__(self, config: TrainerConfig, client: RolloutSource, current_version: Callable[[], int],
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        client: RolloutSource,
+        current_version: Callable[[], int],
+        stop: threading.Event | None = None,
+    ) -> None:
         self.config = config
         self.client = client
         self.current_version = current_version
@@ -87,10 +92,14 @@ class WordleRollouts:
         policy = RetryPolicy(None, c.retry_wait, c.retry_max_wait)
         while True:
             try:
-                games = self.client.rollout(games=[{"seed": s} for s in seeds], max_tokens=c.max_tokens,
-                                            temperature=c.temperature, max_turns=c.max_turns,
-                                            reply_prefix=c.reply_prefix,
-                                            examples=c.examples.probability(self.current_version()))
+                games = self.client.rollout(
+                    games=[{"seed": s} for s in seeds],
+                    max_tokens=c.max_tokens,
+                    temperature=c.temperature,
+                    max_turns=c.max_turns,
+                    reply_prefix=c.reply_prefix,
+                    examples=c.examples.probability(self.current_version()),
+                )
             except RolloutError as e:
                 self.failing += 1
                 self.last_error = f"{time.strftime('%H:%M:%S')} {e}"
@@ -119,17 +128,25 @@ class WordleRollouts:
                 games[i] = game
             stale = stale_indices(games, self.current_version(), c.max_staleness)
         if stale:
-            logger.warning("%d of %d games still more than %d versions stale after %d replays: dropped",
-                           len(stale), len(games), c.max_staleness, c.stale_retries)
+            logger.warning(
+                "%d of %d games still more than %d versions stale after %d replays: dropped",
+                len(stale),
+                len(games),
+                c.max_staleness,
+                c.stale_retries,
+            )
         dropped = [i in set(stale) for i in range(len(games))]
         now = self.current_version()
         kept = [g for g, d in zip(games, dropped, strict=True) if not d]
-        self.counts.add(games=len(kept), dropped=len(stale),
-                        seen=max((staleness(g, now) for g in kept), default=0))
+        self.counts.add(games=len(kept), dropped=len(stale), seen=max((staleness(g, now) for g in kept), default=0))
         self.recent.extend(kept)
         hist = Counter(staleness(g, now) for g in kept)
-        self.last_step = StepRollouts(waited_s=time.monotonic() - start, staleness=dict(hist), dropped=len(stale),
-                                      examples_shown=examples_shown(kept))
+        self.last_step = StepRollouts(
+            waited_s=time.monotonic() - start,
+            staleness=dict(hist),
+            dropped=len(stale),
+            examples_shown=examples_shown(kept),
+        )
         return games, dropped
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
@@ -138,8 +155,9 @@ class WordleRollouts:
         return trajectory_columns(games, dropped, self.moves)
 
 
-def trajectory_columns(games: list[Trajectory], dropped: list[bool], moves: MoveChooser | None = None
-                       ) -> dict[str, list]:
+def trajectory_columns(
+    games: list[Trajectory], dropped: list[bool], moves: MoveChooser | None = None
+) -> dict[str, list]:
     """TRL's `rollout_func` output for `games`, a dict of columns: the one place trajectories become plain
     lists. A dropped game keeps its row (TRL needs one per prompt) with reward None: no gradient.
 

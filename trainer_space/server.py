@@ -38,7 +38,11 @@ def serve(session: TrainingSession, host: str, port: int) -> None:
     try:
         serving.serve(build_app(session), host, port, on_exit=session.stop_soon)
     finally:
-        if not session.close(step_wait=settings.TRAINER_STEP_WAIT_S, abandon_wait=settings.TRAINER_ABANDON_S,
-                             flush_timeout=settings.TRAINER_FLUSH_S, total=settings.TRAINER_CLOSE_S):
+        if not session.close(
+            step_wait=settings.TRAINER_STEP_WAIT_S,
+            abandon_wait=settings.TRAINER_ABANDON_S,
+            flush_timeout=settings.TRAINER_FLUSH_S,
+            total=settings.TRAINER_CLOSE_S,
+        ):
             left = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
             logger.warning("exiting with threads of the session still running (%s)", ", ".join(left))

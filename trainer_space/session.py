@@ -95,9 +95,14 @@ class TrainingSession:
         keeper: Keeps the history in the bucket (rank 0; None on the other ranks).
     """
 
-    def __init__(self, config: TrainerConfig, owner_token: str | None = None, client: RolloutSource | None = None,
-                 wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
-                 ranks: TrainerRanks | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        owner_token: str | None = None,
+        client: RolloutSource | None = None,
+        wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
+        ranks: TrainerRanks | None = None,
+    ) -> None:
         self.ranks = ranks or TrainerRanks()
         self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
         self.monitor: FleetMonitor | None = None
@@ -120,7 +125,9 @@ class TrainingSession:
             assert config.rollout_url is not None  # request mode: the config checked it has one
             client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
-        self.exams = ExamWatch(config.bucket, secret=config.rollout_token).start() if self.ranks.main else None  # what the fleet's exams found
+        self.exams = (
+            ExamWatch(config.bucket, secret=config.rollout_token).start() if self.ranks.main else None
+        )  # what the fleet's exams found
         self._owner_token = owner_token
         self._client = client
         self._wrap_publisher = wrap_publisher
@@ -224,8 +231,13 @@ class TrainingSession:
             return not self._thread.is_alive()
         return True
 
-    def close(self, step_wait: float = 60.0, abandon_wait: float = 10.0, flush_timeout: float = 60.0,
-              total: float | None = None) -> bool:
+    def close(
+        self,
+        step_wait: float = 60.0,
+        abandon_wait: float = 10.0,
+        flush_timeout: float = 60.0,
+        total: float | None = None,
+    ) -> bool:
         """Stop, end the run, flush the last version to the bucket and stop the helper threads.
 
         Args:
@@ -290,9 +302,11 @@ class TrainingSession:
     def history(self) -> TrainerHistory:
         """Every step, payload and anchor, oldest first: what ``GET /history`` answers and the bucket keeps."""
         payloads = self.payloads
-        return TrainerHistory(steps=list(self.records),
-                              payloads=list(payloads.records) if payloads is not None else list(self._earlier.payloads),
-                              anchors=list(payloads.anchors) if payloads is not None else list(self._earlier.anchors))
+        return TrainerHistory(
+            steps=list(self.records),
+            payloads=list(payloads.records) if payloads is not None else list(self._earlier.payloads),
+            anchors=list(payloads.anchors) if payloads is not None else list(self._earlier.anchors),
+        )
 
     @property
     def payloads(self) -> PayloadLog | None:
@@ -383,8 +397,9 @@ class TrainingSession:
             if self.parts is None:
                 from .parts import TrainerParts
 
-                parts = TrainerParts(self.config, self._client, self._stop, self._wrap_publisher, self._fleet,
-                                     self.ranks, self._earlier)
+                parts = TrainerParts(
+                    self.config, self._client, self._stop, self._wrap_publisher, self._fleet, self.ranks, self._earlier
+                )
                 self._keep_history_up_to(parts.resumed_from or 0)
                 self.parts = parts
                 if self.keeper is not None:
@@ -399,8 +414,11 @@ class TrainingSession:
         kept = up_to(self.history(), version)
         dropped = len(self.records) - len(kept.steps)
         if dropped:
-            logger.warning("history: %d step(s) of versions after %d, the bucket's newest, dropped (never committed)",
-                           dropped, version)
+            logger.warning(
+                "history: %d step(s) of versions after %d, the bucket's newest, dropped (never committed)",
+                dropped,
+                version,
+            )
         self.records = deque(kept.steps, maxlen=self.records.maxlen)
         self._earlier = kept
         self.progress = StepCount(self.records[-1].step if self.records else 0)
@@ -421,10 +439,17 @@ class TrainingSession:
             from .lora import wrapped
 
             peft = None if wrapped(parts.model) else parts.lora.peft_config()
-        trainer = OffPolicyGRPOTrainer(model=parts.model, reward_funcs=list(REWARD_FUNCS), args=args,
-                                       train_dataset=dataset, processing_class=parts.tokenizer,
-                                       rollout_func=parts.rollouts, callbacks=[parts.callback, SessionCallback(self)],
-                                       importance_cap=c.importance_cap, peft_config=peft)
+        trainer = OffPolicyGRPOTrainer(
+            model=parts.model,
+            reward_funcs=list(REWARD_FUNCS),
+            args=args,
+            train_dataset=dataset,
+            processing_class=parts.tokenizer,
+            rollout_func=parts.rollouts,
+            callbacks=[parts.callback, SessionCallback(self)],
+            importance_cap=c.importance_cap,
+            peft_config=peft,
+        )
         if parts.lora is not None:
             parts.model = trainer.model  # type: ignore[assignment]  # the PEFT model TRL made: it trains in its place
         return trainer
@@ -451,8 +476,9 @@ class TrainingSession:
             # The run's last step is committed before the run shows as stopped (every rank at once: with several,
             # a step's snapshot waits until the ranks agree it goes, and after the last step nothing else comes).
             if parts.publisher is not None and not parts.publisher.flush(RUN_END_FLUSH_S):
-                logger.warning("the run's last version was not committed within %.0f s; it goes on uploading",
-                               RUN_END_FLUSH_S)
+                logger.warning(
+                    "the run's last version was not committed within %.0f s; it goes on uploading", RUN_END_FLUSH_S
+                )
         except RolloutsStopped:
             logger.info("stopped while waiting for the rollout")
         except Interrupted:
@@ -503,17 +529,28 @@ class TrainingSession:
         now = time.perf_counter()
         end = self._step_end
         took = parts.rollouts.last_step
-        self.records.append(StepRecord(
-            step=self.progress.steps, version=parts.callback.version,
-            reward=_number(logs.get("rewards/game_reward/mean", logs["reward"])),
-            win_rate=_number(logs.get("rewards/won/mean")),
-            valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
-            letters=_number(logs.get("rewards/letters/mean")),
-            step_s=end - self._last_step_end, cpu_s=self._step_end_cpu - self._last_step_cpu,
-            publish_s=parts.callback.copy_s, wait_s=took.waited_s, groups=took.groups, staleness=took.staleness,
-            dropped=took.dropped, examples_shown=took.examples_shown,
-            ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")), ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
-            ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")), at=time.time()))
+        self.records.append(
+            StepRecord(
+                step=self.progress.steps,
+                version=parts.callback.version,
+                reward=_number(logs.get("rewards/game_reward/mean", logs["reward"])),
+                win_rate=_number(logs.get("rewards/won/mean")),
+                valid_rate=_number(logs.get("rewards/valid_guesses/mean")),
+                letters=_number(logs.get("rewards/letters/mean")),
+                step_s=end - self._last_step_end,
+                cpu_s=self._step_end_cpu - self._last_step_cpu,
+                publish_s=parts.callback.copy_s,
+                wait_s=took.waited_s,
+                groups=took.groups,
+                staleness=took.staleness,
+                dropped=took.dropped,
+                examples_shown=took.examples_shown,
+                ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")),
+                ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
+                ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")),
+                at=time.time(),
+            )
+        )
         self._last_step_end, self._last_step_cpu = now, time.process_time()
         if self.keeper is not None:
             self.keeper.changed()

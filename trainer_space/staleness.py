@@ -43,9 +43,13 @@ class StalenessCounts:
     def add(self, *, games: int = 0, replayed: int = 0, dropped: int = 0, seen: int = 0, refused: int = 0) -> None:
         with self._lock:
             t = self._totals
-            self._totals = Staleness(games=t.games + games, replayed=t.replayed + replayed,
-                                     dropped=t.dropped + dropped, max_seen=max(t.max_seen, seen),
-                                     refused=t.refused + refused)
+            self._totals = Staleness(
+                games=t.games + games,
+                replayed=t.replayed + replayed,
+                dropped=t.dropped + dropped,
+                max_seen=max(t.max_seen, seen),
+                refused=t.refused + refused,
+            )
 
     def totals(self) -> Staleness:
         """The totals so far (a consistent snapshot)."""

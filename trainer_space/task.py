@@ -33,7 +33,7 @@ def prompt_seed(prompt: Any) -> int:
     """
     if not isinstance(prompt, str) or not prompt.startswith(PROMPT_PREFIX):
         raise ValueError(f"prompt {prompt!r} does not name a Wordle game; rows must be {PROMPT_PREFIX}<seed>")
-    return int(prompt[len(PROMPT_PREFIX):])
+    return int(prompt[len(PROMPT_PREFIX) :])
 
 
 def seed_dataset(rows: int, seed: int = 0) -> Any:
@@ -54,8 +54,9 @@ def env_reward(completions: list, env_reward: list[float | None], **_: Any) -> l
     return list(env_reward)
 
 
-def game_reward(completions: list, game_reward: list[float], env_reward: list[float | None],
-                **_: Any) -> list[float | None]:
+def game_reward(
+    completions: list, game_reward: list[float], env_reward: list[float | None], **_: Any
+) -> list[float | None]:
     """The env's total reward per game (weight 0: logged; with per-move credit `env_reward` is one move's)."""
     return [None if r is None else float(g) for g, r in zip(game_reward, env_reward, strict=True)]
 
@@ -65,8 +66,9 @@ def won(completions: list, won: list[bool], env_reward: list[float | None], **_:
     return [None if r is None else float(w) for w, r in zip(won, env_reward, strict=True)]
 
 
-def valid_guesses(completions: list, valid_share: list[float], env_reward: list[float | None],
-                  **_: Any) -> list[float | None]:
+def valid_guesses(
+    completions: list, valid_share: list[float], env_reward: list[float | None], **_: Any
+) -> list[float | None]:
     """The share of a game's moves the env scored as valid guesses (weight 0: logged, not trained on)."""
     return [None if r is None else float(v) for v, r in zip(valid_share, env_reward, strict=True)]
 

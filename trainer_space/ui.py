@@ -33,13 +33,15 @@ _LETTERS_RANGE = (-0.1, 5.1)
 
 def cut_games_note(max_turns: int) -> str:
     """Why the training games read "unfinished" and the win rate sits near 0."""
-    return (f"Training games are cut after **{max_turns} moves** (`--max-turns`; Wordle allows 6) and then read "
-            "\"unfinished\": every move generates over the whole conversation again, so on a CPU shorter games "
-            "give more steps per minute, and the strict valid-guess rate and letters found are what a small "
-            "model learns first. A win needs the word within those moves, so the win rate stays near 0 "
-            "until the policy plays well. A word marked \"env's example\" is the example guess the "
-            "env's message offered before that move (never the secret): a small policy learns the format by "
-            "copying it, not its own words.")
+    return (
+        f"Training games are cut after **{max_turns} moves** (`--max-turns`; Wordle allows 6) and then read "
+        '"unfinished": every move generates over the whole conversation again, so on a CPU shorter games '
+        "give more steps per minute, and the strict valid-guess rate and letters found are what a small "
+        "model learns first. A win needs the word within those moves, so the win rate stays near 0 "
+        'until the policy plays well. A word marked "env\'s example" is the example guess the '
+        "env's message offered before that move (never the secret): a small policy learns the format by "
+        "copying it, not its own words."
+    )
 
 
 def status_markdown(status: TrainerStatus) -> str:
@@ -50,20 +52,28 @@ def status_markdown(status: TrainerStatus) -> str:
     letters = "—" if status.letters is None else f"{status.letters:.2f}"
     lines = [
         f"**{status.state}** · version **{status.version}** · {steps}**",
-        (f"mean reward {'—' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
-         f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
-         f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"),
+        (
+            f"mean reward {'—' if reward is None else f'{reward:.3f}'} · win rate {_percent(status.win_rate)} · valid "
+            f"guesses {_percent(status.valid_rate)} · letters found {letters} of 5 · last step took "
+            f"{'—' if status.step_s is None else f'{status.step_s:.1f} s'}"
+        ),
         _staleness_line(status, stale),
-        f"training on **{status.device}** · bucket: `{html.escape(public_location(status.bucket))}` · " + (
-            f"games from the rollout fleet through the bucket (run `{status.run_id}`)" if status.mode == "fleet"
-            else f"games from the rollout at {status.rollout_url}"),
+        f"training on **{status.device}** · bucket: `{html.escape(public_location(status.bucket))}` · "
+        + (
+            f"games from the rollout fleet through the bucket (run `{status.run_id}`)"
+            if status.mode == "fleet"
+            else f"games from the rollout at {status.rollout_url}"
+        ),
     ]
     lines.append(_exam_line(status))
     if status.lora is not None:
         lora = status.lora
-        trainable = ("" if status.trainable is None or not status.parameters else
-                     f" · {status.trainable:,} trainable parameters of {status.parameters:,} "
-                     f"({100 * status.trainable / status.parameters:.2f} %)")
+        trainable = (
+            ""
+            if status.trainable is None or not status.parameters
+            else f" · {status.trainable:,} trainable parameters of {status.parameters:,} "
+            f"({100 * status.trainable / status.parameters:.2f} %)"
+        )
         lines.append(f"**{html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}**{trainable}")
     if status.waiting_for_rollouts:
         lines.insert(1, f"**waiting for rollouts**: {status.groups_ready} of {status.groups_needed} groups ready")
@@ -95,11 +105,13 @@ def _exam_line(status: TrainerStatus) -> str:
 
 
 #: Beside the exam curves: what the exam is, and how to read it.
-EXAM_NOTE = ("**The exam** tells whether the policy plays by itself. Every few versions a rollout server plays "
-             "held-out secret words (never used in training) with the env's examples off, and the games are never "
-             "trained on. The headline counts moves that scored a word **of the policy's own**: not shown in any "
-             "message before it (an example, or a word of the instructions such as GUESS). The untrained policy's "
-             "exam and a player that copies every example (examples on) are the reference lines.")
+EXAM_NOTE = (
+    "**The exam** tells whether the policy plays by itself. Every few versions a rollout server plays "
+    "held-out secret words (never used in training) with the env's examples off, and the games are never "
+    "trained on. The headline counts moves that scored a word **of the policy's own**: not shown in any "
+    "message before it (an example, or a word of the instructions such as GUESS). The untrained policy's "
+    "exam and a player that copies every example (examples on) are the reference lines."
+)
 
 
 def exam_panel(session: TrainingSession) -> None:
@@ -121,27 +133,35 @@ def exam_panel(session: TrainingSession) -> None:
 def _staleness_line(status: TrainerStatus, stale: Staleness) -> str:
     """How stale the games trained on were, and what was done with the rest."""
     if status.mode == "fleet":
-        return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
-                f"{counted(stale.max_seen, 'version')} behind), {stale.dropped} dropped as too stale, "
-                f"{_refusals(stale.refused, status.groups_refused, 'group')}; "
-                f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}; "
-                f"{_refusals(sum(status.exams_refused.values()), status.exams_refused, 'exam file')}"
-                f" · files {'signed (rollout token)' if status.signed else 'unsigned (no rollout token)'}")
-    return (f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
-            f"{stale.replayed} replayed, {stale.dropped} dropped")
+        return (
+            f"staleness bound {status.max_staleness} versions: {stale.games} games trained on (most "
+            f"{counted(stale.max_seen, 'version')} behind), {stale.dropped} dropped as too stale, "
+            f"{_refusals(stale.refused, status.groups_refused, 'group')}; "
+            f"{_refusals(sum(status.heartbeats_refused.values()), status.heartbeats_refused, 'heartbeat file')}; "
+            f"{_refusals(sum(status.exams_refused.values()), status.exams_refused, 'exam file')}"
+            f" · files {'signed (rollout token)' if status.signed else 'unsigned (no rollout token)'}"
+        )
+    return (
+        f"staleness bound {status.max_staleness} versions: {stale.games} games trained on, "
+        f"{stale.replayed} replayed, {stale.dropped} dropped"
+    )
 
 
 #: Refusal reasons that read as a fault without a word more.
-GLOSSES: dict[str, str] = {Refusal.ANOTHER_RUN: "from an earlier run, left in the bucket by the last start: expected after a restart"}
+GLOSSES: dict[str, str] = {
+    Refusal.ANOTHER_RUN: "from an earlier run, left in the bucket by the last start: expected after a restart"
+}
 
 
 def _refusals(total: int, by_reason: dict[str, int], what: str) -> str:
-    """"3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary)", or "no groups refused"
+    """ "3 groups refused (2 torn or corrupt, 1 token id out of the vocabulary)", or "no groups refused"
     (`what` in the singular)."""
     if not total:
         return f"no {what}s refused"
-    reasons = ", ".join(f"{n} {html.escape(GLOSSES.get(reason, reason))}"
-                        for reason, n in sorted(by_reason.items(), key=lambda r: -r[1]))
+    reasons = ", ".join(
+        f"{n} {html.escape(GLOSSES.get(reason, reason))}"
+        for reason, n in sorted(by_reason.items(), key=lambda r: -r[1])
+    )
     return f"{total} {what}{'s' if total > 1 else ''} refused ({reasons})"
 
 
@@ -156,13 +176,17 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
         f"<td>{s.groups_written}</td>"
         + (f"<td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}</td>" if errors else "")
-        + "</tr>" for s in servers)
+        + "</tr>"
+        for s in servers
+    )
     # In a box that scrolls sideways: on a phone (390 px) the columns are wider than the screen. Cells on one line but
     # the last error's, which wraps in a column wide enough to keep the rows a few lines high.
-    return ("<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
-            "<tr><th>server</th>"
-            "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
-            f"<th>idle</th><th>groups</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table></div>")
+    return (
+        "<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
+        "<tr><th>server</th>"
+        "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
+        f"<th>idle</th><th>groups</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table></div>"
+    )
 
 
 #: The off-policy figure's staleness series, drawn against its own axis (versions, not a weight).
@@ -177,17 +201,27 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
         games = sum(r.staleness.values())
         return sum(int(k) * n for k, n in r.staleness.items()) / games if games else None
 
-    series = [Series("weight mean", steps, [r.ratio_mean for r in records]),
-              Series("weight min", steps, [r.ratio_min for r in records], "dot"),
-              Series("weight max", steps, [r.ratio_max for r in records], "dot"),
-              Series(STALENESS_SERIES, steps, [mean_staleness(r) for r in records], "dash")]
-    figure = line_curves(series, "Off-policy correction: importance weights (current / sampler, truncated)",
-                         whole_x=True)
+    series = [
+        Series("weight mean", steps, [r.ratio_mean for r in records]),
+        Series("weight min", steps, [r.ratio_min for r in records], "dot"),
+        Series("weight max", steps, [r.ratio_max for r in records], "dot"),
+        Series(STALENESS_SERIES, steps, [mean_staleness(r) for r in records], "dash"),
+    ]
+    figure = line_curves(
+        series, "Off-policy correction: importance weights (current / sampler, truncated)", whole_x=True
+    )
     # Two quantities, two axes: a weight is a ratio around 1, staleness a count of versions.
     figure.update_traces(yaxis="y2", selector={"name": STALENESS_SERIES})
-    figure.update_layout(yaxis={"title": {"text": "importance weight"}},
-                         yaxis2={"title": {"text": "staleness (versions)"}, "overlaying": "y", "side": "right",
-                                 "rangemode": "tozero", "showgrid": False})
+    figure.update_layout(
+        yaxis={"title": {"text": "importance weight"}},
+        yaxis2={
+            "title": {"text": "staleness (versions)"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+        },
+    )
     return figure
 
 
@@ -210,11 +244,13 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
     else:
         start = records[0].at - records[0].step_s
         x = [(r.at - start) / 60 for r in records]
-    metrics = [Metric("mean reward", [r.reward for r in records]),
-               Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
-               Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
-               Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE),
-               Metric(EXAMPLES_PANEL, [r.examples_shown for r in records], _RATE_RANGE)]
+    metrics = [
+        Metric("mean reward", [r.reward for r in records]),
+        Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
+        Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
+        Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE),
+        Metric(EXAMPLES_PANEL, [r.examples_shown for r in records], _RATE_RANGE),
+    ]
     return learning_curves(x, metrics, x_title=x_axis, title=LEARNING_TITLE, whole_x=x_axis == X_AXES[0])
 
 
@@ -227,16 +263,22 @@ def figures(session: TrainingSession, x_axis: str = X_AXES[0]) -> tuple[Any, Any
     payloads = history.payloads
     header = session.payloads.latest_header if session.payloads is not None else None
     config = session.config
-    what = published_state(config.lora_sync if config.lora_r else None,
-                           [t.dtype for t in header.tensors] if header else ())
-    payload = payload_curves([p.version for p in payloads], [p.delta_bytes for p in payloads],
-                             [p.raw_bytes for p in payloads], payloads[-1].dense_bytes if payloads else None,
-                             codec=config.codec or "default codec (ctx)",
-                             anchors=[(a.version, a.bytes) for a in history.anchors],
-                             title="Bytes published per step" + (f": {what}" if what else ""),
-                             dense="whole adapter" if config.lora_r and config.lora_sync == "adapter" else "dense model")
-    heatmap = sparsity_heatmap(sparsity(header) if header else None,
-                               side=f"published ({what})" if what else "published")
+    what = published_state(
+        config.lora_sync if config.lora_r else None, [t.dtype for t in header.tensors] if header else ()
+    )
+    payload = payload_curves(
+        [p.version for p in payloads],
+        [p.delta_bytes for p in payloads],
+        [p.raw_bytes for p in payloads],
+        payloads[-1].dense_bytes if payloads else None,
+        codec=config.codec or "default codec (ctx)",
+        anchors=[(a.version, a.bytes) for a in history.anchors],
+        title="Bytes published per step" + (f": {what}" if what else ""),
+        dense="whole adapter" if config.lora_r and config.lora_sync == "adapter" else "dense model",
+    )
+    heatmap = sparsity_heatmap(
+        sparsity(header) if header else None, side=f"published ({what})" if what else "published"
+    )
     return learning, payload, heatmap, offpolicy_figure(records)
 
 
@@ -291,10 +333,16 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
         gr.Timer(TICK_S).tick(tick, [seen, x_axis], outputs, show_progress="hidden", queue=False)
         demo.load(tick_status, None, [status, fleet], show_progress="hidden")
         demo.load(tick, [seen, x_axis], outputs, show_progress="hidden")
-        x_axis.change(lambda axis: learning_figure(list(session.records), axis), x_axis, learning_plot,
-                      show_progress="hidden", api_visibility="private")
+        x_axis.change(
+            lambda axis: learning_figure(list(session.records), axis),
+            x_axis,
+            learning_plot,
+            show_progress="hidden",
+            api_visibility="private",
+        )
 
         for action, button in buttons.items():
+
             def press(tok: str, action: str = action) -> str:
                 try:
                     return f"{action}: now **{session.control(action, tok)}**"

@@ -34,8 +34,9 @@ def checkpoint_dtypes(folder: str) -> dict[str, torch.dtype]:
             for key in f.keys():  # noqa: SIM118 - a safetensors file has keys() and no __iter__
                 code = f.get_slice(key).get_dtype()
                 if code not in _DTYPES:
-                    raise ValueError(f"{folder}/{name}: tensor {key} is {code}; the trainer publishes "
-                                     f"{sorted(_DTYPES)} tensors")
+                    raise ValueError(
+                        f"{folder}/{name}: tensor {key} is {code}; the trainer publishes {sorted(_DTYPES)} tensors"
+                    )
                 dtypes[key] = _DTYPES[code]
     return dict(sorted(dtypes.items()))
 
@@ -53,8 +54,10 @@ def master_tensors(model: torch.nn.Module, folder: str) -> dict[str, torch.Tenso
     names = list(checkpoint_dtypes(folder))
     missing = [n for n in names if n not in params]
     if missing:
-        raise ValueError(f"the model has no tensor named {missing[:3]} (of {len(missing)} in {folder}); "
-                         "the trainer publishes under the checkpoint's names, so they must match")
+        raise ValueError(
+            f"the model has no tensor named {missing[:3]} (of {len(missing)} in {folder}); "
+            "the trainer publishes under the checkpoint's names, so they must match"
+        )
     return {n: params[n].detach() for n in names}
 
 
@@ -117,14 +120,17 @@ def resume(state: dict[str, torch.Tensor], bucket: str, trust: delta.Trust | Non
         sub.close()
     if version is None or stored is None or set(stored) != set(state):
         extra = sorted(set(stored or {}) ^ set(state))[:3]
-        raise delta.StateMismatchError(f"bucket {bucket} holds other tensors than the model (e.g. {extra}): "
-                                       "use another bucket or the model it was trained from")
+        raise delta.StateMismatchError(
+            f"bucket {bucket} holds other tensors than the model (e.g. {extra}): "
+            "use another bucket or the model it was trained from"
+        )
     with torch.no_grad():
         for name, tensor in state.items():
             src = stored[name]
             if src.shape != tensor.shape or src.dtype != tensor.dtype:
-                raise delta.StateMismatchError(f"{name}: bucket has {src.dtype} {tuple(src.shape)}, the model "
-                                               f"{tensor.dtype} {tuple(tensor.shape)}")
+                raise delta.StateMismatchError(
+                    f"{name}: bucket has {src.dtype} {tuple(src.shape)}, the model {tensor.dtype} {tuple(tensor.shape)}"
+                )
             tensor.copy_(src)
     digest = delta.state_digest(state)  # what was loaded, hashed: the proof it is the bucket's version
     logger.info("resumed from %s at version %d", bucket, version)

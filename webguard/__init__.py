@@ -11,15 +11,15 @@ from .harden import MAX_INT63, guard_app
 from .strict_json import StrictJSONError, error_summary, loads_strict
 
 __all__ = [
-           "MAX_INT63",
-           "BodyLimit",
-           "BodyTooLarge",
-           "StrictJSONError",
-           "auth_headers",
-           "bearer_token",
-           "client_address",
-           "error_summary",
-           "guard_app",
-           "loads_strict",
-           "token_matches",
+    "MAX_INT63",
+    "BodyLimit",
+    "BodyTooLarge",
+    "StrictJSONError",
+    "auth_headers",
+    "bearer_token",
+    "client_address",
+    "error_summary",
+    "guard_app",
+    "loads_strict",
+    "token_matches",
 ]

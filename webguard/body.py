@@ -64,7 +64,10 @@ class BodyLimit:
 
 async def _refuse(send: Send, error: BodyTooLarge) -> None:
     body = f'{{"detail": "{error.detail}"}}'.encode()
-    headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                          (b"connection", b"close")]
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})

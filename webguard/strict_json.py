@@ -90,8 +90,14 @@ class StrictRoute(APIRoute):
 def error_summary(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """Pydantic's errors without their ``input`` and ``ctx``, messages and locations cut short: safe to
     send back and to log whatever the request held."""
-    return [{"loc": [_short(part) for part in e.get("loc", ())], "msg": _short(e.get("msg", "")),
-             "type": _short(e.get("type", ""))} for e in list(errors)[:20]]
+    return [
+        {
+            "loc": [_short(part) for part in e.get("loc", ())],
+            "msg": _short(e.get("msg", "")),
+            "type": _short(e.get("type", "")),
+        }
+        for e in list(errors)[:20]
+    ]
 
 
 def _short(part: Any) -> Any:

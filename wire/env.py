@@ -52,9 +52,7 @@ class WordleAction(_Strict):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    guess: str = Field(
-        max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'"
-    )
+    guess: str = Field(max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'")
     metadata: dict[str, Any] = Field(
         default_factory=dict, max_length=32, description="Ignored; OpenEnv's Action base class sends it"
     )
@@ -83,12 +81,18 @@ class StepObservation(_Strict):
     won: bool = False
     secret: str | None = Field(None, description="Revealed once the game is over")
     total_reward: float = 0.0
-    example: str | None = Field(None, description="The example guess this message shows (the instructions' for "
-                                                  "the first move, a new one in each request after); None once over, "
-                                                  "and in a message the session's `examples` left without one")
-    copied: bool | None = Field(None, description="Whether the last move's scored word had been shown by a message "
-                                                  "of this game before it (an example, a word of the instructions or "
-                                                  "of the feedback): not the player's own; None when no word scored")
+    example: str | None = Field(
+        None,
+        description="The example guess this message shows (the instructions' for "
+        "the first move, a new one in each request after); None once over, "
+        "and in a message the session's `examples` left without one",
+    )
+    copied: bool | None = Field(
+        None,
+        description="Whether the last move's scored word had been shown by a message "
+        "of this game before it (an example, a word of the instructions or "
+        "of the feedback): not the player's own; None when no word scored",
+    )
 
 
 class WordleObservation(StepObservation):
@@ -118,13 +122,19 @@ class ResetRequest(BaseModel):
         description="Invalid moves tolerated before the game is lost; null: no limit",
     )
     examples: bool | float = Field(
-        True, description="Whether the session's messages show an example guess: true (every message), false (none: "
-                          "the policy plays by itself), or the probability that each message shows one, drawn from "
-                          "the secret and the move's number (a fading curriculum)")
+        True,
+        description="Whether the session's messages show an example guess: true (every message), false (none: "
+        "the policy plays by itself), or the probability that each message shows one, drawn from "
+        "the secret and the move's number (a fading curriculum)",
+    )
     exam: int | None = Field(
-        None, ge=0, lt=HELD_OUT_SECRETS, description="Play the exam's held-out secret number `exam` (a word no "
-                                                     "seeded or random game ever gets); the game is recorded as an "
-                                                     "exam game")
+        None,
+        ge=0,
+        lt=HELD_OUT_SECRETS,
+        description="Play the exam's held-out secret number `exam` (a word no "
+        "seeded or random game ever gets); the game is recorded as an "
+        "exam game",
+    )
 
     @field_validator("examples")
     @classmethod
@@ -137,8 +147,9 @@ class ResetRequest(BaseModel):
     def _exam_alone(self) -> ResetRequest:
         if self.exam is not None:
             if "examples" in self.model_fields_set and self.example_probability != 0:
-                raise ValueError(f"an exam game shows no examples: send examples: false with exam (got "
-                                 f"{str(self.examples).lower()})")
+                raise ValueError(
+                    f"an exam game shows no examples: send examples: false with exam (got {str(self.examples).lower()})"
+                )
             self.examples = False
         return self
 
@@ -179,8 +190,9 @@ class StepResponse(BaseModel):
 
     def merged(self) -> WordleObservation:
         """The observation with its reward and done in it, as ``GET /state`` answers."""
-        return WordleObservation.model_validate({**self.observation.model_dump(), "reward": self.reward,
-                                                 "done": self.done})
+        return WordleObservation.model_validate(
+            {**self.observation.model_dump(), "reward": self.reward, "done": self.done}
+        )
 
 
 class CloseResponse(BaseModel):
@@ -204,16 +216,25 @@ class GameRecord(BaseModel):
     invalid_moves: int
     total_reward: float
     finished_at: float = Field(description="Unix time")
-    finished: bool = Field(True, description="False for a policy game its client closed before the env ended it "
-                                             "(cut at its turn limit)")
-    replies: tuple[str, ...] = Field((), description="What the player sent for each move, invalid ones included "
-                                                     f"(cut at {MAX_REPLY_CHARS} characters)")
+    finished: bool = Field(
+        True, description="False for a policy game its client closed before the env ended it (cut at its turn limit)"
+    )
+    replies: tuple[str, ...] = Field(
+        (),
+        description=f"What the player sent for each move, invalid ones included (cut at {MAX_REPLY_CHARS} characters)",
+    )
     guesses: tuple[str, ...] = Field((), description="The word each move scored, '' for an invalid move")
     errors: tuple[str, ...] = Field((), description="Why each move was invalid ('' for a scored guess)")
-    examples: tuple[str, ...] = Field((), description="The example guess the message before each move showed: a "
-                                                      "move that scored it copied the env's example")
-    copied: tuple[bool, ...] = Field((), description="Per move, whether it scored a word a message of the game had "
-                                                     "shown before it (not the player's own)")
+    examples: tuple[str, ...] = Field(
+        (),
+        description="The example guess the message before each move showed: a "
+        "move that scored it copied the env's example",
+    )
+    copied: tuple[bool, ...] = Field(
+        (),
+        description="Per move, whether it scored a word a message of the game had "
+        "shown before it (not the player's own)",
+    )
     exam: bool = Field(False, description="An exam game: a held-out secret, played without examples, never trained on")
 
     @property
@@ -247,6 +268,7 @@ class ExamInfo(BaseModel):
     held_out: int = Field(description="Secrets held out for exams (`ResetRequest.exam` numbers them from 0)")
     games: int = Field(description="The first `games` of them were played for `copying`")
     turns: int = Field(description="Moves per game of `copying`")
-    copying: ExamScores = Field(description="A player that plays the example word of every message, on those "
-                                            "secrets with examples on: what copying alone scores")
-
+    copying: ExamScores = Field(
+        description="A player that plays the example word of every message, on those "
+        "secrets with examples on: what copying alone scores"
+    )

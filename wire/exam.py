@@ -59,8 +59,12 @@ class ExamSettings(BaseModel):
     games: int = Field(16, ge=1, le=HELD_OUT_SECRETS, description="Held-out secrets played, one game each")
     turns: int = Field(3, ge=1, le=MAX_EXAM_TURNS, description="Replies per exam game (invalid moves count)")
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature of the exam (0: greedy)")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Sampling seed: every exam draws the same random numbers, "
-                                                         "so two exams differ by the weights only")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="Sampling seed: every exam draws the same random numbers, so two exams differ by the weights only",
+    )
 
     def due(self, version: int, last: int | None) -> bool:
         """Whether weight `version` is to be examined, the last exam in the bucket being of version `last`: at
@@ -70,7 +74,7 @@ class ExamSettings(BaseModel):
         return version // self.every > last // self.every
 
     def describe(self) -> str:
-        """"16 held-out words, 3 moves, greedy" for the pages."""
+        """ "16 held-out words, 3 moves, greedy" for the pages."""
         how = "greedy" if self.temperature == 0 else f"temperature {self.temperature:g}"
         return f"{self.games} held-out words, {self.turns} moves a game, {how}, no examples"
 
@@ -98,23 +102,30 @@ class ExamScores(BaseModel):
 
     games: int = Field(ge=1, le=HELD_OUT_SECRETS)
     moves: int = Field(ge=0, le=HELD_OUT_SECRETS * MAX_EXAM_TURNS, description="Replies, invalid ones included")
-    valid_rate: float = Field(ge=0, le=1, description="Strict valid-guess rate: per game, the share of its moves "
-                                                      "that scored a word, averaged over games")
-    own_rate: float = Field(ge=0, le=1, description="The same, counting only the policy's own words: the exam's "
-                                                    "headline figure")
-    valid_by_move: list[float] = Field(max_length=MAX_EXAM_TURNS,
-                                       description="Per move number, the share of the games that made it whose move "
-                                                   "scored a word")
-    letters: float = Field(ge=0, le=5, description="Mean letters found per game (greens + yellows / 2 of its best "
-                                                   "guess)")
+    valid_rate: float = Field(
+        ge=0,
+        le=1,
+        description="Strict valid-guess rate: per game, the share of its moves that scored a word, averaged over games",
+    )
+    own_rate: float = Field(
+        ge=0, le=1, description="The same, counting only the policy's own words: the exam's headline figure"
+    )
+    valid_by_move: list[float] = Field(
+        max_length=MAX_EXAM_TURNS,
+        description="Per move number, the share of the games that made it whose move scored a word",
+    )
+    letters: float = Field(
+        ge=0, le=5, description="Mean letters found per game (greens + yellows / 2 of its best guess)"
+    )
     wins: int = Field(ge=0, le=HELD_OUT_SECRETS)
-    win_guesses: float | None = Field(None, ge=1, le=MAX_GUESSES, description="Mean guesses of a won game (None "
-                                                                              "without a win)")
+    win_guesses: float | None = Field(
+        None, ge=1, le=MAX_GUESSES, description="Mean guesses of a won game (None without a win)"
+    )
     scored: int = Field(ge=0, le=HELD_OUT_SECRETS * MAX_EXAM_TURNS, description="Words scored (valid moves)")
-    own: int = Field(ge=0, le=HELD_OUT_SECRETS * MAX_EXAM_TURNS, description="Scored words that were the "
-                                                                             "player's own")
-    words: list[str] = Field([], max_length=HELD_OUT_SECRETS * MAX_GUESSES,
-                             description="Every scored word, game after game (what it wrote)")
+    own: int = Field(ge=0, le=HELD_OUT_SECRETS * MAX_EXAM_TURNS, description="Scored words that were the player's own")
+    words: list[str] = Field(
+        [], max_length=HELD_OUT_SECRETS * MAX_GUESSES, description="Every scored word, game after game (what it wrote)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ExamScores:
@@ -148,11 +159,18 @@ class ExamScores(BaseModel):
                 by_move.setdefault(k, []).append(bool(w))
         won = [len(g.marks) for g in games if g.won]
         return cls(
-            games=len(games), moves=sum(len(g.guesses) for g in games),
-            valid_rate=statistics.fmean(valid), own_rate=statistics.fmean(own),
+            games=len(games),
+            moves=sum(len(g.guesses) for g in games),
+            valid_rate=statistics.fmean(valid),
+            own_rate=statistics.fmean(own),
             valid_by_move=[statistics.fmean(by_move[k]) for k in sorted(by_move)],
-            letters=statistics.fmean(letters_found(g.marks) for g in games), wins=len(won),
-            win_guesses=statistics.fmean(won) if won else None, scored=len(words), own=own_words, words=words)
+            letters=statistics.fmean(letters_found(g.marks) for g in games),
+            wins=len(won),
+            win_guesses=statistics.fmean(won) if won else None,
+            scored=len(words),
+            own=own_words,
+            words=words,
+        )
 
 
 class ExamRecord(BaseModel):
@@ -163,13 +181,19 @@ class ExamRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     version: int = Field(ge=0, le=10**12, description="The weight version examined")
-    state_hash: str | None = Field(None, max_length=128, description="Hash of the weights examined, as the rollout "
-                                                                     "server verified them (None: not claimed)")
+    state_hash: str | None = Field(
+        None,
+        max_length=128,
+        description="Hash of the weights examined, as the rollout server verified them (None: not claimed)",
+    )
     server_id: str = Field(pattern=_ID_PATTERN, description="The rollout server that played it")
     settings: ExamSettings
     scores: ExamScores
-    copying: ExamScores | None = Field(None, description="Reference: a player that copies the env's example on "
-                                                         "every move, same secrets and moves, examples on")
+    copying: ExamScores | None = Field(
+        None,
+        description="Reference: a player that copies the env's example on "
+        "every move, same secrets and moves, examples on",
+    )
     played_s: float = Field(ge=0, le=10**6, description="Seconds the exam took to play")
     at: float = Field(ge=0, le=10**11, description="Unix time it was written (the server's clock)")
 

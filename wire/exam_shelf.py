@@ -61,8 +61,12 @@ class ExamShelf:
         signed with another rollout token than the reader's: an earlier start's, or edited), or the
         `wire.fleet.Refusal`."""
         with self._lock:
-            return dict(Counter(OTHER_KEY if error.category == Refusal.UNSIGNED else str(error.category)
-                                for error in self._refusals.values()))
+            return dict(
+                Counter(
+                    OTHER_KEY if error.category == Refusal.UNSIGNED else str(error.category)
+                    for error in self._refusals.values()
+                )
+            )
 
     def write(self, record: ExamRecord) -> str:
         """Commit `record` (replacing an exam of the same version); returns its path."""
@@ -92,8 +96,11 @@ class ExamShelf:
                     continue
                 if record.version > self.published:
                     self._refusals[path] = FleetMessageError(
-                        path, f"the exam of version {record.version}, ahead of the newest version published in the "
-                              f"bucket ({self.published})", Refusal.AHEAD)
+                        path,
+                        f"the exam of version {record.version}, ahead of the newest version published in the "
+                        f"bucket ({self.published})",
+                        Refusal.AHEAD,
+                    )
                     continue
                 self._refusals.pop(path, None)
                 kept.append(record)
@@ -115,8 +122,11 @@ class ExamShelf:
                 raise FleetMessageError(path, "not an exam file name (exams/v<10 digits>.json)")
             record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, size)
             if record.version != claimed:
-                raise FleetMessageError(path, f"holds the exam of version {record.version}: a file renamed or "
-                                              "copied by hand", Refusal.RENAMED)
+                raise FleetMessageError(
+                    path,
+                    f"holds the exam of version {record.version}: a file renamed or copied by hand",
+                    Refusal.RENAMED,
+                )
         except FileNotFoundError:
             return None
         except FleetMessageError as e:

@@ -113,12 +113,15 @@ class Sampling(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_tokens: int = Field(ge=1, le=4096, description="Most tokens per reply")
-    temperature: float = Field(gt=0, le=10, allow_inf_nan=False,
-                               description="Sampling temperature (> 0: a group needs different games)")
+    temperature: float = Field(
+        gt=0, le=10, allow_inf_nan=False, description="Sampling temperature (> 0: a group needs different games)"
+    )
     max_turns: int = Field(ge=1, le=6, description="Replies per game before it is cut")
     reply_prefix: str = Field(max_length=64, description="Text that opens each reply, written for the policy")
-    examples: ExampleSchedule = Field(ExampleSchedule(), description="How likely a game's messages show the env's "
-                                                                     "example guess, by the version playing it")
+    examples: ExampleSchedule = Field(
+        ExampleSchedule(),
+        description="How likely a game's messages show the env's example guess, by the version playing it",
+    )
 
 
 class RunSettings(BaseModel):
@@ -131,19 +134,32 @@ class RunSettings(BaseModel):
     num_generations: int = Field(ge=2, le=64, description="Games per group, all on one seed (GRPO's group)")
     groups_per_step: int = Field(ge=1, le=256, description="Groups one optimizer step trains on")
     max_staleness: int = Field(ge=0, le=10_000, description="Most versions a game's oldest reply may lag the trainer")
-    max_pending_groups: int = Field(ge=1, le=4096, description="Back-pressure: servers stop producing while this "
-                                                               "many groups of the run wait in the bucket")
+    max_pending_groups: int = Field(
+        ge=1,
+        le=4096,
+        description="Back-pressure: servers stop producing while this many groups of the run wait in the bucket",
+    )
     sampling: Sampling
-    max_game_tokens: int = Field(ge=16, le=65_536, description="Most tokens of one game, prompt and completion: "
-                                                               "servers cut a game there, the trainer refuses "
-                                                               "longer ones")
-    vocab_size: int | None = Field(None, ge=1, le=2**24, description="Token ids of the run's model are below it "
-                                                                     "(None until the trainer loaded its model)")
+    max_game_tokens: int = Field(
+        ge=16,
+        le=65_536,
+        description="Most tokens of one game, prompt and completion: "
+        "servers cut a game there, the trainer refuses "
+        "longer ones",
+    )
+    vocab_size: int | None = Field(
+        None,
+        ge=1,
+        le=2**24,
+        description="Token ids of the run's model are below it (None until the trainer loaded its model)",
+    )
     exam: ExamSettings | None = Field(None, description="How the servers examine the policy (None: no exams)")
-    lora: LoraSettings | None = Field(None, description="The LoRA adapter the run trains and how the servers get it "
-                                                        "(`wire.lora`; None: the run trains every weight)")
-    trainer_version: int = Field(ge=0, le=MAX_VERSION, description="The trainer's weight version when this was "
-                                                                   "written")
+    lora: LoraSettings | None = Field(
+        None,
+        description="The LoRA adapter the run trains and how the servers get it "
+        "(`wire.lora`; None: the run trains every weight)",
+    )
+    trainer_version: int = Field(ge=0, le=MAX_VERSION, description="The trainer's weight version when this was written")
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the trainer's clock (informational)")
 
 
@@ -158,8 +174,9 @@ class GameGroup(BaseModel):
     seq: int = Field(ge=0, le=MAX_COUNT, description="The group's number within the server process")
     seed: int = Field(ge=-(2**63), lt=2**63, description="The env seed every game of the group was played on")
     games: list[Trajectory] = Field(min_length=1, max_length=64)
-    played_s: float = Field(ge=0, le=10**7, allow_inf_nan=False,
-                            description="Seconds the batch holding this group took to play")
+    played_s: float = Field(
+        ge=0, le=10**7, allow_inf_nan=False, description="Seconds the batch holding this group took to play"
+    )
     created_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
 
     @model_validator(mode="after")
@@ -167,8 +184,10 @@ class GameGroup(BaseModel):
         for i, game in enumerate(self.games):
             n = len(game.completion_ids)
             if len(game.logprobs) != n or len(game.env_mask) != n:
-                raise ValueError(f"game {i}: {n} completion tokens but {len(game.logprobs)} logprobs and "
-                                 f"{len(game.env_mask)} mask entries")
+                raise ValueError(
+                    f"game {i}: {n} completion tokens but {len(game.logprobs)} logprobs and "
+                    f"{len(game.env_mask)} mask entries"
+                )
             if not game.versions or min(game.versions) < 0:
                 raise ValueError(f"game {i}: no weight version recorded for its replies")
             if any(m not in (0, 1) for m in game.env_mask):
@@ -212,24 +231,34 @@ class Heartbeat(BaseModel):
 
     server_id: str = Field(pattern=ID_PATTERN)
     boot: str = Field(pattern=ID_PATTERN)
-    beat: int = Field(ge=0, le=MAX_COUNT, description="Counts up with every heartbeat: a reader sees the server "
-                                                      "alive while it changes, on the reader's own clock")
+    beat: int = Field(
+        ge=0,
+        le=MAX_COUNT,
+        description="Counts up with every heartbeat: a reader sees the server "
+        "alive while it changes, on the reader's own clock",
+    )
     run_id: str | None = Field(None, pattern=ID_PATTERN, description="The run it produces for")
     state: ServerState
     version: int = Field(ge=0, le=MAX_VERSION, description="The weight version it serves")
-    games_per_min: float = Field(ge=0, le=10**6, allow_inf_nan=False,
-                                 description="Games written per minute, over the last minutes")
+    games_per_min: float = Field(
+        ge=0, le=10**6, allow_inf_nan=False, description="Games written per minute, over the last minutes"
+    )
     groups_written: int = Field(ge=0, le=MAX_COUNT, description="Groups written since it started")
-    idle_share: float = Field(ge=0, le=1, allow_inf_nan=False,
-                              description="Share of its time since start with nothing to play")
+    idle_share: float = Field(
+        ge=0, le=1, allow_inf_nan=False, description="Share of its time since start with nothing to play"
+    )
     last_error: str | None = Field(None, max_length=2000)
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
 
 
 Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat, ExamRecord)
 _ENVELOPE = {"kind", "sha256", "body", "hmac", "signer", "signature"}
-_KINDS: dict[type[BaseModel], str] = {RunSettings: "fleet-run/1", GameGroup: "fleet-group/1",
-                                      Heartbeat: "fleet-heartbeat/1", ExamRecord: "exam/1"}
+_KINDS: dict[type[BaseModel], str] = {
+    RunSettings: "fleet-run/1",
+    GameGroup: "fleet-group/1",
+    Heartbeat: "fleet-heartbeat/1",
+    ExamRecord: "exam/1",
+}
 
 
 def group_path(run_id: str, server_id: str, boot: str, seq: int) -> str:
@@ -286,8 +315,14 @@ def encode(message: BaseModel, key: bytes | None = None, signer: SigningKey | No
     return _canonical(envelope)
 
 
-def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes | None = None,
-           max_bytes: int = MAX_MESSAGE_BYTES, trust: Trust | None = None) -> Message:
+def decode(
+    data: bytes,
+    kind: type[Message],
+    path: str = "<message>",
+    key: bytes | None = None,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+    trust: Trust | None = None,
+) -> Message:
     """The message in `data`, checked: size, JSON, kind, hash of the body, signature (with `key`), the trainer's
     signature (with `trust`), then every field, strictly (JSON types as the fields say, values within their bounds).
 
@@ -309,8 +344,11 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FleetMessageError(path, f"not whole JSON (torn or corrupt): {e}", Refusal.DAMAGED) from None
     if not isinstance(envelope, dict) or not {"kind", "sha256", "body"} <= set(envelope) <= _ENVELOPE:
-        raise FleetMessageError(path, "not a fleet message: expected an object with kind, sha256, body (and hmac, "
-                                      "signer, signature)", Refusal.DAMAGED)
+        raise FleetMessageError(
+            path,
+            "not a fleet message: expected an object with kind, sha256, body (and hmac, signer, signature)",
+            Refusal.DAMAGED,
+        )
     expected = _KINDS[kind]
     if envelope["kind"] != expected:
         raise FleetMessageError(path, f"kind {str(envelope['kind'])[:40]!r}, expected {expected!r}")
@@ -323,18 +361,29 @@ def decode(data: bytes, kind: type[Message], path: str = "<message>", key: bytes
     if key is not None:
         signature = envelope.get("hmac")
         if not isinstance(signature, str):
-            raise FleetMessageError(path, "unsigned, and this run signs its files (the rollout token): written by "
-                                          "someone without it, or by a server started without --token", Refusal.UNSIGNED)
+            raise FleetMessageError(
+                path,
+                "unsigned, and this run signs its files (the rollout token): written by "
+                "someone without it, or by a server started without --token",
+                Refusal.UNSIGNED,
+            )
         if not hmac.compare_digest(signature, _signature(key, expected, raw)):
-            raise FleetMessageError(path, "the signature does not match: forged or edited, or signed with another "
-                                          "rollout token", Refusal.UNSIGNED)
+            raise FleetMessageError(
+                path,
+                "the signature does not match: forged or edited, or signed with another rollout token",
+                Refusal.UNSIGNED,
+            )
     if trust is not None:
         from delta import UntrustedVersionError
 
         signer, signed = envelope.get("signer"), envelope.get("signature")
         try:
-            trust.check(signer if isinstance(signer, str) else None, signed if isinstance(signed, str) else None,
-                        _signed_bytes(expected, raw), "this file")
+            trust.check(
+                signer if isinstance(signer, str) else None,
+                signed if isinstance(signed, str) else None,
+                _signed_bytes(expected, raw),
+                "this file",
+            )
         except UntrustedVersionError as e:
             raise FleetMessageError(path, str(e), Refusal.UNTRUSTED) from None
     del envelope  # the body is read again from `raw`, strictly: hold one parse at a time

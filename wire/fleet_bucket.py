@@ -42,8 +42,15 @@ from .fleet import (
 logger = logging.getLogger(__name__)
 
 
-def read_message(storage: Storage, path: str, kind: type[Message], key: bytes | None, max_bytes: int,
-                 listed: int | None = None, trust: Trust | None = None) -> Message:
+def read_message(
+    storage: Storage,
+    path: str,
+    kind: type[Message],
+    key: bytes | None,
+    max_bytes: int,
+    listed: int | None = None,
+    trust: Trust | None = None,
+) -> Message:
     """The message of `kind` at `path`, from one bounded read: refused unread when its `listed` size is over
     `max_bytes`, and never read past `max_bytes` (a file that grew since it was listed, or was never listed); signed
     with the key `trust` accepts, when given.
@@ -84,8 +91,14 @@ class FleetBucket:
     missing), and `wire.fleet.FleetMessageError` for a file that is not a valid message.
     """
 
-    def __init__(self, bucket: str | Storage, secret: str | None = None, *, signer: SigningKey | None = None,
-                 trust: Trust | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        secret: str | None = None,
+        *,
+        signer: SigningKey | None = None,
+        trust: Trust | None = None,
+    ) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
         self.key = fleet_key(secret) if secret else None
         self.signer = signer
@@ -166,8 +179,9 @@ class FleetBucket:
         past that); FileNotFoundError when it was deleted meanwhile."""
         group = read_message(self.storage, path, GameGroup, self.key, max_bytes, listed)
         if group.path != path:
-            raise FleetMessageError(path, f"holds the group of {group.path}: a file renamed or copied by hand",
-                                    Refusal.RENAMED)
+            raise FleetMessageError(
+                path, f"holds the group of {group.path}: a file renamed or copied by hand", Refusal.RENAMED
+            )
         return group
 
     def delete(self, paths: list[str]) -> None:
@@ -186,6 +200,9 @@ class FleetBucket:
         `MAX_HEARTBEAT_BYTES` (by its `listed` size, or while reading): refused, not read past that."""
         beat = read_message(self.storage, path, Heartbeat, self.key, MAX_HEARTBEAT_BYTES, listed)
         if server_path(beat.server_id) != path:
-            raise FleetMessageError(path, f"holds the heartbeat of server {beat.server_id}: written under another "
-                                          "server's name", Refusal.RENAMED)
+            raise FleetMessageError(
+                path,
+                f"holds the heartbeat of server {beat.server_id}: written under another server's name",
+                Refusal.RENAMED,
+            )
         return beat

@@ -35,8 +35,9 @@ def check_group(group: GameGroup, run: RunSettings, newest_version: int, path: s
     if group.run_id != run.run_id:
         raise FleetMessageError(path, f"of run {group.run_id}, not {run.run_id}", Refusal.ANOTHER_RUN)
     if len(group.games) != run.num_generations:
-        raise FleetMessageError(path, f"{len(group.games)} games, the run's groups hold {run.num_generations}",
-                                Refusal.SHAPE)
+        raise FleetMessageError(
+            path, f"{len(group.games)} games, the run's groups hold {run.num_generations}", Refusal.SHAPE
+        )
     for i, game in enumerate(group.games):
         _check_game(game, run, newest_version, f"{path}: game {i}")
 
@@ -48,19 +49,28 @@ def _check_game(game: Trajectory, run: RunSettings, newest: int, where: str) -> 
     if run.vocab_size is not None:
         top = max(max(game.prompt_ids, default=0), max(game.completion_ids, default=0))
         if top >= run.vocab_size:
-            raise FleetMessageError(where, f"token id {top}, the run's vocabulary holds {run.vocab_size}",
-                                    Refusal.VOCABULARY)
+            raise FleetMessageError(
+                where, f"token id {top}, the run's vocabulary holds {run.vocab_size}", Refusal.VOCABULARY
+            )
     turns, cap = len(game.versions), run.sampling.max_turns
     if turns > cap or len(game.turn_rewards) > cap or len(game.replies) > cap:
-        raise FleetMessageError(where, f"{max(turns, len(game.turn_rewards), len(game.replies))} replies, the run "
-                                       f"plays at most {cap}", Refusal.SHAPE)
+        raise FleetMessageError(
+            where,
+            f"{max(turns, len(game.turn_rewards), len(game.replies))} replies, the run plays at most {cap}",
+            Refusal.SHAPE,
+        )
     longest = max(_model_runs(game.env_mask), default=0)
     if longest > run.sampling.max_tokens or sum(game.env_mask) > turns * run.sampling.max_tokens:
-        raise FleetMessageError(where, f"{sum(game.env_mask)} model tokens in {turns} replies (a run of {longest}); "
-                                       f"a reply holds at most {run.sampling.max_tokens}", Refusal.SHAPE)
+        raise FleetMessageError(
+            where,
+            f"{sum(game.env_mask)} model tokens in {turns} replies (a run of {longest}); "
+            f"a reply holds at most {run.sampling.max_tokens}",
+            Refusal.SHAPE,
+        )
     if game.versions and max(game.versions) > newest:
-        raise FleetMessageError(where, f"a reply of weight version {max(game.versions)}, newer than the trainer's "
-                                       f"{newest}", Refusal.AHEAD)
+        raise FleetMessageError(
+            where, f"a reply of weight version {max(game.versions)}, newer than the trainer's {newest}", Refusal.AHEAD
+        )
 
 
 def _model_runs(mask: list[int]) -> list[int]:

@@ -77,11 +77,17 @@ def decode_history(data: bytes, path: str = HISTORY_PATH) -> DecodedHistory:
         envelope = loads_strict(data)
     except (ValueError, RecursionError) as e:
         raise HistoryFileError(path, f"not whole JSON (torn or corrupt): {str(e)[:200]}") from None
-    if not isinstance(envelope, dict) or envelope.get("format") != FORMAT or not isinstance(envelope.get("history"), dict):
+    if (
+        not isinstance(envelope, dict)
+        or envelope.get("format") != FORMAT
+        or not isinstance(envelope.get("history"), dict)
+    ):
         raise HistoryFileError(path, f"not a {FORMAT} file: expected an object with format {FORMAT!r} and history")
     if envelope.get("format_version") != FORMAT_VERSION:
-        raise HistoryFileError(path, f"format version {json.dumps(envelope.get('format_version'))[:20]}; this "
-                                     f"trainer reads {FORMAT_VERSION}")
+        raise HistoryFileError(
+            path,
+            f"format version {json.dumps(envelope.get('format_version'))[:20]}; this trainer reads {FORMAT_VERSION}",
+        )
     decoded = DecodedHistory(TrainerHistory(steps=[], payloads=[]))
     kept: dict[str, list[BaseModel]] = {}
     for name in _RECORDS:
@@ -117,8 +123,13 @@ def _records(items: Sequence[Any], adapter: TypeAdapter[Any], name: str, decoded
 def _implausible(record: BaseModel) -> str | None:
     """Why a record's values cannot be true (a negative count, a non-finite or absurdly large number), or None."""
     for key, value in record:
-        values = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) \
+        values = (
+            [*value.keys(), *value.values()]
+            if isinstance(value, dict)
+            else value
+            if isinstance(value, list)
             else [value]
+        )
         for v in values:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
@@ -154,6 +165,5 @@ def _out_of_order(record: BaseModel, previous: BaseModel | None) -> str | None:
 def up_to(history: TrainerHistory, version: int) -> TrainerHistory:
     """`history` without the records of versions after `version` (the bucket's newest): a trainer killed after a
     step was recorded and before its version was committed left them; their weights are gone."""
-    kept = {name: [r for r in getattr(history, name) if getattr(r, "version", 0) <= version]
-            for name in _RECORDS}
+    kept = {name: [r for r in getattr(history, name) if getattr(r, "version", 0) <= version] for name in _RECORDS}
     return history.model_copy(update=kept)

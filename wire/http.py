@@ -21,8 +21,9 @@ Answer = TypeVar("Answer", bound=BaseModel)
 REFUSALS = frozenset({400, 401, 403, 413, 422})
 
 
-def exchange(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None,
-             max_bytes: int) -> tuple[int, bytes]:
+def exchange(
+    http: httpx.Client, method: str, path: str, body: dict[str, Any] | None, max_bytes: int
+) -> tuple[int, bytes]:
     """`method path` with a JSON body: the reply's status and body, read whole within the client's timeout (which
     bounds each read and the whole reply; a client without one waits as long as it takes) and `max_bytes`. Asks for no
     compression: what arrives is what is counted.
@@ -36,9 +37,19 @@ def exchange(http: httpx.Client, method: str, path: str, body: dict[str, Any] | 
         return response.status_code, read_reply(response.iter_bytes(), max_bytes=max_bytes, deadline=deadline)
 
 
-def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None, *, what: str,
-                 flag: str, error: type[Exception], answer: type[Answer], max_bytes: int,
-                 refused: type[Exception] | None = None) -> Answer:
+def request_json(
+    http: httpx.Client,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    what: str,
+    flag: str,
+    error: type[Exception],
+    answer: type[Answer],
+    max_bytes: int,
+    refused: type[Exception] | None = None,
+) -> Answer:
     """`method path` with a JSON body; the answer parsed as `answer` (`exchange`: within the client's timeout and
     `max_bytes`).
 
@@ -72,5 +83,7 @@ def request_json(http: httpx.Client, method: str, path: str, body: dict[str, Any
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise error(f"{what} answered {path} with something that is not a {answer.__name__} ({where}: "
-                    f"{first['msg']}); check that {flag} points at this project's app, of the same version") from e
+        raise error(
+            f"{what} answered {path} with something that is not a {answer.__name__} ({where}: "
+            f"{first['msg']}); check that {flag} points at this project's app, of the same version"
+        ) from e

@@ -58,9 +58,11 @@ def kept_versions_refusal(keep: int) -> str | None:
     line saying what to change; None within `MAX_KEPT_VERSIONS`."""
     if keep <= MAX_KEPT_VERSIONS:
         return None
-    return (f"the run asks every server to keep {keep} adapter versions loaded (its max_staleness + 1), above the cap "
-            f"of {MAX_KEPT_VERSIONS}: run the trainer with --max-staleness {MAX_KEPT_VERSIONS - 1} or less, or "
-            "--lora-sync merged")
+    return (
+        f"the run asks every server to keep {keep} adapter versions loaded (its max_staleness + 1), above the cap "
+        f"of {MAX_KEPT_VERSIONS}: run the trainer with --max-staleness {MAX_KEPT_VERSIONS - 1} or less, or "
+        "--lora-sync merged"
+    )
 
 
 def check_targets(modules: Mapping[str, Any], targets: tuple[str, ...], flag: str = "--lora-targets") -> None:
@@ -84,8 +86,10 @@ def check_targets(modules: Mapping[str, Any], targets: tuple[str, ...], flag: st
             raise ValueError(f"{flag} {target} matches no module of the model; its linear layers are: {layers}")
         other = next((name for name in matched if not isinstance(modules[name], Linear)), None)
         if other is not None:
-            raise ValueError(f"{flag} {target} names {other}, a {type(modules[other]).__name__}: an adapter is built "
-                             f"on linear layers only ({layers})")
+            raise ValueError(
+                f"{flag} {target} names {other}, a {type(modules[other]).__name__}: an adapter is built "
+                f"on linear layers only ({layers})"
+            )
 
 
 class LoraSettings(BaseModel):
@@ -93,15 +97,20 @@ class LoraSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    sync: LoraSync = Field(description="adapter: the adapter's tensors are the published state; merged: the base "
-                                       "with the adapter merged in is")
+    sync: LoraSync = Field(
+        description="adapter: the adapter's tensors are the published state; merged: the base "
+        "with the adapter merged in is"
+    )
     r: int = Field(ge=1, le=MAX_RANK, description="The adapter's rank")
     alpha: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="LoRA's alpha: updates are scaled by alpha / r")
-    targets: tuple[str, ...] = Field(min_length=1, max_length=64,
-                                     description="Names of the modules adapted (PEFT's target_modules)")
+    targets: tuple[str, ...] = Field(
+        min_length=1, max_length=64, description="Names of the modules adapted (PEFT's target_modules)"
+    )
     base_model: str = Field(max_length=512, description="The trainer's model (a folder or Hub id; informational)")
-    base_hash: str = Field(pattern=r"^[a-z0-9]{1,16}:[0-9a-f]{16,128}$",
-                           description="State hash of the base model's published tensors (`delta.state_digest`)")
+    base_hash: str = Field(
+        pattern=r"^[a-z0-9]{1,16}:[0-9a-f]{16,128}$",
+        description="State hash of the base model's published tensors (`delta.state_digest`)",
+    )
 
     @field_validator("targets")
     @classmethod

@@ -52,8 +52,10 @@ class FleetServer(BaseModel):
     version: int = Field(description="The weight version it serves")
     games_per_min: float = Field(description="Games it wrote per minute, recently")
     last_seen_s: float = Field(description="Seconds since its heartbeat last changed (on the trainer's clock)")
-    state: str = Field(description="starting, producing, full (back-pressure), waiting for step 1, paused, no run, error, or gone "
-                                   "(silent for longer than the trainer waits)")
+    state: str = Field(
+        description="starting, producing, full (back-pressure), waiting for step 1, paused, no run, error, or gone "
+        "(silent for longer than the trainer waits)"
+    )
     idle_share: float = Field(description="Share of its time with nothing to play")
     groups_written: int
     run_id: str | None
@@ -65,51 +67,73 @@ class TrainerStatus(BaseModel):
 
     state: TrainerState
     version: int = Field(description="The last version committed to the bucket (0 before any)")
-    trainer_version: int | None = Field(description="The version of the weights in memory (ahead of `version` "
-                                                    "while a publish is in flight); None before the model is loaded")
-    state_hash: str | None = Field(description="Hash of the last committed version's weights, as the manifest "
-                                               "records it")
+    trainer_version: int | None = Field(
+        description="The version of the weights in memory (ahead of `version` "
+        "while a publish is in flight); None before the model is loaded"
+    )
+    state_hash: str | None = Field(
+        description="Hash of the last committed version's weights, as the manifest records it"
+    )
     resumed_from: int | None = Field(description="The bucket version loaded at start, after a resume")
     resumed_hash: str | None = Field(description="Hash of the weights after that load (equal to the manifest's)")
-    step: int = Field(description="Optimizer steps whose weights `version` holds: this process's runs and, from "
-                                  "the history in the bucket, the trainer processes before it (shown beside "
-                                  "`version`, so the two move together)")
+    step: int = Field(
+        description="Optimizer steps whose weights `version` holds: this process's runs and, from "
+        "the history in the bucket, the trainer processes before it (shown beside "
+        "`version`, so the two move together)"
+    )
     max_steps: int = Field(description="Steps of one run")
-    last_step: int = Field(0, description="The step the current (or next) run ends at: the steps before it plus "
-                                          "`max_steps`")
+    last_step: int = Field(
+        0, description="The step the current (or next) run ends at: the steps before it plus `max_steps`"
+    )
     mean_reward: float | None = Field(description="Mean env reward of the last step's games (None: all dropped)")
     win_rate: float | None = Field(description="Share of the last step's games won")
-    valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses, "
-                                                 "last step")
-    letters: float | None = Field(None, description="Mean letters found per game (greens + yellows / 2 of its best "
-                                                    "guess, 0-5), last step")
+    valid_rate: float | None = Field(
+        description="Mean share of a game's moves the env scored as valid guesses, last step"
+    )
+    letters: float | None = Field(
+        None, description="Mean letters found per game (greens + yellows / 2 of its best guess, 0-5), last step"
+    )
     max_turns: int = Field(6, description="Moves per training game: games are cut there (unfinished)")
-    recent: list[StepRecord] = Field([], description="The last steps (at most 20), oldest first: the landing page's "
-                                                     "trend")
+    recent: list[StepRecord] = Field(
+        [], description="The last steps (at most 20), oldest first: the landing page's trend"
+    )
     step_s: float | None = Field(description="Seconds of the last step, rollouts included")
-    max_staleness: int = Field(description="Versions a game may lag the trainer before it is replayed (request "
-                                          "mode) or dropped (fleet)")
+    max_staleness: int = Field(
+        description="Versions a game may lag the trainer before it is replayed (request mode) or dropped (fleet)"
+    )
     staleness: Staleness | None = Field(description="None before the model is loaded")
     bucket: str
-    mode: str = Field(description="fleet (games from any number of rollout servers, through the bucket) or request "
-                                  "(POST /rollout to one rollout server)")
+    mode: str = Field(
+        description="fleet (games from any number of rollout servers, through the bucket) or request "
+        "(POST /rollout to one rollout server)"
+    )
     rollout_url: str | None = Field(description="The rollout server asked for games (request mode); None in a fleet")
     run_id: str | None = Field(description="The fleet run this trainer process writes (None in request mode)")
-    groups_refused: dict[str, int] = Field({}, description="Game groups refused (fleet), by reason: another run, torn "
-                                                           "or corrupt, unsigned or forged, too large, invalid fields, "
-                                                           "token id out of the vocabulary, not the run's shape, "
-                                                           "version ahead of the trainer, renamed or copied, "
-                                                           "unexpected error")
-    heartbeats_refused: dict[str, int] = Field({}, description="Heartbeat files refused (fleet), by reason, each file "
-                                                               "once per reason")
-    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by why: 'signed with "
-                                                          "another token' (unsigned, or an earlier start's rollout "
-                                                          "token), torn or corrupt, too large, invalid fields, "
-                                                          "renamed or copied, version ahead of the trainer (of a "
-                                                          "version the bucket has not published); a file deleted or "
-                                                          "repaired drops out")
-    signed: bool = Field(False, description="The fleet's files are signed with a key from the rollout token (fleet): "
-                                            "unsigned or forged ones are refused")
+    groups_refused: dict[str, int] = Field(
+        {},
+        description="Game groups refused (fleet), by reason: another run, torn "
+        "or corrupt, unsigned or forged, too large, invalid fields, "
+        "token id out of the vocabulary, not the run's shape, "
+        "version ahead of the trainer, renamed or copied, "
+        "unexpected error",
+    )
+    heartbeats_refused: dict[str, int] = Field(
+        {}, description="Heartbeat files refused (fleet), by reason, each file once per reason"
+    )
+    exams_refused: dict[str, int] = Field(
+        {},
+        description="Exam files in the bucket refused, by why: 'signed with "
+        "another token' (unsigned, or an earlier start's rollout "
+        "token), torn or corrupt, too large, invalid fields, "
+        "renamed or copied, version ahead of the trainer (of a "
+        "version the bucket has not published); a file deleted or "
+        "repaired drops out",
+    )
+    signed: bool = Field(
+        False,
+        description="The fleet's files are signed with a key from the rollout token (fleet): "
+        "unsigned or forged ones are refused",
+    )
     waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
     groups_ready: int = Field(description="Valid, fresh groups waiting in the bucket, as last seen (fleet)")
     groups_needed: int = Field(description="Groups one step takes")
@@ -118,20 +142,32 @@ class TrainerStatus(BaseModel):
     model: str
     device: str = Field(description="Where the weights train (cpu, cuda)")
     error: str | None = Field(description="What ended the last run, if an error did")
-    rollout_error: str | None = Field(description="The last failed rollout request, with its time (kept after "
-                                                  "recovery)")
+    rollout_error: str | None = Field(
+        description="The last failed rollout request, with its time (kept after recovery)"
+    )
     rollout_failing: int = Field(description="Failed rollout requests in a row now (0 once one succeeds)")
-    examples: ExampleSchedule = Field(ExampleSchedule(), description="How likely the training games' messages show "
-                                                                     "the env's example guess, by version")
+    examples: ExampleSchedule = Field(
+        ExampleSchedule(),
+        description="How likely the training games' messages show the env's example guess, by version",
+    )
     exam: ExamSettings | None = Field(None, description="How the rollout servers examine the policy (None: no exams)")
-    exams: list[ExamRecord] = Field([], description="The latest exams in the bucket (at most 20), by version: the "
-                                                    "landing page's last exam and trend")
-    lora: LoraSettings | None = Field(None, description="The LoRA adapter the run trains and how it is published "
-                                                        "(None: every weight trains, or the model is not loaded yet)")
-    trainable: int | None = Field(None, ge=0, description="Parameters the optimizer trains (a LoRA run: the "
-                                                          "adapter's, once the first run wrapped the model)")
-    parameters: int | None = Field(None, ge=0, description="Parameters of the model, adapter included (None until "
-                                                           "loaded)")
+    exams: list[ExamRecord] = Field(
+        [],
+        description="The latest exams in the bucket (at most 20), by version: the landing page's last exam and trend",
+    )
+    lora: LoraSettings | None = Field(
+        None,
+        description="The LoRA adapter the run trains and how it is published "
+        "(None: every weight trains, or the model is not loaded yet)",
+    )
+    trainable: int | None = Field(
+        None,
+        ge=0,
+        description="Parameters the optimizer trains (a LoRA run: the adapter's, once the first run wrapped the model)",
+    )
+    parameters: int | None = Field(
+        None, ge=0, description="Parameters of the model, adapter included (None until loaded)"
+    )
 
 
 #: Where TRL's logs hold a step's importance weights (`offpolicy.OffPolicyGRPOTrainer` logs ours there):
@@ -144,30 +180,43 @@ class StepRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    step: int = Field(description="Steps since the run's first (the history in the bucket carries the count "
-                                  "across restarts of the trainer)")
+    step: int = Field(
+        description="Steps since the run's first (the history in the bucket carries the count "
+        "across restarts of the trainer)"
+    )
     version: int = Field(description="The version this step produced")
-    reward: float | None = Field(description="Mean env reward of the step's games (dropped ones excluded; None "
-                                             "if all were dropped)")
+    reward: float | None = Field(
+        description="Mean env reward of the step's games (dropped ones excluded; None if all were dropped)"
+    )
     win_rate: float | None = Field(description="Fraction of the step's games won (None likewise)")
-    valid_rate: float | None = Field(description="Mean share of a game's moves the env scored as valid guesses "
-                                                 "(None likewise)")
-    letters: float | None = Field(None, description="Mean letters found per game: greens + yellows / 2 of its best "
-                                                    "guess, 0-5 (None likewise)")
+    valid_rate: float | None = Field(
+        description="Mean share of a game's moves the env scored as valid guesses (None likewise)"
+    )
+    letters: float | None = Field(
+        None, description="Mean letters found per game: greens + yellows / 2 of its best guess, 0-5 (None likewise)"
+    )
     step_s: float = Field(description="Seconds of the whole step (rollouts included)")
-    cpu_s: float = Field(description="CPU seconds this process spent in the step, all threads (the publisher's "
-                                     "included)")
+    cpu_s: float = Field(
+        description="CPU seconds this process spent in the step, all threads (the publisher's included)"
+    )
     publish_s: float = Field(description="Seconds publish() blocked the step (the snapshot copy)")
-    wait_s: float | None = Field(None, description="Seconds the step waited for its games: for groups in the bucket "
-                                                   "(fleet), for the rollout's answer (request mode)")
+    wait_s: float | None = Field(
+        None,
+        description="Seconds the step waited for its games: for groups in the bucket "
+        "(fleet), for the rollout's answer (request mode)",
+    )
     groups: list[str] = Field([], description="The bucket paths of the game groups trained on (fleet)")
     staleness: dict[int, int] = Field({}, description="Versions behind the trainer -> games trained on")
     dropped: int = Field(0, description="Games dropped as too stale while this step gathered its groups")
-    examples_shown: float | None = Field(None, description="Share of the replies trained on whose message showed the "
-                                                           "env's example guess: how much of valid_rate can be a copy "
-                                                           "(None: not recorded)")
-    ratio_mean: float | None = Field(None, description="Mean importance weight of the step's model tokens "
-                                                       "(current policy / sampler, truncated)")
+    examples_shown: float | None = Field(
+        None,
+        description="Share of the replies trained on whose message showed the "
+        "env's example guess: how much of valid_rate can be a copy "
+        "(None: not recorded)",
+    )
+    ratio_mean: float | None = Field(
+        None, description="Mean importance weight of the step's model tokens (current policy / sampler, truncated)"
+    )
     ratio_min: float | None = Field(None, description="Smallest importance weight")
     ratio_max: float | None = Field(None, description="Largest importance weight (at most the cap)")
     at: float = Field(description="Unix time")
@@ -180,8 +229,7 @@ class Payload(BaseModel):
 
     version: int = Field(description="The version it produces")
     delta_bytes: int = Field(description="Its file(s), as written with the publisher's codec")
-    raw_bytes: int = Field(description="The same changes in the raw layout: (4 + itemsize) bytes per changed "
-                                       "element")
+    raw_bytes: int = Field(description="The same changes in the raw layout: (4 + itemsize) bytes per changed element")
     dense_bytes: int = Field(description="The whole state (what shipping full weights costs)")
     changed: int = Field(description="Changed elements")
     total: int = Field(description="Elements in the state")
@@ -206,8 +254,11 @@ class TrainerHistory(BaseModel):
     payloads: list[Payload]
     anchors: list[Anchor] = []
     exams: list[ExamRecord] = Field([], description="Every exam in the bucket, by version")
-    exams_refused: dict[str, int] = Field({}, description="Exam files in the bucket refused, by reason (as in "
-                                                          "`TrainerStatus`); not kept in the bucket's history file")
+    exams_refused: dict[str, int] = Field(
+        {},
+        description="Exam files in the bucket refused, by reason (as in "
+        "`TrainerStatus`); not kept in the bucket's history file",
+    )
 
 
 class ControlResponse(BaseModel):

@@ -62,8 +62,10 @@ class Ranks:
             return cls()
         backend = dist.get_backend(group)
         if backend != "gloo":
-            raise ValueError(f"the publisher's process group uses {backend!r}; pass group=torch.distributed."
-                             "new_group(backend='gloo') so its small CPU collectives do not touch the training group")
+            raise ValueError(
+                f"the publisher's process group uses {backend!r}; pass group=torch.distributed."
+                "new_group(backend='gloo') so its small CPU collectives do not touch the training group"
+            )
         return cls(dist.get_rank(group), world, group)
 
     def broadcast(self, value: Any) -> Any:
@@ -101,7 +103,9 @@ class Ranks:
         polls = 0
         while not wanted <= {f.path for f in storage.list(f"{folder}rank-")}:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"ranks' records missing in {folder} after {timeout:.0f} s; is every rank publishing?")
+                raise TimeoutError(
+                    f"ranks' records missing in {folder} after {timeout:.0f} s; is every rank publishing?"
+                )
             polls += 1
             time.sleep(_POLL.delay(polls))
         records = []
@@ -126,8 +130,10 @@ class Ranks:
             entry = manifest.get(version) if manifest else None
             if entry is not None:
                 if not all(f.path.startswith(folder) for f in entry.files):
-                    raise RuntimeError(f"version {version} was committed with files outside {folder}: another "
-                                       "publisher writes to this bucket")
+                    raise RuntimeError(
+                        f"version {version} was committed with files outside {folder}: another "
+                        "publisher writes to this bucket"
+                    )
                 assert manifest is not None  # it lists the version
                 return manifest
             if time.monotonic() > deadline:

@@ -58,8 +58,10 @@ def check_manifest(shards: Shards | None, versions: Sequence[Version]) -> None:
     for rank, names in enumerate(shards or ()):
         for name in names:
             if name in held:
-                raise DeltaFormatError(f"tensor {shown(name)} is held by two ranks (or twice by rank {rank}) in "
-                                       "shards: each tensor belongs to exactly one rank")
+                raise DeltaFormatError(
+                    f"tensor {shown(name)} is held by two ranks (or twice by rank {rank}) in "
+                    "shards: each tensor belongs to exactly one rank"
+                )
             held.add(name)
     numbers = [v.version for v in versions]
     if numbers and numbers != list(range(numbers[0], numbers[0] + len(numbers))):
@@ -79,8 +81,10 @@ def check_version(entry: Version, world: int) -> None:
     if (entry.kind == "anchor") != bool(entry.anchor):
         raise DeltaFormatError(f"version {v} is of kind {entry.kind!r} with {len(entry.anchor)} anchor files")
     if entry.delta and (entry.base_version != v - 1 or entry.base_hash is None):
-        raise DeltaFormatError(f"version {v} carries a delta but its base is version {shown(entry.base_version)} "
-                               f"with hash {shown(entry.base_hash)} (must be version {v - 1} and its hash)")
+        raise DeltaFormatError(
+            f"version {v} carries a delta but its base is version {shown(entry.base_version)} "
+            f"with hash {shown(entry.base_hash)} (must be version {v - 1} and its hash)"
+        )
     if not entry.delta and (entry.base_version is not None or entry.base_hash is not None):
         raise DeltaFormatError(f"version {v} names a base but carries no delta")
     if not entry.delta and not entry.anchor:
@@ -91,8 +95,10 @@ def check_version(entry: Version, world: int) -> None:
     if entry.delta:
         ranks = sorted(f.rank for f in entry.delta)
         if ranks != list(range(world)):
-            raise DeltaFormatError(f"version {v}'s delta files are of ranks {shown(ranks, 60)}; a version of {world} "
-                                   f"rank(s) has one delta file per rank")
+            raise DeltaFormatError(
+                f"version {v}'s delta files are of ranks {shown(ranks, 60)}; a version of {world} "
+                f"rank(s) has one delta file per rank"
+            )
     if entry.anchor:
         missing = sorted(set(range(world)) - {f.rank for f in entry.anchor})
         if missing:
@@ -110,5 +116,7 @@ def check_step(delta_files: Sequence[File], shards: Shards | None, state: Collec
     for ref in delta_files:
         missing = next((n for n in shards[ref.rank] if n not in state), None)
         if missing is not None:
-            raise StateMismatchError(f"rank {ref.rank}'s tensors in the manifest include {shown(missing)}, which the "
-                                     "state does not hold; this bucket was written for another model")
+            raise StateMismatchError(
+                f"rank {ref.rank}'s tensors in the manifest include {shown(missing)}, which the "
+                "state does not hold; this bucket was written for another model"
+            )

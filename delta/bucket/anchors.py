@@ -41,14 +41,24 @@ def shard_names(state: Mapping[str, torch.Tensor], max_shard_bytes: int = DEFAUL
     return shards
 
 
-def encode_anchor(state: Mapping[str, torch.Tensor], *, version: int, state_hash: str,
-                  max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> list[bytes]:
+def encode_anchor(
+    state: Mapping[str, torch.Tensor], *, version: int, state_hash: str, max_shard_bytes: int = DEFAULT_SHARD_BYTES
+) -> list[bytes]:
     """Serialise `state` (not modified; GPU tensors are copied to the host) as anchor shard files."""
     groups = shard_names(state, max_shard_bytes)
     return [
-        serialize_safetensors({n: state[n] for n in names}, {
-            "format": ANCHOR_FORMAT, "format_version": ANCHOR_FORMAT_VERSION, "kind": "anchor",
-            "version": str(version), "state_hash": state_hash, "shard": str(i), "shards": str(len(groups))})
+        serialize_safetensors(
+            {n: state[n] for n in names},
+            {
+                "format": ANCHOR_FORMAT,
+                "format_version": ANCHOR_FORMAT_VERSION,
+                "kind": "anchor",
+                "version": str(version),
+                "state_hash": state_hash,
+                "shard": str(i),
+                "shards": str(len(groups)),
+            },
+        )
         for i, names in enumerate(groups)
     ]
 
@@ -69,8 +79,11 @@ def decode_anchor(shards: Sequence[bytes], *, version: int | None = None, paths:
         path = paths[i] if paths else None
         meta = read_header_json(data, path).get("__metadata__") or {}
         if meta.get("format") != ANCHOR_FORMAT or meta.get("format_version") != ANCHOR_FORMAT_VERSION:
-            raise DeltaFormatError(f"not a {ANCHOR_FORMAT} v{ANCHOR_FORMAT_VERSION} file "
-                                   f"(format {meta.get('format')!r}, version {meta.get('format_version')!r})", path=path)
+            raise DeltaFormatError(
+                f"not a {ANCHOR_FORMAT} v{ANCHOR_FORMAT_VERSION} file "
+                f"(format {meta.get('format')!r}, version {meta.get('format_version')!r})",
+                path=path,
+            )
         this = (meta.get("version", ""), meta.get("state_hash", ""), meta.get("shards", ""))
         if ident is not None and this != ident:
             raise DeltaFormatError(f"shard is of another anchor: {this} vs {ident}", path=path)
@@ -83,7 +96,9 @@ def decode_anchor(shards: Sequence[bytes], *, version: int | None = None, paths:
         except (KeyError, ValueError, SafetensorError, RuntimeError) as e:
             raise DeltaFormatError(f"bad anchor shard: {e}", path=path) from e
         if state.keys() & tensors.keys():
-            raise DeltaFormatError(f"tensors appear in two shards: {sorted(state.keys() & tensors.keys())[:5]}", path=path)
+            raise DeltaFormatError(
+                f"tensors appear in two shards: {sorted(state.keys() & tensors.keys())[:5]}", path=path
+            )
         state.update(tensors)
     if ident is None or sorted(seen) != list(range(int(ident[2]))):
         raise DeltaFormatError(f"incomplete anchor: shards {sorted(seen)} of {ident[2] if ident else '?'}")

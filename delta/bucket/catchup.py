@@ -33,8 +33,14 @@ class Step:
         return sum(f.size for f in self.files)
 
 
-def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash: str | None = None,
-         avoid: frozenset[str] | set[str] = frozenset()) -> list[Step]:
+def plan(
+    manifest: Manifest,
+    target: int,
+    *,
+    have: int | None = None,
+    have_hash: str | None = None,
+    avoid: frozenset[str] | set[str] = frozenset(),
+) -> list[Step]:
     """The steps with the fewest bytes to fetch that take a reader from `have` to `target`.
 
     Candidates: the deltas after `have` (only if the first one's base hash is `have_hash`, the
@@ -54,9 +60,12 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
         NoPathError: no route avoids the bad files, or `target` is not in the manifest.
     """
     if manifest.get(target) is None:
-        raise NoPathError(f"version {target} is not in the manifest (versions "
-                          f"{manifest.versions[0].version if manifest.versions else '-'}.."
-                          f"{manifest.latest.version if manifest.latest else '-'})", target=target)
+        raise NoPathError(
+            f"version {target} is not in the manifest (versions "
+            f"{manifest.versions[0].version if manifest.versions else '-'}.."
+            f"{manifest.latest.version if manifest.latest else '-'})",
+            target=target,
+        )
     if have == target:
         return []
     first = manifest.versions[0].version
@@ -79,8 +88,12 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
     if have is not None and have_hash is not None and cost is not None:
         following, held = manifest.get(have + 1), manifest.get(have)
         base_hash = following.base_hash if following is not None else None
-        if base_hash == have_hash or (held is not None and held.state_hash == have_hash and base_hash is not None
-                                      and scheme_of(base_hash) != scheme_of(have_hash)):
+        if base_hash == have_hash or (
+            held is not None
+            and held.state_hash == have_hash
+            and base_hash is not None
+            and scheme_of(base_hash) != scheme_of(have_hash)
+        ):
             best = (cost, target - have, have, "delta")
     for anchor in manifest.anchors():
         cost = deltas[anchor.version - first] if anchor.version <= target else None
@@ -89,8 +102,11 @@ def plan(manifest: Manifest, target: int, *, have: int | None = None, have_hash:
             if best is None or route[:2] < best[:2]:
                 best = route
     if best is None:
-        raise NoPathError(f"no usable route to version {target} from {have}: every route crosses a bad or "
-                          f"missing file (avoided: {sorted(avoid)[:3]}); wait for a newer anchor", target=target)
+        raise NoPathError(
+            f"no usable route to version {target} from {have}: every route crosses a bad or "
+            f"missing file (avoided: {sorted(avoid)[:3]}); wait for a newer anchor",
+            target=target,
+        )
     _, _, start, via = best
 
     def listed(version: int) -> VersionEntry:

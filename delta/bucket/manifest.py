@@ -195,8 +195,12 @@ class Manifest:
     def anchors(self) -> list[VersionEntry]:
         return [v for v in self.versions if v.anchor]
 
-    def with_version(self, entry: VersionEntry, shards: tuple[tuple[str, ...], ...] | None = None,
-                     pieces: dict[str, Sharded] | None = None) -> Manifest:
+    def with_version(
+        self,
+        entry: VersionEntry,
+        shards: tuple[tuple[str, ...], ...] | None = None,
+        pieces: dict[str, Sharded] | None = None,
+    ) -> Manifest:
         """The next commit, with `entry` appended, under `shards` and `pieces` (the writers' layout).
 
         A layout other than this manifest's starts a new chain: `entry` must then be an anchor, and the
@@ -208,8 +212,13 @@ class Manifest:
         if self.versions and (shards, pieces) != (self.shards, self.pieces):
             if not entry.anchor:
                 raise ValueError(f"version {entry.version} changes the ranks' layout but carries no anchor")
-            return Manifest(self.commit + 1, (replace(entry, delta=(), base_version=None, base_hash=None),),
-                            shards, pieces, self.handovers)
+            return Manifest(
+                self.commit + 1,
+                (replace(entry, delta=(), base_version=None, base_hash=None),),
+                shards,
+                pieces,
+                self.handovers,
+            )
         return Manifest(self.commit + 1, self.versions + (entry,), shards, pieces, self.handovers)
 
     def upto(self, version: int) -> Manifest:
@@ -224,16 +233,24 @@ class Manifest:
             return {"path": f.path, "size": f.size, "sha256": f.sha256, "rank": f.rank}
 
         def entry(v: VersionEntry) -> dict:
-            body = {"version": v.version, "kind": v.kind, "base_version": v.base_version, "base_hash": v.base_hash,
-                    "state_hash": v.state_hash, "delta": [file(f) for f in v.delta],
-                    "anchor": [file(f) for f in v.anchor], "published_at": v.published_at}
+            body = {
+                "version": v.version,
+                "kind": v.kind,
+                "base_version": v.base_version,
+                "base_hash": v.base_hash,
+                "state_hash": v.state_hash,
+                "delta": [file(f) for f in v.delta],
+                "anchor": [file(f) for f in v.anchor],
+                "published_at": v.published_at,
+            }
             if v.signature is not None:
                 body.update(run=v.run, signer=v.signer, signature=v.signature)
             return body
 
         signed = self.handovers or any(v.signature is not None for v in self.versions)
         body = {
-            "format": MANIFEST_FORMAT, "format_version": MANIFEST_FORMAT_VERSION if signed else 2 if self.pieces else 1,
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_FORMAT_VERSION if signed else 2 if self.pieces else 1,
             "commit": self.commit,
             "shards": [list(s) for s in self.shards] if self.shards is not None else None,
             "versions": [entry(v) for v in self.versions],
@@ -251,11 +268,19 @@ class Manifest:
         files' tensors are laid out). Not `published_at` (shown only). The codec and everything else inside a file is
         covered by the file's SHA-256."""
         layout = {name: sharded.to_json() for name, sharded in sorted(self.pieces.items())} if self.pieces else None
-        body = {"version": entry.version, "kind": entry.kind, "base_version": entry.base_version,
-                "base_hash": entry.base_hash, "state_hash": entry.state_hash, "run": entry.run, "signer": entry.signer,
-                "delta": [[f.path, f.size, f.sha256, f.rank] for f in entry.delta],
-                "anchor": [[f.path, f.size, f.sha256, f.rank] for f in entry.anchor],
-                "shards": [list(s) for s in self.shards] if self.shards is not None else None, "pieces": layout}
+        body = {
+            "version": entry.version,
+            "kind": entry.kind,
+            "base_version": entry.base_version,
+            "base_hash": entry.base_hash,
+            "state_hash": entry.state_hash,
+            "run": entry.run,
+            "signer": entry.signer,
+            "delta": [[f.path, f.size, f.sha256, f.rank] for f in entry.delta],
+            "anchor": [[f.path, f.size, f.sha256, f.rank] for f in entry.anchor],
+            "shards": [list(s) for s in self.shards] if self.shards is not None else None,
+            "pieces": layout,
+        }
         return SIGNED_VERSION + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
     @classmethod
@@ -277,16 +302,19 @@ def _parse(body: Any) -> Manifest:
         raise DeltaFormatError(f"not a {MANIFEST_FORMAT} file")
     format_version = body.get("format_version")
     if type(format_version) is not int or format_version not in _READABLE_VERSIONS:
-        raise DeltaFormatError(f"manifest format version {shown(format_version)} is not supported "
-                               f"(supports {_READABLE_VERSIONS}); upgrade the `delta` package")
+        raise DeltaFormatError(
+            f"manifest format version {shown(format_version)} is not supported "
+            f"(supports {_READABLE_VERSIONS}); upgrade the `delta` package"
+        )
     obj(body, "manifest", ("commit", "shards", "versions"))
     shards = None
     if body["shards"] is not None:
         shards = _each(body["shards"], "shards", lambda names: _each(names, "", lambda n: text(n, "", 1024)))
     layout = None
     if body.get("pieces"):
-        layout = {text(n, "a pieces name", 1024): Sharded.from_json(b, n)
-                  for n, b in obj(body["pieces"], "pieces").items()}
+        layout = {
+            text(n, "a pieces name", 1024): Sharded.from_json(b, n) for n, b in obj(body["pieces"], "pieces").items()
+        }
     world = len(shards) if shards is not None else 1
     versions = _each(body["versions"], "versions", lambda v: _entry(v, world))
     handovers = _each(body.get("handovers", []), "handovers", _handover)
@@ -315,7 +343,8 @@ def _entry(body: Any, world: int) -> VersionEntry:
     published = body.get("published_at")
     signed = "signature" in body
     return VersionEntry(
-        version=integer(body["version"], "version"), kind=body["kind"],
+        version=integer(body["version"], "version"),
+        kind=body["kind"],
         base_version=optional_integer(body["base_version"], "base_version"),
         base_hash=None if body["base_hash"] is None else state_hash(body["base_hash"], "base_hash"),
         state_hash=state_hash(body["state_hash"], "state_hash"),
@@ -324,14 +353,17 @@ def _entry(body: Any, world: int) -> VersionEntry:
         published_at=None if published is None else number(published, "published_at"),
         run=_matching(body.get("run"), _RUN, "run", "32 lowercase hex digits") if signed else None,
         signer=_matching(body.get("signer"), _PUBLIC_KEY, "signer", _KEY_FORM) if signed else None,
-        signature=_matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters") if signed else None)
+        signature=_matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters") if signed else None,
+    )
 
 
 def _handover(body: Any) -> Handover:
     body = obj(body, "", ("old", "new", "signature"))
-    return Handover(_matching(body["old"], _PUBLIC_KEY, "old", _KEY_FORM),
-                    _matching(body["new"], _PUBLIC_KEY, "new", _KEY_FORM),
-                    _matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters"))
+    return Handover(
+        _matching(body["old"], _PUBLIC_KEY, "old", _KEY_FORM),
+        _matching(body["new"], _PUBLIC_KEY, "new", _KEY_FORM),
+        _matching(body["signature"], _SIGNATURE, "signature", "86 base64 characters"),
+    )
 
 
 def _matching(value: Any, pattern: re.Pattern[str], what: str, form: str) -> str:
@@ -345,8 +377,12 @@ def _file(body: Any, world: int) -> FileRef:
     digest = body["sha256"]
     if type(digest) is not str or not _SHA256.fullmatch(digest):
         raise DeltaFormatError(f"sha256 must be 64 lowercase hex digits, got {shown(digest)}")
-    return FileRef(text(body["path"], "path", 1024), integer(body["size"], "size"), digest,
-                   integer(body.get("rank", 0), "rank", 0, world - 1))
+    return FileRef(
+        text(body["path"], "path", 1024),
+        integer(body["size"], "size"),
+        digest,
+        integer(body.get("rank", 0), "rank", 0, world - 1),
+    )
 
 
 def state_hash(value: Any, what: str = "state hash") -> str:
@@ -390,8 +426,9 @@ def _listed(storage: Storage) -> list[tuple[int, StoredFile]]:
 Refused = dict[str, tuple[int, DeltaFormatError]]
 
 
-def read_manifest(storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None,
-                  refused: Refused | None = None) -> Manifest | None:
+def read_manifest(
+    storage: Storage, on_refused: Callable[[DeltaFormatError], None] | None = None, refused: Refused | None = None
+) -> Manifest | None:
     """The newest manifest that reads and parses, or None for a bucket with no version yet.
 
     A newest manifest that is missing by the time it is read (deleted by gc), does not parse (a torn

@@ -82,8 +82,13 @@ class Sharded:
             entry = array(entry, f"{what}.slices[{i}]")
             if len(entry) != 3:
                 raise DeltaFormatError(f"{what}.slices[{i}] must be [piece, start, stop], got {shown(entry)}")
-            pieces.append((text(entry[0], f"{what}.slices[{i}] piece", 1024),
-                           integer(entry[1], f"{what}.slices[{i}] start"), integer(entry[2], f"{what}.slices[{i}] stop")))
+            pieces.append(
+                (
+                    text(entry[0], f"{what}.slices[{i}] piece", 1024),
+                    integer(entry[1], f"{what}.slices[{i}] start"),
+                    integer(entry[2], f"{what}.slices[{i}] stop"),
+                )
+            )
         return cls(shape, integer(body["dim"], f"{what}.dim", 0, max(len(shape) - 1, 0)), tuple(pieces))
 
 
@@ -113,14 +118,18 @@ def local_slice(tensor: Any) -> torch.Tensor | Slice | None:
         return tensor
     chunks = tensor.__create_chunk_list__()  # what torch.distributed.checkpoint reads: offsets and sizes
     if len(chunks) != 1:
-        raise ValueError(f"a DTensor of shape {tuple(tensor.shape)} holds {len(chunks)} chunks on this rank; "
-                         "pass delta.pieces.Slice values instead")
+        raise ValueError(
+            f"a DTensor of shape {tuple(tensor.shape)} holds {len(chunks)} chunks on this rank; "
+            "pass delta.pieces.Slice values instead"
+        )
     chunk = chunks[0]
     shape, sizes, offsets = tuple(tensor.shape), tuple(chunk.sizes), tuple(chunk.offsets)
     cut = [d for d in range(len(shape)) if sizes[d] != shape[d]]
     if len(cut) > 1:
-        raise ValueError(f"a DTensor of shape {shape} with placements {tensor.placements} is cut along dims {cut}; "
-                         "publish from a 1-D mesh (one Shard placement) or pass delta.pieces.Slice values")
+        raise ValueError(
+            f"a DTensor of shape {shape} with placements {tensor.placements} is cut along dims {cut}; "
+            "publish from a 1-D mesh (one Shard placement) or pass delta.pieces.Slice values"
+        )
     local = tensor.to_local()
     if not cut:
         coordinate = tensor.device_mesh.get_coordinate() or ()
@@ -149,10 +158,12 @@ def flatten(state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], PieceRec
             tensors[name] = value
             continue
         shape, dim, t = tuple(value.shape), value.dim, value.tensor
-        expected = shape[:dim] + (value.stop - value.start,) + shape[dim + 1:] if 0 <= dim < len(shape) else None
+        expected = shape[:dim] + (value.stop - value.start,) + shape[dim + 1 :] if 0 <= dim < len(shape) else None
         if expected is None or tuple(t.shape) != expected or value.start < 0 or value.stop > shape[dim]:
-            raise ValueError(f"slice of {name!r} (dim {dim}, start {value.start}, shape {tuple(t.shape)}) does not "
-                             f"fit in its full shape {shape}")
+            raise ValueError(
+                f"slice of {name!r} (dim {dim}, start {value.start}, shape {tuple(t.shape)}) does not "
+                f"fit in its full shape {shape}"
+            )
         if value.stop == value.start:
             continue
         if value.start == 0 and value.stop == shape[dim]:
@@ -194,8 +205,10 @@ def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], .
         raise DeltaFormatError("the manifest lists sharded tensors but no ranks' names (shards)")
     plain = sorted(layout.keys() & {n for names in shards or () for n in names})
     if plain:
-        raise DeltaFormatError(f"{shown(plain[0])} is both cut into pieces and held whole by a rank; a tensor is "
-                               "one or the other: refusing the version")
+        raise DeltaFormatError(
+            f"{shown(plain[0])} is both cut into pieces and held whole by a rank; a tensor is "
+            "one or the other: refusing the version"
+        )
     held: dict[str, int] = {}
     for names in shards or ():
         for n in names:
@@ -209,23 +222,31 @@ def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], .
         at = 0
         for piece, start, stop in sharded.pieces:
             if start != at or stop <= start:
-                raise DeltaFormatError(f"pieces do not tile it along dim {dim}: {piece!r} covers [{start}, {stop}) "
-                                       f"where [{at}, ...) comes next; refusing the version", tensor=name)
+                raise DeltaFormatError(
+                    f"pieces do not tile it along dim {dim}: {piece!r} covers [{start}, {stop}) "
+                    f"where [{at}, ...) comes next; refusing the version",
+                    tensor=name,
+                )
             if held.get(piece) != 1 or piece in layout:
-                raise DeltaFormatError(f"piece {piece!r} is held by {held.get(piece, 0)} ranks (must be exactly 1)",
-                                       tensor=name)
+                raise DeltaFormatError(
+                    f"piece {piece!r} is held by {held.get(piece, 0)} ranks (must be exactly 1)", tensor=name
+                )
             at = stop
         if at != shape[dim]:
-            raise DeltaFormatError(f"pieces cover [0, {at}) of {shape[dim]} along dim {dim}; refusing the version",
-                                   tensor=name)
+            raise DeltaFormatError(
+                f"pieces cover [0, {at}) of {shape[dim]} along dim {dim}; refusing the version", tensor=name
+            )
 
 
 def hash_keys(flat: Mapping[str, torch.Tensor], record: PieceRecord) -> dict[str, TensorKey]:
     """State-hash keys of the pieces in `flat` (piece name -> its full tensor and its range there), so that a
     piece hashes its elements where they sit in the full tensor: the state hash does not depend on how a
     tensor is cut. Tensors that are not pieces are not listed (they are their own full tensors)."""
-    return {piece: TensorKey.piece(name, DTYPE_NAMES[flat[piece].dtype], tuple(shape), dim, start, stop)
-            for piece, (name, shape, dim, start, stop) in record.items() if piece in flat}
+    return {
+        piece: TensorKey.piece(name, DTYPE_NAMES[flat[piece].dtype], tuple(shape), dim, start, stop)
+        for piece, (name, shape, dim, start, stop) in record.items()
+        if piece in flat
+    }
 
 
 def record_of(layout: Mapping[str, Sharded]) -> PieceRecord:
@@ -254,7 +275,7 @@ def assemble(flat: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded]) ->
         parts: list[torch.Tensor] = []
         for piece, start, stop in sharded.pieces:
             t = flat.get(piece)
-            want = sharded.shape[:sharded.dim] + (stop - start,) + sharded.shape[sharded.dim + 1:]
+            want = sharded.shape[: sharded.dim] + (stop - start,) + sharded.shape[sharded.dim + 1 :]
             if t is None or tuple(t.shape) != want:
                 got = None if t is None else tuple(t.shape)
                 raise DeltaFormatError(f"piece {piece!r} has shape {got}, the layout says {want}", tensor=name)
@@ -276,15 +297,20 @@ def piece_views(full: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded])
     for name, sharded in layout.items():
         t = full.get(name)
         if t is None or tuple(t.shape) != sharded.shape:
-            raise DeltaFormatError(f"the state holds {None if t is None else tuple(t.shape)}, the layout "
-                                   f"says {sharded.shape}", tensor=name)
+            raise DeltaFormatError(
+                f"the state holds {None if t is None else tuple(t.shape)}, the layout says {sharded.shape}", tensor=name
+            )
         for piece, start, stop in sharded.pieces:
             flat[piece] = _region(t, sharded, start, stop).contiguous()
     return flat
 
 
-def write_back(full: Mapping[str, torch.Tensor], flat: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded],
-               pieces: set[str] | None = None) -> None:
+def write_back(
+    full: Mapping[str, torch.Tensor],
+    flat: Mapping[str, torch.Tensor],
+    layout: Mapping[str, Sharded],
+    pieces: set[str] | None = None,
+) -> None:
     """Copy pieces (all, or those in `pieces`) that are not views into their full tensors, in place."""
     for name, sharded in layout.items():
         for piece, start, stop in sharded.pieces:
@@ -295,8 +321,9 @@ def write_back(full: Mapping[str, torch.Tensor], flat: Mapping[str, torch.Tensor
                 region.copy_(flat[piece])
 
 
-def split(state: Mapping[str, torch.Tensor], rank: int, world: int,
-          min_numel: int = MIN_SPLIT_NUMEL) -> dict[str, torch.Tensor | Slice]:
+def split(
+    state: Mapping[str, torch.Tensor], rank: int, world: int, min_numel: int = MIN_SPLIT_NUMEL
+) -> dict[str, torch.Tensor | Slice]:
     """This rank's share of a state that every rank holds whole, so that ranks publish in parallel.
 
     Tensors of at least `min_numel` elements are cut along dim 0 as `torch.chunk` cuts them (the

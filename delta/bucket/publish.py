@@ -116,8 +116,10 @@ class PublisherConfig:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
         resolve_workers(self.workers)
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
-            raise ValueError("need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
-                             f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}")
+            raise ValueError(
+                "need 0 < retry_delay <= max_retry_delay and commit_timeout > 0, got "
+                f"{self.retry_delay}, {self.max_retry_delay}, {self.commit_timeout}"
+            )
 
 
 @dataclass
@@ -173,10 +175,17 @@ class Publisher:
     calling thread (with several ranks, every rank calls them at the same points).
     """
 
-    def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
-                 signing_key: SigningKey | str | None = None, handover_from: SigningKey | str | None = None,
-                 base_state: Mapping[str, torch.Tensor] | None = None, group: Any = None,
-                 **storage_options: Any) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        config: PublisherConfig | None = None,
+        *,
+        signing_key: SigningKey | str | None = None,
+        handover_from: SigningKey | str | None = None,
+        base_state: Mapping[str, torch.Tensor] | None = None,
+        group: Any = None,
+        **storage_options: Any,
+    ) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or PublisherConfig()
         self.ranks = Ranks.create(group)
@@ -184,13 +193,13 @@ class Publisher:
         self._handover: Handover | None = None
         manifest, latest, run = None, 0, secrets.token_hex(16)
         if self.ranks.rank == 0:
-            self._key = (_signing_key(signing_key) if signing_key is not None
-                         else trainer_key(self.storage.url))
+            self._key = _signing_key(signing_key) if signing_key is not None else trainer_key(self.storage.url)
             if handover_from is not None:
                 self._handover = make_handover(_signing_key(handover_from), self._key.public)
             manifest, latest, run = self._own_versions(read_manifest(self.storage), run)
-        self.session, manifest, latest, self._run_id = self.ranks.broadcast((secrets.token_hex(4), manifest, latest,
-                                                                             run))
+        self.session, manifest, latest, self._run_id = self.ranks.broadcast(
+            (secrets.token_hex(4), manifest, latest, run)
+        )
         self._manifest = manifest
         self._next_version = latest + 1
         self._last_anchor = max((v.version for v in manifest.anchors()), default=0) if manifest else 0
@@ -340,30 +349,54 @@ class Publisher:
                 break
         mine = self._key.public.fingerprint
         if own and own < latest:
-            logger.warning("versions %d..%d of %s are not signed by this trainer's key (%s): someone else's, ignored; "
-                           "going on from version %d", own + 1, latest, self.storage.url, mine, own)
+            logger.warning(
+                "versions %d..%d of %s are not signed by this trainer's key (%s): someone else's, ignored; "
+                "going on from version %d",
+                own + 1,
+                latest,
+                self.storage.url,
+                mine,
+                own,
+            )
         elif own and manifest is not newest:
-            logger.warning("the newest manifest of %s lists versions not signed by this trainer's key (%s): someone "
-                           "else's, ignored; going on from version %d", self.storage.url, mine, own)
+            logger.warning(
+                "the newest manifest of %s lists versions not signed by this trainer's key (%s): someone "
+                "else's, ignored; going on from version %d",
+                self.storage.url,
+                mine,
+                own,
+            )
         elif latest and not own:
-            logger.warning("no version of %s is signed by this trainer's key (%s): starting a new run at version %d; "
-                           "readers that trust another key refuse it (a new key is introduced with handover_from=the "
-                           "old key)", self.storage.url, mine, latest + 1)
+            logger.warning(
+                "no version of %s is signed by this trainer's key (%s): starting a new run at version %d; "
+                "readers that trust another key refuse it (a new key is introduced with handover_from=the "
+                "old key)",
+                self.storage.url,
+                mine,
+                latest + 1,
+            )
         return (manifest.upto(own), own, run) if own else (None, latest, run)
 
     def _check_base(self, state: Mapping[str, torch.Tensor]) -> None:
         """First publish (every rank): keep the resumed base only if every rank's tensors and slices are laid
         out as in the bucket's latest version; otherwise the next version is an anchor only (a new chain)."""
         base, manifest = self._base, self._manifest
-        same = base is not None and manifest is not None and base.keys() == state.keys() and all(
-            base[n].shape == t.shape and base[n].dtype == t.dtype for n, t in state.items())
+        same = (
+            base is not None
+            and manifest is not None
+            and base.keys() == state.keys()
+            and all(base[n].shape == t.shape and base[n].dtype == t.dtype for n, t in state.items())
+        )
         if same and self.ranks.world > 1:
             shards, layout = manifest.shards, manifest.pieces or {}
             same = shards is not None and len(shards) == self.ranks.world and set(shards[self.ranks.rank]) == set(state)
             same = same and all(
-                layout.get(name) is not None and (piece, start, stop) in layout[name].pieces
-                and layout[name].shape == tuple(shape) and layout[name].dim == dim
-                for piece, (name, shape, dim, start, stop) in (self._pieces or {}).items())
+                layout.get(name) is not None
+                and (piece, start, stop) in layout[name].pieces
+                and layout[name].shape == tuple(shape)
+                and layout[name].dim == dim
+                for piece, (name, shape, dim, start, stop) in (self._pieces or {}).items()
+            )
         elif same:
             same = manifest.shards is None and not self._pieces
         if not self.ranks.all(same):
@@ -376,17 +409,25 @@ class Publisher:
         base: State | None = None
         latest = manifest.latest if manifest else None
         if latest is not None and scheme_of(latest.state_hash) != SCHEME:
-            logger.warning("version %d of %s is hashed with %s: the next version will be an anchor (%s from now on)",
-                           latest.version, self.storage.url, scheme_of(latest.state_hash) or "an unknown scheme",
-                           SCHEME)
+            logger.warning(
+                "version %d of %s is hashed with %s: the next version will be an anchor (%s from now on)",
+                latest.version,
+                self.storage.url,
+                scheme_of(latest.state_hash) or "an unknown scheme",
+                SCHEME,
+            )
             latest = None
         if latest is not None and base_state is not None and self.ranks.world == 1:
             digest = state_digest(base_state, workers=self.config.workers)
             if digest.hexdigest == latest.state_hash:
                 base = {k: v.detach().clone() for k, v in base_state.items()}
             else:
-                logger.warning("base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
-                               digest.hexdigest, latest.version, latest.state_hash)
+                logger.warning(
+                    "base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
+                    digest.hexdigest,
+                    latest.version,
+                    latest.state_hash,
+                )
         if latest is not None and base is None:
             assert manifest is not None  # it lists `latest`
             try:
@@ -402,8 +443,12 @@ class Publisher:
                     names = []
                 base = {n: full[n] for n in names} or None
             except (DeltaError, OSError) as e:
-                logger.warning("cannot pull version %d from %s (%s): the next version will be an anchor only",
-                               latest.version, self.storage.url, e)
+                logger.warning(
+                    "cannot pull version %d from %s (%s): the next version will be an anchor only",
+                    latest.version,
+                    self.storage.url,
+                    e,
+                )
         return base if self.ranks.all(base is not None) else None
 
     # -- the background side ---------------------------------------------------------------------------
@@ -443,8 +488,9 @@ class Publisher:
             with self._cond:
                 self._cond.wait_for(lambda: self._closing, delay)
                 if self._closing:
-                    raise PublishError(f"closed while the bucket was unreachable; version {self._next_version} "
-                                       "was not published")
+                    raise PublishError(
+                        f"closed while the bucket was unreachable; version {self._next_version} was not published"
+                    )
                 newer = self._pending if self.ranks.world == 1 else None
                 if newer is not None:  # coalesce: retry with the newest state instead
                     self._pending, self._spare = None, snapshot.tensors
@@ -458,27 +504,48 @@ class Publisher:
         keys = pieces.hash_keys(snapshot.tensors, self._pieces or {})
         if self._base is not None and self._base_digest is None:  # resumed: hashed once, with the pieces' keys
             self._base_digest = state_digest(self._base, keys, self.config.workers)
-        anchor = (snapshot.anchor or self._base is None or self._last_anchor == 0
-                  or version - self._last_anchor >= self.config.anchor_every)
+        anchor = (
+            snapshot.anchor
+            or self._base is None
+            or self._last_anchor == 0
+            or version - self._last_anchor >= self.config.anchor_every
+        )
         folder = version_dir(version, self.session)
         delta_refs: list[FileRef] = []
         anchor_refs: list[FileRef] = []
         if self._base is not None:
-            data, digest = encode_delta(self._base, snapshot.tensors, codec=self.config.codec, version=version,
-                                        base_version=version - 1, old_digest=self._base_digest,
-                                        workers=self.config.workers, workspace=self._workspace)
+            data, digest = encode_delta(
+                self._base,
+                snapshot.tensors,
+                codec=self.config.codec,
+                version=version,
+                base_version=version - 1,
+                old_digest=self._base_digest,
+                workers=self.config.workers,
+                workspace=self._workspace,
+            )
             delta_refs.append(self._write(f"{folder}delta-r{rank:05d}.safetensors", data))
         else:
             digest = state_digest(snapshot.tensors, keys, self.config.workers)
         if anchor:
-            shards = encode_anchor(snapshot.tensors, version=version, state_hash=digest.hexdigest,
-                                   max_shard_bytes=self.config.max_shard_bytes)
+            shards = encode_anchor(
+                snapshot.tensors,
+                version=version,
+                state_hash=digest.hexdigest,
+                max_shard_bytes=self.config.max_shard_bytes,
+            )
             for i, data in enumerate(shards):
-                anchor_refs.append(self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors",
-                                               data))
-        record = {"rank": rank, "names": sorted(snapshot.tensors), "tensors": digest.to_json(),
-                  "delta": delta_refs, "anchor": anchor_refs,
-                  "pieces": {p: [n, list(shape), d, a, b] for p, (n, shape, d, a, b) in (self._pieces or {}).items()}}
+                anchor_refs.append(
+                    self._write(f"{folder}anchor-r{rank:05d}-{i:05d}-of-{len(shards):05d}.safetensors", data)
+                )
+        record = {
+            "rank": rank,
+            "names": sorted(snapshot.tensors),
+            "tensors": digest.to_json(),
+            "delta": delta_refs,
+            "anchor": anchor_refs,
+            "pieces": {p: [n, list(shape), d, a, b] for p, (n, shape, d, a, b) in (self._pieces or {}).items()},
+        }
         if rank == 0:
             others = self.ranks.collect(self.storage, folder, self.config.commit_timeout)
             manifest = self._commit(version, [record, *others], snapshot.taken_at)
@@ -498,8 +565,9 @@ class Publisher:
             self._last_anchor = version
         committed = manifest.get(version)
         assert committed is not None  # the manifest just committed lists it
-        published = PublishedVersion(version, committed.state_hash, "anchor" if anchor else "delta",
-                                     written, time.monotonic() - start)
+        published = PublishedVersion(
+            version, committed.state_hash, "anchor" if anchor else "delta", written, time.monotonic() - start
+        )
         with self._cond:  # `state_version` reads `last`, the upload and the queue together
             self.last = published
             self._in_flight = False
@@ -515,8 +583,10 @@ class Publisher:
         for r in records:
             part = SumDigest.from_json(r["tensors"])
             if part.names & digest.names:
-                raise PublishError(f"rank {r['rank']} publishes tensors another rank publishes too: "
-                                   f"{sorted(part.names & digest.names)[:3]}")
+                raise PublishError(
+                    f"rank {r['rank']} publishes tensors another rank publishes too: "
+                    f"{sorted(part.names & digest.names)[:3]}"
+                )
             digest = digest.merged(part)
         delta = tuple(f for r in records for f in r["delta"])
         anchor = tuple(f for r in records for f in r["anchor"])
@@ -525,11 +595,16 @@ class Publisher:
         if any(not r["anchor"] for r in records):
             anchor = ()
         prev = self._manifest.latest if self._manifest else None
-        entry = VersionEntry(version=version, kind="anchor" if anchor else "delta",
-                             base_version=version - 1 if delta else None,
-                             base_hash=prev.state_hash if delta and prev else None,
-                             state_hash=digest.hexdigest, delta=delta, anchor=anchor,
-                             published_at=taken_at)
+        entry = VersionEntry(
+            version=version,
+            kind="anchor" if anchor else "delta",
+            base_version=version - 1 if delta else None,
+            base_hash=prev.state_hash if delta and prev else None,
+            state_hash=digest.hexdigest,
+            delta=delta,
+            anchor=anchor,
+            published_at=taken_at,
+        )
         shards = tuple(tuple(r["names"]) for r in records) if len(records) > 1 else None
         layout = pieces.layout_of([r["pieces"] for r in records])
         pieces.check_layout(layout, shards)  # a version whose slices do not tile its tensors is never committed
@@ -549,9 +624,14 @@ def _signing_key(key: SigningKey | str) -> SigningKey:
 
 def _copy_into(buffers: State | None, state: Mapping[str, torch.Tensor]) -> State:
     """A copy of `state`, reusing `buffers` (an older snapshot of the same layout) when possible."""
-    if buffers is not None and buffers.keys() == state.keys() and all(
+    if (
+        buffers is not None
+        and buffers.keys() == state.keys()
+        and all(
             b.shape == t.shape and b.dtype == t.dtype and b.device == t.device
-            for b, t in ((buffers[k], state[k]) for k in state)):
+            for b, t in ((buffers[k], state[k]) for k in state)
+        )
+    ):
         for k, t in state.items():
             buffers[k].copy_(t.detach())
         return buffers

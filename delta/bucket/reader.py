@@ -103,9 +103,17 @@ class Reader:
     version changes.
     """
 
-    def __init__(self, storage: Storage, state: State | None = None, *, version: int | None = None,
-                 digest: StateDigest | None = None, fetch_threads: int = 4, workers: int | None = None,
-                 trust: Trust | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        state: State | None = None,
+        *,
+        version: int | None = None,
+        digest: StateDigest | None = None,
+        fetch_threads: int = 4,
+        workers: int | None = None,
+        trust: Trust | None = None,
+    ) -> None:
         self.storage = storage
         self.workers = workers
         self.trust = trust
@@ -155,9 +163,15 @@ class Reader:
         """Release the fetch threads."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def catch_up(self, manifest: Manifest, target: int, *, stopped: Callable[[], bool] = lambda: False,
-                 on_bad_files: Callable[[BadFiles], None] | None = None,
-                 on_applied: Callable[[Applied], None] | None = None) -> int | None:
+    def catch_up(
+        self,
+        manifest: Manifest,
+        target: int,
+        *,
+        stopped: Callable[[], bool] = lambda: False,
+        on_bad_files: Callable[[BadFiles], None] | None = None,
+        on_applied: Callable[[Applied], None] | None = None,
+    ) -> int | None:
         """Move the state to version `target` of `manifest`, step by step; returns the version held.
 
         Args:
@@ -172,8 +186,11 @@ class Reader:
         """
         self.adopt_layout(manifest.pieces or {})
         held = manifest.get(self._version) if self._version is not None else None
-        if self._state is not None and self._version is not None and (
-                self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme)):
+        if (
+            self._state is not None
+            and self._version is not None
+            and (self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme))
+        ):
             # hashed in the scheme of the version held (the state is only read: no lock)
             digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state), self.workers)
             with self.lock:
@@ -234,8 +251,9 @@ class Reader:
         decoded = time.perf_counter()
         datas = [data for data, _ in results]
         try:
-            payload = (self._decode_anchor(step, datas) if step.via == "anchor"
-                       else self._decode_deltas(step, datas, manifest))
+            payload = (
+                self._decode_anchor(step, datas) if step.via == "anchor" else self._decode_deltas(step, datas, manifest)
+            )
         except (DeltaFormatError, StateMismatchError, IntegrityError) as e:
             raise BadFiles([f.path for f in step.files], e) from e
         return _Prepared(step, payload, fetched, decoded - start, time.perf_counter() - decoded)
@@ -250,8 +268,11 @@ class Reader:
             fresh.update(part)
         digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh), self.workers)
         if digest.hexdigest != step.entry.state_hash:
-            raise IntegrityError(f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
-                                 expected=step.entry.state_hash, actual=digest.hexdigest)
+            raise IntegrityError(
+                f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
+                expected=step.entry.state_hash,
+                actual=digest.hexdigest,
+            )
         if self._state is not None:
             check_same_layout(self._state, fresh)
             return fresh, digest, None
@@ -279,20 +300,28 @@ class Reader:
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
             sub_digest = base.subset(names)
-            header, changes, proven = decode(data, sub, path=ref.path, digest=sub_digest, workers=self.workers,
-                                             workspace=self._workspace)
+            header, changes, proven = decode(
+                data, sub, path=ref.path, digest=sub_digest, workers=self.workers, workspace=self._workspace
+            )
             if proven is None or proven.scheme != base.scheme:
-                raise DeltaFormatError(f"hashes its base in another scheme than its manifest ({base.scheme})",
-                                       path=ref.path)
+                raise DeltaFormatError(
+                    f"hashes its base in another scheme than its manifest ({base.scheme})", path=ref.path
+                )
             twice = written & {c.name for c in changes}
             if twice:
-                raise DeltaFormatError(f"changes {sorted(twice)[0]!r} that another file of version "
-                                       f"{step.entry.version} changes too", path=ref.path)
+                raise DeltaFormatError(
+                    f"changes {sorted(twice)[0]!r} that another file of version {step.entry.version} changes too",
+                    path=ref.path,
+                )
             written |= {c.name for c in changes}
             if manifest.shards is None and header.target_hash != step.entry.state_hash:
                 # One writer: the file's target must be the version's state, checked before any write.
-                raise IntegrityError(f"{ref.path} leads to another state than version {step.entry.version}",
-                                     expected=step.entry.state_hash, actual=header.target_hash, path=ref.path)
+                raise IntegrityError(
+                    f"{ref.path} leads to another state than version {step.entry.version}",
+                    expected=step.entry.state_hash,
+                    actual=header.target_hash,
+                    path=ref.path,
+                )
             out.append((header, changes, sub, proven))
         return base, out
 
@@ -324,11 +353,13 @@ class Reader:
             pause = time.perf_counter() - start
             with self._advanced:
                 self._advanced.notify_all()
-        return Applied(entry, prepared.step.via, changed, headers, prepared.fetched, prepared.fetch_s,
-                       prepared.decode_s, pause)
+        return Applied(
+            entry, prepared.step.via, changed, headers, prepared.fetched, prepared.fetch_s, prepared.decode_s, pause
+        )
 
-    def _write_deltas(self, base: StateDigest, decoded: list[tuple], state_hash: str
-                      ) -> tuple[StateDigest, tuple[str, ...]]:
+    def _write_deltas(
+        self, base: StateDigest, decoded: list[tuple], state_hash: str
+    ) -> tuple[StateDigest, tuple[str, ...]]:
         """Write every rank's changes, all or nothing: earlier ranks are rolled back if a later one fails.
 
         Args:
@@ -347,8 +378,11 @@ class Reader:
                 digest = digest.merged(result.digest)  # moved by what was written, from what was there
                 changed.update(c.name for c in changes)
             if digest.hexdigest != state_hash:
-                raise IntegrityError("state after applying does not match the manifest's state hash",
-                                     expected=state_hash, actual=digest.hexdigest)
+                raise IntegrityError(
+                    "state after applying does not match the manifest's state hash",
+                    expected=state_hash,
+                    actual=digest.hexdigest,
+                )
         except BaseException:  # a mismatch, or anything that stopped the writes half way: undo them all
             rollback.restore()
             raise

@@ -59,10 +59,10 @@ def collect_garbage(storage: Storage, manifest: Manifest) -> list[str]:
     """
     latest = manifest.latest.version if manifest.latest else 0
     keep = manifest.referenced()
-    doomed = [f.path for f in storage.list(VERSIONS_DIR)
-              if f.path not in keep and (version_of_path(f.path) or 0) <= latest]
-    doomed += [path for commit, path in manifest_commits(storage)[KEEP_OLD_MANIFESTS + 1:]
-               if commit < manifest.commit]
+    doomed = [
+        f.path for f in storage.list(VERSIONS_DIR) if f.path not in keep and (version_of_path(f.path) or 0) <= latest
+    ]
+    doomed += [path for commit, path in manifest_commits(storage)[KEEP_OLD_MANIFESTS + 1 :] if commit < manifest.commit]
     storage.delete(doomed)
     if doomed:
         logger.info("gc: deleted %d files from %s", len(doomed), storage.url)
@@ -79,4 +79,3 @@ def gc(storage: Storage, manifest: Manifest, keep_anchors: int) -> GcReport:
     if dropped:
         kept = write_manifest(storage, replace(kept, commit=kept.commit + 1))
     return GcReport(kept, dropped, tuple(collect_garbage(storage, kept)))
-

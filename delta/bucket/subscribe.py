@@ -166,16 +166,31 @@ class Subscriber:
     reading the state to see one version throughout).
     """
 
-    def __init__(self, bucket: str | Storage, state: State | None = None, *, version: int | None = None,
-                 digest: StateDigest | None = None, config: SubscriberConfig | None = None,
-                 on_update: Callable[[Update], None] | None = None, trust: Trust | None = None,
-                 **storage_options: Any) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        state: State | None = None,
+        *,
+        version: int | None = None,
+        digest: StateDigest | None = None,
+        config: SubscriberConfig | None = None,
+        on_update: Callable[[Update], None] | None = None,
+        trust: Trust | None = None,
+        **storage_options: Any,
+    ) -> None:
         self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
         self.config = config or SubscriberConfig()
         self.on_update = on_update
         self.trust = trust or Trust.for_bucket(self.storage.url)
-        self._reader = Reader(self.storage, state, version=version, digest=digest,
-                              fetch_threads=self.config.fetch_threads, workers=self.config.workers, trust=self.trust)
+        self._reader = Reader(
+            self.storage,
+            state,
+            version=version,
+            digest=digest,
+            fetch_threads=self.config.fetch_threads,
+            workers=self.config.workers,
+            trust=self.trust,
+        )
         self.lock = self._reader.lock
         self._sync_lock = threading.Lock()
         self._latest: int | None = None
@@ -214,9 +229,19 @@ class Subscriber:
     def status(self) -> SubscriberStatus:
         version = self._reader.version
         lag = None if self._latest is None or version is None else self._latest - version
-        return SubscriberStatus(version, self._latest, lag, self._last_error, self._failures,
-                                tuple(self._history), len(self._refused_manifests), self._refusals,
-                                self._last_refusal, self.trust.describe(), not self.trust.unauthenticated)
+        return SubscriberStatus(
+            version,
+            self._latest,
+            lag,
+            self._last_error,
+            self._failures,
+            tuple(self._history),
+            len(self._refused_manifests),
+            self._refusals,
+            self._last_refusal,
+            self.trust.describe(),
+            not self.trust.unauthenticated,
+        )
 
     def sync(self, version: int | None = None) -> int | None:
         """Catch up to `version` (default: the newest committed) and return the version held.
@@ -316,8 +341,13 @@ class Subscriber:
         self._latest = manifest.latest.version
         target = manifest.latest.version if version is None else version
         try:
-            return self._reader.catch_up(manifest, target, stopped=self._stop.is_set, on_bad_files=self._record,
-                                         on_applied=lambda applied: self._report(applied, seen_at))
+            return self._reader.catch_up(
+                manifest,
+                target,
+                stopped=self._stop.is_set,
+                on_bad_files=self._record,
+                on_applied=lambda applied: self._report(applied, seen_at),
+            )
         except UntrustedVersionError as e:
             self._refuse(e, manifest.commit)
             raise
@@ -333,12 +363,20 @@ class Subscriber:
 
     def _report(self, applied: Applied, seen_at: float) -> None:
         """Keep the statistics of a version just applied and hand it to `on_update`."""
-        stats = VersionStats(applied.entry.version, applied.via, applied.bytes_fetched, applied.fetch_s,
-                             applied.decode_s, applied.pause_s, time.monotonic() - seen_at)
+        stats = VersionStats(
+            applied.entry.version,
+            applied.via,
+            applied.bytes_fetched,
+            applied.fetch_s,
+            applied.decode_s,
+            applied.pause_s,
+            time.monotonic() - seen_at,
+        )
         self._history.append(stats)
         if self.on_update is not None:
             try:
-                self.on_update(Update(applied.entry.version, applied.changed, stats, applied.headers,
-                                      applied.entry.published_at))
+                self.on_update(
+                    Update(applied.entry.version, applied.changed, stats, applied.headers, applied.entry.published_at)
+                )
             except Exception:  # the consumer's bug must not stop the follower
                 logger.exception("on_update callback failed for version %d", applied.entry.version)

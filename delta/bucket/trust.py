@@ -105,8 +105,9 @@ class Trust:
     Build it with `for_bucket`, or `unauthenticated_for`.
     """
 
-    def __init__(self, bucket: str, key: PublicKey | None = None, *, pin: Path | None = None,
-                 unauthenticated: bool = False) -> None:
+    def __init__(
+        self, bucket: str, key: PublicKey | None = None, *, pin: Path | None = None, unauthenticated: bool = False
+    ) -> None:
         self.bucket = bucket
         self._key = key
         self._pin = pin
@@ -115,8 +116,9 @@ class Trust:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_bucket(cls, bucket: str, key: str | PublicKey | None = None,
-                   environ: Mapping[str, str] | None = None) -> Trust:
+    def for_bucket(
+        cls, bucket: str, key: str | PublicKey | None = None, environ: Mapping[str, str] | None = None
+    ) -> Trust:
         """Trust `key` (a key, its text or a file holding it) for `bucket`; without one, ``DELTA_TRUSTED_KEY``; without
         that, the key kept for the bucket on its first use (read now), or the first signed one to come.
 
@@ -136,8 +138,10 @@ class Trust:
                 body = json.loads(data)
                 kept = PublicKey.parse(body["key"]) if body.get("bucket") == bucket else None
             except (ValueError, KeyError, TypeError, AttributeError):
-                raise KeyFormatError(f"{pin} does not hold the key trusted for {bucket}: delete it to trust the next "
-                                     "signed version's key") from None
+                raise KeyFormatError(
+                    f"{pin} does not hold the key trusted for {bucket}: delete it to trust the next "
+                    "signed version's key"
+                ) from None
         return cls(bucket, kept, pin=pin)
 
     @classmethod
@@ -169,15 +173,28 @@ class Trust:
         if self.unauthenticated:
             return
         what = f"version {entry.version}"
-        self.check(entry.signer, entry.signature, manifest.signed_bytes(entry), what, manifest.handovers,
-                   version=entry.version)
+        self.check(
+            entry.signer, entry.signature, manifest.signed_bytes(entry), what, manifest.handovers, version=entry.version
+        )
         if held_run is not None and entry.run != held_run:
-            raise UntrustedVersionError(f"{what} is of run {entry.run}, the state held of run {held_run}: a new run "
-                                        "on this bucket, or versions replayed from another; restart the reader to "
-                                        "follow a new run", version=entry.version, reason="another run")
+            raise UntrustedVersionError(
+                f"{what} is of run {entry.run}, the state held of run {held_run}: a new run "
+                "on this bucket, or versions replayed from another; restart the reader to "
+                "follow a new run",
+                version=entry.version,
+                reason="another run",
+            )
 
-    def check(self, signer: str | None, signature: str | None, message: bytes, what: str,
-              handovers: Iterable[Handover] = (), *, version: int | None = None) -> None:
+    def check(
+        self,
+        signer: str | None,
+        signature: str | None,
+        message: bytes,
+        what: str,
+        handovers: Iterable[Handover] = (),
+        *,
+        version: int | None = None,
+    ) -> None:
         """Refuse `message` unless `signature` is the trusted key's (or, through `handovers`, a later key's). Trusts
         `signer` if no key is trusted yet (first use: kept and said so), or if the handovers introduce it.
 
@@ -187,23 +204,34 @@ class Trust:
         if self.unauthenticated:
             return
         if signer is None or signature is None:
-            raise UntrustedVersionError(f"{what} is unsigned: not written by the trainer's Publisher (an older delta, "
-                                        "TRL's files, or a stranger); follow an unsigned bucket only unauthenticated",
-                                        version=version, reason="unsigned")
+            raise UntrustedVersionError(
+                f"{what} is unsigned: not written by the trainer's Publisher (an older delta, "
+                "TRL's files, or a stranger); follow an unsigned bucket only unauthenticated",
+                version=version,
+                reason="unsigned",
+            )
         try:
             key = PublicKey.parse(signer)
         except KeyFormatError:
-            raise UntrustedVersionError(f"{what} names no valid signing key", version=version,
-                                        reason="bad signature") from None
+            raise UntrustedVersionError(
+                f"{what} names no valid signing key", version=version, reason="bad signature"
+            ) from None
         with self._lock:
             trusted = self._key
             if trusted is not None and key != trusted and not handed_over(trusted, key, handovers):
-                raise UntrustedVersionError(f"{what} is signed by {key.fingerprint}, not by the trusted "
-                                            f"{trusted.fingerprint}, and no handover signed by the trusted key "
-                                            "introduces it", version=version, reason="another key")
+                raise UntrustedVersionError(
+                    f"{what} is signed by {key.fingerprint}, not by the trusted "
+                    f"{trusted.fingerprint}, and no handover signed by the trusted key "
+                    "introduces it",
+                    version=version,
+                    reason="another key",
+                )
             if not key.verify(signature, message):
-                raise UntrustedVersionError(f"{what}: the signature does not match what it signs (forged or edited)",
-                                            version=version, reason="bad signature")
+                raise UntrustedVersionError(
+                    f"{what}: the signature does not match what it signs (forged or edited)",
+                    version=version,
+                    reason="bad signature",
+                )
             if trusted is None:
                 self._trust(key, f"trusted on first use (the key of {what})")
             elif key != trusted:

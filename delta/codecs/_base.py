@@ -106,8 +106,13 @@ class Codec(ABC):
         """
 
     @abstractmethod
-    def check(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
-              workers: int | None = None, foreign: bool = False) -> str:
+    def check(
+        self,
+        entries: tuple[TensorEntry, ...],
+        blobs: Mapping[str, torch.Tensor],
+        workers: int | None = None,
+        foreign: bool = False,
+    ) -> str:
         """Check everything that can be checked without the reader's state; returns what that was (the
         words `python -m delta verify` prints without `--base`). `foreign`: a file with no shapes.
 
@@ -116,9 +121,17 @@ class Codec(ABC):
         """
 
     @abstractmethod
-    def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor],
-               names: list[str], progress: bool = False, workers: int | None = None, chunk: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> Encoded:
+    def encode(
+        self,
+        old: Mapping[str, torch.Tensor],
+        new: Mapping[str, torch.Tensor],
+        names: list[str],
+        progress: bool = False,
+        workers: int | None = None,
+        chunk: int | None = None,
+        keys: Mapping[str, TensorKey] | None = None,
+        workspace: Workspace | None = None,
+    ) -> Encoded:
         """Encode the changes of `names` (same shape and dtype in both states), where the tensors live.
 
         Unchanged tensors are left out of the entries. Reads both states, modifies neither. `workers`:
@@ -128,9 +141,15 @@ class Codec(ABC):
         """
 
     @abstractmethod
-    def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
-               state: Mapping[str, torch.Tensor], workers: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> list[Change]:
+    def decode(
+        self,
+        entries: tuple[TensorEntry, ...],
+        blobs: Mapping[str, torch.Tensor],
+        state: Mapping[str, torch.Tensor],
+        workers: int | None = None,
+        keys: Mapping[str, TensorKey] | None = None,
+        workspace: Workspace | None = None,
+    ) -> list[Change]:
         """Decode and validate every change against the reader's `state` (read only), where it lives.
 
         `keys`: also compute how each tensor's state-hash sums move (`Change.sums`), from the old values

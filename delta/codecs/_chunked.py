@@ -58,12 +58,23 @@ class ChunkedCodec(Codec):
     def __init__(self, context: bool) -> None:
         self.classing = Classing(context)
         self.name = "ctx" if context else "gap"
-        self.description = ("gaps of in-class ranks (class = old exponent) + ULP steps, rANS per class, chunked"
-                            if context else "position gaps + ULP steps, rANS, chunked")
+        self.description = (
+            "gaps of in-class ranks (class = old exponent) + ULP steps, rANS per class, chunked"
+            if context
+            else "position gaps + ULP steps, rANS, chunked"
+        )
 
-    def encode(self, old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
-               progress: bool = False, workers: int | None = None, chunk: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> Encoded:
+    def encode(
+        self,
+        old: Mapping[str, torch.Tensor],
+        new: Mapping[str, torch.Tensor],
+        names: list[str],
+        progress: bool = False,
+        workers: int | None = None,
+        chunk: int | None = None,
+        keys: Mapping[str, TensorKey] | None = None,
+        workspace: Workspace | None = None,
+    ) -> Encoded:
         chunk = _found.chunk_size(chunk)
         workers = resolve_workers(workers)
         names = sorted(names)
@@ -71,27 +82,52 @@ class ChunkedCodec(Codec):
         moved = np.zeros((len(names), 2), np.uint64)  # per tensor, the hash lanes' moves
         workspace = Workspace() if workspace is None else workspace
         with workspace, _device.Staging() as staging:  # the device scans' host copies live until coded
-            found = _device_scan.scan_on_device(old, new, names, keys, counts, moved, workers, staging,
-                                                f"diff {self.name} on the device" if progress else None)
+            found = _device_scan.scan_on_device(
+                old,
+                new,
+                names,
+                keys,
+                counts,
+                moved,
+                workers,
+                staging,
+                f"diff {self.name} on the device" if progress else None,
+            )
             with stage("scan"):  # the host scan hashes and counts symbols as it goes: all in this stage
-                found += _found.scan_on_host(old, new, names, keys, counts, moved, workers,
-                                             f"diff {self.name}" if progress else None)
+                found += _found.scan_on_host(
+                    old, new, names, keys, counts, moved, workers, f"diff {self.name}" if progress else None
+                )
             with stage("code"):
                 models, filling = WriterModels.building(counts, workers, workspace)
                 with filling:  # the models' tables fill on the other threads meanwhile
                     plan = Plan.of(found)
                 coded = code(plan, models, self.classing, workers, workspace)
             rows = np.concatenate([[chunk], coded.rows.reshape(-1)]).astype(np.uint32)
-            blobs = {"models": pack(models.to_table(), threads=workers), "chunks": pack(rows, threads=workers),
-                     "words": coded.words.astype("<u2", copy=False).view(np.uint8)}
-            streams = {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) if len(v) else  # out of the workspace
-                       torch.empty(0, dtype=torch.uint8) for k, v in blobs.items()}
-        changed = np.bincount(coded.tensor, weights=coded.rows[:, _parsed.S_COUNT],
-                              minlength=len(names)).astype(np.int64)
-        entries = [TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
-                   for name, c in zip(names, changed.tolist(), strict=True) if c]
-        sums = ({name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
-                if keys is not None else None)
+            blobs = {
+                "models": pack(models.to_table(), threads=workers),
+                "chunks": pack(rows, threads=workers),
+                "words": coded.words.astype("<u2", copy=False).view(np.uint8),
+            }
+            streams = {
+                k: torch.frombuffer(bytearray(v), dtype=torch.uint8)
+                if len(v)
+                # out of the workspace
+                else torch.empty(0, dtype=torch.uint8)
+                for k, v in blobs.items()
+            }
+        changed = np.bincount(coded.tensor, weights=coded.rows[:, _parsed.S_COUNT], minlength=len(names)).astype(
+            np.int64
+        )
+        entries = [
+            TensorEntry(name, DTYPE_NAMES[old[name].dtype], tuple(old[name].shape), "sparse", int(c))
+            for name, c in zip(names, changed.tolist(), strict=True)
+            if c
+        ]
+        sums = (
+            {name: (int(moved[i, 0]), int(moved[i, 1])) for i, name in enumerate(names) if changed[i]}
+            if keys is not None
+            else None
+        )
         return Encoded(entries, streams, sums)
 
     def stream_names(self, entries: tuple[TensorEntry, ...]) -> set[str]:
@@ -100,9 +136,15 @@ class ChunkedCodec(Codec):
     def check_streams(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> None:
         _parsed.check_streams(blobs)
 
-    def decode(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor],
-               state: Mapping[str, torch.Tensor], workers: int | None = None,
-               keys: Mapping[str, TensorKey] | None = None, workspace: Workspace | None = None) -> list[Change]:
+    def decode(
+        self,
+        entries: tuple[TensorEntry, ...],
+        blobs: Mapping[str, torch.Tensor],
+        state: Mapping[str, torch.Tensor],
+        workers: int | None = None,
+        keys: Mapping[str, TensorKey] | None = None,
+        workspace: Workspace | None = None,
+    ) -> list[Change]:
         workers = resolve_workers(workers)
         workspace = Workspace() if workspace is None else workspace
         with workspace:
@@ -113,24 +155,35 @@ class ChunkedCodec(Codec):
             changes.update(_decode.decode_on_host(parsed, on_host, state, workers, keys))
         return [changes[e.name] for e in entries]
 
-    def check(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], workers: int | None = None,
-              foreign: bool = False) -> str:
+    def check(
+        self,
+        entries: tuple[TensorEntry, ...],
+        blobs: Mapping[str, torch.Tensor],
+        workers: int | None = None,
+        foreign: bool = False,
+    ) -> str:
         """Every chunk's words decoded without the state: the rANS stream ends on its initial state with
         every word used, holds as many changes per class range as the chunk table says, ranks below the
         chunk's size, steps within the dtype's width. Not checkable without the old tensor: for `ctx`,
         that each rank exists in its class of the old tensor; for both, the new values themselves."""
         parsed = _parsed.parse(entries, blobs, self.classing, Workspace())
         _decode.check(parsed, resolve_workers(workers))
-        where = ("class ranks inside their chunk" if self.classing.context else
-                 "positions inside their chunk, strictly increasing")
-        return (f"{len(entries)} tensors in {len(parsed.rows)} chunks, every chunk's rANS words decoding exactly to "
-                f"the chunk table's counts, with {where} and steps within each dtype's width")
+        where = (
+            "class ranks inside their chunk"
+            if self.classing.context
+            else "positions inside their chunk, strictly increasing"
+        )
+        return (
+            f"{len(entries)} tensors in {len(parsed.rows)} chunks, every chunk's rANS words decoding exactly to "
+            f"the chunk table's counts, with {where} and steps within each dtype's width"
+        )
 
     def tensor_bytes(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> dict[str, int]:
         """Each tensor's rANS words, plus its share of the tables by the share of words it holds."""
         rows = _parsed.parse(entries, blobs, self.classing, Workspace()).rows
         tables = sum(v.numel() for k, v in blobs.items() if k != "words")
-        own = 2 * np.bincount(rows[:, _parsed.ENTRY], weights=rows[:, _parsed.W1] - rows[:, _parsed.W0],
-                              minlength=len(entries)).astype(np.int64)
+        own = 2 * np.bincount(
+            rows[:, _parsed.ENTRY], weights=rows[:, _parsed.W1] - rows[:, _parsed.W0], minlength=len(entries)
+        ).astype(np.int64)
         total = max(1, int(own.sum()))
         return {e.name: int(n) + round(tables * int(n) / total) for e, n in zip(entries, own.tolist(), strict=True)}

@@ -86,17 +86,47 @@ def decode_rows(words, rows, gap_models, step_models, freq, cum, lut, cls, ranks
     for r in range(rows.shape[0]):
         f, count, at = rows[r, FAMILY], rows[r, COUNT], rows[r, OUT]
         room = count if store else 0
-        err = _rans.decode_chunk(words[rows[r, W0]:rows[r, W1]], rows[r, CLASS_LO], rows[r, CLASS_HI], rows[r, SIZE],
-                                 rows[r, WIDTH], gap_models[f], step_models[f], freq, cum, lut, count,
-                                 cls[at:at + room], ranks[at:at + room], steps[at:at + room])
+        err = _rans.decode_chunk(
+            words[rows[r, W0] : rows[r, W1]],
+            rows[r, CLASS_LO],
+            rows[r, CLASS_HI],
+            rows[r, SIZE],
+            rows[r, WIDTH],
+            gap_models[f],
+            step_models[f],
+            freq,
+            cum,
+            lut,
+            count,
+            cls[at : at + room],
+            ranks[at : at + room],
+            steps[at : at + room],
+        )
         if err:
             return err, r
     return 0, -1
 
 
 @njit(nogil=True, cache=True)
-def place_rows(words, rows, a_list, pos_list, val_list, dense, shift, mask, chunk, gap_model, step_model, freq, cum,
-               lut, ikeys, seeds, moved):  # pragma: no cover - compiled
+def place_rows(
+    words,
+    rows,
+    a_list,
+    pos_list,
+    val_list,
+    dense,
+    shift,
+    mask,
+    chunk,
+    gap_model,
+    step_model,
+    freq,
+    cum,
+    lut,
+    ikeys,
+    seeds,
+    moved,
+):  # pragma: no cover - compiled
     """Decode the chunks `rows` (parsed rows, ENTRY: a tensor of `a_list`, tensors of one dtype) and place their
     changes: positions and new values into `pos_list[t]`/`val_list[t]` from the row's FIRST on, or, for a `dense`
     tensor, the new values straight into `val_list[t]` (a copy of the old tensor). Hash moves per row into
@@ -113,18 +143,32 @@ def place_rows(words, rows, a_list, pos_list, val_list, dense, shift, mask, chun
         a = a_list[t]
         start = k * chunk
         end = min(a.size, start + chunk)
-        err = _rans.decode_chunk(words[rows[r, _parsed.W0]:rows[r, _parsed.W1]], rows[r, _parsed.CLASS_LO],
-                                 rows[r, _parsed.CLASS_HI], end - start, width, gap_model, step_model, freq, cum, lut,
-                                 count, cls[:count], ranks[:count], steps[:count])
+        err = _rans.decode_chunk(
+            words[rows[r, _parsed.W0] : rows[r, _parsed.W1]],
+            rows[r, _parsed.CLASS_LO],
+            rows[r, _parsed.CLASS_HI],
+            end - start,
+            width,
+            gap_model,
+            step_model,
+            freq,
+            cum,
+            lut,
+            count,
+            cls[:count],
+            ranks[:count],
+            steps[:count],
+        )
         if err:
             return err, r
         key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
         if dense[t]:
             positions, values = pos_scratch[:count], val_scratch[:count]
         else:
-            positions, values = pos_list[t][at:at + count], val_list[t][at:at + count]
-        err, h0, h1 = locate_chunk(a, start, end, shift, mask, cls[:count], ranks[:count], steps[:count], positions,
-                                   values, key)
+            positions, values = pos_list[t][at : at + count], val_list[t][at : at + count]
+        err, h0, h1 = locate_chunk(
+            a, start, end, shift, mask, cls[:count], ranks[:count], steps[:count], positions, values, key
+        )
         if err:
             return err, r
         if dense[t]:
@@ -137,12 +181,19 @@ def place_rows(words, rows, a_list, pos_list, val_list, dense, shift, mask, chun
 
 def _raise_at(parsed: Parsed, err: int, row: int) -> None:
     entry, chunk = parsed.rows[row, _parsed.ENTRY], parsed.rows[row, _parsed.CHUNK]
-    raise DeltaFormatError(f"chunk at element {int(chunk) * parsed.chunk} does not decode: {_rans.DECODE_ERRORS[err]}",
-                           tensor=parsed.entries[int(entry)].name)
+    raise DeltaFormatError(
+        f"chunk at element {int(chunk) * parsed.chunk} does not decode: {_rans.DECODE_ERRORS[err]}",
+        tensor=parsed.entries[int(entry)].name,
+    )
 
 
-def decode_on_host(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.Tensor], workers: int,
-                   keys: Mapping[str, TensorKey] | None) -> dict[str, Change]:
+def decode_on_host(
+    parsed: Parsed,
+    chosen: list[int],
+    state: Mapping[str, torch.Tensor],
+    workers: int,
+    keys: Mapping[str, TensorKey] | None,
+) -> dict[str, Change]:
     """Decode, place and hash the changes of entries `chosen` (host tensors), dtype by dtype: one compiled call
     per range of chunks, ranges taken by `workers` threads."""
     entries, rows, models, chunk = parsed.entries, parsed.rows, parsed.models, parsed.chunk
@@ -159,7 +210,9 @@ def decode_on_host(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.
         # instead (a copy of the old one with each chunk's changes written in), so no delta costs the reader
         # more than one copy of each tensor it changes.
         pos = [np.empty(0 if d else entries[i].changed, np.int64) for i, d in zip(members, dense, strict=True)]
-        val = [x.copy() if d else np.empty(entries[i].changed, x.dtype) for i, x, d in zip(members, a, dense, strict=True)]
+        val = [
+            x.copy() if d else np.empty(entries[i].changed, x.dtype) for i, x, d in zip(members, a, dense, strict=True)
+        ]
         local = np.full(len(entries), -1, np.int64)
         local[members] = np.arange(len(members))
         sel = np.flatnonzero(local[rows[:, _parsed.ENTRY]] >= 0)
@@ -172,16 +225,45 @@ def decode_on_host(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.
         view = a[0].dtype.type
         moved = np.zeros((len(placed), 2), np.uint64)
 
-        def run(lo: int, hi: int, placed=placed, lists=lists, dense=dense, shift=view(shift), mask=view(mask),
-                gap_model=models.of(GAP, width, classes), step_model=models.of(STEP, width, classes), ikeys=ikeys,
-                seeds=seeds, moved=moved) -> tuple[int, int]:
-            err, row = place_rows(parsed.words, placed[lo:hi], *lists, dense, shift, mask, chunk, gap_model,
-                                  step_model, models.freq, models.cum, models.lut, ikeys, seeds, moved[lo:hi])
+        def run(
+            lo: int,
+            hi: int,
+            placed=placed,
+            lists=lists,
+            dense=dense,
+            shift=view(shift),
+            mask=view(mask),
+            gap_model=models.of(GAP, width, classes),
+            step_model=models.of(STEP, width, classes),
+            ikeys=ikeys,
+            seeds=seeds,
+            moved=moved,
+        ) -> tuple[int, int]:
+            err, row = place_rows(
+                parsed.words,
+                placed[lo:hi],
+                *lists,
+                dense,
+                shift,
+                mask,
+                chunk,
+                gap_model,
+                step_model,
+                models.freq,
+                models.cum,
+                models.lut,
+                ikeys,
+                seeds,
+                moved[lo:hi],
+            )
             return err, (lo + row if err else -1)
 
         # cost: the context scan walks every element of a chunk; `gap` only its changes
-        cost = (_parsed.sizes(placed, np.array([len(x) for x in a], np.int64), chunk) if parsed.classing.context
-                else placed[:, _parsed.COUNT])
+        cost = (
+            _parsed.sizes(placed, np.array([len(x) for x in a], np.int64), chunk)
+            if parsed.classing.context
+            else placed[:, _parsed.COUNT]
+        )
         spans = slices(cost, workers)
         with stage("decode"):  # rANS, placing and hashing each change
             failed = [(row, err) for err, row in in_threads(run, spans, workers) if err]
@@ -190,13 +272,22 @@ def decode_on_host(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.
             _raise_at(parsed, err, int(sel[row]))
         sums = sum_by(placed[:, _parsed.ENTRY], moved, len(members))
         for t, name in enumerate(names):
-            changes[name] = Change(name, None if dense[t] else pos[t], val[t],
-                                   (int(sums[t, 0]), int(sums[t, 1])) if keys is not None else None)
+            changes[name] = Change(
+                name,
+                None if dense[t] else pos[t],
+                val[t],
+                (int(sums[t, 0]), int(sums[t, 1])) if keys is not None else None,
+            )
     return changes
 
 
-def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torch.Tensor], workers: int,
-                     keys: Mapping[str, TensorKey] | None) -> dict[str, Change]:
+def decode_on_device(
+    parsed: Parsed,
+    chosen: list[int],
+    state: Mapping[str, torch.Tensor],
+    workers: int,
+    keys: Mapping[str, TensorKey] | None,
+) -> dict[str, Change]:
     """Decode each group's chunks on host threads into staging memory, then place them on the device
     (`_device_scan.locate`): the host decodes group k + 1 while the device places group k."""
     if not chosen:
@@ -210,8 +301,9 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
     device = state[names[0]].device
     bounds = np.searchsorted(rows[:, _parsed.ENTRY], np.arange(len(entries) + 1))  # each entry's rows
 
-    def decode_group(group: _groups.Group, staging: _device.Staging
-                     ) -> tuple[_device_scan.Decoded | None, tuple[int, int] | None]:
+    def decode_group(
+        group: _groups.Group, staging: _device.Staging
+    ) -> tuple[_device_scan.Decoded | None, tuple[int, int] | None]:
         picked = []
         for t, name in enumerate(group.names):  # the member's rows: its chunks inside the group's part
             lo, hi = bounds[index[name]], bounds[index[name] + 1]
@@ -231,10 +323,30 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
         part[:, OUT] = np.cumsum(part[:, COUNT]) - part[:, COUNT]
         spans = slices(part[:, COUNT], workers)
         with stage("decode"):
-            failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
-                lambda lo, hi: decode_rows(parsed.words, part[lo:hi], table.gap_models, table.step_models,
-                                           parsed.models.freq, parsed.models.cum, parsed.models.lut, cls, ranks, steps),
-                spans, workers), strict=True) if err]
+            failed = [
+                (lo + row, err)
+                for (lo, _), (err, row) in zip(
+                    spans,
+                    in_threads(
+                        lambda lo, hi: decode_rows(
+                            parsed.words,
+                            part[lo:hi],
+                            table.gap_models,
+                            table.step_models,
+                            parsed.models.freq,
+                            parsed.models.cum,
+                            parsed.models.lut,
+                            cls,
+                            ranks,
+                            steps,
+                        ),
+                        spans,
+                        workers,
+                    ),
+                    strict=True,
+                )
+                if err
+            ]
         if failed:
             row, err = min(failed)
             return None, (err, int(sel[row]))
@@ -244,14 +356,17 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
 
     with ThreadPoolExecutor(1, thread_name_prefix="delta-decode") as host_stage:
         stagings = [_device.Staging() for _ in groups]
-        ahead = [host_stage.submit(contextvars.copy_context().run, decode_group, g, s)
-                 for g, s in zip(groups[:1], stagings[:1], strict=True)]
+        ahead = [
+            host_stage.submit(contextvars.copy_context().run, decode_group, g, s)
+            for g, s in zip(groups[:1], stagings[:1], strict=True)
+        ]
         try:
             for k, group in enumerate(groups):
                 decoded, failure = ahead[k].result()
                 if k + 1 < len(groups):  # the host decodes the next group while the device places this one
-                    ahead.append(host_stage.submit(contextvars.copy_context().run, decode_group, groups[k + 1],
-                                                   stagings[k + 1]))
+                    ahead.append(
+                        host_stage.submit(contextvars.copy_context().run, decode_group, groups[k + 1], stagings[k + 1])
+                    )
                 if failure is not None:
                     _raise_at(parsed, *failure)
                 shift, mask = parsed.classing.field(state[group.names[0]].dtype)
@@ -259,8 +374,10 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
                 got = _device_scan.locate(state, group, shift, mask, decoded, keys)
                 stagings[k].close()  # `locate` waited for the device: the uploads are done
                 if got.bad is not None:
-                    raise DeltaFormatError(f"a chunk does not decode: {_rans.DECODE_ERRORS[_rans.RANK_PAST_CLASS]}",
-                                           tensor=group.names[got.bad])
+                    raise DeltaFormatError(
+                        f"a chunk does not decode: {_rans.DECODE_ERRORS[_rans.RANK_PAST_CLASS]}",
+                        tensor=group.names[got.bad],
+                    )
                 for t, name in enumerate(group.names):
                     parts[name].append((got.positions[t], got.values[t], got.sums[t] if got.sums else None))
         finally:
@@ -277,8 +394,12 @@ def decode_on_device(parsed: Parsed, chosen: list[int], state: Mapping[str, torc
             sums = _sumhash.ZERO
             for m in moved:
                 sums = _sumhash.add(sums, m)
-        changes[name] = Change(name, positions[0] if len(pieces) == 1 else torch.cat(positions),
-                               values[0] if len(pieces) == 1 else torch.cat(values), sums)
+        changes[name] = Change(
+            name,
+            positions[0] if len(pieces) == 1 else torch.cat(positions),
+            values[0] if len(pieces) == 1 else torch.cat(values),
+            sums,
+        )
     return changes
 
 
@@ -291,10 +412,30 @@ def check(parsed: Parsed, workers: int) -> None:
     table = DecodeTable.of(parsed)
     none16, none32, noneu = np.empty(0, np.uint16), np.empty(0, np.int32), np.empty(0, np.uint64)
     spans = slices(table.rows[:, COUNT], workers)
-    failed = [(lo + row, err) for (lo, _), (err, row) in zip(spans, in_threads(
-        lambda lo, hi: decode_rows(parsed.words, table.rows[lo:hi], table.gap_models, table.step_models,
-                                   parsed.models.freq, parsed.models.cum, parsed.models.lut, none16, none32, noneu),
-        spans, workers), strict=True) if err]
+    failed = [
+        (lo + row, err)
+        for (lo, _), (err, row) in zip(
+            spans,
+            in_threads(
+                lambda lo, hi: decode_rows(
+                    parsed.words,
+                    table.rows[lo:hi],
+                    table.gap_models,
+                    table.step_models,
+                    parsed.models.freq,
+                    parsed.models.cum,
+                    parsed.models.lut,
+                    none16,
+                    none32,
+                    noneu,
+                ),
+                spans,
+                workers,
+            ),
+            strict=True,
+        )
+        if err
+    ]
     if failed:
         row, err = min(failed)
         _raise_at(parsed, err, row)

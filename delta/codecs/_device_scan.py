@@ -83,9 +83,15 @@ def _narrow(v: torch.Tensor, dtype: torch.dtype, width: int) -> torch.Tensor:
     return v.to(dtype)
 
 
-def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
-         keys: Mapping[str, TensorKey] | None, staging: _device.Staging | None = None
-         ) -> tuple[Found, np.ndarray | None]:
+def scan(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    group: Group,
+    shift: int,
+    mask: int,
+    keys: Mapping[str, TensorKey] | None,
+    staging: _device.Staging | None = None,
+) -> tuple[Found, np.ndarray | None]:
     """The writer's scan of one group on its device: a bounded number of torch ops and one copy to the host
     (into `staging`'s buffers when given), of 2 + 4 + the element size bytes per change and a few per chunk.
 
@@ -109,8 +115,9 @@ def scan(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], group
             c = classes[pos].to(torch.int64)
             del classes
             n = a.numel()
-            rank = (torch.searchsorted(keys_sorted, c * n + pos)
-                    - torch.searchsorted(keys_sorted, c * n + (pos - local + k * group.chunk)))
+            rank = torch.searchsorted(keys_sorted, c * n + pos) - torch.searchsorted(
+                keys_sorted, c * n + (pos - local + k * group.chunk)
+            )
             del keys_sorted
             order = torch.argsort(gchunk * (mask + 1) + c, stable=True)  # (chunk, class), position order within
             pos, tid, local, gchunk, c, rank = (x[order] for x in (pos, tid, local, gchunk, c, rank))
@@ -157,9 +164,17 @@ def _chunk_rows(group: Group, ids: np.ndarray, per: np.ndarray, lo_hi: np.ndarra
     return rows
 
 
-def scan_on_device(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
-                   keys: Mapping[str, TensorKey] | None, counts: Counts, moved: np.ndarray, workers: int,
-                   staging: _device.Staging, progress: str | None) -> list[Found]:
+def scan_on_device(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    names: list[str],
+    keys: Mapping[str, TensorKey] | None,
+    counts: Counts,
+    moved: np.ndarray,
+    workers: int,
+    staging: _device.Staging,
+    progress: str | None,
+) -> list[Found]:
     """`scan` of the device tensors among `names` (the diff's tensors, in name order), group by group where they
     live, each group's symbols counted into `counts` on host threads while the device scans the next group; each
     tensor's hash moves added to its row of `moved`; the changes' host copies in `staging` (live until coded);
@@ -175,8 +190,12 @@ def scan_on_device(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tens
 
     on_device = [n for n in names if not _device.on_host(old[n])]
     with ThreadPoolExecutor(1, thread_name_prefix="delta-count") as host_stage:
-        for group in tqdm(_groups.groups(old, on_device, counts.chunk), desc=progress, unit="group",
-                          disable=progress is None or not on_device):
+        for group in tqdm(
+            _groups.groups(old, on_device, counts.chunk),
+            desc=progress,
+            unit="group",
+            disable=progress is None or not on_device,
+        ):
             shift, mask = counts.classing.field(old[group.names[0]].dtype)
             got, sums = scan(old, new, group, shift, mask, keys, staging)
             tensor = np.array([index[n] for n in group.names], np.int64)
@@ -234,8 +253,14 @@ class Decoded:
     counts: list[int]
 
 
-def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int, decoded: Decoded,
-           keys: Mapping[str, TensorKey] | None) -> Located:
+def locate(
+    old: Mapping[str, torch.Tensor],
+    group: Group,
+    shift: int,
+    mask: int,
+    decoded: Decoded,
+    keys: Mapping[str, TensorKey] | None,
+) -> Located:
     """The reader's inverse of `scan` for one group, on the device holding `old` (read only).
 
     Returns:
@@ -247,9 +272,16 @@ def locate(old: Mapping[str, torch.Tensor], group: Group, shift: int, mask: int,
     device = a.device
     offsets, chunk_base = group.offsets, group.chunk_base
     with stage("transfer"):  # as they are: widened on the device
-        c, r, z, ids, per = _device.to_device([cls.view(np.int16), ranks, steps.view(steps.dtype.str.replace("u", "i")),
-                                               decoded.chunk_ids.astype(np.int64),
-                                               decoded.chunk_counts.astype(np.int64)], device)
+        c, r, z, ids, per = _device.to_device(
+            [
+                cls.view(np.int16),
+                ranks,
+                steps.view(steps.dtype.str.replace("u", "i")),
+                decoded.chunk_ids.astype(np.int64),
+                decoded.chunk_counts.astype(np.int64),
+            ],
+            device,
+        )
     with stage("locate"):
         c = c.to(torch.int64) & 0xFFFF
         r = r.to(torch.int64)

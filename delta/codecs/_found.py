@@ -105,12 +105,21 @@ def scan_rows(a_list, b_list, chunks, chunk, shift, mask, ikeys, seeds, gap_hist
     for r in range(n):
         t, lo, hi = chunks[r, MEMBER], chunks[r, LO], chunks[r, HI]
         key = (ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1])
-        m, cmin, cmax, h0, h1 = scan_chunk(a_list[t], b_list[t], lo, hi, shift, mask, cls[used:], gaps[used:],
-                                           steps[used:], key)
+        m, cmin, cmax, h0, h1 = scan_chunk(
+            a_list[t], b_list[t], lo, hi, shift, mask, cls[used:], gaps[used:], steps[used:], key
+        )
         moved[r, 0], moved[r, 1] = h0, h1
         if m:
-            _rans.count_symbols(cls[used:used + m], gaps[used:used + m], steps[used:used + m], cmin, cmax, gap_hist,
-                                step_hist, tally)
+            _rans.count_symbols(
+                cls[used : used + m],
+                gaps[used : used + m],
+                steps[used : used + m],
+                cmin,
+                cmax,
+                gap_hist,
+                step_hist,
+                tally,
+            )
             rows[kept, TENSOR], rows[kept, CHUNK], rows[kept, FIRST], rows[kept, STOP] = t, lo // chunk, used, used + m
             rows[kept, CLASS_LO], rows[kept, CLASS_HI] = cmin, cmax
             kept += 1
@@ -124,8 +133,9 @@ def count_rows(cls, gaps, steps, rows, gap_hist, step_hist, tally):  # pragma: n
     (`_rans.count_symbols`)."""
     for r in range(rows.shape[0]):
         a, b = rows[r, FIRST], rows[r, STOP]
-        _rans.count_symbols(cls[a:b], gaps[a:b], steps[a:b], rows[r, CLASS_LO], rows[r, CLASS_HI], gap_hist,
-                            step_hist, tally)
+        _rans.count_symbols(
+            cls[a:b], gaps[a:b], steps[a:b], rows[r, CLASS_LO], rows[r, CLASS_HI], gap_hist, step_hist, tally
+        )
 
 
 @njit(nogil=True, cache=True)
@@ -142,8 +152,10 @@ def key_tables(keys: Mapping[str, TensorKey] | None, names: list[str]) -> tuple[
     """(base, block, skip) as int64 and the two seeds as uint64, one row per name (zeros without keys): the
     tensors' hash keys as the kernels take them."""
     rows = [_sumhash.kernel_key(keys[n] if keys is not None else None) for n in names]
-    return (np.array([r[:3] for r in rows], np.int64).reshape(-1, 3),
-            np.array([r[3:] for r in rows], np.uint64).reshape(-1, 2))
+    return (
+        np.array([r[:3] for r in rows], np.int64).reshape(-1, 3),
+        np.array([r[3:] for r in rows], np.uint64).reshape(-1, 2),
+    )
 
 
 def by_dtype(tensors: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[torch.dtype, list[str]]:
@@ -154,17 +166,29 @@ def by_dtype(tensors: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[
     return out
 
 
-def scan_on_host(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: list[str],
-                 keys: Mapping[str, TensorKey] | None, counts: Counts, moved: np.ndarray, workers: int,
-                 progress: str | None) -> list[Found]:
+def scan_on_host(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    names: list[str],
+    keys: Mapping[str, TensorKey] | None,
+    counts: Counts,
+    moved: np.ndarray,
+    workers: int,
+    progress: str | None,
+) -> list[Found]:
     """Scan the host tensors among `names` (the diff's tensors, in name order), dtype by dtype: one compiled call
     per range of chunks, ranges taken by `workers` threads; symbols counted into `counts`, each tensor's hash
     moves added to its row of `moved`; `progress`: a bar of that title."""
     index = {n: i for i, n in enumerate(names)}
     host = [n for n in names if _device.on_host(old[n])]
     found = []
-    with tqdm(total=sum(old[n].numel() for n in host), desc=progress, unit="el", unit_scale=True,
-              disable=progress is None or not host) as bar:
+    with tqdm(
+        total=sum(old[n].numel() for n in host),
+        desc=progress,
+        unit="el",
+        unit_scale=True,
+        disable=progress is None or not host,
+    ) as bar:
         for dtype, members in by_dtype(old, host).items():
             shift, mask = counts.classing.field(dtype)
             a_bits, b_bits = [bits(old[n].detach()) for n in members], [bits(new[n].detach()) for n in members]
@@ -174,18 +198,30 @@ def scan_on_host(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
             chunks = chunks_of(np.array([old[n].numel() for n in members], np.int64), counts.chunk)
             ikeys, seeds = key_tables(keys, members)
 
-            def scan(lo: int, hi: int, chunks=chunks, per_thread=per_thread, shift=view(shift), mask=view(mask),
-                     ikeys=ikeys, seeds=seeds, width=width) -> tuple:
+            def scan(
+                lo: int,
+                hi: int,
+                chunks=chunks,
+                per_thread=per_thread,
+                shift=view(shift),
+                mask=view(mask),
+                ikeys=ikeys,
+                seeds=seeds,
+                width=width,
+            ) -> tuple:
                 a_list, b_list = per_thread.lists()
                 with counts.borrowed(width) as (gap, step, tally):
-                    out = scan_rows(a_list, b_list, chunks[lo:hi], counts.chunk, shift, mask, ikeys, seeds, gap, step,
-                                    tally)
+                    out = scan_rows(
+                        a_list, b_list, chunks[lo:hi], counts.chunk, shift, mask, ikeys, seeds, gap, step, tally
+                    )
                 bar.update(int(chunks[hi - 1, HI] - chunks[lo, LO]) if hi > lo else 0)
                 return out
 
             spans = slices(chunks[:, HI] - chunks[:, LO], workers)
             tensor = np.array([index[n] for n in members], np.int64)
-            for (lo, hi), (cls, gaps, steps, rows, row_moved) in zip(spans, in_threads(scan, spans, workers), strict=True):
+            for (lo, hi), (cls, gaps, steps, rows, row_moved) in zip(
+                spans, in_threads(scan, spans, workers), strict=True
+            ):
                 moved += sum_by(tensor[chunks[lo:hi, MEMBER]], row_moved, len(names))
                 rows[:, TENSOR] = tensor[rows[:, TENSOR]]
                 found.append(Found(cls, gaps, steps, rows, width))

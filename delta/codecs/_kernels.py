@@ -79,8 +79,9 @@ def _record(a, b, lo, i, c, mask, lanes, nc, per, last, cls, gaps, steps, m, sig
 
 
 @njit(inline="always")
-def _visit(a, b, lo, i, lane, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full,
-           key, t0, t1):  # pragma: no cover
+def _visit(
+    a, b, lo, i, lane, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full, key, t0, t1
+):  # pragma: no cover
     """One element on the slow path: record it if it changed, count it in `lane`; returns (m, cmin, cmax,
     t0, t1)."""
     c = (a[i] >> shift) & mask
@@ -120,8 +121,8 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no 
     lanes = np.zeros(per * nc, np.int64)
     last = np.full(nc, -1, np.int64)
     words = (hi - lo) // per
-    wa = a[lo:lo + per * words].view(np.uint64)
-    wb = b[lo:lo + per * words].view(np.uint64)
+    wa = a[lo : lo + per * words].view(np.uint64)
+    wb = b[lo : lo + per * words].view(np.uint64)
     mk = np.uint64(mask)
     s0, s1, s2, s3 = np.uint64(shift), np.uint64(16 + shift), np.uint64(32 + shift), np.uint64(48 + shift)
     for k in range(words):
@@ -137,11 +138,34 @@ def scan_chunk(a, b, lo, hi, shift, mask, cls, gaps, steps, key):  # pragma: no 
                     lanes[t * nc + ((x >> np.uint64(t * width + shift)) & mk)] += 1
             continue
         for t in range(per):
-            m, cmin, cmax, t0, t1 = _visit(a, b, lo, lo + per * k + t, t, shift, mask, lanes, nc, per, last, cls, gaps,
-                                           steps, m, cmin, cmax, sign, full, key, t0, t1)
+            m, cmin, cmax, t0, t1 = _visit(
+                a,
+                b,
+                lo,
+                lo + per * k + t,
+                t,
+                shift,
+                mask,
+                lanes,
+                nc,
+                per,
+                last,
+                cls,
+                gaps,
+                steps,
+                m,
+                cmin,
+                cmax,
+                sign,
+                full,
+                key,
+                t0,
+                t1,
+            )
     for i in range(lo + per * words, hi):
-        m, cmin, cmax, t0, t1 = _visit(a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin,
-                                       cmax, sign, full, key, t0, t1)
+        m, cmin, cmax, t0, t1 = _visit(
+            a, b, lo, i, 0, shift, mask, lanes, nc, per, last, cls, gaps, steps, m, cmin, cmax, sign, full, key, t0, t1
+        )
     return m, cmin, cmax, t0, t1
 
 
@@ -167,8 +191,8 @@ def changes_chunk(a, b, lo, hi, positions, values, key):  # pragma: no cover - c
     t0, t1 = np.uint64(0), np.uint64(0)
     per = 8 // a.itemsize
     words = (hi - lo) // per
-    wa = a[lo:lo + per * words].view(np.uint64)
-    wb = b[lo:lo + per * words].view(np.uint64)
+    wa = a[lo : lo + per * words].view(np.uint64)
+    wb = b[lo : lo + per * words].view(np.uint64)
     for k in range(words):
         if wa[k] != wb[k]:
             for i in range(lo + per * k, lo + per * k + per):

@@ -70,8 +70,11 @@ class Counts:
         with self._lock:
             if width not in self._made:
                 shape = (self.workers, self.classing.classes(width), _rans.writer_symbols(width, self.chunk))
-                self._made[width] = (np.zeros(shape, np.int32), np.zeros(shape, np.int32),
-                                     np.zeros(shape[:2] + (2,), np.int64))
+                self._made[width] = (
+                    np.zeros(shape, np.int32),
+                    np.zeros(shape, np.int32),
+                    np.zeros(shape[:2] + (2,), np.int64),
+                )
                 self._free[width] = list(range(self.workers))
             i = self._free[width].pop()  # never empty: at most `workers` threads borrow at once
         gap, step, tally = self._made[width]
@@ -140,7 +143,7 @@ class WriterModels(_Models):
             for i, (_, _, counted, classes) in enumerate(jobs):
                 a, b = max(lo, start[i]), min(hi, start[i + 1])
                 if a < b:
-                    _rans.fill_models(counted, classes[a - start[i]:b - start[i]], freq[a:b], cum[a:b])
+                    _rans.fill_models(counted, classes[a - start[i] : b - start[i]], freq[a:b], cum[a:b])
 
         return cls(keys, freq, cum), Started(fill, slices(np.ones(len(keys)), workers), workers)
 
@@ -188,18 +191,22 @@ class ReaderModels(_Models):
         while at < data.size:
             if at + 4 > data.size:
                 raise DeltaFormatError("stream 'models' ends early")
-            kind, width, c, k = (int(v) for v in data[at:at + 4])
+            kind, width, c, k = (int(v) for v in data[at : at + 4])
             at += 4
             key = (kind, width, c)
             if key not in allowed:
                 raise DeltaFormatError(f"stream 'models' has a model no chunk of this delta uses: {key}")
             if (keys and key <= keys[-1]) or not 1 <= k <= _rans.ALPHABET or at + 2 * k > data.size:
                 raise DeltaFormatError(f"model {key} is malformed")
-            pairs = data[at:at + 2 * k].astype(np.int64).reshape(-1, 2)
+            pairs = data[at : at + 2 * k].astype(np.int64).reshape(-1, 2)
             at += 2 * k
             symbols = np.cumsum(pairs[:, 0])
-            if ((pairs[1:, 0] <= 0).any() or symbols[-1] >= _rans.ALPHABET or (pairs[:, 1] <= 0).any()
-                    or int(pairs[:, 1].sum()) != _rans.PROB_SCALE):
+            if (
+                (pairs[1:, 0] <= 0).any()
+                or symbols[-1] >= _rans.ALPHABET
+                or (pairs[:, 1] <= 0).any()
+                or int(pairs[:, 1].sum()) != _rans.PROB_SCALE
+            ):
                 raise DeltaFormatError(f"model {key} is malformed")
             top = int(symbols[-1])
             if kind == GAP and top == _rans.END:  # END closes a class's gaps; the values' symbols come below it

@@ -87,8 +87,12 @@ def walk_rows(stream, changed, numel, masks, chunk, rows):  # pragma: no cover -
             k, count, words = stream[row, S_CHUNK], stream[row, S_COUNT], stream[row, S_WORDS]
             lo, hi = stream[row, S_CLASS_LO], stream[row, S_CLASS_HI]
             size = min(numel[e], (k + 1) * chunk) - k * chunk
-            if (not previous < k < chunks or not 1 <= count <= min(size, changed[e] - held) or words < 2
-                    or not 0 <= lo <= hi <= masks[e]):
+            if (
+                not previous < k < chunks
+                or not 1 <= count <= min(size, changed[e] - held)
+                or words < 2
+                or not 0 <= lo <= hi <= masks[e]
+            ):
                 return _stopped(out, ROW_MALFORMED, row, e, held)
             rows[row, ENTRY], rows[row, CHUNK], rows[row, COUNT], rows[row, FIRST] = e, k, count, held
             rows[row, W0], rows[row, W1], rows[row, CLASS_LO], rows[row, CLASS_HI] = at, at + words, lo, hi
@@ -105,12 +109,15 @@ def check_streams(blobs: Mapping[str, torch.Tensor]) -> None:
     for name in sorted(STREAMS):
         blob = blobs.get(name)
         if blob is None or blob.dtype != torch.uint8 or blob.dim() != 1:
-            raise DeltaFormatError(f"stream {name!r} must be a 1-D uint8 tensor, got "
-                                   f"{'nothing' if blob is None else f'{blob.dtype} {tuple(blob.shape)}'}")
+            raise DeltaFormatError(
+                f"stream {name!r} must be a 1-D uint8 tensor, got "
+                f"{'nothing' if blob is None else f'{blob.dtype} {tuple(blob.shape)}'}"
+            )
 
 
-def parse(entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], classing: Classing,
-          workspace: Workspace) -> Parsed:
+def parse(
+    entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], classing: Classing, workspace: Workspace
+) -> Parsed:
     """The streams of `entries` parsed, every count checked: the chunk table is bounded by the words it describes,
     the models by the classes and counts of the chunk table. The models' tables are `workspace`'s memory.
 
@@ -133,8 +140,10 @@ def parse(entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], c
     words = np.frombuffer(raw["words"], "<u2")
     head = unpack(raw["chunks"], np.uint32, None, "chunks", 1 + 5 * (words.size // 2))
     if head.size < 1 or not 1 <= int(head[0]) <= MAX_CHUNK or (head.size - 1) % 5:
-        raise DeltaFormatError(f"stream 'chunks' is malformed: chunk size {int(head[0]) if head.size else None} "
-                               f"(must be in [1, {MAX_CHUNK}]), {head.size - 1} values (a multiple of 5)")
+        raise DeltaFormatError(
+            f"stream 'chunks' is malformed: chunk size {int(head[0]) if head.size else None} "
+            f"(must be in [1, {MAX_CHUNK}]), {head.size - 1} values (a multiple of 5)"
+        )
     chunk = int(head[0])
     stream = head[1:].reshape(-1, 5).astype(np.int64)
     dtypes = [DTYPES_BY_NAME[e.dtype] for e in entries]
@@ -146,15 +155,21 @@ def parse(entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor], c
     walk = walk_rows(stream, changed, numel, masks, chunk, rows)
     bad = entries[walk[WALK_ENTRY]].name if walk[WALK_ERROR] else None
     if walk[WALK_ERROR] == TABLE_SHORT:
-        raise DeltaFormatError(f"stream 'chunks' ends after {walk[WALK_HELD]} of {changed[walk[WALK_ENTRY]]} changed "
-                               "elements", tensor=bad)
+        raise DeltaFormatError(
+            f"stream 'chunks' ends after {walk[WALK_HELD]} of {changed[walk[WALK_ENTRY]]} changed elements", tensor=bad
+        )
     if walk[WALK_ERROR] == ROW_MALFORMED:
         k, count, n_words, lo, hi = stream[walk[WALK_ROW]].tolist()
-        raise DeltaFormatError(f"chunk row {walk[WALK_ROW] + 1} is malformed (chunk {k}, {count} changed, {n_words} "
-                               f"words, classes {lo}..{hi})", tensor=bad)
+        raise DeltaFormatError(
+            f"chunk row {walk[WALK_ROW] + 1} is malformed (chunk {k}, {count} changed, {n_words} "
+            f"words, classes {lo}..{hi})",
+            tensor=bad,
+        )
     if walk[WALK_ROWS] != len(stream) or walk[WALK_WORDS] != words.size:
-        raise DeltaFormatError(f"streams 'chunks' and 'words' hold data no tensor uses ({len(stream) - walk[WALK_ROWS]}"
-                               f" rows, {words.size - walk[WALK_WORDS]} words)")
+        raise DeltaFormatError(
+            f"streams 'chunks' and 'words' hold data no tensor uses ({len(stream) - walk[WALK_ROWS]}"
+            f" rows, {words.size - walk[WALK_WORDS]} words)"
+        )
     allowed = _allowed(rows, widths, numel, chunk, classing)
     data = unpack(raw["models"], np.uint32, None, "models", _most_model_values(rows, allowed))
     return Parsed(entries, classing, ReaderModels.parse(data, allowed, workspace), rows, words, chunk)
@@ -165,8 +180,7 @@ def sizes(rows: np.ndarray, numel: np.ndarray, chunk: int) -> np.ndarray:
     return np.minimum(numel[rows[:, ENTRY]], (rows[:, CHUNK] + 1) * chunk) - rows[:, CHUNK] * chunk
 
 
-def _allowed(rows: np.ndarray, widths: np.ndarray, numel: np.ndarray, chunk: int, classing: Classing
-             ) -> dict[Key, int]:
+def _allowed(rows: np.ndarray, widths: np.ndarray, numel: np.ndarray, chunk: int, classing: Classing) -> dict[Key, int]:
     """Per model the chunk table's classes can use, the largest symbol its values can need: a gap is below its
     chunk's size, a step minus one below 2**width - 1."""
     allowed: dict[Key, int] = {}

@@ -109,14 +109,24 @@ def code_rows(cls_list, gaps_list, steps_list, rows, gap_model, step_model, freq
     for r in range(n):
         s, a, b, lo, hi = rows[r, SOURCE], rows[r, FIRST], rows[r, STOP], rows[r, CLASS_LO], rows[r, CLASS_HI]
         bound = 2 + 10 * (b - a) + (hi - lo + 1)
-        k = _rans.encode_chunk(cls_list[s][a:b], gaps_list[s][a:b], steps_list[s][a:b], lo, hi, gap_model,
-                               step_model, freq, cum, scratch[:bound])
+        k = _rans.encode_chunk(
+            cls_list[s][a:b],
+            gaps_list[s][a:b],
+            steps_list[s][a:b],
+            lo,
+            hi,
+            gap_model,
+            step_model,
+            freq,
+            cum,
+            scratch[:bound],
+        )
         if used + k > cap:
             cap = max(used + k, cap + cap // 2)
             grown = np.empty(cap, np.uint16)
             grown[:used] = out[:used]
             out = grown
-        out[used:used + k] = scratch[bound - k:bound]
+        out[used : used + k] = scratch[bound - k : bound]
         nwords[r] = k
         used += k
     return out[:used], nwords
@@ -128,7 +138,7 @@ def gather_words(buffers, rows, out):  # pragma: no cover - compiled
     at = 0
     for r in range(rows.shape[0]):
         src, start, count = rows[r, BUFFER], rows[r, START], rows[r, COUNT]
-        out[at:at + count] = buffers[src][start:start + count]
+        out[at : at + count] = buffers[src][start : start + count]
         at += count
 
 
@@ -145,8 +155,9 @@ def code(plan: Plan, models: WriterModels, classing: Classing, workers: int, wor
         spans = slices(part.coding[:, STOP] - part.coding[:, FIRST], workers)
         first = len(buffers)
 
-        def code_span(lo: int, hi: int, part=part, gap_model=gap_model, step_model=step_model, first=first,
-                      spans=spans) -> np.ndarray:
+        def code_span(
+            lo: int, hi: int, part=part, gap_model=gap_model, step_model=step_model, first=first, spans=spans
+        ) -> np.ndarray:
             words, counts = code_rows(*part.lists, part.coding[lo:hi], gap_model, step_model, models.freq, models.cum)
             at = part.rows[lo:hi]
             where[at, COUNT] = counts

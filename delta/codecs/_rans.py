@@ -276,8 +276,17 @@ def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out
         c = lo + k
         m = gap_model[c]
         x, ptr = _push(x, out, ptr, cum[m, end], freq[m, end])
-        x, ptr = _encode_class(x, out, ptr, by_class_gaps[start[k]:start[k + 1]], by_class_steps[start[k]:start[k + 1]],
-                               m, step_model[c], freq, cum)
+        x, ptr = _encode_class(
+            x,
+            out,
+            ptr,
+            by_class_gaps[start[k] : start[k + 1]],
+            by_class_steps[start[k] : start[k + 1]],
+            m,
+            step_model[c],
+            freq,
+            cum,
+        )
     ptr -= 1
     out[ptr] = np.uint16(x & np.uint64(0xFFFF))
     ptr -= 1
@@ -342,7 +351,9 @@ def _pop_value(x, words, pos, model, freq, cum, lut):  # pragma: no cover - comp
 
 
 @njit(nogil=True, cache=True)
-def decode_chunk(words, lo, hi, size, width, gap_model, step_model, freq, cum, lut, n, cls, ranks, steps):  # pragma: no cover
+def decode_chunk(
+    words, lo, hi, size, width, gap_model, step_model, freq, cum, lut, n, cls, ranks, steps
+):  # pragma: no cover
     """Decode one chunk into class-major lists; returns an error code (0: fine).
 
     Args:

@@ -18,13 +18,15 @@ def pack(values: np.ndarray, level: int = ZSTD_LEVEL, threads: int = -1) -> byte
     """Compress a 1-D unsigned integer array as byte planes (little-endian) under zstd, on `threads` of zstd's
     threads (-1: one per core). zstd writes the same bytes for any number of threads from 1 up (not for 0, its
     single-threaded mode, which is never used here)."""
-    planes = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"), copy=False)
-                                  .view(np.uint8).reshape(-1, values.dtype.itemsize).T)
+    planes = np.ascontiguousarray(
+        values.astype(values.dtype.newbyteorder("<"), copy=False).view(np.uint8).reshape(-1, values.dtype.itemsize).T
+    )
     return zstandard.ZstdCompressor(level=level, threads=threads).compress(planes.tobytes())
 
 
-def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int | None, what: str,
-           max_count: int = 0) -> np.ndarray:
+def unpack(
+    blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int | None, what: str, max_count: int = 0
+) -> np.ndarray:
     """Inverse of `pack`.
 
     Args:
@@ -46,17 +48,20 @@ def unpack(blob: bytes | memoryview, dtype: type[np.unsignedinteger], count: int
             raise DeltaFormatError(f"stream {what!r} is not a zstd frame ({e})") from e
         # Checked before decompressing: nothing the size of a forged claim is ever allocated.
         if declared < 0 or declared > limit:
-            raise DeltaFormatError(f"stream {what!r} declares {'no size' if declared < 0 else f'{declared} bytes'}, "
-                                   f"the header allows {'exactly ' if count is not None else 'at most '}{limit}")
+            raise DeltaFormatError(
+                f"stream {what!r} declares {'no size' if declared < 0 else f'{declared} bytes'}, "
+                f"the header allows {'exactly ' if count is not None else 'at most '}{limit}"
+            )
         try:
             # One frame and nothing after it: a stream is exactly its frame (allow_extra_data needs zstandard 0.22).
-            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=declared,
-                                                          allow_extra_data=False)
+            raw = zstandard.ZstdDecompressor().decompress(bytes(blob), max_output_size=declared, allow_extra_data=False)
         except zstandard.ZstdError as e:
             raise DeltaFormatError(f"stream {what!r} is corrupt or has bytes after its zstd frame ({e})") from e
     if (count is not None and len(raw) != limit) or len(raw) > limit or len(raw) % itemsize:
-        raise DeltaFormatError(f"stream {what!r} holds {len(raw)} bytes, the header allows "
-                               f"{'exactly ' if count is not None else 'at most '}{limit}")
+        raise DeltaFormatError(
+            f"stream {what!r} holds {len(raw)} bytes, the header allows "
+            f"{'exactly ' if count is not None else 'at most '}{limit}"
+        )
     count = len(raw) // itemsize
     planes = np.frombuffer(raw, np.uint8).reshape(itemsize, count)
     return np.ascontiguousarray(planes.T).view(np.dtype(dtype).newbyteorder("<")).reshape(-1).astype(dtype, copy=False)

@@ -48,8 +48,10 @@ class Workspace:
         """The writer's frequency (`symbols` columns) and cumulative (one more) int64 tables for `models` models;
         contents undefined."""
         cap = self.kept_models * (_rans.ALPHABET + 1)
-        return (self._take("writer freq", models * symbols, np.int64, cap).reshape(models, symbols),
-                self._take("writer cum", models * (symbols + 1), np.int64, cap).reshape(models, symbols + 1))
+        return (
+            self._take("writer freq", models * symbols, np.int64, cap).reshape(models, symbols),
+            self._take("writer cum", models * (symbols + 1), np.int64, cap).reshape(models, symbols + 1),
+        )
 
     def words(self, n: int) -> np.ndarray:
         """Room for `n` coded words; contents undefined."""
@@ -60,9 +62,11 @@ class Workspace:
         wide) int32 tables for `models` models; contents undefined."""
         symbols, lut = _rans.ALPHABET, 1 << _rans.LUT_BITS
         cap = self.kept_models * (symbols + 1)
-        return (self._take("reader freq", models * symbols, np.int32, cap).reshape(models, symbols),
-                self._take("reader cum", models * (symbols + 1), np.int32, cap).reshape(models, symbols + 1),
-                self._take("reader lut", models * lut, np.int32, self.kept_models * lut).reshape(models, lut))
+        return (
+            self._take("reader freq", models * symbols, np.int32, cap).reshape(models, symbols),
+            self._take("reader cum", models * (symbols + 1), np.int32, cap).reshape(models, symbols + 1),
+            self._take("reader lut", models * lut, np.int32, self.kept_models * lut).reshape(models, lut),
+        )
 
     def _take(self, role: str, n: int, dtype: type, cap: int) -> np.ndarray:
         """`n` items of the buffer kept for `role`, grown (doubling) up to `cap` items; fresh memory beyond."""

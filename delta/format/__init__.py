@@ -18,6 +18,15 @@ from .header import (
 )
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "MAX_HEADER_BYTES", "DeltaHeader", "TensorEntry", "header_limit", "prove_checksum",
-    "read_delta", "read_header_json", "serialize_safetensors", "write_delta",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MAX_HEADER_BYTES",
+    "DeltaHeader",
+    "TensorEntry",
+    "header_limit",
+    "prove_checksum",
+    "read_delta",
+    "read_header_json",
+    "serialize_safetensors",
+    "write_delta",
 ]

@@ -24,9 +24,19 @@ from .header import (
 )
 
 _ST_DTYPES = {
-    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32",
-    torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64",
-    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
+    torch.bool: "BOOL",
+    torch.uint8: "U8",
+    torch.int8: "I8",
+    torch.int16: "I16",
+    torch.int32: "I32",
+    torch.int64: "I64",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float32: "F32",
+    torch.float64: "F64",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e4m3fnuz: "F8_E4M3FNUZ",
+    torch.float8_e5m2: "F8_E5M2",
     torch.float8_e5m2fnuz: "F8_E5M2FNUZ",
 }
 
@@ -47,9 +57,13 @@ def write_delta(header: DeltaHeader, blobs: dict[str, torch.Tensor]) -> bytes:
         "total": str(header.total),
         "base_hash": header.base_hash,
         "target_hash": header.target_hash,
-        "tensors": json.dumps([{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "form": t.form,
-                               "changed": t.changed} for t in sorted(header.tensors, key=lambda t: t.name)],
-                              separators=(",", ":")),  # TensorEntry's fields in order (asdict copies every field deeply)
+        "tensors": json.dumps(
+            [
+                {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "form": t.form, "changed": t.changed}
+                for t in sorted(header.tensors, key=lambda t: t.name)
+            ],
+            separators=(",", ":"),
+        ),  # TensorEntry's fields in order (asdict copies every field deeply)
     }
     return serialize_safetensors(blobs, meta)
 
@@ -64,7 +78,11 @@ def serialize_safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, 
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         data = bits(t).tobytes()
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         chunks.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":"), sort_keys=False).encode()
@@ -72,8 +90,9 @@ def serialize_safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, 
     return b"".join([struct.pack("<Q", len(text)), text, *chunks])
 
 
-def read_delta(data: bytes | memoryview, path: str | None = None, *, max_header: int = MAX_HEADER_BYTES
-               ) -> tuple[DeltaHeader, dict[str, torch.Tensor]]:
+def read_delta(
+    data: bytes | memoryview, path: str | None = None, *, max_header: int = MAX_HEADER_BYTES
+) -> tuple[DeltaHeader, dict[str, torch.Tensor]]:
     """Parse a delta file: header checked whole, then the streams' names, dtypes and shapes, then loaded.
 
     Args:
@@ -93,9 +112,12 @@ def read_delta(data: bytes | memoryview, path: str | None = None, *, max_header:
     expected = codec.stream_names(header.tensors)
     if set(names) != expected:
         missing, extra = sorted(expected - set(names)), sorted(set(names) - expected)
-        raise DeltaFormatError(f"streams do not match the header: {'missing ' + shown(missing, 80) if missing else ''}"
-                               f"{', ' if missing and extra else ''}"
-                               f"{'not listed by it ' + shown(extra, 80) if extra else ''}", path=path)
+        raise DeltaFormatError(
+            f"streams do not match the header: {'missing ' + shown(missing, 80) if missing else ''}"
+            f"{', ' if missing and extra else ''}"
+            f"{'not listed by it ' + shown(extra, 80) if extra else ''}",
+            path=path,
+        )
     blobs = load_tensors(data, path)
     try:
         codec.check_streams(header.tensors, blobs)

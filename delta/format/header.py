@@ -43,8 +43,18 @@ HEADER_BYTES_PER_TENSOR = 1024
 MAX_NESTING = 3  # the header: {"name": {"shape": [...]}}; the table: [{"shape": [...]}]
 MAX_DIMS = 64
 MAX_COUNT = 2**63 - 1  # any count, size or dimension
-METADATA_KEYS = ("format", "format_version", "codec", "version", "base_version", "changed", "total", "base_hash",
-                 "target_hash", "tensors")
+METADATA_KEYS = (
+    "format",
+    "format_version",
+    "codec",
+    "version",
+    "base_version",
+    "changed",
+    "total",
+    "base_hash",
+    "target_hash",
+    "tensors",
+)
 ENTRY_KEYS = ("name", "dtype", "shape", "form", "changed")
 _WHOLE = re.compile(r"0|[1-9][0-9]*")
 _SIGNED = re.compile(r"0|-?[1-9][0-9]*")
@@ -91,8 +101,9 @@ class DeltaHeader:
         if len(headers) == 1:
             return headers[0]
         tensors = tuple(sorted((t for h in headers for t in h.tensors), key=lambda t: t.name))
-        return replace(headers[0], tensors=tensors, changed=sum(h.changed for h in headers),
-                       total=sum(h.total for h in headers))
+        return replace(
+            headers[0], tensors=tensors, changed=sum(h.changed for h in headers), total=sum(h.total for h in headers)
+        )
 
 
 def header_limit(names: Iterable[str]) -> int:
@@ -179,8 +190,9 @@ def parse_json(text: bytes | memoryview | str, what: str, path: str | None = Non
         raise DeltaFormatError(f"{what} holds {name}; only whole numbers are allowed", path=path)
 
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_int=whole, parse_float=fraction,
-                          parse_constant=constant)
+        return json.loads(
+            raw.decode("utf-8"), object_pairs_hook=pairs, parse_int=whole, parse_float=fraction, parse_constant=constant
+        )
     except UnicodeDecodeError as e:
         raise DeltaFormatError(f"{what} is not UTF-8 ({e.reason} at byte {e.start})", path=path) from e
     except json.JSONDecodeError as e:
@@ -188,13 +200,16 @@ def parse_json(text: bytes | memoryview | str, what: str, path: str | None = Non
 
 
 @overload
-def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
-                 optional: Literal[False] = False) -> int: ...
+def metadata_int(
+    meta: dict, key: str, path: str | None = None, *, signed: bool = False, optional: Literal[False] = False
+) -> int: ...
 @overload
-def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
-                 optional: bool) -> int | None: ...
-def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool = False,
-                 optional: bool = False) -> int | None:
+def metadata_int(
+    meta: dict, key: str, path: str | None = None, *, signed: bool = False, optional: bool
+) -> int | None: ...
+def metadata_int(
+    meta: dict, key: str, path: str | None = None, *, signed: bool = False, optional: bool = False
+) -> int | None:
     """The whole number a metadata string holds, in canonical decimal form only: ASCII digits, no leading
     zeros, no spaces, no '+', a '-' only where `signed`; '' is None where `optional`.
 
@@ -204,12 +219,19 @@ def metadata_int(meta: dict, key: str, path: str | None = None, *, signed: bool 
     value = meta.get(key)
     if optional and value == "":
         return None
-    if (not isinstance(value, str) or len(value) > 20 or not (_SIGNED if signed else _WHOLE).fullmatch(value)
-            or abs(int(value)) > MAX_COUNT):
+    if (
+        not isinstance(value, str)
+        or len(value) > 20
+        or not (_SIGNED if signed else _WHOLE).fullmatch(value)
+        or abs(int(value)) > MAX_COUNT
+    ):
         sign = "an optional '-', " if signed else ""
-        raise DeltaFormatError(f"metadata {key!r} is {shown(value)}, not a whole number in canonical decimal form "
-                               f"({sign}ASCII digits, no leading zeros, at most {MAX_COUNT}"
-                               f"{'; or empty' if optional else ''})", path=path)
+        raise DeltaFormatError(
+            f"metadata {key!r} is {shown(value)}, not a whole number in canonical decimal form "
+            f"({sign}ASCII digits, no leading zeros, at most {MAX_COUNT}"
+            f"{'; or empty' if optional else ''})",
+            path=path,
+        )
     return int(value)
 
 
@@ -221,11 +243,12 @@ def read_header_json(data: bytes | memoryview, path: str | None = None, max_byte
         raise DeltaFormatError(f"file is {len(data)} bytes, too short for a safetensors header", path=path)
     (n,) = struct.unpack("<Q", bytes(data[:8]))
     if n > max_bytes:
-        raise DeltaFormatError(f"header is {n} bytes; at most {max_bytes} are allowed here (docs/delta.md, "
-                               "'Header limits')", path=path)
+        raise DeltaFormatError(
+            f"header is {n} bytes; at most {max_bytes} are allowed here (docs/delta.md, 'Header limits')", path=path
+        )
     if 8 + n > len(data):
         raise DeltaFormatError(f"header length {n} does not fit the {len(data)}-byte file (truncated?)", path=path)
-    header = parse_json(data[8:8 + n], "header", path)
+    header = parse_json(data[8 : 8 + n], "header", path)
     if not isinstance(header, dict):
         raise DeltaFormatError(f"header is a JSON {json_kind(header)}, not an object", path=path)
     meta = header.get("__metadata__", {})
@@ -256,38 +279,43 @@ def _table(text: str, form: str, path: str | None) -> tuple[TensorEntry, ...]:
         if not isinstance(row, dict):
             raise DeltaFormatError(f"{where} is a JSON {json_kind(row)}, not an object", path=path)
         if tuple(sorted(row)) != tuple(sorted(ENTRY_KEYS)):
-            raise DeltaFormatError(f"{where} has keys {shown(sorted(row), 120)}, expected {sorted(ENTRY_KEYS)}",
-                                   path=path)
+            raise DeltaFormatError(
+                f"{where} has keys {shown(sorted(row), 120)}, expected {sorted(ENTRY_KEYS)}", path=path
+            )
         name = row["name"]
         if not isinstance(name, str):
             raise DeltaFormatError(f"{where}: 'name' is a JSON {json_kind(name)}, not a string", path=path)
         for key in ("dtype", "form"):
             if not isinstance(row[key], str):
-                raise DeltaFormatError(f"'{key}' is a JSON {json_kind(row[key])}, not a string", path=path,
-                                       tensor=name)
+                raise DeltaFormatError(f"'{key}' is a JSON {json_kind(row[key])}, not a string", path=path, tensor=name)
         if row["dtype"] not in DTYPES_BY_NAME:
             raise DeltaFormatError(f"dtype {shown(row['dtype'])} is not supported", path=path, tensor=name)
         if row["form"] != form:
             raise DeltaFormatError(f"form {shown(row['form'])} is not this codec's ({form!r})", path=path, tensor=name)
         shape = row["shape"]
-        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
-                or not all(type(d) is int and d >= 0 for d in shape)):
-            raise DeltaFormatError(f"shape {shown(shape)} is not a list of at most {MAX_DIMS} whole numbers",
-                                   path=path, tensor=name)
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(type(d) is int and d >= 0 for d in shape):
+            raise DeltaFormatError(
+                f"shape {shown(shape)} is not a list of at most {MAX_DIMS} whole numbers", path=path, tensor=name
+            )
         numel = 1
         for d in shape:
             numel *= d
             if numel > MAX_COUNT:
-                raise DeltaFormatError(f"shape {shown(shape)} has more than {MAX_COUNT} elements", path=path,
-                                       tensor=name)
+                raise DeltaFormatError(
+                    f"shape {shown(shape)} has more than {MAX_COUNT} elements", path=path, tensor=name
+                )
         changed = row["changed"]
         if type(changed) is not int or not 1 <= changed <= numel:
-            raise DeltaFormatError(f"'changed' is {shown(changed)}, not a whole number in [1, {numel}] (its elements)",
-                                   path=path, tensor=name)
+            raise DeltaFormatError(
+                f"'changed' is {shown(changed)}, not a whole number in [1, {numel}] (its elements)",
+                path=path,
+                tensor=name,
+            )
         if entries and name <= entries[-1].name:
             what = "twice" if name == entries[-1].name else f"after {shown(entries[-1].name)}"
-            raise DeltaFormatError(f"listed {what}: the table lists each tensor once, sorted by name", path=path,
-                                   tensor=name)
+            raise DeltaFormatError(
+                f"listed {what}: the table lists each tensor once, sorted by name", path=path, tensor=name
+            )
         entries.append(TensorEntry(name=name, dtype=row["dtype"], shape=tuple(shape), form=form, changed=changed))
     return tuple(entries)
 
@@ -297,35 +325,54 @@ def own_header(meta: dict, path: str | None) -> DeltaHeader:
     found = meta.get("format_version")
     version = next((v for v in HASH_PATTERNS if found == str(v)), None)
     if version is None:
-        hint = ("it was written by an older `delta` (before chunked coding): publish an anchor with this version "
-                "and follow from there" if found == "1" else "upgrade the `delta` package")
-        raise DeltaFormatError(f"format version {shown(found)} is not supported by this reader (supports "
-                               f"{', '.join(map(str, HASH_PATTERNS))}); {hint}", path=path)
+        hint = (
+            "it was written by an older `delta` (before chunked coding): publish an anchor with this version "
+            "and follow from there"
+            if found == "1"
+            else "upgrade the `delta` package"
+        )
+        raise DeltaFormatError(
+            f"format version {shown(found)} is not supported by this reader (supports "
+            f"{', '.join(map(str, HASH_PATTERNS))}); {hint}",
+            path=path,
+        )
     missing = [k for k in METADATA_KEYS if k not in meta]
     extra = sorted(set(meta) - set(METADATA_KEYS))
     if missing or extra:
-        raise DeltaFormatError(f"metadata {'lacks ' + str(missing) if missing else ''}"
-                               f"{' and ' if missing and extra else ''}"
-                               f"{'has keys this format does not define: ' + shown(extra, 120) if extra else ''}",
-                               path=path)
+        raise DeltaFormatError(
+            f"metadata {'lacks ' + str(missing) if missing else ''}"
+            f"{' and ' if missing and extra else ''}"
+            f"{'has keys this format does not define: ' + shown(extra, 120) if extra else ''}",
+            path=path,
+        )
     codec = CODECS.get(meta["codec"])
     if codec is None:
         raise DeltaFormatError(f"unknown codec {shown(meta['codec'])}; choose one of {sorted(CODECS)}", path=path)
     for key in ("base_hash", "target_hash"):
         if not HASH_PATTERNS[version].fullmatch(meta[key]):
             scheme = HASH_PATTERNS[version].pattern.partition(":")[0]
-            raise DeltaFormatError(f"metadata {key!r} is {shown(meta[key])}, not {scheme + ':'!r} and 32 lowercase "
-                                   f"hex digits (format version {version})", path=path)
+            raise DeltaFormatError(
+                f"metadata {key!r} is {shown(meta[key])}, not {scheme + ':'!r} and 32 lowercase "
+                f"hex digits (format version {version})",
+                path=path,
+            )
     header = DeltaHeader(
-        codec=codec.name, version=metadata_int(meta, "version", path, signed=True, optional=True),
+        codec=codec.name,
+        version=metadata_int(meta, "version", path, signed=True, optional=True),
         base_version=metadata_int(meta, "base_version", path, signed=True, optional=True),
-        changed=metadata_int(meta, "changed", path), total=metadata_int(meta, "total", path),
-        base_hash=meta["base_hash"], target_hash=meta["target_hash"], tensors=_table(meta["tensors"], codec.form, path))
+        changed=metadata_int(meta, "changed", path),
+        total=metadata_int(meta, "total", path),
+        base_hash=meta["base_hash"],
+        target_hash=meta["target_hash"],
+        tensors=_table(meta["tensors"], codec.form, path),
+    )
     changed, numel = sum(t.changed for t in header.tensors), sum(t.numel for t in header.tensors)
     if changed != header.changed:
-        raise DeltaFormatError(f"tensor table counts {changed} changed elements, the header says {header.changed}",
-                               path=path)
+        raise DeltaFormatError(
+            f"tensor table counts {changed} changed elements, the header says {header.changed}", path=path
+        )
     if numel > header.total:
-        raise DeltaFormatError(f"the table's tensors hold {numel} elements, more than the header's total "
-                               f"{header.total}", path=path)
+        raise DeltaFormatError(
+            f"the table's tensors hold {numel} elements, more than the header's total {header.total}", path=path
+        )
     return header

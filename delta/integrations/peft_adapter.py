@@ -25,8 +25,9 @@ ADAPTER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _SHOWN = 3
 
 
-def check_adapter(state: Mapping[str, torch.Tensor], r: int | None = None,
-                  targets: Collection[str] | None = None) -> tuple[int, list[str]]:
+def check_adapter(
+    state: Mapping[str, torch.Tensor], r: int | None = None, targets: Collection[str] | None = None
+) -> tuple[int, list[str]]:
     """The rank and adapted module names of an adapter state saved by PEFT, once the whole state is checked: what every
     reader of adapter versions runs before it serves one (the engines, the sidecars), since a bucket's versions may be
     a stranger's, their hashes consistent.
@@ -66,19 +67,28 @@ def check_adapter(state: Mapping[str, torch.Tensor], r: int | None = None,
             ranks.add(pair["A"][0])
     if problems:
         more = f"; and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
-        hint = ("; follow an adapter-mode run's bucket, or leave the adapter options out for full weights"
-                if any(_LORA_NAME.match(name) is None for name in state) else "")
+        hint = (
+            "; follow an adapter-mode run's bucket, or leave the adapter options out for full weights"
+            if any(_LORA_NAME.match(name) is None for name in state)
+            else ""
+        )
         raise ValueError("; ".join(problems[:_SHOWN]) + more + hint)
     if len(ranks) != 1:
-        raise ValueError("the adapter holds no LoRA matrix" if not ranks else
-                         f"the adapter's modules have ranks {sorted(ranks)}; one rank per adapter is served")
+        raise ValueError(
+            "the adapter holds no LoRA matrix"
+            if not ranks
+            else f"the adapter's modules have ranks {sorted(ranks)}; one rank per adapter is served"
+        )
     rank, modules = ranks.pop(), sorted({path.rpartition(".")[2] for path in shapes})
     matched = targets is None or (
         all(any(_adapts(path, t) for t in targets) for path in shapes)
-        and all(any(_adapts(path, t) for path in shapes) for t in targets))
+        and all(any(_adapts(path, t) for path in shapes) for t in targets)
+    )
     if not matched or (r is not None and r != rank):
-        raise ValueError(f"the tensors are an adapter of rank {rank} on {', '.join(modules)}; the run's is of rank "
-                         f"{rank if r is None else r} on {', '.join(sorted(targets or modules))}")
+        raise ValueError(
+            f"the tensors are an adapter of rank {rank} on {', '.join(modules)}; the run's is of rank "
+            f"{rank if r is None else r} on {', '.join(sorted(targets or modules))}"
+        )
     return rank, modules
 
 
@@ -87,8 +97,9 @@ def _adapts(path: str, target: str) -> bool:
     return path == target or path.endswith(f".{target}")
 
 
-def adapter_config(state: Mapping[str, torch.Tensor], alpha: float, r: int | None = None,
-                   targets: Collection[str] | None = None) -> Any:
+def adapter_config(
+    state: Mapping[str, torch.Tensor], alpha: float, r: int | None = None, targets: Collection[str] | None = None
+) -> Any:
     """The `peft.LoraConfig` of an adapter state saved by PEFT: rank and target modules read from its tensors, checked
     whole first (`check_adapter`, against `r` and `targets` when given), `alpha` given (the tensors do not hold it).
 
@@ -104,8 +115,14 @@ def lora_config(r: int, alpha: float, targets: list[str]) -> Any:
     bias), the one trainer and servers build alike."""
     from peft import LoraConfig
 
-    return LoraConfig(r=r, lora_alpha=alpha,  # type: ignore[arg-type]  # PEFT's field says int; a float scales alike
-                      target_modules=targets, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # PEFT's field says int; a float scales alike
+        target_modules=targets,
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def write_adapter(folder: str, state: Mapping[str, torch.Tensor], config: Any) -> str:
@@ -115,6 +132,8 @@ def write_adapter(folder: str, state: Mapping[str, torch.Tensor], config: Any) -
     """
     os.makedirs(folder, exist_ok=True)
     config.save_pretrained(folder)
-    save_file({name: t.detach().contiguous() for name, t in sorted(state.items())},
-              os.path.join(folder, "adapter_model.safetensors"))
+    save_file(
+        {name: t.detach().contiguous() for name, t in sorted(state.items())},
+        os.path.join(folder, "adapter_model.safetensors"),
+    )
     return folder

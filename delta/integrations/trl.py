@@ -76,9 +76,15 @@ class BucketWeightTransfer:
     Threads: call every method from the trainer's main process (AsyncGRPO calls them on rank 0 only).
     """
 
-    def __init__(self, bucket: str | Storage, config: PublisherConfig | None = None, *,
-                 dtype: torch.dtype | None = None, wait: bool = False, adapter_of: torch.nn.Module | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        bucket: str | Storage,
+        config: PublisherConfig | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        wait: bool = False,
+        adapter_of: torch.nn.Module | None = None,
+    ) -> None:
         self.bucket = bucket
         self.config = config or PublisherConfig()
         self.dtype = dtype
@@ -122,14 +128,18 @@ class BucketWeightTransfer:
             else:
                 buffer = self._state.get(name)
                 if buffer is None or buffer.shape != tensor.shape:
-                    raise ValueError(f"send_weights streamed {name!r} {tuple(tensor.shape)}, which the published "
-                                     "state does not hold in that shape; every call must stream the same tensors "
-                                     "(start a new bucket for another model)")
+                    raise ValueError(
+                        f"send_weights streamed {name!r} {tuple(tensor.shape)}, which the published "
+                        "state does not hold in that shape; every call must stream the same tensors "
+                        "(start a new bucket for another model)"
+                    )
                 buffer.copy_(tensor)
             seen.add(name)
         if not first and seen != set(self._state):
-            raise ValueError(f"send_weights did not stream {sorted(set(self._state) - seen)[:5]}; every call must "
-                             "stream the same tensors")
+            raise ValueError(
+                f"send_weights did not stream {sorted(set(self._state) - seen)[:5]}; every call must "
+                "stream the same tensors"
+            )
         self.publisher.publish(self._state)
         if self.wait:
             self.publisher.flush()

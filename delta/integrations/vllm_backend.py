@@ -49,7 +49,10 @@ from vllm.distributed.weight_transfer.base import (  # noqa: E402  (after the ve
 logger = logging.getLogger(__name__)
 
 # A partial reload is the point: vLLM warns for every parameter and layer left as it was.
-_QUIET_LOGGERS = ("vllm.model_executor.model_loader.reload.inplace", "vllm.model_executor.model_loader.reload.layerwise")
+_QUIET_LOGGERS = (
+    "vllm.model_executor.model_loader.reload.inplace",
+    "vllm.model_executor.model_loader.reload.layerwise",
+)
 
 __all__ = ["DeltaInitInfo", "DeltaUpdateInfo", "DeltaWeightTransferEngine"]
 
@@ -88,8 +91,9 @@ def _repack_tied_lm_head(model: torch.nn.Module) -> None:
     weight = getattr(lm_head, "weight", None)
     if weight is None:
         return
-    tied = any(p is weight for name, p in model.named_parameters(remove_duplicate=False)
-               if not name.startswith("lm_head."))
+    tied = any(
+        p is weight for name, p in model.named_parameters(remove_duplicate=False) if not name.startswith("lm_head.")
+    )
     if tied:
         assert lm_head is not None  # it has a weight
         lm_head.quant_method.process_weights_after_loading(lm_head)
@@ -162,14 +166,18 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
 
     def _reload(self, update: Update, version: int | None) -> None:
         if update.sparse:
-            raise ValueError(f"update to version {version}: the CPU path takes dense tensors only, got sparse entries "
-                             f"for {[e.name for e in update.sparse][:3]}; write the file without old values")
+            raise ValueError(
+                f"update to version {version}: the CPU path takes dense tensors only, got sparse entries "
+                f"for {[e.name for e in update.sparse][:3]}; write the file without old values"
+            )
         names = sorted(update.dense)
         packed = self.packed_modules()
         missing = sorted({s for n in names for s in siblings(n, packed)} - set(names))
         if missing:
-            raise ValueError(f"update to version {version}: fused groups arrive whole on CPU, missing {missing[:5]}; "
-                             "send every member of a changed fused layer (delta.integrations whole_groups)")
+            raise ValueError(
+                f"update to version {version}: fused groups arrive whole on CPU, missing {missing[:5]}; "
+                "send every member of a changed fused layer (delta.integrations whole_groups)"
+            )
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
         if not self._reloading:
@@ -178,7 +186,8 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
         try:
             with _quiet_partial_reload():
                 self.model.load_weights(  # type: ignore[operator]  # vLLM's models define it; nn.Module's types do not
-                    (name, update.dense[name]) for name in names)
+                    (name, update.dense[name]) for name in names
+                )
         except BaseException:
             self._abandon_reload()
             raise
@@ -211,10 +220,18 @@ class DeltaWeightTransferEngine(WeightTransferEngine[DeltaInitInfo, DeltaUpdateI
 
         device = self.device
         if update.dense:
-            load_checkpoint_weight_patches(self.model, [
-                CheckpointWeightPatch(name, tuple(t.shape), t.dtype, t.to(device).reshape(-1))
-                for name, t in sorted(update.dense.items())])
+            load_checkpoint_weight_patches(
+                self.model,
+                [
+                    CheckpointWeightPatch(name, tuple(t.shape), t.dtype, t.to(device).reshape(-1))
+                    for name, t in sorted(update.dense.items())
+                ],
+            )
         if update.sparse:
-            load_checkpoint_weight_patches(self.model, [
-                CheckpointWeightPatch(e.name, e.shape, e.values.dtype, e.values.to(device), e.positions.to(device))
-                for e in update.sparse])
+            load_checkpoint_weight_patches(
+                self.model,
+                [
+                    CheckpointWeightPatch(e.name, e.shape, e.values.dtype, e.values.to(device), e.positions.to(device))
+                    for e in update.sparse
+                ],
+            )

@@ -52,33 +52,46 @@ class VLLMHTTPClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, method: str, route: str, body: dict[str, Any] | None = None,
-              needs: str = "VLLM_SERVER_DEV_MODE=1", timeout: float | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        route: str,
+        body: dict[str, Any] | None = None,
+        needs: str = "VLLM_SERVER_DEV_MODE=1",
+        timeout: float | None = None,
+    ) -> Any:
         """`method route` with a JSON body; the reply parsed as JSON (plain text where it is not), read whole within
         `timeout` (default the client's) and `MAX_REPLY_BYTES`."""
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + route, data=data, method=method,
-                                         headers={"Content-Type": "application/json"} if data else {})
+        request = urllib.request.Request(
+            self.url + route, data=data, method=method, headers={"Content-Type": "application/json"} if data else {}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = read_reply(_pieces(response), max_bytes=MAX_REPLY_BYTES, deadline=deadline)
         except urllib.error.HTTPError as e:
             try:
-                detail = printable(read_reply(_pieces(e), max_bytes=MAX_REPLY_BYTES, deadline=deadline)
-                                   .decode(errors="replace")[:500])
+                detail = printable(
+                    read_reply(_pieces(e), max_bytes=MAX_REPLY_BYTES, deadline=deadline).decode(errors="replace")[:500]
+                )
             except (ReplyLimitError, OSError) as cut:
                 detail = f"({cut})"
             hint = f" (is the server started with {needs}?)" if e.code == 404 else ""
-            raise VLLMServerError(f"{method} {self.url}{route} answered {e.code}: {detail}{hint}",
-                                  route=route, status=e.code) from e
+            raise VLLMServerError(
+                f"{method} {self.url}{route} answered {e.code}: {detail}{hint}", route=route, status=e.code
+            ) from e
         except ReplyLimitError as e:
-            raise VLLMServerError(f"{method} {self.url}{route} answered with {e}: refused; is {self.url} a vLLM "
-                                  "server?", route=route, status=None) from e
+            raise VLLMServerError(
+                f"{method} {self.url}{route} answered with {e}: refused; is {self.url} a vLLM server?",
+                route=route,
+                status=None,
+            ) from e
         except (urllib.error.URLError, OSError) as e:
-            raise VLLMServerError(f"{method} {self.url}{route} failed: {e}; is the vLLM server running there?",
-                                  route=route, status=None) from e
+            raise VLLMServerError(
+                f"{method} {self.url}{route} failed: {e}; is the vLLM server running there?", route=route, status=None
+            ) from e
         try:
             return json.loads(raw) if raw else None
         except ValueError:  # the LoRA routes answer plain text
@@ -94,8 +107,11 @@ class VLLMHTTPClient:
     def _unexpected(self, route: str, reply: Any, expected: str) -> VLLMServerError:
         """The error for a reply of `route` that is not `expected`: one line, the reply shown escaped and cut."""
         shown = printable(json.dumps(reply) if not isinstance(reply, str) else repr(reply))
-        return VLLMServerError(f"GET {self.url}{route} answered {shown[:200]}, not {expected}: is {self.url} a vLLM "
-                               "server?", route=route, status=200)
+        return VLLMServerError(
+            f"GET {self.url}{route} answered {shown[:200]}, not {expected}: is {self.url} a vLLM server?",
+            route=route,
+            status=200,
+        )
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until `/health` answers 200; raises VLLMServerError after `timeout` seconds."""

@@ -34,8 +34,18 @@ SPARSE_SUFFIX = "#positions"
 DENSE_ABOVE = 1 / 3
 
 __all__ = [
-    "SparseEntry", "Update", "WorkerInfo", "changed_positions", "fused_groups", "handshake_path", "read_update",
-    "read_worker_info", "siblings", "whole_groups", "write_update", "write_worker_info",
+    "SparseEntry",
+    "Update",
+    "WorkerInfo",
+    "changed_positions",
+    "fused_groups",
+    "handshake_path",
+    "read_update",
+    "read_worker_info",
+    "siblings",
+    "whole_groups",
+    "write_update",
+    "write_worker_info",
 ]
 
 
@@ -85,8 +95,9 @@ def read_worker_info(folder: str, rank: int = 0) -> WorkerInfo:
             raw = json.load(f)
     except FileNotFoundError as e:
         raise FileNotFoundError(
-            f"no worker handshake at {path}: start vLLM with --weight-transfer-config '{{\"backend\":\"delta\"}}' "
-            "and give it a folder both processes can reach") from e
+            f'no worker handshake at {path}: start vLLM with --weight-transfer-config \'{{"backend":"delta"}}\' '
+            "and give it a folder both processes can reach"
+        ) from e
     return WorkerInfo(raw["device"], {k: list(v) for k, v in raw["packed_modules"].items()}, raw["vllm"])
 
 
@@ -107,7 +118,7 @@ def siblings(name: str, packed_modules: Mapping[str, list[str]]) -> list[str]:
     for i, part in enumerate(parts):
         members = next((m for m in packed_modules.values() if part in m), None)
         if members is not None:
-            return [".".join(parts[:i] + [m] + parts[i + 1:]) for m in members]
+            return [".".join(parts[:i] + [m] + parts[i + 1 :]) for m in members]
     return [name]
 
 
@@ -181,8 +192,10 @@ def read_update(path: str) -> Update:
     with safe_open(path, framework="pt") as f:
         meta = f.metadata() or {}
         if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path} is not a {FORMAT} v{FORMAT_VERSION} file (metadata {meta}); write it with "
-                             "delta.integrations.vllm_update.write_update of the same delta version")
+            raise ValueError(
+                f"{path} is not a {FORMAT} v{FORMAT_VERSION} file (metadata {meta}); write it with "
+                "delta.integrations.vllm_update.write_update of the same delta version"
+            )
         shapes = {name: tuple(shape) for name, shape in json.loads(meta.get("sparse", "{}")).items()}
         dense: dict[str, torch.Tensor] = {}
         sparse: list[SparseEntry] = []
@@ -192,10 +205,13 @@ def read_update(path: str) -> Update:
             if key in shapes:
                 positions, values = f.get_tensor(key + SPARSE_SUFFIX), f.get_tensor(key)
                 numel = math.prod(shapes[key])
-                if positions.numel() != values.numel() or (positions.numel() and not
-                                                           0 <= int(positions.min()) <= int(positions.max()) < numel):
-                    raise ValueError(f"{path}: sparse entry {key!r} has positions outside its {numel} elements "
-                                     "or a count other than its values'")
+                if positions.numel() != values.numel() or (
+                    positions.numel() and not 0 <= int(positions.min()) <= int(positions.max()) < numel
+                ):
+                    raise ValueError(
+                        f"{path}: sparse entry {key!r} has positions outside its {numel} elements "
+                        "or a count other than its values'"
+                    )
                 sparse.append(SparseEntry(key, shapes[key], positions, values))
             else:
                 dense[key] = f.get_tensor(key)

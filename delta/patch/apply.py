@@ -55,8 +55,9 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
         if DTYPE_NAMES.get(t.dtype) != entry.dtype:
             raise StateMismatchError(f"the delta holds {entry.dtype}, the state {t.dtype}", tensor=entry.name)
         if not header.foreign and tuple(t.shape) != entry.shape:
-            raise StateMismatchError(f"the delta's shape is {entry.shape}, the state's {tuple(t.shape)}",
-                                     tensor=entry.name)
+            raise StateMismatchError(
+                f"the delta's shape is {entry.shape}, the state's {tuple(t.shape)}", tensor=entry.name
+            )
         if not t.is_contiguous():
             raise StateMismatchError("apply works on contiguous tensors", tensor=entry.name)
     if not header.foreign:
@@ -65,9 +66,15 @@ def _check_entries(header: DeltaHeader, state: MutableMapping[str, torch.Tensor]
             raise StateMismatchError(f"the state has {total} elements, the delta was made for {header.total}")
 
 
-def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *, path: str | None = None,
-           digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
-           ) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
+def decode(
+    data: bytes | memoryview,
+    state: MutableMapping[str, torch.Tensor],
+    *,
+    path: str | None = None,
+    digest: StateDigest | None = None,
+    workers: int | None = None,
+    workspace: Workspace | None = None,
+) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
     """Parse and validate a delta against `state` without writing anything.
 
     This is the slow half of an apply (it can run in a background thread while the state is still
@@ -115,7 +122,8 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
     if before.hexdigest != header.base_hash:
         raise StateMismatchError(
             f"the state's hash is {before.hexdigest}, this delta applies to {header.base_hash} "
-            f"(version {header.base_version}); apply the deltas in order, or start from an anchor")
+            f"(version {header.base_version}); apply the deltas in order, or start from an anchor"
+        )
     after: StateDigest
     if legacy:
         changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
@@ -130,14 +138,24 @@ def decode(data: bytes | memoryview, state: MutableMapping[str, torch.Tensor], *
                 sums[c.name] = c.sums
         after = sum_before.moved(sums)
     if after.hexdigest != header.target_hash:
-        raise IntegrityError(f"version {header.version} decodes to a state other than the delta's target; nothing "
-                             "was written", expected=header.target_hash, actual=after.hexdigest)
+        raise IntegrityError(
+            f"version {header.version} decodes to a state other than the delta's target; nothing was written",
+            expected=header.target_hash,
+            actual=after.hexdigest,
+        )
     return header, changes, before
 
 
-def _decoded(codec: Codec, header: DeltaHeader, blobs: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor],
-             workers: int | None, keys: Mapping[str, TensorKey] | None, path: str | None,
-             workspace: Workspace | None) -> list[Change]:
+def _decoded(
+    codec: Codec,
+    header: DeltaHeader,
+    blobs: Mapping[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
+    workers: int | None,
+    keys: Mapping[str, TensorKey] | None,
+    path: str | None,
+    workspace: Workspace | None,
+) -> list[Change]:
     try:
         changes = codec.decode(header.tensors, blobs, state, workers, keys=keys, workspace=workspace)
     except DeltaFormatError as e:
@@ -147,17 +165,18 @@ def _decoded(codec: Codec, header: DeltaHeader, blobs: Mapping[str, torch.Tensor
     return changes
 
 
-def _prove_legacy(changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest,
-                  workers: int | None) -> LegacyDigest:
+def _prove_legacy(
+    changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest, workers: int | None
+) -> LegacyDigest:
     """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time, a tensor
     per thread on up to 2 of `workers` threads."""
+
     def prove(change: Change) -> str:
         positions, values = change.positions, change.values
         if isinstance(positions, torch.Tensor):  # placed on a device with its values: ascending, on the host
             host_positions, host_values = positions.cpu().numpy(), torch.as_tensor(values).cpu().numpy()
             order = np.argsort(host_positions, kind="stable")
-            return legacy_digest_with_changes(change.name, host[change.name], host_positions[order],
-                                              host_values[order])
+            return legacy_digest_with_changes(change.name, host[change.name], host_positions[order], host_values[order])
         assert not isinstance(values, torch.Tensor)  # values on a device come with positions there
         return legacy_digest_with_changes(change.name, host[change.name], positions, values)
 
@@ -175,8 +194,9 @@ class Rollback:
     def __init__(self) -> None:
         self._saved: list[tuple[torch.Tensor, np.ndarray | torch.Tensor | None, np.ndarray | torch.Tensor]] = []
 
-    def write(self, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None,
-              values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    def write(
+        self, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None, values: np.ndarray | torch.Tensor
+    ) -> np.ndarray | torch.Tensor:
         """Write the bit patterns `values` at flat `positions` of `tensor` (None: all of it), where it
         lives, keeping what was there; returns what was there."""
         if tensor.device.type == "cpu" and isinstance(values, np.ndarray) and not isinstance(positions, torch.Tensor):
@@ -209,9 +229,15 @@ class Rollback:
         self._saved.clear()
 
 
-def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapping[str, torch.Tensor],
-                  digest: StateDigest | None, rollback: Rollback | None = None, *, workers: int | None = None
-                  ) -> ApplyResult:
+def write_changes(
+    header: DeltaHeader,
+    changes: list[Change],
+    state: MutableMapping[str, torch.Tensor],
+    digest: StateDigest | None,
+    rollback: Rollback | None = None,
+    *,
+    workers: int | None = None,
+) -> ApplyResult:
     """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
 
     The new digest is the old one moved by what `decode` proved each change does (no re-hashing: the pause
@@ -229,30 +255,44 @@ def write_changes(header: DeltaHeader, changes: list[Change], state: MutableMapp
     """
     rollback = rollback if rollback is not None else Rollback()
     with stage("write"):
-        written = [(change, rollback.write(state[change.name], change.positions, change.values))
-                   for change in changes]
+        written = [(change, rollback.write(state[change.name], change.positions, change.values)) for change in changes]
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state, workers=workers), changed)
     after: StateDigest
     if isinstance(digest, SumDigest):
-        after = digest.moved({c.name: c.sums if c.sums is not None else
-                              moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
-                              for c, old in written})
+        after = digest.moved(
+            {
+                c.name: c.sums
+                if c.sums is not None
+                else moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
+                for c, old in written
+            }
+        )
     else:
         assert digest is not None, "write_changes takes the digest decode returned"
-        after = digest.merged(LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name])
-                                            for c in changes}))
+        after = digest.merged(
+            LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name]) for c in changes})
+        )
     if after.hexdigest != header.target_hash:
         rollback.restore()
-        raise IntegrityError(f"state after applying version {header.version} does not match the delta's target "
-                             "hash; the state was restored", expected=header.target_hash, actual=after.hexdigest)
+        raise IntegrityError(
+            f"state after applying version {header.version} does not match the delta's target "
+            "hash; the state was restored",
+            expected=header.target_hash,
+            actual=after.hexdigest,
+        )
     return ApplyResult(header, after, changed)
 
 
-def apply(state: MutableMapping[str, torch.Tensor], delta: bytes | memoryview | str, *,
-          digest: StateDigest | None = None, workers: int | None = None, workspace: Workspace | None = None
-          ) -> ApplyResult:
+def apply(
+    state: MutableMapping[str, torch.Tensor],
+    delta: bytes | memoryview | str,
+    *,
+    digest: StateDigest | None = None,
+    workers: int | None = None,
+    workspace: Workspace | None = None,
+) -> ApplyResult:
     """Apply a delta to `state` in place: everything is validated before the first write.
 
     Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and

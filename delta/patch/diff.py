@@ -19,10 +19,19 @@ def _contiguous(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in state.items()}
 
 
-def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
-         version: int | None = None, base_version: int | None = None, old_digest: StateDigest | None = None,
-         progress: bool = False, workers: int | None = None, chunk: int | None = None,
-         workspace: Workspace | None = None) -> bytes:
+def diff(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    *,
+    codec: str = DEFAULT_CODEC,
+    version: int | None = None,
+    base_version: int | None = None,
+    old_digest: StateDigest | None = None,
+    progress: bool = False,
+    workers: int | None = None,
+    chunk: int | None = None,
+    workspace: Workspace | None = None,
+) -> bytes:
     """Encode what changed from `old` to `new` (bit patterns, element by element) as a delta file.
 
     Both states must hold the same tensor names, shapes and dtypes. Neither is modified. Tensors on
@@ -47,14 +56,34 @@ def diff(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, co
     Raises:
         StateMismatchError: the states do not have the same layout.
     """
-    return encode_delta(old, new, codec=codec, version=version, base_version=base_version, old_digest=old_digest,
-                        progress=progress, workers=workers, chunk=chunk, workspace=workspace)[0]
+    return encode_delta(
+        old,
+        new,
+        codec=codec,
+        version=version,
+        base_version=base_version,
+        old_digest=old_digest,
+        progress=progress,
+        workers=workers,
+        chunk=chunk,
+        workspace=workspace,
+    )[0]
 
 
-def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, codec: str = DEFAULT_CODEC,
-                 version: int | None = None, base_version: int | None = None, old_digest: StateDigest | None = None,
-                 keys: Mapping[str, TensorKey] | None = None, progress: bool = False, workers: int | None = None,
-                 chunk: int | None = None, workspace: Workspace | None = None) -> tuple[bytes, SumDigest]:
+def encode_delta(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    *,
+    codec: str = DEFAULT_CODEC,
+    version: int | None = None,
+    base_version: int | None = None,
+    old_digest: StateDigest | None = None,
+    keys: Mapping[str, TensorKey] | None = None,
+    progress: bool = False,
+    workers: int | None = None,
+    chunk: int | None = None,
+    workspace: Workspace | None = None,
+) -> tuple[bytes, SumDigest]:
     """`diff`, also returning the digest of `new` (the publisher keeps it for the next version).
 
     Args:
@@ -65,13 +94,27 @@ def encode_delta(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor
     if not isinstance(old_digest, SumDigest) or old_digest.names != set(old):
         old_digest = state_digest(old, keys, workers)
     chosen = get_codec(codec)
-    encoded = chosen.encode(old, new, sorted(old), progress=progress, workers=workers, chunk=chunk,
-                            keys=old_digest.keys, workspace=workspace)
+    encoded = chosen.encode(
+        old,
+        new,
+        sorted(old),
+        progress=progress,
+        workers=workers,
+        chunk=chunk,
+        keys=old_digest.keys,
+        workspace=workspace,
+    )
     assert encoded.sums is not None  # asked for with the keys
     new_digest = old_digest.moved(encoded.sums)
     header = DeltaHeader(
-        codec=chosen.name, version=version, base_version=base_version,
-        changed=sum(e.changed for e in encoded.entries), total=sum(t.numel() for t in new.values()),
-        base_hash=old_digest.hexdigest, target_hash=new_digest.hexdigest, tensors=tuple(encoded.entries))
+        codec=chosen.name,
+        version=version,
+        base_version=base_version,
+        changed=sum(e.changed for e in encoded.entries),
+        total=sum(t.numel() for t in new.values()),
+        base_hash=old_digest.hexdigest,
+        target_hash=new_digest.hexdigest,
+        tensors=tuple(encoded.entries),
+    )
     with stage("write"):
         return write_delta(header, encoded.blobs), new_digest

@@ -69,8 +69,10 @@ def import_backend(module: str, needed_for: str, extra: str) -> ModuleType:
 
 def install_hint(extra: str) -> str:
     """How to install an optional backend: the library's extra, or this repository's requirements."""
-    return (f"pip install 'delta-weight-sync[{extra}]' (in this repository: pip install -r requirements.txt "
-            "-c constraints.txt)")
+    return (
+        f"pip install 'delta-weight-sync[{extra}]' (in this repository: pip install -r requirements.txt "
+        "-c constraints.txt)"
+    )
 
 
 def check_path(path: str, *, prefix: bool = False) -> str:
@@ -195,7 +197,12 @@ class Storage(ABC):
                     wait = self.retry.delay(attempt)
                     logger.warning(
                         "%s %s: %s; attempt %d of %s, retrying in %.1f s",
-                        operation, self._where(path), failure.reason, attempt, self.retry.attempts, wait,
+                        operation,
+                        self._where(path),
+                        failure.reason,
+                        attempt,
+                        self.retry.attempts,
+                        wait,
                     )
                     time.sleep(wait)
                     attempt += 1
@@ -214,7 +221,9 @@ class Storage(ABC):
                 f"{operation} failed after {attempts} attempt(s) over {elapsed:.1f} s, the bucket did not answer: "
                 f"{failure.reason}. Check that the server is up and the URL or endpoint is right; "
                 f"pass retry=RetryPolicy(...) to open_storage to wait longer",
-                url=self.url, path=path, attempts=attempts,
+                url=self.url,
+                path=path,
+                attempts=attempts,
             )
         return StorageError(f"{operation} failed: {failure.reason}", url=self.url, path=path)
 

@@ -92,4 +92,3 @@ class LocalStorage(Storage):
         for path in paths:
             target = self.root / path
             (self._inside(target.parent, "delete") / target.name).unlink(missing_ok=True)
-

@@ -82,8 +82,10 @@ def groups(tensors: Mapping[str, torch.Tensor], names: Sequence[str], chunk: int
 
 def flat(tensors: Mapping[str, torch.Tensor], group: Group) -> torch.Tensor:
     """The group's bits as one flat integer tensor: a view of a member alone, else one concatenation."""
-    views = [_device.int_view(tensors[n].contiguous())[a:a + size]
-             for n, a, size in zip(group.names, group.starts, group.sizes, strict=True)]
+    views = [
+        _device.int_view(tensors[n].contiguous())[a : a + size]
+        for n, a, size in zip(group.names, group.starts, group.sizes, strict=True)
+    ]
     return views[0] if len(views) == 1 else torch.cat(views)
 
 

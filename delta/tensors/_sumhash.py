@@ -78,7 +78,7 @@ class TensorKey:
     def piece(cls, name: str, dtype: str, shape: tuple[int, ...], dim: int, start: int, stop: int) -> TensorKey:
         """The key of the range [start, stop) along `dim` of the full tensor `name` of `shape`."""
         inner = 1
-        for n in shape[dim + 1:]:
+        for n in shape[dim + 1 :]:
             inner *= n
         length = stop - start
         return cls(name, dtype, tuple(shape), start * inner, length * inner, (shape[dim] - length) * inner)
@@ -161,8 +161,9 @@ def _sum_rows(arrays, rows, ikeys, seeds, out):  # pragma: no cover - compiled
     """Sums of rows (tensor, lo, hi) of `arrays` into `out` (one row each)."""
     for r in range(rows.shape[0]):
         t = rows[r, 0]
-        out[r, 0], out[r, 1] = _sum_range(arrays[t], rows[r, 1], rows[r, 2], ikeys[t, 0], ikeys[t, 1], ikeys[t, 2],
-                                          seeds[t, 0], seeds[t, 1])
+        out[r, 0], out[r, 1] = _sum_range(
+            arrays[t], rows[r, 1], rows[r, 2], ikeys[t, 0], ikeys[t, 1], ikeys[t, 2], seeds[t, 0], seeds[t, 1]
+        )
 
 
 def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> list[Sums]:
@@ -197,8 +198,9 @@ def host_sums(pairs: Sequence[tuple[TensorKey, np.ndarray]], threads: int) -> li
 
 def host_change_sums(key: TensorKey, positions: np.ndarray, old: np.ndarray, new: np.ndarray) -> Sums:
     """How the sums move when the bits at `positions` go from `old` to `new` (host arrays)."""
-    s0, s1 = _sum_changes(positions, old, new, key.base, key._block, key.skip, np.uint64(key.seeds[0]),
-                          np.uint64(key.seeds[1]))
+    s0, s1 = _sum_changes(
+        positions, old, new, key.base, key._block, key.skip, np.uint64(key.seeds[0]), np.uint64(key.seeds[1])
+    )
     return int(s0), int(s1)
 
 
@@ -246,8 +248,9 @@ def from_halves(lo: int, hi: int) -> int:
     return (int(lo) + (int(hi) << 32)) & MASK
 
 
-def device_index(j: torch.Tensor, base: torch.Tensor | int, block: torch.Tensor | int,
-                 skip: torch.Tensor | int) -> torch.Tensor:
+def device_index(
+    j: torch.Tensor, base: torch.Tensor | int, block: torch.Tensor | int, skip: torch.Tensor | int
+) -> torch.Tensor:
     """Full indices of flat indices `j` (int64) of tensors keyed by (base, block, skip), per element or shared."""
     return j + (j // block) * skip + base
 
@@ -258,8 +261,9 @@ def key_table(keys: Sequence[TensorKey], device: torch.device) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int64).reshape(-1, 5).to(device)
 
 
-def device_lane_halves(j: torch.Tensor, owner: torch.Tensor, table: torch.Tensor, old: torch.Tensor | None,
-                       new: torch.Tensor) -> torch.Tensor:
+def device_lane_halves(
+    j: torch.Tensor, owner: torch.Tensor, table: torch.Tensor, old: torch.Tensor | None, new: torch.Tensor
+) -> torch.Tensor:
     """(n, 4) int64 halves of each element's (lane 0, lane 1) hash of `new`, minus that of `old` if given.
 
     Args:
@@ -294,4 +298,10 @@ def kernel_key(key: TensorKey | None) -> tuple:
     caller ignores the result)."""
     if key is None:
         return np.int64(0), np.int64(_NO_BLOCK), np.int64(0), np.uint64(0), np.uint64(0)
-    return np.int64(key.base), np.int64(key._block), np.int64(key.skip), np.uint64(key.seeds[0]), np.uint64(key.seeds[1])
+    return (
+        np.int64(key.base),
+        np.int64(key._block),
+        np.int64(key.skip),
+        np.uint64(key.seeds[0]),
+        np.uint64(key.seeds[1]),
+    )

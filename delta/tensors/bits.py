@@ -36,8 +36,17 @@ for _name, _field in {
 DTYPE_NAMES: dict[torch.dtype, str] = {
     dtype: str(dtype).removeprefix("torch.")
     for dtype in [
-        torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-        torch.float16, torch.bfloat16, torch.float32, torch.float64, *_EXPONENT_FIELD,
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        *_EXPONENT_FIELD,
     ]
 }
 DTYPES_BY_NAME: dict[str, torch.dtype] = {name: dtype for dtype, name in DTYPE_NAMES.items()}

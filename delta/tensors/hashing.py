@@ -145,8 +145,10 @@ class SumDigest(StateDigest):
 
     def to_json(self) -> dict[str, list]:
         """Per tensor: [full name, dtype, full shape, base, block, skip, sum 0, sum 1] (a rank's record)."""
-        return {n: [p.key.name, p.key.dtype, list(p.key.shape), p.key.base, p.key.block, p.key.skip, *p.sums]
-                for n, p in sorted(self._parts.items())}
+        return {
+            n: [p.key.name, p.key.dtype, list(p.key.shape), p.key.base, p.key.block, p.key.skip, *p.sums]
+            for n, p in sorted(self._parts.items())
+        }
 
     @classmethod
     def from_json(cls, body: object) -> SumDigest:
@@ -159,11 +161,17 @@ class SumDigest(StateDigest):
             raise DeltaFormatError(f"a digest record is a {type(body).__name__}, not an object")
         parts = {}
         for name, row in body.items():
-            if not (isinstance(name, str) and isinstance(row, list) and len(row) == 8 and isinstance(row[0], str)
-                    and row[1] in DTYPES_BY_NAME and isinstance(row[2], list)
-                    and all(type(d) is int and 0 <= d < 1 << 63 for d in row[2])
-                    and all(type(v) is int and 0 <= v < 1 << 63 for v in row[3:6])
-                    and all(type(v) is int and 0 <= v <= _sumhash.MASK for v in row[6:])):
+            if not (
+                isinstance(name, str)
+                and isinstance(row, list)
+                and len(row) == 8
+                and isinstance(row[0], str)
+                and row[1] in DTYPES_BY_NAME
+                and isinstance(row[2], list)
+                and all(type(d) is int and 0 <= d < 1 << 63 for d in row[2])
+                and all(type(v) is int and 0 <= v < 1 << 63 for v in row[3:6])
+                and all(type(v) is int and 0 <= v <= _sumhash.MASK for v in row[6:])
+            ):
                 raise DeltaFormatError(f"the digest record of {name!r:.80} is malformed")
             full, dtype, shape, base, block, skip, s0, s1 = row
             parts[name] = _Part(TensorKey(full, dtype, tuple(shape), base, block, skip), (s0, s1))
@@ -198,13 +206,21 @@ def tensor_sums(key: TensorKey, tensor: torch.Tensor, workers: int | None = None
     return _state_sums({"t": key}, {"t": tensor}, workers)["t"]
 
 
-def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor], workers: int | None
-                ) -> dict[str, Sums]:
+def _state_sums(
+    keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor], workers: int | None
+) -> dict[str, Sums]:
     """Element sums of every tensor: host tensors together on `workers` host threads, device tensors a group at a
     time on their device (`_groups`: a few kernels per group, whatever its number of tensors), one wait for all."""
     host = [n for n in keys if _device.on_host(state[n])]
-    sums = dict(zip(host, _sumhash.host_sums([(keys[n], bits(state[n].detach().contiguous())) for n in host],
-                                             resolve_workers(workers)), strict=True))
+    sums = dict(
+        zip(
+            host,
+            _sumhash.host_sums(
+                [(keys[n], bits(state[n].detach().contiguous())) for n in host], resolve_workers(workers)
+            ),
+            strict=True,
+        )
+    )
     on_device = sorted(n for n in keys if n not in sums)
     flat = {n: state[n].detach().contiguous().reshape(-1) for n in on_device}
     found = [(group, _group_sums(group, flat, keys)) for group in _groups.groups(flat, on_device, 1)]
@@ -216,14 +232,13 @@ def _state_sums(keys: Mapping[str, TensorKey], state: Mapping[str, torch.Tensor]
     return sums
 
 
-def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey]
-                ) -> torch.Tensor:
+def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey]) -> torch.Tensor:
     """(members, 4) int64: each member's summed halves (`_sumhash.sums_of_halves`), left on the device (not
     waited for). One member (a large tensor, or a part of one) is hashed under its key alone; several, under
     each element's key gathered by member."""
     first = flat[group.names[0]]
     device, width = first.device, first.element_size() * 8
-    parts = [flat[n][a:a + k] for n, a, k in zip(group.names, group.starts, group.sizes, strict=True)]
+    parts = [flat[n][a : a + k] for n, a, k in zip(group.names, group.starts, group.sizes, strict=True)]
     v = _sumhash.as_int64(torch.cat(parts) if len(parts) > 1 else parts[0], width)
     if len(parts) == 1:
         key, start = keys[group.names[0]], group.starts[0]
@@ -239,8 +254,13 @@ def _group_sums(group: _groups.Group, flat: Mapping[str, torch.Tensor], keys: Ma
     return out.index_add_(0, owner, _sumhash.device_lane_halves(j, owner, table, None, v))
 
 
-def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old: np.ndarray | torch.Tensor,
-               new: np.ndarray | torch.Tensor, workers: int | None = None) -> Sums:
+def moved_sums(
+    key: TensorKey,
+    positions: np.ndarray | torch.Tensor | None,
+    old: np.ndarray | torch.Tensor,
+    new: np.ndarray | torch.Tensor,
+    workers: int | None = None,
+) -> Sums:
     """How a tensor's sums move when the bits `old` at flat `positions` become `new` (None: `old` and `new` are
     the whole tensor), computed where the values are: numpy arrays on `workers` host threads, torch tensors with
     torch ops on their device."""
@@ -250,8 +270,13 @@ def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old:
             return _sumhash.sub(*whole)
         return _sumhash.host_change_sums(key, np.asarray(positions), old, new.view(old.dtype))
     if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
-        device = (new.device if isinstance(new, torch.Tensor) else
-                  old.device if isinstance(old, torch.Tensor) else torch.device("cpu"))
+        device = (
+            new.device
+            if isinstance(new, torch.Tensor)
+            else old.device
+            if isinstance(old, torch.Tensor)
+            else torch.device("cpu")
+        )
         old, new = (x if isinstance(x, torch.Tensor) else _device.to_device([x], device)[0] for x in (old, new))
     width = old.element_size() * 8
     old_v, new_v = _sumhash.as_int64(old.reshape(-1), width), _sumhash.as_int64(new.reshape(-1), width)
@@ -262,13 +287,22 @@ def moved_sums(key: TensorKey, positions: np.ndarray | torch.Tensor | None, old:
     else:
         j = positions.to(dtype=torch.int64)
     g = _sumhash.device_index(j, key.base, key._block, key.skip)
-    rows = [_sumhash.halves(_sumhash.device_hashes(g, new_v, key.seeds[lane])
-                            - _sumhash.device_hashes(g, old_v, key.seeds[lane])).sum(0) for lane in (0, 1)]
+    rows = [
+        _sumhash.halves(
+            _sumhash.device_hashes(g, new_v, key.seeds[lane]) - _sumhash.device_hashes(g, old_v, key.seeds[lane])
+        ).sum(0)
+        for lane in (0, 1)
+    ]
     return _sumhash.sums_of_halves(_device.to_host_all([torch.cat(rows)])[0].tolist())
 
 
-def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | torch.Tensor | None,
-                new: np.ndarray | torch.Tensor, workers: int | None = None) -> Sums:
+def change_sums(
+    key: TensorKey,
+    tensor: torch.Tensor,
+    positions: np.ndarray | torch.Tensor | None,
+    new: np.ndarray | torch.Tensor,
+    workers: int | None = None,
+) -> Sums:
     """How `tensor`'s sums move when the bits at flat `positions` (None: all) become `new`; reads the old bits
     from `tensor` (not modified) where it lives; `workers`: host threads for a whole tensor."""
     if isinstance(new, np.ndarray) and tensor.device.type == "cpu":
@@ -277,13 +311,17 @@ def change_sums(key: TensorKey, tensor: torch.Tensor, positions: np.ndarray | to
     ints = _device.int_view(tensor)
     if positions is None:
         return moved_sums(key, None, ints, new)
-    index = (positions if isinstance(positions, torch.Tensor)
-             else _device.to_device([np.asarray(positions, np.int64)], ints.device)[0])
+    index = (
+        positions
+        if isinstance(positions, torch.Tensor)
+        else _device.to_device([np.asarray(positions, np.int64)], ints.device)[0]
+    )
     return moved_sums(key, index, ints.index_select(0, index.to(ints.device)), new)
 
 
-def state_digest(state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None,
-                 workers: int | None = None) -> SumDigest:
+def state_digest(
+    state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None, workers: int | None = None
+) -> SumDigest:
     """Hash every tensor of `state` (only read), where each lives; `keys` for pieces of sharded tensors
     (`delta.pieces`), else each tensor is its own full tensor; host tensors on `workers` threads (None: one per
     core)."""
@@ -304,8 +342,12 @@ def legacy_state_digest(state: Mapping[str, torch.Tensor], workers: int | None =
         return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names), strict=True)))
 
 
-def digest_like(state_hash: str, state: Mapping[str, torch.Tensor],
-                keys: Mapping[str, TensorKey] | None = None, workers: int | None = None) -> StateDigest:
+def digest_like(
+    state_hash: str,
+    state: Mapping[str, torch.Tensor],
+    keys: Mapping[str, TensorKey] | None = None,
+    workers: int | None = None,
+) -> StateDigest:
     """The digest of `state` in the scheme `state_hash` is written in (the current one for anything else), on
     `workers` host threads."""
     if scheme_of(state_hash) == LEGACY_SCHEME:
@@ -329,8 +371,9 @@ def legacy_tensor_digest(name: str, tensor: torch.Tensor) -> str:
 LEGACY_CHUNK = 1 << 22
 
 
-def legacy_digest_with_changes(name: str, tensor: torch.Tensor, positions: np.ndarray | None,
-                               values: np.ndarray) -> str:
+def legacy_digest_with_changes(
+    name: str, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray
+) -> str:
     """Format 2's digest `tensor` (on the host) would have with `values` written at ascending `positions`
     (None: `values` is the whole tensor), without writing anything; copies one chunk at a time."""
     h = _legacy_hasher(name, tensor)
@@ -340,7 +383,7 @@ def legacy_digest_with_changes(name: str, tensor: torch.Tensor, positions: np.nd
     flat = bits(tensor)
     bounds = np.searchsorted(positions, np.arange(0, flat.size + LEGACY_CHUNK, LEGACY_CHUNK))
     for k, lo in enumerate(range(0, flat.size, LEGACY_CHUNK)):
-        chunk = flat[lo:lo + LEGACY_CHUNK]
+        chunk = flat[lo : lo + LEGACY_CHUNK]
         a, b = bounds[k], bounds[k + 1]
         if a < b:
             chunk = chunk.copy()

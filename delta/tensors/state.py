@@ -60,10 +60,15 @@ def index_files(index: str) -> list[str]:
         raise DeltaFormatError("expected a JSON object with a non-empty 'weight_map' object", path=index)
     files = set()
     for name, file in weights.items():
-        if not isinstance(file, str) or not file.endswith(".safetensors") or os.path.basename(file) != file or \
-                file.startswith("."):
-            raise DeltaFormatError(f"weight_map[{name!r:.60}] must name a .safetensors file in the folder, got "
-                                   f"{file!r:.80}", path=index)
+        if (
+            not isinstance(file, str)
+            or not file.endswith(".safetensors")
+            or os.path.basename(file) != file
+            or file.startswith(".")
+        ):
+            raise DeltaFormatError(
+                f"weight_map[{name!r:.60}] must name a .safetensors file in the folder, got {file!r:.80}", path=index
+            )
         files.add(file)
     return sorted(files)
 
@@ -78,10 +83,13 @@ def check_same_layout(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.T
     """Raise StateMismatchError unless both states have the same names, shapes and dtypes."""
     missing, extra = sorted(set(old) - set(new)), sorted(set(new) - set(old))
     if missing or extra:
-        raise StateMismatchError(f"the states hold different tensors (only in old: {missing[:5]}, only in new: "
-                                 f"{extra[:5]}); a delta carries changed values, publish an anchor instead")
+        raise StateMismatchError(
+            f"the states hold different tensors (only in old: {missing[:5]}, only in new: "
+            f"{extra[:5]}); a delta carries changed values, publish an anchor instead"
+        )
     for name in sorted(old):
         a, b = old[name], new[name]
         if a.shape != b.shape or a.dtype != b.dtype:
-            raise StateMismatchError(f"old is {a.dtype} {tuple(a.shape)}, new is {b.dtype} {tuple(b.shape)}",
-                                     tensor=name)
+            raise StateMismatchError(
+                f"old is {a.dtype} {tuple(a.shape)}, new is {b.dtype} {tuple(b.shape)}", tensor=name
+            )

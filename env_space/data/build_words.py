@@ -56,10 +56,7 @@ def build() -> tuple[list[str], list[str]]:
     ranked = [
         w
         for w in top_n_list("en", 100_000)
-        if w in medium
-        and w not in EXCLUDED
-        and not _is_plural_of(w, stems)
-        and not re.fullmatch("[mdclxvi]+", w)
+        if w in medium and w not in EXCLUDED and not _is_plural_of(w, stems) and not re.fullmatch("[mdclxvi]+", w)
     ]
     if len(ranked) < ANSWER_COUNT:
         raise RuntimeError(f"only {len(ranked)} candidate answers, need {ANSWER_COUNT}")

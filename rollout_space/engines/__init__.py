@@ -45,5 +45,14 @@ def open_engine(kind: str, config: EngineConfig, *, version: int = 0, **options:
     raise ValueError(f"unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")
 
 
-__all__ = ["ENGINES", "Completion", "Engine", "EngineConfig", "EngineError", "PromptError", "SamplingParams",
-           "UpdateRefusedError", "open_engine"]
+__all__ = [
+    "ENGINES",
+    "Completion",
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "PromptError",
+    "SamplingParams",
+    "UpdateRefusedError",
+    "open_engine",
+]

@@ -49,6 +49,7 @@ def compute_dtype(dtype: str, on_cpu: bool) -> str:
     """
     return "float32" if dtype == "auto" and on_cpu else dtype
 
+
 def whole_characters(tokenizer: Any, token_ids: Sequence[int]) -> str:
     """The text of `token_ids` (special tokens skipped) without a character cut in half at its end.
 
@@ -100,8 +101,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if not os.path.isdir(self.model):
-            raise ValueError(f"model {self.model!r} is not a local folder; engines load a local HF model folder "
-                             "(download it first, e.g. with `hf download`, or build one with models.build_tiny_qwen3)")
+            raise ValueError(
+                f"model {self.model!r} is not a local folder; engines load a local HF model folder "
+                "(download it first, e.g. with `hf download`, or build one with models.build_tiny_qwen3)"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {sorted(DTYPES)}")
         if self.max_model_len < 2:
@@ -235,8 +238,9 @@ class Engine(ABC):
         engine's adapter versions) up to `keep_versions` in all."""
         return (self._version,)
 
-    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | None = None, *,
-                 at: int | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: Sequence[Prompt], params: SamplingParams | None = None, *, at: int | None = None
+    ) -> list[Completion]:
         """Complete each prompt once. Blocks until all are done (and while an update runs).
 
         Args:
@@ -262,9 +266,17 @@ class Engine(ABC):
             sampled = [self._cut_at_stop(s, params.stop) for s in sampled]
             if self._closing.is_set():  # cut short by `close`: not a completion to hand out
                 raise EngineError("the engine was closed while generating", version=version)
-        return [Completion(prompt_ids=p, token_ids=s.token_ids, logprobs=s.logprobs,
-                           text=whole_characters(self.tokenizer, s.token_ids),
-                           finish_reason=s.finish_reason, version=version) for p, s in zip(ids, sampled, strict=True)]
+        return [
+            Completion(
+                prompt_ids=p,
+                token_ids=s.token_ids,
+                logprobs=s.logprobs,
+                text=whole_characters(self.tokenizer, s.token_ids),
+                finish_reason=s.finish_reason,
+                version=version,
+            )
+            for p, s in zip(ids, sampled, strict=True)
+        ]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
         """Log-probability of each prompt token given the ones before it (for tests and scoring).
@@ -303,8 +315,10 @@ class Engine(ABC):
             if old is None:
                 problems.append(f"the model has no tensor {name!r}")
             elif tensor.shape != old.shape or tensor.dtype != old.dtype:
-                problems.append(f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
-                                f"{old.dtype} {tuple(old.shape)}")
+                problems.append(
+                    f"{name!r} is {tensor.dtype} {tuple(tensor.shape)}, the published state holds "
+                    f"{old.dtype} {tuple(old.shape)}"
+                )
         if self._lora is not None and not problems:  # the whole adapter served, not only what changed: it is small
             try:
                 check_adapter({**self._state, **changed}, self._lora.r, self._lora.targets)
@@ -339,9 +353,14 @@ class Engine(ABC):
 
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """`adapter_refusal`'s part that depends on the backend: no LoRA support, or a rank above its cap."""
-        return ("no LoRA support", (f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
+        return (
+            "no LoRA support",
+            (
+                f"the run publishes a LoRA adapter and the {type(self).__name__} serves none: start "
                 "this server with --engine transformers, or vllm with --max-lora-rank, or run the trainer with "
-                "--lora-sync merged"))
+                "--lora-sync merged"
+            ),
+        )
 
     @functools.cached_property
     def _modules(self) -> dict[str, torch.nn.Module]:
@@ -393,8 +412,11 @@ class Engine(ABC):
         """
         self.interrupt()
         if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            logger.warning("a call in flight still held the engine after %.1f s: not closing it (its memory goes "
-                           "with the process)", timeout)
+            logger.warning(
+                "a call in flight still held the engine after %.1f s: not closing it (its memory goes "
+                "with the process)",
+                timeout,
+            )
             return False
         try:
             if not self._closed:
@@ -422,20 +444,25 @@ class Engine(ABC):
         try:
             return method(*args)
         except Exception as e:  # whatever the backend raises (vLLM's engine dying, torch errors)
-            raise EngineError(f"{doing} failed while serving version {self._version}: {e}",
-                              version=self._version) from e
+            raise EngineError(
+                f"{doing} failed while serving version {self._version}: {e}", version=self._version
+            ) from e
 
     def _token_ids(self, prompts: Sequence[Prompt], max_tokens: int) -> list[list[int]]:
-        ids = [self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else [int(t) for t in p]
-               for p in prompts]
+        ids = [
+            self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else [int(t) for t in p]
+            for p in prompts
+        ]
         for i, p in enumerate(ids):
             if not p:
                 raise PromptError(f"prompt {i} is empty; give at least one token")
             if not all(0 <= t < self._vocab_size for t in p):
                 raise PromptError(f"prompt {i} has token ids outside the vocabulary [0, {self._vocab_size})")
             if len(p) + max_tokens > self.config.max_model_len:
-                raise PromptError(f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
-                                 f"{self.config.max_model_len}; shorten it, lower max_tokens or raise max_model_len")
+                raise PromptError(
+                    f"prompt {i} has {len(p)} tokens, + {max_tokens} to generate is over max_model_len "
+                    f"{self.config.max_model_len}; shorten it, lower max_tokens or raise max_model_len"
+                )
         return ids
 
     @abstractmethod

