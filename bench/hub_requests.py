@@ -86,42 +86,17 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Coun
         tokens = {role: member_token(hub, role) for role in ["trainer", *(f"rollout-{i}" for i in range(servers))]}
         base = {**hub.env("alice"), "HF_XET_CACHE": str(Path(tmp) / "xet"), "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
         env = stack.enter_context(running_server("env"))
+        trainer_args = ["--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "100000", *DEMO_PACE]
+        trainer_env = {**base, "HF_TOKEN": tokens["trainer"]}
         trainer = stack.enter_context(
-            running_app(
-                "trainer",
-                "--bucket",
-                BUCKET,
-                "--model",
-                model,
-                "--env-url",
-                env,
-                "--max-steps",
-                "100000",
-                *DEMO_PACE,
-                env={**base, "HF_TOKEN": tokens["trainer"]},
-                log=Path(tmp) / "trainer.log",
-            )
+            running_app("trainer", *trainer_args, env=trainer_env, log=Path(tmp) / "trainer.log", timeout_s=600)
         )
         for i in range(servers):
-            stack.enter_context(
-                running_app(
-                    "rollout",
-                    "--bucket",
-                    BUCKET,
-                    "--model",
-                    model,
-                    "--env-url",
-                    env,
-                    "--server-id",
-                    f"r{i}",
-                    "--engine",
-                    "transformers",
-                    "--showcase-every",
-                    "0",
-                    env={**base, "HF_TOKEN": tokens[f"rollout-{i}"]},
-                    log=Path(tmp) / f"rollout-{i}.log",
-                )
-            )
+            rollout_args = ["--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", f"r{i}"]
+            rollout_args += ["--engine", "transformers", "--showcase-every", "0"]
+            rollout_env = {**base, "HF_TOKEN": tokens[f"rollout-{i}"]}
+            log = Path(tmp) / f"rollout-{i}.log"
+            stack.enter_context(running_app("rollout", *rollout_args, env=rollout_env, log=log, timeout_s=600))
         deadline = time.monotonic() + 600
         while httpx.get(f"{trainer.url}/status", timeout=10).json()["step"] < 1:
             if time.monotonic() > deadline:
@@ -146,16 +121,18 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Coun
 
 def resting_reader(seconds: float) -> Counter:
     """A Subscriber following a bucket where nothing is published: requests per 5 minutes by class."""
-    from delta import Publisher, Subscriber
+    from delta import Publisher, Subscriber, SubscriberConfig
     from tests._trainer import trajectory
     from tests.local_hub.server import LocalHub
+    from wire.budget import HUB
 
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub:
         with Publisher(BUCKET, token=hub.token("alice"), endpoint=hub.endpoint) as pub:
             pub.publish(trajectory(1, n=1000)[1])
         hub.add_user("reader", ["team"])
         reader_token = hub.add_token("reader", "read")
-        with Subscriber(BUCKET, token=reader_token, endpoint=hub.endpoint) as sub:
+        budget = SubscriberConfig(poll_interval=HUB.poll_s, idle_poll_max=HUB.idle_poll_s)  # a rollout server's
+        with Subscriber(BUCKET, token=reader_token, endpoint=hub.endpoint, config=budget) as sub:
             sub.sync()
             hub.reset_counts()
             sub.start()
