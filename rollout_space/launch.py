@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> None:
             poll_s=poll,
             heartbeat_s=budget.heartbeat_s,
             gone_after_s=budget.gone_after_s,
+            beat_on_version=budget.beat_on_version,
             first_step_alone=args.first_step_alone,
         )
         logger.info("producing games for the fleet in %s as %s", args.bucket, server_id)

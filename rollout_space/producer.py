@@ -93,6 +93,8 @@ class GroupProducer:
             from `FIRST_LOOK_S`, doubling up to it).
         heartbeat_s: Seconds between heartbeats.
         gone_after_s: Seconds of silence after which a peer server counts as gone (`wire.liveness`).
+        beat_on_version: One more heartbeat whenever the version served changes (off where every write counts against
+            a quota: `wire.budget`).
         catch_up: Called before each batch to load the newest published weights first (`Follower.sync`):
             the trainer takes a step's groups right after publishing a version, so the room for the next
             batch appears just as a new version does; played with it, the batch is one version fresher
@@ -135,6 +137,7 @@ class GroupProducer:
         poll_s: float = 1.0,
         heartbeat_s: float = 5.0,
         gone_after_s: float = GONE_AFTER_S,
+        beat_on_version: bool = True,
         catch_up: Callable[[], object] | None = None,
         examiner: Examiner | None = None,
         max_games: int = 256,
@@ -157,6 +160,7 @@ class GroupProducer:
         self.boot = uuid.uuid4().hex[:8]
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
+        self.beat_on_version = beat_on_version
         self._look_s = min(FIRST_LOOK_S, poll_s)  # the next wait for a run not written yet
         self.state = ServerState.STARTING
         self.run_id: str | None = None
@@ -232,12 +236,13 @@ class GroupProducer:
     # -- the threads -----------------------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
-        """A heartbeat every `heartbeat_s`, and one as soon as the version served changes (looked at every `poll_s`):
-        the trainer's fleet table then shows a new version when the server's own page does, not a beat later."""
+        """A heartbeat every `heartbeat_s`, and, with `beat_on_version`, one as soon as the version served changes
+        (looked at every `poll_s`): the trainer's fleet table then shows a new version when the server's own page does,
+        not a beat later."""
         written, due = None, 0.0
         while True:
             version = self.version()
-            if version != written or time.monotonic() >= due:
+            if (self.beat_on_version and version != written) or time.monotonic() >= due:
                 self._write_heartbeat()
                 self._read_peers()
                 written, due = version, time.monotonic() + self.heartbeat_s

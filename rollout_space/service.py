@@ -110,6 +110,7 @@ class RolloutService:
         poll_s: float = 1.0,
         heartbeat_s: float = 5.0,
         gone_after_s: float = GONE_AFTER_S,
+        beat_on_version: bool = True,
         first_step_alone: bool = False,
     ) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
@@ -144,6 +145,7 @@ class RolloutService:
             poll_s=poll_s,
             heartbeat_s=heartbeat_s,
             gone_after_s=gone_after_s,
+            beat_on_version=beat_on_version,
             catch_up=self.follower.sync if self.follower is not None else None,
             examiner=self.examiner,
             max_games=self.limits.max_games,

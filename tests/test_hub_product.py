@@ -1,6 +1,7 @@
 """The product end to end on a Hugging Face bucket: env, trainer and two rollout servers as real processes, sharing
-nothing but `hf://buckets/alice/fleet-run` on the local Hub (tests/local_hub: the real huggingface_hub and hf_xet),
-each role with the token it needs. Versions are published and served with the trainer's state hashes, groups go
+nothing but `hf://buckets/team/fleet-run` on the local Hub (tests/local_hub: the real huggingface_hub and hf_xet),
+each role with a token of its own. At a cadence like the demo's, what the fleet asks of the account, scaled to four
+servers, stays under half of a free account's 1,000 API requests per 5 minutes. Versions are published and served with the trainer's state hashes, groups go
 through the bucket, a rollout server is SIGKILLed and comes back, a storm of 429s and 503s is survived with the pages
 saying so, a reader holding a read-only token follows bit for bit, and a restarted trainer resumes from the bucket.
 """
@@ -16,13 +17,18 @@ from typing import TYPE_CHECKING
 import httpx
 
 from tests._env_server import running_app, running_server
-from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
+from tests._trainer_stack import tiny_model, wait_until
 
 if TYPE_CHECKING:
     from tests.local_hub.server import LocalHub
 
-BUCKET = "hf://buckets/alice/fleet-run"
-ROLLOUT_FLAGS = ("--engine", "transformers", "--poll-interval", "0.2", "--showcase-every", "0")
+BUCKET = "hf://buckets/team/fleet-run"
+ROLLOUT_FLAGS = ("--engine", "transformers", "--showcase-every", "0")  # the Hub's budget (wire.budget), as deployed
+#: The trainer at a cadence like the demo's (bench.hub_requests): the servers' whole games of long replies set it.
+DEMO_PACE = ("--games-per-step", "16", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
+             "--learning-rate", "1e-3", "--reply-prefix", "")
+#: Seconds the fleet's requests are counted for.
+MEASURED_S = 100
 
 
 def status(url: str) -> dict:
@@ -34,7 +40,7 @@ def manifest_hashes(hub: LocalHub) -> dict[int, str]:
     from delta import RateLimitedError, read_manifest
     from delta.storage import open_storage
 
-    reader = open_storage(BUCKET, token=hub.token("alice", "read"), endpoint=hub.endpoint)
+    reader = open_storage(BUCKET, token=hub.token("alice", "read"), endpoint=hub.endpoint)  # alice: of the org
     for _ in range(5):
         try:
             manifest = read_manifest(reader)
@@ -44,31 +50,52 @@ def manifest_hashes(hub: LocalHub) -> dict[int, str]:
     raise AssertionError("the bucket stayed rate-limited")
 
 
-def test_the_product_trains_through_a_hub_bucket(tmp_path: Path, local_hub: LocalHub) -> None:
-    model = tiny_model(str(tmp_path / "model"))
-    trainer_env = {**local_hub.env("alice"), "HF_XET_CACHE": str(tmp_path / "xet-trainer")}
-    server_token = local_hub.add_token("alice")  # a fleet member writes its groups and heartbeats: a write token
+def member(hub: LocalHub, name: str, scope: str = "write") -> str:
+    """A token of a user of its own, a member of the bucket's org: the local Hub then counts each role apart."""
+    hub.add_user(name, ["team"])
+    return hub.add_token(name, scope)
 
-    def rollout_env(name: str) -> dict[str, str]:
-        return {**local_hub.env("alice"), "HF_TOKEN": server_token, "HF_XET_CACHE": str(tmp_path / f"xet-{name}")}
+
+def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quota(
+    tmp_path: Path, local_hub: LocalHub
+) -> None:
+    model = tiny_model(str(tmp_path / "model"))
+    tokens = {role: member(local_hub, role) for role in ("trainer", "a", "b")}
+
+    def env_of(role: str) -> dict[str, str]:  # each role its own token (a fleet member writes groups: write scope)
+        return {**local_hub.env("alice"), "HF_TOKEN": tokens[role], "HF_XET_CACHE": str(tmp_path / f"xet-{role}")}
 
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(running_server("env"))
 
-        def rollout(name: str, port: int | None = None):
-            return stack.enter_context(running_app(
-                "rollout", "--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", name,
-                *ROLLOUT_FLAGS, env=rollout_env(name), port=port, log=tmp_path / f"{name}.log"))
+        def rollout(name: str):
+            flags = ("--bucket", BUCKET, "--model", model, "--env-url", env, "--server-id", name, *ROLLOUT_FLAGS)
+            return stack.enter_context(running_app("rollout", *flags, env=env_of(name), log=tmp_path / f"{name}.log"))
 
         trainer = stack.enter_context(running_app(
-            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "6", *FAST_TRAINING,
-            env=trainer_env, log=tmp_path / "trainer.log"))
+            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "14", *DEMO_PACE,
+            env=env_of("trainer"), log=tmp_path / "trainer.log"))
         a, b = rollout("a"), rollout("b")
 
         # versions published and served with the trainer's state hashes
-        wait_until(lambda: status(trainer.url)["version"] >= 2, 300, "two versions published on the Hub bucket")
+        wait_until(lambda: status(trainer.url)["version"] >= 1, 300, "a first version published on the Hub bucket")
         served = wait_until(lambda: (s := status(a.url))["version"] >= 1 and s, 120, "a to serve a published version")
         assert served["state_hash"] == manifest_hashes(local_hub)[served["version"]]
+
+        # what the fleet asks of the account at this cadence, per role; scaled to four servers
+        local_hub.reset_counts()
+        steps, start = status(trainer.url)["step"], time.monotonic()
+        time.sleep(MEASURED_S)
+        elapsed, steps = time.monotonic() - start, status(trainer.url)["step"] - steps
+        per_5min = {role: local_hub.counts()["users"].get(role, {}).get("api", 0) * 300 / elapsed
+                    for role in ("trainer", "a", "b")}
+        four_servers = per_5min["trainer"] + 4 * (per_5min["a"] + per_5min["b"]) / 2
+        cadence = elapsed / max(steps, 1)
+        assert four_servers < 500, f"API requests per 5 min, scaled to 4 servers: {four_servers:.0f} ({per_5min}, " \
+                                   f"a step every {cadence:.0f} s)"
+        assert cadence < 40, f"a step every {cadence:.0f} s: slower than the demo's cadence measures nothing"
+        trainer_page = status(trainer.url)["bucket_traffic"]
+        assert trainer_page["last_5min"]["api"] > 0  # the page counts what the local Hub counted
 
         # a rollout server killed with SIGKILL, and started again under its name
         b.proc.send_signal(signal.SIGKILL)
@@ -78,7 +105,7 @@ def test_the_product_trains_through_a_hub_bucket(tmp_path: Path, local_hub: Loca
         assert back["state_hash"] == manifest_hashes(local_hub)[back["version"]]
 
         # a storm: the Hub throttles listings and fails batch calls for a while
-        local_hub.add_fault(kind="status", route="api.tree_prefix", status=429, times=6,
+        local_hub.add_fault(kind="status", route="api.tree", status=429, times=6,
                             rate_limit={"resource": "api", "remaining": 0, "reset": 3, "limit": 1000, "window": 300})
         local_hub.add_fault(kind="status", route="api.batch", status=503, times=6)
         throttled = wait_until(
@@ -87,7 +114,7 @@ def test_the_product_trains_through_a_hub_bucket(tmp_path: Path, local_hub: Loca
         assert all(t["limit"].get("api") == 1000 for t in throttled)
 
         final = wait_until(lambda: (s := status(trainer.url))["state"] == "stopped" and s, 600, "the run to end")
-        assert final["error"] is None and final["step"] == 6 and final["version"] >= 3
+        assert final["error"] is None and final["step"] == 14 and final["version"] >= 3
         hashes = manifest_hashes(local_hub)
         assert final["state_hash"] == hashes[final["version"]]
         assert {s["id"] for s in final["fleet"]} == {"a", "b"}
@@ -100,7 +127,7 @@ def test_the_product_trains_through_a_hub_bucket(tmp_path: Path, local_hub: Loca
         # a reader with a read-only token follows the bucket bit for bit
         from delta import Subscriber
 
-        with Subscriber(BUCKET, token=local_hub.token("alice", "read"), endpoint=local_hub.endpoint) as reader:
+        with Subscriber(BUCKET, token=member(local_hub, "reader", "read"), endpoint=local_hub.endpoint) as reader:
             assert reader.sync() == final["version"]
             assert reader.digest.hexdigest == final["state_hash"]
 
@@ -108,9 +135,9 @@ def test_the_product_trains_through_a_hub_bucket(tmp_path: Path, local_hub: Loca
         trainer.proc.send_signal(signal.SIGTERM)
         trainer.proc.wait(60)
         again = stack.enter_context(running_app(
-            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "1", *FAST_TRAINING,
-            env=trainer_env, log=tmp_path / "trainer-again.log"))
+            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "1", *DEMO_PACE,
+            env=env_of("trainer"), log=tmp_path / "trainer-again.log"))
         resumed = wait_until(lambda: (s := status(again.url))["state"] == "stopped" and s, 300, "the resumed run")
         assert resumed["resumed_from"] == final["version"] and resumed["error"] is None
-        assert resumed["version"] > final["version"] and resumed["step"] == 7
+        assert resumed["version"] > final["version"] and resumed["step"] == 15
         assert local_hub.counts()["classes"]["unknown"] == 0, local_hub.counts()["unknown"]

@@ -26,7 +26,9 @@ class Budget:
         listing_age_s: How old the process's shared listing of the bucket may be for the fleet's pollers (run
             settings, groups, heartbeats, exams) to answer from it.
         group_wait_s: Longest wait between two looks of a trainer waiting for game groups.
-        heartbeat_s: Between two heartbeats of a rollout server (one more whenever the version it serves changes).
+        heartbeat_s: Between two heartbeats of a rollout server.
+        beat_on_version: One more heartbeat whenever the version a server serves changes (the trainer's fleet table
+            shows it at once).
         gone_after_s: A server whose heartbeat has not counted up for this long is gone.
         monitor_s: Between two reads of the heartbeats by the trainer's fleet table.
         exams_s: Between two reads of the exam records by the trainer.
@@ -40,6 +42,7 @@ class Budget:
     listing_age_s: float
     group_wait_s: float
     heartbeat_s: float
+    beat_on_version: bool
     gone_after_s: float
     monitor_s: float
     exams_s: float
@@ -54,6 +57,7 @@ QUICK = Budget(
     listing_age_s=0.0,
     group_wait_s=0.5,
     heartbeat_s=5.0,
+    beat_on_version=True,
     gone_after_s=30.0,
     monitor_s=2.0,
     exams_s=5.0,
@@ -68,6 +72,7 @@ HUB = Budget(
     listing_age_s=10.0,
     group_wait_s=5.0,
     heartbeat_s=30.0,
+    beat_on_version=False,
     gone_after_s=90.0,
     monitor_s=15.0,
     exams_s=30.0,
