@@ -9,12 +9,12 @@ Each configuration runs env, a trainer (the tiny test model, training without en
 processes on one bucket (`hf://buckets/alice/fleet-run`), each role with a token of its own, so the local Hub counts
 requests per role (`api`: listings, paths-info, batch calls, Xet tokens; `resolver`: `/resolve/`; `cas`: Xet
 storage). After a warm-up (the first step) it counts for `--seconds` and scales to 5 minutes. A resting reader (a
-`Subscriber` on a bucket where nothing is published) is measured apart. S3 pricing: `api` and `cas` requests that
-write (batch, xorb uploads) as PUTs, the others as GETs — an estimate of what the same traffic would cost on S3, not a
-run against S3.
+`Subscriber` on a bucket where nothing is published, on the Hub's budget, `wire.budget.HUB`) is measured apart. S3
+pricing: the fleet's listings and writes as PUTs, its file reads as GETs, at AWS S3 Standard's prices — what the same
+traffic would cost on S3, not a run against S3.
 
-Requests, not seconds: the counts depend on the cadence (a step every ~20-40 s on 2 CPU cores with the tiny model),
-which the table states.
+Requests, not seconds: the counts depend on the cadence (the trainer's flags are `tests._trainer_stack.DEMO_PACE`: the
+tiny model's games set a pace like the demo's), which the table states per row.
 """
 
 from __future__ import annotations
@@ -34,19 +34,12 @@ FREE = {"api": 1000, "resolver": 5000}
 PRO = {"api": 2500, "resolver": 12000}
 BUCKET = "hf://buckets/team/fleet-run"
 WINDOW_S = 300.0
-#: Routes whose requests write (priced as S3 PUTs); the rest are reads (GETs).
-WRITES = (
-    "api.batch",
-    "api.bucket_create",
-    "cas.xorb_grant",
-    "cas.grant_upload",
-    "cas.xorb_commit",
-    "cas.xorb_upload",
-    "cas.shard_upload_v2",
-    "cas.shard_upload_v1",
-    "api.tree",
-    "api.tree_prefix",
-)
+#: What the same traffic would be on S3, by the routes the Hub saw: a listing is a LIST and a file written a PUT (both
+#: priced as PUTs; a batch call that deletes is priced so too, though S3 deletes are free: an upper bound), a file read
+#: one GET (one reconstruction on the Hub). AWS S3 Standard's prices per request (us-east-1, 2026).
+S3_PUTS = ("api.tree", "api.tree_prefix", "api.batch")
+S3_GETS = ("cas.reconstruction_v2", "cas.reconstruction_v1")
+PUT_USD, GET_USD = 0.005 / 1000, 0.0004 / 1000
 
 
 def member_token(hub, role: str) -> str:
@@ -56,29 +49,11 @@ def member_token(hub, role: str) -> str:
     return hub.add_token(role)
 
 
-#: Trainer flags for the tiny model at a cadence like the demo's (a step every ~20-40 s on 2 cores): whole games of
-#: long replies, so the servers' games, not the trainer, set the pace, as they do with SmolLM2.
-DEMO_PACE = (
-    "--games-per-step",
-    "8",
-    "--num-generations",
-    "4",
-    "--max-tokens",
-    "48",
-    "--max-turns",
-    "6",
-    "--learning-rate",
-    "1e-3",
-    "--reply-prefix",
-    "",
-)
-
-
-def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Counter]:
+def run_fleet(servers: int, seconds: float, show_routes: bool) -> tuple[dict[str, Counter], Counter, float]:
     """Env, trainer and `servers` rollout servers on a local Hub: requests per role in `seconds` after the first
-    step, scaled to 5 minutes."""
+    step, scaled to 5 minutes; the whole fleet's by route, so scaled; seconds a step."""
     from tests._env_server import running_app, running_server
-    from tests._trainer_stack import tiny_model
+    from tests._trainer_stack import DEMO_PACE, tiny_model
     from tests.local_hub.server import LocalHub
 
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub, contextlib.ExitStack() as stack:
@@ -110,13 +85,15 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> dict[str, Coun
         steps = httpx.get(f"{trainer.url}/status", timeout=10).json()["step"] - steps_before
         seen = hub.counts()
         counts = {role: Counter(seen["users"].get(role, {})) for role in tokens}
+        routes_all = sum((Counter(seen["user_routes"].get(role, {})) for role in tokens), Counter())
         if show_routes:
             for role in tokens:
                 routes = Counter(seen["user_routes"].get(role, {}))
                 print(f"  {role}: " + ", ".join(f"{r} {n}" for r, n in routes.most_common()))
         scale = WINDOW_S / elapsed
         print(f"  {servers} server(s): {steps} steps in {elapsed:.0f} s ({elapsed / max(steps, 1):.0f} s a step)")
-        return {role: Counter({k: round(v * scale) for k, v in c.items()}) for role, c in counts.items()}
+        scaled = {role: Counter({k: round(v * scale) for k, v in c.items()}) for role, c in counts.items()}
+        return scaled, Counter({k: v * scale for k, v in routes_all.items()}), elapsed / max(steps, 1)
 
 
 def resting_reader(seconds: float) -> Counter:
@@ -155,18 +132,26 @@ def main() -> None:
     )
     rest = resting_reader(args.rest_seconds)
     print(f"a resting reader: api {rest.get('api', 0)}, resolver {rest.get('resolver', 0)}, cas {rest.get('cas', 0)}")
-    print("| servers | role | api | resolver | cas | account api (free 1,000 / PRO 2,500) | account resolver (5,000) |")
-    print("|---|---|---|---|---|---|---|")
+    rows, s3 = [], []
     for n in args.servers:
-        counts = run_fleet(n, args.seconds, args.routes)
+        counts, routes, step_s = run_fleet(n, args.seconds, args.routes)
         total = sum(counts.values(), Counter())
-        for role, c in sorted(counts.items()):
-            print(f"| {n} | {role} | {c.get('api', 0):,} | {c.get('resolver', 0):,} | {c.get('cas', 0):,} | | |")
-        print(
-            f"| {n} | **all** | {total.get('api', 0):,} | {total.get('resolver', 0):,} | {total.get('cas', 0):,} | "
-            f"{100 * total.get('api', 0) / FREE['api']:.0f} % / {100 * total.get('api', 0) / PRO['api']:.0f} % | "
-            f"{100 * total.get('resolver', 0) / FREE['resolver']:.0f} % |"
+        servers = [c.get("api", 0) for role, c in counts.items() if role != "trainer"]
+        share = f"{100 * total.get('api', 0) / FREE['api']:.0f} % / {100 * total.get('api', 0) / PRO['api']:.0f} %"
+        rows.append(
+            f"| {n} | {step_s:.0f} s | {counts['trainer'].get('api', 0):,} | {min(servers):,}-{max(servers):,} | "
+            f"{total.get('api', 0):,} | {share} | {total.get('resolver', 0):,} | {total.get('cas', 0):,} |"
         )
+        puts, gets = (12 * sum(routes.get(r, 0) for r in kind) for kind in (S3_PUTS, S3_GETS))
+        s3.append(f"| {n} | {puts:,.0f} | {gets:,.0f} | ${24 * (puts * PUT_USD + gets * GET_USD):.2f} |")
+    print("requests per 5 minutes, API class unless said (free account 1,000 API and 5,000 resolver; PRO 2,500 API):")
+    print("| servers | a step every | trainer | each server | all, API | of free / PRO | resolver | Xet storage |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print("the same traffic on S3 (AWS S3 Standard prices; deletes counted as PUTs, an upper bound):")
+    print("| servers | PUT/LIST per hour | GET per hour | per day |")
+    print("|---|---|---|---|")
+    print("\n".join(s3))
 
 
 if __name__ == "__main__":

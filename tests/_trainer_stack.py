@@ -32,3 +32,9 @@ def tiny_model(folder: str) -> str:
 #: random model's two tokens are nearly always one invalid guess: equal rewards, no update to check.)
 FAST_TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-tokens", "2", "--max-turns", "2",
                  "--learning-rate", "1e-3", "--reply-prefix", "")
+
+#: Trainer flags for the tiny model at a cadence like the demo's (a step every ~20-40 s on 2 cores, as SmolLM2's on
+#: the Spaces): whole games of long replies, so the servers' games, not the trainer, set the pace. What a fleet asks of
+#: a Hub account is measured at it (tests/test_hub_product.py, bench/hub_requests.py).
+DEMO_PACE = ("--games-per-step", "16", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
+             "--learning-rate", "1e-3", "--reply-prefix", "")

@@ -17,16 +17,13 @@ from typing import TYPE_CHECKING
 import httpx
 
 from tests._env_server import running_app, running_server
-from tests._trainer_stack import tiny_model, wait_until
+from tests._trainer_stack import DEMO_PACE, tiny_model, wait_until
 
 if TYPE_CHECKING:
     from tests.local_hub.server import LocalHub
 
 BUCKET = "hf://buckets/team/fleet-run"
 ROLLOUT_FLAGS = ("--engine", "transformers", "--showcase-every", "0")  # the Hub's budget (wire.budget), as deployed
-#: The trainer at a cadence like the demo's (bench.hub_requests): the servers' whole games of long replies set it.
-DEMO_PACE = ("--games-per-step", "16", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
-             "--learning-rate", "1e-3", "--reply-prefix", "")
 #: Seconds the fleet's requests are counted for.
 MEASURED_S = 100
 
