@@ -17,10 +17,10 @@ import only downwards: `tensors` (bit views, hashes, state files, the host/devic
 from .atomic import atomic_path, write_atomic
 from .bucket import pieces
 from .bucket._ranks import broadcast_object
-from .bucket.manifest import FileRef, Manifest, PolledManifests, VersionEntry, read_manifest
+from .bucket.manifest import FileRef, Handover, Manifest, PolledManifests, VersionEntry, read_manifest
 from .bucket.publish import PublishedVersion, Publisher, PublisherConfig
 from .bucket.subscribe import Subscriber, SubscriberConfig, SubscriberStatus, Update, VersionStats
-from .bucket.trust import Trust
+from .bucket.trust import Trust, handovers_to, make_handover, own_versions
 from .codecs import CODECS, DEFAULT_CODEC, Change, Workspace
 from .errors import (
     AccessDeniedError,
@@ -46,7 +46,7 @@ from .patch.diff import diff
 from .private import read_private, write_private
 from .replies import read_reply
 from .retry import RetryPolicy
-from .signing import PublicKey, SigningKey, trainer_key
+from .signing import PublicKey, SigningKey, kept_previous_key, previous_key, rotate_trainer_key, trainer_key
 from .storage import Storage, StoredFile, open_storage
 from .tensors.hashing import StateDigest, state_digest
 from .tensors.state import State, load_state, save_state
@@ -64,6 +64,7 @@ __all__ = [
     "DeltaHeader",
     "FileRef",
     "FileTooLargeError",
+    "Handover",
     "IntegrityError",
     "KeyFormatError",
     "Manifest",
@@ -101,13 +102,19 @@ __all__ = [
     "broadcast_object",
     "decode",
     "diff",
+    "handovers_to",
+    "kept_previous_key",
     "load_state",
+    "make_handover",
     "open_storage",
+    "own_versions",
     "pieces",
+    "previous_key",
     "read_delta",
     "read_manifest",
     "read_private",
     "read_reply",
+    "rotate_trainer_key",
     "save_state",
     "state_digest",
     "trainer_key",

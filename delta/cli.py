@@ -22,7 +22,7 @@ from .format import read_delta
 from .inspect import check_delta, inspect_delta
 from .patch.apply import apply, decode
 from .patch.diff import diff
-from .signing import PublicKey
+from .signing import HANDOVER_VARIABLE, PublicKey, previous_key
 from .tensors.state import load_state, save_state
 
 
@@ -136,14 +136,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     state = load_state(args.state)
     config = PublisherConfig(anchor_every=args.anchor_every, keep_anchors=args.keep_anchors)
-    with Publisher(args.bucket, config) as publisher:
+    previous = previous_key(args.handover_from_file)  # the file, else DELTA_HANDOVER_FROM; never a plain argument
+    with Publisher(args.bucket, config, handover_from=previous) as publisher:
         publisher.publish(state, anchor=args.anchor)
         publisher.flush()
     last, key = publisher.last, publisher.public_key
     assert last is not None and key is not None  # one process: rank 0, which published and signed
+    handed = (
+        f", handed over from {previous.public.fingerprint}" if previous is not None and previous.public != key else ""
+    )
     print(
         f"published version {last.version} ({last.kind}) to {args.bucket}: {last.bytes_written:,} bytes, "
-        f"state {last.state_hash}, signed by {key.fingerprint} (readers: --trusted-key {key.text})"
+        f"state {last.state_hash}, signed by {key.fingerprint}{handed} (readers: --trusted-key {key.text})"
     )
     return 0
 
@@ -285,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--create",
         action="store_true",
         help="start a new bucket if the folder does not exist (without it, a missing folder is an error)",
+    )
+    p.add_argument(
+        "--handover-from-file",
+        default=None,
+        metavar="FILE",
+        help="the signing key this one replaces (a file of yours holding its ed25519-private:... text, or a key file "
+        "kept in ~/.cache/delta/keys): its versions are signed again with the new key and a handover signed with it "
+        f"lets readers that trust it follow the new key (env {HANDOVER_VARIABLE}: the key's text)",
     )
     p.set_defaults(func=cmd_publish)
 

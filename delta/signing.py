@@ -12,9 +12,14 @@ Where keys live (environment variables are read here, at call time):
 
 - a trainer's key: ``DELTA_SIGNING_KEY`` (a Space secret) when set; else an owner-only file per bucket,
   ``$XDG_CACHE_HOME/delta/keys/<hash of the bucket URL>.key`` (``~/.cache`` without XDG_CACHE_HOME), made at the
-  first use and kept, so a restarted trainer signs with the same key (`trainer_key`);
+  first use and kept, so a restarted trainer signs with the same key (`trainer_key`); `rotate_trainer_key` replaces
+  it with a new one and keeps the old one beside it, to hand over from (`kept_previous_key`);
 - a reader's trusted key: given (``DELTA_TRUSTED_KEY``, an argument, a file holding it), or trusted on first use
-  and kept per bucket in ``$XDG_CACHE_HOME/delta/trusted/<hash>.json`` (`delta.bucket.trust`).
+  and kept per bucket in ``$XDG_CACHE_HOME/delta/trusted/<hash>.json`` (`delta.bucket.trust`);
+- a trainer's previous key, when its key replaces it (a handover signed with it introduces the new key to readers):
+  a file of the user's (``--handover-from-file``: the key's text, or a kept key file) or ``DELTA_HANDOVER_FROM``
+  (the key's text, a Space secret), never a command-line value: a private key must not show in ``ps``
+  (`previous_key`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: The variable that gives a trainer its private key (a Space secret), instead of its kept file.
 SIGNING_KEY_VARIABLE = "DELTA_SIGNING_KEY"
+#: The variable that gives a trainer its previous key (text), which hands over to its key now (`previous_key`).
+HANDOVER_VARIABLE = "DELTA_HANDOVER_FROM"
 #: The variable that gives a reader the trainer's public key (text or a file holding it), instead of trust on first use.
 TRUSTED_KEY_VARIABLE = "DELTA_TRUSTED_KEY"
 _PUBLIC = "ed25519:"
@@ -193,10 +200,63 @@ def trainer_key(bucket: str, environ: Mapping[str, str] | None = None) -> Signin
             logger.info("made a signing key for %s: %s, kept in %s (owner-only)", bucket, made.public.fingerprint, path)
             return made
         data = read_private(path) or b""
+    return _kept(path, data)
+
+
+def _kept(path: Path, data: bytes) -> SigningKey:
+    """The key in a kept key file's bytes (``{"bucket": ..., "key": "ed25519-private:..."}``)."""
     try:
         return SigningKey.parse(json.loads(data)["key"])
     except (ValueError, KeyError, TypeError, AttributeError):  # KeyFormatError is a ValueError
         raise KeyFormatError(f"{path} does not hold a signing key: move it away to make a new one") from None
+
+
+def rotate_trainer_key(bucket: str, environ: Mapping[str, str] | None = None) -> tuple[SigningKey, SigningKey]:
+    """Replace the key kept for `bucket` (`trainer_key`'s file) with a new one, and keep the old one beside it
+    (``<hash>.previous.key``, owner-only: `kept_previous_key`) for a trainer to hand over from; returns (new, old).
+    The old key is written first: whatever stops this half way, no key is lost.
+
+    Raises:
+        FileNotFoundError: no key is kept for the bucket (nothing to rotate).
+        FileExistsError: a previous key is kept already: a rotation not finished (delete that file once the trainer
+            signed with its new key, to rotate again).
+        KeyFormatError, PrivateFileError: as `trainer_key`.
+    """
+    env = os.environ if environ is None else environ
+    path = bucket_file("keys", bucket, ".key", env)
+    data = read_private(path)
+    if data is None:
+        raise FileNotFoundError(f"no signing key is kept for {bucket} ({path}): nothing to rotate")
+    old = _kept(path, data)
+    previous = bucket_file("keys", bucket, ".previous.key", env)
+    if not write_private(previous, json.dumps({"bucket": bucket, "key": old.secret_text()}).encode(), replace=False):
+        raise FileExistsError(
+            f"{previous} holds the key that a rotation of {bucket}'s key replaced: the trainer hands over from it; "
+            "delete it once the trainer signed with its new key (python -m delta log shows each version's signer), "
+            "then rotate again"
+        )
+    new = SigningKey.generate()
+    write_private(path, json.dumps({"bucket": bucket, "key": new.secret_text()}).encode())
+    logger.warning(
+        "the signing key of %s is now %s, kept in %s; the key it replaces, %s, is kept in %s to hand over from",
+        bucket,
+        new.public.fingerprint,
+        path,
+        old.public.fingerprint,
+        previous,
+    )
+    return new, old
+
+
+def kept_previous_key(bucket: str, environ: Mapping[str, str] | None = None) -> tuple[SigningKey | None, Path]:
+    """The key that `rotate_trainer_key` replaced for `bucket` (None: none kept) and the file that keeps it.
+
+    Raises:
+        KeyFormatError, PrivateFileError: the file holds no key, or is a link, a FIFO, a folder or another user's.
+    """
+    path = bucket_file("keys", bucket, ".previous.key", environ)
+    data = read_private(path)
+    return (_kept(path, data) if data is not None else None), path
 
 
 def public_key(value: str | PublicKey) -> PublicKey:
@@ -215,3 +275,53 @@ def public_key(value: str | PublicKey) -> PublicKey:
             return PublicKey.parse(f.read(4096))
     except OSError as e:  # the text is not quoted: it may be a private key in another form
         raise KeyFormatError(f"not a public key ('ed25519:...') nor a file holding one ({e.strerror})") from None
+
+
+def previous_key(path: str | None = None, environ: Mapping[str, str] | None = None) -> SigningKey | None:
+    """A trainer's previous key, which its key now replaces: read from the file at `path` when given, else from
+    ``DELTA_HANDOVER_FROM``; None when neither is set. A `Publisher` given it (``handover_from``) signs a handover from
+    it to its key, so that readers that trust it trust the new key too.
+
+    Args:
+        path: A private file of this user's (`delta.private`: no link, no FIFO, nobody else's) holding the key's text
+            (``ed25519-private:...``), or a key file that `trainer_key` kept (its JSON).
+
+    Raises:
+        KeyFormatError: the file or the variable does not hold a private key (neither is quoted).
+        FileNotFoundError: there is no file at `path`.
+        PrivateFileError: the file is a link, a FIFO, a folder or another user's.
+    """
+    env = os.environ if environ is None else environ
+    if path is None:
+        text = env.get(HANDOVER_VARIABLE) or ""
+        if not text:
+            return None
+        try:
+            return SigningKey.parse(text)
+        except KeyFormatError:
+            raise KeyFormatError(
+                f"{HANDOVER_VARIABLE} does not hold a private key: expected 'ed25519-private:' and 43 base64 "
+                "characters (the trainer's previous key)"
+            ) from None
+    if path.strip().startswith((_PRIVATE, _PUBLIC)):  # the key given as a path: refused, and never quoted
+        raise KeyFormatError(
+            "expected the path of a file holding the trainer's previous key, not a key: a key on a command line shows "
+            f"in the process list to every user of the machine; put it in a file of yours, or in {HANDOVER_VARIABLE}"
+        )
+    where = os.path.expanduser(path)
+    data = read_private(where)
+    if data is None:
+        raise FileNotFoundError(f"no file at {where} (the trainer's previous key, --handover-from-file)")
+    text = data.decode("ascii", errors="replace").strip()
+    if text.startswith("{"):  # a key file `trainer_key` kept
+        try:
+            text = json.loads(text)["key"]
+        except (ValueError, KeyError, TypeError):
+            text = ""
+    try:
+        return SigningKey.parse(text if isinstance(text, str) else "")
+    except KeyFormatError:
+        raise KeyFormatError(
+            f"{where} does not hold a private key: expected 'ed25519-private:' and 43 base64 characters, or a key "
+            "file kept in ~/.cache/delta/keys"
+        ) from None

@@ -25,7 +25,7 @@ from dashboard.exam import exam_text, exam_trend_text, refused_exams_text
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
 from wire.rollout import RolloutStatus
-from wire.trainer import TrainerStatus
+from wire.trainer import FleetServer, TrainerStatus
 
 from .children import Child
 from .restarts import Supervisor
@@ -178,13 +178,19 @@ def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
 
 
 def fleet_rows(role: str, status: bytes) -> list[list[Any]]:
-    """The trainer card's fleet table: one row per rollout server (id, version, games/min, seen, state)."""
+    """The trainer card's fleet table: one row per rollout server (id, version, games/min, seen, state, and whether
+    it checks the trainer's signature on its weights: `FleetServer.weights`, a warning marked ⚠)."""
     if role != "trainer":
         return []
     return [
-        [s.id, s.version, round(s.games_per_min, 1), f"{s.last_seen_s:.0f} s ago", s.state]
+        [s.id, s.version, round(s.games_per_min, 1), f"{s.last_seen_s:.0f} s ago", s.state, _weights(s)]
         for s in TrainerStatus.model_validate_json(status).fleet
     ]
+
+
+def _weights(server: FleetServer) -> str:
+    words, warn = server.weights
+    return f"⚠ {words}" if warn else words
 
 
 def fleet_note(children: Sequence[Child], trainer_card: dict[str, Any]) -> str:
@@ -302,7 +308,7 @@ function card(app) {
   const rows = app.fleet.map(r => `<tr>${r.map(v => `<td>${v}</td>`).join("")}</tr>`).join("");
   const fleet = app.fleet.length ? `<div>rollout fleet (through the bucket):</div>
     <div class="scroll"><table class="fleet" id="fleet"><tr><th>server</th><th>version</th><th>games/min</th>
-    <th>seen</th><th>state</th></tr>${rows}</table></div>`
+    <th>seen</th><th>state</th><th>weights</th></tr>${rows}</table></div>`
     : (app.fleet_note ? `<div id="fleet-note">${app.fleet_note}</div>` : "");
   return `<div class="card${app.role === "trainer" ? " wide" : ""}" id="card-${app.name}" data-state="${app.state}">
     <h2><a href="${url}">${app.title}</a></h2><p>${app.blurb}</p>

@@ -219,6 +219,7 @@ class GroupProducer:
 
     def heartbeat(self) -> Heartbeat:
         self._beat += 1
+        trust = self.bucket.trust  # the weights' and the run settings' (one per bucket): shown on the trainer's page
         return Heartbeat(
             server_id=self.server_id,
             boot=self.boot,
@@ -231,6 +232,8 @@ class GroupProducer:
             idle_share=self.idle_share(),
             last_error=self.last_error[:2000] if self.last_error else None,
             updated_at=time.time(),
+            authenticated=not trust.unauthenticated,
+            trusted_key=trust.key.fingerprint if trust.key is not None else None,
         )
 
     # -- the threads -----------------------------------------------------------------------------------

@@ -16,6 +16,17 @@ first deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_K
 key, so the trainer resumes the versions it signed (with a new key it would find none of its own and start again from
 the base model), and a trainer you run on the same bucket signs with it too.
 
+``--rotate-key`` gives the trainer a new key: the key kept for the bucket is replaced by a new one and kept beside it
+(``<hash>.previous.key``), and the trainer Space gets the old one as the secret ``DELTA_HANDOVER_FROM``: at its next
+start it signs its versions again with the new key and commits a handover signed with the old one, so every reader that
+trusted the old key (your own rollout servers, given it or trusting on first use) follows the new one; the rollout
+Spaces get the new key. While that file is there every deploy sets ``DELTA_HANDOVER_FROM`` (a deploy run again after a
+failed one finishes the rotation; a trainer restarted with it finds nothing more to hand over) and ``--rotate-key``
+refuses to rotate again: delete it once the trainer signs with the new key (``python -m delta log`` shows each
+version's signer). With ``DELTA_SIGNING_KEY`` set, rotate by hand: set it to the new key and ``DELTA_HANDOVER_FROM``
+to the old one, which the deploy then sets on the trainer. A rotation is no revocation: after a key was stolen, deploy
+to a new bucket.
+
 The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
 the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
 and the trainer's defaults. ``--model`` picks another (a Hub id; the rollout and the trainer get the same).
@@ -96,6 +107,28 @@ def signing_key(bucket: str, make: bool = True) -> str | None:
     return trainer_key(open_storage(bucket).url).secret_text()  # the URL's spelling a Publisher keys its file by
 
 
+def handover_key(bucket: str, rotate: bool = False) -> str | None:
+    """The private key text of the key the trainer's now replaces, for the trainer Space's DELTA_HANDOVER_FROM:
+    ``DELTA_HANDOVER_FROM`` when set; else, with `rotate`, the key kept for the bucket, replaced now by a new one
+    (`delta.rotate_trainer_key`); else the key a rotation replaced, while it is kept (`delta.kept_previous_key`); None
+    when there is none.
+
+    Raises:
+        delta.KeyFormatError, delta.PrivateFileError: a key's variable or file holds no key, or is not the user's.
+        FileNotFoundError: `rotate` with no key kept for the bucket. FileExistsError: `rotate` with a rotation pending.
+    """
+    _repository_on_path()
+    from delta import SigningKey, kept_previous_key, open_storage, rotate_trainer_key
+
+    if os.environ.get("DELTA_HANDOVER_FROM"):
+        return SigningKey.parse(os.environ["DELTA_HANDOVER_FROM"]).secret_text()
+    url = open_storage(bucket).url  # the URL's spelling a Publisher keys its file by
+    if rotate:
+        return rotate_trainer_key(url)[1].secret_text()
+    previous, _ = kept_previous_key(url)
+    return previous.secret_text() if previous is not None else None
+
+
 def _repository_on_path() -> None:
     """Run as `python spaces/deploy.py`: import the repository's `delta`, beside this script."""
     if str(REPO) not in sys.path:
@@ -114,6 +147,7 @@ def plan(
     rollouts: int = 1,
     model: str | None = None,
     signing_key: str | None = None,
+    handover_from: str | None = None,
 ) -> list[SpacePlan]:
     """The Spaces in order: env, `rollouts` rollout Spaces, trainer. The rollout Spaces and the trainer share
     only `bucket` (the fleet: each rollout plays games and hands them in there, under its ROLLOUT_ID); the
@@ -121,7 +155,8 @@ def plan(
     too, so that setting its ROLLOUT_URL switches it to asking one rollout Space for games (request mode).
     `model`: the policy of the rollouts and the trainer (None: `GPU_MODEL` on GPUs, with `GPU_TRAINER_ARGS`;
     `CPU_MODEL` with `cpu`). `signing_key`: the trainer's private key text (None: a new one; `main` gives the one kept
-    for the bucket, `signing_key`, so that a redeploy keeps the key the trainer's versions carry)."""
+    for the bucket, `signing_key`, so that a redeploy keeps the key the trainer's versions carry). `handover_from`: the
+    private key text of the key `signing_key` replaces (`handover_key`), set on the trainer as DELTA_HANDOVER_FROM."""
     _repository_on_path()
     from delta import SigningKey
 
@@ -168,6 +203,7 @@ def plan(
                 "OWNER_TOKEN": owner_token,
                 "ROLLOUT_TOKEN": rollout_token,
                 "DELTA_SIGNING_KEY": key.secret_text(),
+                **({"DELTA_HANDOVER_FROM": handover_from} if handover_from else {}),
             },
         ),
     ]
@@ -185,6 +221,14 @@ def assemble(role: str, out: Path) -> Path:
     for extra in (HERE / role).iterdir():
         shutil.copy2(extra, out / extra.name)
     return out
+
+
+def _throwaway_key() -> str:
+    """A key for a dry run's plan: nothing is rotated, so none of the user's is shown."""
+    _repository_on_path()
+    from delta import SigningKey
+
+    return SigningKey.generate().secret_text()
 
 
 class DeployError(Exception):
@@ -308,6 +352,12 @@ def main(argv: list[str]) -> None:
         "when set; else the key kept for the bucket in ~/.cache/delta/keys, made at the first "
         "deploy)",
     )
+    parser.add_argument(
+        "--rotate-key",
+        action="store_true",
+        help="give the trainer a new signing key, introduced by a handover signed with the one kept for the bucket "
+        "(readers that trust it follow the new one); the old key is kept beside it until you delete it",
+    )
     parser.add_argument("--out", type=Path, help="only assemble the three Space folders under this folder")
     args = parser.parse_args(argv)
     bucket = args.bucket or f"hf://buckets/{args.namespace}/{args.prefix}-deltas"
@@ -323,8 +373,19 @@ def main(argv: list[str]) -> None:
             parser.error("set HF_TOKEN (a token with write access) or run `hf auth login` first")
     if args.keep_signing_key and not os.environ.get("DELTA_SIGNING_KEY"):
         parser.error("--keep-signing-key: set DELTA_SIGNING_KEY to the trainer's key (ed25519-private:...)")
-    try:  # a dry run or --out makes no key
-        kept = signing_key(bucket, make=not (args.dry_run or args.out))
+    if args.rotate_key and (
+        args.keep_signing_key or os.environ.get("DELTA_SIGNING_KEY") or os.environ.get("DELTA_HANDOVER_FROM")
+    ):
+        parser.error(
+            "--rotate-key rotates the key kept for the bucket: unset DELTA_SIGNING_KEY and DELTA_HANDOVER_FROM, or "
+            "rotate by hand (DELTA_SIGNING_KEY the new key, DELTA_HANDOVER_FROM the old one)"
+        )
+    try:  # a dry run or --out makes no key, and rotates none
+        dry = bool(args.dry_run or args.out)
+        handover = None if dry else handover_key(bucket, rotate=args.rotate_key)
+        if dry and args.rotate_key:
+            handover = _throwaway_key()
+        kept = signing_key(bucket, make=not dry)
         plans = plan(
             args.namespace,
             args.prefix,
@@ -335,6 +396,7 @@ def main(argv: list[str]) -> None:
             rollouts=args.rollouts,
             model=args.model,
             signing_key=kept,
+            handover_from=handover,
         )
     except (ValueError, OSError, ImportError) as e:  # KeyFormatError, PrivateFileError too: no message quotes a key
         parser.error(str(e))
@@ -353,6 +415,14 @@ def main(argv: list[str]) -> None:
         f"trainer key {trusted} (rollouts of your own: --trusted-key / DELTA_TRUSTED_KEY; the private key is only in "
         "the trainer Space's secret DELTA_SIGNING_KEY)"
     )
+    if handover is not None:
+        from delta import SigningKey
+
+        print(
+            f"trainer key handed over from {SigningKey.parse(handover).public.fingerprint} (the trainer Space's secret "
+            "DELTA_HANDOVER_FROM): at its next start the trainer signs its versions again with the new key"
+            + (" (dry run: no key rotated)" if args.dry_run else "")
+        )
     if not args.dry_run:
         try:
             deploy(plans, bucket, token)

@@ -165,6 +165,53 @@ def test_a_redeploy_sets_the_key_the_first_deploy_kept_for_the_bucket(tmp_path: 
     assert refused.returncode == 2 and "--keep-signing-key: set DELTA_SIGNING_KEY" in refused.stderr
 
 
+def test_rotate_key_hands_the_trainer_a_new_key_and_the_old_one_to_hand_over_from(tmp_path: Path, monkeypatch) -> None:
+    """`--rotate-key`: the key kept for the bucket is replaced and kept beside it; the trainer gets both (the new one
+    to sign with, the old one as DELTA_HANDOVER_FROM), the rollouts the new one; while the old one is kept every deploy
+    sets it and no second rotation starts; a dry run rotates nothing."""
+    import delta
+
+    sys.path.insert(0, str(REPO / "spaces"))
+    try:
+        from deploy import handover_key, plan, signing_key
+    finally:
+        sys.path.remove(str(REPO / "spaces"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DELTA_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("DELTA_HANDOVER_FROM", raising=False)
+    bucket = "hf://buckets/alice/wordle-deltas"
+    with pytest.raises(FileNotFoundError, match="no signing key is kept for hf://buckets/alice/wordle-deltas"):
+        handover_key(bucket, rotate=True)  # nothing to rotate yet
+    first = signing_key(bucket)
+    assert handover_key(bucket) is None
+    assert handover_key(bucket, rotate=True) == first
+    second = signing_key(bucket)
+    assert second != first and delta.trainer_key(delta.open_storage(bucket).url).secret_text() == second
+    env, rollout, trainer = plan("alice", "wordle", bucket, "owner", "hf", cpu=True, signing_key=second,
+                                 handover_from=handover_key(bucket))  # a redeploy: the rotation still pending
+    assert trainer.secrets["DELTA_SIGNING_KEY"] == second and trainer.secrets["DELTA_HANDOVER_FROM"] == first
+    assert rollout.variables["DELTA_TRUSTED_KEY"] == delta.SigningKey.parse(second).public.text
+    assert "DELTA_HANDOVER_FROM" not in rollout.secrets and "DELTA_HANDOVER_FROM" not in env.secrets
+    with pytest.raises(FileExistsError, match="delete it once the trainer signed with its new key"):
+        handover_key(bucket, rotate=True)
+    previous, kept = delta.kept_previous_key(delta.open_storage(bucket).url)
+    assert previous.secret_text() == first and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert delta.previous_key(str(kept)).secret_text() == first  # a trainer of one's own: --handover-from-file
+    kept.unlink()
+    assert handover_key(bucket) is None and "DELTA_HANDOVER_FROM" not in plan(
+        "alice", "wordle", bucket, "owner", "hf", cpu=True, signing_key=second)[-1].secrets
+
+    dry = run_deploy("--namespace", "alice", "--dry-run", "--rotate-key")
+    assert dry.returncode == 0, dry.stderr
+    assert "'DELTA_SIGNING_KEY': '***', 'DELTA_HANDOVER_FROM': '***'}" in dry.stdout
+    assert "(dry run: no key rotated)" in dry.stdout and "ed25519-private:" not in dry.stdout
+    refused = subprocess.run([sys.executable, "spaces/deploy.py", "--namespace", "alice", "--dry-run", "--rotate-key"],
+                             check=False, cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "DELTA_SIGNING_KEY": second})
+    assert refused.returncode == 2 and "--rotate-key rotates the key kept for the bucket" in refused.stderr
+    assert second[16:] not in refused.stderr
+
+
 def test_gpu_spaces_train_qwen3_sized_for_an_l4_and_cpu_spaces_the_offline_model() -> None:
     gpu = run_deploy("--namespace", "alice", "--dry-run")
     assert gpu.returncode == 0, gpu.stderr

@@ -17,8 +17,9 @@ from ._states import adam_like, states_equal
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "delta", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delta", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,49 @@ def test_bucket_commands_publish_log_pull_gc(tmp_path):
     assert not (tmp_path / "never.safetensors").exists()
     out = run("pull", "--bucket", bucket, "-o", str(tmp_path / "v4.safetensors"))
     assert out.returncode == 0 and states_equal(delta.load_state(str(tmp_path / "v4.safetensors")), states[4])
+
+
+def test_publish_hands_over_to_a_new_key_from_a_file_or_the_variable_never_an_argument(tmp_path):
+    """`publish --handover-from-file` (or DELTA_HANDOVER_FROM): the old key's versions signed again with the new key
+    and a handover from the old one, which a reader that trusts the old key follows; the old key is never taken on the
+    command line, and a file that holds no key is refused without being quoted."""
+    from ._trainer import trajectory
+
+    states = trajectory(3, n=20_000)
+    bucket = str(tmp_path / "bucket")
+    old, new, third = delta.SigningKey.generate(), delta.SigningKey.generate(), delta.SigningKey.generate()
+    for i, s in enumerate(states[1:], start=1):
+        save_file(s, tmp_path / f"s{i}.safetensors")
+    out = run("publish", str(tmp_path / "s1.safetensors"), "--bucket", bucket, "--create",
+              env={"DELTA_SIGNING_KEY": old.secret_text()})
+    assert out.returncode == 0, out.stderr
+    reader = delta.Subscriber(bucket, trust=delta.Trust.for_bucket(delta.open_storage(bucket).url, old.public))
+    assert reader.sync() == 1
+    kept = tmp_path / "old.key"
+    kept.write_text(old.secret_text() + "\n")
+    kept.chmod(0o600)
+    out = run("publish", str(tmp_path / "s2.safetensors"), "--bucket", bucket, "--handover-from-file", str(kept),
+              env={"DELTA_SIGNING_KEY": new.secret_text()})
+    assert out.returncode == 0, out.stderr
+    assert f"signed by {new.public.fingerprint}, handed over from {old.public.fingerprint}" in out.stdout
+    assert reader.sync() == 2 and reader.trust.key == new.public and states_equal(reader.state, states[2])
+    out = run("publish", str(tmp_path / "s3.safetensors"), "--bucket", bucket,
+              env={"DELTA_SIGNING_KEY": third.secret_text(), "DELTA_HANDOVER_FROM": new.secret_text()})
+    assert out.returncode == 0 and f"handed over from {new.public.fingerprint}" in out.stdout, out.stderr
+    assert reader.sync() == 3 and reader.trust.key == third.public
+    assert [v.signer for v in delta.read_manifest(delta.open_storage(bucket)).versions] == [third.public.text] * 3
+    assert new.secret_text() not in out.stdout + out.stderr
+
+    kept.write_text(old.secret_text()[:-3] + "\n")  # not a key: refused in one line, never quoted
+    out = run("publish", str(tmp_path / "s3.safetensors"), "--bucket", bucket, "--handover-from-file",
+              old.secret_text())  # the key itself where its file goes: refused, and not quoted back into a log
+    assert out.returncode == 1 and "expected the path of a file holding the trainer's previous key, not a key" in (
+        out.stderr) and old.secret_text()[16:] not in out.stderr
+    out = run("publish", str(tmp_path / "s3.safetensors"), "--bucket", bucket, "--handover-from-file", str(kept))
+    assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
+        f"error: {kept} does not hold a private key: expected 'ed25519-private:' and 43 base64 characters, or a key "
+        "file kept in ~/.cache/delta/keys")
+    assert old.secret_text()[16:-3] not in out.stderr
 
 
 def test_pull_writes_only_what_the_trusted_key_signed(tmp_path):

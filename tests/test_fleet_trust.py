@@ -180,3 +180,72 @@ def test_delta_follow_refuses_a_strangers_versions_and_loads_the_trainers_next(t
     expected = _adapter(3.0)
     assert all(torch.equal(server.loaded["adapter-v3"][n].view(torch.int32), t.view(torch.int32))
                for n, t in expected.items())
+
+
+def test_a_trainer_restarted_with_a_new_key_hands_over_to_it_and_a_server_of_the_old_key_follows(
+        tmp_path: Path) -> None:
+    """Real processes on one bucket: a trainer app signs with one key, and a rollout server trusts it on first use (a
+    cache of its own). The trainer restarted with a new key and the old one to hand over from (a file of its user's)
+    resumes its own versions and trains on: the server reads its new run at once and follows its versions, trusting the
+    new key (kept). A trainer restarted with a third key and no handover starts a run of its own, which the server
+    refuses (counted, shown on its page) while it keeps serving the last version the trainer signed; that trainer's
+    fleet table says the server trusts another key."""
+    from tests._trainer_stack import FAST_TRAINING, tiny_model
+    from trainer_space.ui import fleet_html
+    from wire.trainer import TrainerStatus
+
+    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
+    old, new, third = delta.SigningKey.generate(), delta.SigningKey.generate(), delta.SigningKey.generate()
+    old_file = tmp_path / "trainer-home" / "old.key"
+    old_file.parent.mkdir()
+    old_file.write_text(old.secret_text())
+    old_file.chmod(0o600)
+    shared = ("--bucket", bucket, "--model", model)
+    trainer_flags = (*shared, "--max-steps", "2", "--exam-every", "0", *FAST_TRAINING)
+
+    def trained(url: str, steps: int) -> dict:
+        return wait_until(lambda: (s := _status(url))["state"] == "stopped" and s["step"] == steps and s, 300,
+                          f"the trainer's step {steps}")
+
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(running_server("env"))
+        server = stack.enter_context(running_app(
+            "rollout", *shared, "--env-url", env, "--engine", "transformers", "--poll-interval", "0.2",
+            "--showcase-every", "0", "--server-id", "r1", env={"XDG_CACHE_HOME": str(tmp_path / "server-cache")},
+            log=tmp_path / "rollout.log", timeout_s=300))
+        r = server.url
+        with running_app("trainer", *shared, "--env-url", env, *trainer_flags[2:], log=tmp_path / "trainer-1.log",
+                         env={"DELTA_SIGNING_KEY": old.secret_text()}, timeout_s=300) as first:
+            before = trained(first.url, 2)
+        wait_until(lambda: _status(r)["version"] == before["version"], 120, "the server at the first trainer's last")
+        assert _status(r)["trust"].startswith(f"trainer key {old.public.fingerprint} (trusted on first use")
+
+        with running_app("trainer", *shared, "--env-url", env, *trainer_flags[2:], "--handover-from-file",
+                         str(old_file), log=tmp_path / "trainer-2.log", env={"DELTA_SIGNING_KEY": new.secret_text()},
+                         timeout_s=300) as second:
+            after = trained(second.url, 4)
+            [row] = after["fleet"]
+            log = second.output()
+        assert after["resumed_from"] == before["version"] and after["version"] > before["version"]
+        assert "signed again with this trainer's new key" in log and old.secret_text()[16:] not in log
+        assert (row["id"], row["authenticated"], row["trusts_trainer"]) == ("r1", True, True)
+        wait_until(lambda: _status(r)["version"] == after["version"], 120, "the server at the new key's last version")
+        status = _status(r)
+        assert status["fleet_run"] == after["run_id"] and status["refused"] == {} and status["failures"] == 0
+        assert status["trust"].startswith(f"trainer key {new.public.fingerprint} (handed over from "
+                                          f"{old.public.fingerprint}")
+        assert status["state_hash"] == after["state_hash"]
+
+        with running_app("trainer", *shared, "--env-url", env, *trainer_flags[2:], log=tmp_path / "trainer-3.log",
+                         env={"DELTA_SIGNING_KEY": third.secret_text()}, timeout_s=300) as stranger:
+            wait_until(lambda: _status(r)["refused"].get("untrusted run settings") == 1, 120, "its settings refused")
+            seen = wait_until(lambda: (s := _status(stranger.url))["fleet"] and s["fleet"][0]["trusts_trainer"] is False
+                              and s, 120, "the third trainer's fleet table")
+            assert seen["resumed_from"] is None  # none of the versions is its own: a run of its own
+            page = fleet_html(TrainerStatus.model_validate(seen).fleet)
+            assert f"<b>⚠ another key {new.public.fingerprint[:19]}…</b>" in page
+            assert "Trusting another key than this trainer&#x27;s: r1." in page
+        status = _status(r)
+        assert (status["version"], status["fleet_run"]) == (after["version"], after["run_id"])
+        assert "refused: untrusted run settings 1" in status_markdown(RolloutStatus.model_validate(status))
+        assert "Traceback" not in server.output()

@@ -82,7 +82,11 @@ def test_the_fleet_table_takes_each_servers_version_from_its_own_card(tmp_path) 
     restarting one says so with no version (not its new process's v0); a server run elsewhere keeps its heartbeat's."""
     beat = {"games_per_min": 1.0, "last_seen_s": 2.0, "idle_share": 0.0, "groups_written": 1, "run_id": "r",
             "last_error": None}
-    fleet = [FleetServer(id=name, version=2, state=state, **beat)
+    key = "SHA256:" + "A" * 43
+    trust = {"elsewhere": {"authenticated": False},  # --unauthenticated: a warning in its row
+             "rollout": {"authenticated": True, "trusted_key": key, "trusts_trainer": True},
+             "rollout-1": {}}  # an older server's heartbeat says nothing of its trust
+    fleet = [FleetServer(id=name, version=2, state=state, **beat, **trust[name])
              for name, state in (("elsewhere", "producing"), ("rollout", "producing"), ("rollout-1", "no run"))]
     trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     with serving(answering(trainer.model_copy(update={"fleet": fleet}).model_dump())) as url, \
@@ -90,8 +94,9 @@ def test_the_fleet_table_takes_each_servers_version_from_its_own_card(tmp_path) 
         restarting = ready("rollout", f"http://127.0.0.1:{free_port()}")
         restarting.name, restarting.state = "rollout-1", "restarting (restart 1 of at most 5)"
         rows = cards([ready("rollout", rollout), restarting, ready("trainer", url)])["trainer"]["fleet"]
-    assert rows == [["elsewhere", 2, 1.0, "2 s ago", "producing"], ["rollout", 3, 1.0, "2 s ago", "producing"],
-                    ["rollout-1", "—", 1.0, "2 s ago", "restarting (restart 1 of at most 5)"]]
+    assert rows == [["elsewhere", 2, 1.0, "2 s ago", "producing", "⚠ UNAUTHENTICATED"],
+                    ["rollout", 3, 1.0, "2 s ago", "producing", "checked"],
+                    ["rollout-1", "—", 1.0, "2 s ago", "restarting (restart 1 of at most 5)", "—"]]
 
 
 def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> None:

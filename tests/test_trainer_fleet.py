@@ -170,6 +170,34 @@ def test_the_monitor_lists_each_server_and_marks_a_silent_one_gone(tmp_path: Pat
     assert {s.id: s.last_seen_s for s in monitor.servers()}["b"] > GONE_AFTER_S
 
 
+def test_the_monitor_says_which_servers_check_the_trainers_signature(tmp_path: Path) -> None:
+    """Each heartbeat says whether its server checks the weights and run settings, and with which key: the monitor
+    compares that key with the trainer's own (or the one it hands over from); an older server's `fleet-heartbeat/1`
+    is still listed, its trust unknown."""
+    from delta import SigningKey, Trust
+
+    key, old, stranger = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    bucket = FleetBucket(str(tmp_path / "b"), signer=key, trust=Trust.own("file:///b", key.public, [old.public]))
+    monitor = FleetMonitor(bucket)
+    for server, trust in (("mine", {"authenticated": True, "trusted_key": key.public.fingerprint}),
+                          ("old", {"authenticated": True, "trusted_key": old.public.fingerprint}),
+                          ("stranger", {"authenticated": True, "trusted_key": stranger.public.fingerprint}),
+                          ("loose", {"authenticated": False}), ("older", {})):
+        bucket.write_heartbeat(Heartbeat(server_id=server, boot="b", beat=1, run_id="run-1",
+                                         state=ServerState.PRODUCING, version=4, games_per_min=1.0, groups_written=1,
+                                         idle_share=0.1, updated_at=0.0, **trust))
+    # An older server writes the first version of the heartbeat: the same body without the fields of its trust.
+    written = json.loads(bucket.storage.read("fleet/servers/older.json"))
+    body = {k: v for k, v in written["body"].items() if k not in ("authenticated", "trusted_key")}
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    bucket.storage.write("fleet/servers/older.json", json.dumps(
+        {"kind": "fleet-heartbeat/1", "sha256": hashlib.sha256(raw).hexdigest(), "body": body}).encode())
+    monitor.refresh()
+    seen = {s.id: (s.authenticated, s.trusts_trainer, s.weights) for s in monitor.servers()}
+    assert seen == {"mine": (True, True, ("checked", False)), "old": (True, True, ("checked", False)),
+                    "stranger": (True, False, (f"another key {stranger.public.fingerprint[:19]}…", True)),
+                    "loose": (False, None, ("UNAUTHENTICATED", True)), "older": (None, None, ("—", False))}
+
 # -- issue 37: files that must never reach a step, counted by reason; bounded memory; no group ends a run ----------
 
 

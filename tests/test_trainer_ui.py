@@ -52,6 +52,24 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
         assert "<td>b</td><td>—</td><td>0.0</td><td>1 s ago</td><td>starting</td>" in starting  # not "v0"
         assert "last error" in row and "last error" not in starting  # its wide column only while there is one
         assert row.startswith("<div style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
+        assert "<th>weights</th>" in row and "<td>7</td><td>—</td>" in row  # an older server's heartbeat: not said
+        assert "⚠" not in row and "UNAUTHENTICATED" not in row
+        mine, theirs = "SHA256:" + "A" * 43, "SHA256:" + "B" * 43
+        beat = {"version": 3, "games_per_min": 1.0, "last_seen_s": 1, "state": "producing", "idle_share": 0.0,
+                "groups_written": 1, "run_id": "r", "last_error": None}
+        fleet = fleet_html([
+            FleetServer(id="checked", authenticated=True, trusted_key=mine, trusts_trainer=True, **beat),
+            FleetServer(id="loose", authenticated=False, **beat),
+            FleetServer(id="other", authenticated=True, trusted_key=theirs, trusts_trainer=False, **beat),
+            FleetServer(id="new", authenticated=True, **beat)])
+        assert "<td>checked</td>" in fleet and "<td>1</td><td>checked</td>" in fleet
+        assert "<td>1</td><td><b>⚠ UNAUTHENTICATED</b></td>" in fleet
+        assert "<td>1</td><td><b>⚠ another key SHA256:BBBBBBBBBBBB…</b></td>" in fleet
+        assert "<td>1</td><td>no key yet</td>" in fleet
+        assert ("<p>⚠ Following the bucket UNAUTHENTICATED (--unauthenticated): loose. The weights and run settings "
+                "they play with are whatever the bucket holds, whoever wrote them, and their games train this "
+                "model.</p>") in fleet
+        assert "<p>⚠ Trusting another key than this trainer&#x27;s: other. They refuse its weights" in fleet
         record = StepRecord(step=1, version=1, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
                             publish_s=0.0, staleness={0: 2, 2: 2}, ratio_mean=1.1, ratio_min=0.5, ratio_max=3.0, at=0.0)
         figure = offpolicy_figure([record])

@@ -77,4 +77,4 @@ def test_a_restarted_trainer_resumes_its_own_last_version_not_a_strangers_after_
     state = {n: t.clone() for n, t in v0.items()}
     assert resume(state, bucket) == (2, ours.latest.state_hash)
     assert all(torch.equal(state[n].view(torch.uint8), v1[n].view(torch.uint8)) for n in v1)
-    assert "not resuming past version 2: version 3 is signed by SHA256:" in caplog.text
+    assert "not resuming past version 2: versions 3..3 are not signed by this trainer's key SHA256:" in caplog.text

@@ -19,9 +19,10 @@ import pytest
 
 from delta import (
     KeyFormatError, PrivateFileError, PublicKey, Publisher, SigningKey, Subscriber, SubscriberConfig, Trust,
-    UntrustedVersionError, open_storage, read_manifest, trainer_key,
+    UntrustedVersionError, make_handover, open_storage, own_versions, read_manifest, trainer_key,
 )
 from delta.bucket.manifest import Manifest, write_manifest
+from delta.bucket.trust import sign_latest
 from delta.signing import bucket_file, cache_dir, public_key
 
 from ._states import states_equal
@@ -181,6 +182,81 @@ def test_a_new_key_is_trusted_only_through_a_handover_signed_by_the_old_one(tmp_
     assert pinned.sync() == 3 and given.sync() == 3 and states_equal(given.state, states[3])
     slept = Subscriber(bucket, trust=Trust.for_bucket(url, old.public))  # slept through the handover
     assert slept.sync() == 3 and slept.trust.key == new.public
+
+
+def test_a_rotation_signs_the_trainers_versions_again_so_a_reader_given_the_new_key_loads_them(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The new key takes the old one's versions over at the publisher's start (one manifest write, before any new
+    version): a reader given the new key alone loads the bucket from its first version; one that trusted the old key
+    (on first use) follows the handover; the run goes on."""
+    bucket = str(tmp_path)
+    url = open_storage(bucket).url
+    states = trajectory(3)
+    old, new = SigningKey.generate(), SigningKey.generate()
+    with Publisher(bucket, signing_key=old) as pub:
+        publish(pub, states[1], states[2])
+        run = pub._run_id
+    pinned = Subscriber(bucket)
+    assert pinned.sync() == 2 and pinned.trust.key == old.public
+    before = read_manifest(open_storage(bucket))
+    with caplog.at_level(logging.WARNING), Publisher(bucket, signing_key=new, handover_from=old) as rotated:
+        taken = read_manifest(open_storage(bucket))  # committed on start, nothing published yet
+        assert rotated.last.version == 2 and rotated._run_id == run
+        assert taken.commit > before.commit and [v.version for v in taken.versions] == [1, 2]
+        assert {v.signer for v in taken.versions} == {new.public.text} and {v.run for v in taken.versions} == {run}
+        assert [(v.state_hash, v.files) for v in taken.versions] == [(v.state_hash, v.files) for v in before.versions]
+        assert [(h.old, h.new) for h in taken.handovers] == [(old.public.text, new.public.text)]
+        given = Subscriber(bucket, trust=Trust.for_bucket(url, new.public))
+        assert given.sync() == 2 and states_equal(given.state, states[2])  # from the old key's anchor, signed again
+        publish(rotated, states[3])
+    assert "versions 1..2 signed again with this trainer's new key" in caplog.text
+    assert given.sync() == 3 and pinned.sync() == 3 and states_equal(pinned.state, states[3])
+    assert pinned.trust.key == new.public and "handed over from" in pinned.status().trust
+    committed = read_manifest(open_storage(bucket))
+    assert len(committed.handovers) == 1  # committed once
+    with Publisher(bucket, signing_key=new, handover_from=old) as again:  # restarted with the setting still there
+        assert again.last.version == 3
+    assert read_manifest(open_storage(bucket)).commit == committed.commit  # nothing left to take over
+
+
+def test_a_handover_in_the_bucket_never_makes_a_strangers_key_the_trainers_own(tmp_path: Path) -> None:
+    """Anyone can sign a handover from a key of their own to the trainer's: the trainer's own versions are those its
+    key signed, and before its key's first those of the key it hands over from, which it holds; versions that key
+    signs after the new key's first are not its own either (a stolen old key)."""
+    bucket = str(tmp_path / "a")
+    url = open_storage(bucket).url
+    states = trajectory(4)
+    key, stranger = SigningKey.generate(), SigningKey.generate()
+    with Publisher(bucket, signing_key=key) as pub:
+        publish(pub, states[1])
+    with Publisher(bucket, signing_key=stranger) as theirs:  # a new run at version 2, signed by the stranger
+        publish(theirs, states[2])
+    storage = open_storage(bucket)
+    manifest = read_manifest(storage)
+    write_manifest(storage, replace(manifest, commit=manifest.commit + 1,
+                                    handovers=(make_handover(stranger, key.public),)))
+    with Publisher(bucket, signing_key=key) as restarted:
+        assert restarted.last.version == 1
+    own = Trust.own(url, key.public)
+    with pytest.raises(UntrustedVersionError, match="not by the trusted SHA256:\\S+, nor by the key it hands over"):
+        own.check_version(read_manifest(storage).get(2), read_manifest(storage))
+    assert own.key == key.public  # never moved by a handover
+
+    old, new = SigningKey.generate(), SigningKey.generate()  # a rotation, then the old key signs after the new one
+    other = str(tmp_path / "b")
+    with Publisher(other, signing_key=old) as pub:
+        publish(pub, states[1])
+    with Publisher(other, signing_key=new, handover_from=old) as rotated:
+        publish(rotated, states[2])
+    storage = open_storage(other)
+    ours = read_manifest(storage)
+    theirs = ours.with_version(replace(ours.latest, version=3, base_version=2, base_hash=ours.latest.state_hash))
+    write_manifest(storage, sign_latest(theirs, old, ours.latest.run))
+    signed = read_manifest(storage)
+    assert [v.signer for v in signed.versions] == [new.public.text, new.public.text, old.public.text]
+    assert own_versions(signed, new.public, [old.public]) == 2 and own_versions(signed, old.public) == 0
+    with Publisher(other, signing_key=new, handover_from=old) as again:
+        assert again.last.version == 2
 
 
 def test_an_unsigned_bucket_is_followed_only_unauthenticated(tmp_path: Path) -> None:

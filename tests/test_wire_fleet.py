@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
 from pathlib import Path
@@ -328,3 +330,67 @@ def test_the_run_settings_are_read_only_when_the_trainers_key_signed_them(tmp_pa
     with pytest.raises(FleetMessageError, match="not by the trusted") as refused:  # nothing it trusts read yet
         fresh.read_run()
     assert refused.value.category == Refusal.UNTRUSTED and "\n" not in str(refused.value)
+
+
+def test_run_settings_signed_by_a_new_key_carry_its_handover_and_a_reader_of_the_old_key_follows(
+        tmp_path: Path) -> None:
+    """A trainer whose key replaced another writes the handovers to its key beside its signature: a server that trusts
+    the old key reads the new key's settings at once (and trusts the new key from then on); without the handover, or
+    with one the old key did not sign, they are refused; handovers that are not handovers are refused in one line."""
+    from delta import SigningKey, Trust, make_handover
+
+    old, new, stranger = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+    storage = FleetBucket(str(tmp_path / "bucket")).storage
+    server = FleetBucket(storage, trust=Trust(storage.url, old.public))
+    FleetBucket(storage, signer=new).write_run(run_settings())  # no handover: another key
+    with pytest.raises(FleetMessageError, match="no handover signed by the trusted key introduces it"):
+        server.read_run()
+    forged = make_handover(stranger, new.public)  # a handover, but not from the key the server trusts
+    FleetBucket(storage, signer=new, handovers=[forged]).write_run(run_settings(RunState.PAUSED))
+    with pytest.raises(FleetMessageError, match="not by the trusted"):
+        server.read_run()
+    assert server.trust.key == old.public
+    handover = make_handover(old, new.public)
+    FleetBucket(storage, signer=new, handovers=[forged, handover]).write_run(run_settings(RunState.STOPPED))
+    envelope = json.loads(storage.read("fleet/run.json"))
+    assert [h["old"] for h in envelope["handovers"]] == [stranger.public.text, old.public.text]
+    assert server.read_run().state == RunState.STOPPED and server.trust.key == new.public
+    assert "handed over from" in server.trust.describe()
+    data = storage.read("fleet/run.json")
+    for handovers, reason in (("x", "invalid handovers: a list of at most 16"), ([{}] * 17, "a list of at most 16"),
+                              ([{"old": "x", "new": "y", "signature": "z"}], "invalid handovers: old must be")):
+        bad = json.dumps({**json.loads(data), "handovers": handovers}).encode()
+        with pytest.raises(FleetMessageError, match=reason) as refused:
+            decode(bad, RunSettings, trust=Trust(storage.url, old.public))
+        assert refused.value.category == Refusal.INVALID
+
+
+def _beat(**fields) -> Heartbeat:
+    return Heartbeat(server_id="srv-a", boot="b00t", beat=1, state=ServerState.PRODUCING, version=3,
+                     games_per_min=2.0, groups_written=1, idle_share=0.5, updated_at=1.0, **fields)
+
+
+def test_a_heartbeat_says_whether_the_server_checks_the_weights_and_an_older_servers_is_still_read() -> None:
+    """`fleet-heartbeat/2` carries whether the server checks the trainer's signature and with which key; a reader of
+    it reads an older server's `fleet-heartbeat/1` (its trust unknown), never a /1 that claims the new fields, and
+    refuses a later version in one line."""
+    key = "SHA256:" + "Ab+/" * 10 + "xyz"
+    for beat in (_beat(authenticated=True, trusted_key=key), _beat(authenticated=False), _beat()):
+        data = encode(beat, b"k")
+        assert json.loads(data)["kind"] == "fleet-heartbeat/2" and decode(data, Heartbeat, key=b"k") == beat
+    old = dict(_beat().model_dump(mode="json"))
+    del old["authenticated"], old["trusted_key"]
+    raw = json.dumps(old, sort_keys=True, separators=(",", ":")).encode()
+    envelope = {"kind": "fleet-heartbeat/1", "sha256": hashlib.sha256(raw).hexdigest(), "body": old,
+                "hmac": hmac.new(b"k", b"fleet-heartbeat/1\n" + raw, hashlib.sha256).hexdigest()}
+    read = decode(json.dumps(envelope).encode(), Heartbeat, key=b"k")  # the HMAC of the kind it was written as
+    assert read == _beat() and read.authenticated is None and read.trusted_key is None
+    claims = {**old, "authenticated": True}
+    raw = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(FleetMessageError, match="invalid body: authenticated is not a field of fleet-heartbeat/1"):
+        decode(json.dumps({**envelope, "body": claims, "sha256": hashlib.sha256(raw).hexdigest()}).encode(), Heartbeat)
+    with pytest.raises(FleetMessageError, match="invalid trusted_key"):
+        decode(encode(_beat(authenticated=True).model_copy(update={"trusted_key": "SHA256:short"})), Heartbeat)
+    later = encode(_beat(authenticated=True)).replace(b'"fleet-heartbeat/2"', b'"fleet-heartbeat/3"')
+    with pytest.raises(FleetMessageError, match="kind 'fleet-heartbeat/3', expected 'fleet-heartbeat/2'"):
+        decode(later, Heartbeat)

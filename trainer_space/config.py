@@ -110,6 +110,10 @@ class TrainerConfig:
         lora_sync: How the adapter reaches the servers (`wire.lora`): "merged" publishes the base with the adapter
             merged in, in the checkpoint's dtype (the servers follow it as any state); "adapter" publishes the
             adapter's tensors alone (float32, PEFT's names), which the servers apply under PEFT.
+        handover_from_file: A file of the user's holding the trainer's previous signing key, when its key now
+            (``DELTA_SIGNING_KEY``, or the one kept for the bucket) replaces it: its text (``ed25519-private:...``) or
+            a key file kept in ``~/.cache/delta/keys`` (`keys.py`). None: ``DELTA_HANDOVER_FROM`` (the key's text)
+            when set, else no handover. Never the key itself: a private key must not show in ``ps``.
     """
 
     bucket: str
@@ -151,6 +155,7 @@ class TrainerConfig:
     lora_alpha: float | None = None
     lora_targets: tuple[str, ...] = DEFAULT_TARGETS
     lora_sync: LoraSync = "merged"
+    handover_from_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:

@@ -490,9 +490,10 @@ class FleetMonitor:
             self._watch.forget(forget)
         self._servers = sorted((self._server(s) for s in seen if s.path not in forget), key=lambda s: s.id)
 
-    @staticmethod
-    def _server(seen: SeenServer) -> FleetServer:
+    def _server(self, seen: SeenServer) -> FleetServer:
         beat = seen.heartbeat
+        own = self.bucket.trust  # the trainer's own key, and the one it handed over from
+        mine = {k.fingerprint for k in (own.key, *own.earlier) if k is not None}
         return FleetServer(
             id=beat.server_id,
             version=beat.version,
@@ -503,6 +504,9 @@ class FleetMonitor:
             groups_written=beat.groups_written,
             run_id=beat.run_id,
             last_error=beat.last_error,
+            authenticated=beat.authenticated,
+            trusted_key=beat.trusted_key,
+            trusts_trainer=beat.trusted_key in mine if beat.trusted_key is not None and mine else None,
         )
 
     def _run(self) -> None:

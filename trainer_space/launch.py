@@ -130,6 +130,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how the adapter reaches the rollout servers: merged (the base with the adapter merged in, "
         "as deltas of the served weights) or adapter (the adapter's tensors alone, applied under PEFT)",
     )
+    parser.add_argument(
+        "--handover-from-file",
+        default=None,
+        metavar="FILE",
+        help="the trainer's previous signing key, when its key replaces it: a file of yours holding its text "
+        "(ed25519-private:...) or a key file kept in ~/.cache/delta/keys; rollout servers that trust it follow the "
+        "new key (env DELTA_HANDOVER_FROM: the key's text; never the key on the command line)",
+    )
     settings.add_server_arguments(parser)
 
 
@@ -169,6 +177,7 @@ def config_from_args(args: argparse.Namespace, model_folder: str, machine: Machi
         lora_alpha=args.lora_alpha,
         lora_targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()),
         lora_sync=args.lora_sync,
+        handover_from_file=args.handover_from_file,
     )
 
 
@@ -184,7 +193,12 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as e:  # a setting to change before anything loads: one line, no traceback
         raise SystemExit(f"python app.py trainer: {e}") from None
     ranks = TrainerRanks.from_environment()
-    session = TrainingSession(config, owner_token=args.owner_token, ranks=ranks)
+    from delta import DeltaError
+
+    try:
+        session = TrainingSession(config, owner_token=args.owner_token, ranks=ranks)
+    except (DeltaError, FileNotFoundError) as e:  # a signing key's file or variable (no key quoted), or the bucket
+        raise SystemExit(f"python app.py trainer: {e}") from None
     if not ranks.main:  # trains beside rank 0, which serves the UI and decides start, pause and stop
         logging.getLogger(__name__).info("trainer rank %d of %d (rank 0 serves the UI)", ranks.rank, ranks.world)
         session.start()

@@ -24,12 +24,13 @@ from wire.trainer import TrainerHistory
 
 from .config import TrainerConfig
 from .fleet import FleetRollouts, FleetRun
+from .keys import TrainerKeys
 from .lora import LoraRefusedError, check_targets, load_adapter, lora_master, lora_settings, stored_adapter, wrapped
 from .payload import dense_bytes
 from .publishing import PayloadLog, PublishCallback, VersionPublisher
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, WordleRollouts
-from .weights import cast_into, master_tensors, own_trust, published_state, resume
+from .weights import cast_into, master_tensors, published_state, resume
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ class TrainerParts:
             or of the merged weights. Default: one rank.
         history: What the trainer processes before this one recorded (`history.HistoryKeeper.load`): the payload
             log starts from its payloads and anchors, up to the version resumed.
+        keys: Rank 0's keys (`keys.TrainerKeys`, every rank's): the versions resumed are those they signed. None: rank
+            0's `delta.trainer_key`, handing over from none.
+        handover_from: Rank 0: the key its key replaces (`keys.load_keys`), given to the publisher, which signs the
+            trainer's versions again with the new key and commits the handover (None: none).
 
     Attributes:
         tokenizer: The model folder's tokenizer.
@@ -85,6 +90,8 @@ class TrainerParts:
         fleet: FleetRun | None = None,
         ranks: TrainerRanks | None = None,
         history: TrainerHistory | None = None,
+        keys: TrainerKeys | None = None,
+        handover_from: delta.SigningKey | None = None,
     ) -> None:
         c = self.config = config
         ranks = ranks or TrainerRanks()
@@ -104,11 +111,13 @@ class TrainerParts:
         self._stored_adapter: dict[str, torch.Tensor] | None = None
         # The run before this one, as rank 0 read it: another rank may read the bucket after rank 0 wrote this run's.
         previous = ranks.broadcast(fleet.previous_lora if fleet is not None else None)
-        # The versions it resumes are those its key signed: rank 0's, which signs them (`delta.Publisher`).
-        own = own_trust(
-            c.bucket,
-            ranks.broadcast(delta.trainer_key(delta.open_storage(c.bucket).url).public.text if ranks.main else None),
-        )
+        # The versions it resumes are those its key signed: rank 0's, which signs them (`delta.Publisher`), or, before
+        # its first, the key it hands over from.
+        if keys is None:
+            keys = TrainerKeys(
+                ranks.broadcast(delta.trainer_key(delta.open_storage(c.bucket).url).public.text if ranks.main else None)
+            )
+        own = keys.trust(c.bucket)
         if c.lora:
             check_targets(self.model, c.lora_targets)
             self.lora = lora_settings(c, delta.state_digest(published).hexdigest)
@@ -140,7 +149,9 @@ class TrainerParts:
             base = published if version and ranks.world == 1 else None  # several ranks: each reads its own
             if self.lora is not None:
                 base = self._stored_adapter  # an adapter run resumed: the adapter; else nothing stored
-            self.publisher = delta.Publisher(c.bucket, pconfig, base_state=base, group=ranks.group)
+            self.publisher = delta.Publisher(
+                c.bucket, pconfig, handover_from=handover_from, base_state=base, group=ranks.group
+            )
             if ranks.main:
                 key = self.publisher.public_key
                 assert key is not None  # rank 0's, which signs

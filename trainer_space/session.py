@@ -47,6 +47,7 @@ from .config import TrainerConfig
 from .exam import RECENT_EXAMS, ExamWatch
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
 from .history import HistoryKeeper
+from .keys import TrainerKeys, load_keys
 from .lora import LoraRefusedError
 from .progress import StepCount
 from .ranks import TrainerRanks
@@ -112,13 +113,20 @@ class TrainingSession:
         self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
         self.monitor: FleetMonitor | None = None
         self._fleet: FleetRun | None = None  # every rank's: whose groups count
+        # Rank 0's key signs the run's settings, as it signs the weights; every rank reads only what it signed.
+        loaded = load_keys(config.bucket, config.handover_from_file) if self.ranks.main else None
+        key: delta.SigningKey | None = loaded[0] if loaded is not None else None
+        self._handover_from: delta.SigningKey | None = loaded[1] if loaded is not None else None
+        #: Rank 0's public key, the one it hands over from, and the handovers to it (`keys.TrainerKeys`).
+        self.keys: TrainerKeys = self.ranks.broadcast(loaded[2] if loaded is not None else None)
         if config.fleet:
-            # Rank 0's key signs the run's settings, as it signs the weights; every rank reads only what it signed.
-            url = delta.open_storage(config.bucket).url
-            key = delta.trainer_key(url) if self.ranks.main else None
-            own = delta.Trust.for_bucket(url, self.ranks.broadcast(key.public.text if key is not None else None))
             bucket = FleetBucket(
-                config.bucket, secret=config.rollout_token, signer=key, trust=own, max_age=budget.listing_age_s
+                config.bucket,
+                secret=config.rollout_token,
+                signer=key,
+                trust=self.keys.trust(config.bucket),
+                max_age=budget.listing_age_s,
+                handovers=self.keys.handovers,
             )
             self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
             if self.ranks.main:
@@ -407,7 +415,15 @@ class TrainingSession:
                 from .parts import TrainerParts
 
                 parts = TrainerParts(
-                    self.config, self._client, self._stop, self._wrap_publisher, self._fleet, self.ranks, self._earlier
+                    self.config,
+                    self._client,
+                    self._stop,
+                    self._wrap_publisher,
+                    self._fleet,
+                    self.ranks,
+                    self._earlier,
+                    keys=self.keys,
+                    handover_from=self._handover_from,
                 )
                 self._keep_history_up_to(parts.resumed_from or 0)
                 self.parts = parts

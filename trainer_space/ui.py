@@ -168,8 +168,35 @@ def _refusals(total: int, by_reason: dict[str, int], what: str) -> str:
     return f"{total} {what}{'s' if total > 1 else ''} refused ({reasons})"
 
 
+def weights_cell(server: FleetServer) -> str:
+    """The fleet table's weights cell (`FleetServer.weights`): a warning in bold."""
+    words, warn = server.weights
+    return f"<td><b>⚠ {html.escape(words)}</b></td>" if warn else f"<td>{html.escape(words)}</td>"
+
+
+def fleet_warning(servers: Sequence[FleetServer]) -> str:
+    """What the table's warnings mean, under it: servers that follow the bucket unauthenticated, or trust another key
+    ("" when none does)."""
+    loose = [s.id for s in servers if s.authenticated is False]
+    other = [s.id for s in servers if s.authenticated and s.trusts_trainer is False]
+    said = []
+    if loose:
+        said.append(
+            f"⚠ Following the bucket UNAUTHENTICATED (--unauthenticated): {', '.join(loose)}. The weights and run "
+            "settings they play with are whatever the bucket holds, whoever wrote them, and their games train this "
+            "model."
+        )
+    if other:
+        said.append(
+            f"⚠ Trusting another key than this trainer's: {', '.join(other)}. They refuse its weights and run "
+            "settings (give them this trainer's key: --trusted-key)."
+        )
+    return "".join(f"<p>{html.escape(line)}</p>" for line in said)
+
+
 def fleet_html(servers: Sequence[FleetServer]) -> str:
-    """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of."""
+    """The rollout servers as a table: what each serves, how fast it plays, when it was last heard of, and whether it
+    checks the trainer's signature on what it plays with."""
     if not servers:
         return "<p>No rollout server has written a heartbeat to the bucket yet.</p>"
     errors = any(s.last_error for s in servers)  # the last error's column only while a server has one
@@ -177,7 +204,7 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         f"<tr><td>{html.escape(s.id)}</td><td>{'—' if s.state == ServerState.STARTING else s.version}</td>"
         f"<td>{s.games_per_min:.1f}</td>"
         f"<td>{s.last_seen_s:.0f} s ago</td><td>{html.escape(s.state)}</td><td>{100 * s.idle_share:.0f}%</td>"
-        f"<td>{s.groups_written}</td>"
+        f"<td>{s.groups_written}</td>{weights_cell(s)}"
         + (f"<td style='white-space:normal;min-width:16em'>{html.escape(s.last_error or '')}</td>" if errors else "")
         + "</tr>"
         for s in servers
@@ -188,7 +215,8 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         "<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
         "<tr><th>server</th>"
         "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
-        f"<th>idle</th><th>groups</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table></div>"
+        f"<th>idle</th><th>groups</th><th>weights</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table>"
+        f"</div>{fleet_warning(servers)}"
     )
 
 

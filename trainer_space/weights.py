@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import torch
 
 import delta
-from delta import read_manifest
+from delta import own_versions, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -76,22 +76,27 @@ def cast_into(dst: dict[str, torch.Tensor], src: Mapping[str, torch.Tensor]) -> 
 
 def own_trust(bucket: str, key: str | None = None) -> delta.Trust:
     """A trainer's trust in its own bucket: its own key (`key`, the public key text rank 0 signs with; None: this
-    process's `delta.trainer_key`), so that it resumes only versions it signed."""
+    process's `delta.trainer_key`), so that it resumes only versions it signed (`keys.TrainerKeys.trust` adds the key it
+    hands over from)."""
     url = delta.open_storage(bucket).url
-    return delta.Trust.for_bucket(url, key or delta.trainer_key(url).public)
+    return delta.Trust.own(url, delta.PublicKey.parse(key) if key else delta.trainer_key(url).public)
 
 
 def last_signed(manifest: delta.Manifest, trust: delta.Trust) -> int:
-    """The last of `manifest`'s first versions that `trust` accepts (the trainer's own), 0 for none; versions after it
-    (someone else's) are said so in the log, and left behind."""
-    last = 0
-    for entry in manifest.versions:
-        try:
-            trust.check_version(entry, manifest)
-        except delta.UntrustedVersionError as e:
-            logger.warning("not resuming past version %d: %s", last, e)
-            break
-        last = entry.version
+    """The last of `manifest`'s first versions that the trainer signed (`trust`: its own, `delta.Trust.own`: its key,
+    or before that key's first version the one it hands over from), 0 for none; versions after it (someone else's) are
+    said so in the log, and left behind."""
+    assert trust.key is not None  # its own key
+    last = own_versions(manifest, trust.key, trust.earlier)
+    latest = manifest.latest.version if manifest.latest is not None else 0
+    if last < latest:
+        logger.warning(
+            "not resuming past version %d: versions %d..%d are not signed by this trainer's key %s",
+            last,
+            last + 1,
+            latest,
+            trust.key.fingerprint,
+        )
     return last
 
 

@@ -9,6 +9,10 @@ Three kinds of file, each JSON, each committed whole by one `Storage.write` (see
   per-token logprobs of the sampler. The trainer deletes a group once it took it (or refused it).
 - `Heartbeat` (``fleet/servers/<server>.json``), written by each rollout server every few seconds.
 
+Each kind names its version (``fleet-heartbeat/2``); a reader refuses a kind it does not know in one line, and reads
+the versions before its own it still accepts (`_READ_ALSO`: a ``fleet-heartbeat/1`` of an older server, which says
+nothing of the server's trust).
+
 The exam records (`wire.exam`, ``exams/``, read and written by `wire.exam_shelf`) travel in the same envelope.
 On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash of the body's
 canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode` before anything reads
@@ -17,7 +21,9 @@ envelope also carries ``"hmac"``: HMAC-SHA256 of the kind and the body under a k
 a file written by anyone else with access to the bucket, or one whose body was edited (another sequence number,
 another server's id), is refused too. The rollout token is shared by every server, so the run's settings, which only
 the trainer may write, are also signed with the trainer's Ed25519 key (``"signer"``, ``"signature"``:
-`delta.SigningKey`), and read only when a reader's `delta.Trust` accepts the signature (`RUN_SIGNED`). The body is
+`delta.SigningKey`), and read only when a reader's `delta.Trust` accepts the signature (`RUN_SIGNED`); a trainer whose
+key replaced another also puts the handovers to its key into the envelope (``"handovers"``, each signed by the key
+before it, checked by the reader), so a reader that trusts the old key reads its settings at once. The body is
 then read strictly: a number is a JSON number of the field's type (never a string such as "NaN", never a bool for an
 int), every value within its bounds. Pydantic only: light to import.
 """
@@ -28,6 +34,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Sequence
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, TypeVar
 
@@ -39,7 +46,7 @@ from .lora import LoraSettings
 from .trajectory import MAX_VERSION, Trajectory
 
 if TYPE_CHECKING:  # `delta` loads torch: imported where a key is used, so that reading a message stays light
-    from delta import SigningKey, Trust
+    from delta import Handover, SigningKey, Trust
 
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
 #: `fleet_checks.max_group_bytes`): a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
@@ -52,6 +59,10 @@ MAX_HEARTBEAT_BYTES = 64 << 10
 MAX_COUNT = 2**53
 #: What a server id and a run id may hold: they become parts of bucket paths.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+#: A key's fingerprint as `delta.PublicKey.fingerprint` writes it.
+FINGERPRINT_PATTERN = r"^SHA256:[A-Za-z0-9+/]{43}$"
+#: Most key handovers an envelope carries (a trainer's chain of keys on one bucket).
+MAX_HANDOVERS = 16
 
 RUN_PATH = "fleet/run.json"
 GROUPS_PREFIX = "fleet/groups/"
@@ -249,15 +260,33 @@ class Heartbeat(BaseModel):
     )
     last_error: str | None = Field(None, max_length=2000)
     updated_at: float = Field(allow_inf_nan=False, description="Unix time on the server's clock (informational)")
+    authenticated: bool | None = Field(
+        None,
+        description="Whether the server checks the trainer's signature on the weights and run settings it uses "
+        "(False: it follows the bucket unauthenticated, whoever wrote it; None: an older server's heartbeat, which "
+        "does not say)",
+    )
+    trusted_key: str | None = Field(
+        None,
+        pattern=FINGERPRINT_PATTERN,
+        description="The fingerprint of the trainer key it checks them with (None: unauthenticated, no key yet, or "
+        "an older server)",
+    )
 
 
 Message = TypeVar("Message", RunSettings, GameGroup, Heartbeat, ExamRecord)
-_ENVELOPE = {"kind", "sha256", "body", "hmac", "signer", "signature"}
+_ENVELOPE = {"kind", "sha256", "body", "hmac", "signer", "signature", "handovers"}
 _KINDS: dict[type[BaseModel], str] = {
     RunSettings: "fleet-run/1",
     GameGroup: "fleet-group/1",
-    Heartbeat: "fleet-heartbeat/1",
+    Heartbeat: "fleet-heartbeat/2",
     ExamRecord: "exam/1",
+}
+#: Earlier versions of a kind still read, each with the fields its body may not hold (they came after it): a reader
+#: of ``fleet-heartbeat/2`` reads an older server's ``fleet-heartbeat/1`` (its trust unknown); a ``fleet-heartbeat/1``
+#: reader refuses a ``/2`` in one line ("kind 'fleet-heartbeat/2', expected 'fleet-heartbeat/1'").
+_READ_ALSO: dict[type[BaseModel], dict[str, frozenset[str]]] = {
+    Heartbeat: {"fleet-heartbeat/1": frozenset({"authenticated", "trusted_key"})},
 }
 
 
@@ -300,18 +329,28 @@ def _signed_bytes(kind: str, raw: bytes) -> bytes:
     return RUN_SIGNED + kind.encode() + b"\n" + raw
 
 
-def encode(message: BaseModel, key: bytes | None = None, signer: SigningKey | None = None) -> bytes:
+def encode(
+    message: BaseModel,
+    key: bytes | None = None,
+    signer: SigningKey | None = None,
+    handovers: Sequence[Handover] = (),
+) -> bytes:
     """The file form of `message`: the envelope with its kind, the hash of its body and, with `key`, its
-    HMAC; with `signer` (the trainer's key), its Ed25519 signature."""
+    HMAC; with `signer` (the trainer's key), its Ed25519 signature, and the `handovers` that lead to that key
+    (`delta.bucket.trust.handovers_to`; at most `MAX_HANDOVERS`)."""
     body = message.model_dump(mode="json")
     raw = _canonical(body)
     kind = _KINDS[type(message)]
-    envelope = {"kind": kind, "sha256": hashlib.sha256(raw).hexdigest(), "body": body}
+    envelope: dict[str, object] = {"kind": kind, "sha256": hashlib.sha256(raw).hexdigest(), "body": body}
     if key is not None:
         envelope["hmac"] = _signature(key, kind, raw)
     if signer is not None:
         envelope["signer"] = signer.public.text
         envelope["signature"] = signer.sign(_signed_bytes(kind, raw))
+        if handovers:
+            envelope["handovers"] = [
+                {"old": h.old, "new": h.new, "signature": h.signature} for h in handovers[-MAX_HANDOVERS:]
+            ]
     return _canonical(envelope)
 
 
@@ -350,8 +389,14 @@ def decode(
             Refusal.DAMAGED,
         )
     expected = _KINDS[kind]
-    if envelope["kind"] != expected:
+    older = _READ_ALSO.get(kind, {})
+    if envelope["kind"] != expected and not (isinstance(envelope["kind"], str) and envelope["kind"] in older):
         raise FleetMessageError(path, f"kind {str(envelope['kind'])[:40]!r}, expected {expected!r}")
+    if envelope["kind"] != expected:  # an earlier version of the kind: none of the fields that came after it
+        later = sorted(older[envelope["kind"]] & set(envelope["body"])) if isinstance(envelope["body"], dict) else []
+        if later:
+            raise FleetMessageError(path, f"invalid body: {later[0]} is not a field of {envelope['kind']}")
+        expected = envelope["kind"]
     try:
         raw = _canonical(envelope["body"])
     except (TypeError, ValueError, RecursionError) as e:
@@ -377,12 +422,14 @@ def decode(
         from delta import UntrustedVersionError
 
         signer, signed = envelope.get("signer"), envelope.get("signature")
+        handovers = _handovers(envelope.get("handovers", []), path)
         try:
             trust.check(
                 signer if isinstance(signer, str) else None,
                 signed if isinstance(signed, str) else None,
                 _signed_bytes(expected, raw),
                 "this file",
+                handovers,
             )
         except UntrustedVersionError as e:
             raise FleetMessageError(path, str(e), Refusal.UNTRUSTED) from None
@@ -393,3 +440,16 @@ def decode(
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise FleetMessageError(path, f"invalid {where}: {first['msg']}") from None
+
+
+def _handovers(value: object, path: str) -> tuple[Handover, ...]:
+    """The key handovers of an envelope (`encode`), each of the manifest's form; their signatures are checked by
+    `delta.Trust.check` (a handover from a key the reader does not trust is never followed)."""
+    from delta import DeltaError, Handover
+
+    if not isinstance(value, list) or len(value) > MAX_HANDOVERS:
+        raise FleetMessageError(path, f"invalid handovers: a list of at most {MAX_HANDOVERS} expected")
+    try:
+        return tuple(Handover.from_json(h) for h in value)
+    except DeltaError as e:
+        raise FleetMessageError(path, f"invalid handovers: {e}") from None

@@ -15,9 +15,9 @@ bucket is shared and files can be damaged or crafted. Who writes and who deletes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from delta import SigningKey, Trust, trainer_key
+from delta import Handover, SigningKey, Trust, trainer_key
 from delta.storage import FileTooLargeError, Storage, StoredFile, open_storage
 
 from .fleet import (
@@ -93,6 +93,8 @@ class FleetBucket:
             or the key trusted on first use).
         max_age: Seconds a listing of the bucket this process made may be old to answer the reads (the pollers'
             interval); 0: listed at every read.
+        handovers: The key handovers that lead to `signer` (a trainer whose key replaced another), written beside the
+            run's settings' signature (`wire.fleet.encode`).
 
     Attributes:
         runs_refused: Run settings refused so far for their signature (each file counted once); the last ones
@@ -111,8 +113,10 @@ class FleetBucket:
         signer: SigningKey | None = None,
         trust: Trust | None = None,
         max_age: float = 0.0,
+        handovers: Sequence[Handover] = (),
     ) -> None:
         self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
+        self.handovers = tuple(handovers)
         self.key = fleet_key(secret) if secret else None
         self.signer = signer
         self.trust = trust or Trust.for_bucket(self.storage.url, signer.public if signer is not None else None)
@@ -138,7 +142,7 @@ class FleetBucket:
         """Write the run's settings, signed with `signer` (the trainer's key)."""
         if self.signer is None:
             self.signer = trainer_key(self.storage.url)
-        self.storage.write(RUN_PATH, encode(run, self.key, self.signer))
+        self.storage.write(RUN_PATH, encode(run, self.key, self.signer, self.handovers))
 
     def read_run(self) -> RunSettings | None:
         """The run settings, or None while no trainer has written any (read no further than `MAX_RUN_BYTES`; refused

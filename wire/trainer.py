@@ -61,6 +61,33 @@ class FleetServer(BaseModel):
     groups_written: int
     run_id: str | None
     last_error: str | None
+    authenticated: bool | None = Field(
+        None,
+        description="Whether it checks the trainer's signature on the weights and run settings it uses (False: it "
+        "follows the bucket unauthenticated; None: its heartbeat does not say, an older server's)",
+    )
+    trusted_key: str | None = Field(
+        None, description="The fingerprint of the trainer key it checks them with (None: none, or not said)"
+    )
+    trusts_trainer: bool | None = Field(
+        None,
+        description="Whether that key is this trainer's (or the one it handed over from); None: no key to compare",
+    )
+
+    @property
+    def weights(self) -> tuple[str, bool]:
+        """What the fleet table says of the weights it plays with, and whether that is a warning: "checked" (signed by
+        this trainer), "UNAUTHENTICATED", "another key SHA256:…" (it trusts someone else: it refuses this trainer's
+        weights), "no key yet" (it trusts the first signed version it reads), "—" (an older server's heartbeat)."""
+        if self.authenticated is None:
+            return "—", False
+        if not self.authenticated:
+            return "UNAUTHENTICATED", True
+        if self.trusted_key is None:
+            return "no key yet", False
+        if self.trusts_trainer is False:
+            return f"another key {self.trusted_key[:19]}…", True
+        return "checked", False
 
 
 class TrainerStatus(BaseModel):

@@ -158,6 +158,16 @@ class Handover:
     new: str
     signature: str
 
+    @classmethod
+    def from_json(cls, body: Any) -> Handover:
+        """The handover in `body` (parsed JSON: ``{"old", "new", "signature"}``), its fields in their form; the
+        signature is not checked here (`delta.bucket.trust`).
+
+        Raises:
+            DeltaFormatError: anything else (one line).
+        """
+        return _handover(body)
+
 
 @dataclass(frozen=True)
 class Manifest:

@@ -20,9 +20,11 @@ host once. Not yet run on a GPU: tested with CPU tensors through the same code (
 Each version is signed with the trainer's Ed25519 key (`delta.bucket.trust`), which readers check before they apply
 it: the key given, else ``DELTA_SIGNING_KEY``, else one made at the first start on the bucket and kept owner-only in
 the user's cache (`delta.signing.trainer_key`), so a restarted trainer signs with the same key. A new key is
-introduced to readers by a handover signed with the old one (`handover_from`). A publisher that finds versions it
-did not sign at the end of the bucket (a stranger's) says so and goes on from its own last version; it keeps the
-run id of its versions across restarts.
+introduced to readers by a handover signed with the old one (`handover_from`): on start, the publisher signs the
+versions of the old key again with the new one and commits them with the handover, so that readers that trust the old
+key follow the new one, and readers given the new key alone can load them. A publisher that finds versions it did not
+sign at the end of the bucket (a stranger's) says so and goes on from its own last version; it keeps the run id of its
+versions across restarts.
 
 Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or with slices of
 tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards are published as they are: no
@@ -71,7 +73,7 @@ from .manifest import (
 )
 from .reader import Reader
 from .retention import collect_garbage, retain
-from .trust import make_handover, own_keys, sign_latest, signed_by
+from .trust import make_handover, own_versions, resign, sign_latest
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +174,11 @@ class Publisher:
         config: Settings.
         signing_key: The trainer's key (or its text, ``ed25519-private:...``); None: `delta.signing.trainer_key`
             (``DELTA_SIGNING_KEY``, else the key kept for the bucket, made at the first start). Rank 0's alone counts.
-        handover_from: The trainer's previous key, when `key` replaces it: a handover signed with it goes into the
-            manifest, and readers that trust it trust `signing_key` from then on.
+        handover_from: The trainer's previous key, when `signing_key` replaces it (`delta.signing.previous_key` reads
+            it from a file or ``DELTA_HANDOVER_FROM``): a handover signed with it goes into the manifest, and readers
+            that trust it trust `signing_key` from then on. Its versions count as this trainer's own up to the first
+            version `signing_key` signed; on start they are signed again with `signing_key` and committed with the
+            handover at once (one manifest write), before any new version. Rank 0's alone counts.
         base_state: The state of the bucket's latest version, if the caller holds it (saves a download
             on resume; one rank only).
         group: A gloo process group for several ranks (default: the default group when
@@ -203,9 +208,12 @@ class Publisher:
         manifest, latest, run = None, 0, secrets.token_hex(16)
         if self.ranks.rank == 0:
             self._key = _signing_key(signing_key) if signing_key is not None else trainer_key(self.storage.url)
-            if handover_from is not None:
-                self._handover = make_handover(_signing_key(handover_from), self._key.public)
+            previous = _signing_key(handover_from) if handover_from is not None else None
+            if previous is not None and previous.public != self._key.public:
+                self._handover = make_handover(previous, self._key.public)
             manifest, latest, run = self._own_versions(read_manifest(self.storage), run)
+            if manifest is not None:
+                manifest = self._take_over(manifest)
         self.session, manifest, latest, self._run_id = self.ranks.broadcast(
             (secrets.token_hex(4), manifest, latest, run)
         )
@@ -342,22 +350,21 @@ class Publisher:
 
     def _own_versions(self, newest: Manifest | None, run: str) -> tuple[Manifest | None, int, str]:
         """Rank 0: the bucket's manifest cut after the last of its first versions that this trainer signed (with its
-        key, or one that handed over to it; an older manifest when the newest holds none: a stranger's), or None; the
-        version to go on from (that one, else the bucket's latest: a new run); and the run (theirs, else `run`).
-        Versions after its own are said to be someone else's, and left behind."""
+        key, or, before its key's first, with the key it hands over from: `trust.own_versions`; an older manifest when
+        the newest holds none: a stranger's), or None; the version to go on from (that one, else the bucket's latest:
+        a new run); and the run (theirs, else `run`). Versions after its own are said to be someone else's, and left
+        behind."""
         if newest is None:
             return None, 0, run
         assert self._key is not None  # rank 0's, which signs
         latest = newest.latest.version if newest.latest else 0
+        earlier = [PublicKey.parse(self._handover.old)] if self._handover is not None else []
         for manifest in itertools.chain([newest], manifests_after(self.storage, newest.commit)):
-            handovers = manifest.handovers + ((self._handover,) if self._handover is not None else ())
-            keys = own_keys(self._key.public, handovers)
-            own = 0
-            for entry in manifest.versions:
-                if not signed_by(manifest, entry, keys):
-                    break
-                own, run = entry.version, entry.run or run  # a signed version names its run
+            own = own_versions(manifest, self._key.public, earlier)
             if own:
+                entry = manifest.get(own)
+                assert entry is not None  # one of its versions
+                run = entry.run or run  # a signed version names its run
                 break
         mine = self._key.public.fingerprint
         if own and own < latest:
@@ -388,6 +395,27 @@ class Publisher:
                 latest + 1,
             )
         return (manifest.upto(own), own, run) if own else (None, latest, run)
+
+    def _take_over(self, manifest: Manifest) -> Manifest:
+        """Rank 0, rotating (`handover_from`): commit this trainer's versions signed by the key it hands over from again
+        with its key, with the handover, and return that manifest; else `manifest`. One manifest write, no file moved:
+        a reader that trusts the old key follows the handover, one given the new key loads every version."""
+        assert self._key is not None  # rank 0's, which signs
+        mine = self._key.public.text
+        if self._handover is None or all(v.signer == mine for v in manifest.versions):
+            return manifest
+        handovers = manifest.handovers + (() if self._handover in manifest.handovers else (self._handover,))
+        taken = resign(replace(manifest, handovers=handovers), self._key)
+        taken = write_manifest(self.storage, taken)
+        logger.warning(
+            "%s: versions %d..%d signed again with this trainer's new key %s, handed over from %s",
+            self.storage.url,
+            manifest.versions[0].version,
+            manifest.versions[-1].version,
+            self._key.public.fingerprint,
+            PublicKey.parse(self._handover.old).fingerprint,
+        )
+        return taken
 
     def _check_base(self, state: Mapping[str, torch.Tensor]) -> None:
         """First publish (every rank): keep the resumed base only if every rank's tensors and slices are laid

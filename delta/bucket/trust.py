@@ -13,8 +13,13 @@ changed on the way, not who wrote it. The trainer signs each version it commits 
 
 A version unsigned, signed wrongly, signed by another key, or of another run than the state held is refused
 (`UntrustedVersionError`, one line) and nothing of it is applied. A trainer's new key is trusted only through a
-handover in the manifest signed with the key trusted before it (`make_handover`); the reader then trusts the new
-key (and keeps it, when it was trusted on first use).
+handover signed with the key trusted before it (`make_handover`: in the manifest, and in the run's settings); the
+reader then trusts the new key (and keeps it, when it was trusted on first use).
+
+A trainer's own versions are those its key signed, and, before its key's first, those of the one key it hands over
+from (it holds that key: `Trust.own`, `own_versions`). A handover in the bucket never makes a key the trainer's own:
+anyone can sign one from a key of their own to the trainer's. Rotating, the trainer signs its versions again with the
+new key (`resign`), so that a reader given the new key alone can load them.
 """
 
 from __future__ import annotations
@@ -73,16 +78,44 @@ def handed_over(trusted: PublicKey, signer: PublicKey, handovers: Iterable[Hando
     return False
 
 
-def own_keys(key: PublicKey, handovers: Iterable[Handover]) -> set[str]:
-    """`key` and every key that handed over to it, through valid handovers: the versions a trainer signed with them
-    are its own."""
-    own, handovers = {key.text}, list(handovers)
+def handovers_to(key: PublicKey, handovers: Iterable[Handover]) -> tuple[Handover, ...]:
+    """The valid handovers of `handovers` on a chain that ends at `key`, in their order: what a trainer shows readers
+    (in its run's settings) so that a reader that trusts any key before it on the chain trusts `key`. Only shown:
+    each reader checks every handover itself."""
+    handovers = list(handovers)
+    reached, chain = {key.text}, set()
     grew = True
     while grew:
-        before = len(own)
-        own |= {h.old for h in handovers if h.new in own and _valid(h)}
-        grew = len(own) > before
+        grew = False
+        for i, h in enumerate(handovers):
+            if i not in chain and h.new in reached and _valid(h):
+                chain.add(i)
+                reached.add(h.old)
+                grew = True
+    return tuple(h for i, h in enumerate(handovers) if i in chain)
+
+
+def own_versions(manifest: Manifest, key: PublicKey, earlier: Iterable[PublicKey] = ()) -> int:
+    """The last of `manifest`'s first versions that a trainer signed, 0 for none: with `key`, or, before `key`'s first,
+    with one of the `earlier` keys (its own previous ones: it holds them). Versions after it are someone else's."""
+    own, keys = 0, {key.text} | {k.text for k in earlier}
+    for entry in manifest.versions:
+        if not signed_by(manifest, entry, keys):
+            break
+        own = entry.version
+        if entry.signer == key.text:
+            keys = {key.text}  # the new key signed: from here on, what an earlier key signs is not the trainer's
     return own
+
+
+def resign(manifest: Manifest, key: SigningKey) -> Manifest:
+    """`manifest` with every version signed again by `key` (a trainer's new key taking over its versions), the next
+    commit."""
+    versions = []
+    for entry in manifest.versions:
+        entry = replace(entry, signer=key.public.text, signature=None)
+        versions.append(replace(entry, signature=key.sign(manifest.signed_bytes(entry))))
+    return replace(manifest, commit=manifest.commit + 1, versions=tuple(versions))
 
 
 def signed_by(manifest: Manifest, entry: VersionEntry, keys: set[str]) -> bool:
@@ -101,19 +134,40 @@ class Trust:
         key: The trainer's public key; None: trusted on first use (`pin`), or nothing checked (`unauthenticated`).
         pin: Trust on first use: the owner-only file that keeps the key trusted for the bucket.
         unauthenticated: Apply what the bucket holds, signed or not, whoever wrote it.
+        earlier: Keys whose signatures are taken beside `key`'s, with no handover: a trainer's own previous key (`own`).
 
-    Build it with `for_bucket`, or `unauthenticated_for`.
+    Build it with `for_bucket`, `own`, or `unauthenticated_for`.
     """
 
     def __init__(
-        self, bucket: str, key: PublicKey | None = None, *, pin: Path | None = None, unauthenticated: bool = False
+        self,
+        bucket: str,
+        key: PublicKey | None = None,
+        *,
+        pin: Path | None = None,
+        unauthenticated: bool = False,
+        earlier: Iterable[PublicKey] = (),
     ) -> None:
         self.bucket = bucket
         self._key = key
         self._pin = pin
         self.unauthenticated = unauthenticated
+        self.earlier = frozenset(earlier)
+        self._fixed = False  # a trainer's own trust (`own`): never moved to another key by a handover
         self._why = "given" if pin is None else f"trusted on first use, kept in {pin}"
         self._lock = threading.Lock()
+
+    @classmethod
+    def own(cls, bucket: str, key: PublicKey, earlier: Iterable[PublicKey] = ()) -> Trust:
+        """A trainer's trust in its own bucket: what `key` signed, or an `earlier` key of its own (the one it hands
+        over from, which it holds); never another key, whatever handover the bucket holds. Pick the version to resume
+        with `own_versions`: an earlier key counts only before `key`'s first version."""
+        trust = cls(bucket, key, earlier=earlier)
+        trust._fixed = True
+        trust._why = "this trainer's key" + (
+            f"; before it, {', '.join(sorted(k.fingerprint for k in trust.earlier))}" if trust.earlier else ""
+        )
+        return trust
 
     @classmethod
     def for_bucket(
@@ -218,11 +272,15 @@ class Trust:
             ) from None
         with self._lock:
             trusted = self._key
-            if trusted is not None and key != trusted and not handed_over(trusted, key, handovers):
+            known = key == trusted or key in self.earlier
+            if trusted is not None and not known and (self._fixed or not handed_over(trusted, key, handovers)):
+                why = (
+                    "nor by the key it hands over from"
+                    if self._fixed
+                    else "and no handover signed by the trusted key introduces it"
+                )
                 raise UntrustedVersionError(
-                    f"{what} is signed by {key.fingerprint}, not by the trusted "
-                    f"{trusted.fingerprint}, and no handover signed by the trusted key "
-                    "introduces it",
+                    f"{what} is signed by {key.fingerprint}, not by the trusted {trusted.fingerprint}, {why}",
                     version=version,
                     reason="another key",
                 )
@@ -234,7 +292,7 @@ class Trust:
                 )
             if trusted is None:
                 self._trust(key, f"trusted on first use (the key of {what})")
-            elif key != trusted:
+            elif not known:
                 self._trust(key, f"handed over from {trusted.fingerprint}")
 
     def _trust(self, key: PublicKey, why: str) -> None:
