@@ -313,7 +313,7 @@ class GroupProducer:
         self._failures += 1
         self.state = ServerState.ERROR
         self.last_error = f"{time.strftime('%H:%M:%S')} {type(error).__name__}: {error}"
-        wait = self._retry.delay(self._failures)
+        wait = self._retry.delay_after(error, self._failures)  # a rate limit: until the time the bucket named
         logger.warning("producing games failed (%d in a row), retrying in %.1f s: %s", self._failures, wait, error)
         return wait
 

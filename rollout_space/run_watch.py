@@ -63,5 +63,5 @@ class RunWatch:
             if str(e) != self.last_error:
                 logger.warning("not following the run's settings: %s", e)
             self.last_error = str(e)
-        else:
-            self.last_error = None
+            raise  # the next read waits longer (`wire.periodic`)
+        self.last_error = None

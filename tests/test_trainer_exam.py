@@ -64,7 +64,7 @@ def test_the_watch_reads_the_bucket_refuses_bad_files_and_survives_an_unreadable
     assert signed.records() == [] and signed.refused() == {"signed with another token": 3, "torn or corrupt": 1}
 
 
-    def unreachable(prefix: str) -> None:
+    def unreachable(prefix: str, max_age: float = 0.0) -> None:
         raise BucketUnreachableError("connection refused", url=bucket)
 
     monkeypatch.setattr(watch.shelf.storage, "list", unreachable)

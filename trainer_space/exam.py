@@ -41,7 +41,8 @@ class ExamWatch:
         self.last_error: str | None = None
         self._records: list[ExamRecord] = []
         self._refused: dict[str, int] = {}
-        self._reader = Periodic(self.refresh, interval, "exam-watch")
+        self._failure: BaseException | None = None  # what the last read raised, for the thread's wait
+        self._reader = Periodic(self._poll, interval, "exam-watch")
 
     def start(self) -> ExamWatch:
         self._reader.start()
@@ -65,7 +66,16 @@ class ExamWatch:
         try:
             self._records = self.shelf.records()
             self._refused = self.shelf.refusals()
-            self.last_error = None
+            self.last_error = self._failure = None
         except (OSError, StorageError) as e:
-            self.last_error = f"{type(e).__name__}: {e}"
+            self.last_error, self._failure = f"{type(e).__name__}: {e}", e
             logger.warning("reading the exams in the bucket failed: %s", e)
+
+    def _poll(self) -> bool:
+        """`refresh`, for the thread: whether a new record came; a failure raised again, so the next read waits
+        longer (until the time a bucket that asked to slow down named: `wire.periodic`)."""
+        before = len(self._records)
+        self.refresh()
+        if self._failure is not None:
+            raise self._failure
+        return len(self._records) != before

@@ -35,6 +35,7 @@ from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
 from wire.liveness import GONE_AFTER_S, HeartbeatWatch, SeenServer
 from wire.lora import LoraSettings
+from wire.periodic import Periodic
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
@@ -459,19 +460,15 @@ class FleetMonitor:
         self.interval = interval
         self._watch = HeartbeatWatch(bucket, gone_after_s)
         self._servers: list[FleetServer] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = Periodic(self._poll, interval, "fleet-monitor")
 
     def start(self) -> FleetMonitor:
-        self._thread = threading.Thread(target=self._run, name="fleet-monitor", daemon=True)
-        self._thread.start()
+        self._reader.start()
         return self
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop reading, waiting up to `timeout` seconds for a read in flight (the thread is a daemon)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._reader.close(timeout)
 
     def servers(self) -> list[FleetServer]:
         """The servers seen, by id (a consistent snapshot)."""
@@ -509,10 +506,10 @@ class FleetMonitor:
             trusts_trainer=beat.trusted_key in mine if beat.trusted_key is not None and mine else None,
         )
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except (OSError, StorageError) as e:
-                logger.warning("reading the fleet's heartbeats failed: %s", e)
-            self._stop.wait(self.interval)
+    def _poll(self) -> None:
+        """`refresh` for the thread, its failures logged (and raised: the next read waits longer, `wire.periodic`)."""
+        try:
+            self.refresh()
+        except (OSError, StorageError) as e:
+            logger.warning("reading the fleet's heartbeats failed: %s", e)
+            raise

@@ -169,6 +169,7 @@ class TrainerParts:
                     earlier=earlier,
                     trust=own,
                     max_age=budget.listing_age_s,
+                    idle_max=budget.idle_poll_s,
                 ).start()
         sink = wrap_publisher(self.publisher) if wrap_publisher and self.publisher is not None else self.publisher
         self.callback = PublishCallback(

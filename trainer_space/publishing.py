@@ -9,8 +9,8 @@ layout (int32 positions + values, the TRL blog's) and the dense model would have
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 
 import delta
 from delta import PublishedVersion, read_manifest
+from wire.periodic import Periodic
 from wire.trainer import Anchor, Payload, TrainerHistory
 
 from .payload import raw_bytes
@@ -140,7 +141,8 @@ class PayloadLog:
     Args:
         bucket: Bucket URL.
         dense_bytes: Bytes of the full published state.
-        interval: Seconds between manifest polls.
+        interval: Seconds between manifest polls while versions come.
+        idle_max: Longest wait between polls while none comes (None: `interval`; `wire.periodic`).
         max_age: How old the process's shared listing of the bucket may be to find the newest manifest in
             (`delta.Storage.list`; the publisher's own commits are in it at once).
         history: Most payloads (and anchors) kept.
@@ -161,6 +163,7 @@ class PayloadLog:
         earlier: TrainerHistory | None = None,
         trust: delta.Trust | None = None,
         max_age: float = 0.0,
+        idle_max: float | None = None,
     ) -> None:
         self.storage = delta.open_storage(bucket)
         self.max_age = max_age
@@ -175,8 +178,7 @@ class PayloadLog:
         self.on_record: Callable[[], None] | None = None
         self.latest_header: delta.DeltaHeader | None = None
         self._seen = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="payload-log", daemon=True)
+        self._reader = Periodic(self._poll_logged, interval, "payload-log", idle_max=idle_max)
 
     def start(self) -> PayloadLog:
         """Start polling. Versions from the bucket's newest on are measured (older ones may be gone, and an earlier
@@ -191,36 +193,38 @@ class PayloadLog:
                 self.latest_header = delta.DeltaHeader.merged(self._headers(latest))
             except (delta.DeltaError, OSError) as e:  # retention may delete a file first
                 logger.warning("payload log: %s", e)
-        self._thread.start()
+        self._reader.start()
         return self
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop polling, after one last poll: a version committed as the trainer stopped is measured too. Waits up
         to `timeout` seconds for a poll in flight; past that, the thread (a daemon) is left and no last poll made."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self._poll_logged()
+        if self._reader.close(timeout):
+            with contextlib.suppress(delta.DeltaError, OSError):  # logged
+                self._poll_logged()
 
-    def _poll_logged(self) -> None:
+    def _poll_logged(self) -> bool:
+        """`poll`, its failure logged (and raised: the thread's next poll waits longer, `wire.periodic`)."""
         try:
-            self.poll()
+            return self.poll()
         except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
             logger.warning("payload log: %s", e)
+            raise
 
-    def poll(self) -> None:
-        """Measure the versions committed since the last poll (deltas only: anchors replace everything)."""
+    def poll(self) -> bool:
+        """Measure the versions committed since the last poll (deltas only: anchors replace everything); whether
+        there was one."""
+        seen = self._seen
         manifest = read_manifest(self.storage, polled=self._polled, max_age=self.max_age)
         if manifest is None:
-            return
+            return False
         for entry in manifest.versions:
             if entry.version <= self._seen:
                 continue
             try:
                 self.trust.check_version(entry, manifest)
             except delta.UntrustedVersionError:  # someone else's: the trainer's own of that number comes later
-                return
+                break
             self._seen = entry.version
             if entry.anchor:
                 self.anchors.append(
@@ -231,6 +235,7 @@ class PayloadLog:
                 self._measure(entry)
             if self.on_record is not None:
                 self.on_record()
+        return self._seen != seen
 
     def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
         return [
@@ -260,7 +265,3 @@ class PayloadLog:
         )
         del self.records[: -self.history]
         self.latest_header = delta.DeltaHeader.merged(headers)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._poll_logged()

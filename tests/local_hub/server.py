@@ -15,22 +15,17 @@ Users made at the first start: `alice` (member of org `team`), `bob`; tokens: `h
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import secrets
-import signal
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tests._ports import free_port
+from tests._served_process import ServedProcess
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -38,7 +33,7 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class LocalHub:
+class LocalHub(ServedProcess):
     """The local Hub serving `root` on 127.0.0.1:`port` (see the module docstring).
 
     Args:
@@ -48,12 +43,19 @@ class LocalHub:
         settings: Settings for a new root (see `tests.local_hub.store.Settings`).
     """
 
-    def __init__(self, root: Path, *, port: int | None = None, log_path: Path | None = None,
-                 settings: dict[str, Any] | None = None) -> None:
+    name = "the local hub"
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        port: int | None = None,
+        log_path: Path | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.log_path = log_path or self.root.with_name(f"{self.root.name}.local_hub.log")
+        super().__init__(port or free_port(), log_path or self.root.with_name(f"{self.root.name}.local_hub.log"))
         self.config_path = self.root.with_name(f"{self.root.name}.local_hub.json")
         if self.config_path.exists():
             self._config = json.loads(self.config_path.read_text())
@@ -68,17 +70,6 @@ class LocalHub:
                 "settings": settings or {},
             }
             self.config_path.write_text(json.dumps(self._config))
-        self._process: subprocess.Popen[bytes] | None = None
-
-    # --- the process -------------------------------------------------------------------------------
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def token(self, user: str = "alice", scope: str = "write") -> str:
         """A token made at the first start for `user` with `scope`."""
@@ -108,74 +99,33 @@ class LocalHub:
         Raises:
             RuntimeError: It exited or did not answer within `timeout` seconds; the message holds its log.
         """
-        if self.running:
-            raise RuntimeError(f"the local hub is already serving {self.endpoint}")
-        command = [sys.executable, "-m", "tests.local_hub", "--root", str(self.root), "--port", str(self.port),
-                   "--config", str(self.config_path)]
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self._admin("GET", "/health", timeout=0.5)
-                return
-            except OSError:
-                if self._process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"the local hub did not start on port {self.port}; its log:\n{self.log_tail()}")
-                time.sleep(0.05)
+        command = [
+            sys.executable,
+            "-m",
+            "tests.local_hub",
+            "--root",
+            str(self.root),
+            "--port",
+            str(self.port),
+            "--config",
+            str(self.config_path),
+        ]
+        self._launch(command, self._answers, timeout, cwd=REPO_ROOT)
 
-    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
-        """Stop the server (SIGTERM, or SIGKILL with `kill=True`). Safe when it is not running; a paused server is
-        resumed first so it can exit."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGCONT)
-        if kill:
-            process.kill()
-        else:
-            process.terminate()
+    def _answers(self) -> bool:
         try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
-
-    def restart(self, *, kill: bool = False) -> None:
-        """Stop, then start again on the same port and root."""
-        self.stop(kill=kill)
-        self.start()
-
-    def pause(self) -> None:
-        """Freeze the server (SIGSTOP): connections are accepted but never answered."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._process is None or self._process.poll() is not None:
-            raise RuntimeError(f"the local hub is not running on {self.endpoint}")
-        self._process.send_signal(sig)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def __enter__(self) -> LocalHub:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
+            self._admin("GET", "/health", timeout=0.5)
+        except OSError:
+            return False
+        return True
 
     # --- the admin API -----------------------------------------------------------------------------
 
     def _admin(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.endpoint}/_local_hub{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.endpoint}/_local_hub{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = response.read()
@@ -242,9 +192,3 @@ class LocalHub:
     def space_file(self, space_id: str, path: str) -> bytes:
         """A file of a Space repository as committed."""
         return self._admin("GET", f"/spaces/{space_id}/files/{urllib.parse.quote(path)}")
-
-
-def _die_with_parent() -> None:
-    """Have Linux send SIGTERM to the server when the thread that started it dies, so that no server outlives a
-    crashed or killed test run."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

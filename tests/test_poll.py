@@ -1,0 +1,41 @@
+"""delta.poll.Backoff: the wait of every loop that polls a bucket."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from delta import RateLimitedError
+from delta.poll import Backoff
+
+
+def test_the_wait_stretches_while_nothing_changes_and_comes_back_at_the_first_change() -> None:
+    backoff = Backoff(1.0, 30.0, idle_max=8.0)
+    assert backoff.delay() == 1.0
+    waits = []
+    for _ in range(6):
+        backoff.succeeded(changed=False)
+        waits.append(backoff.delay())
+    assert waits == [2.0, 4.0, 8.0, 8.0, 8.0, 8.0]
+    backoff.succeeded(changed=True)
+    assert backoff.delay() == 1.0
+    assert Backoff(1.0, 30.0).delay() == 1.0 and not Backoff(1.0, 30.0).failures  # idle_max None: never stretched
+
+
+def test_failures_back_off_with_jitter_and_a_rate_limit_sets_the_earliest_next_look() -> None:
+    backoff = Backoff(1.0, 30.0, idle_max=8.0)
+    for n, longest in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 16.0), (5, 30.0), (6, 30.0)]:
+        backoff.failed(OSError("down"))
+        assert backoff.failures == n and longest / 2 <= backoff.delay() <= longest
+    backoff.failed(RateLimitedError("429", url="b", retry_at=time.time() + 100))
+    assert 99 <= backoff.delay() <= 100
+    backoff.succeeded(changed=False)
+    assert backoff.failures == 0 and backoff.delay() == 2.0
+
+
+def test_its_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="need 0 < interval <= max_delay"):
+        Backoff(0.0, 1.0)
+    with pytest.raises(ValueError, match="idle_max must be >= interval"):
+        Backoff(2.0, 30.0, idle_max=1.0)
