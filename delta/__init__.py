@@ -43,6 +43,7 @@ from .errors import (
 from .format import DeltaHeader, TensorEntry, read_delta
 from .patch.apply import ApplyResult, Rollback, apply, decode, write_changes
 from .patch.diff import diff
+from .poll import Backoff
 from .private import read_private, write_private
 from .replies import read_reply
 from .retry import RetryPolicy
@@ -56,6 +57,7 @@ __all__ = [
     "DEFAULT_CODEC",
     "AccessDeniedError",
     "ApplyResult",
+    "Backoff",
     "BucketNotFoundError",
     "BucketUnreachableError",
     "Change",

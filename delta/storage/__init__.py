@@ -25,9 +25,10 @@ from ..errors import (
     StorageError,
 )
 from ..retry import RetryPolicy
-from ._base import Storage, StoredFile, check_path
+from ._base import Storage, check_path
 from ._fsspec import S3Storage
 from ._hf import HfBucketStorage
+from ._listing import StoredFile
 from ._local import LocalStorage
 from ._traffic import RateLimit, Traffic, TrafficSnapshot
 

@@ -30,7 +30,7 @@ from ..errors import (
     StorageError,
 )
 from ..retry import RetryPolicy
-from ._listing import shared_listing
+from ._listing import StoredFile, shared_listing
 from ._traffic import Traffic
 
 logger = logging.getLogger(__name__)
@@ -40,22 +40,6 @@ T = TypeVar("T")
 # Characters that no path may hold: backslashes (a Windows separator), control characters, and glob
 # magic, which fsspec expands in some calls instead of taking it literally.
 _FORBIDDEN = re.compile(r"[\\*?\[\]\x00-\x1f\x7f]")
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    """One file in a bucket, as `Storage.list` returns it.
-
-    Attributes:
-        path: Relative to the bucket root, '/'-separated.
-        size: In bytes.
-        etag: What names this content where the backend says (the Xet hash on the Hub, the ETag on S3; None on a
-            local folder): a file listed with the same size and etag holds the same bytes as before.
-    """
-
-    path: str
-    size: int
-    etag: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 from ..errors import AccessDeniedError, BucketNotFoundError, BucketUnreachableError, StorageError
 from ..retry import RetryPolicy
-from ._base import Failure, Storage, StoredFile, import_backend
+from ._base import Failure, Storage, import_backend
+from ._listing import StoredFile
 from ._traffic import shared_traffic
 
 T = TypeVar("T")

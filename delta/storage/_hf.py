@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from ..retry import RetryPolicy
-from ._base import Failure, Storage, StoredFile, import_backend, install_hint
+from ._base import Failure, Storage, import_backend, install_hint
 from ._hf_errors import HubCall, classify
 from ._hf_http import counting
 from ._hf_xet import XetTarget, add_operation, download, upload
+from ._listing import StoredFile
 from ._traffic import shared_traffic
 
 T = TypeVar("T")

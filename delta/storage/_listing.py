@@ -13,10 +13,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from ._base import StoredFile
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file in a bucket, as `Storage.list` returns it.
+
+    Attributes:
+        path: Relative to the bucket root, '/'-separated.
+        size: In bytes.
+        etag: What names this content where the backend says (the Xet hash on the Hub, the ETag on S3; None on a
+            local folder): a file listed with the same size and etag holds the same bytes as before.
+    """
+
+    path: str
+    size: int
+    etag: str | None = None
 
 
 class SharedListing:

@@ -10,7 +10,8 @@ from typing import TypeVar
 from ..atomic import TMP_PREFIX, write_atomic
 from ..errors import StorageError
 from ..retry import RetryPolicy
-from ._base import Failure, Storage, StoredFile
+from ._base import Failure, Storage
+from ._listing import StoredFile
 from ._traffic import shared_traffic
 
 T = TypeVar("T")
