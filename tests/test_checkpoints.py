@@ -68,7 +68,8 @@ def test_complete_run_is_reused_and_a_different_one_replaces_it(tmp_path) -> Non
     assert shorter.changed[0] > run.changed[0]  # ten times the learning rate moves more weights
 
 
-def test_cli_prints_density_per_step(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_density_per_step(tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # main sets it for its process: undone after this test
     assert main(["--data", "tiny-qwen3", "--steps", "1", "-o", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "tiny-qwen3: 139,648 elements per state" in out and "step 1:" in out and "density" in out

@@ -91,6 +91,7 @@ class LocalHub(ServedProcess):
             "HF_TOKEN": self.token(user, scope),
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "HF_HUB_OFFLINE": "0",  # whatever the parent process was told: this one is meant to reach the (local) Hub
         }
 
     def start(self, timeout: float = 20.0) -> None:
