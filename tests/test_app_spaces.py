@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ._deploy import deploy_module
 from ._env_server import REPO
 
 SPACES = REPO / "spaces"
@@ -118,11 +119,7 @@ def test_space_requirements_keep_up_with_the_project(role: str) -> None:
 
 
 def test_each_token_is_set_on_the_space_that_checks_it_and_the_one_that_sends_it() -> None:
-    sys.path.insert(0, str(REPO / "spaces"))
-    try:
-        from deploy import plan
-    finally:
-        sys.path.remove(str(REPO / "spaces"))
+    plan = deploy_module().plan
     env, rollout, trainer = plan("alice", "wordle", "hf://buckets/alice/d", "owner", "hf", cpu=True)
     assert env.secrets["ENV_TOKEN"] == rollout.secrets["ENV_TOKEN"] and len(env.secrets["ENV_TOKEN"]) >= 24
     assert rollout.secrets["ROLLOUT_TOKEN"] == trainer.secrets["ROLLOUT_TOKEN"] != env.secrets["ENV_TOKEN"]
@@ -143,11 +140,7 @@ def test_a_redeploy_sets_the_key_the_first_deploy_kept_for_the_bucket(tmp_path: 
     DELTA_SIGNING_KEY, when set, is the key."""
     import delta
 
-    sys.path.insert(0, str(REPO / "spaces"))
-    try:
-        from deploy import signing_key
-    finally:
-        sys.path.remove(str(REPO / "spaces"))
+    signing_key = deploy_module().signing_key
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("DELTA_SIGNING_KEY", raising=False)
     bucket = "hf://buckets/alice/wordle-deltas"
@@ -171,11 +164,10 @@ def test_rotate_key_hands_the_trainer_a_new_key_and_the_old_one_to_hand_over_fro
     sets it and no second rotation starts; a dry run rotates nothing."""
     import delta
 
-    sys.path.insert(0, str(REPO / "spaces"))
-    try:
-        from deploy import handover_key, plan, signing_key
-    finally:
-        sys.path.remove(str(REPO / "spaces"))
+    deploy = deploy_module()
+    handover_key = deploy.handover_key
+    plan = deploy.plan
+    signing_key = deploy.signing_key
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("DELTA_SIGNING_KEY", raising=False)
     monkeypatch.delenv("DELTA_HANDOVER_FROM", raising=False)

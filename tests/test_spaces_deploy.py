@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from tests._ports import free_port
 from tests.local_hub.server import LocalHub
 
+from ._deploy import deploy_module
 from ._env_server import REPO
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -33,15 +33,9 @@ DEPLOY_ROUTES = {"api.bucket_create", "api.repo_create", "api.space_variable_add
                  "api.validate_yaml", "api.space_preupload", "api.space_commit", "api.space_hardware"}
 
 
-@pytest.fixture
-def deploy_module() -> Iterator[Any]:
-    sys.path.insert(0, str(SPACES))
-    try:
-        import deploy
-
-        yield deploy
-    finally:
-        sys.path.remove(str(SPACES))
+@pytest.fixture(name="deploy_module")
+def deploy_module_fixture() -> Any:
+    return deploy_module()
 
 
 @pytest.fixture
