@@ -76,7 +76,9 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
 
         # versions published and served with the trainer's state hashes
         wait_until(lambda: status(trainer.url)["version"] >= 1, 300, "a first version published on the Hub bucket")
-        served = wait_until(lambda: (s := status(a.url))["version"] >= 1 and s, 120, "a to serve a published version")
+        # a hash is claimed only while the state decoded is the one served (not while a newer one waits for a batch)
+        served = wait_until(lambda: (s := status(a.url))["version"] >= 1 and s["state_hash"] and s, 120,
+                            "a to serve a published version")
         assert served["state_hash"] == manifest_hashes(local_hub)[served["version"]]
 
         # what the fleet asks of the account at this cadence, per role; scaled to four servers
@@ -98,7 +100,8 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait(10)
         b = rollout("b")
-        back = wait_until(lambda: (s := status(b.url))["version"] >= 1 and s, 120, "b back, serving a version")
+        back = wait_until(lambda: (s := status(b.url))["version"] >= 1 and s["state_hash"] and s, 120,
+                          "b back, serving a version")
         assert back["state_hash"] == manifest_hashes(local_hub)[back["version"]]
 
         # a storm: the Hub throttles listings and fails batch calls for a while
