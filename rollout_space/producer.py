@@ -483,21 +483,24 @@ class GroupProducer:
             logger.info("the run changed while a batch played: %d games left unwritten", len(games))
             return False
         g = run.num_generations
-        for i, seed in enumerate(seeds):
-            group = GameGroup(
+        batch = [
+            GameGroup(
                 run_id=run.run_id,
                 server_id=self.server_id,
                 boot=self.boot,
-                seq=self._seq,
+                seq=self._seq + i,
                 seed=seed,
                 games=games[i * g : (i + 1) * g],
                 played_s=played_s,
                 created_at=time.time(),
             )
-            self.bucket.write_group(group)
+            for i, seed in enumerate(seeds)
+        ]
+        self._seq += len(batch)  # taken even if the write fails: a group's path is never written twice
+        self.bucket.write_groups(batch)  # one request for the batch (the Hub counts each)
+        for group in batch:
             logger.info("wrote group %s (%d games, version %d)", group.path, g, group.version)
-            self._seq += 1
-            self.groups_written += 1
-            self.games_written += g
+        self.groups_written += len(batch)
+        self.games_written += len(batch) * g
         self._written.append((time.monotonic(), groups * g))
         return True

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING
 
 from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig
 from delta.bucket.retention import OLD_MANIFESTS_BATCH
+from delta.storage import open_storage
 from tests._states import states_equal
 from tests._trainer import trajectory
+from tests.test_wire_fleet import group
+from wire.fleet_bucket import FleetBucket
 
 if TYPE_CHECKING:
     from tests.local_hub.server import LocalHub
@@ -79,3 +82,14 @@ def test_a_published_and_a_followed_version_each_cost_a_constant(local_hub: Loca
             assert states_equal(sub.state, states[-1])
     measured = len(states) - 4
     assert spent <= PUBLISH_API * measured + measured // OLD_MANIFESTS_BATCH + 1
+
+
+def test_a_rollout_servers_batch_of_groups_costs_one_request(local_hub: LocalHub) -> None:
+    fleet = FleetBucket(open_storage(BUCKET, token=local_hub.token("alice"), endpoint=local_hub.endpoint))
+    fleet.write_group(group(seq=0))  # the bucket created, a Xet write token fetched: once per process
+    local_hub.reset_counts()
+    batch = [group(seq=seq) for seq in range(1, 5)]
+    assert fleet.write_groups(batch) == [g.path for g in batch]
+    routes = local_hub.counts()["user_routes"]["alice"]
+    assert {r: n for r, n in routes.items() if r.startswith("api.")} == {"api.batch": 1}, routes
+    assert [fleet.read_group(g.path) for g in batch] == batch

@@ -268,6 +268,22 @@ def test_bad_paths_are_rejected_before_any_call(bucket: Storage, path: str) -> N
 def test_write_takes_bytes_only(bucket: Storage) -> None:
     with pytest.raises(TypeError, match=re.escape("write() takes bytes, got bytearray; pass bytes(data)")):
         bucket.write("f", bytearray(b"x"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("got bytearray for 'g'; pass bytes(data)")):
+        bucket.write_many({"f": b"x", "g": bytearray(b"y")})  # type: ignore[dict-item]
+    assert bucket.list() == []  # refused before anything was written
+
+
+def test_write_many_writes_each_file_as_write_does(bucket: Storage) -> None:
+    bucket.write("groups/a", b"old")
+    files = {"groups/a": b"new a", "groups/b": b"", "groups/deep/c": bytes(range(256)) * 40}
+    bucket.write_many(files)
+    bucket.write_many({})  # nothing to write: no call
+    assert entries(bucket.list("groups/")) == sorted((p, len(d)) for p, d in files.items())
+    assert {p: bucket.read(p) for p in files} == files
+    assert entries(bucket.list("groups/", max_age=60)) == entries(bucket.list("groups/"))  # the shared listing too
+    with pytest.raises(ValueError, match="invalid bucket path"):
+        bucket.write_many({"ok": b"x", "../out": b"y"})
+    assert bucket.listed("ok") is None and "ok" not in {f.path for f in bucket.list()}  # checked before any call
 
 
 # --- local directory -----------------------------------------------------------------------------

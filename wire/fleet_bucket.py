@@ -201,8 +201,13 @@ class FleetBucket:
 
     def write_group(self, group: GameGroup) -> str:
         """Commit one group; returns its path."""
-        self.storage.write(group.path, encode(group, self.key))
-        return group.path
+        return self.write_groups([group])[0]
+
+    def write_groups(self, groups: list[GameGroup]) -> list[str]:
+        """Commit a batch's groups in one write (one request on the Hub, not one per group); returns their paths.
+        Not atomic: on an error, some may be committed (each group stands alone: a reader takes what it finds)."""
+        self.storage.write_many({g.path: encode(g, self.key) for g in groups})
+        return [g.path for g in groups]
 
     def list_groups(self, max_age: float | None = None) -> list[StoredFile]:
         """Every group file in the bucket, of any run, sorted by path (from a listing at most `max_age` old; None:

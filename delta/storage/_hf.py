@@ -61,11 +61,12 @@ class HfBucketStorage(Storage):
     `HfFileSystem` is not used: it caches listings and bucket existence per instance, which a reader polling for new
     versions must not see stale.
 
-    Requests (the Hub counts them per account in 5-minute windows; `traffic` counts them here): a listing is one
-    API request per page; a read one paths-info (none when given the entry a listing returned) and its transfer; a
-    write one batch call and its transfer; a move one paths-info and two batch calls; a delete one batch call; a Xet
-    token one API request per token lifetime, shared by every storage of the process with the same token. A 429 holds
-    every storage of the process with the same token back until the time the Hub named (`RateLimitedError`).
+    Requests (the Hub counts them per account in 5-minute windows; `traffic` counts them here): a listing is one API
+    request per page; a read one paths-info (none when given the entry a listing returned) and its transfer; a write
+    one batch call and its transfer (`write_many`: one batch call for all its files); a move one paths-info and two
+    batch calls; a delete one batch call; a Xet token one API request per token lifetime, shared by every storage of
+    the process with the same token. A 429 holds every storage of the process with the same token back until the
+    time the Hub named (`RateLimitedError`).
 
     Atomicity (as huggingface_hub documents it): a write stores the content in Xet storage first, then one batch
     call points the path at it, so a reader sees the old or the new file. A batch of several files is not
@@ -157,12 +158,17 @@ class HfBucketStorage(Storage):
         raise FileNotFoundError(path)
 
     def _write(self, path: str, data: bytes) -> str | None:
+        return self._write_many([(path, data)])[0]
+
+    def _write_many(self, files: list[tuple[str, bytes]]) -> list[str | None]:
+        # Each content to Xet storage first, then one batch call points every path at its content.
         if self._create:
             self._api.create_bucket(self.bucket_id, private=self._private, exist_ok=True)
             self._create = False  # once per instance; a race between threads only repeats an idempotent call
-        xet_hash, size = upload(self._xet, data, self.traffic)
-        self._api.batch_bucket_files(self.bucket_id, add=[add_operation(data, self._key(path), xet_hash, size)])
-        return xet_hash
+        stored = [(path, data, *upload(self._xet, data, self.traffic)) for path, data in files]
+        add = [add_operation(data, self._key(path), xet_hash, size) for path, data, xet_hash, size in stored]
+        self._api.batch_bucket_files(self.bucket_id, add=add)
+        return [xet_hash for _, _, xet_hash, _ in stored]
 
     def _move(self, source: str, target: str) -> None:
         # A copy by the content's Xet hash, made by the Hub (nothing downloaded), then the source deleted: two calls,
