@@ -31,18 +31,26 @@ class Backoff:
         max_delay: Longest wait after failures (they double from `2 * interval`, with jitter).
         idle_max: Longest wait while nothing changes (looks that found nothing new double the wait from `interval`);
             None or `interval`: never stretched.
+        after_change: The wait after a look that found something new, for a source that cannot change again sooner
+            (a publisher on the Hub commits at most one version per `PublisherConfig.min_interval`); the waits then
+            go on from `interval`. None: `interval`.
 
     Attributes:
         failures: Failed looks in a row (0 after a look that succeeded).
     """
 
-    def __init__(self, interval: float, max_delay: float, idle_max: float | None = None) -> None:
+    def __init__(
+        self, interval: float, max_delay: float, idle_max: float | None = None, after_change: float | None = None
+    ) -> None:
         if interval <= 0 or max_delay < interval:
             raise ValueError(f"need 0 < interval <= max_delay, got {interval} and {max_delay}")
         if idle_max is not None and idle_max < interval:
             raise ValueError(f"idle_max must be >= interval ({interval}), got {idle_max}")
+        if after_change is not None and after_change < interval:
+            raise ValueError(f"after_change must be >= interval ({interval}), got {after_change}")
         self.interval = interval
         self.idle_max = idle_max if idle_max is not None else interval
+        self.after_change = after_change
         self.failures = 0
         self._quiet = 0
         self._error: BaseException | None = None
@@ -63,7 +71,11 @@ class Backoff:
         """Seconds to wait now."""
         if self.failures:
             return self._policy.delay_after(self._error, self.failures)
-        return min(self.idle_max, self.interval * 2**self._quiet)
+        if self.after_change is None:
+            return min(self.idle_max, self.interval * 2**self._quiet)
+        if self._quiet == 0:
+            return self.after_change
+        return min(self.idle_max, self.interval * 2 ** (self._quiet - 1))
 
     def wait(self, stop: threading.Event) -> bool:
         """Wait `delay()` seconds, or until `stop` is set; True if it was."""

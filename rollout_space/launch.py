@@ -144,7 +144,10 @@ def run(args: argparse.Namespace) -> None:
     try:
         budget = budget_for(url)
         poll = budget.poll_s if args.poll_interval is None else args.poll_interval
-        polling = SubscriberConfig(poll_interval=poll, idle_poll_max=max(poll, budget.idle_poll_s))
+        # On the Hub no version comes sooner than `publish_s` after the last: the first poll after one waits that long.
+        after = max(poll, budget.publish_s) if budget.publish_s else None
+        idle = max(poll, budget.idle_poll_s)
+        polling = SubscriberConfig(poll_interval=poll, idle_poll_max=idle, version_interval=after)
         follower = Follower(engine, args.bucket, polling, trust=trust)
         env = EnvClient(args.env_url, token=args.env_token)
     except BaseException:

@@ -23,6 +23,17 @@ def test_the_wait_stretches_while_nothing_changes_and_comes_back_at_the_first_ch
     assert Backoff(1.0, 30.0).delay() == 1.0 and not Backoff(1.0, 30.0).failures  # idle_max None: never stretched
 
 
+def test_after_a_change_a_source_that_cannot_change_sooner_is_looked_at_once_it_may_have() -> None:
+    backoff = Backoff(2.0, 30.0, idle_max=16.0, after_change=15.0)  # a Hub publisher: a version every 15 s at most
+    waits = []
+    for changed in [True, False, False, False, False, False, True, False]:
+        backoff.succeeded(changed=changed)
+        waits.append(backoff.delay())
+    assert waits == [15.0, 2.0, 4.0, 8.0, 16.0, 16.0, 15.0, 2.0]
+    backoff.failed(OSError("down"))
+    assert 2.0 <= backoff.delay() <= 4.0  # failures back off as without it
+
+
 def test_failures_back_off_with_jitter_and_a_rate_limit_sets_the_earliest_next_look() -> None:
     backoff = Backoff(1.0, 30.0, idle_max=8.0)
     for n, longest in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 16.0), (5, 30.0), (6, 30.0)]:
@@ -39,3 +50,5 @@ def test_its_settings_are_checked() -> None:
         Backoff(0.0, 1.0)
     with pytest.raises(ValueError, match="idle_max must be >= interval"):
         Backoff(2.0, 30.0, idle_max=1.0)
+    with pytest.raises(ValueError, match="after_change must be >= interval"):
+        Backoff(2.0, 30.0, after_change=1.0)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from delta import NoPathError, Publisher, PublisherConfig, Subscriber, SubscriberConfig, read_manifest, state_digest
-from delta.storage import open_storage
+from delta.storage import LocalStorage, open_storage
 
 from ._capped import run_capped
 from ._signed import signed
@@ -44,6 +44,36 @@ def test_follows_in_background_and_reports_changed_tensors(tmp_path):
     status = reader.status()
     assert (status.version, status.latest, status.lag, status.last_error) == (6, 6, 0, None)
     assert all(h.bytes_fetched > 0 and h.apply_pause_s >= 0 for h in status.history)
+
+
+class _CountedLooks(LocalStorage):
+    """A local bucket that counts its listings (each look of a reader is one)."""
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.listings = 0
+
+    def _list(self, folder):
+        self.listings += 1
+        return super()._list(folder)
+
+
+@pytest.mark.parametrize("told", [False, True], ids=["not told", "told"])
+def test_a_reader_told_the_publishers_interval_looks_about_once_a_version(tmp_path, told):
+    states = trajectory(4)
+    storage = _CountedLooks(str(tmp_path))
+    config = SubscriberConfig(poll_interval=0.05, idle_poll_max=0.05, version_interval=1.5 if told else None)
+    with Publisher(str(tmp_path), PublisherConfig(min_interval=1.5)) as pub, Subscriber(storage, config=config) as reader:
+        reader.start()
+        for version, state in enumerate(states[1:], start=1):  # each commit 1.5 s after the one before, at the soonest
+            pub.publish(state)
+            assert reader.wait_for(version, timeout=30)
+            with reader.lock:
+                assert states_equal(reader.state, state)
+    if told:
+        assert storage.listings <= 2 * len(states), storage.listings
+    else:  # a look every 50 ms while it waits: the same run costs many more
+        assert storage.listings > 5 * len(states), storage.listings
 
 
 def test_caller_state_is_updated_in_place(tmp_path):

@@ -45,6 +45,10 @@ class SubscriberConfig:
             jitter: `delta.poll.Backoff`; after a 429, until the time the bucket named).
         idle_poll_max: Longest wait between polls while nothing new comes (doubling from `poll_interval`, back to it
             at the first new version): what a reader at rest costs the bucket. None: never stretched.
+        version_interval: The publisher's least interval between versions (`PublisherConfig.min_interval`, one rank):
+            after a new version the next poll waits this long, as none comes sooner, then polls go on from
+            `poll_interval` (one listing or two per version instead of one per `poll_interval`). A version published
+            sooner (a flushed last version, a publisher of several ranks) is seen up to this late. None: not known.
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         history: Per-version statistics kept for `status()`.
         workers: Threads that decode chunks (None: one per core).
@@ -53,6 +57,7 @@ class SubscriberConfig:
     poll_interval: float = 1.0
     max_backoff: float = 30.0
     idle_poll_max: float | None = None
+    version_interval: float | None = None
     fetch_threads: int = 4
     history: int = 100
     workers: int | None = None
@@ -62,6 +67,8 @@ class SubscriberConfig:
             raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
         if self.idle_poll_max is not None and self.idle_poll_max < self.poll_interval:
             raise ValueError(f"idle_poll_max must be >= poll_interval, got {self.idle_poll_max}")
+        if self.version_interval is not None and self.version_interval < self.poll_interval:
+            raise ValueError(f"version_interval must be >= poll_interval, got {self.version_interval}")
         resolve_workers(self.workers)
         if self.fetch_threads < 1 or self.history < 1:
             raise ValueError(f"fetch_threads and history must be >= 1, got {self.fetch_threads}, {self.history}")
@@ -311,7 +318,8 @@ class Subscriber:
     # -- the loop --------------------------------------------------------------------------------
 
     def _follow(self) -> None:
-        backoff = Backoff(self.config.poll_interval, self.config.max_backoff, self.config.idle_poll_max)
+        c = self.config
+        backoff = Backoff(c.poll_interval, c.max_backoff, c.idle_poll_max, after_change=c.version_interval)
         while not self._stop.is_set():
             with self._sync_lock:
                 seen = (self._latest, self._reader.version)
