@@ -19,6 +19,7 @@ server named.
 from __future__ import annotations
 
 import threading
+import time
 
 from .retry import RetryPolicy
 
@@ -33,7 +34,9 @@ class Backoff:
             None or `interval`: never stretched.
         after_change: The wait after a look that found something new, for a source that cannot change again sooner
             (a publisher on the Hub commits at most one version per `PublisherConfig.min_interval`); the waits then
-            go on from `interval`. None: `interval`.
+            go on from `interval`. Once two changes were seen, the time between them where longer (up to
+            `idle_max`): a source that changes at a steady pace slower than that (a trainer's steps) is looked at
+            when its next change is due, not every `interval` from `after_change` on. None: `interval`.
 
     Attributes:
         failures: Failed looks in a row (0 after a look that succeeded).
@@ -53,6 +56,8 @@ class Backoff:
         self.after_change = after_change
         self.failures = 0
         self._quiet = 0
+        self._changed_at: float | None = None  # monotonic time of the last look that found something new
+        self._pace: float | None = None  # seconds between the last two such looks
         self._error: BaseException | None = None
         self._policy = RetryPolicy(None, min(2 * interval, max_delay), max_delay)
 
@@ -60,6 +65,11 @@ class Backoff:
         """The look worked; `changed`: it found something new (the wait goes back to `interval`)."""
         self.failures, self._error = 0, None
         self._quiet = 0 if changed else min(self._quiet + 1, 62)
+        if changed:
+            now = time.monotonic()
+            if self._changed_at is not None:
+                self._pace = now - self._changed_at
+            self._changed_at = now
 
     def failed(self, error: BaseException | None = None) -> None:
         """The look failed, with `error` where one was raised (a `RateLimitedError` sets the earliest time of the
@@ -74,7 +84,7 @@ class Backoff:
         if self.after_change is None:
             return min(self.idle_max, self.interval * 2**self._quiet)
         if self._quiet == 0:
-            return self.after_change
+            return self.after_change if self._pace is None else max(self.after_change, min(self.idle_max, self._pace))
         return min(self.idle_max, self.interval * 2 ** (self._quiet - 1))
 
     def wait(self, stop: threading.Event) -> bool:

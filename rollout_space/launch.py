@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds between bucket polls while things change, for new weights and for the fleet's "
         "run and room (default: the bucket's, wire.budget: 1 s; 2 s on hf://, stretched up to "
-        "16 s while nothing changes)",
+        "24 s while nothing changes)",
     )
     parser.add_argument(
         "--server-id",
@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> None:
             fleet,
             server_id,
             poll_s=poll,
+            whole_shares=budget.whole_shares,
             heartbeat_s=budget.heartbeat_s,
             gone_after_s=budget.gone_after_s,
             beat_on_version=budget.beat_on_version,

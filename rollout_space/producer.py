@@ -8,7 +8,8 @@ committed whole, with the weight version of every reply and the sampler's logpro
 while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
 (back-pressure: more would only go stale), and starts again by itself. With other servers producing
 for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
-step's groups are ready once each server has played its share, not a whole step. One server of the run, the
+step's groups are ready once each server has played its share, not a whole step; where every write counts (the Hub,
+`whole_shares`), its share of a step whenever there is room, in one write. One server of the run, the
 live one with the lowest id, takes the exams (`examines`), after its first batch. A server that shares the
 trainer's cores (`first_step_alone`) plays nothing after its first batch until the trainer's first step is
 published, which then trains on both cores instead of half. What it does at each look is chosen by
@@ -91,6 +92,11 @@ class GroupProducer:
         server_id: This server's name in the fleet (its heartbeat file).
         poll_s: Seconds between looks at the run while there is nothing to play (while no run has been written yet:
             from `FIRST_LOOK_S`, doubling up to it).
+        whole_shares: Play a whole share of a step (the step's groups divided by the live servers, rounded up) whenever
+            the bucket has room, rather than a share of the room left. The trainer takes a step's groups while the
+            servers still fill the room, so the room left comes a group or two at a time: where every write counts
+            against a quota (the Hub, `wire.budget`), a server then writes once a step instead of at each trickle,
+            and the bound is overshot by at most a share less one group per server.
         heartbeat_s: Seconds between heartbeats.
         gone_after_s: Seconds of silence after which a peer server counts as gone (`wire.liveness`).
         beat_on_version: One more heartbeat whenever the version served changes (off where every write counts against
@@ -135,6 +141,7 @@ class GroupProducer:
         server_id: str,
         *,
         poll_s: float = 1.0,
+        whole_shares: bool = False,
         heartbeat_s: float = 5.0,
         gone_after_s: float = GONE_AFTER_S,
         beat_on_version: bool = True,
@@ -159,6 +166,7 @@ class GroupProducer:
         self.server_id = server_id
         self.boot = uuid.uuid4().hex[:8]
         self.poll_s = poll_s
+        self.whole_shares = whole_shares
         self.heartbeat_s = heartbeat_s
         self.beat_on_version = beat_on_version
         self._look_s = min(FIRST_LOOK_S, poll_s)  # the next wait for a run not written yet
@@ -367,7 +375,7 @@ class GroupProducer:
         if choice.state != ServerState.PRODUCING:
             return self.poll_s
         self._catch_up()
-        room = run.max_pending_groups - pending
+        room = run.groups_per_step if self.whole_shares else run.max_pending_groups - pending
         groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
         if self._play_batch(run, groups) and memory.first_batch_at is None:
             memory.first_batch_at = time.monotonic()

@@ -112,6 +112,7 @@ class RolloutService:
         gone_after_s: float = GONE_AFTER_S,
         beat_on_version: bool = True,
         first_step_alone: bool = False,
+        whole_shares: bool = False,
     ) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
         `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
@@ -143,6 +144,7 @@ class RolloutService:
             bucket,
             server_id,
             poll_s=poll_s,
+            whole_shares=whole_shares,
             heartbeat_s=heartbeat_s,
             gone_after_s=gone_after_s,
             beat_on_version=beat_on_version,

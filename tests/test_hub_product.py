@@ -90,6 +90,7 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
                     for role in ("trainer", "a", "b")}
         four_servers = per_5min["trainer"] + 4 * (per_5min["a"] + per_5min["b"]) / 2
         cadence = elapsed / max(steps, 1)
+        print(f"API requests per 5 min: {per_5min}, scaled to 4 servers {four_servers:.0f}, a step every {cadence:.0f} s")
         assert four_servers < 500, f"API requests per 5 min, scaled to 4 servers: {four_servers:.0f} ({per_5min}, " \
                                    f"a step every {cadence:.0f} s)"
         assert cadence < 40, f"a step every {cadence:.0f} s: slower than the demo's cadence measures nothing"

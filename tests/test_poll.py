@@ -34,6 +34,22 @@ def test_after_a_change_a_source_that_cannot_change_sooner_is_looked_at_once_it_
     assert 2.0 <= backoff.delay() <= 4.0  # failures back off as without it
 
 
+def test_after_a_change_a_source_with_a_steady_pace_is_looked_at_when_its_next_change_is_due(monkeypatch) -> None:
+    """Versions every 20 s (a trainer's steps, slower than the publisher's 15 s): after the second, the first look
+    waits the 20 s seen between them, not 15 s and then 2 s more and 4 s more; never past `idle_max`, and never below
+    `after_change` for a source that changed sooner."""
+    clock = [1000.0]
+    monkeypatch.setattr("delta.poll.time.monotonic", lambda: clock[0])
+    backoff = Backoff(2.0, 30.0, idle_max=24.0, after_change=15.0)
+    waits = []
+    for at, changed in [(0, True), (15, False), (17, False), (21, True), (41, True), (71, True), (76, True)]:
+        clock[0] = 1000.0 + at
+        backoff.succeeded(changed=changed)
+        waits.append(backoff.delay())
+    assert waits == [15.0, 2.0, 4.0, 21.0, 20.0, 24.0, 15.0]
+    assert Backoff(2.0, 30.0, idle_max=24.0).delay() == 2.0  # without `after_change`: no pace is kept to
+
+
 def test_failures_back_off_with_jitter_and_a_rate_limit_sets_the_earliest_next_look() -> None:
     backoff = Backoff(1.0, 30.0, idle_max=8.0)
     for n, longest in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 16.0), (5, 30.0), (6, 30.0)]:

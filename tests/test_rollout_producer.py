@@ -212,3 +212,25 @@ def test_a_server_looks_for_a_run_not_written_yet_soon_then_every_poll(tmp_path)
                              poll_s=1.0)
     waits = [producer.step() for _ in range(7)]
     assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and producer.state == ServerState.NO_RUN
+
+
+def test_with_whole_shares_a_server_plays_its_share_of_a_step_whenever_there_is_room(tmp_path) -> None:
+    """Where every write counts (the Hub), the room left a group at a time by a trainer that took a step's groups while
+    the servers still filled it does not make a write a group: a server plays its whole share in one batch."""
+    played: list[int] = []
+
+    def play(specs, params):
+        played.append(len(specs))
+        return [Trajectory(prompt_ids=[1], episode_id=f"e{i}", versions=[1]) for i in range(len(specs))]
+
+    for whole_shares, games, pending in ((False, 2, 2), (True, 4, 3)):  # groups of 2 games: one, or the step's two
+        played.clear()
+        bucket = FleetBucket(str(tmp_path / f"bucket-{whole_shares}"))
+        bucket.write_run(run_settings())  # two groups a step, at most two pending
+        producer = GroupProducer(play, lambda: 1, bucket, "s0", whole_shares=whole_shares)
+        producer.step()
+        bucket.delete([bucket.list_groups()[0].path])  # the trainer took one: room for one
+        played.clear()
+        assert producer.step() == 0
+        assert played == [games] and len(bucket.list_groups()) == pending
+        assert producer.step() > 0 and producer.state == ServerState.FULL  # over the bound: full, by a group at most

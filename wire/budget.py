@@ -27,6 +27,8 @@ class Budget:
             settings, groups, heartbeats, exams) to answer from it.
         group_wait_s: Longest wait between two looks of a trainer waiting for game groups.
         heartbeat_s: Between two heartbeats of a rollout server.
+        whole_shares: A rollout server plays its whole share of a step whenever the bucket has room, in one write,
+            not its share of the room left, which comes a group or two at a time (`GroupProducer.whole_shares`).
         beat_on_version: One more heartbeat whenever the version a server serves changes (the trainer's fleet table
             shows it at once).
         gone_after_s: A server whose heartbeat has not counted up for this long is gone.
@@ -42,6 +44,7 @@ class Budget:
     listing_age_s: float
     group_wait_s: float
     heartbeat_s: float
+    whole_shares: bool
     beat_on_version: bool
     gone_after_s: float
     monitor_s: float
@@ -57,6 +60,7 @@ QUICK = Budget(
     listing_age_s=0.0,
     group_wait_s=0.5,
     heartbeat_s=5.0,
+    whole_shares=False,
     beat_on_version=True,
     gone_after_s=30.0,
     monitor_s=2.0,
@@ -68,10 +72,11 @@ QUICK = Budget(
 #: 1,000 API requests per 5 minutes (docs/fleet.md).
 HUB = Budget(
     poll_s=2.0,
-    idle_poll_s=16.0,
+    idle_poll_s=24.0,
     listing_age_s=10.0,
     group_wait_s=5.0,
     heartbeat_s=30.0,
+    whole_shares=True,
     beat_on_version=False,
     gone_after_s=90.0,
     monitor_s=15.0,

@@ -205,6 +205,7 @@ async def batch(request: Request) -> Response:
         operations = [json.loads(line) for line in (await request.body()).splitlines() if line.strip()]
     except json.JSONDecodeError as error:
         return refuse(access.Refusal(400, None, f"the batch body is not ndjson: {error}"))
+    hub.log.info("batch %s: %s", bucket_id, " ".join(f"{o.get('type')}:{o.get('path')}" for o in operations)[:2000])
     failures = []
     for operation in operations:
         path = str(operation.get("path", ""))

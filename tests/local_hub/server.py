@@ -10,7 +10,8 @@ when `api()` is called), so fixtures can import it at collection time.
         hub.restart()                              # same port, same root, same data
 
 Users made at the first start: `alice` (member of org `team`), `bob`; tokens: `hub.token("alice")` (write),
-`hub.token("alice", "read")`, `hub.token("bob")`. The server's log (one line per request) goes to `log_path`.
+`hub.token("alice", "read")`, `hub.token("bob")`. The server's log (one line per request, and the operations of each
+batch call) goes to `log_path`.
 """
 
 from __future__ import annotations
