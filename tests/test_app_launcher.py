@@ -101,9 +101,11 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         wait_until(lambda: first.status("trainer")["version"] >= 2, 180, "two published versions")
         wait_until(lambda: first.status("rollout")["version"] >= 1, 60, "the rollout to apply a delta")
         # The untrained policy's exam, taken after the server's first batch (it never held the first step back), and
-        # the next one (every 5 versions): the two the restart must keep.
-        wait_until(lambda: [e["version"] for e in first.status("trainer")["exams"]][:2] == [0, 5], 240,
-                   "the exams of v0 and v5")
+        # the next one (of the first version the server held in the block of 5 to 9: every 5 versions, and a server
+        # may skip one while the trainer publishes fast): the two the restart must keep.
+        first_exams = wait_until(lambda: (v := [e["version"] for e in first.status("trainer")["exams"]][:2])[:1] == [0]
+                                 and len(v) == 2 and v, 240, "the exams of v0 and of the block of v5")
+        assert 5 <= first_exams[1] < 10, first_exams
         pids = first.app_pids()
         assert len(pids) >= 3
         with pages_open([first.url(app) for app in ("env", "rollout", "trainer")]):
@@ -142,9 +144,9 @@ def test_all_three_start_ctrl_c_stops_them_and_a_second_start_resumes(model: str
         # no page calls a file of the run "forged".
         key = fleet_key(KeptTokens(str(tmp_path / "keys"), str(bucket)).read()["ROLLOUT_TOKEN"])
         in_bucket = [r.model_dump(mode="json") for r in ExamShelf(str(bucket), key).records()]
-        assert [r["version"] for r in in_bucket][:2] == [0, 5] and history["exams"] == in_bucket
+        assert [r["version"] for r in in_bucket][:2] == first_exams and history["exams"] == in_bucket
         status = second.status("trainer")
-        assert status["exams_refused"] == {} and [e["version"] for e in status["exams"]][:2] == [0, 5]
+        assert status["exams_refused"] == {} and [e["version"] for e in status["exams"]][:2] == first_exams
         wait_until(lambda: all(s["state"] in ("producing", "full") for s in second.status("trainer")["fleet"]), 60,
                    "the server producing again")
         shown = str(second.status("trainer")["fleet"]) + str(second.status("rollout"))
