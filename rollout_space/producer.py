@@ -375,8 +375,8 @@ class GroupProducer:
         if choice.state != ServerState.PRODUCING:
             return self.poll_s
         self._catch_up()
-        room = run.groups_per_step if self.whole_shares else run.max_pending_groups - pending
-        groups = min(run.groups_per_step, -(-room // (1 + self.peers)), self.max_games // run.num_generations)
+        shared = run.groups_per_step if self.whole_shares else run.max_pending_groups - pending  # a step, or the room
+        groups = min(run.groups_per_step, -(-shared // (1 + self.peers)), self.max_games // run.num_generations)
         if self._play_batch(run, groups) and memory.first_batch_at is None:
             memory.first_batch_at = time.monotonic()
         if self._failures:  # a batch handed in: an earlier failure is over (the heartbeat shows only what holds now)
