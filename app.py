@@ -23,12 +23,17 @@ import signal
 import sys
 from types import FrameType, ModuleType
 
-#: Role name -> (module with add_arguments/run, one-line description). Imported only when asked for.
-ROLES: dict[str, tuple[str, str]] = {
-    "env": ("env_space.launch", "the Wordle environment: UI and HTTP API"),
-    "rollout": ("rollout_space.launch", "the inference server: follows the bucket, plays games"),
-    "trainer": ("trainer_space.launch", "TRL GRPO training: publishes deltas to the bucket"),
-    "all": ("launcher.launch", "env + rollout + trainer as three local processes, and a landing page"),
+#: Role name -> (module with `add_arguments`, module with `run`, one-line description). Imported only when asked
+#: for; the first is light (no torch, transformers or Gradio), so a wrong flag is answered before the second loads.
+ROLES: dict[str, tuple[str, str, str]] = {
+    "env": ("env_space.launch", "env_space.launch", "the Wordle environment: UI and HTTP API"),
+    "rollout": ("rollout_space.launch", "rollout_space.main", "the inference server: follows the bucket, plays games"),
+    "trainer": ("trainer_space.launch", "trainer_space.main", "TRL GRPO training: publishes deltas to the bucket"),
+    "all": (
+        "launcher.config",
+        "launcher.launch",
+        "env + rollout + trainer as three local processes, and a landing page",
+    ),
 }
 PROG = "app.py"
 
@@ -40,7 +45,7 @@ def _fail(message: str) -> None:
 
 
 def _usage() -> str:
-    roles = "\n".join(f"  {name:<8} {text}" for name, (_, text) in ROLES.items())
+    roles = "\n".join(f"  {name:<8} {text}" for name, (_, _, text) in ROLES.items())
     return f"usage: {PROG} [ROLE] [options]\n\n{__doc__}\nroles:\n{roles}\n"
 
 
@@ -70,9 +75,8 @@ def pick_role(argv: list[str], environ: dict[str, str] | os._Environ[str]) -> tu
     return role or "all", argv
 
 
-def _load(role: str) -> ModuleType:
-    """Import the role's launch module, turning a missing dependency into an install hint."""
-    module, _ = ROLES[role]
+def _load(role: str, module: str) -> ModuleType:
+    """Import one of the role's modules, turning a missing dependency into an install hint."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -121,9 +125,9 @@ def main(argv: list[str]) -> None:
         return
     role, rest = pick_role(argv, os.environ)
     rest = shlex.split(os.environ.get("APP_ARGS", "")) + rest
-    launch = _load(role)
-    parser = argparse.ArgumentParser(prog=f"{PROG} {role}", description=ROLES[role][1])
-    launch.add_arguments(parser)
+    flags, runs, description = ROLES[role]
+    parser = argparse.ArgumentParser(prog=f"{PROG} {role}", description=description)
+    _load(role, flags).add_arguments(parser)
     args = parser.parse_args(rest)
 
     from launcher.checks import check_settings
@@ -136,6 +140,7 @@ def main(argv: list[str]) -> None:
     if role != "all":  # the launcher handles its own signals (it stops its apps)
         _stop_on_signals()
     _configure_logging()
+    launch = _load(role, runs)
     try:
         launch.run(args)
     except SystemExit as e:  # a signal's way out (`_stop_on_signals`)

@@ -1,7 +1,8 @@
 """The settings the apps share, each defined once: its flag, the environment variable a Space sets
-for it, its default and what it is. The three roles (`python app.py env|rollout|trainer`, as a Space
-runs them), the launcher (`python app.py`) and its checks read them from here, so a default or a
-variable name cannot drift between them.
+for it, its default and what it is; and the flags of a config dataclass, made from its fields (`add_flags`, as TRL's
+`TrlParser` makes them from `GRPOConfig`'s). The three roles (`python app.py env|rollout|trainer`, as a Space runs
+them), the launcher (`python app.py`) and its checks read them from here, so a default or a variable name cannot
+drift between them.
 
 Kept free of heavy imports (no torch): ``python app.py --help`` must be instant.
 """
@@ -9,7 +10,11 @@ Kept free of heavy imports (no torch): ``python app.py --help`` must be instant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import os
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -170,3 +175,66 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """--host and --port, as every role's server takes them."""
     HOST.add_to(parser)
     PORT.add_to(parser)
+
+
+def flag(help: str, setting: Setting | None = None, **options: Any) -> dict[str, Any]:
+    """A config field's metadata for `add_flags`: its help, the shared `setting` whose flag, variable and default it
+    takes (where one defines them), and argparse's `options` (`choices`, `metavar`)."""
+    return {"help": help, "setting": setting, "options": options}
+
+
+def add_flags(parser: argparse.ArgumentParser, config: type[Any]) -> None:
+    """One flag per field of the dataclass `config` whose metadata has a `flag`: ``--field-name`` (or its setting's
+    flag), read as the field's type (a number, a text, ``True`` for a bool's bare flag, a comma-separated tuple, a
+    choice of a `Literal` or an `Enum`), its default the field's (or, for a setting, its environment variable's)."""
+    hints = typing.get_type_hints(config)
+    for field in dataclasses.fields(config):
+        meta = field.metadata
+        if "help" not in meta:
+            continue
+        setting: Setting | None = meta["setting"]
+        if setting is not None:
+            setting.add_to(parser, meta["help"])
+            continue
+        kind = _plain(hints[field.name])
+        factory: Any = field.default_factory
+        default = field.default if field.default is not dataclasses.MISSING else factory()
+        name = "--" + field.name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(name, action="store_true", help=meta["help"])
+            continue
+        options = dict(meta["options"])
+        if typing.get_origin(kind) is typing.Literal:
+            options.setdefault("choices", typing.get_args(kind))
+            kind = str
+        elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+            options.setdefault("choices", [m.value for m in kind])
+            default, kind = default.value, str
+        elif typing.get_origin(kind) is tuple:
+            default, kind = ",".join(default), _names
+        told = "" if default in (None, "") else f" (default {default})"
+        parser.add_argument(name, type=kind, default=default, help=meta["help"] + told, **options)
+
+
+def from_flags(config: Any, args: argparse.Namespace, **given: Any) -> Any:
+    """An instance of the dataclass `config`: each field `add_flags` made a flag of takes its parsed value (converted
+    back to an `Enum` where the field is one), `given` the others (and wins)."""
+    hints = typing.get_type_hints(config)
+    values = {}
+    for field in dataclasses.fields(config):
+        if "help" in field.metadata and hasattr(args, field.name):
+            kind, value = _plain(hints[field.name]), getattr(args, field.name)
+            values[field.name] = kind(value) if isinstance(kind, type) and issubclass(kind, enum.Enum) else value
+    return config(**{**values, **given})
+
+
+def _plain(hint: Any) -> Any:
+    """`hint` without `None` (`int | None` -> `int`)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        [hint] = [a for a in typing.get_args(hint) if a is not type(None)]
+    return hint
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated flag's values."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())

@@ -9,7 +9,7 @@ from typing import BinaryIO
 import torch
 from safetensors.torch import save_file
 
-from delta import atomic_path
+from delta.atomic import atomic_path
 
 #: `format: pt` lets a step file stand in for a model folder's model.safetensors.
 FILE_METADATA = {"format": "pt"}
@@ -31,7 +31,7 @@ class StreamingWriter:
     """Writes one safetensors file tensor by tensor, so a state larger than memory can be produced.
 
     The header is computed from the shapes up front; tensors must then be written in `shapes` order.
-    Use it as a context manager: data goes to a temporary file (`delta.atomic_path`) that replaces
+    Use it as a context manager: data goes to a temporary file (`delta.atomic.atomic_path`) that replaces
     `path` on a clean exit once every tensor arrived, and is deleted if the block raises.
     """
 

@@ -30,7 +30,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from delta import write_atomic
+from delta.atomic import write_atomic
 
 from ._files import step_file_name
 

@@ -3,29 +3,17 @@
     python -m bench.codec                                   # real AdamW pairs (generated once, cached)
     python -m bench.codec --data smollm2-fp32master --threads 1 2
     python -m bench.codec --synthetic qwen3-8b --layers 4   # large shapes, streamed tensor by tensor
-    python -m bench.codec --device cuda                     # states on the GPU
     python -m bench.codec --device cuda --synthetic qwen3-8b --paths device   # the GPU's yardstick
 
-Per pair and thread count, interleaved and best of --repeat: an in-place copy of the state; the floor
-(`old != new` then `nonzero`, tensor by tensor, where the state lives); the `raw` diff (TRL's layout);
-and the default codec's diff (state hashes moved by the changes, as a publisher does) and apply (decode,
-hash proof and write, onto a copy of the old state where it lives) on the paths `--paths` names (both by
-default; the device path alone for synthetic shapes on a GPU, where the host path would take minutes): the
-**device path**
-(whole-tensor torch work where the state lives: on the GPU with --device cuda, on CPU tensors with
---device cpu, as `DELTA_DEVICE_PATH=1` runs it) and the **host path** (compiled chunk scans on the host's
-cores, the state in host memory). Where each path's time goes, stage by stage (the best of --repeat more
-recorded runs each, per stage: `delta._stages`), in a second table, with the host's nanoseconds per changed element per
-thread for coding and decoding (at all cores' rate, the figure stays put as threads are added). Sizes in bytes per
-changed element for `raw`, `gap`, `ctx` (default) and the conditional entropy bound. Peak extra memory above the states
-while encoding and applying on the host path (resident set), and on the GPU (allocator peak), as fractions of the state.
+Per pair and thread count, interleaved, best of --repeat: an in-place copy of the state; the floor (`old != new` then
+`nonzero` where the state lives); the `raw` diff (TRL's layout); the default codec's diff and apply on the device path
+(whole-tensor torch work where the state lives) and the host path (compiled chunk scans), as `--paths` says. A second
+table splits each path's time by stage (`delta._stages`) with the host's nanoseconds per changed element per thread.
+Sizes in bytes per changed element for `raw`, `gap`, `ctx` and the conditional entropy bound; peak extra memory on the
+host and the GPU. Synthetic shapes are made and measured one tensor at a time (`_streamed`).
 
-Synthetic shapes are made and measured one tensor at a time (see `_streamed`), so the figures add
-up per tensor: a state of any size fits, and small tensors get no help from their neighbours' threads.
-
-A white-box tool (tests/test_layout.py): it switches `delta.tensors._device.DEVICE_PATH` to run both paths
-in one process, and records stages with `delta._stages`.
-"""
+A white-box tool (tests/test_layout.py): it switches `delta.tensors._device.DEVICE_PATH` to run both paths in one
+process."""
 
 from __future__ import annotations
 

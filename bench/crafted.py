@@ -2,33 +2,17 @@
 
     python -m bench.crafted                                   # a 135M-element base (SmolLM2-135M-sized), best of 3
     python -m bench.crafted --elements 20_000_000 --repeat 1  # quick
-    python -m bench.crafted --json out.json
     python -m bench.crafted --only dense --repeat 7           # some cases (the floor and `good ctx` always)
 
-Every case runs `python -m delta apply BASE FILE -o OUT` in a fresh process, the cases interleaved, best
-of --repeat; the process reports its own peak resident memory (ru_maxrss: the Python interpreter, torch,
-the base state and everything the apply allocates) and the wall time of the command (loading the base,
-reading, checking, decoding, writing the output on success). `floor` is the same process loading the base
-and exiting: what any apply costs before it reads the delta. Each crafted case is refused (exit 1, one
-line); the reference is the good delta of the default codec (`good ctx`) applied to the same base.
+Every case runs `python -m delta apply BASE FILE -o OUT` in a fresh process, interleaved, best of --repeat; the
+process reports its peak resident memory and wall time. `floor` loads the base and exits; `good ctx` applies the good
+delta (1 % of the elements moved one ULP); every crafted case must be refused (exit 1, one line): headers at and over
+the limit or nested deep, repeated entries, a zstd bomb and the largest models stream, a dense delta with a forged
+target, chunks claiming every element, garbage words. The base: bf16 matrices scaled to --elements, plus small fp32,
+fp64 and fp8 tensors.
 
-A white-box tool: it forges files from `delta`'s internals (the codecs' streams and rANS coder, the
-format's header limit, the bit views), as the test suite's forger does; it may need changes whenever they
-move. Everything else outside `delta/` uses only the public API (tests/test_layout.py).
-
-The base: bf16 matrices (a transformer's shapes, scaled to --elements) plus small fp32, fp64 and fp8
-tensors (so the models bound is measured with four dtype widths present). The good delta moves 1 % of
-the elements by one ULP. The crafted files are the worst found for each class of issue 22:
-
-- `header 100 MiB`, `header at limit` (the largest header the base allows, all tiny JSON numbers: the
-  most objects a parse can make), `nested 1000 deep`, `entry twice` (streams decode, hashes consistent),
-  `entry x K` (one entry repeated up to the header limit),
-- `models bomb` (a zstd frame declaring 256 MiB), `models max` (every chunk row spanning all classes of
-  its dtype, and the largest models stream the chunk table then allows),
-- `dense, wrong target` (a real delta changing every element of the base, but a forged target hash: the
-  reader decodes everything before the hash proof refuses it), `dense claim, 2 words per chunk` (every
-  chunk claims all its elements, with one-symbol models that decode forever for free), `garbage words`.
-"""
+A white-box tool: it forges files from `delta`'s internals (the codecs' streams, the rANS coder, the header limit),
+as the test suite's forger does."""
 
 from __future__ import annotations
 

@@ -3,23 +3,11 @@
     python -m bench.fleet [--model tiny|smollm2|PATH] [--steps 24] [--warmup 4] [--max-tokens 72]
                           [--cases request fleet1 fleet2] [--placement shared pinned] [--json bench/out/fleet.json]
 
-Each case starts a fresh local bucket, an env, its rollout server(s) (transformers engine) and a trainer as
-real `python app.py ROLE` processes, runs `--warmup + --steps` steps with the same training settings, and
-measures the last `--steps` (the warm-up holds each server's first weight loads, which are slow once) (from the
-trainer's `/history` and the servers' `/status`):
-
-- steps/min and games trained per minute;
-- the trainer's idle share: the time its steps waited for games (`StepRecord.wait_s`: the rollout's answer
-  in request mode, groups in the bucket in the fleet) over the wall time;
-- the rollout servers' idle share: 1 - (seconds each spent playing, `RolloutStatus.busy_s`) / wall time;
-- the staleness histogram of the games trained on, and the importance weights (min, mean of the means, max).
-
-Cases: `request` (the trainer POSTs /rollout to one server and waits, the servers play nothing else),
-`fleet1`, `fleet2` (one or two servers producing through the bucket). Placements: `shared` (every process
-may use both cores) and `pinned` (`taskset`: the trainer on core 0, env and rollout server(s) on core 1,
-one torch thread each), which stands in for separate machines on a 2-core box. All processes of one case
-share the machine, so the cases run one after another and are compared as ratios within the run.
-"""
+Each case runs a fresh bucket, an env, its rollout server(s) and a trainer as `python app.py ROLE` processes, and
+measures the last `--steps` steps after `--warmup`: steps and games per minute, the share of time the trainer waited
+for games and the servers idled, the staleness of the games trained on and the importance weights. Cases: `request`
+(the trainer asks one server), `fleet1`, `fleet2` (servers producing through the bucket). Placements: `shared`, and
+`pinned` (`taskset`: the trainer on core 0, the rest on core 1), which stands in for separate machines on two cores."""
 
 from __future__ import annotations
 

@@ -4,12 +4,14 @@ traffic priced as S3 requests.
 
     python -m bench.hub_requests --servers 1 2 4 8 --seconds 300       # the table of docs/benchmarks.md
     python -m bench.hub_requests --servers 1 --seconds 120 --routes     # and every route each role called
+    python -m bench.hub_requests --servers --rest-seconds 120           # the resting readers alone
 
 Each configuration runs env, a trainer (the tiny test model, training without end) and N rollout servers as real
 processes on one bucket (`hf://buckets/alice/fleet-run`), each role with a token of its own, so the local Hub counts
 requests per role (`api`: listings, paths-info, batch calls, Xet tokens; `resolver`: `/resolve/`; `cas`: Xet
-storage). After a warm-up (the first step) it counts for `--seconds` and scales to 5 minutes. A resting reader (a
-`Subscriber` on a bucket where nothing is published, on the Hub's budget, `wire.budget.HUB`) is measured apart. S3
+storage). After a warm-up (the first step) it counts for `--seconds` and scales to 5 minutes. The resting readers (a
+`Subscriber` and `delta follow`, each with its default settings, which follow the bucket's kind: `delta.Budget`) are
+measured apart, for `--rest-seconds`. S3
 pricing: the fleet's listings and writes as PUTs, its file reads as GETs, at AWS S3 Standard's prices — what the same
 traffic would cost on S3, not a run against S3.
 
@@ -27,6 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -96,33 +99,68 @@ def run_fleet(servers: int, seconds: float, show_routes: bool) -> tuple[dict[str
         return scaled, Counter({k: v * scale for k, v in routes_all.items()}), elapsed / max(steps, 1)
 
 
-def resting_reader(seconds: float) -> Counter:
-    """A Subscriber following a bucket where nothing is published: requests per 5 minutes by class."""
-    from delta import Publisher, Subscriber, SubscriberConfig
+def quiet_server() -> Any:
+    """A client of a vLLM server with the `delta` backend that takes every call in-process and serves nothing: what
+    `delta follow` costs the bucket, measured alone."""
+    from delta.integrations.vllm_http import VLLMHTTPClient
+    from delta.integrations.vllm_update import WorkerInfo, write_worker_info
+
+    class Quiet(VLLMHTTPClient):
+        def _call(self, method: str, route: str, body: dict | None = None, *args: Any, **kwargs: Any) -> Any:
+            if route.endswith("init_weight_transfer_engine") and body is not None:  # the worker's handshake
+                write_worker_info(body["init_info"]["handshake_dir"], 0, WorkerInfo("cpu", {}, "quiet"))
+            return {"is_paused": False} if route == "/is_paused" else None
+
+    return Quiet("http://127.0.0.1:1")
+
+
+def resting_readers(seconds: float) -> dict[str, Counter]:
+    """A `Subscriber` and `delta follow` (its loop, against a server stand-in) with their default settings, at rest on
+    a Hub bucket holding one version (counted once their looks have slowed down): requests per 5 minutes by class,
+    each reader with a token of its own."""
+    import threading
+
+    from delta import Bucket, Publisher, Subscriber
+    from delta.follow import FollowConfig, ServerFollower
     from tests._trainer import trajectory
     from tests.local_hub.server import LocalHub
-    from wire.budget import HUB
 
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub") as hub:
         with Publisher(BUCKET, token=hub.token("alice"), endpoint=hub.endpoint) as pub:
             pub.publish(trajectory(1, n=1000)[1])
-        hub.add_user("reader", ["team"])
-        reader_token = hub.add_token("reader", "read")
-        budget = SubscriberConfig(poll_interval=HUB.poll_s, idle_poll_max=HUB.idle_poll_s)  # a rollout server's
-        with Subscriber(BUCKET, token=reader_token, endpoint=hub.endpoint, config=budget) as sub:
-            sub.sync()
-            hub.reset_counts()
-            sub.start()
-            time.sleep(seconds)
-        counts = Counter(hub.counts()["users"].get("reader", {}))
-        return Counter({k: round(v * WINDOW_S / seconds) for k, v in counts.items()})
+        readers = {
+            name: Bucket.open(BUCKET, token=member_token(hub, name), endpoint=hub.endpoint)
+            for name in ("subscriber", "follow")
+        }
+        sub = Subscriber(readers["subscriber"])
+        follower = ServerFollower(
+            FollowConfig(BUCKET, "http://quiet"), quiet_server(), lambda line: None, bucket=readers["follow"]
+        )
+        sub.sync()
+        sub.start()
+        stop = threading.Event()
+        loop = threading.Thread(target=follower.run, args=(stop,), daemon=True)
+        loop.start()
+        while follower.status.version is None:  # the one version applied
+            time.sleep(0.1)
+        time.sleep(2 * readers["follow"].budget.idle_poll_s)  # the looks that found nothing have slowed to the slowest
+        hub.reset_counts()
+        time.sleep(seconds)
+        stop.set()
+        sub.close()
+        loop.join(30)
+        follower.close()
+        counts = {name: Counter(hub.counts()["users"].get(name, {})) for name in readers}
+        return {name: Counter({k: round(v * WINDOW_S / seconds) for k, v in c.items()}) for name, c in counts.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--servers", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument(
+        "--servers", type=int, nargs="*", default=[1, 2, 4, 8], help="fleets run (none: only the resting readers)"
+    )
     parser.add_argument("--seconds", type=float, default=300.0, help="counted after the first step, per fleet")
-    parser.add_argument("--rest-seconds", type=float, default=60.0, help="the resting reader's count")
+    parser.add_argument("--rest-seconds", type=float, default=300.0, help="the resting readers' count")
     parser.add_argument("--routes", action="store_true", help="print every route each role called")
     args = parser.parse_args()
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="bench-hub-cache-")  # keys it makes stay out of yours
@@ -130,8 +168,12 @@ def main() -> None:
         f"on {platform.machine()}, {platform.python_version()}; local Hub (tests/local_hub), huggingface_hub + "
         "hf_xet; requests per 5 minutes"
     )
-    rest = resting_reader(args.rest_seconds)
-    print(f"a resting reader: api {rest.get('api', 0)}, resolver {rest.get('resolver', 0)}, cas {rest.get('cas', 0)}")
+    for name, rest in resting_readers(args.rest_seconds).items():
+        api = rest.get("api", 0)
+        print(
+            f"a resting {name} (default settings): api {api} ({api / 5:.1f} a minute), resolver "
+            f"{rest.get('resolver', 0)}, cas {rest.get('cas', 0)}"
+        )
     rows, s3 = [], []
     for n in args.servers:
         counts, routes, step_s = run_fleet(n, args.seconds, args.routes)
@@ -144,6 +186,8 @@ def main() -> None:
         )
         puts, gets = (12 * sum(routes.get(r, 0) for r in kind) for kind in (S3_PUTS, S3_GETS))
         s3.append(f"| {n} | {puts:,.0f} | {gets:,.0f} | ${24 * (puts * PUT_USD + gets * GET_USD):.2f} |")
+    if not rows:
+        return
     print("requests per 5 minutes, API class unless said (free account 1,000 API and 5,000 resolver; PRO 2,500 API):")
     print("| servers | a step every | trainer | each server | all, API | of free / PRO | resolver | Xet storage |")
     print("|---|---|---|---|---|---|---|---|")

@@ -236,7 +236,7 @@ def run(
                 versions.append(record)
             for mode in MODES:
                 publishers[mode].close()
-                manifest = delta.read_manifest(delta.open_storage(buckets[mode]))
+                manifest = delta.read_manifest(buckets[mode])
                 assert manifest is not None  # published above
                 entries = manifest.versions
                 for record, entry in zip(versions, entries[1:], strict=True):
@@ -280,9 +280,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     import torch
 
-    from delta import SubscriberConfig
+    from delta import Budget
 
-    poll = SubscriberConfig.poll_interval if args.poll_interval is None else args.poll_interval
+    poll = Budget.of("a-folder").poll_s if args.poll_interval is None else args.poll_interval  # a folder bucket
     ran_on = (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), python {platform.python_version()}; load from other processes "

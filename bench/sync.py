@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from delta import Publisher, PublisherConfig, Subscriber, SubscriberConfig, load_state, read_manifest
-from delta.storage import open_storage
 
 from ._files import step_file_name
 
@@ -55,7 +54,7 @@ def _run(label: str, url: str, states: list[dict[str, torch.Tensor]], anchor_eve
             pauses.append(reader.status().history[-1].apply_pause_s)
         pub.flush()
     reader.close()
-    manifest = read_manifest(open_storage(url, **options))
+    manifest = read_manifest(url, **options)
     assert manifest is not None  # published above
     deltas = [v.delta_bytes for v in manifest.versions[1:]]
     return dict(

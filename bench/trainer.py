@@ -4,36 +4,18 @@
     python -m bench.trainer run [--minutes 12] [--device auto] [--seed 0] [--examples fading] [--exam-every 5]
                                 [--png docs/training.png]
 
-`overhead`: GRPO step time with a delta published after a step, and without, interleaved in one run.
+`overhead`: the trainer's own session (TRL's GRPOTrainer, the publish callback, a local bucket) on a fixed batch of
+games replayed every step, publishing every third step (`EveryThird`): in each triple the first step pays the
+snapshot copy, the second runs beside the background encode and upload, the third is clean. The median over triples
+of (first + second) / (2 x third) is what publishing after every step costs (goal: <= 5 % of a step); interleaving
+keeps it honest on a shared machine.
 
-Runs the trainer Space's own `TrainingSession` (TRL's GRPOTrainer, the publish callback, a local bucket)
-on a fixed batch of games replayed every step (prompt and completion token ids of Wordle-game length,
-rewards that differ within each group), so every step does the same training work. The publisher is
-called every third step only (`EveryThird`, the session's `wrap_publisher`): in each triple, the first
-step pays the snapshot copy, the second runs beside the background encode and upload (on the same cores), the third is
-clean. The ratio (first + second) / (2 x third), median over triples, is what publishing after every step costs; the
-interleaving keeps it honest on a shared machine whose load drifts between runs. A real step also waits
-for the rollout Space, so this is the worst case. Goal: publishing <= 5 % of a step.
-
-`run`: env, rollout (transformers engine) and trainer as three `python app.py ROLE` processes on a fresh
-local bucket (the rollout server hands its games in through the bucket, as under `python app.py`) with
-SmolLM2-135M-Instruct, for `--minutes`, on `--device` (trainer and engine; no browser needed, so a GPU machine runs it
-from a shell), with the trainer's defaults (what `python app.py` runs) unless `--games`, `--max-tokens`, `--max-turns`,
-`--lr`, `--credit`, `--temperature`, the examples' schedule (`--examples`, `--fade-start`, `--fade-end`) or the exam's
-settings (`--exam-every`, `--exam-games`, `--exam-turns`, `--exam-greedy`) say otherwise; each exam is printed as it
-comes in. Then the trainer's `/history` (its steps, payloads and exams) is saved to `--json` with a summary (mean
-reward, win rate and valid-guess rate over the first and the last `--window` steps; the exam series, the rise of its
-own-word valid-guess rate from the first exam to the last two, and the last two exams' letters found against the
-copy-only player's; the no-collapse check: the training valid-guess rate at step 10 and the longest run of
-later steps below it; how many different words the policy's last 40 games scored, and how many of their
-later moves played the example the env's request showed, and the letters a player that only copies the
-examples finds) and those games (what the policy wrote), and drawn (those per step; the exams; bytes per
-version: the default codec, `raw`, the dense model) to `--png`. At the end the three roles get SIGTERM at once
-and are waited for side by side; one still running `--stop-timeout` seconds later is killed (its process group).
-The JSON is written whatever happened: `stops` says how each role ended and in how many seconds, `killed_roles`
-which had to be killed, `logs` where each role's log is (`ROLE.log`); a role that did not answer at the end
-leaves its part null.
-"""
+`run`: env, rollout and trainer as `python app.py ROLE` processes on a fresh local bucket with SmolLM2-135M-Instruct,
+for `--minutes`, with the trainer's defaults unless flags say otherwise; each exam is printed as it comes. Then the
+trainer's `/history`, a summary (reward, win and valid-guess rates over the first and last `--window` steps; the
+exams; the no-collapse check; the words and copied examples of the last games) and those games go to `--json`, and the
+curves to `--png`. At the end the roles get SIGTERM at once; one still running `--stop-timeout` seconds later is
+killed. The JSON is written whatever happened (`stops`, `killed_roles`, `logs`)."""
 
 from __future__ import annotations
 
@@ -58,7 +40,7 @@ from dashboard.exam import exam_text
 from env_space.exam import copying_games
 from env_space.words import load_word_lists
 from launcher.children import Child, exit_text, stop_all
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
 from trainer_space.credit import CREDITS
 from wire.env import GameRecord
 from wire.exam import ExamRecord
@@ -149,7 +131,7 @@ def overhead(args: argparse.Namespace) -> None:
         output_dir=os.path.join(bucket, "out"),
     )
     vocab = AutoConfig.from_pretrained(model).vocab_size
-    session = TrainingSession(
+    session = build_session(
         config,
         client=ReplayedGames(vocab, prompt_len=120, completion_len=120),
         wrap_publisher=lambda publisher: EveryThird(publisher, args.warmup),

@@ -1,15 +1,13 @@
-"""The pause generation sees per version: vLLM updated through the `delta` backend vs the former path.
+"""The pause generation sees per version: vLLM updated through the `delta` backend, in process and served.
 
     python -m bench.vllm_backend [--models tiny smollm2] [--versions 8] [--lr 1e-5] [--no-serve]
 
 On the same states (sign steps of every weight at `--lr` in fp32, rounded to bf16: about what AdamW
 does at an RL learning rate), in one run:
 
-- `former`: the engine as it was before the backend (its own worker extension calling
-  `reload_weights` through `collective_rpc`: bench/_vllm_legacy.py);
-- `delta`: `VLLMEngine` now (vLLM's weight-transfer API, backend `delta`). For both, each version is
-  decoded while the engine serves, then written and loaded with generation held off
-  (`Engine.paused`, as the rollout follower does): that hold is the pause;
+- `delta`: `VLLMEngine` (vLLM's weight-transfer API, backend `delta`): each version is decoded while the engine
+  serves, then written and loaded with generation held off (`Engine.paused`, as the rollout follower does): that
+  hold is the pause;
 - `serve`: a real `vllm serve` with the backend, followed by `delta follow` (`ServerFollower`) over
   HTTP; the pause is from `/pause` to `/resume` returning (the versions go through a local bucket).
 
@@ -29,8 +27,6 @@ from itertools import pairwise
 
 # Only light imports at the top: vLLM's workers import this __main__ module again (see bench/rollout.py).
 
-ENGINES = ("former", "delta")
-
 
 def _states(model: str, versions: int, lr: float) -> list[dict]:
     """The model's state, then `versions` successive sign steps of it."""
@@ -43,14 +39,12 @@ def _states(model: str, versions: int, lr: float) -> list[dict]:
     return states
 
 
-def _pauses(kind: str, model: str, states: list[dict]) -> list[float]:
+def _pauses(model: str, states: list[dict]) -> list[float]:
     import delta
-    from bench._vllm_legacy import LegacyVLLMEngine
     from rollout_space.engines import EngineConfig, SamplingParams
     from rollout_space.engines.vllm_engine import VLLMEngine
 
-    cls = LegacyVLLMEngine if kind == "former" else VLLMEngine
-    engine = cls(EngineConfig(model, max_model_len=512), kv_cache_bytes=64 << 20)
+    engine = VLLMEngine(EngineConfig(model, max_model_len=512), kv_cache_bytes=64 << 20)
     try:
         engine.generate(["warm up"], SamplingParams(max_tokens=4))
         pauses = []
@@ -124,19 +118,17 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; {args.versions} versions per row, same states"
     )
-    print(f"{'model':<8} {'path':<7} {'median ms':>10} {'mean ms':>8} {'max ms':>7} {'vs former':>10}")
+    print(f"{'model':<8} {'path':<7} {'median ms':>10} {'mean ms':>8} {'max ms':>7}")
     with tempfile.TemporaryDirectory() as root:
         for name in args.models:
             folder = _model(name, root)
             states = _states(folder, args.versions, args.lr)
-            medians = {}
-            for kind in ENGINES + (() if args.no_serve else ("serve",)):
-                pauses = _serve_pauses(folder, states, root) if kind == "serve" else _pauses(kind, folder, states)
+            for kind in ("delta",) + (() if args.no_serve else ("serve",)):
+                pauses = _serve_pauses(folder, states, root) if kind == "serve" else _pauses(folder, states)
                 pauses = [p * 1e3 for p in pauses]
-                medians[kind] = statistics.median(pauses)
                 print(
-                    f"{name:<8} {kind:<7} {medians[kind]:>10.1f} {statistics.mean(pauses):>8.1f} "
-                    f"{max(pauses):>7.1f} {medians[kind] / medians['former']:>9.2f}x",
+                    f"{name:<8} {kind:<7} {statistics.median(pauses):>10.1f} {statistics.mean(pauses):>8.1f} "
+                    f"{max(pauses):>7.1f}",
                     flush=True,
                 )
 

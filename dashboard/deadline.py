@@ -44,8 +44,3 @@ def arm(signum: int, seconds: float = settings.STOP_DEADLINE_S) -> bool:
         seconds,
     )
     return True
-
-
-def armed() -> bool:
-    """Whether the process has been told to stop (the deadline runs)."""
-    return _armed_at is not None

@@ -81,19 +81,19 @@ def exam_trend_text(records: Sequence[ExamRecord]) -> str:
     return f"{shown} (v{first.version}: {100 * first.scores.own_rate:.0f}%, {moved} over {len(records)} exams)"
 
 
-def opponent_text(version: int, record: ExamRecord | None, activity: str | None = None) -> str:
-    """What the rollout's match says of its opponent: the version it plays and the exam that version scored, and
-    what this server's examiner is doing now (`rollout_space.exam.Examiner.activity`), if anything."""
+def opponent_text(who: str, record: ExamRecord | None, activity: str | None = None) -> str:
+    """What the rollout's match says of its opponent: `who` plays (Markdown: "**policy v12**"), the latest exam of its
+    version or an earlier one, and what this server's examiner is doing now (`rollout_space.exam.Examiner.activity`),
+    if anything."""
     now = f" Now: {activity}." if activity else ""
     if record is None:
         return (
-            f"Your opponent: **policy v{version}**. No exam yet: the trainer's run asks the rollout servers for "
+            f"Your opponent: {who}. No exam yet: the trainer's run asks the rollout servers for "
             f"one every few versions (held-out words, no examples).{now}"
         )
-    same = "its own exam" if record.version == version else f"its latest exam is of **v{record.version}**"
     return (
-        f"Your opponent: **policy v{version}**; {same} ({record.settings.describe()}): "
-        f"{scores_text(record.scores)}.{now}"
+        f"Your opponent: {who}; the latest exam up to its version is of **v{record.version}** "
+        f"({record.settings.describe()}): {scores_text(record.scores)}.{now}"
     )
 
 
@@ -103,7 +103,7 @@ def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out 
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from .figures import HEIGHT, _empty
+    from .figures import HEIGHT, _empty, fit_title
 
     if not records:
         return _empty(title, "No exam yet: the first, of the untrained policy (v0), is played once step 1 is published")
@@ -180,4 +180,4 @@ def exam_figure(records: Sequence[ExamRecord], title: str = "The exam: held-out 
     versions = [r.version for r in records]  # ticks on whole versions, ~10 at most (one exam: not "0 0 0 0")
     fig.update_xaxes(tickformat="d", dtick=max(1, math.ceil((max(versions) - min(versions)) / 10)))
     fig.update_xaxes(title_text="version examined", row=3, col=1)
-    return fig
+    return fit_title(fig)

@@ -8,6 +8,7 @@ tests build them from real headers. An empty input gives a figure that says so, 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,6 +20,15 @@ from .smoothing import SMOOTHING, ema
 from .sparsity import SparsityGrid
 
 HEIGHT = 320
+#: Characters of a title line (of a `<sup>` subtitle line): what a chart 290 px wide, a phone's (390 px), shows whole.
+#: plotly draws each line of a title as it is, never wrapped: a longer one was cut at both ends.
+TITLE_CHARS = 34
+SUB_CHARS = 50
+#: Height of a title line and of a subtitle line, in pixels (measured in chromium, plotly_white's fonts).
+_TITLE_LINE_PX = 21
+_SUB_LINE_PX = 17
+#: Room above a title's first line, in pixels.
+_TITLE_TOP_PX = 10
 _MARGIN = {"l": 60, "r": 20, "t": 50, "b": 50}
 #: Room under the plot for the x ticks, the x axis title and a legend of one or two rows (`_LEGEND_BELOW`).
 _MARGIN_LEGEND = {**_MARGIN, "b": 110}
@@ -75,10 +85,53 @@ class Series:
     mode: str = "lines+markers"
 
 
+def wrap_title(text: str) -> str:
+    """`text` (lines split by plotly's `<br>`, a line in `<sup>` a subtitle) in lines of at most `TITLE_CHARS`
+    characters (a subtitle's `SUB_CHARS`), cut at spaces."""
+    lines = []
+    for part in text.split("<br>"):
+        sub = part.startswith("<sup>") and part.endswith("</sup>")
+        inner = part[len("<sup>") : -len("</sup>")] if sub else part
+        for line in textwrap.wrap(inner, SUB_CHARS if sub else TITLE_CHARS, break_on_hyphens=False) or [""]:
+            lines.append(f"<sup>{line}</sup>" if sub else line)
+    return "<br>".join(lines)
+
+
+def fit_title(fig: go.Figure) -> go.Figure:
+    """Wrap `fig`'s title (`wrap_title`) and make room for its lines above the plot, the figure growing by as much
+    as the room above it, so the plot keeps its height. Returns `fig`.
+
+    plotly places a title by its first line alone (by default its baseline in the middle of the top margin; anchored
+    at the top or the bottom, the other lines run past the anchor), so the title is pinned a few pixels below the
+    figure's top, in pixels worked out from the figure's height, and the lines run down from there."""
+    text = fig.layout.title.text
+    if not text:
+        return fig
+    wrapped = wrap_title(text)
+    lines = sum(_SUB_LINE_PX if line.startswith("<sup>") else _TITLE_LINE_PX for line in wrapped.split("<br>"))
+    if any(a.yanchor == "bottom" and (a.y or 0) >= 0.999 for a in fig.layout.annotations):
+        lines += _TITLE_LINE_PX  # the top panel's own title, above it (subplots): the figure's must clear it
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else _MARGIN["t"]
+    grown = max(0, _TITLE_TOP_PX + lines + 6 - top)
+    height = (fig.layout.height or HEIGHT) + grown
+    # Measured in chromium: anchored at the top, a title of one line starts 3 px above its anchor, one of several
+    # lines 15 px above it (whatever the anchor), so the anchor goes that much lower.
+    below = 15 if "<br>" in wrapped else 3
+    pinned = {"text": wrapped, "yref": "container", "yanchor": "top", "y": 1 - (_TITLE_TOP_PX + below) / height}
+    fig.update_layout(title=pinned, margin={"t": top + grown}, height=height)
+    return fig
+
+
 def _empty(title: str, message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(
-        text=message, showarrow=False, font={"size": 14, "color": "#787c7e"}, xref="paper", yref="paper", x=0.5, y=0.5
+        text="<br>".join(textwrap.wrap(message, SUB_CHARS)),  # an annotation is not wrapped either
+        showarrow=False,
+        font={"size": 14, "color": "#787c7e"},
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.5,
     )
     fig.update_layout(
         title=title,
@@ -89,7 +142,7 @@ def _empty(title: str, message: str) -> go.Figure:
         template="plotly_white",
         modebar=_MODEBAR,
     )
-    return fig
+    return fit_title(fig)
 
 
 def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: str = "applied here") -> go.Figure:
@@ -174,7 +227,7 @@ def sparsity_heatmap(grid: SparsityGrid | None, title: str | None = None, side: 
         xaxis={"type": "category", "tickangle": -90, "tickfont": {"size": 11}, "automargin": True},
         modebar=_MODEBAR,
     )
-    return fig
+    return fit_title(fig)
 
 
 def size_text(n: float) -> str:
@@ -252,7 +305,7 @@ def sync_timeline(syncs: Sequence[SyncLike], title: str = "Weight syncs") -> go.
         title_text="bytes (log)", type="log", secondary_y=False, range=[bottom, top], **_byte_decades(bottom, top)
     )
     fig.update_yaxes(title_text="ms", rangemode="tozero", showgrid=False, tickmode="auto", nticks=5, secondary_y=True)
-    return fig
+    return fit_title(fig)
 
 
 def _byte_decades(bottom: float, top: float) -> dict[str, Any]:
@@ -315,16 +368,18 @@ def line_curves(
     if whole_x and len(set(xs)) == 1:  # one step or version: centred, not at the edge of a 0-2 axis
         fig.update_xaxes(range=[xs[0] - 0.6, xs[0] + 0.6])
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", range=y_range)
-    return fig
+    return fit_title(fig)
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One panel of :func:`learning_curves`: a value per point of the x axis (None: no value)."""
+    """One panel of :func:`learning_curves`: a value per point of the x axis (None: no value), and a `reference` line
+    drawn beside it as it is (what the values should scatter around), if any."""
 
     name: str
     values: Sequence[float | None]
     y_range: tuple[float, float] | None = None
+    reference: Series | None = None
 
 
 def learning_curves(
@@ -373,6 +428,20 @@ def learning_curves(
             row=row,
             col=1,
         )
+        if m.reference is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=list(m.reference.x),
+                    y=list(m.reference.y),
+                    name=m.reference.name,
+                    mode="lines",
+                    line={"color": "#e6550d", "dash": m.reference.dash},
+                    connectgaps=True,
+                    hovertemplate=f"%{{y:.3f}}<extra>{m.reference.name}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
         # 3 significant digits: a constant series gets one tick at its exact value otherwise ("-0.20624999701976776")
         fig.update_yaxes(range=m.y_range, tickformat=".3~g", row=row, col=1)
     fig.update_layout(
@@ -386,7 +455,7 @@ def learning_curves(
     fig.update_xaxes(title_text=x_title, row=len(metrics), col=1)
     if whole_x:
         fig.update_xaxes(**_whole_ticks(x))
-    return fig
+    return fit_title(fig)
 
 
 def payload_curves(

@@ -9,8 +9,9 @@ only: how the policy's board is shown to a person still guessing the same word.
 from __future__ import annotations
 
 import html
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 
+from wire.env import GameKind
 from wire.rollout import Trajectory
 from wire.wordle import MAX_GUESSES
 
@@ -48,30 +49,48 @@ def board_html(
     return f'<div class="wordle-board" data-testid="{html.escape(testid)}">{inner}</div>'
 
 
-#: What the feed says beside a showcase game (`feed_html`'s `showcase`), which is played whole, unlike training games.
-SHOWCASE_NOTE = "showcase game: played whole, not trained on"
+def move_track_html(trajectory: Trajectory) -> str:
+    """A game's moves so far as a strip, one mark each, scored or invalid, without their text: how the policy's side
+    of a match shows progress while its letters are hidden (an invalid move's reason may name a word). Its board
+    draws scored guesses only, so a policy making invalid moves looked stuck."""
+    items = "".join(
+        f'<li class="wordle-track-move{"" if guess else " invalid"}" data-move="{"scored" if guess else "invalid"}">'
+        f"{n}. {'scored' if guess else 'invalid'}</li>"
+        for n, guess in enumerate(trajectory.guesses, start=1)
+    )
+    return f'<ol class="wordle-track" data-testid="policy-moves">{items}</ol>'
 
 
-def feed_html(trajectories: Sequence[Trajectory], testid: str = "policy-feed", showcase: Collection[str] = ()) -> str:
-    """Recent policy games, newest first: a small board, the weight version, the result and what the
-    model wrote for each move. Games whose episode id is in `showcase` say they are showcase games."""
+def feed_html(
+    trajectories: Sequence[Trajectory], testid: str = "policy-feed", kinds: Mapping[str, GameKind] | None = None
+) -> str:
+    """Recent policy games, newest first: a small board, the weight version, the kind of game (`kinds` by episode
+    id; an exam game is one whatever it says, any other a training game unless it says more), the result, how many
+    messages showed the env's example, and what the model wrote for each move."""
     if not trajectories:
         return f'<div class="wordle-feed wordle-empty" data-testid="{testid}">No policy games yet.</div>'
     games = []
-    note = f' · <span data-testid="showcase">{SHOWCASE_NOTE}</span>'
     for i, t in enumerate(trajectories):
         words = scored_words(t)
-        versions = sorted(set(t.versions))
-        label = "v?" if not versions else f"v{versions[0]}" if len(versions) == 1 else f"v{versions[0]}–v{versions[-1]}"
+        kind = GameKind.EXAM if t.exam else (kinds or {}).get(t.episode_id, GameKind.TRAINING)
+        shown = render.examples_shown_text(t.examples)
         games.append(
             f'<div class="wordle-game" data-testid="policy-game" data-episode="{html.escape(t.episode_id)}">'
             f'<div class="wordle-mini">{render.rows_html(words, t.marks, len(words))}</div>'
-            f"<div><b>policy {label}</b>{note if t.episode_id in showcase else ''}"
-            f"{' · exam (held-out word, no examples)' if t.exam else ''}<br>{result_text(t)}<br>"
-            f'<span class="wordle-empty">reward {t.reward:.2f}</span>'
+            f"<div><b>policy {version_label(t)}</b> · {render.kind_html(kind)}<br>{result_text(t)}<br>"
+            f'<span class="wordle-empty">reward {t.reward:.2f}{" · " + shown if shown else ""}</span>'
             + render.moves_html(
                 t.replies, t.guesses, open_=i == 0, errors=t.errors, examples=t.examples, copied=t.copied
             )
             + "</div></div>"
         )
     return f'<div class="wordle-feed" data-testid="{testid}">{"".join(games)}</div>'
+
+
+def version_label(trajectory: Trajectory) -> str:
+    """The weight versions that wrote a game's replies: "v4", "v4–v5" (new weights arrived mid-game), "v?" before its
+    first reply."""
+    versions = sorted(set(trajectory.versions))
+    if not versions:
+        return "v?"
+    return f"v{versions[0]}" if len(versions) == 1 else f"v{versions[0]}–v{versions[-1]}"

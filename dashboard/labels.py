@@ -42,6 +42,7 @@ def public_location(location: str | None) -> str:
     to an attacker. Pages put a colon between their label and it ("bucket: local folder …/bucket")."""
     if not location:
         return "—"  # the pages' one sign for no value
+    location = location.removeprefix("file://")  # a local folder as a URL: a path all the same
     if "://" in location:
         return location
     if not (os.path.isabs(location) or location.startswith((".", "~")) or os.path.exists(location)):
@@ -49,13 +50,39 @@ def public_location(location: str | None) -> str:
     return f"local folder …/{os.path.basename(os.path.normpath(location))}"
 
 
-#: Under the sparsity heatmaps: why the demo's deltas are denser than an RL run's.
-DENSITY_NOTE = (
-    "**Why this dense?** The demo's steps change 8–12 % of the elements: it trains at learning rate "
-    "7e-5, about 70× the ~1e-6 of a typical RL run, so that a small model moves within minutes on a "
-    "CPU. A typical RL step (AdamW at ~1e-6 on bf16 weights) changes around 1 % of them, nearly all by "
-    "one ULP: the case the codec is built for."
-)
+def public_text(text: str | None, *locations: str | None) -> str | None:
+    """`text` (an error, a note) with each local location among `locations` written as `public_location` writes it:
+    a message about a file in the bucket names "local folder …/bucket/…", not this machine's folders."""
+    if text is None:
+        return None
+    for location in locations:
+        public = public_location(location)
+        if location and public.startswith("local folder"):
+            text = text.replace(location.removeprefix("file://").rstrip("/"), public)
+    return text
+
+
+#: A delta denser than this is said to be denser than a typical RL step's (about 1 %).
+TYPICAL_DENSITY = 0.02
+
+
+def density_note(density: float | None) -> str:
+    """Under a sparsity heatmap: how dense the delta drawn is (its own figure, never a range quoted from another run),
+    against a typical RL step, and why the demo's are denser when they are."""
+    typical = (
+        "A typical RL step (AdamW at ~1e-6 on bf16 weights) changes around 1 % of the elements, nearly all by "
+        "one ULP: the case the codec is built for."
+    )
+    if density is None:
+        return f"**How dense?** No delta yet. {typical}"
+    said = f"**How dense?** This delta changed {100 * density:.3g} % of the elements. {typical}"
+    if density > TYPICAL_DENSITY:
+        said += (
+            " This run's are denser: the demo trains at a higher learning rate (`--learning-rate`, 7e-5 by default, "
+            "about 70× an RL run's) so that a small model moves within minutes on a CPU."
+        )
+    return said
+
 
 #: What the pages' terms mean, as Markdown (the trainer and rollout UIs show it in an accordion).
 GLOSSARY = """\
@@ -64,9 +91,10 @@ GLOSSARY = """\
 - **anchor**: a full copy of the weights (the first version, then every N versions); a reader that
   is far behind loads the newest anchor and replays the deltas after it.
 - **density**: the share of a tensor's elements that changed in one version (the heatmap's colour, on
-  a fixed logarithmic scale so colours compare across versions). The demo's steps change 8–12 %: its
-  learning rate (7e-5) is ~70× an RL run's, so a small model moves within minutes on a CPU; a typical RL
-  step (learning rate ~1e-6, AdamW, bf16 weights) changes around 1 %, nearly all by one ULP.
+  a fixed logarithmic scale so colours compare across versions; the note under it gives the delta's own
+  figure). The demo's steps are denser than an RL run's: its default learning rate (7e-5) is ~70× an RL run's,
+  so a small model moves within minutes on a CPU; a typical RL step (learning rate ~1e-6, AdamW, bf16
+  weights) changes around 1 %, nearly all by one ULP.
 - **ctx**: the default codec: positions as gaps, each new value coded relative to the old one the
   reader already holds, with the old value's exponent as the context of an entropy coder
   (0.15–0.97 bytes per changed element on real AdamW steps, against 6 for `raw`: int32 positions +
@@ -95,12 +123,12 @@ GLOSSARY = """\
 - **published** (trainer) and **applied here** (rollout): the trainer's newest version committed to
   the bucket, and the version a rollout server has loaded and serves; **versions behind** is how
   far a server's version trails the bucket's newest.
-- **fleet states** of a rollout server: **starting** (just started or restarted, loading; it has not read the
-  run yet, so no version is shown), **producing** (playing groups of games for the run),
-  **full** (enough groups wait in the bucket; it waits until the trainer takes some), **waiting for step 1**
-  (it handed in the first step's games and lets that step train alone on the cores it shares), **paused** /
-  **no run** (the trainer paused, or has written no run yet), **error** (its last batch failed; it
-  retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).
+- **fleet states** of a rollout server: **starting** (just started or restarted: loading, or replaying the bucket's
+  versions up to the newest, which can take minutes; no version is shown until it is done), **producing** (playing
+  groups of games for the run), **full** (enough groups wait in the bucket; it waits until the trainer takes some),
+  **waiting for step 1** (it handed in the first step's games and lets that step train alone on the cores it
+  shares), **paused** / **no run** (the trainer paused, or has written no run yet), **error** (its last batch
+  failed; it retries), **gone** (no heartbeat for 30 s: stopped, killed or cut off).
 - **idle**: the share of a server's time since it started with no game to play (full, paused, or
   waiting for the run).
 - **refused groups**: game groups the trainer read and threw away without training on them: from

@@ -8,8 +8,8 @@ import html
 import time
 from collections.abc import Sequence
 
-from wire.env import HUMAN, GameRecord, GuessRow, PlayerStats, WordleObservation
-from wire.wordle import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states
+from wire.env import HUMAN, GameKind, GameRecord, GuessRow, PlayerStats, WordleObservation
+from wire.wordle import MAX_GUESSES, WORD_LENGTH, Mark, decode, letter_states, reply_excerpt
 
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _CLASS: dict[str, str] = {Mark.GREEN: "green", Mark.YELLOW: "yellow", Mark.GRAY: "gray"}
@@ -23,12 +23,12 @@ CSS = """
 .wordle-tile.green, .wordle-key.green { background: #6aaa64; border-color: #6aaa64; color: #fff; }
 .wordle-tile.yellow, .wordle-key.yellow { background: #c9b458; border-color: #c9b458; color: #fff; }
 .wordle-tile.gray, .wordle-key.gray { background: #787c7e; border-color: #787c7e; color: #fff; }
-.wordle-keyboard { display: grid; gap: 6px; justify-items: center; margin-top: 8px; }
-.wordle-keyrow { display: flex; gap: 5px; }
-.wordle-key { min-width: 30px; padding: 10px 4px; border-radius: 4px; background: #d3d6da; color: #1a1a1b;
-  font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center; cursor: pointer;
-  user-select: none; }
-.wordle-key.wide { min-width: 52px; font-size: 11px; }
+.wordle-keyboard { display: grid; gap: 6px; margin: 8px auto 0; width: 100%; max-width: 480px; }
+.wordle-keyrow { display: flex; gap: 4px; justify-content: center; }
+.wordle-key { flex: 1 1 0; min-width: 0; max-width: 44px; padding: 10px 0; border-radius: 4px; background: #d3d6da;
+  color: #1a1a1b; font: 600 14px/1 system-ui, sans-serif; text-transform: uppercase; text-align: center;
+  cursor: pointer; user-select: none; overflow: hidden; }
+.wordle-key.wide { flex-grow: 1.6; max-width: 70px; font-size: 11px; }
 .wordle-feed { display: grid; grid-template-columns: minmax(0, 1fr); gap: 10px; }
 .wordle-game { display: flex; gap: 12px; align-items: flex-start; }
 .wordle-mini { display: grid; gap: 2px; min-width: 88px; }
@@ -38,10 +38,15 @@ CSS = """
 .wordle-moves-box summary { cursor: pointer; font-size: 12px; color: #555; }
 .wordle-moves { margin: 4px 0 0; padding: 0; list-style: none; font: 12px/1.4 ui-monospace, monospace; }
 .wordle-game > div:last-child { min-width: 0; flex: 1; overflow: hidden; }
-.wordle-move { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
+.wordle-move { overflow-wrap: anywhere; }
 .wordle-move.invalid { color: #a33; }
 .wordle-copied { color: #9a6700; font-size: 11px; }
 .wordle-why { white-space: normal; padding-left: 1.5em; font-size: 11px; }
+.wordle-track { display: flex; flex-wrap: wrap; gap: 4px; list-style: none; padding: 0; margin: 4px 0;
+  font: 12px/1.4 system-ui, sans-serif; justify-content: center; }
+.wordle-track-move { padding: 1px 6px; border-radius: 3px; background: #e3f1e1; color: #2d5a27; }
+.wordle-track-move.invalid { background: #f6dede; color: #a33; }
+.wordle-kind { color: #555; }
 """
 
 
@@ -136,20 +141,21 @@ def outcome_text(won: bool, finished: bool, secret: str, guesses: int, invalid_m
 def moves_html(
     replies: Sequence[str],
     guesses: Sequence[str],
-    chars: int = 70,
+    chars: int = 160,
     open_: bool = False,
     errors: Sequence[str] = (),
     examples: Sequence[str] = (),
     copied: Sequence[bool] = (),
 ) -> str:
-    """What the player wrote for each move, one line each inside a ``<details>`` (shown if ``open_``):
-    the word it scored or "invalid", then its text with whitespace collapsed, unprintable characters
-    as "?", escaped and cut at ``chars`` (the whole kept text on hover). An invalid move shows the env's
-    reason (``errors``, one per move, "" for a scored one; older records have none) on a line below. A
-    scored word that is the example the env's message showed before that move (``examples``) says so, and
-    one that another message of the game had shown (``copied``, the env's verdict per move: a word of the
-    instructions such as GREEN, or of the feedback) says it was copied: a small policy copies, and a watcher
-    should see which words were the policy's own."""
+    """What the player wrote for each move, one item each inside a ``<details>`` (shown if ``open_``): the word
+    it scored or "invalid", then its text with whitespace collapsed, unprintable characters as "?", escaped,
+    wrapped over lines, and cut to ``chars`` around its guess where it is longer (`wire.wordle.reply_excerpt`:
+    the word the env scored always shows; the whole kept text on hover). An invalid move shows the env's reason
+    (``errors``, one per move, "" for a scored one; older records have none) on a line below. A scored word
+    that is the example the env's message showed before that move (``examples``) says so, and one that another
+    message of the game had shown (``copied``, the env's verdict per move: a word of the instructions such as
+    GREEN, or of the feedback) says it was copied: a small policy copies, and a watcher should see which words
+    were the policy's own."""
     if not replies:
         return ""
     lines = []
@@ -160,7 +166,7 @@ def moves_html(
         zip(replies, guesses, reasons, offered, shown_before, strict=False), start=1
     ):
         flat = "".join(c if c.isprintable() else "?" for c in " ".join(reply.split()))
-        shown = flat if len(flat) <= chars else flat[: chars - 3].rstrip() + "..."
+        shown = reply_excerpt(flat, chars)
         verdict = f"<b>{html.escape(guess.upper())}</b>" if guess else "invalid"
         if guess and guess == example:
             verdict += (
@@ -183,6 +189,32 @@ def moves_html(
     )
 
 
+#: How every feed names a game's kind (`wire.env.GameKind`): the env's, the rollout's and the trainer's alike.
+KIND_LABELS: dict[GameKind, str] = {
+    GameKind.TRAINING: "training game",
+    GameKind.EXAM: "exam game: held-out word, no examples, not trained on",
+    GameKind.SHOWCASE: "showcase game: played whole, not trained on",
+    GameKind.MATCH: "match against a person: not trained on",
+    GameKind.PLAY: "a game its client named no kind for",
+}
+
+
+def kind_html(kind: GameKind) -> str:
+    """A game's kind as the feeds show it beside its player (`KIND_LABELS`)."""
+    return f'<span class="wordle-kind" data-testid="kind" data-kind="{kind.value}">{KIND_LABELS[kind]}</span>'
+
+
+def examples_shown_text(examples: Sequence[str]) -> str:
+    """How many of a game's messages before a move showed the env's example: "example in 2 of 3 messages", "no
+    example shown"; "" for a record that does not say (an env older than the examples)."""
+    if not examples:
+        return ""
+    shown = sum(1 for e in examples if e)
+    if not shown:
+        return "no example shown"
+    return f"example in {shown} of {len(examples)} message{'s' * (len(examples) != 1)}"
+
+
 def feed_html(records: Sequence[GameRecord]) -> str:
     """Recent policy games: small boards, who played, the result, when it ended (each game's own UTC
     clock time: a relative age would freeze between redraws, and games of one batch end together) and
@@ -194,10 +226,12 @@ def feed_html(records: Sequence[GameRecord]) -> str:
     for i, r in enumerate(records):
         result = outcome_text(r.won, r.finished, r.secret, len(r.words), r.invalid_moves)
         ended = time.strftime("%H:%M:%S", time.gmtime(r.finished_at))
+        shown = examples_shown_text(r.examples)
         games.append(
-            '<div class="wordle-game">'
+            f'<div class="wordle-game" data-testid="game" data-episode="{html.escape(r.episode_id)}">'
             f'<div class="wordle-mini">{rows_html(r.words, r.marks, len(r.words))}</div>'
-            f"<div><b>{html.escape(r.player)}</b><br>{result}<br>"
+            f"<div><b>{html.escape(r.player)}</b> · {kind_html(r.kind)}<br>{result}<br>"
+            f'<span class="wordle-empty">{shown + " · " if shown else ""}</span>'
             f'<span class="wordle-empty" data-testid="ended">ended {ended} UTC</span>'
             + moves_html(r.replies, r.guesses, open_=i == 0, errors=r.errors, examples=r.examples, copied=r.copied)
             + "</div></div>"
@@ -205,50 +239,61 @@ def feed_html(records: Sequence[GameRecord]) -> str:
     return f'<div class="wordle-feed" data-testid="feed">{"".join(games)}</div>'
 
 
-#: Under the policy feed: why training games read "unfinished", and what the showcase games beside them are.
-UNFINISHED_NOTE = (
-    '*A policy game reads "unfinished" when its player stopped before the game ended: the trainer '
-    "cuts its training games after a few moves (`--max-turns`, 3 by default) to get more steps per "
-    "minute on small machines. A policy game played to its end (up to 6 guesses) beside them is a "
-    "rollout server's showcase game, played when it has been idle for a minute so that its page shows "
-    "the current policy; it is never trained on. Each invalid move shows the reason it was refused, "
-    "and a word marked "
-    "\"env's example\" was copied from the env's message (every request shows an "
-    'example guess, never the secret), one marked "copied from the env\'s text" from its instructions '
-    "or feedback (GREEN, GUESS): those are not the policy's own words.*"
+#: Under the policy feed: what each kind of game is, why training games read "unfinished", and what the marks mean.
+FEED_NOTE = (
+    "*Each game says why it was played. A **training game** is played for the trainer and cut after a few moves "
+    '(`--max-turns`, 3 by default, for more steps per minute on small machines): it reads "unfinished". Its '
+    "messages show the env's example guess (never the secret) with the probability the run's schedule gives the "
+    "version that starts it, fading to none as training goes on. An **exam game** plays a held-out word with no "
+    "example; a **showcase game** is a rollout server's whole game (up to 6 guesses) for its page, when idle or "
+    "asked by a visitor; a **match** is the policy's side of a game against a person. None of those three is "
+    "trained on, and each game says how many of its messages showed an example. Each invalid move shows the reason "
+    'it was refused; a word marked "env\'s example" was copied from the message before it, one marked "copied '
+    "from the env's text\" from the instructions or feedback (GREEN, GUESS): not the policy's own words.*"
 )
 
 
 def win_rate_note(stats: Sequence[PlayerStats]) -> str:
-    """Under the win-rate curve: what a flat line on the axis means, so it is not read as a broken chart."""
-    policies = [s for s in stats if s.weight_version is not None]
-    games, wins = sum(s.games for s in policies), sum(s.wins for s in policies)
-    if not games:
+    """Under the win-rate curve: games and wins of each kind (never one count of all), and what a flat line on the
+    axis means, so it is not read as a broken chart."""
+    by_kind: dict[GameKind, list[int]] = {}
+    for s in stats:
+        if s.weight_version is not None:
+            games_wins = by_kind.setdefault(s.kind, [0, 0])
+            games_wins[0] += s.games
+            games_wins[1] += s.wins
+    if not by_kind:
         return "*No policy game yet.*"
-    if not wins:
-        return (
-            f"*No policy game won yet ({games:,} games): the line lies on 0. Cut at a few moves, a small "
-            "model's training games rarely find the word; the trainer's valid-guess rate and letters found "
-            "show what it learns first.*"
+    counts = " · ".join(
+        f"{kind} games: {by_kind[kind][1]:,} of {by_kind[kind][0]:,} won" for kind in GameKind if kind in by_kind
+    )
+    training = by_kind.get(GameKind.TRAINING)
+    if training and not training[1]:
+        counts += (
+            ". The training line lies on 0: cut at a few moves, a small model's training games rarely find the word; "
+            "the trainer's valid-guess rate and letters found show what it learns first"
         )
-    return f"*{wins:,} of {games:,} policy games won.*"
+    return f"*{counts}.*"
 
 
-STATS_HEADERS = ["player", "games", "wins", "win rate"]
-CURVE_HEADERS = ["weight version", "win rate"]
+STATS_HEADERS = ["player", "kind of game", "games", "wins", "win rate"]
+CURVE_HEADERS = ["weight version", "win rate", "kind of game"]
 
 
 def stats_rows(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`: people first, then policies newest
-    version first (a long run has hundreds of versions: the top of the table is the one a visitor reads)."""
+    """Rows for the win-rate table, in the order of :data:`STATS_HEADERS`, one per player and kind of game: people
+    first, then policies newest version first (a long run has hundreds of versions: the top of the table is the one
+    a visitor reads)."""
     ordered = sorted(
         stats, key=lambda s: (s.player != HUMAN, -(s.weight_version if s.weight_version is not None else -1))
     )
-    return [[s.player, s.games, s.wins, f"{100 * s.win_rate:.0f}%"] for s in ordered]
+    return [[s.player, s.kind.value, s.games, s.wins, f"{100 * s.win_rate:.0f}%"] for s in ordered]
 
 
 def win_rate_curve(stats: Sequence[PlayerStats]) -> list[list[object]]:
-    """("vN", win rate) of every versioned policy, by version: the learning curve. Versions are labels,
-    so the chart's axis shows whole versions only (a numeric axis would tick at 4.5)."""
-    points = sorted((s.weight_version, round(s.win_rate, 3)) for s in stats if s.weight_version is not None)
-    return [[f"v{version}", rate] for version, rate in points]
+    """("vN", win rate, kind) of every versioned policy and kind of game, by version: one learning curve per kind.
+    Versions are labels, so the chart's axis shows whole versions only (a numeric axis would tick at 4.5)."""
+    points = sorted(
+        (s.weight_version, s.kind.value, round(s.win_rate, 3)) for s in stats if s.weight_version is not None
+    )
+    return [[f"v{version}", rate, kind] for version, kind, rate in points]

@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+__all__ = ["atomic_path", "write_atomic"]
+
 #: Temporary files start with this; a process killed mid-write can leave one behind (bucket listings hide them).
 TMP_PREFIX = ".delta-tmp-"
 

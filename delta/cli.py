@@ -3,7 +3,7 @@
 Every command writes its output atomically (nothing is written on failure) and exits non-zero with
 a one-line message on bad input: 1 for a file or bucket that cannot be used, 2 for a usage error (such as
 a bucket folder that does not exist: mistyped, it would otherwise read as an empty bucket; `publish
---create` makes a new one). Bucket commands take a URL (`open_storage`); S3 endpoints and credentials come
+--create` makes a new one). Bucket commands take a URL (`delta.Bucket.open`); S3 endpoints and credentials come
 from the usual AWS environment variables. Everything printed from a file is escaped (`printable`).
 """
 
@@ -15,7 +15,7 @@ import sys
 import time
 
 from .atomic import write_atomic
-from .bucket.trust import Trust
+from .bucket.handle import Bucket
 from .codecs import CODECS, DEFAULT_CODEC
 from .errors import DeltaError, printable
 from .format import read_delta
@@ -152,19 +152,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def reader_trust(args: argparse.Namespace) -> Trust:
-    """Whose versions a bucket command applies: `--trusted-key`, else DELTA_TRUSTED_KEY, else trust on first use;
-    `--unauthenticated`: anyone's."""
-    from .storage import open_storage
-
-    url = open_storage(args.bucket).url
-    return Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
-
-
 def cmd_pull(args: argparse.Namespace) -> int:
     from .bucket.subscribe import Subscriber
 
-    with Subscriber(args.bucket, trust=reader_trust(args)) as subscriber:
+    bucket = Bucket.open(args.bucket, trusted_key=args.trusted_key, unauthenticated=args.unauthenticated)
+    with Subscriber(bucket) as subscriber:
         version = subscriber.sync(args.version)
     if version is None:
         print(f"error: {args.bucket} holds no version yet", file=sys.stderr)
@@ -183,10 +175,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from .bucket.manifest import read_manifest
-    from .storage import open_storage
+    from .bucket.manifest import newest_manifest
 
-    manifest = read_manifest(open_storage(args.bucket), on_refused=_warn_refused)
+    manifest = newest_manifest(Bucket.open(args.bucket), on_refused=_warn_refused)
     if manifest is None:
         print(f"{printable(args.bucket)}: no version yet")
         return 0
@@ -222,16 +213,15 @@ def _warn_refused(error: DeltaError) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .bucket.manifest import read_manifest
+    from .bucket.manifest import newest_manifest
     from .bucket.retention import gc
-    from .storage import open_storage
 
-    storage = open_storage(args.bucket)
-    manifest = read_manifest(storage, on_refused=_warn_refused)
+    bucket = Bucket.open(args.bucket)
+    manifest = newest_manifest(bucket, on_refused=_warn_refused)
     if manifest is None:
         print(f"{printable(args.bucket)}: no version yet, nothing to collect")
         return 0
-    report = gc(storage, manifest, args.keep_anchors)
+    report = gc(bucket, manifest, args.keep_anchors)
     assert report.manifest.latest is not None  # gc keeps the latest version
     print(
         f"dropped versions {list(report.dropped_versions)}, deleted {len(report.deleted)} files; "

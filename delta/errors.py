@@ -1,22 +1,45 @@
-"""Every error the `delta` package raises on purpose.
-
-Each class subclasses a builtin where one fits, so callers that only know the builtin still catch it,
-and carries the fields a caller needs to act (tensor name, path, version) besides the message.
-"""
+"""Every error the `delta` package raises on purpose: each subclasses a builtin where one fits, and carries the
+fields a caller needs to act (tensor, path, version) besides the message."""
 
 from __future__ import annotations
 
+from typing import Any
+
+__all__ = [
+    "AccessDeniedError",
+    "AdapterRefusedError",
+    "BucketNotFoundError",
+    "BucketUnreachableError",
+    "DeltaError",
+    "DeltaFormatError",
+    "FileTooLargeError",
+    "IntegrityError",
+    "KeyFormatError",
+    "NoPathError",
+    "PrivateFileError",
+    "PublishError",
+    "RateLimitedError",
+    "ReplyLimitError",
+    "StateMismatchError",
+    "StorageError",
+    "UntrustedVersionError",
+    "printable",
+]
+
 
 def printable(text: str) -> str:
-    """`text` with control and other unprintable characters escaped (`\\x1b`, `\\n`, `\\u202e`): what a
-    file says reaches a terminal as one line it shows, never as sequences it runs.
-
-    Everything the command line prints from a file (names, hashes, metadata, error messages) goes
-    through this one function.
-    """
+    """`text` with unprintable characters escaped (`\x1b`, `\n`, `\u202e`): what a file says reaches a terminal as one
+    line, never as sequences it runs. Everything the command line prints from a file goes through it."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A short, printable form of `value` for an error message: neither a huge value nor a control character
+    reaches a terminal."""
+    text = printable(repr(value))
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class DeltaError(Exception):
@@ -24,12 +47,8 @@ class DeltaError(Exception):
 
 
 class DeltaFormatError(DeltaError, ValueError):
-    """A file is not a valid delta or anchor: bad header, unknown format version, wrong stream sizes.
-
-    Attributes:
-        path: The file, when known.
-        tensor: The tensor the problem was found in, when it is about one tensor.
-    """
+    """A file is not a valid delta or anchor (bad header, unknown format, wrong stream sizes); `path` and `tensor` say
+    where, when known."""
 
     def __init__(self, message: str, *, path: str | None = None, tensor: str | None = None) -> None:
         prefix = ""
@@ -50,11 +69,8 @@ class DeltaFormatError(DeltaError, ValueError):
 
 
 class StateMismatchError(DeltaError, ValueError):
-    """A delta does not fit the state it is applied to: missing tensor, other shape or dtype, other base.
-
-    Attributes:
-        tensor: The tensor that does not fit, or None when the whole state does not (base hash).
-    """
+    """A delta does not fit the state it is applied to: a missing tensor, another shape or dtype (`tensor`), or another
+    base (`tensor` None)."""
 
     def __init__(self, message: str, *, tensor: str | None = None) -> None:
         super().__init__((f"tensor {tensor!r}: " if tensor else "") + message)
@@ -62,13 +78,8 @@ class StateMismatchError(DeltaError, ValueError):
 
 
 class IntegrityError(DeltaError):
-    """Data failed a hash check: a state after applying, or a file against its recorded checksum.
-
-    Attributes:
-        expected: The hash that was recorded.
-        actual: The hash that was computed.
-        path: The file, when the check was about a file.
-    """
+    """Data failed a hash check (a state after applying, or a file): the `expected` and `actual` hashes, and the `path`
+    when about a file."""
 
     def __init__(self, message: str, *, expected: str, actual: str, path: str | None = None) -> None:
         super().__init__(f"{message} (expected {expected}, got {actual})")
@@ -78,13 +89,8 @@ class IntegrityError(DeltaError):
 
 
 class StorageError(DeltaError, OSError):
-    """A bucket operation failed for another reason than a missing file: refused credentials, a server
-    error, a local disk error. Missing files raise the builtin `FileNotFoundError` instead.
-
-    Attributes:
-        url: The bucket, as given to `open_storage` (never holds a token or secret).
-        path: The file inside the bucket, or None when the operation was about several files.
-    """
+    """A bucket operation failed for another reason than a missing file (which raises `FileNotFoundError`): refused
+    credentials, a server error, a local disk error. `url` never holds a secret; `path` is None for several files."""
 
     def __init__(self, message: str, *, url: str, path: str | None = None) -> None:
         super().__init__(f"{url}{'/' + path if path else ''}: {message}")
@@ -93,14 +99,8 @@ class StorageError(DeltaError, OSError):
 
 
 class BucketUnreachableError(StorageError, ConnectionError):
-    """The bucket could not be reached, even after the bounded retries: connection refused or reset,
-    timeout, or the server answered "try later" (HTTP 429 or 5xx). Calling again later may succeed.
-
-    Attributes:
-        url: The bucket.
-        path: The file inside the bucket, or None when the operation was about several files.
-        attempts: How many times the operation was tried.
-    """
+    """The bucket could not be reached after the bounded retries (connection refused or reset, timeout, HTTP 429 or
+    5xx), after `attempts` tries; calling again later may succeed."""
 
     def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1) -> None:
         super().__init__(message, url=url, path=path)
@@ -108,15 +108,8 @@ class BucketUnreachableError(StorageError, ConnectionError):
 
 
 class AccessDeniedError(StorageError, PermissionError):
-    """The bucket refused the credentials: a token or key that is missing, invalid, revoked, or without the access the
-    call needs (HTTP 401 or 403; on the Hub also from its Xet storage). Never retried: waiting does not change a
-    token. The message says what the server said and what to change.
-
-    Attributes:
-        url: The bucket.
-        path: The file inside the bucket, or None when the operation was about several files.
-        status: The HTTP status, when the server sent one.
-    """
+    """The bucket refused the credentials (HTTP 401 or 403, `status`): never retried, since waiting does not change a
+    token. The message says what the server said and what to change."""
 
     def __init__(self, message: str, *, url: str, path: str | None = None, status: int | None = None) -> None:
         super().__init__(message, url=url, path=path)
@@ -125,18 +118,12 @@ class AccessDeniedError(StorageError, PermissionError):
 
 class BucketNotFoundError(StorageError, FileNotFoundError):
     """The bucket itself does not exist (on the Hub: or the token cannot see it). A reader takes it as "nothing there
-    yet", as it takes a missing file (it is a `FileNotFoundError`); a writer that may not create the bucket stops on
-    it. The message says how to create it."""
+    yet" (a `FileNotFoundError`); a writer that may not create it stops. The message says how to create it."""
 
 
 class RateLimitedError(BucketUnreachableError):
-    """The server asked this client to slow down (HTTP 429): nothing is sent to it before `retry_at`, which its
-    `RateLimit` or `Retry-After` headers set (or a default wait where they say nothing). Calling again after
-    `retry_at` may succeed: the loops that must not give up wait until then.
-
-    Attributes:
-        retry_at: Unix time before which the bucket is not asked again.
-    """
+    """The server asked this client to slow down (HTTP 429): nothing is sent before `retry_at` (Unix time, from its
+    `RateLimit` or `Retry-After` headers); the loops that must not give up wait until then."""
 
     def __init__(self, message: str, *, url: str, path: str | None = None, attempts: int = 1, retry_at: float) -> None:
         super().__init__(message, url=url, path=path, attempts=attempts)
@@ -144,15 +131,8 @@ class RateLimitedError(BucketUnreachableError):
 
 
 class FileTooLargeError(StorageError):
-    """A file is larger than its reader takes (`Storage.read(path, max_bytes=...)`): refused before it was read
-    whole, so no file in a bucket costs a reader more memory than the limit it states. Not retried.
-
-    Attributes:
-        url: The bucket.
-        path: The file.
-        limit: The most bytes the reader takes.
-        size: The file's size where the bucket told it, or None where more than `limit` bytes came while reading.
-    """
+    """A file is larger than its reader takes (`limit`): refused before it was read whole, not retried. `size` is None
+    where the bucket did not say it."""
 
     def __init__(self, *, url: str, path: str, limit: int, size: int | None = None) -> None:
         told = f"{size:,} bytes" if size is not None else "more bytes"
@@ -164,18 +144,13 @@ class FileTooLargeError(StorageError):
 
 
 class PublishError(DeltaError, RuntimeError):
-    """The publisher's background thread stopped on an error it cannot retry (refused credentials,
-    a full disk, ranks out of step). Nothing after the last committed version was published; create a
-    new `Publisher` (it resumes from the bucket) once the cause is fixed."""
+    """The publisher's background thread stopped on an error it cannot retry (refused credentials, a full disk, ranks
+    out of step): nothing after the last committed version was published. A new `Publisher` resumes from the bucket."""
 
 
 class NoPathError(DeltaError, LookupError):
-    """No usable chain of files leads to the target version: every route crosses a bad or missing
-    file. Wait for the next anchor to be published, or publish one (`Publisher.publish(..., anchor=True)`).
-
-    Attributes:
-        target: The version that could not be reached.
-    """
+    """No usable chain of files leads to version `target`: every route crosses a bad or missing file. Wait for the next
+    anchor, or publish one (`Publisher.publish(..., anchor=True)`)."""
 
     def __init__(self, message: str, *, target: int) -> None:
         super().__init__(message)
@@ -183,12 +158,7 @@ class NoPathError(DeltaError, LookupError):
 
 
 class ReplyLimitError(DeltaError, ConnectionError):
-    """An HTTP reply past its reader's bounds (`read_reply`): more bytes than it takes, or still coming at its
-    deadline. Refused, not read further: a broken or hostile server costs its client no more than the bounds.
-
-    Attributes:
-        limit: "size" or "time".
-    """
+    """An HTTP reply past its reader's bounds (`limit`: "size" or "time"): refused, not read further."""
 
     def __init__(self, message: str, *, limit: str) -> None:
         super().__init__(message)
@@ -196,13 +166,8 @@ class ReplyLimitError(DeltaError, ConnectionError):
 
 
 class AdapterRefusedError(DeltaError, ValueError):
-    """An adapter version a sidecar will not load into its server: trained on another base, of a rank above the
-    server's max, tensors that are not the run's adapter, or a bucket whose run publishes no adapter.
-
-    Attributes:
-        reason: A few words naming the kind of refusal, as the follower's status counts them ("another base",
-            "rank above max", "bad adapter"; an app's own, such as "not an adapter run").
-    """
+    """An adapter version a sidecar will not load: another base, a rank above the server's max, tensors that are not
+    the run's adapter, or no adapter run. `reason` names the kind, as the follower's status counts them."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -210,13 +175,8 @@ class AdapterRefusedError(DeltaError, ValueError):
 
 
 class PrivateFileError(DeltaError, PermissionError):
-    """A file that must be private to this user (a signing key, a trusted key, the launcher's tokens) is not a
-    regular file owned by this user: a symbolic link, a FIFO, a folder, a device, another user's file, or one too
-    large. It is refused without being followed or read (`delta.private`).
-
-    Attributes:
-        path: The file.
-    """
+    """A file that must be private to this user (a key, the launcher's tokens) is a link, a FIFO, a folder, a device,
+    another user's, or too large: refused unread (`delta.private`)."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(printable(f"{path}: {reason}: refused (remove it, or put a regular file of yours there)"))
@@ -229,14 +189,9 @@ class KeyFormatError(DeltaError, ValueError):
 
 
 class UntrustedVersionError(DeltaError):
-    """A version (or the run's settings) not signed by the key this reader trusts: unsigned, signed wrongly, signed by
-    another key with no handover from the trusted one, or of another run than the state held. Nothing of it was
-    applied; the reader keeps what it held and takes the trainer's next version as usual.
-
-    Attributes:
-        version: The version refused (None for other signed files, such as a run's settings).
-        reason: A few words naming the kind ("unsigned", "bad signature", "another key", "another run").
-    """
+    """A version (None: the run's settings) not signed by the trusted key: unsigned, badly signed, another key without
+    a handover, another run, or older than one a reader applied (`reason`: "rollback"). Nothing of it was applied;
+    the reader waits for the trainer's next one."""
 
     def __init__(self, message: str, *, version: int | None, reason: str) -> None:
         super().__init__(printable(message))

@@ -1,46 +1,21 @@
 """`python -m delta follow`: make a running `vllm serve` follow a bucket, version by version.
 
-    VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model MODEL \\
+    VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model MODEL \
         --weight-transfer-config '{"backend":"delta"}' &
     python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000
 
-The sidecar polls the bucket and fetches, verifies and decodes each version in the background while
-the server keeps serving (a `delta.Subscriber`). It then writes the new values to an update file,
-pauses generation (`/pause?mode=keep`: requests in flight freeze and continue afterwards), drives the
-`delta` backend's start / update / finish (which also sets the served weight version), drops the
-prefix cache and resumes. One log line per version (version, bytes fetched, pause) and a JSON status
-file record what happened.
+A `delta.Subscriber` decodes each version while the server serves; the sidecar then writes the new values to an
+update file, pauses generation, drives the `delta` backend's start / update / finish, and resumes. Only the
+trainer's versions are applied (`Bucket.trust`). At start and after a failed apply the server stays paused while
+the whole state is rebuilt and sent: a half-applied version is never served.
 
-Only the trainer's versions: each is checked against the trainer's public key before anything of it is fetched
-(`--trusted-key`, ``DELTA_TRUSTED_KEY``, else the key of the first signed version, kept per bucket; `delta.Trust`).
-A version it did not sign is refused in one line (``REFUSED version N: ...``, counted in the status file's
-``refused``) and the server keeps what it serves; `--unauthenticated` follows an unsigned bucket (TRL's own files),
-and the status file then says so.
-
-Known state or nothing: at start, and after any failed apply, the server stays paused while the
-sidecar rebuilds the state from the bucket (newest anchor, then the deltas after it, every file and
-the result checked against the manifest's hashes) and sends all of it; only then does it resume. A
-half-applied version is never served. The update files and the handshake live in `work_dir`, which the
-server must be able to read (same machine, or a shared filesystem).
-
-A bucket of LoRA adapter versions (a LoRA run in adapter mode) is followed by a stock server with LoRA on, with no
-weight-transfer backend (`AdapterFollower`, `--lora-alpha`):
-
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 python -m vllm.entrypoints.openai.api_server --model BASE \
-        --enable-lora --max-lora-rank 16 &
-    python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000 --lora-alpha 32 --keep 2 \
-        --max-lora-rank 16
-
-Each version is written as a PEFT folder in `work_dir` and loaded with ``/v1/load_lora_adapter`` as the model
-``adapter-v<version>`` (requests name it); the last `keep` versions stay loaded, so a rollout begun under one
-finishes under it, and older ones are unloaded (``/v1/unload_lora_adapter``) and deleted. Nothing pauses. The
-command line gives the run's alpha (`AdapterRun`); an app that keeps its run's settings in the bucket gives a function
-that reads them instead (`rollout_space.sidecar`, which also checks the run's base against the server's).
-"""
+A LoRA run's adapter versions reach a stock `vllm serve --enable-lora` with no backend (`AdapterFollower`): each
+is loaded as ``adapter-v<version>`` and the last `keep` stay loaded; nothing pauses."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -49,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -57,6 +33,7 @@ from typing import Any
 import torch
 
 from .atomic import write_atomic
+from .bucket.handle import Bucket
 from .bucket.subscribe import Subscriber, SubscriberConfig, Update
 from .bucket.trust import Trust
 from .errors import AdapterRefusedError, UntrustedVersionError, printable
@@ -64,7 +41,6 @@ from .integrations.peft_adapter import adapter_config, write_adapter
 from .integrations.vllm_http import VLLMHTTPClient, VLLMServerError
 from .integrations.vllm_update import WorkerInfo, fused_groups, read_worker_info, whole_groups, write_update
 from .poll import Backoff
-from .storage import open_storage
 
 logger = logging.getLogger(__name__)
 
@@ -85,61 +61,68 @@ __all__ = [
 ]
 
 
+def _flag(help: str, name: str | None = None) -> dict[str, str | None]:
+    """A `FollowConfig` field's flag: its help, and its name where it is not the field's."""
+    return {"help": help, "flag": name}
+
+
 @dataclass(frozen=True)
 class FollowConfig:
-    """Settings of a `ServerFollower`.
+    """Settings of a follower; each field's help is its flag's (`add_arguments`)."""
 
-    Attributes:
-        bucket: The bucket URL (`delta.open_storage`).
-        vllm_url: The server's base URL.
-        work_dir: Folder for update files and the worker handshake; the server must read it. None: a
-            temporary folder (right when the server runs on this machine).
-        status_path: Where the JSON status is written after every event (None: no file).
-        poll_interval: Seconds between bucket polls while up to date.
-        ready_timeout: Seconds to wait for the server to answer at start.
-        request_timeout: Seconds to wait for each server answer.
-        max_backoff: Longest wait between attempts to recover after failures (after a 429: until the time the bucket
-            named).
-        idle_poll_max: Longest wait between polls while nothing new comes (doubling from `poll_interval`, back to it
-            at the first new version); None: never stretched.
-        history: Applied versions kept in the status.
-        trusted_key: The trainer's public key (``ed25519:...``, or a file holding it); None: ``DELTA_TRUSTED_KEY``,
-            else trust on first use (`delta.Trust.for_bucket`).
-        unauthenticated: Follow an unsigned bucket: versions are applied whoever wrote them.
-    """
-
-    bucket: str
-    vllm_url: str
-    work_dir: str | None = None
-    status_path: str | None = None
-    poll_interval: float = 1.0
-    ready_timeout: float = 600.0
+    bucket: str = field(metadata=_flag("local folder, s3://bucket[/prefix] or hf://buckets/ns/name"))
+    vllm_url: str = field(metadata=_flag("the server's base URL, e.g. http://127.0.0.1:8000"))
+    work_dir: str | None = field(
+        default=None,
+        metadata=_flag(
+            "folder for update files and the worker handshake, readable by the server (default: a "
+            "temporary one, same machine)"
+        ),
+    )
+    status_path: str | None = field(
+        default=None, metadata=_flag("JSON status written after every event", "--status-file")
+    )
+    poll_interval: float | None = field(
+        default=None,
+        metadata=_flag(
+            "seconds between bucket polls while versions come (default: the bucket's budget: 1 s on a "
+            "folder or S3, 2 s on hf://)"
+        ),
+    )
+    ready_timeout: float = field(default=600.0, metadata=_flag("seconds to wait for the server at start"))
+    #: Seconds to wait for each server answer.
     request_timeout: float = 600.0
+    #: Longest wait between attempts to recover after failures (after a 429: until the time the bucket named).
     max_backoff: float = 30.0
+    #: Longest wait between polls while nothing new comes (doubling from `poll_interval`, back to it at the first new
+    #: version); None: the bucket's budget (`Budget.idle_poll_s`: 30 s on the Hub).
     idle_poll_max: float | None = None
+    #: Applied versions kept in the status.
     history: int = 20
-    trusted_key: str | None = None
-    unauthenticated: bool = False
+    trusted_key: str | None = field(
+        default=None,
+        metadata=_flag(
+            "the trainer's public key, ed25519:..., or a file holding it: only versions it signed are "
+            "applied (env DELTA_TRUSTED_KEY; default: the key of the first signed version, kept per bucket "
+            "in ~/.cache/delta/trusted, as ssh does)"
+        ),
+    )
+    unauthenticated: bool = field(
+        default=False,
+        metadata=_flag(
+            "follow an unsigned bucket (TRL's own delta files, an older delta's): every version is "
+            "applied, whoever wrote it"
+        ),
+    )
 
     def __post_init__(self) -> None:
-        if self.poll_interval <= 0 or self.max_backoff < self.poll_interval:
-            raise ValueError(f"need 0 < poll_interval <= max_backoff, got {self.poll_interval} and {self.max_backoff}")
-        if self.idle_poll_max is not None and self.idle_poll_max < self.poll_interval:
-            raise ValueError(f"idle_poll_max must be >= poll_interval, got {self.idle_poll_max}")
+        SubscriberConfig(self.poll_interval, self.max_backoff, self.idle_poll_max)  # the same checks
 
 
 @dataclass(frozen=True)
 class AppliedVersion:
-    """How one version reached the server.
-
-    Attributes:
-        version: The version served from then on.
-        via: "delta" (the changed tensors) or "full" (the whole state: at start and to recover).
-        bytes_fetched: Bytes read from the bucket for it.
-        update_bytes: Size of the update file handed to the server.
-        tensors: Tensors in the update file.
-        pause_s: Seconds generation was paused for it (pause to resume).
-    """
+    """How one version reached the server: `via` "delta" (the changed tensors) or "full" (the whole state), the bytes
+    read from the bucket, the update file's size and tensors, and how long generation was paused."""
 
     version: int
     via: str
@@ -151,10 +134,8 @@ class AppliedVersion:
 
 @dataclass
 class FollowStatus:
-    """What the status file holds (`state`: starting, waiting (no version yet), paused (applying), following or
-    recovering; `refused`: versions not applied, by kind: "untrusted version" (not the trusted key's), and adapter
-    versions by `AdapterRefusedError.reason`; `trust`: which key versions are checked with, or that the bucket is
-    followed unauthenticated)."""
+    """What the status file holds: `state` (starting, waiting, paused, following or recovering), the versions
+    `refused` by kind, and `trust` (which key versions are checked with)."""
 
     bucket: str
     vllm_url: str
@@ -172,12 +153,9 @@ class FollowStatus:
 
 
 class _Follower:
-    """What both followers share: the server's client, the log, a working folder, the status (file) with its
-    history of versions applied, and the loop that syncs, counts failures and backs off.
-
-    Args: as `ServerFollower`'s; `prefix` names the temporary working folder made when `config` gives none; `trust`,
-    whose versions are applied (None: from `config`'s `trusted_key` and `unauthenticated`).
-    """
+    """What both followers share: the server's client, the log, a working folder, the status file, and the loop that
+    syncs, counts failures and backs off. `bucket` (None: opened from `config`) checks every version with its trust;
+    its budget sets the polls."""
 
     def __init__(
         self,
@@ -185,33 +163,32 @@ class _Follower:
         client: VLLMHTTPClient | None,
         log: Callable[[str], None] | None,
         prefix: str,
-        trust: Trust | None = None,
+        bucket: Bucket | None = None,
     ) -> None:
+        self.bucket = bucket or Bucket.open(
+            config.bucket, trusted_key=config.trusted_key, unauthenticated=config.unauthenticated
+        )
         self.config = config
+        self.polls = SubscriberConfig(config.poll_interval, config.max_backoff, config.idle_poll_max).for_budget(
+            self.bucket.budget
+        )
         self.client = client or VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
         self._log = log or (lambda line: print(line, flush=True))
         self._tmp = None if config.work_dir else tempfile.TemporaryDirectory(prefix=prefix)
         self.work_dir: str = self._tmp.name if self._tmp is not None else (config.work_dir or "")  # one is set
         os.makedirs(self.work_dir, exist_ok=True)
-        url = open_storage(config.bucket).url
-        #: Whose versions are applied: one for every subscriber this follower opens (a recovery opens a new one).
-        self.trust = trust or (
-            Trust.unauthenticated_for(url) if config.unauthenticated else Trust.for_bucket(url, config.trusted_key)
-        )
-        self.status = FollowStatus(
-            config.bucket, config.vllm_url, self.trust.describe(), not self.trust.unauthenticated
-        )
+        self.status = FollowStatus(config.bucket, config.vllm_url)
         self._history: deque[dict[str, Any]] = deque(maxlen=config.history)
         self._refusal: str | None = None  # the last refusal logged: each is logged and counted once
 
+    @property
+    def trust(self) -> Trust:
+        """Whose versions are applied: the bucket's, for every subscriber this follower opens."""
+        return self.bucket.trust
+
     def _subscriber(self, on_update: Callable[[Update], None] | None = None) -> Subscriber:
-        """A subscriber on the bucket, checking versions with `trust`."""
-        return Subscriber(
-            self.config.bucket,
-            config=SubscriberConfig(poll_interval=self.config.poll_interval),
-            on_update=on_update,
-            trust=self.trust,
-        )
+        """A subscriber on the bucket, checking versions with its trust."""
+        return Subscriber(self.bucket, config=self.polls, on_update=on_update)
 
     def _sync(self, subscriber: Subscriber) -> int | None:
         """`subscriber.sync()`; a version the trusted key did not sign is refused (logged and counted once, the version
@@ -227,13 +204,18 @@ class _Follower:
                 self._log(f"REFUSED {text}")
             return subscriber.version
         finally:
-            self.status.trust = self.trust.describe()
+            self.status.trust, self.status.authenticated = self.trust.describe(), not self.trust.unauthenticated
+
+    def backoff(self) -> Backoff:
+        """The waits between the follower's looks at the bucket: what a follower at rest costs it."""
+        assert self.polls.poll_interval is not None  # resolved against the bucket's budget
+        return Backoff(self.polls.poll_interval, self.polls.max_backoff, self.polls.idle_poll_max)
 
     def _follow(self, stop: threading.Event, until: int | None, step: Callable[[], None]) -> int | None:
-        """Call `step` every poll interval until `stop` is set, or until version `until` (or newer) is served and
-        `_clean`; returns the version served. A step that raises, or leaves the follower not `_clean`, is a
-        failure: logged, counted, retried with a growing wait; never fatal."""
-        backoff = Backoff(self.config.poll_interval, self.config.max_backoff, self.config.idle_poll_max)
+        """Call `step` every poll until `stop` is set or version `until` (or newer) is served; returns the version
+        served. A step that raises or leaves the follower not `_clean` is logged, counted and retried with a growing
+        wait."""
+        backoff = self.backoff()
         while not stop.is_set():
             seen = (self.status.latest, self.status.version)
             try:
@@ -272,20 +254,17 @@ class _Follower:
 
 
 class ServerFollower(_Follower):
-    """Keeps one vLLM server (with the `delta` backend) at a bucket's newest version.
-
-    Args:
-        config: Bucket, server and timing settings.
-        client: The server client (default `VLLMHTTPClient(config.vllm_url)`).
-        log: Called with each human-readable line (default: print to stdout, flushed).
-
-    Threads: `run` blocks the caller; everything happens in that thread.
-    """
+    """Keeps one vLLM server (with the `delta` backend) at a bucket's newest version. `run` blocks its caller's thread;
+    `client` defaults to `VLLMHTTPClient(config.vllm_url)`, `log` to printing each line."""
 
     def __init__(
-        self, config: FollowConfig, client: VLLMHTTPClient | None = None, log: Callable[[str], None] | None = None
+        self,
+        config: FollowConfig,
+        client: VLLMHTTPClient | None = None,
+        log: Callable[[str], None] | None = None,
+        bucket: Bucket | None = None,
     ) -> None:
-        super().__init__(config, client, log, "delta-follow-")
+        super().__init__(config, client, log, "delta-follow-", bucket)
         self._following: Subscriber | None = None
         self._worker: WorkerInfo | None = None
         self._groups: dict[str, list[str]] = {}
@@ -295,10 +274,8 @@ class ServerFollower(_Follower):
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None, until: int | None = None) -> int | None:
-        """Follow until `stop` is set, or until the server serves version `until` or newer.
-
-        Returns the version served. Never gives up on bucket or server failures: each is logged, counted
-        in the status, and retried with a growing wait (the server stays paused if it holds no known state).
+        """Follow until `stop` is set, or until the server serves version `until` or newer; returns the version served.
+        Bucket and server failures are logged, counted and retried (the server stays paused without a known state).
 
         Raises:
             VLLMServerError: the server did not answer within `ready_timeout` at start.
@@ -361,10 +338,8 @@ class ServerFollower(_Follower):
     def _send(
         self, new: dict[str, torch.Tensor], old: dict[str, torch.Tensor] | None, version: int, via: str, fetched: int
     ) -> AppliedVersion:
-        """Write the update file (while serving), then pause, update, finish and resume.
-
-        On failure the server is left paused (the caller recovers); a successful send resumes it.
-        """
+        """Write the update file (while serving), then pause, update, finish and resume; on failure the server is left
+        paused for the caller to recover."""
         path = os.path.join(self.work_dir, f"update-{version}.safetensors")
         try:
             size = write_update(path, new, old)
@@ -451,15 +426,8 @@ MAX_KEEP = 16
 
 @dataclass(frozen=True)
 class AdapterRun:
-    """What an adapter run's versions are loaded with, and what they must be: the run's settings, or the command line.
-
-    Attributes:
-        alpha: LoRA's alpha (the tensors give rank and target modules, not alpha).
-        keep: Adapter versions kept loaded: the run's staleness + 1.
-        r: The run's rank (None: taken from the tensors).
-        targets: The run's target modules (None: taken from the tensors).
-        base_hash: State hash of the base the adapter trains on (`state_digest`; None: not checked).
-    """
+    """What an adapter run's versions are loaded with: LoRA's `alpha`, the versions to `keep` loaded (staleness + 1),
+    and what they must be (`r`, `targets`, the base's `base_hash`; None: taken from the tensors or not checked)."""
 
     alpha: float
     keep: int = 1
@@ -485,27 +453,13 @@ def base_hash_of(folder: str) -> str:
 
 
 class AdapterFollower(_Follower):
-    """Keeps a stock `vllm serve --enable-lora` serving a bucket's LoRA adapter versions, the last `keep` loaded.
+    """Keeps a stock `vllm serve --enable-lora` serving a bucket's LoRA adapter versions, the last `keep` loaded, as
+    the models ``<name>-v<version>``.
 
-    Args:
-        config: Bucket, server and timing settings (`work_dir` holds the adapter folders the server loads).
-        run: The run's adapter settings, or a function that reads them (called before each version is loaded, so a
-            new run on the bucket is followed as it comes; it raises `AdapterRefusedError` for a run whose versions
-            are not to be loaded).
-        base_hash: The state hash of the server's base model (`base_hash_of`); None: the base is not checked.
-        max_rank: The server's max LoRA rank (its `--max-lora-rank`); None: the server refuses a higher one itself.
-        name: Adapter versions are served as the models ``<name>-v<version>``.
-        client, log: As `ServerFollower`'s.
-        trust: Whose versions are loaded (share it with whatever reads the run's settings); None: from `config`.
-
-    A version is refused (`AdapterRefusedError`: one line, counted in the status's `refused` by reason, not loaded,
-    the versions loaded before it still served) when the run's base is not the server's, its rank is above
-    `max_rank`, or its tensors are not the run's adapter (`peft_adapter.check_adapter`, as the in-process engines
-    check theirs: not PEFT LoRA matrices, another rank or targets than the run's, values not finite). A version the
-    server refuses is a failure with its line.
-
-    Threads: `run` blocks the caller; everything happens in that thread.
-    """
+    `run` is the run's settings or a function that reads them before each version (it raises `AdapterRefusedError`
+    for a run not to be loaded). A version is refused (one line, counted, the earlier ones still served) when its
+    base is not the server's (`base_hash`), its rank is above `max_rank`, or its tensors are not the run's adapter
+    (`peft_adapter.check_adapter`). Share `bucket` with whatever reads the run's settings: one trust."""
 
     def __init__(
         self,
@@ -516,9 +470,9 @@ class AdapterFollower(_Follower):
         name: str = "adapter",
         client: VLLMHTTPClient | None = None,
         log: Callable[[str], None] | None = None,
-        trust: Trust | None = None,
+        bucket: Bucket | None = None,
     ) -> None:
-        super().__init__(config, client, log, "delta-adapters-", trust)
+        super().__init__(config, client, log, "delta-adapters-", bucket)
         self._run = run if callable(run) else (lambda: run)
         self.base_hash, self.max_rank, self.name = base_hash, max_rank, name
         self.loaded: list[int] = []  # adapter versions the server holds, oldest first
@@ -530,7 +484,7 @@ class AdapterFollower(_Follower):
 
     def run(self, stop: threading.Event | None = None, until: int | None = None) -> int | None:
         """Follow until `stop` is set or adapter version `until` (or newer) is loaded; returns the newest loaded.
-        Bucket and server failures are logged, counted in the status and retried with a growing wait.
+        Failures are logged, counted and retried with a growing wait.
 
         Raises:
             VLLMServerError: the server did not answer within `ready_timeout` at start.
@@ -549,12 +503,8 @@ class AdapterFollower(_Follower):
         self.status.latest = self._following.status().latest
 
     def _adapter_config(self, state: dict[str, torch.Tensor]) -> tuple[Any, int]:
-        """The `peft.LoraConfig` to load `state` with, and the versions to keep, once `state` is checked against the
-        run and the server.
-
-        Raises:
-            AdapterRefusedError: see the class docstring.
-        """
+        """The `peft.LoraConfig` to load `state` with, and the versions to keep, once `state` is checked against the run
+        and the server (else `AdapterRefusedError`)."""
         run = self._run()
         if run.base_hash is not None and self.base_hash is not None and run.base_hash != self.base_hash:
             raise AdapterRefusedError(
@@ -575,9 +525,8 @@ class AdapterFollower(_Follower):
         return config, run.keep
 
     def _on_update(self, update: Update) -> None:
-        """Load the adapter at the version just decoded; unload the oldest beyond `keep`. A version refused (by the
-        checks of `_adapter_config`, or by the server) is logged and counted; the versions loaded before it stay
-        served."""
+        """Load the adapter at the version just decoded and unload the oldest beyond `keep`; a refused version is logged
+        and counted, the ones before it stay served."""
         assert self._following is not None and self._following.state is not None  # it decoded this update
         version, state = update.version, self._following.state
         folder = os.path.join(self.work_dir, f"v{version}")
@@ -614,20 +563,30 @@ class AdapterFollower(_Follower):
 # -- `python -m delta follow` ------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options every sidecar takes: bucket, server, working folder, status file, timing; and for a stock LoRA
-    server the ones that concern it beside the run's settings (`--keep`, `--max-lora-rank`)."""
-    p.add_argument("--bucket", required=True, help="local folder, s3://bucket[/prefix] or hf://buckets/ns/name")
-    p.add_argument("--vllm-url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument(
-        "--work-dir",
-        default=None,
-        help="folder for update files, readable by the server (default: a temporary one, same machine)",
-    )
-    p.add_argument("--status-file", default=None, help="JSON status written after every event")
-    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between bucket polls (default 1)")
+def add_arguments(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """A flag for each `FollowConfig` field (of `names`, when given), read as the field's type with its default, and
+    for a stock LoRA server `--keep` and `--max-lora-rank`, and `--until`."""
+    hints = typing.get_type_hints(FollowConfig)
+    for f in dataclasses.fields(FollowConfig):
+        if "help" not in f.metadata or (names is not None and f.name not in names):
+            continue
+        name, kind = f.metadata["flag"] or "--" + f.name.replace("_", "-"), hints[f.name]
+        if kind is bool:
+            p.add_argument(name, action="store_true", help=f.metadata["help"])
+            continue
+        required = f.default is dataclasses.MISSING
+        kind = next((k for k in typing.get_args(kind) if k is not type(None)), kind)
+        p.add_argument(
+            name,
+            type=kind,
+            required=required,
+            default=None if required else f.default,
+            dest=f.name,
+            help=f.metadata["help"],
+        )
+    if names is not None:
+        return
     p.add_argument("--until", type=int, default=None, help="exit once the server serves this version or newer")
-    p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the server at start")
     p.add_argument(
         "--keep",
         type=_versions,
@@ -641,24 +600,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the LoRA server's --max-lora-rank: adapter versions of a higher rank are refused before "
         "loading (default: the server refuses them itself, each a failure)",
     )
-    add_trust_arguments(p)
 
 
 def add_trust_arguments(p: argparse.ArgumentParser) -> None:
     """`--trusted-key` and `--unauthenticated`: whose versions a reader of a bucket applies."""
-    p.add_argument(
-        "--trusted-key",
-        default=None,
-        help="the trainer's public key, ed25519:..., or a file holding it: only versions it signed are "
-        "applied (env DELTA_TRUSTED_KEY; default: the key of the first signed version, kept per bucket "
-        "in ~/.cache/delta/trusted, as ssh does)",
-    )
-    p.add_argument(
-        "--unauthenticated",
-        action="store_true",
-        help="follow an unsigned bucket (TRL's own delta files, an older delta's): every version is "
-        "applied, whoever wrote it",
-    )
+    add_arguments(p, ("trusted_key", "unauthenticated"))
 
 
 def _versions(text: str) -> int:
@@ -669,18 +615,8 @@ def _versions(text: str) -> int:
 
 
 def follow_config(args: argparse.Namespace) -> FollowConfig:
-    """The `FollowConfig` of `add_arguments`' options."""
-    return FollowConfig(
-        args.bucket,
-        args.vllm_url,
-        work_dir=args.work_dir,
-        status_path=args.status_file,
-        poll_interval=args.poll_interval,
-        max_backoff=max(30.0, args.poll_interval),
-        ready_timeout=args.ready_timeout,
-        trusted_key=args.trusted_key,
-        unauthenticated=args.unauthenticated,
-    )
+    """The `FollowConfig` of `add_arguments`' flags."""
+    return FollowConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(FollowConfig) if f.metadata})
 
 
 def run_until_stopped(follower: ServerFollower | AdapterFollower, until: int | None) -> int:

@@ -23,6 +23,8 @@ import time
 
 from .retry import RetryPolicy
 
+__all__ = ["Backoff"]
+
 
 class Backoff:
     """The wait before a polling loop's next look (see the module docstring). Used by one loop (one thread).

@@ -4,7 +4,9 @@ A private file is read only if it is a regular file owned by this user, checked 
 checked is what is read): it is opened without following a symbolic link (`O_NOFOLLOW`) and without waiting on a
 FIFO (`O_NONBLOCK`), so a link, a FIFO, a folder or another user's file planted in its place is refused in one line
 (`PrivateFileError`), never followed, never waited on. One that others may read is made owner-only (0600) through
-the same descriptor, and said so. A private file is written whole, owner-only from its first byte, into a folder of
+the same descriptor, and said so. A public key a reader trusts is read the same way (`read_public`): others may
+read it, but one that others may change is refused, as ssh refuses an `authorized_keys` others can write. A private
+file is written whole, owner-only from its first byte, into a folder of
 this user's (made 0700), through `delta.atomic`.
 """
 
@@ -21,6 +23,8 @@ from .errors import PrivateFileError
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["read_private", "read_public", "write_private"]
+
 #: The largest private file read (keys and tokens take a few hundred bytes).
 MAX_PRIVATE_BYTES = 64 << 10
 
@@ -32,7 +36,23 @@ def read_private(path: str | os.PathLike[str], max_bytes: int = MAX_PRIVATE_BYTE
         PrivateFileError: a link, a FIFO, a folder, a device, another user's file, or more than `max_bytes`.
         OSError: it cannot be read (a disk error).
     """
-    name = os.fspath(path)
+    return _read_own(os.fspath(path), max_bytes, public=False)
+
+
+def read_public(path: str | os.PathLike[str], max_bytes: int = MAX_PRIVATE_BYTES) -> bytes | None:
+    """The bytes of the file of this user's at `path` that others may read but not change (a trainer's public key a
+    reader trusts), or None when there is none: what it names decides whose weights are applied.
+
+    Raises:
+        PrivateFileError: a link, a FIFO, a folder, a device, another user's file, one that other users may write to,
+            or more than `max_bytes`.
+        OSError: it cannot be read (a disk error).
+    """
+    return _read_own(os.fspath(path), max_bytes, public=True)
+
+
+def _read_own(name: str, max_bytes: int, public: bool) -> bytes | None:
+    """`read_private` (`public`: False) or `read_public`, checked on the descriptor read through."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -49,7 +69,11 @@ def read_private(path: str | os.PathLike[str], max_bytes: int = MAX_PRIVATE_BYTE
             raise PrivateFileError(name, f"is owned by user {info.st_uid}, not by this user ({os.geteuid()})")
         if info.st_size > max_bytes:
             raise PrivateFileError(name, f"holds {info.st_size:,} bytes, more than the {max_bytes:,} it may")
-        if info.st_mode & 0o077:
+        if public and info.st_mode & 0o022:
+            raise PrivateFileError(
+                name, f"can be changed by other users (mode {stat.S_IMODE(info.st_mode):o}; chmod go-w it)"
+            )
+        if not public and info.st_mode & 0o077:
             logger.warning(
                 "%s could be read by other users (mode %o): made owner-only (0600)", name, stat.S_IMODE(info.st_mode)
             )

@@ -1,26 +1,10 @@
 """Ed25519 keys: the trainer signs what it commits to a bucket, readers check it with its public key.
 
-Text forms, one line of ASCII each (fit for an environment variable, a Space secret, a command line):
-
-- public key: ``ed25519:`` + the 32 raw bytes in URL-safe base64 without padding (51 characters);
-- fingerprint: ``SHA256:`` + the SHA-256 of those 32 bytes in base64 without padding, as ssh shows keys;
-- private key: ``ed25519-private:`` + the 32-byte seed, the same way. Never in a bucket, never in a log: the
-  object's `repr` hides it, and no error message quotes text that may hold one;
-- signature: the 64 bytes, the same way (86 characters).
-
-Where keys live (environment variables are read here, at call time):
-
-- a trainer's key: ``DELTA_SIGNING_KEY`` (a Space secret) when set; else an owner-only file per bucket,
-  ``$XDG_CACHE_HOME/delta/keys/<hash of the bucket URL>.key`` (``~/.cache`` without XDG_CACHE_HOME), made at the
-  first use and kept, so a restarted trainer signs with the same key (`trainer_key`); `rotate_trainer_key` replaces
-  it with a new one and keeps the old one beside it, to hand over from (`kept_previous_key`);
-- a reader's trusted key: given (``DELTA_TRUSTED_KEY``, an argument, a file holding it), or trusted on first use
-  and kept per bucket in ``$XDG_CACHE_HOME/delta/trusted/<hash>.json`` (`delta.bucket.trust`);
-- a trainer's previous key, when its key replaces it (a handover signed with it introduces the new key to readers):
-  a file of the user's (``--handover-from-file``: the key's text, or a kept key file) or ``DELTA_HANDOVER_FROM``
-  (the key's text, a Space secret), never a command-line value: a private key must not show in ``ps``
-  (`previous_key`).
-"""
+Text forms, one line of ASCII each: a public key is ``ed25519:`` + its 32 bytes in URL-safe base64 without padding;
+a fingerprint ``SHA256:`` + their hash, as ssh shows keys; a private key ``ed25519-private:`` + the seed, never in a
+bucket nor a log; a signature its 64 bytes. A trainer's key is ``DELTA_SIGNING_KEY``, else an owner-only file per
+bucket in ``$XDG_CACHE_HOME/delta/keys/`` (`trainer_key`; `rotate_trainer_key`); a `Handover`, signed with the old
+key, introduces a new one to readers that trust the old."""
 
 from __future__ import annotations
 
@@ -30,17 +14,36 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import KeyFormatError
-from .private import read_private, write_private
+from .errors import DeltaFormatError, KeyFormatError, PrivateFileError, shown
+from .private import read_private, read_public, write_private
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "HANDOVER_VARIABLE",
+    "MAX_HANDOVERS",
+    "SIGNING_KEY_VARIABLE",
+    "TRUSTED_KEY_VARIABLE",
+    "Handover",
+    "PublicKey",
+    "SigningKey",
+    "handovers_to",
+    "kept_previous_key",
+    "make_handover",
+    "previous_key",
+    "public_key",
+    "rotate_trainer_key",
+    "trainer_key",
+]
 
 #: The variable that gives a trainer its private key (a Space secret), instead of its kept file.
 SIGNING_KEY_VARIABLE = "DELTA_SIGNING_KEY"
@@ -48,8 +51,14 @@ SIGNING_KEY_VARIABLE = "DELTA_SIGNING_KEY"
 HANDOVER_VARIABLE = "DELTA_HANDOVER_FROM"
 #: The variable that gives a reader the trainer's public key (text or a file holding it), instead of trust on first use.
 TRUSTED_KEY_VARIABLE = "DELTA_TRUSTED_KEY"
+#: Most key handovers a manifest or the run settings carry: a trainer keeps its last ones (each is a signature that a
+#: reader checks at every poll: 20,000 planted ones cost ~16 s). `wire.fleet.MAX_HANDOVERS` is the same number.
+MAX_HANDOVERS = 16
 _PUBLIC = "ed25519:"
 _PRIVATE = "ed25519-private:"
+#: The text forms as a stranger's file must hold them (a manifest, run settings).
+PUBLIC_KEY_FORM = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
+SIGNATURE_FORM = re.compile(r"[A-Za-z0-9_-]{86}")
 
 
 def _b64(data: bytes) -> str:
@@ -69,11 +78,7 @@ def _unb64(text: str, size: int) -> bytes | None:
 
 @dataclass(frozen=True)
 class PublicKey:
-    """A trainer's public key. Compared in constant time (`==`); hashable.
-
-    Attributes:
-        raw: The 32 bytes.
-    """
+    """A trainer's public key (`raw`: its 32 bytes). Compared in constant time; hashable."""
 
     raw: bytes
     _key: Ed25519PublicKey = field(init=False, repr=False, compare=False)
@@ -83,7 +88,7 @@ class PublicKey:
 
     @classmethod
     def parse(cls, text: str) -> PublicKey:
-        """The key in `text` (``ed25519:...``, surrounding white space ignored).
+        """The key in `text` (``ed25519:...``, white space around it ignored).
 
         Raises:
             KeyFormatError: not a public key in that form (a private key pasted here is not quoted back).
@@ -126,11 +131,8 @@ class PublicKey:
 
 
 class SigningKey:
-    """A trainer's private key: signs, and gives its public key. Its text form is only what `secret_text` returns.
-
-    Args:
-        seed: The 32-byte Ed25519 seed.
-    """
+    """A trainer's private key (from its 32-byte `seed`): signs, and gives its public key. Its text form is only what
+    `secret_text` returns."""
 
     def __init__(self, seed: bytes) -> None:
         self._key = Ed25519PrivateKey.from_private_bytes(seed)
@@ -178,12 +180,8 @@ def bucket_file(folder: str, bucket: str, suffix: str, environ: Mapping[str, str
 
 
 def trainer_key(bucket: str, environ: Mapping[str, str] | None = None) -> SigningKey:
-    """The key a trainer signs `bucket`'s versions and run settings with: ``DELTA_SIGNING_KEY`` when set, else the
-    one kept for the bucket, made now (and said so) if there is none. Several processes making it at once agree:
-    one writes it, the others read it.
-
-    Args:
-        bucket: The bucket's storage URL (`Storage.url`: one spelling per bucket).
+    """The key a trainer signs `bucket`'s versions with (`bucket`: its storage URL): ``DELTA_SIGNING_KEY`` when set,
+    else the one kept for the bucket, made now if there is none (processes making it at once agree).
 
     Raises:
         KeyFormatError: the variable or the kept file does not hold a private key.
@@ -212,14 +210,13 @@ def _kept(path: Path, data: bytes) -> SigningKey:
 
 
 def rotate_trainer_key(bucket: str, environ: Mapping[str, str] | None = None) -> tuple[SigningKey, SigningKey]:
-    """Replace the key kept for `bucket` (`trainer_key`'s file) with a new one, and keep the old one beside it
-    (``<hash>.previous.key``, owner-only: `kept_previous_key`) for a trainer to hand over from; returns (new, old).
-    The old key is written first: whatever stops this half way, no key is lost.
+    """Replace the key kept for `bucket` with a new one and keep the old one beside it (`kept_previous_key`) for a
+    trainer to hand over from; returns (new, old). The old key is written first: no key is lost.
 
     Raises:
-        FileNotFoundError: no key is kept for the bucket (nothing to rotate).
-        FileExistsError: a previous key is kept already: a rotation not finished (delete that file once the trainer
-            signed with its new key, to rotate again).
+        FileNotFoundError: no key is kept for the bucket.
+        FileExistsError: a rotation not finished (delete the previous key's file once the trainer signed with its
+            new key, to rotate again).
         KeyFormatError, PrivateFileError: as `trainer_key`.
     """
     env = os.environ if environ is None else environ
@@ -252,7 +249,7 @@ def kept_previous_key(bucket: str, environ: Mapping[str, str] | None = None) -> 
     """The key that `rotate_trainer_key` replaced for `bucket` (None: none kept) and the file that keeps it.
 
     Raises:
-        KeyFormatError, PrivateFileError: the file holds no key, or is a link, a FIFO, a folder or another user's.
+        KeyFormatError, PrivateFileError: as `trainer_key`.
     """
     path = bucket_file("keys", bucket, ".previous.key", environ)
     data = read_private(path)
@@ -260,31 +257,38 @@ def kept_previous_key(bucket: str, environ: Mapping[str, str] | None = None) -> 
 
 
 def public_key(value: str | PublicKey) -> PublicKey:
-    """A public key from `value`: a key, its text, or the path of a file that holds its text.
+    """A public key from `value`: a key, its text, or the path of a file of this user's that holds its text (read as
+    `read_public` reads: no link, no FIFO, none that others may change; it decides whose weights are applied).
 
     Raises:
-        KeyFormatError: neither (a missing file is named in the message).
+        KeyFormatError: neither, or empty (a missing file is named in the message).
+        PrivateFileError: the file is a link, a FIFO, a folder, another user's, or one others may change.
     """
     if isinstance(value, PublicKey):
         return value
     text = value.strip()
+    if not text:
+        raise KeyFormatError("the trainer's public key is empty: give its text ('ed25519:...') or a file holding it")
     if text.startswith((_PUBLIC, _PRIVATE)):
         return PublicKey.parse(text)
+    where = os.path.expanduser(text)
     try:
-        with open(os.path.expanduser(text), encoding="ascii", errors="replace") as f:
-            return PublicKey.parse(f.read(4096))
+        data = read_public(where, 4096)
+    except PrivateFileError:
+        raise
     except OSError as e:  # the text is not quoted: it may be a private key in another form
         raise KeyFormatError(f"not a public key ('ed25519:...') nor a file holding one ({e.strerror})") from None
+    if data is None:
+        raise KeyFormatError("not a public key ('ed25519:...') nor a file holding one (no such file)")
+    try:
+        return PublicKey.parse(data.decode("ascii", errors="replace"))
+    except KeyFormatError as e:
+        raise KeyFormatError(f"{where}: {e}") from None
 
 
 def previous_key(path: str | None = None, environ: Mapping[str, str] | None = None) -> SigningKey | None:
-    """A trainer's previous key, which its key now replaces: read from the file at `path` when given, else from
-    ``DELTA_HANDOVER_FROM``; None when neither is set. A `Publisher` given it (``handover_from``) signs a handover from
-    it to its key, so that readers that trust it trust the new key too.
-
-    Args:
-        path: A private file of this user's (`delta.private`: no link, no FIFO, nobody else's) holding the key's text
-            (``ed25519-private:...``), or a key file that `trainer_key` kept (its JSON).
+    """A trainer's previous key: from the private file at `path` (its text, or a key file `trainer_key` kept), else
+    ``DELTA_HANDOVER_FROM``; None when neither is set.
 
     Raises:
         KeyFormatError: the file or the variable does not hold a private key (neither is quoted).
@@ -325,3 +329,78 @@ def previous_key(path: str | None = None, environ: Mapping[str, str] | None = No
             f"{where} does not hold a private key: expected 'ed25519-private:' and 43 base64 characters, or a key "
             "file kept in ~/.cache/delta/keys"
         ) from None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A trainer's new key introduced by its old one: `signature` is the old key's of `handover_bytes(old, new)`."""
+
+    old: str
+    new: str
+    signature: str
+
+    @classmethod
+    def from_json(cls, body: Any) -> Handover:
+        """The handover in `body` (``{"old", "new", "signature"}``); the signature is checked by `Trust`, not here.
+
+        Raises:
+            DeltaFormatError: anything else (one line).
+        """
+        if type(body) is not dict or {"old", "new", "signature"} - body.keys():
+            raise DeltaFormatError(f"a handover is an object of old, new and signature, got {shown(body)}")
+        for name, form, what in (
+            ("old", PUBLIC_KEY_FORM, "'ed25519:' and 43 base64 characters"),
+            ("new", PUBLIC_KEY_FORM, "'ed25519:' and 43 base64 characters"),
+            ("signature", SIGNATURE_FORM, "86 base64 characters"),
+        ):
+            if type(body[name]) is not str or not form.fullmatch(body[name]):
+                raise DeltaFormatError(f"{name} must be {what}, got {shown(body[name])}")
+        return cls(body["old"], body["new"], body["signature"])
+
+
+#: What a handover's signature covers starts with this (then the old and the new key's text, a line each).
+SIGNED_HANDOVER = b"delta-key-handover/1\n"
+
+
+def handover_bytes(old: str, new: str) -> bytes:
+    return SIGNED_HANDOVER + f"{old}\n{new}".encode()
+
+
+def make_handover(old: SigningKey, new: PublicKey) -> Handover:
+    """The handover that introduces `new` to readers that trust `old`."""
+    return Handover(old.public.text, new.text, old.sign(handover_bytes(old.public.text, new.text)))
+
+
+def _valid(handover: Handover) -> bool:
+    return PublicKey.parse(handover.old).verify(handover.signature, handover_bytes(handover.old, handover.new))
+
+
+def handed_over(trusted: PublicKey, signer: PublicKey, handovers: Iterable[Handover]) -> bool:
+    """Whether valid handovers lead from `trusted` to `signer` (each signed by the key before it)."""
+    reached, frontier = {trusted.text}, [trusted.text]
+    handovers = list(handovers)
+    while frontier:
+        key = frontier.pop()
+        for h in handovers:
+            if h.old == key and h.new not in reached and _valid(h):
+                if h.new == signer.text:
+                    return True
+                reached.add(h.new)
+                frontier.append(h.new)
+    return False
+
+
+def handovers_to(key: PublicKey, handovers: Iterable[Handover]) -> tuple[Handover, ...]:
+    """The valid handovers of `handovers` on the chain that ends at `key`, in order: shown to readers so that one
+    trusting any key before it trusts `key` (each reader checks every handover itself)."""
+    handovers = list(handovers)
+    reached, chain = {key.text}, set()
+    grew = True
+    while grew:
+        grew = False
+        for i, h in enumerate(handovers):
+            if i not in chain and h.new in reached and _valid(h):
+                chain.add(i)
+                reached.add(h.old)
+                grew = True
+    return tuple(h for i, h in enumerate(handovers) if i in chain)

@@ -21,12 +21,13 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 
-from webguard import bearer_token, client_address, error_summary, guard_app, loads_strict, token_matches
+from webguard import bearer_token, client_address, guard_app, loads_strict, refusal, token_matches, validation_detail
 from wire.env import (
     HUMAN,
     CloseResponse,
     EpisodeRequest,
     ExamInfo,
+    GameKind,
     GameRecord,
     PlayerStats,
     ResetRequest,
@@ -99,10 +100,11 @@ class Access:
 
 
 def _start(store: SessionStore, request: ResetRequest, client: str | None) -> WordleObservation:
-    if client is not None and request.weight_version is not None:
+    if client is not None and (request.weight_version is not None or request.game_kind != GameKind.PLAY):
+        what = "weight_version" if request.weight_version is not None else f"kind {request.game_kind}"
         raise ForbiddenError(
-            "weight_version needs the env token (Authorization: Bearer <ENV_TOKEN>); "
-            "anonymous games are recorded as a person's: leave weight_version out"
+            f"{what} needs the env token (Authorization: Bearer <ENV_TOKEN>); "
+            "anonymous games are recorded as a person's: leave weight_version and kind out"
         )
     return store.start(
         player=HUMAN if request.human or client is not None else player_label(request.weight_version),
@@ -113,6 +115,7 @@ def _start(store: SessionStore, request: ResetRequest, client: str | None) -> Wo
         client=client,
         examples=request.example_probability,
         exam=request.exam,
+        kind=request.game_kind,
     )
 
 
@@ -124,11 +127,8 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
     @app.exception_handler(WordleError)
     async def _wordle_error(_: Request, exc: WordleError) -> JSONResponse:
         retry = getattr(exc, "retry_after", None)
-        return JSONResponse(
-            {"detail": str(exc), "error": type(exc).__name__},
-            status_code=_STATUS.get(type(exc), 400),
-            headers={"Retry-After": str(retry)} if retry is not None else None,
-        )
+        headers = {"Retry-After": str(retry)} if retry is not None else None
+        return refusal(_STATUS.get(type(exc), 400), str(exc), type(exc).__name__, headers)
 
     def caller(request: HTTPConnection) -> str | None:
         return access.client(request.headers, request.client.host if request.client else None)
@@ -171,9 +171,11 @@ def build_api(store: SessionStore, access: Access | None = None) -> FastAPI:
         return store.history.stats()
 
     @app.get("/games")
-    async def games(limit: int = Query(20, ge=1, le=200), policy_only: bool = False) -> list[GameRecord]:
-        """The latest finished games, newest first."""
-        return store.history.recent(limit, policy_only)
+    async def games(
+        limit: int = Query(20, ge=1, le=200), policy_only: bool = False, kind: GameKind | None = None
+    ) -> list[GameRecord]:
+        """The latest finished games, newest first (the policy's only, or of one kind only, if asked)."""
+        return store.history.recent(limit, policy_only, kind)
 
     @app.get("/exam")
     def exam(
@@ -231,7 +233,7 @@ class _WsSession:
         except json.JSONDecodeError as e:
             return _ws_error("INVALID_JSON", f"invalid JSON: {e.msg}"), False
         except ValidationError as e:
-            return _ws_error("VALIDATION_ERROR", json.dumps(error_summary(e.errors()))), False
+            return _ws_error("VALIDATION_ERROR", validation_detail(e.errors())), False
         except WordleError as e:
             return _ws_error(_WS_CODE.get(type(e), "SESSION_ERROR"), str(e)), False
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 import re
 import time
 
-from wire.env import MAX_REPLY_CHARS, GameRecord, GuessRow, WordleObservation
-from wire.wordle import DEFAULT_MAX_INVALID_MOVES, MAX_GUESSES, OPEN_TAG, encode, is_win, progress, score
+from wire.env import MAX_REPLY_CHARS, GameKind, GameRecord, GuessRow, WordleObservation
+from wire.wordle import (
+    DEFAULT_MAX_INVALID_MOVES,
+    MAX_GUESSES,
+    OPEN_TAG,
+    encode,
+    is_win,
+    progress,
+    reply_excerpt,
+    score,
+)
 
 from . import prompt
 from .curriculum import shows_example
@@ -43,7 +52,7 @@ class WordleGame:
         max_invalid_moves: int | None = DEFAULT_MAX_INVALID_MOVES,
         rewards: RewardConfig = DEFAULT_REWARDS,
         examples: float = 1.0,
-        exam: bool = False,
+        kind: GameKind = GameKind.PLAY,
     ) -> None:
         reason = words.check(secret.lower())
         if reason is not None:
@@ -56,7 +65,7 @@ class WordleGame:
         self.episode_id = episode_id
         self.player = player
         self.examples = examples
-        self.exam = exam
+        self.kind = kind
         self._words = words
         self._rewards = rewards
         self._max_invalid = max_invalid_moves
@@ -102,7 +111,7 @@ class WordleGame:
         error = parsed.error or self._words.check(parsed.word or "") or self._repeated(parsed.word or "")
         if error is not None and parsed.left_open and parsed.word is not None:
             error += f"; the {OPEN_TAG} tag was left open, so its first word is the guess"
-        self._replies.append(text[:MAX_REPLY_CHARS])
+        self._replies.append(reply_excerpt(text, MAX_REPLY_CHARS))
         self._examples.append(self._example or "")
         self._guesses.append("" if error is not None else parsed.word or "")
         self._copied.append(error is None and parsed.word in self._shown)
@@ -167,9 +176,9 @@ class WordleGame:
             error=self._last_error,
             won=self.won,
             secret=self.secret if self.done else None,
-            total_reward=round(self._total, 6),
+            total_reward=_rounded(self._total),
             done=self.done,
-            reward=None if self._last_reward is None else round(self._last_reward, 6),
+            reward=None if self._last_reward is None else _rounded(self._last_reward),
             example=self._example,
             copied=self._copied[-1] if self._copied and self._guesses[-1] else None,
         )
@@ -184,7 +193,7 @@ class WordleGame:
             won=self.won,
             secret=self.secret,
             invalid_moves=self._invalid,
-            total_reward=round(self._total, 6),
+            total_reward=_rounded(self._total),
             finished_at=time.time(),
             finished=self.done,
             replies=tuple(self._replies),
@@ -192,8 +201,13 @@ class WordleGame:
             errors=tuple(self._errors),
             examples=tuple(self._examples),
             copied=tuple(self._copied),
-            exam=self.exam,
+            kind=self.kind,
         )
+
+
+def _rounded(value: float) -> float:
+    """A reward to 6 decimals, never -0.0: a sum such as -0.2 - 0.1 + 0.3 rounds to it, and pages showed "-0.0"."""
+    return round(value, 6) + 0.0
 
 
 def _words_of(text: str) -> set[str]:

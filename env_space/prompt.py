@@ -79,11 +79,8 @@ def parse_guess(text: str) -> ParsedGuess:
     tokens = [t for t in (t.strip(_EDGE_PUNCTUATION).lower() for t in visible.split()) if t]
     if len(tokens) == 1:
         return ParsedGuess(tokens[0], False)
-    return ParsedGuess(
-        None,
-        False,
-        f"no guess found; write one {WORD_LENGTH}-letter word inside <guess></guess>, for example <guess>crane</guess>",
-    )
+    # No example word here: the request after it names the one example of the move (none in a game without them).
+    return ParsedGuess(None, False, f"no guess found; write one {WORD_LENGTH}-letter word inside <guess></guess>")
 
 
 def feedback_line(word: str, marks: Sequence[Mark]) -> str:

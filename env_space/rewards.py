@@ -1,23 +1,10 @@
-"""Rewards for one move, as pure functions. docs/spaces.md#wordle-environment ("Rewards") documents the formula.
+"""Rewards for one move, as pure functions (docs/spaces.md, "Rewards", documents the formula).
 
-reward = format + validity + own + progress + win, where
-
-- format:   0 for a guess inside <guess></guess>, ``untagged`` for a bare one-word reply,
-            ``no_guess`` when no guess could be found at all;
-- validity: ``invalid_word`` when a guess was found but is not an allowed 5-letter word, or was
-            already guessed in this game; ``five_letters`` back when that guess was five letters a-z that
-            are not in the word list (a word of the right shape: a step towards a real one);
-- own:      ``own_word`` for a legal guess that no message of the game had shown before it (not an
-            example, not a word of the instructions or the feedback): the player's own word;
-- progress: ``progress_weight * max(0, p - best p of earlier guesses)``, with
-            p = (greens + yellows / 2) / 5. This is potential-based shaping: over a game it adds up
-            to at most ``progress_weight``, so playing longer never earns more;
-- win:      ``win + speed * guesses left`` on the winning guess.
-
-So a won game returns between win + progress_weight (sixth guess) and
-win + progress_weight + 5 * speed (first guess); a lost one at most 0.8 * progress_weight
-(four greens is the best a wrong word can score).
-"""
+reward = format + validity + own + progress + win: `format` 0 inside <guess></guess>, ``untagged`` for a bare
+one-word reply, ``no_guess`` for none; `validity` ``invalid_word`` for a guess not allowed or repeated (``five_letters``
+back for five letters a-z); `own` ``own_word`` for a legal guess no message had shown; `progress` potential-based,
+``progress_weight * max(0, p - best earlier p)`` with p = (greens + yellows / 2) / 5, so playing longer never earns
+more; `win` ``win + speed * guesses left`` on the winning guess."""
 
 from __future__ import annotations
 

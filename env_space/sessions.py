@@ -1,7 +1,6 @@
-"""Bounded game sessions in two pools: token holders' games (``max_sessions``, dropped after
-``idle_timeout_s`` without a move) and anonymous visitors' (``public_sessions``, at most ``per_client``
-per address, dropped sooner). Finished games leave at once and go to the history (who played, and the
-result)."""
+"""Bounded game sessions in two pools: token holders' games (``max_sessions``, dropped after ``idle_timeout_s``
+without a move) and anonymous visitors' (``public_sessions``, ``per_client`` per address, dropped sooner).
+Finished games leave at once for the history."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wire.env import WordleObservation
+from wire.env import GameKind, WordleObservation
 from wire.wordle import DEFAULT_MAX_INVALID_MOVES
 
 from .errors import InvalidSecretError, SessionExistsError, SessionNotFoundError
@@ -51,18 +50,8 @@ DEFAULT_LIMITS = SessionLimits()
 
 
 class SessionStore:
-    """Live games by episode id, shared by the HTTP API and the UI.
-
-    Thread-safe: one lock guards every operation (each is a few microseconds of work). Expired
-    games are swept lazily, whenever a game starts or is looked up, so no background thread runs.
-
-    Args:
-        words: the word lists games use.
-        history: where finished games are recorded.
-        limits: the bounds on live games.
-        rewards: reward weights for every game.
-        clock: monotonic seconds; tests pass a fake one.
-    """
+    """Live games by episode id, shared by the HTTP API and the UI. One lock guards every operation; expired games are
+    swept whenever a game starts or is looked up (no background thread). `clock`: monotonic seconds (a test's own)."""
 
     def __init__(
         self,
@@ -98,6 +87,7 @@ class SessionStore:
         client: str | None = None,
         examples: float = 1.0,
         exam: int | None = None,
+        kind: GameKind = GameKind.PLAY,
     ) -> WordleObservation:
         """Start a game and return its first observation (the instructions).
 
@@ -107,19 +97,17 @@ class SessionStore:
             secret: play this allowed word instead of a random answer.
             episode_id: the session id to use; a fresh UUID when None.
             max_invalid_moves: see :class:`~env_space.game.WordleGame`.
-            client: an anonymous visitor's address: the game goes to the public pool, under its
-                per-client cap; None for token holders and in-process callers.
-            examples: the probability that a message shows an example guess (see
-                :class:`~env_space.game.WordleGame`): 1 every message, 0 none.
-            exam: play the exam's held-out secret with this number (`WordLists.exam_secrets`) instead of a
-                seeded one; the game is recorded as an exam game. Not with ``secret``.
+            client: an anonymous visitor's address (the public pool, per-client cap); None for token holders.
+            examples: the probability that a message shows an example guess: 1 every message, 0 none.
+            exam: play the exam's held-out secret with this number (recorded as an exam game); not with ``secret``.
+            kind: why the game is played, as the history records it (`GameKind`).
 
         Raises:
-            ServerFullError: when the game's pool is full.
-            ClientLimitError: when ``client`` already has ``per_client`` live games.
-            SessionExistsError: when ``episode_id`` is already live.
-            InvalidSecretError: when ``secret`` is not an allowed word, or ``exam`` is given with a secret or
-                numbers no held-out secret.
+            ServerFullError: the game's pool is full.
+            ClientLimitError: ``client`` already has ``per_client`` live games.
+            SessionExistsError: ``episode_id`` is already live.
+            InvalidSecretError: ``secret`` is not an allowed word, or ``exam`` is given with a secret or numbers no
+                held-out secret.
         """
         episode_id = episode_id or uuid.uuid4().hex
         if exam is not None:
@@ -139,7 +127,7 @@ class SessionStore:
             max_invalid_moves=max_invalid_moves,
             rewards=self._rewards,
             examples=examples,
-            exam=exam is not None,
+            kind=GameKind.EXAM if exam is not None else kind,
         )
         pool = self._trusted if client is None else self._public
         with self._lock:
@@ -151,7 +139,7 @@ class SessionStore:
         return game.observe()
 
     def step(self, episode_id: str, text: str) -> WordleObservation:
-        """Play one move; a finished game leaves the store and is recorded in the history.
+        """Play one move; a finished game leaves the store for the history.
 
         Raises:
             SessionNotFoundError: when no live game has this id.
@@ -173,9 +161,8 @@ class SessionStore:
             return self._live(episode_id)[0].observe()
 
     def close(self, episode_id: str) -> None:
-        """End a live game early, freeing its slot. A policy game that made moves is recorded as
-        unfinished (a rollout cut it at its turn limit), so the env's feed and the rollout's show the
-        same games with the same result; a person's abandoned game is not recorded.
+        """End a live game early, freeing its slot: a policy game that made moves is recorded as unfinished (as the
+        rollout's feed shows it); a person's abandoned game is not recorded.
 
         Raises:
             SessionNotFoundError: when no live game has this id.

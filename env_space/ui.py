@@ -8,12 +8,15 @@ import pandas as pd
 
 from dashboard import render
 from webguard import client_address
-from wire.env import HUMAN, WordleObservation
+from wire.env import HUMAN, GameKind, WordleObservation
 
 from .errors import ClientLimitError, ServerFullError, SessionNotFoundError
 from .sessions import SessionStore
 
 FEED_SIZE = 8
+#: The feed's choices beside all kinds: the policy's games, one kind at a time (training games flood the rest out).
+FEED_KINDS = (GameKind.TRAINING, GameKind.EXAM, GameKind.SHOWCASE, GameKind.MATCH)
+ALL_KINDS = "all kinds"
 
 
 def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: float = 2.0) -> gr.Blocks:
@@ -53,12 +56,14 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
         except SessionNotFoundError:
             return show(None, "This game expired while idle. Press **New game**.")
 
-    def draw_feed() -> tuple[str, gr.LinePlot, str, pd.DataFrame]:
+    def draw_feed(shown: str) -> tuple[str, gr.LinePlot, str, pd.DataFrame]:
         stats = store.history.stats()
         curve = render.win_rate_curve(stats)
+        versions = list(dict.fromkeys(str(v) for v, *_ in curve))  # in order, each once (one point per kind)
+        kind = None if shown == ALL_KINDS else GameKind(shown)
         return (
-            render.feed_html(store.history.recent(FEED_SIZE, policy_only=True)),
-            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=[str(v) for v, _ in curve]),
+            render.feed_html(store.history.recent(FEED_SIZE, policy_only=True, kind=kind)),
+            gr.LinePlot(pd.DataFrame(curve, columns=render.CURVE_HEADERS), sort=versions),
             render.win_rate_note(stats),
             pd.DataFrame(render.stats_rows(stats), columns=render.STATS_HEADERS),
         )
@@ -87,15 +92,31 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
                 restart = gr.Button("New game", elem_id="wordle-new-game")
             with gr.Column(scale=1):
                 gr.Markdown("## Policy games (live)")
-                feed = gr.HTML(render.feed_html([]))
-                gr.Markdown(render.UNFINISHED_NOTE, elem_id="wordle-unfinished-note")
-                gr.Markdown(
-                    "## Win rate by weight version\nCounted since this env started: a restart begins "
-                    "the counts again (the trainer's curves, kept in the bucket, go on)."
+                shown = gr.Radio(
+                    [ALL_KINDS, *(k.value for k in FEED_KINDS)],
+                    value=ALL_KINDS,
+                    label="which games",
+                    elem_id="wordle-feed-kind",
                 )
-                plot = gr.LinePlot(x="weight version", y="win rate", y_lim=[0, 1], height=240, show_label=False)
+                feed = gr.HTML(render.feed_html([]), elem_id="wordle-feed")
+                gr.Markdown(render.FEED_NOTE, elem_id="wordle-unfinished-note")
+                gr.Markdown(
+                    "## Win rate by weight version and kind of game\nOne line per kind (training, exam, showcase, "
+                    "match: played by different rules, never counted together), since this env started: a restart "
+                    "begins the counts again (the trainer's curves, kept in the bucket, go on)."
+                )
+                plot = gr.LinePlot(
+                    x="weight version",
+                    y="win rate",
+                    color="kind of game",
+                    x_label_angle=-90,  # upright: on a phone a run's dozens of versions overlapped side by side
+                    y_lim=[0, 1],
+                    height=240,
+                    show_label=False,
+                    elem_id="wordle-win-plot",
+                )
                 plot_note = gr.Markdown(render.win_rate_note([]), elem_id="wordle-win-note")
-                gr.Markdown("## Every player since this env started (newest policy versions first)")
+                gr.Markdown("## Every player and kind of game since this env started (newest policy versions first)")
                 table = gr.Dataframe(
                     headers=render.STATS_HEADERS, interactive=False, elem_id="wordle-stats", max_height=2000
                 )
@@ -106,5 +127,7 @@ def build_ui(store: SessionStore, trust_forwarded: bool = False, refresh_s: floa
         gr.on([box.submit, send.click], guess, [box, game], outputs, api_name="guess")
         timer = gr.Timer(refresh_s)
         timer.tick(lambda: store.history.finished, None, seen, show_progress="hidden", api_visibility="private")
-        seen.change(draw_feed, None, [feed, plot, plot_note, table], show_progress="hidden", api_visibility="private")
+        drawn = [feed, plot, plot_note, table]
+        seen.change(draw_feed, shown, drawn, show_progress="hidden", api_visibility="private")
+        shown.change(draw_feed, shown, drawn, show_progress="hidden", api_visibility="private")
     return demo

@@ -72,7 +72,7 @@ def check_settings(role: str, args: argparse.Namespace, environ: Mapping[str, st
                 "(write access for the trainer, read for rollouts), or run `hf auth login`"
             )
     device = getattr(args, "device", None)
-    if device is not None:
+    if device is not None and not errors:  # torch tells what a device name means: asked only once the rest holds
         from models import resolve_device
 
         try:

@@ -2,9 +2,9 @@
 
 A small FastAPI app, served by uvicorn in a thread of the launcher: ``GET /`` is a static page that
 polls ``GET /api/status`` every two seconds; that endpoint asks each running app for its own
-``/status`` (rollout, trainer) or ``/health`` (env), with a one-second timeout each, and reads the
-status with the app's own message (`RolloutStatus`, `TrainerStatus`): an app that answers something
-else gets a card saying so.
+``/status`` (rollout, trainer) or ``/stats`` (env: its games by player and kind), with a one-second timeout
+each, and reads the answer with the app's own message (`RolloutStatus`, `TrainerStatus`, `PlayerStats`): an
+app that answers something else gets a card saying so.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from dashboard.exam import exam_text, exam_trend_text, refused_exams_text
+from dashboard.examples import example_rows
 from dashboard.labels import public_location
 from dashboard.trend import WINDOW, step_text, trend_text
+from wire.env import HUMAN, GameKind, PlayerStats
 from wire.rollout import RolloutStatus
 from wire.trainer import FleetServer, TrainerStatus
 
@@ -61,7 +63,7 @@ async def _app_status(client: httpx.AsyncClient, child: Child, restarts: Supervi
         )
     if child.state != "ready":
         return card
-    path = "/health" if child.role == "env" else "/status"
+    path = "/stats" if child.role == "env" else "/status"
     try:
         response = await client.get(f"{child.url}{path}", timeout=1.0)
         response.raise_for_status()
@@ -98,13 +100,15 @@ def freshen_fleet(trainer: dict[str, Any], rollouts: dict[str, dict[str, Any]]) 
 
 
 def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
-    """What a card shows of an app's status (JSON), as (label, value) pairs; the env's card shows none (it is
-    asked for its health only). A rollout server's card shows its fleet state ("producing", "waiting for step
+    """What a card shows of an app's status (JSON), as (label, value) pairs; the env's, its games by kind
+    (`env_fields`). A rollout server's card shows its fleet state ("producing", "waiting for step
     1", …) where it plays for a fleet run: "ready" above it is the process, not what it does.
 
     Raises:
         ValidationError: `status` is not the app's status message.
     """
+    if role == "env":
+        return env_fields(_STATS.validate_json(status))
     if role == "rollout":
         rollout = RolloutStatus.model_validate_json(status)
         fleet = [("fleet state", rollout.fleet_state)] if rollout.fleet_state is not None else []
@@ -135,7 +139,7 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
             ("published version", trainer.version or "none yet"),
             ("progress", step_text(trainer.step, trainer.last_step, trainer.step_s)),
             (f"valid guesses (strict), last {WINDOW} steps", trend_text([r.valid_rate for r in recent], percent=True)),
-            (EXAMPLES_ROW, examples_text(trainer)),
+            *example_rows(trainer),
             (f"letters found of 5, last {WINDOW} steps", trend_text([r.letters for r in recent])),
             ("mean reward", trainer.mean_reward),
             ("training", training),
@@ -143,24 +147,6 @@ def shown(role: str, status: bytes) -> list[tuple[str, Any]]:
             *exam_fields(trainer),
         ]
     return []
-
-
-#: The row beside the training valid-guess rate: how many of those messages offered the env's example to copy.
-EXAMPLES_ROW = "messages that showed the env's example (a copy counts as valid)"
-
-
-def examples_text(trainer: TrainerStatus) -> str:
-    """The share of the training games' messages that showed the env's example guess (a valid guess may be that
-    copy), over the last `WINDOW` steps, and where to read what the policy does alone: "62% (last 3 steps) · what
-    the policy plays alone: the exam, below"."""
-    shares = [r.examples_shown for r in trainer.recent if r.examples_shown is not None]
-    if shares:
-        last = shares[-WINDOW:]
-        shown = f"{100 * sum(last) / len(last):.0f}% (last {len(last)} step{'s' * (len(last) != 1)})"
-    else:
-        shown = f"{100 * trainer.examples.probability(trainer.version or 0):.0f}% by the run's schedule"
-    alone = "the exam, below" if trainer.exam is not None else "no exams in this run (--exam-every 0)"
-    return f"{shown} · what the policy plays alone: {alone}"
 
 
 def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
@@ -175,6 +161,23 @@ def exam_fields(trainer: TrainerStatus) -> list[tuple[str, Any]]:
     if refused := refused_exams_text(trainer.exams_refused):
         rows.append(("exam records not read", refused))
     return rows
+
+
+_STATS = TypeAdapter(list[PlayerStats])
+
+
+def env_fields(stats: Sequence[PlayerStats]) -> list[tuple[str, Any]]:
+    """The env card's rows: the games finished since the env started, the policy's by kind of game (never one count
+    of all kinds: a training game is cut after a few moves, a showcase game is played whole), then people's."""
+    totals: dict[str, list[int]] = {}
+    for s in sorted(stats, key=lambda s: (s.player == HUMAN, list(GameKind).index(s.kind))):
+        label = "people's games" if s.player == HUMAN else f"policy's {s.kind} games"
+        games_wins = totals.setdefault(label, [0, 0])
+        games_wins[0] += s.games
+        games_wins[1] += s.wins
+    if not totals:
+        return [("games finished", "none yet")]
+    return [(label, f"{games:,} finished, {wins:,} won") for label, (games, wins) in totals.items()]
 
 
 def fleet_rows(role: str, status: bytes) -> list[list[Any]]:

@@ -20,22 +20,18 @@ import sys
 import threading
 from types import FrameType
 
+import delta
 import settings
-from delta import KeyFormatError, PrivateFileError, PublicKey, open_storage, trainer_key
+from delta import PublicKey
+from delta.errors import KeyFormatError, PrivateFileError
 from models.hardware import Machine, rollout_share_beside_trainer
 
 from .children import Child, ChildFailed, stop_all
 from .config import LauncherConfig, config_from_args
-from .config import add_arguments as _add_arguments
 from .landing import LandingServer, build_app
-from .prepare import PrepareFailed, prepare_model
+from .prepare import PrepareFailed, prepare_model, preparing_text
 from .restarts import RestartPolicy, Supervisor
 from .tokens import KeptTokens, launch_tokens, role_environ
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The launcher's flags (see `launcher.config`)."""
-    _add_arguments(parser)
 
 
 def _say(message: str) -> None:
@@ -112,9 +108,9 @@ def trusted(key: str | None) -> dict[str, str]:
 
 
 def trainer_public_key(bucket: str) -> PublicKey:
-    """The public key of the key the trainer will sign `bucket`'s versions with: the same `delta.trainer_key` it finds
-    (``DELTA_SIGNING_KEY``, else the key kept for the bucket in the user's cache, made now at the first start)."""
-    return trainer_key(open_storage(bucket).url).public
+    """The public key of the key the trainer will sign `bucket`'s versions with: its bucket's (``DELTA_SIGNING_KEY``,
+    else the key kept for the bucket in the user's cache, made now at the first start)."""
+    return delta.Bucket.open(bucket).signing_key.public
 
 
 def start_together(config: LauncherConfig, machine: Machine | None) -> bool:
@@ -180,7 +176,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(1) from None
     owner_token = tokens["OWNER_TOKEN"]
     _say(f"bucket {config.bucket} · logs {config.logs}")
-    _say(f"preparing the model {config.model} (once; later starts reuse it)")
+    _say(preparing_text(config.model))
     try:
         folder = prepare_model(config.model, stop)
     except PrepareFailed as e:

@@ -7,12 +7,32 @@ line of stdout. The launcher then hands that folder to the rollout and the train
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
 import threading
 
 from .config import REPO
+
+
+def preparing_text(model: str) -> str:
+    """What the launcher says before `prepare_model`: that it converts the offline model only when that is still to be
+    done (it said "preparing the model (once ...)" at every start, the converted folder long there)."""
+    from models import DEFAULT_MODEL
+    from models.smollm2 import smollm2_folder
+
+    if os.path.isdir(model):
+        return f"model {model}: a folder, used as it is"
+    if model != DEFAULT_MODEL:
+        return f"getting the model {model} (from the Hub's cache, or downloaded the first time)"
+    try:
+        folder = smollm2_folder()
+    except importlib.metadata.PackageNotFoundError:
+        return f"preparing the model {model}"  # the preparer says what to install
+    if os.path.isdir(folder):
+        return f"model {model}: converted on an earlier start, in {folder}"
+    return f"preparing the model {model}: converting it once (~40 s on 2 cores; later starts reuse it)"
 
 
 class PrepareFailed(RuntimeError):

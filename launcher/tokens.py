@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import settings
-from delta import PrivateFileError, read_private, write_private
+from delta.errors import PrivateFileError
+from delta.private import read_private, write_private
 
 logger = logging.getLogger(__name__)
 

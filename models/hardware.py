@@ -1,14 +1,7 @@
-"""Device-dependent defaults, decided in one place from a description of the machine.
-
-Each role asks here what to run with: the trainer (`plan_trainer`: its device and whether bf16
-autocast is native) and the rollout's engines (`plan_rollout`: compute dtype, KV-cache size or GPU
-memory share, CUDA graphs or eager mode, and whether the weights served are the published ones bit
-for bit). The decisions take a `Machine` — what torch sees (`Machine.probe`) or a description written
-by hand — so every GPU case (T4, L4, A100/H100, two GPUs) is decided, and tested, on a CPU.
-
-None of the GPU decisions has run on a GPU yet: they follow a reading of torch 2.13, vLLM 0.32 and
-transformers 5.19 (see docs/running.md#hardware).
-"""
+"""Device-dependent defaults, decided in one place from a description of the machine (`Machine`): the trainer's
+device and bf16 autocast (`plan_trainer`), and the rollout engines' dtype, KV cache or GPU memory share, CUDA
+graphs, and whether they serve the published weights bit for bit (`plan_rollout`). A `Machine` can be written by
+hand, so every GPU case is decided, and tested, on a CPU (docs/running.md#hardware)."""
 
 from __future__ import annotations
 
@@ -34,16 +27,8 @@ _BITS = {"bfloat16": 16, "float16": 16, "float32": 32}
 
 @dataclass(frozen=True)
 class Gpu:
-    """One visible GPU, as the decisions need it.
-
-    Attributes:
-        name: Its marketing name (`Tesla T4`, `NVIDIA L4`).
-        capability: CUDA compute capability (7.5 for a T4, 8.9 for an L4, 9.0 for an H100).
-        bf16_native: Whether it computes in bf16 natively (compute capability 8.0 and up); torch
-            emulates bf16 below that, slowly, and vLLM refuses it.
-        total_bytes: Its memory.
-        free_bytes: Memory free when probed (other processes, such as a trainer, hold the rest).
-    """
+    """One visible GPU: its name, CUDA compute capability, whether it computes in bf16 natively (8.0 and up; torch
+    emulates it below, vLLM refuses it), its memory and what was free when probed."""
 
     name: str
     capability: tuple[int, int]
@@ -59,13 +44,8 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Machine:
-    """What a role runs on: the GPUs torch sees (none: a CPU machine).
-
-    Attributes:
-        gpus: The visible GPUs, in torch's order (`CUDA_VISIBLE_DEVICES` decides which and how many).
-        distributed: Started by `torchrun` / `accelerate launch` (WORLD_SIZE > 1): one process per GPU,
-            each given its own by the launcher.
-    """
+    """What a role runs on: the GPUs torch sees, in its order (none: a CPU machine), and whether `torchrun` /
+    `accelerate launch` started one process per GPU (`distributed`)."""
 
     gpus: tuple[Gpu, ...] = ()
     distributed: bool = False
@@ -85,9 +65,8 @@ class Machine:
 
 
 def _bf16_native(index: int) -> bool:
-    """bf16 without emulation: torch's own answer for the current device where it takes
-    `including_emulation` (torch >= 2.3), else the rule it applies on CUDA, compute capability 8.0 and
-    up. Switching devices to ask would open a CUDA context (memory that vLLM's start-up check counts)."""
+    """bf16 without emulation: torch's answer for the current device, else its rule on CUDA (capability 8.0 and up);
+    asking for another device would open a CUDA context that vLLM's start-up check counts."""
     import torch
 
     if index == torch.cuda.current_device():
@@ -121,8 +100,7 @@ def _physical_index(index: int) -> int:
 
 
 def device_name(name: str | None, gpus: int) -> str:
-    """The torch device `name` means on a machine with `gpus` visible GPUs: `auto` (or None) gives `cuda`
-    where a GPU is, else `cpu`.
+    """The torch device `name` means with `gpus` visible GPUs: `auto` (or None) is `cuda` where a GPU is, else `cpu`.
 
     Raises:
         ValueError: an unknown name, or a GPU that is not there (the message says how to fall back).
@@ -163,14 +141,8 @@ def _one_gpu(name: str, machine: Machine, who: str, why: str) -> None:
 
 @dataclass(frozen=True)
 class TrainerPlan:
-    """How the trainer runs on a machine.
-
-    Attributes:
-        device: Where the master weights train: `cpu` or `cuda` (the one visible GPU).
-        bf16: Forward and backward under bf16 autocast: only where the GPU has bf16 natively
-            (fp32 elsewhere; the published weights keep the checkpoint's dtype either way).
-        notes: What was decided and why, for the log.
-    """
+    """How the trainer runs: its `device` (`cpu` or `cuda`), `bf16` autocast (only where the GPU has it natively; the
+    published weights keep the checkpoint's dtype either way), and `notes` for the log."""
 
     device: str
     bf16: bool
@@ -181,10 +153,8 @@ def plan_trainer(machine: Machine, device: str | None = "auto") -> TrainerPlan:
     """The trainer's device and precision on `machine`.
 
     Raises:
-        ValueError: a device that is not there; `cuda:N` with N > 0 (transformers' Trainer moves the
-            model to cuda:0 whatever it was given, leaving the published views on stale storage); several
-            visible GPUs outside `accelerate launch` (TRL refuses `nn.DataParallel`). Each message says
-            what to set.
+        ValueError: a device that is not there; `cuda:N` with N > 0 (transformers moves the model to cuda:0);
+            several visible GPUs outside `accelerate launch`. Each message says what to set.
     """
     name = device_name(device, len(machine.gpus))
     if name == "cpu":
@@ -218,11 +188,10 @@ class RolloutPlan:
     Attributes:
         device: Where the transformers engine runs (`cpu`, `cuda`, `cuda:N`); vLLM uses its platform's.
         dtype: The compute dtype the engine is started with (never `auto`).
-        exact: The weights served are the published state bit for bit (the compute dtype holds every
-            published value), so the rollout may report the published state's hash as what it serves.
+        exact: The weights served are the published state bit for bit, so the rollout may report its hash.
         kv_cache_bytes: vLLM's KV cache size (CPU); None: sized from `gpu_memory_utilization`.
         gpu_memory_utilization: Share of the GPU's memory vLLM takes (None on a CPU).
-        enforce_eager: No CUDA graphs or torch.compile (always on a CPU, where they only slow start-up).
+        enforce_eager: No CUDA graphs or torch.compile (always on a CPU).
         notes: Warnings to log (an inexact dtype, an emulated one).
     """
 
@@ -286,24 +255,14 @@ def plan_rollout(
     memory_fraction: float | None = None,
     cuda_graphs: bool = True,
 ) -> RolloutPlan:
-    """The rollout engine's settings on `machine`.
-
-    Args:
-        engine: `vllm` or `transformers`.
-        published: The dtypes of the checkpoint's float tensors (what the trainer publishes).
-        device: `--device` (the transformers engine's; vLLM takes the first visible GPU).
-        dtype: `--dtype`: `auto` picks the published dtype where the hardware computes in it natively,
-            float32 on a CPU (bf16 is slow or broken there) and, for the transformers engine, on a GPU
-            without native bf16.
-        memory_fraction: `--gpu-memory-utilization` (None: `DEFAULT_GPU_MEMORY_UTILIZATION`).
-        cuda_graphs: `--cuda-graphs`: vLLM captures CUDA graphs on a GPU (faster decoding, slower start).
+    """The rollout engine's settings on `machine` for `engine` (`vllm` or `transformers`) and the checkpoint's float
+    dtypes (`published`), from `--device`, `--dtype` (`auto`: the published dtype where computed natively, else
+    float32), `--gpu-memory-utilization` and `--cuda-graphs`.
 
     Raises:
-        ValueError: a setting that cannot start or would serve other weights than published without
-            being asked to; the message says what to set. Cases: vLLM on a GPU without native bf16
-            for a bf16 checkpoint (vLLM would serve fp16: `--dtype float16` accepts that, `--dtype
-            float32` serves exactly); vLLM told `--device cuda:N` (it uses the first visible GPU); a
-            memory share outside (0, 1] or above what is free.
+        ValueError: a setting that cannot start, or would serve other weights than published unasked (vLLM on a GPU
+            without native bf16 for a bf16 checkpoint; vLLM told `cuda:N`; a memory share outside (0, 1] or above
+            what is free); the message says what to set.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -380,10 +339,8 @@ def log_notes(notes: tuple[str, ...]) -> None:
 
 
 def rollout_share_beside_trainer(machine: Machine, rollouts: int) -> float | None:
-    """Each vLLM rollout server's share of the GPU's memory when `python app.py` starts `rollouts` of them and
-    the trainer on one machine: vLLM's default share less `TRAINER_GPU_SHARE`, split evenly. Left to its
-    default, the first server's vLLM would take 0.85 of the GPU and the second server and the trainer could
-    not start. None without a GPU.
+    """Each vLLM rollout server's share of the GPU's memory when `python app.py` starts `rollouts` of them beside the
+    trainer on one machine: vLLM's default share less `TRAINER_GPU_SHARE`, split evenly (None without a GPU).
 
     Raises:
         ValueError: so many servers that a share would fall below `MIN_ROLLOUT_GPU_SHARE`.

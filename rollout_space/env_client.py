@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
-from delta import ReplyLimitError
+from delta.errors import ReplyLimitError
 from webguard import auth_headers
-from wire.env import ExamInfo, StepResponse, WordleObservation
-from wire.http import exchange, request_json
+from webguard.calls import exchange, request_json
+from wire.env import ExamInfo, GameKind, StepResponse, WordleObservation
 
 from .errors import EnvUnavailableError
 
@@ -47,14 +47,23 @@ class EnvClient:
         human: bool = False,
         examples: float | None = None,
         exam: int | None = None,
+        kind: GameKind | None = None,
     ) -> WordleObservation:
         """Start a game; returns the observation (its ``episode_id`` names the game).
 
         ``human``: a person plays it (a match against the policy): the env records it as a person's
         game, and invalid moves never end it. ``examples``: the probability that the game's messages show an
-        example guess (None: the env's default, every message). ``exam``: play that held-out secret.
+        example guess (None: the env's default, every message). ``exam``: play that held-out secret. ``kind``: why
+        the game is played, for the env's counts (None: the env's default, exam for an exam, else play).
         """
-        body = {"seed": seed, "secret": secret, "weight_version": weight_version, "examples": examples, "exam": exam}
+        body = {
+            "seed": seed,
+            "secret": secret,
+            "weight_version": weight_version,
+            "examples": examples,
+            "exam": exam,
+            "kind": None if kind is None else kind.value,
+        }
         body = {k: v for k, v in body.items() if v is not None}
         if human:
             body |= {"human": True, "max_invalid_moves": None}

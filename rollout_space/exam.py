@@ -1,22 +1,11 @@
-"""The rollout server's exams: when the run's settings ask for them, play the held-out secrets without the env's
-examples with the weights it holds, and write the record to the bucket (`wire.exam`).
+"""The rollout server's exams: when the run's settings ask, play the held-out secrets without the env's examples with
+the weights held, and write the record to the bucket (`wire.exam`).
 
-`Examiner` carries out what the producer chooses about the exam (`choices.choose`, `choices.Exam`): it reads
-whether an exam is due for the version held, takes it, keeps version 0 for its exam, or lets a kept version 0 go.
-Who examines, when, and when version 0 is kept or let go is decided there, not here. In short: one server of the
-run examines, the live one with the lowest id, after its first batch (the trainer's first step never waits on the
-exam of version 0), before each batch and once per version while the bucket is full; the exam of version 0 waits
-for the trainer's first step to be published, version 0 kept meanwhile (played at once, it would share the cores
-with that step and slow it by half), so the exam is still of the untrained policy; a server that will not take that
-exam (another server examines, the run paused...) lets version 0 go at its next look. An exam is due at version 0
-(the untrained policy) and at the first version held in each later block of `ExamSettings.every` versions, judged
-against the newest exam in the bucket at or below the version held, whoever wrote it (a record of a version ahead
-of what the bucket published is refused by the shelf and silences nothing). The weights are held for the exam's
-duration (`Follower.holding`), so every reply of an exam is of one version. Exam games are played with the
-trainer's priority, scored, and written as one `ExamRecord`, never as a game group: no exam game is trained on.
-An exam that fails (the env down, a bucket error) is logged and tried again after `choices.EXAM_RETRY_S`;
-training games go on meanwhile.
-"""
+`Examiner` carries out what the producer chooses (`choices.choose`): whether an exam is due for the version held,
+taking it, keeping version 0 for its exam or letting it go. An exam is due at version 0 and at the first version
+held in each later block of `ExamSettings.every` versions, judged against the newest record at or below it,
+whoever wrote it. The weights are held for the exam (`Follower.holding`); exam games are never trained on. A failed
+exam is logged and tried again after `choices.EXAM_RETRY_S`."""
 
 from __future__ import annotations
 
@@ -27,9 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
+from fleet.exams import ExamShelf
+from wire.env import GameKind
 from wire.errors import RolloutError
 from wire.exam import ExamRecord, ExamScores, ExamSettings
-from wire.exam_shelf import ExamShelf
 from wire.fleet import RunSettings
 from wire.trajectory import Trajectory
 
@@ -46,11 +36,11 @@ class Examiner:
     Args:
         play: Plays whole games with the current policy (`RolloutService.play`, trainer priority).
         version: The weight version served now.
-        state_hash: The hash of the weights served, as verified against the manifest (None: not claimed).
+        state_hash: The hash of the weights served, verified against the manifest (None: not claimed).
         env: The env's client (its ``GET /exam`` gives the copying reference).
         shelf: The bucket's exam records.
         server_id: This server's name, written into each record.
-        hold: Keeps the served version while an exam plays (`Follower.holding`; default: nothing to hold).
+        hold: Keeps the served version while an exam plays (`Follower.holding`).
 
     Attributes:
         records: The bucket's exam records as last read, by version.
@@ -101,8 +91,7 @@ class Examiner:
         return self._kept is not None
 
     def due(self, run: RunSettings, version: int) -> bool:
-        """Whether the run's settings make an exam of weight `version` due, judged against the bucket's exam records
-        read now (kept in `records`).
+        """Whether an exam of weight `version` is due, against the bucket's exam records read now (kept in `records`).
 
         Raises:
             OSError, delta.StorageError: the records could not be listed.
@@ -138,8 +127,7 @@ class Examiner:
         """Play the exam now with the weights held, write its record to the bucket and return it.
 
         Raises:
-            RolloutError: the env did not play the exam as asked (it showed examples, or is too old to know
-                exams); EnvUnavailableError (a RolloutError) when it failed.
+            RolloutError: the env did not play the exam as asked; EnvUnavailableError (a RolloutError): it failed.
             OSError, delta.StorageError: the record could not be written.
         """
         settings = run.exam or ExamSettings()
@@ -157,7 +145,7 @@ class Examiner:
             start = time.monotonic()
             self._playing = version
             try:
-                games = self.play([GameSpec(exam=i) for i in range(settings.games)], params)
+                games = self.play([GameSpec(exam=i, kind=GameKind.EXAM) for i in range(settings.games)], params)
             finally:
                 self._playing = None
             played_s = time.monotonic() - start

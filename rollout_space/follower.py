@@ -1,15 +1,10 @@
 """Keeps an engine at the trainer's newest published version.
 
-A `delta.Subscriber` follows the bucket in a background thread and writes each version into the
-engine's published state (fetch and decode happen while the engine serves; the state is not what the
-engine computes with). A loader thread then waits for the batch in flight to end and pushes the
-changed tensors to the backend with `Engine.update`, the only step that holds generation off.
-Versions that arrive during one batch are loaded together after it, as one update to the newest:
-the subscriber never waits for the engine, so a long batch does not hold the next versions back.
-A bad file or an unreachable bucket leaves the engine serving its last good version, and the error
-shows in `status()`. So does a version the trainer did not sign (`delta.Trust`: the trainer's key, given or trusted on
-first use): refused before anything of it is fetched, counted in `status()`'s ``refused`` ("untrusted version").
-"""
+A `delta.Subscriber` follows the bucket in a background thread and decodes each version into the engine's
+published state while the engine serves; a loader thread then waits for the batch in flight to end and pushes
+the changed tensors with `Engine.update`, the only step that holds generation off. Versions that arrive during
+one batch are loaded together after it. A bad file, an unreachable bucket or a version the trainer did not sign
+leaves the engine serving its last good version, and shows in `status()`."""
 
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import delta
-from delta import DeltaHeader, Storage, SubscriberConfig, Update, read_manifest
+from delta import DeltaHeader, Storage, SubscriberConfig, Update
 from wire.lora import LoraSettings, kept_versions_refusal
 
 from .engines import Engine
@@ -34,23 +29,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SyncRecord:
-    """How one version reached the engine.
-
-    Attributes:
-        version: The version now served.
-        via: `delta` or `anchor`.
-        bytes_fetched: Bytes read from the bucket for it.
-        fetch_s: Seconds fetching and verifying files (generation went on).
-        decode_s: Seconds decoding and writing the published state (generation went on).
-        wait_s: Seconds the decoded version waited for the generation in flight to end (which served the
-            previous version meanwhile).
-        pause_s: Seconds generation was held off while the engine loaded the changed tensors (after that wait).
-        lag_s: Seconds from the trainer handing the version to its publisher to the engine serving it,
-            that wait included (None if the manifest has no publish time); `lag_s - wait_s` is what
-            publishing, fetching, decoding and loading cost.
-        changed_tensors: How many tensors changed.
-        at: Unix time the engine started serving it.
-    """
+    """How one version reached the engine: `via` delta or anchor, the bytes read, the seconds fetching and decoding
+    (generation went on), waiting for the batch in flight (`wait_s`), and with generation held off while loading
+    (`pause_s`); `lag_s` from the trainer's publish to serving it (None if the manifest has no publish time)."""
 
     version: int
     via: str
@@ -67,21 +48,12 @@ class SyncRecord:
 def run_refusal(
     lora: LoraSettings | None, keep: int, *, base_hash: str, followed: LoraSettings | None, held: int | None
 ) -> tuple[str, str] | None:
-    """Why a server does not follow the run whose settings name `lora` and `keep` (its staleness + 1), whatever its
-    engine: the kind (`errors.REFUSALS`) and one line saying what to change; None if it may.
+    """Why a server does not follow the run whose settings name `lora` and `keep` (its staleness + 1): the kind
+    (`errors.REFUSALS`) and one line saying what to change; None if it may. `base_hash` is the server's model's,
+    `followed` the run it follows now, `held` the version of it served.
 
-    Args:
-        lora: The run's LoRA settings (None: every weight).
-        keep: The adapter versions the run asks a server to keep loaded.
-        base_hash: The state hash of the server's model as loaded.
-        followed: The run's settings the server follows now.
-        held: The bucket version the server serves of what `followed` publishes (None: none yet).
-
-    A bucket's versions are of one kind for good: full weights (every weight, or a merged adapter), or one adapter
-    (its rank, alpha and targets). The trainer never switches a bucket from one to the other, so a run that does while
-    the server serves one of its versions is not followed: following it would drop that version for the base at
-    version 0 and fail on every version of the bucket after.
-    """
+    A bucket's versions are full weights or one adapter for good: a run that switches while the server serves one
+    of its versions is not followed (it would drop that version for the base at version 0)."""
     if lora is not None and lora.base_hash != base_hash:
         return (
             "another base",
@@ -122,24 +94,24 @@ class Follower:
 
     Args:
         engine: The engine to keep current; its published state is updated in place.
-        bucket: Bucket URL or open storage.
-        config: Polling settings of the underlying subscriber.
+        bucket: The server's `delta.Bucket` (shared with the reader of the run's settings: one trust, one listing),
+            or a URL.
+        config: The subscriber's polling settings.
         history: Sync records kept.
-        trust: Whose versions the engine serves (share it with the reader of the run's settings); None:
-            `delta.Trust.for_bucket` (``DELTA_TRUSTED_KEY``, else the key trusted on first use).
+
+    Reads the bucket's manifest once, and hashes the engine's model, to start from the version it holds.
     """
 
     def __init__(
         self,
         engine: Engine,
-        bucket: str | Storage,
+        bucket: delta.Bucket | str,
         config: SubscriberConfig | None = None,
         history: int = 200,
-        trust: delta.Trust | None = None,
     ) -> None:
         self.engine = engine
-        storage = bucket if isinstance(bucket, Storage) else delta.open_storage(bucket)
-        self.trust = trust or delta.Trust.for_bucket(storage.url)
+        self.bucket = delta.Bucket.of(bucket)
+        self.trust = self.bucket.trust
         base = delta.state_digest(engine.state)
         #: The state hash of the engine's model as loaded: a LoRA run on another base is refused (`adopt`).
         self.base_hash = base.hexdigest
@@ -149,19 +121,13 @@ class Follower:
         #: Refusals so far by kind (`errors.REFUSALS`): a run refused counts once, however often it is read again.
         self.refused: Counter[str] = Counter()
         self._refused_run: tuple[LoraSettings | None, int] | None = None  # the run and keep refused last
-        version, digest = self._version_of_model(storage, base)
+        version, digest = self._version_of_model(base)
         if version is not None:
             engine.update({}, version)
         self._config = config
         self._started = False
         self._subscriber = delta.Subscriber(
-            storage,
-            engine.state,
-            version=version,
-            digest=digest,
-            config=config,
-            on_update=self._queue,
-            trust=self.trust,
+            self.bucket, engine.state, version=version, digest=digest, config=config, on_update=self._queue
         )
         self._refused_before = 0  # versions refused by the subscribers replaced (`_follow_anew`)
         self._records: deque[SyncRecord] = deque(maxlen=history)
@@ -177,13 +143,14 @@ class Follower:
         self._loader = threading.Thread(target=self._load_forever, name="follower-load", daemon=True)
 
     @property
-    def bucket(self) -> str:
-        return self._subscriber.storage.url
+    def poll_s(self) -> float:
+        """Seconds between the subscriber's looks while versions come (the config's, else the bucket's budget)."""
+        return self._subscriber.config.poll_interval or self.bucket.budget.poll_s
 
     @property
     def storage(self) -> Storage:
         """The bucket followed (its `traffic` is what the server's requests to it cost)."""
-        return self._subscriber.storage
+        return self.bucket.storage
 
     @property
     def decoded_version(self) -> int | None:
@@ -191,23 +158,27 @@ class Follower:
         finishes the batch in flight (None before the first)."""
         return self._subscriber.version
 
-    def _version_of_model(
-        self, storage: Storage, digest: delta.StateDigest
-    ) -> tuple[int | None, delta.StateDigest | None]:
-        """The bucket's version whose state hash is the model's, if any (then no anchor needs fetching), with
-        the model's digest (so the subscriber need not hash it again).
-
-        An unreachable bucket is not fatal here: the follower starts and keeps retrying.
-        """
+    def _version_of_model(self, digest: delta.StateDigest) -> tuple[int | None, delta.StateDigest | None]:
+        """The newest version of the bucket whose state hash is the model's and whose signature the trust takes, if any
+        (no anchor to fetch then), with the model's digest; an unreachable bucket is not fatal here (the follower
+        retries)."""
         try:
-            manifest = read_manifest(storage)
+            manifest = delta.read_manifest(self.bucket)
         except (delta.DeltaError, OSError) as e:
-            logger.warning("cannot read the manifest of %s yet (%s); will retry", storage.url, e)
+            logger.warning("cannot read the manifest of %s yet (%s); will retry", self.bucket.url, e)
             return None, None
         if manifest is None:
             return None, None
-        matches = [v.version for v in manifest.versions if v.state_hash == digest.hexdigest]
-        return (max(matches), digest) if matches else (None, None)
+        for entry in reversed(manifest.versions):
+            if entry.state_hash != digest.hexdigest:
+                continue
+            try:  # the version named is only one the trainer signed: a forged entry's hash claims nothing
+                self.trust.check_version(entry, manifest)
+            except delta.UntrustedVersionError as e:
+                logger.warning("not naming the model version %d of %s: %s", entry.version, self.bucket.url, e)
+                continue
+            return entry.version, digest
+        return None, None
 
     def start(self) -> None:
         """Follow the bucket in a background thread, and load what it decodes in another."""
@@ -216,21 +187,17 @@ class Follower:
         self._subscriber.start()
 
     def adopt(self, lora: LoraSettings | None, keep: int = 1) -> None:
-        """Follow the published state the run's settings name (`RunSettings.lora`), without a restart.
+        """Follow the published state the run's settings name (`RunSettings.lora`), without a restart; cheap when
+        nothing changed.
 
-        Full weights and a merged LoRA run are followed alike; a run in adapter mode makes the engine serve the
-        adapter under PEFT (`Engine.serve_adapter`) and the follower follow the adapter's tensors from the bucket's
-        newest anchor, `keep` versions of it loaded (the run's staleness + 1); leaving adapter mode restores the base
-        and follows the full weights from the anchor. A version decoded but not loaded yet is dropped. Called by the
-        fleet's producer each time it reads the run, from its thread; cheap when nothing changed.
+        A run in adapter mode makes the engine serve the adapter (`Engine.serve_adapter`) and the follower follow its
+        tensors from the newest anchor; leaving adapter mode restores the base and follows the full weights. A version
+        decoded but not loaded yet is dropped.
 
         Raises:
-            LoraRefusedError: a run this server does not follow (`run_refusal`: another base, more versions to keep
-                than `wire.lora.MAX_KEPT_VERSIONS`, a switch of what the bucket's versions are while it serves one of
-                them; `Engine.adapter_refusal`: no LoRA support, a rank above its max, targets that are not linear
-                layers of the model): the engine and the follower are unchanged, and the refusal is counted once per
-                run in `refused`. Or the engine failed to build the adapter: it then serves the base at version 0,
-                and the next call tries again.
+            LoraRefusedError: a run this server does not follow (`run_refusal`, `Engine.adapter_refusal`): nothing
+                changed, and it is counted once per run in `refused`. Or the engine failed to build the adapter: it then
+                serves the base at version 0, and the next call tries again.
         """
         refusal = run_refusal(lora, keep, base_hash=self.base_hash, followed=self.lora, held=self._subscriber.version)
         adapter = lora if lora is not None and lora.sync == "adapter" else None
@@ -259,7 +226,7 @@ class Follower:
 
     def _follow_anew(self, adapter: LoraSettings | None) -> None:
         """Switch the engine to `adapter` (None: full weights) and follow its new state from the bucket's anchor."""
-        storage = self._subscriber.storage
+        bucket = self.bucket
         self._subscriber.close()
         with self._hold, self.engine.paused():
             with self._arrived:
@@ -271,7 +238,7 @@ class Follower:
             finally:  # a subscriber on whatever state the engine holds now, refused or not
                 self._refused_before += self._subscriber.status().versions_refused
                 self._subscriber = delta.Subscriber(
-                    storage, self.engine.state, config=self._config, on_update=self._queue, trust=self.trust
+                    bucket, self.engine.state, config=self._config, on_update=self._queue
                 )
                 with self._lock:
                     self._last_header = None
@@ -279,15 +246,10 @@ class Follower:
                     self._subscriber.start()
 
     def sync(self) -> int | None:
-        """Catch up now, in the caller's thread; returns the version served (None if the bucket is empty
-        and the model is not one of its versions).
-
-        Raises:
-            delta.DeltaError, OSError: as `delta.Subscriber.sync`; the engine serves the last version
-                reached before the error.
-        """
-        try:  # the listing of the last poll may answer: the newest version is at most one poll interval away
-            self._subscriber.sync(max_age=self._subscriber.config.poll_interval)
+        """Catch up now, in the caller's thread; returns the version served (None: the bucket is empty and the model is
+        not one of its versions). Raises as `delta.Subscriber.sync`; the engine serves the last version reached."""
+        try:  # the last poll's listing may answer, if the budget lets a listing be that old
+            self._subscriber.sync(max_age=min(self.poll_s, self.bucket.budget.listing_age_s))
         finally:
             self._load_pending()
         return self._subscriber.version
@@ -299,9 +261,8 @@ class Follower:
 
     @contextmanager
     def holding(self) -> Iterator[None]:
-        """Keep the engine on the version it serves while inside (an exam is of one version): new versions are
-        still fetched and decoded meanwhile, and loaded once the holder leaves. Re-entrant; holders in other
-        threads wait for it, and a `sync` in the holder's own thread fetches and decodes but loads nothing."""
+        """Keep the engine on the version it serves while inside (an exam is of one version); new versions are still
+        decoded meanwhile and loaded once the holder leaves. Re-entrant; other threads' holders wait."""
         with self._hold:
             self._holder.depth = getattr(self._holder, "depth", 0) + 1
             try:
@@ -342,14 +303,9 @@ class Follower:
                 return
 
     def _load_pending(self) -> None:
-        """Load every queued version into the engine in one update: the union of their changed tensors,
-        read from the state at the newest of them.
-
-        Holds generation off (waiting for the batch in flight) and the subscriber's writes (its lock),
-        so the engine reads a state that is exactly the newest queued version. A version written but
-        not queued yet (its subscriber is between the two) is waited for: it is the newest. Waits while a
-        caller is `holding` the version served; called by that caller, loads nothing (the versions stay queued).
-        """
+        """Load every queued version into the engine in one update: the union of their changed tensors, read from the
+        state at the newest. Holds generation and the subscriber's writes off meanwhile; loads nothing while a caller
+        is `holding`."""
         if getattr(self._holder, "depth", 0):
             return
         while not self._hold.acquire(timeout=0.5):
@@ -426,11 +382,9 @@ class Follower:
             return self._last_header
 
     def status(self) -> dict[str, object]:
-        """`latest_version` (in the bucket), `lag`, `last_error`, `failures`, `refused` (by kind: "untrusted version"
-        for versions the trusted key did not sign), `last_refusal` (why the last such version was refused), `trust`
-        (which key, or unauthenticated), `authenticated`, and `state_hash`: the hash of the state served, as the
-        manifest records it (None before the engine serves a bucket version, and while the state decoded is not the
-        version served: a version waiting for the batch in flight, or refused)."""
+        """`latest_version`, `lag`, `last_error`, `failures`, `refused` (by kind), `last_refusal`, `trust`,
+        `authenticated`, and `state_hash`: the manifest's hash of the state served (None while the state decoded is not
+        the one served)."""
         status = self._subscriber.status()
         lag = None if status.latest is None else max(0, status.latest - self.engine.version)
         digest = self._subscriber.digest

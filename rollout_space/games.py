@@ -1,11 +1,7 @@
-"""Whole multi-turn Wordle games between the served policy and the env Space, returned as trajectories
-in the shape TRL's `GRPOTrainer` takes from a `rollout_func`.
-
-One trajectory is one game: the chat-templated instructions are the prompt; the model's replies and
-the env's feedback between them, token for token as the model saw them, are the completion; the
-`env_mask` tells the trainer which completion tokens the model produced (1) and which came from the
-env (0). All live games advance together: each turn is one batched `generate` call.
-"""
+"""Whole multi-turn Wordle games between the served policy and the env Space, as the trajectories TRL's
+`GRPOTrainer` takes from a `rollout_func`: the instructions are the prompt; the replies and the env's feedback,
+token for token as the model saw them, the completion, with `env_mask` 1 on the model's tokens. All live games
+advance together: each turn is one batched `generate`."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wire.env import WordleObservation
+from wire.env import GameKind, WordleObservation
 from wire.rollout import Trajectory
 from wire.wordle import CLOSE_TAG, MAX_GUESSES, OPEN_TAG
 
@@ -31,13 +27,18 @@ REPLY_PREFIX = OPEN_TAG
 
 @dataclass(frozen=True)
 class GameSpec:
-    """Which word a game is played on: `secret` if given, else the env's pick from `seed` (random if None).
-    Games with the same seed get the same word, which is how GRPO groups compare like with like. `exam`: the
-    env's held-out secret with that number, played without examples (an exam game, never trained on)."""
+    """Which word a game is played on: `secret` if given, else the env's pick from `seed` (the same seed, the same
+    word: how GRPO groups compare like with like); `exam`: the held-out secret with that number, played without
+    examples; `kind`: why it is played (`wire.env.GameKind`)."""
 
     seed: int | None = None
     secret: str | None = None
     exam: int | None = None
+    kind: GameKind = GameKind.TRAINING
+
+    def __post_init__(self) -> None:
+        if (self.exam is not None) != (self.kind == GameKind.EXAM):
+            raise ValueError(f"an exam game names its held-out secret (exam=N) and is of kind exam; got {self}")
 
 
 @dataclass(frozen=True)
@@ -47,17 +48,12 @@ class PlayParams:
     Attributes:
         max_tokens: Most tokens per reply.
         temperature, top_p: Sampling of each reply (0 is greedy).
-        max_turns: Most replies per game (invalid moves count); the env ends games earlier on its own.
+        max_turns: Most replies per game (invalid moves count).
         seed: Makes the games reproducible for the same weights (turn t samples with seed + t).
-        reply_prefix: Text that opens every reply, written for the policy: it is part of what the model
-            sees and of the move the env scores, never sampled (env_mask 0 in the trajectory, so never
-            trained on). "" lets the model write the whole reply.
-        stop: Strings that end a reply (kept in it): the guess's closing tag by default, so a turn costs
-            the tokens of a guess, not of the prose a small model goes on writing after it.
-        max_game_tokens: Most tokens of a game, prompt and completion (a fleet run's bound); None: the engine's
-            context length alone. A game is cut (unfinished) before a reply could pass it.
-        examples: The probability that a game's messages show the env's example guess (`wire.curriculum`):
-            told to the env for each game's session; 1 is every message. Exam games are played with none.
+        reply_prefix: Text that opens every reply, never sampled (env_mask 0: never trained on); "" none.
+        stop: Strings that end a reply (kept): the guess's closing tag by default.
+        max_game_tokens: Most tokens of a game, prompt and completion (None: the engine's context length alone).
+        examples: The probability that a game's messages show the env's example guess (`wire.curriculum`).
     """
 
     max_tokens: int = 48
@@ -79,12 +75,8 @@ class PlayParams:
 
 
 class ChatLayout:
-    """Token ids of the game's text laid out by the model's chat template.
-
-    The feedback after a reply is tokenized on its own and appended after the reply's sampled tokens,
-    so the completion holds exactly the tokens the model saw (re-tokenizing a whole conversation
-    could split the replies differently from how they were sampled).
-    """
+    """Token ids of the game's text laid out by the model's chat template. The feedback after a reply is tokenized on
+    its own and appended after the sampled tokens, so the completion holds exactly the tokens the model saw."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
@@ -131,14 +123,9 @@ def play_games(
     params: PlayParams | None = None,
     on_turn: Callable[[Sequence[Trajectory]], None] | None = None,
 ) -> list[Trajectory]:
-    """Play each game to its end (or `params.max_turns`) with the engine's current policy.
-
-    Every turn of every live game is one prompt of a single `engine.generate` call; updates of the
-    weights may land between turns, and each reply records the version that produced it. Every turn asks for the
-    version the first turn played (`Engine.generate(at=...)`): an engine that keeps older versions (the vLLM
-    engine's LoRA adapters) plays the whole group under it. `on_turn`,
-    if given, sees the games after each turn (still being played: read, do not keep), so a UI can
-    show a game as it goes.
+    """Play each game to its end (or `params.max_turns`) with the engine's current policy: every turn of every live game
+    is one prompt of one `engine.generate`, asking for the version the first turn played (`at`), and each reply
+    records its version. `on_turn` sees the games after each turn (read, do not keep).
 
     Raises:
         EnvUnavailableError: the env failed; the games started are closed on the env first.
@@ -159,6 +146,7 @@ def play_games(
                 weight_version=engine.version,
                 examples=None if examples == 1 else examples,
                 exam=spec.exam,
+                kind=spec.kind,
             )
             live.append(
                 Trajectory(
@@ -204,7 +192,12 @@ def play_games(
 
 
 def _reply(game: Trajectory, completion: Completion, prefix: str) -> None:
-    """Append the policy's reply: its tokens are the model's (mask 1), with their logprobs and version."""
+    """Append the policy's reply: its tokens are the model's (mask 1), with their logprobs and versions (the engine's
+    spans, moved to where the reply starts in the game)."""
+    start = len(game.completion_ids)
+    game.spans += [s.model_copy(update={"start": s.start + start, "end": s.end + start}) for s in completion.spans]
+    game.versions_reported = completion.versions_reported
+    game.straddled += completion.straddles
     game.completion_ids += completion.token_ids
     game.logprobs += completion.logprobs
     game.env_mask += [1] * len(completion.token_ids)

@@ -1,22 +1,12 @@
-"""The rollout server's side of the fleet: play groups of games continuously and hand them in through the
-bucket (`wire.fleet`), so the trainer never waits on one server and needs no address of any.
+"""The rollout server's side of the fleet: play groups of games continuously and hand them in through the bucket
+(`fleet.bucket`), so the trainer never waits on one server and needs no address of any.
 
-`GroupProducer` reads the run the trainer wrote (``fleet/run.json``) and, while it runs, plays batches of
-groups with whatever weights the follower has loaded: a group is `num_generations` games on one seed,
-the games of a batch advance together (one `generate` per turn). Each finished group is one file,
-committed whole, with the weight version of every reply and the sampler's logprobs. It stops producing
-while the run is paused or stopped, or while `max_pending_groups` of the run's groups wait in the bucket
-(back-pressure: more would only go stale), and starts again by itself. With other servers producing
-for the run, each plays its share of the room (the room divided by the live servers, rounded up), so the
-step's groups are ready once each server has played its share, not a whole step; where every write counts (the Hub,
-`whole_shares`), its share of a step whenever there is room, in one write. One server of the run, the
-live one with the lowest id, takes the exams (`examines`), after its first batch. A server that shares the
-trainer's cores (`first_step_alone`) plays nothing after its first batch until the trainer's first step is
-published, which then trains on both cores instead of half. What it does at each look is chosen by
-`choices.choose` from what it knows, and carried out here (the exam by `exam.Examiner`). A heartbeat thread
-writes the server's state every few seconds and reads the others'. Killed at any moment, a server loses
-only the batch it was playing: nothing it wrote is ever half a file.
-"""
+`GroupProducer` reads the run's settings and, while it runs, plays batches of groups (`num_generations` games on one
+seed) with whatever weights the follower has loaded; each group is one file, committed whole. It stops while the run
+is paused or stopped, or while `max_pending_groups` of its groups wait (back-pressure), and plays its share of the
+room beside the other live servers (on the Hub, `whole_shares`: its share of a step, in one write). What it does at
+each look is `choices.choose`'s; the live server with the lowest id takes the exams. A heartbeat thread writes the
+server's state and reads the others'. Killed at any moment, a server loses only the batch it was playing."""
 
 from __future__ import annotations
 
@@ -30,7 +20,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from delta import DeltaError, RetryPolicy, StorageError
+from delta import DeltaError, StorageError
+from delta.storage import RetryPolicy
+from fleet.bucket import FleetBucket
+from fleet.liveness import HeartbeatWatch
 from wire.errors import RolloutError
 from wire.fleet import (
     RUN_PATH,
@@ -43,8 +36,6 @@ from wire.fleet import (
     ServerState,
     group_run,
 )
-from wire.fleet_bucket import FleetBucket
-from wire.liveness import GONE_AFTER_S, HeartbeatWatch
 from wire.lora import LoraSettings
 from wire.trajectory import Trajectory
 
@@ -88,49 +79,25 @@ class GroupProducer:
     Args:
         play: Plays whole games with the current policy (`RolloutService.play`, trainer priority).
         version: The weight version served now.
-        bucket: The fleet's bucket (the one the weights are published to).
+        bucket: The fleet's bucket; its budget gives every interval left None.
         server_id: This server's name in the fleet (its heartbeat file).
-        poll_s: Seconds between looks at the run while there is nothing to play (while no run has been written yet:
-            from `FIRST_LOOK_S`, doubling up to it).
-        whole_shares: Play a whole share of a step (the step's groups divided by the live servers, rounded up) whenever
-            the bucket has room, rather than a share of the room left. The trainer takes a step's groups while the
-            servers still fill the room, so the room left comes a group or two at a time: where every write counts
-            against a quota (the Hub, `wire.budget`), a server then writes once a step instead of at each trickle,
-            and the bound is overshot by at most a share less one group per server.
-        heartbeat_s: Seconds between heartbeats.
-        gone_after_s: Seconds of silence after which a peer server counts as gone (`wire.liveness`).
-        beat_on_version: One more heartbeat whenever the version served changes (off where every write counts against
-            a quota: `wire.budget`).
-        catch_up: Called before each batch to load the newest published weights first (`Follower.sync`):
-            the trainer takes a step's groups right after publishing a version, so the room for the next
-            batch appears just as a new version does; played with it, the batch is one version fresher
-            when the trainer takes it. A failure is logged and the batch plays the weights held.
-        max_games: Most games one batch plays (the server's own cap, `--max-games`): a run's settings are
-            written by whoever can write to the bucket, so they never make a server play more than it allows.
-        max_tokens: Most tokens per reply the server allows (`--max-tokens`): a run asking for more is not played.
-        published: The newest version the bucket has published (`Follower.latest`; None: none, or unknown).
-        first_step_alone: Play nothing after the first batch for a run until `published` is 1 or more: set where the
-            server shares the trainer's cores (``python app.py`` starts every role on one machine), for the first
-            step would take twice as long beside a batch, and it is the step a newcomer waits for (docs/training.md has
-            what it saves on 2 cores). Only while the trainer has taken every
-            group handed in (it trains; with groups left in the bucket it waits for more, which are played) and for
-            at most `choices.FIRST_STEP_WAIT_S` after the first batch.
-        adopt: Called with the run's LoRA settings (`RunSettings.lora`) and its staleness + 1 (the adapter versions an
-            engine keeps for groups begun under them) each time the run is read, before anything is played
-            (`follower.Follower.adopt`: the engine follows the state the run publishes); what it raises
-            (`LoraRefusedError`: another base, an adapter the engine cannot serve) is logged as a failure and no game is
-            played for the run.
-        examiner: Takes the exams the run asks for, and keeps version 0 for its exam, as `choices.choose` says: on the
-            run's examiner only (`examines`: one server per run, so the others go on producing and each version has
-            one record), never before this server's first batch for the run (the trainer's first step waits on
-            groups, not on the exam of version 0), before each batch (before `catch_up`: of the weights the last
-            batch played) and once per version while the bucket is full. None: no exams (no env to play them).
+        poll_s: Seconds between looks at the run while there is nothing to play.
+        whole_shares: Play a whole share of a step whenever the bucket has room, not a share of the room left.
+        heartbeat_s, gone_after_s: Seconds between heartbeats; of silence after which a peer counts as gone.
+        beat_on_version: One more heartbeat whenever the version served changes.
+        catch_up: Loads the newest published weights before each batch (`Follower.sync`); a failure is logged.
+        max_games, max_tokens: The server's own caps: a run's settings never make it play more.
+        published: The newest version the bucket has published (`Follower.latest`).
+        first_step_alone: After the first batch for a run, play nothing until `published` is 1 or more (a server
+            sharing the trainer's cores would double that step), at most `choices.FIRST_STEP_WAIT_S`.
+        adopt: Called with the run's LoRA settings and its staleness + 1 at each read (`Follower.adopt`); what it
+            raises is a failure, and nothing is played.
+        examiner: Takes the exams the run asks for (one server per run). None: no exams.
 
     Attributes:
-        state: What it does now; `last_error`: the last failure, with its time, until a batch is handed in (or, for
-            run settings signed with another key, until a run signed with this server's is read).
+        state, last_error: What it does now, and the last failure until a batch is handed in.
         groups_written, games_written: Since it started.
-        peers, peer_ids: How many other servers produce for the run, and their ids, at the last heartbeat.
+        peers, peer_ids: The other servers producing for the run, at the last heartbeat.
     """
 
     def __init__(
@@ -140,11 +107,11 @@ class GroupProducer:
         bucket: FleetBucket,
         server_id: str,
         *,
-        poll_s: float = 1.0,
-        whole_shares: bool = False,
-        heartbeat_s: float = 5.0,
-        gone_after_s: float = GONE_AFTER_S,
-        beat_on_version: bool = True,
+        poll_s: float | None = None,
+        whole_shares: bool | None = None,
+        heartbeat_s: float | None = None,
+        gone_after_s: float | None = None,
+        beat_on_version: bool | None = None,
         catch_up: Callable[[], object] | None = None,
         examiner: Examiner | None = None,
         max_games: int = 256,
@@ -165,10 +132,12 @@ class GroupProducer:
         self.bucket = bucket
         self.server_id = server_id
         self.boot = uuid.uuid4().hex[:8]
+        budget = bucket.budget
+        poll_s = budget.poll_s if poll_s is None else poll_s
         self.poll_s = poll_s
-        self.whole_shares = whole_shares
-        self.heartbeat_s = heartbeat_s
-        self.beat_on_version = beat_on_version
+        self.whole_shares = budget.whole_shares if whole_shares is None else whole_shares
+        self.heartbeat_s = budget.heartbeat_s if heartbeat_s is None else heartbeat_s
+        self.beat_on_version = budget.beat_on_version if beat_on_version is None else beat_on_version
         self._look_s = min(FIRST_LOOK_S, poll_s)  # the next wait for a run not written yet
         self.state = ServerState.STARTING
         self.run_id: str | None = None
@@ -186,10 +155,13 @@ class GroupProducer:
         self._failures = 0
         self._run_refused: str | None = None  # the last_error a run signed with another key set (cleared by a good one)
         self._retry = RetryPolicy(None, poll_s, 30.0)
-        self._watch = HeartbeatWatch(bucket, gone_after_s)
+        self._watch = HeartbeatWatch(bucket, budget.gone_after_s if gone_after_s is None else gone_after_s)
         self.peers = 0
         self.peer_ids: list[str] = []
+        self.peers_examining: list[str] = []  # the peers whose last heartbeat said an exam plays there now
+        self._examining: int | None = None  # the version whose exam this server plays now (its heartbeat says so)
         self._memory: _RunMemory | None = None  # of the run it last read
+        self._followed = False  # the first catch-up with the bucket since this server started is over
         self._beat_lock = threading.Lock()  # one heartbeat written, or the others' read, at a time
 
     def start(self) -> GroupProducer:
@@ -242,14 +214,13 @@ class GroupProducer:
             updated_at=time.time(),
             authenticated=not trust.unauthenticated,
             trusted_key=trust.key.fingerprint if trust.key is not None else None,
+            examining=self._examining,
         )
 
     # -- the threads -----------------------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
-        """A heartbeat every `heartbeat_s`, and, with `beat_on_version`, one as soon as the version served changes
-        (looked at every `poll_s`): the trainer's fleet table then shows a new version when the server's own page does,
-        not a beat later."""
+        """A heartbeat every `heartbeat_s`, and with `beat_on_version` one as soon as the version served changes."""
         written, due = None, 0.0
         while True:
             version = self.version()
@@ -269,27 +240,36 @@ class GroupProducer:
             logger.warning("could not write this server's heartbeat: %s", e)
 
     def _read_peers(self) -> None:
-        """Read the other servers' heartbeats into `peer_ids` and `peers` (either thread); on a failure they stay
-        as they were, and it is logged."""
+        """Read the other servers' heartbeats into `peer_ids`, `peers` and `peers_examining` (either thread); on a
+        failure they stay as they were, and it is logged."""
         try:
             with self._beat_lock:
-                self.peer_ids = self.live_peers()
+                beats = self._live_beats()
+                self.peer_ids = [b.server_id for b in beats]
+                self.peers_examining = [b.server_id for b in beats if b.examining is not None]
             self.peers = len(self.peer_ids)
         except (OSError, StorageError) as e:
             logger.warning("could not read the other servers' heartbeats: %s", e)
 
     def live_peers(self) -> list[str]:
-        """The ids of the other live servers producing for this server's run (read from their heartbeats), sorted;
-        none before it knows the run."""
+        """The ids of the other live servers working for this server's run (producing, full, waiting, or starting with
+        the run read), sorted; none before it knows the run."""
+        return [b.server_id for b in self._live_beats()]
+
+    def _live_beats(self) -> list[Heartbeat]:
         if self.run_id is None:
             return []
         return sorted(
-            s.heartbeat.server_id
-            for s in self._watch.read()
-            if not s.gone
-            and s.heartbeat.server_id != self.server_id
-            and s.heartbeat.run_id == self.run_id
-            and s.heartbeat.state in (ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING)
+            (
+                s.heartbeat
+                for s in self._watch.read()
+                if not s.gone
+                and s.heartbeat.server_id != self.server_id
+                and s.heartbeat.run_id == self.run_id
+                and s.heartbeat.state
+                in (ServerState.STARTING, ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING)
+            ),
+            key=lambda b: b.server_id,
         )
 
     def count_peers(self) -> int:
@@ -298,9 +278,11 @@ class GroupProducer:
 
     def examines(self) -> bool:
         """Whether this server is the run's examiner: the live server of the run with the lowest id, as the last
-        heartbeats said (`peer_ids`). Decided through the bucket alone, so every server comes to the same answer
-        without talking to the others; one that dies mid-exam stops counting once its heartbeat is gone
-        (`gone_after_s`), and the next one takes the exam, still due, over."""
+        heartbeats said. Every server comes to the same answer through the bucket alone; when the examiner's heartbeat
+        is gone, the next one takes the exam over. None examines while another says an exam plays there: an examiner
+        that comes back (a restart) waits for the record of the exam its stand-in plays, not plays it again."""
+        if self.peers_examining:
+            return False
         return not self.peer_ids or self.server_id < self.peer_ids[0]
 
     def _produce(self) -> None:
@@ -365,7 +347,10 @@ class GroupProducer:
             pending = sum(1 for f in self.bucket.list_groups() if group_run(f.path) == run.run_id)
         known = self._known(run, memory, pending)
         choice = choose(known)
-        self.state = choice.state
+        # A server just started or restarted first loads what the bucket holds (replaying its deltas can take
+        # minutes): it still says "starting", and shows no version, until that first catch-up is over.
+        replaying = not self._followed and choice.state == ServerState.PRODUCING
+        self.state = ServerState.STARTING if replaying else choice.state
         if choice.state in (ServerState.PRODUCING, ServerState.FULL, ServerState.WAITING):
             self._announce(memory)
         choice = self._looked(run, memory, known, choice)
@@ -375,6 +360,10 @@ class GroupProducer:
         if choice.state != ServerState.PRODUCING:
             return self.poll_s
         self._catch_up()
+        if replaying:
+            self._followed = True
+            self.state = choice.state
+            self._write_heartbeat()  # producing now, said at once (not at the next beat)
         shared = run.groups_per_step if self.whole_shares else run.max_pending_groups - pending  # a step, or the room
         groups = min(run.groups_per_step, -(-shared // (1 + self.peers)), self.max_games // run.num_generations)
         if self._play_batch(run, groups) and memory.first_batch_at is None:
@@ -436,12 +425,16 @@ class GroupProducer:
             examiner.let_go()
         else:
             assert run is not None and memory is not None
+            self._examining = self.version()
+            self._write_heartbeat()  # said before it plays: a server that would examine meanwhile waits for the record
             try:
                 examiner.take(run)
             except EXAM_ERRORS as e:
                 self._exam_failed(memory, e)
             finally:
                 examiner.let_go()  # the exam of version 0 taken (or failed): follow again
+                self._examining = None
+                self._write_heartbeat()
 
     def _exam_failed(self, memory: _RunMemory, error: Exception) -> float:
         """Note a failed exam; returns its time (the next try waits `choices.EXAM_RETRY_S`)."""

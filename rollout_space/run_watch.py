@@ -8,11 +8,11 @@ import logging
 from collections.abc import Callable
 
 from delta import StorageError
+from fleet.bucket import FleetBucket
+from fleet.periodic import Periodic
 from wire.errors import RolloutError
 from wire.fleet import FleetMessageError
-from wire.fleet_bucket import FleetBucket
 from wire.lora import LoraSettings
-from wire.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -63,5 +63,5 @@ class RunWatch:
             if str(e) != self.last_error:
                 logger.warning("not following the run's settings: %s", e)
             self.last_error = str(e)
-            raise  # the next read waits longer (`wire.periodic`)
+            raise  # the next read waits longer (`fleet.periodic`)
         self.last_error = None

@@ -10,12 +10,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from dashboard.labels import public_location, public_text
 from delta import DeltaHeader
+from fleet.bucket import FleetBucket
+from fleet.exams import ExamShelf
+from wire.env import GameKind
 from wire.errors import RolloutError
-from wire.exam_shelf import ExamShelf
-from wire.fleet_bucket import FleetBucket
-from wire.liveness import GONE_AFTER_S
 from wire.rollout import RolloutStatus, Trajectory
 from wire.traffic import bucket_traffic
 
@@ -32,18 +34,15 @@ from .run_watch import RunWatch
 
 logger = logging.getLogger(__name__)
 
+#: The latest games kept for the UI's feed.
+RECENT_GAMES = 100
+
 
 @dataclass(frozen=True)
 class ServiceLimits:
-    """Caps on one request, so one caller cannot hold the engine for minutes.
-
-    Attributes:
-        max_batch: Prompts per `/generate` call.
-        max_tokens: Tokens per completion (per reply in games).
-        max_games: Games per `/rollout` call.
-        showcase_every: Seconds without any game after which the Space plays one on its own, so its UI
-            always shows the current policy playing (0: never).
-    """
+    """Caps on one request, so one caller cannot hold the engine for minutes: prompts per `/generate`, tokens per
+    completion, games per `/rollout`; and `showcase_every`: seconds without any game after which the Space plays one
+    on its own (0: never)."""
 
     max_batch: int = 256
     max_tokens: int = 1024
@@ -63,12 +62,10 @@ class RolloutService:
     Args:
         engine: The engine (owned: `close` closes it).
         follower: Keeps the engine current; None serves the model as loaded.
-        producer: Plays game groups for the fleet through the bucket (`attach_producer`); None: only
-            requests.
+        producer: Plays game groups for the fleet (`attach_producer`); None: only requests.
         env: The env Space's client; None refuses games.
         limits: Request caps.
-        model: What to call the model in `status()`.
-        engine_kind: What to call the engine in `status()`.
+        model, engine_kind: What to call the model and the engine in `status()`.
     """
 
     def __init__(
@@ -87,10 +84,12 @@ class RolloutService:
         self.limits = limits or ServiceLimits()
         self.model = model
         self.engine_kind = engine_kind or type(engine).__name__
-        self._games: deque[Trajectory] = deque(maxlen=100)  # the latest, for the UI
-        self._showcase_ids: deque[str] = deque(maxlen=100)  # which of them were showcase games
+        self._games: deque[Trajectory] = deque(maxlen=RECENT_GAMES)  # the latest, for the UI
+        self._kinds: dict[str, GameKind] = {}  # why each of them was played (at most twice as many ids)
         self._played = 0  # every game, for /status
         self._tokens = 0
+        self._straddled = 0  # replies whose tokens more than one weight version sampled
+        self._versions_reported: bool | None = None  # whether the engine reports each token's version (None: no game)
         self._busy_s = 0.0  # seconds inside play(), any caller
         self._last_game = time.monotonic()
         self._stats_lock = threading.Lock()
@@ -107,16 +106,13 @@ class RolloutService:
         self,
         bucket: FleetBucket,
         server_id: str,
-        poll_s: float = 1.0,
-        heartbeat_s: float = 5.0,
-        gone_after_s: float = GONE_AFTER_S,
-        beat_on_version: bool = True,
+        poll_s: float | None = None,
         first_step_alone: bool = False,
-        whole_shares: bool = False,
+        **budget: Any,
     ) -> GroupProducer:
         """Play game groups for the fleet in `bucket` once started (see `producer.GroupProducer`, and there
-        `first_step_alone`), with the trainer's priority over public games, and the exams the run asks for
-        (`exam.Examiner`, with an env); returns the producer."""
+        `first_step_alone`; `poll_s` and `budget`'s intervals: None, the bucket's), with the trainer's priority over
+        public games, and the exams the run asks for (`exam.Examiner`, with an env); returns the producer."""
 
         def play(specs: Sequence[GameSpec], params: PlayParams) -> list[Trajectory]:
             return self.play(specs, params)
@@ -128,7 +124,7 @@ class RolloutService:
             return self.follower.latest if self.follower is not None else None
 
         if self.env is not None:
-            shelf = ExamShelf(bucket.storage, bucket.key, max_age=bucket.max_age)
+            shelf = ExamShelf(bucket.bucket, bucket.key)
             self.examiner = Examiner(
                 play,
                 version,
@@ -144,10 +140,6 @@ class RolloutService:
             bucket,
             server_id,
             poll_s=poll_s,
-            whole_shares=whole_shares,
-            heartbeat_s=heartbeat_s,
-            gone_after_s=gone_after_s,
-            beat_on_version=beat_on_version,
             catch_up=self.follower.sync if self.follower is not None else None,
             examiner=self.examiner,
             max_games=self.limits.max_games,
@@ -155,15 +147,16 @@ class RolloutService:
             adopt=self.follower.adopt if self.follower is not None else None,
             published=published,
             first_step_alone=first_step_alone,
+            **budget,
         )
         return self.producer
 
-    def watch_run(self, bucket: FleetBucket, poll_s: float = 1.0) -> RunWatch:
+    def watch_run(self, bucket: FleetBucket, poll_s: float | None = None) -> RunWatch:
         """Without a producer (`--no-produce`): follow the state the run's settings name (a LoRA run's adapter, or
         full weights) from a thread of its own once started (`run_watch.RunWatch`); returns it."""
         if self.follower is None:
             raise ValueError("a server that follows no bucket has no run to watch")
-        self.run_watch = RunWatch(bucket, self.follower.adopt, poll_s)
+        self.run_watch = RunWatch(bucket, self.follower.adopt, poll_s or bucket.budget.poll_s)
         return self.run_watch
 
     def start(self) -> None:
@@ -187,10 +180,9 @@ class RolloutService:
         self.engine.interrupt()
 
     def close(self, timeout: float = 60.0, engine_timeout: float | None = None) -> None:
-        """`begin_close`, then wait up to `timeout` s in all for the threads that play and follow, then close the env
-        client and the engine (in that order: a game still running would otherwise call a closed client), waiting up
-        to `engine_timeout` s (None: as long as it takes) for a call still in the engine. A thread still decoding a
-        version past the wait runs on (a daemon), and ends with the process."""
+        """`begin_close`, then wait up to `timeout` s for the threads that play and follow, then close the env client
+        and the engine (in that order), waiting up to `engine_timeout` s (None: as long as it takes) for a call in the
+        engine."""
         deadline = time.monotonic() + timeout
 
         def left() -> float:
@@ -212,8 +204,7 @@ class RolloutService:
     # -- serving -------------------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt, each stamped with the version that produced it. A trainer's call:
-        public games wait while it runs.
+        """One completion per prompt, each stamped with its version. A trainer's call: public games wait while it runs.
 
         Raises:
             LimitExceededError: more prompts or tokens than the caps.
@@ -236,10 +227,8 @@ class RolloutService:
         *,
         public: bool = False,
     ) -> list[Trajectory]:
-        """Play whole games with the current policy (see `games.play_games`, which calls `on_turn`).
-
-        The trainer's games (``public=False``) keep public play waiting while they run; public games
-        (the UI's, the showcase's) wait before each turn until no trainer request runs.
+        """Play whole games with the current policy (`games.play_games`). The trainer's games (``public=False``) keep
+        public play waiting; public games wait before each turn until no trainer request runs.
 
         Raises:
             LimitExceededError: more games or tokens per reply than the caps.
@@ -270,7 +259,13 @@ class RolloutService:
                 self._busy_s += time.monotonic() - start
         with self._stats_lock:
             self._tokens += sum(sum(t.env_mask) for t in trajectories)
+            self._straddled += sum(t.straddled for t in trajectories)
+            if trajectories:
+                self._versions_reported = all(t.versions_reported for t in trajectories)
             self._games.extend(trajectories)
+            self._kinds.update((t.episode_id, spec.kind) for t, spec in zip(trajectories, games, strict=True))
+            if len(self._kinds) > 2 * RECENT_GAMES:  # keep the kinds of the games still kept
+                self._kinds = {t.episode_id: self._kinds[t.episode_id] for t in self._games}
             self._played += len(trajectories)
             self._last_game = time.monotonic()
         return trajectories
@@ -296,6 +291,10 @@ class RolloutService:
             note = "the bucket has no version yet: serving the model as given"
         with self._stats_lock:
             tokens, games, busy = self._tokens, self._played, self._busy_s
+            straddles, reported = self._straddled, self._versions_reported
+        bucket = self.follower.bucket if self.follower is not None else None
+        url = bucket.url if bucket is not None else None
+        error = following.get("last_error")
         producer = self.producer
         return RolloutStatus(
             version=self.engine.version,
@@ -303,17 +302,19 @@ class RolloutService:
             lag=following.get("lag"),
             engine=self.engine_kind,
             device=self.engine.config.device,
-            model=self.model,
-            bucket=self.follower.bucket if self.follower is not None else None,
-            bucket_traffic=bucket_traffic(self.follower.storage) if self.follower is not None else None,
+            model=public_location(self.model),  # /status is public: no folder of this machine on it
+            bucket=public_location(url) if url is not None else None,
+            bucket_traffic=bucket_traffic(bucket.traffic) if bucket is not None else None,
             env_url=self.env.url if self.env is not None else None,
-            last_error=following.get("last_error"),
+            last_error=public_text(error if isinstance(error, str) else None, url, self.model),
             state_hash=following.get("state_hash") if self.engine.exact else None,  # not claimed for rounded weights
             failures=following.get("failures", 0),
             note=note,
             syncs=len(self.syncs()),
             tokens_served=tokens,
             games_played=games,
+            straddled=straddles,
+            versions_reported=reported,
             busy_s=round(busy, 3),
             server_id=producer.server_id if producer is not None else None,
             fleet_state=str(producer.state) if producer is not None else None,
@@ -347,10 +348,10 @@ class RolloutService:
         with self._stats_lock:
             return list(self._games)[::-1][:limit]
 
-    def showcase_ids(self) -> set[str]:
-        """The episode ids of the latest showcase games (played whole when idle, for the UI; never trained on)."""
+    def kinds(self) -> dict[str, GameKind]:
+        """Why each of the latest games was played (`GameSpec.kind`), by episode id: the feed labels each."""
         with self._stats_lock:
-            return set(self._showcase_ids)
+            return dict(self._kinds)
 
     # -- internals -------------------------------------------------------------------------------------
 
@@ -368,9 +369,8 @@ class RolloutService:
             if time.monotonic() - self._last_game < self.limits.showcase_every:
                 continue
             try:
-                played = self.play([GameSpec()], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
-                with self._stats_lock:
-                    self._showcase_ids.extend(t.episode_id for t in played)
+                showcase = GameSpec(kind=GameKind.SHOWCASE)
+                self.play([showcase], PlayParams(max_tokens=min(48, self.limits.max_tokens)), public=True)
             except Exception as e:  # noqa: BLE001 - the env may be down for a while; the Space keeps serving
                 if self._stop.is_set():  # the engine was interrupted under the game: the server is stopping
                     return

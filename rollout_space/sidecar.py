@@ -1,26 +1,18 @@
-"""`python -m rollout_space.sidecar`: a stock `vllm serve --enable-lora` follows a LoRA run of this product, in adapter
-mode, with the run's own settings.
+"""`python -m rollout_space.sidecar`: a stock `vllm serve --enable-lora` follows a LoRA run of this product
+(adapter mode) with the run's own settings.
 
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 python -m vllm.entrypoints.openai.api_server --model BASE \\
         --enable-lora --max-lora-rank 16 &
     ROLLOUT_TOKEN=... python -m rollout_space.sidecar --bucket BUCKET --vllm-url http://127.0.0.1:8000 \\
         --max-lora-rank 16
 
-`python -m delta follow --lora-alpha` loads a bucket's adapter versions with what its command line says; this
-sidecar reads the run's settings from the bucket (``fleet/run.json``, `wire.fleet.RunSettings.lora`) before each
-version instead, which `delta` cannot (the library reads no app's files): alpha, rank and targets are the run's,
-the versions kept loaded its staleness + 1 (unless `--keep`), and a version is refused in one line (counted in the
-status file's ``refused``) when the run trains on another base than the server's model (`--base`, default the folder
-the server loaded, `/v1/models`; the sidecar hashes it once at start), when its rank is above `--max-lora-rank`, when
-its tensors are not the run's adapter, or when the run publishes full weights (merged or every weight: a server with
-the `delta` backend follows those, `python -m delta follow`). The adapter versions and the run's settings are used only
-when the trainer's key signed them (`--trusted-key`, env DELTA_TRUSTED_KEY; else the key of the first signed one, kept
-per bucket; `--unauthenticated` for an unsigned bucket): a version it did not sign is refused in one line and counted
-(``untrusted version``), and settings it did not sign are refused in one line, counted (``untrusted run settings``, read
-before each version) and the last ones it signed kept. The run's
-settings are also checked against their HMAC with the run's rollout token (`--rollout-token`, env ROLLOUT_TOKEN);
-without it that check is skipped, and the sidecar says so at start.
-"""
+Where `python -m delta follow --lora-alpha` takes the adapter's settings from its command line, this sidecar reads the
+run's settings (``fleet/run.json``) before each version: alpha, rank and targets are the run's, the versions kept its
+staleness + 1 (unless `--keep`). A version is refused in one line, and counted, when the run trains on another base
+than the server's model (`--base`, default the folder the server loaded), its rank is above `--max-lora-rank`, its
+tensors are not the run's adapter, or the run publishes full weights (which `delta follow` follows). Versions and
+settings are used only when the trainer's key signed them (`--trusted-key`, as `delta follow`); the settings' HMAC is
+checked with the run's rollout token (`--rollout-token`), a check skipped, and said so, without one."""
 
 from __future__ import annotations
 
@@ -30,8 +22,8 @@ import os
 import sys
 from collections.abc import Callable
 
+import delta
 import settings
-from delta import Trust, open_storage
 from delta.follow import (
     AdapterFollower,
     AdapterRefusedError,
@@ -43,7 +35,7 @@ from delta.follow import (
     run_until_stopped,
 )
 from delta.integrations.vllm_http import VLLMHTTPClient
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 from wire.lora import kept_versions_refusal
 
 logger = logging.getLogger(__name__)
@@ -125,12 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     config = follow_config(args)
     client = VLLMHTTPClient(config.vllm_url, timeout=config.request_timeout)
+    bucket = delta.Bucket.open(args.bucket, trusted_key=args.trusted_key, unauthenticated=args.unauthenticated)
     try:
-        url = open_storage(args.bucket).url
-        trust = Trust.unauthenticated_for(url) if args.unauthenticated else Trust.for_bucket(url, args.trusted_key)
+        bucket.trust  # noqa: B018 - the trainer's key, read before anything starts (one line if it is not one)
         client.wait_ready(config.ready_timeout)
         base_hash = server_base_hash(client, args.base)
-        fleet = FleetBucket(args.bucket, secret=args.rollout_token, trust=trust)
+        fleet = FleetBucket(bucket, secret=args.rollout_token)
         adapter = run_adapter(fleet, args.keep)
 
         def run() -> AdapterRun:  # read before each version, once `follower` is made
@@ -140,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 count_run_refusals(fleet, follower.status)
 
         follower = AdapterFollower(
-            config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client, trust=trust
+            config, run, base_hash=base_hash, max_rank=args.max_lora_rank, client=client, bucket=bucket
         )
     except (OSError, ValueError) as e:  # PrivateFileError is an OSError, KeyFormatError a ValueError
         print(f"error: {e}", file=sys.stderr)

@@ -18,10 +18,11 @@ from fastapi import FastAPI
 from dashboard import games, render, sparsity
 from dashboard.exam import opponent_text
 from dashboard.figures import sparsity_heatmap, sync_timeline
-from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location
+from dashboard.labels import GLOSSARY, counted, density_note, lora_label, public_location
 from dashboard.mount import mount_ui as _mount
 from dashboard.traffic import traffic_text
 from webguard import client_address
+from wire.env import GameKind
 from wire.errors import RolloutError
 from wire.rollout import RolloutStatus, Trajectory
 
@@ -29,7 +30,7 @@ from .engines.errors import EngineError
 from .games import GameSpec, PlayParams
 from .public import PublicLimitError, PublicPlay
 from .service import RolloutService
-from .versus import Match, PrivateGames, VersusError, VersusView
+from .versus import Match, Opponent, PrivateGames, VersusError, VersusView, examples_sentence
 
 CSS = (
     render.CSS
@@ -80,6 +81,8 @@ def status_markdown(status: RolloutStatus) -> str:
         lines.append(f"following {html.escape(lora_label(lora.sync, lora.r, lora.alpha, lora.targets))}")
     if status.adapters:
         lines.append(f"serves {html.escape(status.adapters)}")
+    if status.versions_reported is not None:
+        lines.append(token_versions_text(status))
     if status.refused:
         lines.append("refused: " + " · ".join(f"{html.escape(kind)} {n}" for kind, n in sorted(status.refused.items())))
     if status.last_refusal:
@@ -91,6 +94,15 @@ def status_markdown(status: RolloutStatus) -> str:
     if status.bucket_traffic is not None:
         lines.append(html.escape(traffic_text(status.bucket_traffic)))
     return "\n\n".join(lines)
+
+
+def token_versions_text(status: RolloutStatus) -> str:
+    """How many replies straddled two weight versions, and whether the engine says which version sampled each token."""
+    if status.versions_reported:
+        how = "each token's weight version as vLLM reported it"
+    else:
+        how = "weight versions per reply: the engine reports none per token (it applies new weights between replies)"
+    return f"{counted(status.straddled, 'reply', 'replies')} straddled two weight versions ({how})"
 
 
 def trust_markdown(status: RolloutStatus) -> str:
@@ -131,7 +143,10 @@ def build_ui(
     def play_match_game(seed: int, progress: Any) -> Trajectory:
         # the game goes on in this thread: the match gets a copy of it after each turn
         [game] = service.play(
-            [GameSpec(seed=seed)], params, on_turn=lambda live: progress(live[0].model_copy(deep=True)), public=True
+            [GameSpec(seed=seed, kind=GameKind.MATCH)],
+            params,
+            on_turn=lambda live: progress(live[0].model_copy(deep=True)),
+            public=True,
         )
         return game
 
@@ -151,10 +166,11 @@ def build_ui(
 
     def draw() -> tuple:
         header = service.last_delta()
-        heatmap = sparsity_heatmap(sparsity(header, state_shapes()) if header is not None else None)
+        grid = sparsity(header, state_shapes()) if header is not None else None
         shown = private.visible(service.recent_games(feed_size))
-        feed = gr.skip() if shown is None else games.feed_html(shown, showcase=service.showcase_ids())
-        return heatmap, sync_timeline(service.syncs()), feed
+        feed = gr.skip() if shown is None else games.feed_html(shown, kinds=service.kinds())
+        note = density_note(grid.density if grid is not None else None)
+        return sparsity_heatmap(grid), sync_timeline(service.syncs()), feed, note
 
     def play_one(request: gr.Request) -> str:
         client = visitor(request)
@@ -163,15 +179,17 @@ def build_ui(
         except PublicLimitError as e:
             return f"<p>{html.escape(str(e))}</p>"
         try:
-            [game] = service.play([GameSpec()], params, public=True)
+            [game] = service.play([GameSpec(kind=GameKind.SHOWCASE)], params, public=True)
         except (RolloutError, EngineError) as e:  # shown to the visitor; the Space keeps serving
             return f"<p>The policy could not play: {html.escape(str(e))}</p>"
         finally:
             public.release(client)
-        return "<p><b>The game you started:</b></p>" + games.feed_html([game], testid="played-game")
+        return "<p><b>The game you started:</b></p>" + games.feed_html(
+            [game], testid="played-game", kinds={game.episode_id: GameKind.SHOWCASE}
+        )
 
     def show(match: Match | None, note: str | None = None) -> tuple:
-        view = match.view() if match is not None else _empty_view(note)
+        view = match.view() if match is not None else _empty_view(note, next_opponent())
         return (
             match,
             view.human_board,
@@ -179,6 +197,7 @@ def build_ui(
             note or view.human_status,
             view.policy_board,
             view.policy_status,
+            view.opponent,
             "",
         )
 
@@ -193,7 +212,7 @@ def build_ui(
         except PublicLimitError as e:
             return show(None, f"Could not start a match: {html.escape(str(e))}")
         try:
-            match = Match(service.env, private.play, executor)
+            match = Match(service.env, private.play, executor, opponent_now())
         except VersusError as e:
             public.release(client)
             return show(None, f"Could not start a match: {html.escape(str(e))}")
@@ -211,18 +230,24 @@ def build_ui(
             return show(match, f"The env did not take the guess: {html.escape(str(e))}")
         return show(match)
 
-    def opponent() -> str:
+    def opponent_now() -> Opponent:
+        """The opponent as a match starting now meets it (fixed for that match)."""
         version = service.engine.version
-        examiner = service.examiner
-        if examiner is None:
-            return opponent_text(version, None)
-        return opponent_text(version, examiner.latest(version), examiner.activity())
+        exam = service.examiner.latest(version) if service.examiner is not None else None
+        return Opponent(version, exam, params.examples, params.max_turns)
+
+    def next_opponent() -> str:
+        """Above the boards while no match is on: who a match started now would play."""
+        opponent = opponent_now()
+        activity = service.examiner.activity() if service.examiner is not None else None
+        who = f"**policy v{opponent.version}** (served now; a match names the version that plays its moves)"
+        return opponent_text(who, opponent.exam, activity) + " " + examples_sentence(opponent.examples)
 
     def refresh_policy(match: Match | None) -> tuple:
         if match is None:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), next_opponent()
         view = match.view()
-        return view.policy_board, view.policy_status
+        return view.policy_board, view.policy_status, view.opponent
 
     with gr.Blocks(title="Rollout server", analytics_enabled=False) as demo:
         seen = gr.State(None)
@@ -232,7 +257,7 @@ def build_ui(
         with gr.Row():
             timeline = gr.Plot(sync_timeline([]), show_label=False, elem_id="rollout-timeline")
             heatmap = gr.Plot(sparsity_heatmap(None), show_label=False, elem_id="rollout-heatmap")
-        gr.Markdown(DENSITY_NOTE, elem_id="rollout-density-note")
+        density = gr.Markdown(density_note(None), elem_id="rollout-density-note")
         with gr.Accordion("What the words mean", open=False):
             gr.Markdown(GLOSSARY, elem_id="rollout-glossary")
         with gr.Row():
@@ -245,7 +270,7 @@ def build_ui(
                     "Type a word and press Enter."
                 )
                 gr.Markdown(MATCH_SLOWS_TRAINING, elem_id="versus-slows-training")
-                exam_note = gr.Markdown(opponent(), elem_id="versus-exam")
+                exam_note = gr.Markdown(next_opponent(), elem_id="versus-exam")
                 with gr.Row():
                     with gr.Column():
                         gr.Markdown("### You")
@@ -274,18 +299,22 @@ def build_ui(
                 play = gr.Button("Let the policy play a game", elem_id="rollout-play-one")
                 play_note = gr.HTML("", elem_id="rollout-played")
 
-        outputs = [match, human_board, keyboard, human_status, policy_board, policy_status, box]
+        outputs = [match, human_board, keyboard, human_status, policy_board, policy_status, exam_note, box]
         restart.click(new_match, match, outputs, api_visibility="private")
         gr.on([box.submit, send.click], guess, [box, match], outputs, api_visibility="private")
         play.click(play_one, None, play_note, concurrency_limit=1, api_visibility="private")
         timer = gr.Timer(refresh_s)
         timer.tick(tick, None, [status, seen], show_progress="hidden", api_visibility="private")
         timer.tick(
-            refresh_policy, match, [policy_board, policy_status], show_progress="hidden", api_visibility="private"
+            refresh_policy,
+            match,
+            [policy_board, policy_status, exam_note],
+            show_progress="hidden",
+            api_visibility="private",
         )
-        timer.tick(opponent, None, exam_note, show_progress="hidden", api_visibility="private")
-        seen.change(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
-        demo.load(draw, None, [heatmap, timeline, feed], show_progress="hidden", api_visibility="private")
+        drawn = [heatmap, timeline, feed, density]
+        seen.change(draw, None, drawn, show_progress="hidden", api_visibility="private")
+        demo.load(draw, None, drawn, show_progress="hidden", api_visibility="private")
     return demo
 
 
@@ -294,13 +323,14 @@ def mount_ui(app: FastAPI, service: RolloutService, refresh_s: float = 2.0, trus
     return _mount(app, build_ui(service, refresh_s, trust_forwarded=trust_forwarded), CSS)
 
 
-def _empty_view(note: str | None) -> VersusView:
+def _empty_view(note: str | None, opponent: str) -> VersusView:
     return VersusView(
         render.board_html([]),
         render.keyboard_html([]),
         note or "Press **New match** to start.",
         games.board_html(None),
         "",
+        opponent,
     )
 
 

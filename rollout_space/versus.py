@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from dashboard import games, render
-from wire.env import WordleObservation
+from dashboard.exam import opponent_text
+from dashboard.labels import counted
+from wire.env import GameKind, WordleObservation
+from wire.exam import ExamRecord
 from wire.rollout import Trajectory
 
 from .env_client import EnvClient
@@ -42,14 +46,28 @@ class MatchClosed(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Opponent:
+    """What the page says of the policy before a match's first move, fixed as the match starts: the version served
+    then (`version`), the latest exam up to it (`exam`), the probability that its messages show the env's example
+    word (`examples`), and the most moves its game may take (`max_moves`). The version that plays is the policy
+    game's own (each reply records it), named once it moved."""
+
+    version: int
+    exam: ExamRecord | None
+    examples: float
+    max_moves: int
+
+
+@dataclass(frozen=True)
 class VersusView:
-    """What the UI shows of a match: HTML of both boards and one status line each (Markdown)."""
+    """What the UI shows of a match: HTML of both boards, one status line each and the opponent line (Markdown)."""
 
     human_board: str
     keyboard: str
     human_status: str
     policy_board: str
     policy_status: str
+    opponent: str
 
 
 class Match:
@@ -59,26 +77,45 @@ class Match:
         env: The env Space's client (shared; matches never close it).
         play: Plays the policy's game (see :data:`PlayOne`); runs on ``executor``.
         executor: Where the policy's game runs (bounded by its workers).
+        opponent: What the page says of the policy before its first move.
         seed: The env seed both games share; random when None.
+        clock: Monotonic seconds (the policy's pace per move is measured with it).
 
     Raises:
         VersusError: the env did not start the person's game.
     """
 
-    def __init__(self, env: EnvClient, play: PlayOne, executor: Executor, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        env: EnvClient,
+        play: PlayOne,
+        executor: Executor,
+        opponent: Opponent,
+        seed: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.seed = random.randint(0, MAX_SEED) if seed is None else seed
+        self.opponent = opponent
         self._closed = False
         self._env = env
+        self._clock = clock
+        self._began: float | None = None  # when the policy's game started playing
+        self._moved: float | None = None  # when its last move came in
         try:
-            self.human = env.reset(seed=self.seed, human=True)
+            self.human = env.reset(seed=self.seed, human=True, kind=GameKind.MATCH)
         except EnvUnavailableError as e:
             raise VersusError(str(e)) from e
         self._so_far: Trajectory | None = None
-        self.policy: Future[Trajectory] = executor.submit(play, self.seed, self._progress)
+        self.policy: Future[Trajectory] = executor.submit(self._play, play)
+
+    def _play(self, play: PlayOne) -> Trajectory:
+        self._began = self._clock()
+        return play(self.seed, self._progress)
 
     def _progress(self, game: Trajectory) -> None:
         if self._closed:
             raise MatchClosed("the match was closed: its policy game stops here")
+        self._moved = self._clock()
         self._so_far = game  # one reference swapped from the policy's thread; the UI reads it
 
     def guess(self, word: str) -> WordleObservation:
@@ -96,9 +133,11 @@ class Match:
 
     def view(self) -> VersusView:
         """Both boards: the policy's rows appear as the person plays theirs, in colour only, and in
-        full with the word and what it wrote for each move once the person's game is over."""
+        full with the word and what it wrote for each move once the person's game is over; its invalid moves
+        show as they come, without their text until then."""
         rows = self.human.rows
         over = self.human.done
+        opponent = self.opponent_text()
         if self.policy.cancelled():
             return VersusView(
                 render.board_html(rows),
@@ -106,25 +145,25 @@ class Match:
                 render.status_text(self.human),
                 games.board_html(None),
                 "This match was closed.",
+                opponent,
             )
         failure = self.policy.exception() if self.policy.done() else None  # shown, the match goes on
         policy = None if failure or not self.policy.done() else self.policy.result()
-        error = f"{type(failure).__name__}: {failure}" if failure else None
-        if error:
-            policy_status = f"The policy could not play: {error}"
+        if failure:
+            policy_status = f"The policy could not play: {type(failure).__name__}: {failure}"
         elif policy is None:
-            turns = len(self._so_far.replies) if self._so_far else 0
-            policy_status = (
-                f"The policy is thinking: {turns} move{'s' * (turns != 1)} made so far..."
-                if turns
-                else "The policy is thinking about its first move..."
-            )
+            policy_status = self._playing_text()
         elif over:
-            policy_status = f"Policy v{policy.version}: {games.result_text(policy)}."
+            policy_status = f"Policy {games.version_label(policy)}: {games.result_text(policy)}."
         else:
-            shown = min(len(rows), len(policy.marks))
-            policy_status = f"Policy v{policy.version} has played; {shown} of its rows shown (colours only)."
-        board = games.board_html(policy or self._so_far, rows=None if over else len(rows), hide_letters=not over)
+            shown, scored = min(len(rows), len(policy.marks)), len(policy.marks)
+            policy_status = (
+                f"Policy {games.version_label(policy)} has played: {counted(len(policy.replies), 'move')}, "
+                f"{scored} scored, {len(policy.replies) - scored} invalid. Its scored rows show in colour as you play "
+                f"yours ({shown} of {scored} so far)."
+            )
+        game = policy or self._so_far
+        board = games.board_html(game, rows=None if over else len(rows), hide_letters=not over)
         if over and policy is not None:  # its words are no secret any more: what it wrote, move by move
             board += render.moves_html(
                 policy.replies,
@@ -134,8 +173,52 @@ class Match:
                 examples=policy.examples,
                 copied=policy.copied,
             )
+        elif game is not None:
+            board += games.move_track_html(game)
         return VersusView(
-            render.board_html(rows), render.keyboard_html(rows), render.status_text(self.human), board, policy_status
+            render.board_html(rows),
+            render.keyboard_html(rows),
+            render.status_text(self.human),
+            board,
+            policy_status,
+            opponent,
+        )
+
+    def opponent_text(self) -> str:
+        """The opponent line: the versions that played the policy's moves once it moved (before: the version served
+        as the match began, said as such), its latest exam as the match began, and its examples."""
+        finished = self.policy.done() and not self.policy.cancelled() and self.policy.exception() is None
+        game = self.policy.result() if finished else self._so_far
+        if game is None or not game.versions:
+            who = f"the policy as served when its first move is played (v{self.opponent.version} as this match began)"
+        else:
+            who = f"**policy {games.version_label(game)}**" + (
+                " (new weights arrived during its game)" if len(set(game.versions)) > 1 else ""
+            )
+        return opponent_text(who, self.opponent.exam) + " " + examples_sentence(self.opponent.examples)
+
+    def _playing_text(self) -> str:
+        """The policy's side while it plays: how far it got, its pace here, and what is left to expect."""
+        if self._began is None:
+            return (
+                "The policy's game is queued: visitors' policy games are played one at a time. Its moves then run "
+                "between the trainer's games, which go first."
+            )
+        game = self._so_far
+        moves = len(game.replies) if game else 0
+        if not moves:
+            return (
+                "The policy is thinking about its first move. Its moves run between the trainer's games, which go "
+                "first: on a busy machine a move can take a while."
+            )
+        invalid = sum(1 for g in game.guesses if not g) if game else 0
+        pace = ((self._moved or self._began) - self._began) / moves
+        left = max(0, self.opponent.max_moves - moves)
+        return (
+            f"The policy is playing: {counted(moves, 'move')} so far ({moves - invalid} scored, {invalid} invalid), "
+            f"about {pace:.0f} s a move on this machine. Invalid moves use up no guess, so its game may take up to "
+            f"{counted(left, 'more move')}"
+            + (f", about {left * pace / 60:.0f} more minutes at this pace." if left * pace >= 90 else ".")
         )
 
     def close(self) -> None:
@@ -145,6 +228,17 @@ class Match:
         self.policy.cancel()
         if not self.human.done:
             self._env.close_game(self.human.episode_id)  # best effort: the env drops idle games itself
+
+
+def examples_sentence(probability: float) -> str:
+    """What the match says, before its first move, of the env's example words the policy is shown."""
+    if probability <= 0:
+        return "Its messages show no example word: it plays by itself, as in its exam."
+    share = "every message" if probability >= 1 else f"about {100 * probability:.0f}% of its messages"
+    return (
+        f"Unlike its exam, it is shown the env's example word (never the secret) in {share}: a small policy copies "
+        "it, and once your game is over each move it copied says so."
+    )
 
 
 class PrivateGames:

@@ -14,6 +14,7 @@ if [ ! -x /usr/bin/chromium ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium < /dev/null
 fi
-# Lint, format and types first (scripts/quality.sh): a finding fails the run before the 25 minutes of tests.
+# Lint, format and types first (scripts/quality.sh): a finding fails the run before the tests (tests/README.md says
+# how long they take). The 25 slowest tests are printed at the end, so the next slow one is seen the day it comes.
 bash scripts/quality.sh
-python -m pytest -q "$@"
+python -m pytest -q --durations=25 "$@"

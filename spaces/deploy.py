@@ -1,40 +1,20 @@
 """Deploy your own copy of the three Spaces and their bucket: ``python spaces/deploy.py --namespace YOU``.
 
-It works out a plan first (print it with ``--dry-run``), then carries it out with huggingface_hub:
+It works out a plan first (``--dry-run`` prints it), then carries it out with huggingface_hub: create the private
+bucket ``hf://buckets/YOU/wordle-deltas``; for env, each rollout (``--rollouts N``) and trainer, assemble the Space's
+files (this repository's tracked files, with ``spaces/ROLE/`` on top), create the Space, upload them, set its
+variables and secrets (fresh tokens the apps send each other, the trainer's signing key, the rollouts' trusted key)
+and ask for its hardware. ``--out DIR`` only assembles the folders. Needs a token with write access (``HF_TOKEN`` or
+``hf auth login``) for everything but ``--dry-run`` and ``--out``.
 
-1. create the bucket ``hf://buckets/YOU/wordle-deltas`` (private);
-2. for env, each rollout (``--rollouts N``: PREFIX-rollout, PREFIX-rollout-2, ...) and trainer: assemble the Space's
-   files (this repository's tracked files, with ``spaces/ROLE/README.md``, ``requirements.txt`` and ``Dockerfile``
-   on top), create the Space, upload the files, set its variables (SPACE_ROLE, ENV_URL, ROLLOUT_ID; MODEL and the
-   trainer's APP_ARGS; the rollouts' DELTA_TRUSTED_KEY, the trainer's public key) and secrets (DELTA_BUCKET,
-   HF_TOKEN, OWNER_TOKEN, ENV_TOKEN / ROLLOUT_TOKEN, fresh ones that the apps send each other, and the trainer's
-   DELTA_SIGNING_KEY, with which it signs the weights and run settings that the rollouts then check), and ask for
-   its hardware.
+The trainer's key is the one kept for the bucket in your cache (made at the first deploy), or ``DELTA_SIGNING_KEY``:
+a redeploy sets the same key, so the trainer resumes the versions it signed. ``--rotate-key`` replaces the kept key
+and gives the trainer the old one as ``DELTA_HANDOVER_FROM``: it signs its versions again and hands over to the new
+key, which every reader of the old one follows; delete the kept ``<hash>.previous.key`` once the trainer signs with
+the new key (``python -m delta log``). A rotation is no revocation: after a theft, deploy to a new bucket.
 
-The trainer's key is the one kept for the bucket in your cache (``~/.cache/delta/keys/``, owner-only; made at the
-first deploy, as a trainer of your own makes and keeps it), or ``DELTA_SIGNING_KEY`` when set: a redeploy sets the same
-key, so the trainer resumes the versions it signed (with a new key it would find none of its own and start again from
-the base model), and a trainer you run on the same bucket signs with it too.
-
-``--rotate-key`` gives the trainer a new key: the key kept for the bucket is replaced by a new one and kept beside it
-(``<hash>.previous.key``), and the trainer Space gets the old one as the secret ``DELTA_HANDOVER_FROM``: at its next
-start it signs its versions again with the new key and commits a handover signed with the old one, so every reader that
-trusted the old key (your own rollout servers, given it or trusting on first use) follows the new one; the rollout
-Spaces get the new key. While that file is there every deploy sets ``DELTA_HANDOVER_FROM`` (a deploy run again after a
-failed one finishes the rotation; a trainer restarted with it finds nothing more to hand over) and ``--rotate-key``
-refuses to rotate again: delete it once the trainer signs with the new key (``python -m delta log`` shows each
-version's signer). With ``DELTA_SIGNING_KEY`` set, rotate by hand: set it to the new key and ``DELTA_HANDOVER_FROM``
-to the old one, which the deploy then sets on the trainer. A rotation is no revocation: after a key was stolen, deploy
-to a new bucket.
-
-The policy: on GPU Spaces (the default, an L4 each) ``Qwen/Qwen3-0.6B`` from the Hub, which a Space reaches, with
-the trainer's settings sized for an L4 (`GPU_TRAINER_ARGS`); with ``--cpu``, the offline SmolLM2-135M-Instruct
-and the trainer's defaults. ``--model`` picks another (a Hub id; the rollout and the trainer get the same).
-
-``--out DIR`` only assembles the three folders (to inspect them, or to push them yourself with
-``hf upload YOU/wordle-env DIR/env . --repo-type space``). Needs a token with write access
-(``HF_TOKEN`` or ``hf auth login``) for everything but ``--dry-run`` and ``--out``.
-"""
+The policy: ``Qwen/Qwen3-0.6B`` on GPU Spaces (an L4 each, `GPU_TRAINER_ARGS`); with ``--cpu`` the offline
+SmolLM2-135M-Instruct; ``--model`` picks another Hub id for both."""
 
 from __future__ import annotations
 
@@ -92,8 +72,9 @@ def space_url(repo_id: str) -> str:
 
 def signing_key(bucket: str, make: bool = True) -> str | None:
     """The trainer's private key text for `bucket`: ``DELTA_SIGNING_KEY`` when set, else the key kept for the bucket in
-    this user's cache (`delta.trainer_key`, which a trainer run here on the bucket signs with), made now if there is
-    none; None when not `make` and the variable is unset (a dry run touches no key: `plan` shows a throwaway one).
+    this user's cache (`delta.signing.trainer_key`, which a trainer run here on the bucket signs with), made now if
+    there is none; None when not `make` and the variable is unset (a dry run touches no key: `plan` shows a throwaway
+    one).
 
     Raises:
         delta.KeyFormatError, delta.PrivateFileError: the variable or the kept file holds no key, or is not the user's.
@@ -102,15 +83,15 @@ def signing_key(bucket: str, make: bool = True) -> str | None:
     if not (make or os.environ.get("DELTA_SIGNING_KEY")):
         return None
     _repository_on_path()
-    from delta import open_storage, trainer_key
+    import delta
 
-    return trainer_key(open_storage(bucket).url).secret_text()  # the URL's spelling a Publisher keys its file by
+    return delta.Bucket.open(bucket).signing_key.secret_text()  # the key the trainer's bucket will sign with
 
 
 def handover_key(bucket: str, rotate: bool = False) -> str | None:
     """The private key text of the key the trainer's now replaces, for the trainer Space's DELTA_HANDOVER_FROM:
     ``DELTA_HANDOVER_FROM`` when set; else, with `rotate`, the key kept for the bucket, replaced now by a new one
-    (`delta.rotate_trainer_key`); else the key a rotation replaced, while it is kept (`delta.kept_previous_key`); None
+    (`delta.signing.rotate_trainer_key`); else the key a rotation replaced, while it is kept (`kept_previous_key`); None
     when there is none.
 
     Raises:
@@ -118,11 +99,12 @@ def handover_key(bucket: str, rotate: bool = False) -> str | None:
         FileNotFoundError: `rotate` with no key kept for the bucket. FileExistsError: `rotate` with a rotation pending.
     """
     _repository_on_path()
-    from delta import SigningKey, kept_previous_key, open_storage, rotate_trainer_key
+    import delta
+    from delta.signing import kept_previous_key, rotate_trainer_key
 
     if os.environ.get("DELTA_HANDOVER_FROM"):
-        return SigningKey.parse(os.environ["DELTA_HANDOVER_FROM"]).secret_text()
-    url = open_storage(bucket).url  # the URL's spelling a Publisher keys its file by
+        return delta.SigningKey.parse(os.environ["DELTA_HANDOVER_FROM"]).secret_text()
+    url = delta.Bucket.open(bucket).url  # the URL's spelling a bucket keys its key file by
     if rotate:
         return rotate_trainer_key(url)[1].secret_text()
     previous, _ = kept_previous_key(url)

@@ -15,9 +15,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from delta import Bucket
 from delta import DeltaFormatError, Manifest
 from delta.bucket.manifest import manifest_commits, manifest_path
-from delta.storage import open_storage
 
 from ._signed import signed
 from ._trainer import trajectory
@@ -36,7 +36,7 @@ def ranked_bucket(folder: Path, mode: str) -> Path:
 
 def manifest_body(bucket: Path) -> dict:
     """The newest manifest of `bucket`, as JSON."""
-    storage = open_storage(bucket)
+    storage = Bucket.open(bucket)
     return json.loads(storage.read(manifest_commits(storage)[0][1]))
 
 
@@ -51,7 +51,7 @@ def forge(source: Path, target: Path, edit: Callable[[dict], object] | None = No
     edit that still parses is signed with the trainer's key (`tests._signed`): the checks behind the signature are
     what it tests."""
     shutil.copytree(source, target)
-    storage = open_storage(target)
+    storage = Bucket.open(target)
     commit, path = manifest_commits(storage)[0]
     body = json.loads(storage.read(path))
     storage.delete([path])

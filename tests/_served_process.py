@@ -37,7 +37,7 @@ class ServedProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self, timeout: float = 15.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         raise NotImplementedError
 
     def _launch(self, command: list[str], ready: Callable[[], bool], timeout: float, cwd: Path | None = None) -> None:

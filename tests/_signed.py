@@ -10,7 +10,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import replace
 
-from delta import Manifest, Storage, trainer_key
+from delta import Manifest, Storage
+from delta.signing import trainer_key
 
 
 def signed(storage: Storage, manifest: Manifest) -> Manifest:

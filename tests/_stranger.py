@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from delta import Publisher, Subscriber, Trust, VersionEntry, open_storage, read_manifest
+from delta import Bucket
+from delta import Publisher, Subscriber, Trust, VersionEntry, read_manifest
 from delta.bucket.manifest import MANIFEST_DIR
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def publish_as_stranger(bucket: str, home: Path) -> int:
 def copy_signature(bucket: str, trainers: VersionEntry) -> int:
     """Give the newest version of the newest manifest the signature, signer and run of `trainers` (the trainer's last
     version), in a new manifest file, as any writer commits; returns that version."""
-    storage = open_storage(bucket)
+    storage = Bucket.open(bucket)
     manifest = read_manifest(storage)
     path = f"{MANIFEST_DIR}{manifest.commit + 1:010d}.json"
     body = json.loads(storage.read(manifest.path))
@@ -50,7 +51,7 @@ def copy_signature(bucket: str, trainers: VersionEntry) -> int:
 
 def main(bucket: str) -> None:
     # What any reader can fetch: the newest state, unauthenticated (the stranger trusts nobody's key).
-    with Subscriber(bucket, trust=Trust.unauthenticated_for(open_storage(bucket).url)) as reader:
+    with Subscriber(bucket, trust=Trust.unauthenticated_for(Bucket.open(bucket).url)) as reader:
         reader.sync()
         zeros = {name: torch.zeros_like(t) for name, t in reader.state.items()}
     with Publisher(bucket) as pub:

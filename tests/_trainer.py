@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from delta import State
+from delta.tensors.state import State
 
 
 def initial_state(n: int = 100_000, seed: int = 0) -> State:

@@ -3,7 +3,14 @@ servers themselves start with `tests._env_server.running_server`, as `python app
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):
@@ -35,6 +42,41 @@ FAST_TRAINING = ("--games-per-step", "8", "--num-generations", "2", "--max-token
 
 #: Trainer flags for the tiny model at a cadence like the demo's (a step every ~20-40 s on 2 cores, as SmolLM2's on
 #: the Spaces): whole games of long replies, so the servers' games, not the trainer, set the pace. What a fleet asks of
-#: a Hub account is measured at it (tests/test_hub_product.py, bench/hub_requests.py).
+#: a Hub account is measured at it (bench/hub_requests.py).
 DEMO_PACE = ("--games-per-step", "16", "--num-generations", "4", "--max-tokens", "48", "--max-turns", "6",
              "--learning-rate", "1e-3", "--reply-prefix", "")
+
+
+@contextlib.contextmanager
+def torchrun_trainer(*flags: str, log: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m torch.distributed.run --nproc_per_node 2 app.py trainer FLAGS` (one thread a rank, `env` added to
+    ours) until rank 0's /health answers: (its URL, the torchrun process); SIGTERM at the end."""
+    import httpx
+
+    from tests._env_server import REPO, free_port
+
+    port = free_port()
+    with open(log, "w+") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "app.py", "trainer",
+                                 *flags, "--host", "127.0.0.1", "--port", str(port)],
+                                cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, stdout=out,
+                                stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def healthy() -> bool:
+                assert proc.poll() is None, f"torchrun exited {proc.returncode}:\n{log.read_text()[-4000:]}"
+                with contextlib.suppress(httpx.TransportError):
+                    return httpx.get(f"{url}/health", timeout=1).status_code == 200
+                return False
+
+            wait_until(healthy, 300, "rank 0's API")
+            yield url, proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -1,6 +1,6 @@
 """Write tests/data/golden_v<FORMAT_VERSION>.*: run only when the format version changes on purpose.
 
-Files of older versions stay: the tests check that they are refused with a clear message.
+Files of older versions stay (one each): the tests check that they are refused with a clear message.
 
     python -m tests.make_golden
 

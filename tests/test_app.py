@@ -124,3 +124,18 @@ def test_the_launcher_says_why_a_model_cannot_be_prepared() -> None:
     assert result.returncode == 1
     assert ("[app] cannot prepare the model './no-such-folder': model './no-such-folder' is neither a local folder "
             "nor a Hub id like 'Qwen/Qwen3-0.6B'") in result.stdout
+
+
+def test_a_wrong_flag_or_setting_is_answered_before_the_heavy_imports() -> None:
+    """A command-line tool answers a usage error at once: no role loads torch, transformers or Gradio (seconds on a
+    busy machine) before its flags and settings are checked."""
+    probe = ("import sys, app\n"
+             "try:\n    app.main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+             "heavy = sorted(m for m in ('torch', 'transformers', 'gradio', 'delta') if m in sys.modules)\n"
+             "print(code, heavy)")
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    for argv in (["all", "--rollouts", "0"], ["trainer", "--rollout-url", "ftp://x"], ["rollout", "--env-url", "x"],
+                 ["env", "--max-sessions", "0"], ["trainer", "--no-such-flag"]):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.stdout.strip() == "2 []", (argv, done.stdout, done.stderr[-500:])

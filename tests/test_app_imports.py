@@ -1,8 +1,9 @@
 """Who may import whom, read from the source with `ast` (every import, those inside functions too).
 
 The apps talk to each other only over HTTP and through the bucket, with the messages of the shared package
-`wire`: no app imports another app. `dashboard` (the drawing the UIs share) and `launcher` (which starts the
-apps as processes) import no app; `wire` imports no app and no drawing; `delta` (with its vLLM plugin) imports
+`wire` and the protocol of `fleet`: no app imports another app. `dashboard` (the drawing the UIs share) and `launcher`
+(which starts the apps as processes) import no app; `wire` (messages only) imports no app, no drawing and nothing of
+the fleet's bucket I/O; `fleet` imports `wire` and `delta`, never an app; `delta` (with its vLLM plugin) imports
 nothing of the rest. And the project's packages import each other without a circle.
 """
 
@@ -17,14 +18,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APPS = frozenset({"env_space", "rollout_space", "trainer_space"})
 #: The packages (and top-level modules) of the project, tests and benchmarks aside.
-PROJECT = APPS | {"dashboard", "wire", "launcher", "delta", "delta_vllm_plugin", "webguard", "models", "settings",
-                  "app"}
+PROJECT = APPS | {"dashboard", "wire", "fleet", "launcher", "delta", "delta_vllm_plugin", "webguard", "models",
+                  "settings", "app"}
 #: What each package must not import.
 FORBIDDEN: Mapping[str, frozenset[str]] = {
     **{app: APPS - {app} for app in APPS},
     "dashboard": APPS | {"launcher"},
     "launcher": APPS,
-    "wire": APPS | {"dashboard", "launcher"},
+    "wire": APPS | {"dashboard", "launcher", "fleet"},
+    "fleet": APPS | {"dashboard", "launcher"},
     "delta": PROJECT - {"delta", "delta_vllm_plugin"},  # the library and its vLLM plugin ship together
 }
 
@@ -88,6 +90,33 @@ def import_circle(root: Path) -> list[str]:
 
 def test_no_app_imports_another_and_wire_and_dashboard_import_no_app() -> None:
     assert forbidden_imports(ROOT) == []
+
+
+def test_wire_holds_messages_only() -> None:
+    """No module of `wire` reads or writes a bucket: that is `fleet`'s, on top of the role's `delta.Bucket`."""
+    reaching = [f"{path.relative_to(ROOT)}:{line} imports {module}" for path in sources(ROOT, "wire")
+                for line, module in imports(ROOT, path)
+                if module == "delta.bucket" or module.startswith("delta.bucket.") or module == "fleet"]
+    bucket_calls = [f"{path.relative_to(ROOT)}" for path in sources(ROOT, "wire")
+                    if any(word in path.read_text() for word in ("Bucket(", "open_storage(", ".write_many("))]
+    assert reaching == [] and bucket_calls == []
+
+
+def test_no_storage_is_opened_outside_the_composition_roots_the_cli_and_the_library() -> None:
+    """A bucket is opened once per role, in one place: the apps' composition roots (and the launcher's and the
+    deploy tool's, which start the apps), the library's own URL entry and its command line. Everything else is
+    handed the `delta.Bucket` (or takes a URL and opens one through `Bucket.of`)."""
+    roots = {"trainer_space/main.py", "rollout_space/main.py", "rollout_space/sidecar.py", "launcher/launch.py",
+             "spaces/deploy.py", "delta/bucket/handle.py", "delta/cli.py", "delta/follow.py", "delta/storage/__init__.py"}
+    def opens(path: Path) -> bool:
+        calls = [n.func for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)]
+        return any(getattr(f, "id", None) == "open_storage" or getattr(f, "attr", None) == "open_storage"
+                   or (getattr(f, "attr", None) == "open" and getattr(f.value, "attr", getattr(f.value, "id", "")) == "Bucket")
+                   for f in calls)
+
+    found = sorted(path.relative_to(ROOT).as_posix() for package in sorted(PROJECT) for path in sources(ROOT, package)
+                   if path.relative_to(ROOT).as_posix() not in roots and opens(path))
+    assert found == []
 
 
 def test_the_packages_import_each_other_without_a_circle() -> None:

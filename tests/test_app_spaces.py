@@ -147,7 +147,7 @@ def test_a_redeploy_sets_the_key_the_first_deploy_kept_for_the_bucket(tmp_path: 
     assert signing_key(bucket, make=False) is None and not list(tmp_path.rglob("*.key"))  # a dry run
     first = signing_key(bucket)
     assert signing_key(bucket) == first and signing_key(bucket, make=False) is None  # a redeploy; a dry run
-    assert delta.trainer_key(delta.open_storage(bucket + "/").url).secret_text() == first  # a trainer of one's own
+    assert delta.signing.trainer_key(delta.Bucket.open(bucket + "/").url).secret_text() == first  # a trainer of one's own
     [kept] = tmp_path.rglob("*.key")
     assert oct(kept.stat().st_mode & 0o777) == "0o600"
     assert signing_key("hf://buckets/alice/other") != first  # one key per bucket
@@ -178,7 +178,7 @@ def test_rotate_key_hands_the_trainer_a_new_key_and_the_old_one_to_hand_over_fro
     assert handover_key(bucket) is None
     assert handover_key(bucket, rotate=True) == first
     second = signing_key(bucket)
-    assert second != first and delta.trainer_key(delta.open_storage(bucket).url).secret_text() == second
+    assert second != first and delta.signing.trainer_key(delta.Bucket.open(bucket).url).secret_text() == second
     env, rollout, trainer = plan("alice", "wordle", bucket, "owner", "hf", cpu=True, signing_key=second,
                                  handover_from=handover_key(bucket))  # a redeploy: the rotation still pending
     assert trainer.secrets["DELTA_SIGNING_KEY"] == second and trainer.secrets["DELTA_HANDOVER_FROM"] == first
@@ -186,9 +186,9 @@ def test_rotate_key_hands_the_trainer_a_new_key_and_the_old_one_to_hand_over_fro
     assert "DELTA_HANDOVER_FROM" not in rollout.secrets and "DELTA_HANDOVER_FROM" not in env.secrets
     with pytest.raises(FileExistsError, match="delete it once the trainer signed with its new key"):
         handover_key(bucket, rotate=True)
-    previous, kept = delta.kept_previous_key(delta.open_storage(bucket).url)
+    previous, kept = delta.signing.kept_previous_key(delta.Bucket.open(bucket).url)
     assert previous.secret_text() == first and oct(kept.stat().st_mode & 0o777) == "0o600"
-    assert delta.previous_key(str(kept)).secret_text() == first  # a trainer of one's own: --handover-from-file
+    assert delta.signing.previous_key(str(kept)).secret_text() == first  # a trainer of one's own: --handover-from-file
     kept.unlink()
     assert handover_key(bucket) is None and "DELTA_HANDOVER_FROM" not in plan(
         "alice", "wordle", bucket, "owner", "hf", cpu=True, signing_key=second)[-1].secrets

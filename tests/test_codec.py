@@ -208,3 +208,19 @@ def test_large_tensor_spanning_many_chunks():
         state = clone(old)
         delta.apply(state, delta.diff(old, new, codec=codec))
         assert states_equal(state, new), codec
+
+
+def test_the_progress_bar_counts_every_element_once_and_never_backwards(capsys):
+    """`bash scripts/demo.sh delta` drew a bar that ran backwards: a thread's span of chunks crossed tensors, and the bar
+    moved by the last chunk's end minus the first chunk's start, each counted from its own tensor's start."""
+    old = {"a": torch.zeros(5000, dtype=torch.bfloat16), "b": torch.zeros(300, dtype=torch.bfloat16)}
+    new = clone(old)
+    new["a"][3], new["b"][7] = 1, 1
+    delta.diff(old, new, chunk=64, workers=1, progress=True)  # small chunks: spans of many, one across both tensors
+
+    def elements(shown: str) -> float:
+        return float(shown[:-1]) * 1000 if shown.endswith("k") else float(shown)
+
+    done = [elements(line.split("|")[2].split("/")[0]) for line in
+            capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("diff ctx:")]
+    assert done == sorted(done) and done[-1] == 5300, done

@@ -19,6 +19,7 @@ import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save
 
+from delta import Bucket
 import delta
 from delta.cli import main
 from delta.codecs._streams import pack
@@ -356,7 +357,8 @@ def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path
 
     from delta import Publisher, PublisherConfig
     from delta import Subscriber
-    from delta.bucket.manifest import file_ref, read_manifest, write_manifest
+    from delta import read_manifest
+    from delta.bucket.manifest import file_ref, write_manifest
     from delta.storage import open_storage
 
     old, new = pair
@@ -364,7 +366,7 @@ def test_a_forged_version_in_a_bucket_never_advances_a_subscriber(pair, tmp_path
         for s in (old, new):
             pub.publish(s)
             assert pub.flush(timeout=60)
-    storage = open_storage(str(tmp_path))
+    storage = Bucket.open(str(tmp_path))
     manifest = read_manifest(storage)
     entry = manifest.get(2)
     forged = forge_duplicate(old, new, "layers.0.w", "ctx")

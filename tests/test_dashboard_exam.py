@@ -50,10 +50,10 @@ def test_texts_for_the_landing_page_the_status_line_and_the_match() -> None:
     assert exam_trend_text([]) == "—" and exam_trend_text(exams[:1]) == "0% (one exam, v0)"
     assert exam_trend_text(exams) == "25% (v0: 0%, up 25 pts over 2 exams)"
     assert exam_trend_text([exams[1], exam(9, 0.25)]) == "25% (v5: 25%, flat over 2 exams)"
-    assert "policy v7**; its latest exam is of **v5**" in opponent_text(7, exams[-1])
-    assert "policy v5**; its own exam" in opponent_text(5, exams[-1])
-    assert "No exam yet" in opponent_text(3, None)
-    assert opponent_text(0, None, "playing the exam of v0").endswith("Now: playing the exam of v0.")
+    assert opponent_text("**policy v7**", exams[-1]).startswith(
+        "Your opponent: **policy v7**; the latest exam up to its version is of **v5** (2 held-out words")
+    assert "No exam yet" in opponent_text("**policy v3**", None)
+    assert opponent_text("**policy v0**", None, "playing the exam of v0").endswith("Now: playing the exam of v0.")
 
 
 def test_records_not_read_are_said_with_what_to_do() -> None:

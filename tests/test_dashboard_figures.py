@@ -32,7 +32,7 @@ class Sync:
 
 
 def _message(fig) -> str:
-    return fig.layout.annotations[0].text
+    return fig.layout.annotations[0].text.replace("<br>", " ")  # wrapped for a phone
 
 
 def test_heatmap_cells_and_hover_from_a_real_delta() -> None:
@@ -139,3 +139,21 @@ def test_the_legend_sits_below_the_x_axis_title_and_one_version_has_a_scale() ->
     assert len(ticks) >= 2 and all(low <= math.log10(t) <= high for t in ticks)
     assert list(anchor_only.layout.yaxis.ticktext) == ["200 MB", "500 MB"]
     assert tuple(anchor_only.layout.xaxis.range) == (0.4, 1.6)  # version 1 in the middle, no version 0 or 2
+
+
+def test_a_long_title_is_wrapped_for_a_phone_and_the_plot_keeps_its_height() -> None:
+    """plotly draws a title on one line: at 390 px the trainer's titles were cut at both ends."""
+    from dashboard.figures import SUB_CHARS, TITLE_CHARS, fit_title, line_curves, wrap_title
+
+    title = "Off-policy correction: importance weights (current / sampler, truncated)<br><sup>" + "word " * 30 + "</sup>"
+    lines = wrap_title(title).split("<br>")
+    assert all(len(line) <= TITLE_CHARS for line in lines if not line.startswith("<sup>"))
+    assert all(len(line) <= SUB_CHARS + len("<sup></sup>") for line in lines if line.startswith("<sup>"))
+    assert " ".join(line.removeprefix("<sup>").removesuffix("</sup>") for line in lines).split() == (
+        title.replace("<br>", " ").replace("<sup>", "").replace("</sup>", "").split())  # every word, in order
+    short = line_curves([Series("a", [1], [1.0])], "Weight syncs")
+    long = line_curves([Series("a", [1], [1.0])], title)
+    assert short.layout.title.text == "Weight syncs"
+    assert long.layout.height - long.layout.margin.t - long.layout.margin.b == (
+        short.layout.height - short.layout.margin.t - short.layout.margin.b)  # the room grew above the plot only
+    assert fit_title(long).layout.title.text == long.layout.title.text  # wrapped once: wrapping again changes nothing

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from dashboard import games
+from dashboard.render import KIND_LABELS
+from wire.env import GameKind
 from wire.rollout import Trajectory
 
 GAME = Trajectory(prompt_ids=[1], episode_id="e1", guesses=["slate", "", "crane"], marks=["XXGXG", "GGGGG"], won=True,
@@ -40,13 +42,20 @@ def test_feed() -> None:
     assert feed.count('data-testid="policy-game"') == 2
     assert 'data-episode="e1"' in feed and "policy v3–v4" in feed and "policy v5" in feed and "reward 1.25" in feed
     assert "No policy games yet." in games.feed_html([])
-    assert "showcase" not in feed
-    marked = games.feed_html([GAME, LOST], showcase={LOST.episode_id})
-    assert marked.count(games.SHOWCASE_NOTE) == 1 and marked.index(games.SHOWCASE_NOTE) > marked.index("policy v5")
+    assert re.findall(r'data-kind="(\w+)"', feed) == ["training", "training"]  # a game that says no more: training
+    marked = games.feed_html([GAME, LOST], kinds={LOST.episode_id: GameKind.SHOWCASE})
+    assert re.findall(r'data-kind="(\w+)"', marked) == ["training", "showcase"]
+    assert marked.index(KIND_LABELS[GameKind.SHOWCASE]) > marked.index("policy v5")
     assert "2. invalid: hmm &lt;b&gt;no&lt;/b&gt;</li>" in feed  # what the model wrote, escaped
     assert games.board_html(None).count("data-mark") == 0
 
 
-def test_an_exam_game_says_so_in_the_feed() -> None:
-    feed = games.feed_html([LOST.model_copy(update={"exam": True}), GAME])
-    assert feed.count("exam (held-out word, no examples)") == 1
+def test_an_exam_game_says_so_in_the_feed_whatever_its_kinds_say() -> None:
+    feed = games.feed_html([LOST.model_copy(update={"exam": True}), GAME], kinds={LOST.episode_id: GameKind.TRAINING})
+    assert re.findall(r'data-kind="(\w+)"', feed) == ["exam", "training"]
+    assert feed.count(KIND_LABELS[GameKind.EXAM]) == 1
+
+
+def test_version_label_names_every_version_that_wrote_a_reply() -> None:
+    assert [games.version_label(t) for t in (GAME, LOST, LOST.model_copy(update={"versions": []}))] == [
+        "v3–v4", "v5", "v?"]

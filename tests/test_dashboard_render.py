@@ -1,6 +1,7 @@
 import re
 
 from dashboard.render import (
+    KIND_LABELS,
     board_html,
     feed_html,
     keyboard_html,
@@ -9,7 +10,7 @@ from dashboard.render import (
     win_rate_curve,
     win_rate_note,
 )
-from wire.env import GameRecord, GuessRow, PlayerStats, WordleObservation
+from wire.env import GameKind, GameRecord, GuessRow, PlayerStats, WordleObservation
 
 
 def rows(*pairs: tuple[str, str]) -> list[GuessRow]:
@@ -77,9 +78,19 @@ def test_feed_lists_policy_games_newest_first() -> None:
     assert "unfinished, 6 invalid moves" in html
     move = re.search(r'<li class="wordle-move invalid" title="([^"]*)">([^<]*)<div class="wordle-why">([^<]*)</div>'
                      r'</li>', html)
-    assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 31 + "x..."  # what the model wrote, cut
+    assert move and move.group(2) == "1. invalid: &lt;i&gt;" + "x " * 59 + "x"  # what the model wrote, whole
     assert move.group(1).startswith("&lt;i&gt;x x")  # the whole text on hover
     assert move.group(3) == "&#x27;&lt;i&gt;&#x27; must contain only the letters a-z"  # and why it was refused
+
+
+def test_a_long_reply_shows_the_word_the_env_scored() -> None:
+    """A reply cut at its start dropped the guess at its end: the feed keeps the text around the last tag."""
+    reply = "Let me think about which letters could be in the word. " * 5 + "<guess>slate</guess>"
+    game = GameRecord(episode_id="a", player="policy v3", words=("slate",), marks=("XXGXG",), won=False,
+                      secret="crane", invalid_moves=0, total_reward=0.2, finished_at=100.0, replies=(reply,),
+                      guesses=("slate",))
+    [move] = re.findall(r"<li[^>]*>(.*?)</li>", feed_html([game]))
+    assert move.startswith("1. <b>SLATE</b>: …") and move.endswith("&lt;guess&gt;slate&lt;/guess&gt;")
 
 
 def test_a_word_copied_from_the_envs_example_is_marked_as_such() -> None:
@@ -117,25 +128,44 @@ def test_a_word_copied_from_the_instructions_is_marked_as_copied() -> None:
         assert "env&#x27;s example" not in html
 
 
-def test_stats_rows_and_win_rate_curve() -> None:
+def test_stats_rows_and_win_rate_curve_keep_each_kind_of_game_apart() -> None:
     stats = [
         PlayerStats(player="human", games=2, wins=2),
-        PlayerStats(player="policy v10", games=4, wins=3),
-        PlayerStats(player="policy v2", games=3, wins=1),
+        PlayerStats(player="policy v10", kind=GameKind.TRAINING, games=4, wins=3),
+        PlayerStats(player="policy v10", kind=GameKind.SHOWCASE, games=1, wins=1),
+        PlayerStats(player="policy v2", kind=GameKind.TRAINING, games=3, wins=1),
+        PlayerStats(player="policy v2", kind=GameKind.EXAM, games=16, wins=0),
         PlayerStats(player="policy", games=1, wins=1),
     ]
-    assert stats_rows(stats[2:3]) == [["policy v2", 3, 1, "33%"]]  # a share, not 0.333 (or 1 and 0)
-    assert [row[0] for row in stats_rows(stats)] == ["human", "policy v10", "policy v2", "policy"]
+    assert stats_rows(stats[3:4]) == [["policy v2", "training", 3, 1, "33%"]]  # a share, not 0.333 (or 1 and 0)
+    assert [row[:2] for row in stats_rows(stats)] == [
+        ["human", "play"], ["policy v10", "training"], ["policy v10", "showcase"], ["policy v2", "training"],
+        ["policy v2", "exam"], ["policy", "play"]]
     assert win_rate_curve(stats) == [
-        ["v2", 0.333],
-        ["v10", 0.75],
-    ]  # by version (labels: whole versions on the axis), people and unknown versions left out
+        ["v2", 0.0, "exam"],
+        ["v2", 0.333, "training"],
+        ["v10", 1.0, "showcase"],
+        ["v10", 0.75, "training"],
+    ]  # one line per kind, by version (labels: whole versions on the axis), people and unknown versions left out
 
 
-def test_the_win_rate_note_says_what_a_flat_line_means() -> None:
+def test_the_win_rate_note_counts_each_kind_and_says_what_a_flat_line_means() -> None:
     assert win_rate_note([]) == "*No policy game yet.*"
     people = PlayerStats(player="human", games=3, wins=3)
-    flat = win_rate_note([people, PlayerStats(player="policy v1", games=8, wins=0),
-                          PlayerStats(player="policy v2", games=8, wins=0)])
-    assert flat.startswith("*No policy game won yet (16 games): the line lies on 0.")
-    assert win_rate_note([PlayerStats(player="policy v2", games=8, wins=1)]) == "*1 of 8 policy games won.*"
+    flat = win_rate_note([people, PlayerStats(player="policy v1", kind=GameKind.TRAINING, games=8, wins=0),
+                          PlayerStats(player="policy v2", kind=GameKind.TRAINING, games=8, wins=0),
+                          PlayerStats(player="policy v2", kind=GameKind.SHOWCASE, games=2, wins=1)])
+    assert flat.startswith("*training games: 0 of 16 won · showcase games: 1 of 2 won. The training line lies on 0")
+    won = win_rate_note([PlayerStats(player="policy v2", kind=GameKind.TRAINING, games=8, wins=1)])
+    assert won == "*training games: 1 of 8 won.*"
+
+
+def test_the_env_feed_names_each_game_s_kind_and_its_examples() -> None:
+    base = dict(player="policy v0", words=(), marks=(), won=False, secret="crane", invalid_moves=3,
+                total_reward=-0.3, finished_at=1.0, finished=False, replies=("x",) * 3, guesses=("",) * 3)
+    records = [GameRecord(episode_id=kind.value, kind=kind, examples=examples, **base) for kind, examples in (
+        (GameKind.EXAM, ("", "", "")), (GameKind.TRAINING, ("crane", "", "filly")), (GameKind.SHOWCASE, ()))]
+    html = feed_html(records)
+    assert re.findall(r'data-kind="(\w+)">([^<]*)<', html) == [(k.value, KIND_LABELS[k]) for k in (
+        GameKind.EXAM, GameKind.TRAINING, GameKind.SHOWCASE)]
+    assert "no example shown" in html and "example in 2 of 3 messages" in html

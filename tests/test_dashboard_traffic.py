@@ -47,10 +47,10 @@ def test_the_rollout_page_says_the_token_was_refused_and_the_bucket_throttled() 
 
 def test_the_trainer_page_says_why_publishing_stopped_and_the_bucket_throttled(tmp_path) -> None:
     from trainer_space.config import TrainerConfig
-    from trainer_space.session import TrainingSession
+    from trainer_space import build_session
     from trainer_space.ui import status_markdown
 
-    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     assert "bucket requests, last 5 min:" in status_markdown(status)  # every page says what its bucket costs
     status = status.model_copy(update={"state": "stopped", "error": f"PublishError: publishing stopped: {REFUSED}",
                                        "bucket_traffic": throttled()})

@@ -16,9 +16,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from delta import Bucket
 import delta
-from delta.bucket.manifest import read_manifest, version_of_path
-from delta.storage import open_storage
+from delta import read_manifest
+from delta.bucket.manifest import version_of_path
+from delta.storage import LocalStorage
 from delta.tensors import _device
 from delta.tensors.hashing import tensor_sums, whole_key
 from delta.tensors.bits import DTYPE_NAMES
@@ -296,7 +298,7 @@ def test_publisher_copies_only_changed_elements_of_a_device_state_to_the_host(tm
             pub.publish(s)
             pub.flush()
             per_version.append(on_device.elements["to_host_all"] + on_device.elements["to_host"] - before)
-    storage = open_storage(str(tmp_path))
+    storage = Bucket.open(str(tmp_path))
     manifest = read_manifest(storage)
     changed = [delta.read_delta(storage.read(v.delta[0].path))[0].changed for v in manifest.versions[1:]]
     assert 0 < min(changed) and max(changed) < numel // 20
@@ -324,7 +326,7 @@ def _sparse_steps(count: int) -> list[dict[str, torch.Tensor]]:
     return states
 
 
-class _Held(open_storage(".").__class__):  # a local bucket whose writes wait until released
+class _Held(LocalStorage):  # a local bucket whose writes wait until released
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.release = threading.Event()
@@ -364,16 +366,17 @@ def test_publisher_keeps_at_most_three_copies_of_the_state(tmp_path) -> None:
     assert delta.Subscriber(storage).sync() == pub.last.version
 
 
-class _DownOnce(open_storage(".").__class__):  # a local bucket unreachable for the first delta of version 3
+class _DownOnce(LocalStorage):  # a local bucket unreachable for the first delta of version 3
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.failed = threading.Event()
 
-    def write(self, path: str, data: bytes) -> None:
+    def write_many(self, files):  # every write of a `delta.Bucket` comes here
+        path = next(iter(files))
         if not self.failed.is_set() and version_of_path(path) == 3:
             self.failed.set()
-            raise delta.BucketUnreachableError("down for a moment", url=self.url, path=path)
-        super().write(path, data)
+            raise delta.errors.BucketUnreachableError("down for a moment", url=self.url, path=path)
+        return super().write_many(files)
 
 
 def test_a_device_state_retried_with_a_newer_one_hashes_what_it_publishes(tmp_path, on_device: Crossings) -> None:

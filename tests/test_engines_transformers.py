@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 
 import pytest
 import torch
@@ -201,7 +200,10 @@ def test_interrupt_ends_a_long_prefill_part_way(model_dir: str) -> None:
     engine = open_engine("transformers", EngineConfig(model_dir, dtype="float32", max_model_len=2048))
     prefilling = threading.Event()
 
+    layers_run: list[int] = []
+
     def a_slow_cpu(*_: object) -> None:  # each layer of the prefill takes 3 s
+        layers_run.append(1)
         prefilling.set()
         threading.Event().wait(3.0)
 
@@ -218,11 +220,9 @@ def test_interrupt_ends_a_long_prefill_part_way(model_dir: str) -> None:
     worker = threading.Thread(target=generate)
     worker.start()
     assert prefilling.wait(60)
-    interrupted = time.monotonic()
     engine.interrupt()
     worker.join(30)
-    took = time.monotonic() - interrupted
-    assert not worker.is_alive() and took < 4.5, f"{took:.1f} s: the prefill's next layer ran (3 s)"
+    assert not worker.is_alive() and len(layers_run) == 1, "the prefill's next layer ran"
     assert isinstance(outcome[0], EngineError) and "closed while generating" in str(outcome[0])
     engine.close()
 
@@ -242,12 +242,11 @@ def test_close_does_not_wait_on_a_call_that_does_not_return(model_dir: str, capl
     worker = threading.Thread(target=stuck_load)
     worker.start()
     assert holding.wait(10)
-    began = time.monotonic()
     closed = engine.close(timeout=0.5)
-    took = time.monotonic() - began
+    assert worker.is_alive()  # still held while close returned: it did not wait for the call
     release.set()
     worker.join(10)
-    assert not closed and took < 2, f"close took {took:.1f} s"
+    assert not closed
     assert "a call in flight still held the engine after 0.5 s: not closing it" in caplog.text
     assert engine.close(timeout=0.5)  # free now: it closes
     with pytest.raises(EngineError, match="closed"):

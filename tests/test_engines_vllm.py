@@ -14,6 +14,7 @@ import torch
 import delta
 from rollout_space.engines import EngineConfig, SamplingParams, UpdateRefusedError, open_engine
 from tests._engines import build_model, follow, needs_vllm, step
+from wire.trajectory import VersionSpan
 
 pytestmark = needs_vllm
 
@@ -35,8 +36,16 @@ def engines(tmp_path_factory: pytest.TempPathFactory):
             yield vllm, hf
 
 
+def reports_versions() -> bool:
+    """Whether the installed vLLM labels each completion's tokens with weight versions (0.32 does, 0.31 does not)."""
+    import vllm.outputs
+
+    return hasattr(vllm.outputs, "WeightVersionSpan")
+
+
 def assert_same(vllm, hf) -> list[list[float]]:
-    """Prompt logprobs within ATOL and identical greedy completions; returns vLLM's logprobs."""
+    """Prompt logprobs within ATOL and identical greedy completions, each token of the version served (as vLLM
+    reports it where it does); returns vLLM's logprobs."""
     assert vllm.version == hf.version
     ours, theirs = vllm.prompt_logprobs(PROMPTS), hf.prompt_logprobs(PROMPTS)
     for a, b in zip(ours, theirs):
@@ -46,6 +55,8 @@ def assert_same(vllm, hf) -> list[list[float]]:
     for a, b in zip(ours_greedy, theirs_greedy):
         assert a.version == b.version == vllm.version
         assert a.logprobs == pytest.approx(b.logprobs, abs=ATOL, rel=0)
+        assert a.spans == b.spans == [VersionSpan(version=vllm.version, start=0, end=len(a.token_ids))]
+        assert (a.versions_reported, b.versions_reported) == (reports_versions(), False)
     return ours
 
 

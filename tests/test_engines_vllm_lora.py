@@ -63,7 +63,7 @@ def test_follows_adapter_versions_as_published_and_keeps_a_group_on_its_version(
         _publish(publisher, states[0])
         follower.adopt(lora, keep=2)  # staleness 1: two versions kept
         assert engine.version == 0 and engine.prompt_logprobs([IDS]) == [base]  # no adapter yet: the base
-        manifest = delta.open_storage(bucket)
+        manifest = delta.Bucket.open(bucket)
         for version, (state, policy) in enumerate(zip(states[:2], peft[:2]), start=1):
             if version > 1:
                 _publish(publisher, state)

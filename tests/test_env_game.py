@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from env_space.errors import GameOverError, InvalidSecretError
@@ -68,6 +70,21 @@ def test_invalid_moves_do_not_use_a_guess_but_are_penalised() -> None:
     obs = game.step("slate")
     assert obs.last_move_valid and obs.error is None and obs.step_count == 4
     assert obs.reward == pytest.approx(0.2 - 0.05)  # untagged
+
+
+def test_an_invalid_move_s_message_names_no_word_but_the_request_s_one_example() -> None:
+    with_examples = new_game().step("I have no idea")
+    assert re.findall(r"<guess>(\w+)</guess>", with_examples.message) == [with_examples.example]
+    without = new_game(examples=0.0).step("I have no idea")  # an exam's game: no word at all
+    assert "for example" not in without.message and without.example is None
+
+
+def test_a_total_of_nothing_reads_0_never_minus_0() -> None:
+    game = new_game()
+    game.step("I have no idea")  # -0.2
+    game.step("<guess>xyzzy</guess>")  # -0.1
+    obs = game.step("<guess>brine</guess>")  # three greens: +0.3, and the floats sum to -2.8e-17
+    assert (obs.reward, str(obs.total_reward), str(game.record().total_reward)) == (0.3, "0.0", "0.0")
 
 
 WRONG = ("fjord", "pique", "bumpy", "whisk", "glyph", "vexed")  # six allowed words, none of them a secret here

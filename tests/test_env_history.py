@@ -3,7 +3,7 @@ import threading
 import pytest
 
 from env_space.history import GameHistory
-from wire.env import HUMAN, GameRecord, PlayerStats, player_label, weight_version_of
+from wire.env import HUMAN, GameKind, GameRecord, PlayerStats, player_label, weight_version_of
 
 
 def record(player: str, won: bool, n: int = 0) -> GameRecord:
@@ -43,6 +43,23 @@ def test_stats_by_player_sorted_by_version() -> None:
     ]
     assert history.stats()[1].win_rate == 0.5
     assert PlayerStats(player="policy v1", games=0, wins=0).win_rate == 0.0
+
+
+def test_each_kind_of_game_is_counted_apart() -> None:
+    history = GameHistory()
+    for kind, won in [(GameKind.TRAINING, False), (GameKind.EXAM, False), (GameKind.SHOWCASE, True),
+                      (GameKind.TRAINING, False), (GameKind.MATCH, True)]:
+        history.add(record("policy v3", won).model_copy(update={"kind": kind}))
+    history.add(record(HUMAN, True).model_copy(update={"kind": GameKind.MATCH}))
+    assert [r.kind for r in history.recent(kind=GameKind.TRAINING)] == [GameKind.TRAINING] * 2
+    assert [r.player for r in history.recent(policy_only=True, kind=GameKind.MATCH)] == ["policy v3"]
+    assert history.stats() == [
+        PlayerStats(player=HUMAN, kind=GameKind.MATCH, games=1, wins=1),
+        PlayerStats(player="policy v3", kind=GameKind.TRAINING, games=2, wins=0),
+        PlayerStats(player="policy v3", kind=GameKind.EXAM, games=1, wins=0),
+        PlayerStats(player="policy v3", kind=GameKind.SHOWCASE, games=1, wins=1),
+        PlayerStats(player="policy v3", kind=GameKind.MATCH, games=1, wins=1),
+    ]
 
 
 def test_recent_is_bounded_newest_first_but_counts_everything() -> None:

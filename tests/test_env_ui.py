@@ -107,7 +107,8 @@ def test_the_on_screen_keyboard_types_deletes_and_guesses(url: str, page: Page) 
 def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page) -> None:
     for version, moves in [(5, ["<guess>slate</guess>", "<guess>crane</guess>"]), (6, ["??"])]:
         eid = httpx.post(
-            f"{url}/reset", json={"secret": "crane", "weight_version": version, "max_invalid_moves": 0},
+            f"{url}/reset",
+            json={"secret": "crane", "weight_version": version, "max_invalid_moves": 0, "kind": "training"},
             headers={"Authorization": "Bearer ui-test-token"},  # only the rollout's token labels policy games
         ).json()["observation"]["episode_id"]
         for move in moves:
@@ -118,8 +119,9 @@ def test_policy_games_show_up_live_with_win_rate_by_version(url: str, page: Page
     expect(feed).to_contain_text("won in 2")
     assert feed.locator(".wordle-tile.green").count() == 2 + 5
     table = page.locator("#wordle-stats")
-    expect(table).to_contain_text("policy v5\n1\n1\n100%")  # a share, not 1 or 0
-    expect(table).to_contain_text("policy v6\n1\n0\n0%")
+    expect(table).to_contain_text("policy v5\ntraining\n1\n1\n100%")  # a share, not 1 or 0
+    expect(table).to_contain_text("policy v6\ntraining\n1\n0\n0%")
+    expect(feed.locator("[data-testid=kind]").first).to_have_text("training game")
 
 
 def test_the_status_announcer_gets_words_not_raw_i18n_keys(url: str) -> None:

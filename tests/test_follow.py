@@ -38,18 +38,14 @@ def publish(state: dict[str, torch.Tensor], bucket: Path, tmp: Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
-def fresh_completions(model: str, bucket: Path, version: int, site: Path, tmp: Path) -> list[str]:
-    """Greedy completions of a server started from version `version`'s full state (pulled from the bucket)."""
+def fresh_server(model: str, bucket: Path, version: int, site: Path, tmp: Path) -> VLLMServer:
+    """A server started from version `version`'s full state (pulled from the bucket), ready."""
     folder = tmp / f"model-v{version}"
     shutil.copytree(model, folder)
     out = subprocess.run([sys.executable, "-m", "delta", "pull", "--bucket", str(bucket), "--version", str(version),
                           "-o", str(folder / "model.safetensors")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    server = VLLMServer(str(folder), tmp / f"fresh-v{version}.log", site).wait_ready()
-    try:
-        return server.complete(PROMPTS)
-    finally:
-        server.stop()
+    return VLLMServer(str(folder), tmp / f"fresh-v{version}.log", site).wait_ready()
 
 
 class BreaksOneVersion(VLLMHTTPClient):
@@ -141,8 +137,18 @@ def test_follow_serves_what_a_fresh_server_serves_and_recovers_from_a_failed_app
         server.stop()
 
     assert at_3 != before and at_4 != at_3  # the versions change what is served
-    assert fresh_completions(model, bucket, 3, site, tmp_path) == at_3
-    assert fresh_completions(model, bucket, 4, site, tmp_path) == at_4
+    # A server started from version 3's checkpoint serves what the followed one served at 3 (after two deltas); `delta
+    # follow` then takes it to 4, and it serves what the first one served after recovering 4: one state each way.
+    fresh = fresh_server(model, bucket, 3, site, tmp_path)
+    try:
+        assert fresh.complete(PROMPTS) == at_3
+        follow = subprocess.run([sys.executable, "-m", "delta", "follow", "--bucket", str(bucket), "--vllm-url",
+                                 fresh.url, "--poll-interval", "0.2", "--until", "4"],
+                                capture_output=True, text=True, timeout=300)
+        assert follow.returncode == 0 and "version 4 applied" in follow.stdout, follow.stdout + follow.stderr
+        assert fresh.complete(PROMPTS) == at_4
+    finally:
+        fresh.stop()
 
 
 def test_follow_says_in_one_line_what_failed_when_no_server_answers(tmp_path: Path) -> None:
@@ -321,11 +327,11 @@ def _write_run(bucket: Path, base: str, sync: str = "adapter", token: str | None
     from trainer_space import TrainerConfig
     from trainer_space.fleet import FleetRun
     from wire.fleet import RunState
-    from wire.fleet_bucket import FleetBucket
+    from fleet.bucket import FleetBucket
 
     config = TrainerConfig(str(bucket), None, base, lora_r=4, lora_sync=sync if staleness == 1 else "merged",
                            max_staleness=staleness)
-    run = FleetRun(config, FleetBucket(str(bucket), secret=token, signer=signer), run_id="run")
+    run = FleetRun(config, FleetBucket(str(bucket), secret=token, signing_key=signer), run_id="run")
     run.know_lora(settings(base, sync, **{"alpha": 6.0, "targets": ("q_proj",), **lora}))
     run.send(RunState.RUNNING, 0)
 

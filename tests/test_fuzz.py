@@ -42,13 +42,14 @@ import zstandard
 from hypothesis import HealthCheck, event, given, note, seed, settings
 from hypothesis import strategies as st
 
+from delta import Bucket
 from delta import Publisher, PublisherConfig, Subscriber
 import delta
-from delta.bucket.manifest import file_ref, manifest_commits, manifest_path, read_manifest, write_manifest
+from delta import read_manifest
+from delta.bucket.manifest import file_ref, manifest_commits, manifest_path, write_manifest
 from delta.cli import main
 from delta.format import read_header_json
 from delta.inspect import inspect_delta
-from delta.storage import open_storage
 
 from . import _trl_writers as trl
 from wire.fleet import decode
@@ -114,7 +115,7 @@ def real_file(layout: str) -> bytes:
 
 TRICKY_STRINGS = ["40.9", "١٣٠", " 13_288 ", "８", "-1", "-0", "0", "007", "1e3", "+5", "", "1" + "0" * 40,
                   "9" * 5000, "\x1b[2J\x07", "True", "False", "raw", "gap_delta", "nvcomp_cascaded", "sparse",
-                  "indices", "xxh3-128:" + "0" * 32, "xxh3-128:\x1b[31m" + "0" * 27, "[]", '["a.w"]',
+                  "indices", "sum128:" + "0" * 32, "sum128:\x1b[31m" + "0" * 29, "[]", '["a.w"]',
                   '["nope"]', "NaN", deep(3), deep(2000), "sparse_weight_patch", "anchor_checkpoint", "delta-weights",
                   "2", "1", "a" * 64, "0" * 64, "\ud800", "a.w\ud800", "\u202e"]
 
@@ -415,7 +416,7 @@ def bucket(tmp_path_factory):
 
 def test_a_mutated_version_never_advances_a_subscriber(bucket):
     old, new = OWN
-    manifest = read_manifest(open_storage(str(bucket)))
+    manifest = read_manifest(Bucket.open(str(bucket)))
     entry = manifest.get(2)
     assert entry.kind == "delta" and not entry.anchor
     assert (bucket / entry.delta[0].path).read_bytes() == real_file("ctx")  # the publisher's file is the one mutated
@@ -430,7 +431,7 @@ def test_a_mutated_version_never_advances_a_subscriber(bucket):
         target, _ = claimed(mutated)
         with tempfile.TemporaryDirectory() as folder:
             shutil.copytree(bucket, folder, dirs_exist_ok=True)
-            storage = open_storage(folder)
+            storage = Bucket.open(folder)
             storage.write(entry.delta[0].path, mutated)  # the forger rewrites the file and the manifest to match
             forged = replace(entry, delta=(file_ref(entry.delta[0].path, mutated),),
                              state_hash=target if target else entry.state_hash)
@@ -634,7 +635,7 @@ def test_a_forged_manifest_leaves_every_reader_on_a_state_it_reports_or_refused(
         with tempfile.TemporaryDirectory() as folder:
             bucket = os.path.join(folder, "bucket")
             shutil.copytree(source, bucket)
-            storage = open_storage(bucket)
+            storage = Bucket.open(bucket)
             storage.delete([path for _, path in manifest_commits(storage)[:1]])  # the real newest leaves: good are 1-2
             storage.write(manifest_path(body["commit"]), text.encode())
             for start in (None, 1):
@@ -719,7 +720,7 @@ def test_a_crafted_group_is_refused_in_one_line_or_holds_only_what_a_step_can_tr
     from trainer_space.config import TrainerConfig
     from trainer_space.fleet import FleetRollouts, FleetRun
     from wire.fleet import FleetMessageError, GameGroup, RunState, fleet_key, group_path
-    from wire.fleet_bucket import FleetBucket
+    from fleet.bucket import FleetBucket
     from wire.fleet_checks import check_group
 
     run = _fleet_run()
@@ -756,7 +757,7 @@ def test_a_crafted_group_is_refused_in_one_line_or_holds_only_what_a_step_can_tr
             fleet_run = FleetRun(config, bucket, run_id="run-1")
             fleet_run.know_vocabulary(run.vocab_size)
             fleet_run.send(RunState.RUNNING, 5)
-            bucket.storage.write(group_path("run-1", "srv", "b00t", 0), crafted)
+            bucket.bucket.write(group_path("run-1", "srv", "b00t", 0), crafted)
             good = bucket.write_group(_fleet_group(seq=1))
             fleet = FleetRollouts(config, fleet_run, lambda: 5)
             taken = [g.path for g in fleet.take(1)]
@@ -778,7 +779,7 @@ def test_no_traceback_and_no_control_character_reaches_a_terminal_from_crafted_f
     import sys
 
     from ._ranked import RAW, forge
-    from .test_cli import ROOT
+    from ._capped import ROOT
 
     escape = "\x1b]0;owned\x07\x1b[2J\u202e\x9b31m"
     buckets = {

@@ -1,9 +1,13 @@
 """The product end to end on a Hugging Face bucket: env, trainer and two rollout servers as real processes, sharing
 nothing but `hf://buckets/team/fleet-run` on the local Hub (tests/local_hub: the real huggingface_hub and hf_xet),
-each role with a token of its own. At a cadence like the demo's, what the fleet asks of the account, scaled to four
-servers, stays under half of a free account's 1,000 API requests per 5 minutes. Versions are published and served with the trainer's state hashes, groups go
-through the bucket, a rollout server is SIGKILLed and comes back, a storm of 429s and 503s is survived with the pages
-saying so, a reader holding a read-only token follows bit for bit, and a restarted trainer resumes from the bucket.
+each role with a token of its own, on the Hub's budget (`delta.Budget`), as deployed. Versions are published and
+served with the trainer's state hashes, groups go through the bucket, the pages count the bucket's requests, a rollout
+server is SIGKILLed and comes back, a storm of 429s and 503s is survived with the pages saying so, a reader holding a
+read-only token follows bit for bit, and a restarted trainer resumes from the bucket.
+
+What the fleet asks of the account per 5 minutes is a rate, measured by `python -m bench.hub_requests` (docs/
+benchmarks.md), not here; the cost of each operation (a published version, a followed one, a batch of groups, a
+heartbeat) is counted exactly in tests/test_hub_budget.py.
 """
 
 from __future__ import annotations
@@ -17,15 +21,13 @@ from typing import TYPE_CHECKING
 import httpx
 
 from tests._env_server import running_app, running_server
-from tests._trainer_stack import DEMO_PACE, tiny_model, wait_until
+from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
 
 if TYPE_CHECKING:
     from tests.local_hub.server import LocalHub
 
 BUCKET = "hf://buckets/team/fleet-run"
-ROLLOUT_FLAGS = ("--engine", "transformers", "--showcase-every", "0")  # the Hub's budget (wire.budget), as deployed
-#: Seconds the fleet's requests are counted for.
-MEASURED_S = 100
+ROLLOUT_FLAGS = ("--engine", "transformers", "--showcase-every", "0")  # the Hub's budget (delta.Budget), as deployed
 
 
 def status(url: str) -> dict:
@@ -34,7 +36,8 @@ def status(url: str) -> dict:
 
 def manifest_hashes(hub: LocalHub) -> dict[int, str]:
     """The state hash of every version the bucket lists, read with a read-only token (waiting out a rate limit)."""
-    from delta import RateLimitedError, read_manifest
+    from delta import read_manifest
+    from delta.errors import RateLimitedError
     from delta.storage import open_storage
 
     reader = open_storage(BUCKET, token=hub.token("alice", "read"), endpoint=hub.endpoint)  # alice: of the org
@@ -53,7 +56,7 @@ def member(hub: LocalHub, name: str, scope: str = "write") -> str:
     return hub.add_token(name, scope)
 
 
-def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quota(
+def test_the_product_trains_through_a_hub_bucket_through_a_killed_server_a_storm_and_a_restart(
     tmp_path: Path, local_hub: LocalHub
 ) -> None:
     model = tiny_model(str(tmp_path / "model"))
@@ -70,7 +73,7 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
             return stack.enter_context(running_app("rollout", *flags, env=env_of(name), log=tmp_path / f"{name}.log"))
 
         trainer = stack.enter_context(running_app(
-            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "14", *DEMO_PACE,
+            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "14", *FAST_TRAINING,
             env=env_of("trainer"), log=tmp_path / "trainer.log"))
         a, b = rollout("a"), rollout("b")
 
@@ -81,21 +84,9 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
                             "a to serve a published version")
         assert served["state_hash"] == manifest_hashes(local_hub)[served["version"]]
 
-        # what the fleet asks of the account at this cadence, per role; scaled to four servers
-        local_hub.reset_counts()
-        steps, start = status(trainer.url)["step"], time.monotonic()
-        time.sleep(MEASURED_S)
-        elapsed, steps = time.monotonic() - start, status(trainer.url)["step"] - steps
-        per_5min = {role: local_hub.counts()["users"].get(role, {}).get("api", 0) * 300 / elapsed
-                    for role in ("trainer", "a", "b")}
-        four_servers = per_5min["trainer"] + 4 * (per_5min["a"] + per_5min["b"]) / 2
-        cadence = elapsed / max(steps, 1)
-        print(f"API requests per 5 min: {per_5min}, scaled to 4 servers {four_servers:.0f}, a step every {cadence:.0f} s")
-        assert four_servers < 500, f"API requests per 5 min, scaled to 4 servers: {four_servers:.0f} ({per_5min}, " \
-                                   f"a step every {cadence:.0f} s)"
-        assert cadence < 40, f"a step every {cadence:.0f} s: slower than the demo's cadence measures nothing"
-        trainer_page = status(trainer.url)["bucket_traffic"]
-        assert trainer_page["last_5min"]["api"] > 0  # the page counts what the local Hub counted
+        # the pages count what the local Hub counted, by class
+        wait_until(lambda: status(trainer.url)["bucket_traffic"]["last_5min"]["api"] > 0, 60, "the trainer's count")
+        assert local_hub.counts()["users"]["trainer"]["api"] > 0 and status(a.url)["bucket_traffic"]["total"]["api"] > 0
 
         # a rollout server killed with SIGKILL, and started again under its name
         b.proc.send_signal(signal.SIGKILL)
@@ -136,7 +127,7 @@ def test_the_product_trains_through_a_hub_bucket_within_half_a_free_accounts_quo
         trainer.proc.send_signal(signal.SIGTERM)
         trainer.proc.wait(60)
         again = stack.enter_context(running_app(
-            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "1", *DEMO_PACE,
+            "trainer", "--bucket", BUCKET, "--model", model, "--env-url", env, "--max-steps", "1", *FAST_TRAINING,
             env=env_of("trainer"), log=tmp_path / "trainer-again.log"))
         resumed = wait_until(lambda: (s := status(again.url))["state"] == "stopped" and s, 300, "the resumed run")
         assert resumed["resumed_from"] == final["version"] and resumed["error"] is None

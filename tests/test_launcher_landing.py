@@ -9,9 +9,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from launcher.children import Child
-from launcher.landing import EXAMPLES_ROW, build_app
+from dashboard.examples import SCHEDULE, SHOWN
+from launcher.landing import build_app
 from launcher.landing import shown as card_fields
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
+from wire.env import GameKind, PlayerStats
 from wire.rollout import RolloutStatus
 from wire.trainer import FleetServer, StepRecord
 
@@ -22,10 +24,18 @@ ROLLOUT = RolloutStatus(version=3, latest_version=4, lag=1, engine="transformers
                         tokens_served=10, games_played=1)
 
 
+STATS = [PlayerStats(player="human", kind=GameKind.MATCH, games=1, wins=0).model_dump(),
+         PlayerStats(player="human", games=2, wins=2).model_dump(),
+         *(PlayerStats(player=f"policy v{v}", kind=kind, games=n, wins=w).model_dump()
+           for v, kind, n, w in ((1, GameKind.TRAINING, 8, 0), (1, GameKind.EXAM, 16, 1), (2, GameKind.TRAINING, 4, 0),
+                                 (2, GameKind.SHOWCASE, 3, 2)))]
+
+
 def answering(body: Any) -> FastAPI:
-    """An app whose ``/status`` and ``/health`` answer `body`."""
+    """An app whose ``/status``, ``/stats`` and ``/health`` answer `body`."""
     app = FastAPI()
     app.get("/status")(lambda: body)
+    app.get("/stats")(lambda: body)
     app.get("/health")(lambda: body)
     return app
 
@@ -40,19 +50,23 @@ def cards(children: list[Child]) -> dict[str, dict[str, Any]]:
 
 
 def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
-    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    trainer = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     with serving(answering(ROLLOUT.model_dump())) as rollout, serving(answering(trainer.model_dump())) as url, \
-            serving(answering({"status": "healthy"})) as env:
+            serving(answering(STATS)) as env:
         shown = cards([ready("env", env), ready("rollout", rollout), ready("trainer", url)])
-    assert shown["env"]["state"] == "ready" and shown["env"]["fields"] == []
+    assert shown["env"]["state"] == "ready" and shown["env"]["fields"] == [
+        ["policy's training games", "12 finished, 0 won"], ["policy's exam games", "16 finished, 1 won"],
+        ["policy's showcase games", "3 finished, 2 won"], ["people's games", "3 finished, 2 won"]]
+    assert card_fields("env", b"[]") == [("games finished", "none yet")]
     assert shown["rollout"]["fields"] == [["weights version", 3], ["versions behind", 1], ["engine", "transformers"],
                                           ["syncs", 2]]
     producing = ROLLOUT.model_copy(update={"fleet_state": "waiting for step 1", "server_id": "r0"})
     assert card_fields("rollout", producing.model_dump_json())[2] == ("fleet state", "waiting for step 1")
     assert shown["trainer"]["fields"] == [["published version", "none yet"], ["progress", "step 0"],
                                           ["valid guesses (strict), last 5 steps", "—"],
-                                          [EXAMPLES_ROW, "100% by the run's schedule · what the policy plays alone: "
-                                                         "the exam, below"],
+                                          [SHOWN, "—"],
+                                          [SCHEDULE, "100% of messages in games started by v0 (fading: every "
+                                                     "message up to v0, none from v30)"],
                                           ["letters found of 5, last 5 steps", "—"], ["mean reward", "—"],
                                           ["training", "stopped"], ["resumed from version", "—"],
                                           ["last exam (held-out words, no examples)", "no exam yet"],
@@ -63,7 +77,7 @@ def test_cards_show_what_each_app_says_of_itself(tmp_path) -> None:
 
 def test_the_fleet_line_tells_stopping_from_not_started(tmp_path) -> None:
     """Without heartbeats to show, the trainer's card says what the launcher knows of its rollout servers."""
-    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    trainer = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     with serving(answering(trainer.model_dump())) as url:
         rollout = ready("rollout", f"http://127.0.0.1:{free_port()}")
         for state, note in (("starting", "rollout fleet: not started yet"), ("stopping", "rollout fleet: stopping"),
@@ -88,7 +102,7 @@ def test_the_fleet_table_takes_each_servers_version_from_its_own_card(tmp_path) 
              "rollout-1": {}}  # an older server's heartbeat says nothing of its trust
     fleet = [FleetServer(id=name, version=2, state=state, **beat, **trust[name])
              for name, state in (("elsewhere", "producing"), ("rollout", "producing"), ("rollout-1", "no run"))]
-    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    trainer = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     with serving(answering(trainer.model_copy(update={"fleet": fleet}).model_dump())) as url, \
             serving(answering(ROLLOUT.model_dump())) as rollout:
         restarting = ready("rollout", f"http://127.0.0.1:{free_port()}")
@@ -100,7 +114,7 @@ def test_the_fleet_table_takes_each_servers_version_from_its_own_card(tmp_path) 
 
 
 def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> None:
-    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     steps = [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=0.2 if n <= 5 else 0.6,
                         letters=1.0 if n <= 5 else 1.5, step_s=50.0, cpu_s=90.0, publish_s=0.05, at=float(n))
              for n in range(1, 13)]
@@ -109,15 +123,13 @@ def test_the_trainer_card_shows_the_strict_rates_with_their_trend(tmp_path) -> N
     assert fields["progress"] == "step 12"  # 988 steps to go at 50 s: no real end, no "12 / 1000"
     assert fields["valid guesses (strict), last 5 steps"] == "60% (up 40 pts over 12 steps)"
     assert fields["letters found of 5, last 5 steps"] == "1.50 (up 0.50 over 12 steps)"
-    # Beside the valid-guess rate: how many of those messages offered an example to copy, and where the exam is.
+    # Beside the valid-guess rate: how many of the games' messages offered an example to copy (dashboard.examples).
     labels = [label for label, _ in card_fields("trainer", status.model_dump_json().encode())]
-    assert labels.index(EXAMPLES_ROW) == labels.index("valid guesses (strict), last 5 steps") + 1
-    by_schedule = status.examples.probability(status.version or 0)
-    assert fields[EXAMPLES_ROW] == f"{100 * by_schedule:.0f}% by the run's schedule · what the policy plays alone: " \
-                                   "the exam, below"  # steps without the share recorded (an older history)
+    assert labels.index(SHOWN) == labels.index("valid guesses (strict), last 5 steps") + 1
+    assert fields[SHOWN] == "—"  # steps without the share recorded (an older history)
     shown = [s.model_copy(update={"examples_shown": 0.5 if s.step <= 10 else 0.8}) for s in steps]
     fields = dict(card_fields("trainer", status.model_copy(update={"recent": shown}).model_dump_json().encode()))
-    assert fields[EXAMPLES_ROW] == "62% (last 5 steps) · what the policy plays alone: the exam, below"
+    assert fields[SHOWN] == "62% of the messages of the games trained on"
 
 
 def test_the_page_has_an_icon_and_shows_no_local_path(tmp_path) -> None:
@@ -143,7 +155,7 @@ def test_the_trainer_card_shows_the_last_exam_and_its_trend(tmp_path) -> None:
     from tests.test_wire_exam import record, scores
     from wire.exam import ExamRecord
 
-    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     exams = [ExamRecord.model_validate(record(version=0, scores=scores(own_rate=0.0, valid_rate=0.25, own=0))),
              ExamRecord.model_validate(record(version=5, scores=scores(own_rate=0.5, valid_rate=0.5, own=3,
                                                                       letters=1.75)))]

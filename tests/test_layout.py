@@ -14,9 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DELTA = ROOT / "delta"
 
-PUBLIC = ("delta", "delta.storage", "delta.follow", "delta.integrations.trl", "delta.integrations.vllm_backend",
-          "delta.integrations.vllm_http", "delta.integrations.vllm_update", "delta.integrations.peft_adapter")
-WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/_vllm_legacy.py", "bench/catchup.py",
+PUBLIC = ("delta", "delta.storage", "delta.errors", "delta.signing", "delta.private", "delta.replies", "delta.atomic",
+          "delta.poll", "delta.follow", "delta.integrations.trl", "delta.integrations.vllm_backend", "delta.integrations.vllm_http",
+          "delta.integrations.vllm_update", "delta.integrations.peft_adapter")
+WHITE_BOX = ("bench/codec.py", "bench/crafted.py", "bench/entropy.py", "bench/catchup.py",
              "bench/signing.py")
 # Each layer imports only from layers of a lower rank (or its own): errors (retry, poll, atomic, replies, private, _cores,
 # _stages) < storage, signing, tensors < codecs < format < patch < bucket < inspect, integrations < follow < cli < the
@@ -97,8 +98,34 @@ def test_every_public_module_names_its_api():
     for name in PUBLIC:
         assert _all_of(modules[name]), f"{name} has no __all__"
     exported = _all_of(modules["delta"])
-    assert {"Update", "VersionStats", "SubscriberStatus", "PublishedVersion", "Manifest", "VersionEntry", "FileRef",
-            "StoredFile", "DeltaHeader", "TensorEntry", "ApplyResult", "Change", "StateDigest"} <= exported
+    assert {"Bucket", "Budget", "Update", "VersionStats", "SubscriberStatus", "PublishedVersion", "Manifest",
+            "VersionEntry", "FileRef", "StoredFile", "DeltaHeader", "TensorEntry", "ApplyResult", "Change",
+            "StateDigest"} <= exported
+    assert len(exported) <= 45, f"delta.__all__ holds {len(exported)} names: the library's API is at most 45"
+
+
+def test_no_module_of_delta_keeps_a_mutable_registry():
+    """What a process keeps about a bucket lives in the `delta.Bucket` the caller holds: no function writes into a
+    module-level dict, list or set, nor rebinds a module global. The one exception is named: the process's compute
+    threads (`delta._cores`), kept by worker count as torch keeps its intra-op pool."""
+    problems = []
+    for name, path in _delta_modules().items():
+        tree = ast.parse(path.read_text())
+        mutable = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                   if isinstance(t, ast.Name) and isinstance(node.value, (ast.Dict, ast.List, ast.Set))}
+        functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in (n for f in functions for n in ast.walk(f)):
+            if isinstance(node, ast.Global):
+                problems.append(f"{name}:{node.lineno} rebinds a module global ({', '.join(node.names)})")
+            target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+            if (isinstance(target, ast.Name) and target.id in mutable
+                    and node.func.attr in ("append", "update", "pop", "setdefault", "add", "clear", "extend")):
+                problems.append(f"{name}:{node.lineno} changes the module's {target.id} at run time")
+            for t in node.targets if isinstance(node, ast.Assign) else []:
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in mutable:
+                    problems.append(f"{name}:{node.lineno} writes into the module's {t.value.id} at run time")
+    assert [p for p in problems if not p.startswith("delta._cores:")] == []
 
 
 def _graph() -> dict[str, set[str]]:

@@ -516,7 +516,8 @@ def test_the_legacy_cas_routes_still_work(local_hub: LocalHub, tmp_path: Path) -
     assert {"cas.xorb_grant", "cas.shard_upload_v2", "cas.reconstruction_v2"} <= refused
 
 
-def test_a_restart_on_the_same_root_keeps_the_data(local_hub: LocalHub, tmp_path: Path) -> None:
+def test_a_restart_on_the_same_root_keeps_the_data(own_local_hub: LocalHub, tmp_path: Path) -> None:
+    local_hub = own_local_hub
     from huggingface_hub.errors import HfHubHTTPError
 
     api = local_hub.api("alice")
@@ -532,7 +533,7 @@ def test_a_restart_on_the_same_root_keeps_the_data(local_hub: LocalHub, tmp_path
 
 
 def test_delta_s_own_hf_backend_against_the_local_hub(local_hub: LocalHub) -> None:
-    from delta import FileTooLargeError
+    from delta.errors import FileTooLargeError
     from delta.storage import open_storage
 
     bucket = open_storage("hf://buckets/alice/run/v", token=local_hub.token("alice"), endpoint=local_hub.endpoint)
@@ -634,7 +635,8 @@ def test_space_repos_each_rule_as_huggingface_hub_raises_it(local_hub: LocalHub,
     assert sorted(local_hub.state()["spaces"]) == ["alice/priv", "alice/pub", "team/new"]
 
 
-def test_space_settings_and_files_through_the_real_client(local_hub: LocalHub, tmp_path: Path) -> None:
+def test_space_settings_and_files_through_the_real_client(own_local_hub: LocalHub, tmp_path: Path) -> None:
+    local_hub = own_local_hub
     from huggingface_hub.utils.sha import git_hash
 
     api = local_hub.api("alice")

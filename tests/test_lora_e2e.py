@@ -26,8 +26,8 @@ from delta import read_manifest
 from tests._engines import build_model, needs_vllm
 from tests._env_server import running_app, running_server
 from tests._trainer_stack import tiny_model, wait_until
-from trainer_space import TrainerConfig, TrainingSession
-from wire.fleet_bucket import FleetBucket
+from trainer_space import TrainerConfig, TrainingSession, build_session
+from fleet.bucket import FleetBucket
 from wire.lora import DEFAULT_TARGETS
 
 PROMPT = [5, 17, 99, 250, 3, 42, 7, 300]
@@ -90,7 +90,7 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
         config = TrainerConfig(bucket, None, model, games_per_step=8, num_generations=2, max_tokens=2, max_turns=2,
                                learning_rate=3e-2, reply_prefix="", max_steps=3, exam_every=0, lora_r=4,
                                lora_sync=sync)
-        session = TrainingSession(config)
+        session = build_session(config)
         stack.callback(session.close)
         status = train(session, 3)
         # the run's settings name the mode, the adapter and the base
@@ -99,7 +99,7 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
         assert run.lora.targets == DEFAULT_TARGETS
         assert run.lora.base_hash == delta.state_digest(delta.load_state(model)).hexdigest
         # what the bucket holds: the merged weights under the checkpoint's names, or the adapter alone
-        manifest = read_manifest(delta.open_storage(bucket))
+        manifest = read_manifest(bucket)
         assert manifest.latest.version == status.version and manifest.latest.state_hash == status.state_hash
         stored = delta.Subscriber(bucket)
         try:
@@ -134,7 +134,7 @@ def test_a_lora_run_reaches_the_rollout_in_either_mode(tmp_path: Path, sync: str
 
         if sync == "adapter":  # a second trainer process resumes the adapter; the server follows on, no restart
             session.close()
-            again = TrainingSession(config)
+            again = build_session(config)
             stack.callback(again.close)
             resumed = train(again, 5)
             assert (resumed.resumed_from, resumed.resumed_hash) == (status.version, status.state_hash)
@@ -168,7 +168,7 @@ def test_an_adapter_run_reaches_a_vllm_rollout_as_lora_requests(tmp_path: Path) 
         config = TrainerConfig(bucket, None, model, games_per_step=8, num_generations=2, max_tokens=2, max_turns=2,
                                learning_rate=3e-2, reply_prefix="", max_steps=3, exam_every=0, lora_r=4,
                                lora_sync="adapter")
-        session = TrainingSession(config)
+        session = build_session(config)
         stack.callback(session.close)
         status = train(session, 3)
         s = wait_until(lambda: (r := rollout_status(rollout.url))["version"] == status.version and r, 120,

@@ -15,10 +15,10 @@ from playwright.sync_api import Browser, Page
 from dashboard import sparsity
 from launcher.landing import build_app as landing_app
 from dashboard.figures import sparsity_heatmap
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
 from trainer_space.server import build_app
 from wire.fleet import Heartbeat, ServerState
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 from wire.trainer import FleetServer
 
 from ._dashboard_states import changed_copy, header_of, qwen3_state
@@ -61,7 +61,7 @@ def test_the_trainer_fleet_table_scrolls_inside_its_box(tmp_path: Path, phone: P
             server_id=server, boot="b", beat=1, run_id=None, state=ServerState.PRODUCING, version=12,
             games_per_min=3.5, groups_written=40, idle_share=0.1, updated_at=time.time(),
             last_error="12:01:02 RolloutError: the env at http://127.0.0.1:7861 did not answer in 30 s"))
-    session = TrainingSession(TrainerConfig(bucket, None, str(tmp_path)))
+    session = build_session(TrainerConfig(bucket, None, str(tmp_path)))
     try:
         with serving(build_app(session)) as url:
             phone.goto(url)
@@ -84,7 +84,7 @@ def test_the_landing_page_fits_and_its_fleet_table_scrolls(tmp_path: Path, phone
     beat = {"games_per_min": 12.5, "last_seen_s": 2.0, "idle_share": 0.0, "groups_written": 1, "run_id": "r",
             "last_error": None}
     fleet = [FleetServer(id=name, version=12, state="producing", **beat) for name in ("rollout", "rollout-2")]
-    trainer = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    trainer = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     with serving(answering(trainer.model_copy(update={"fleet": fleet}).model_dump())) as url, \
             serving(answering(ROLLOUT.model_dump())) as rollout, serving(answering({"status": "ok"})) as env:
         children = [ready("env", env), ready("rollout", rollout), ready("trainer", url)]

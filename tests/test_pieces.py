@@ -14,10 +14,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 from safetensors.torch import load_file
 
+from delta import Bucket
 from delta import DeltaFormatError, Manifest, Subscriber, read_manifest
 from delta.bucket.pieces import (Sharded, Slice, assemble, check_layout, flatten, layout_of, piece_views, split,
                                  write_back)
-from delta.storage import open_storage
 
 from ._ports import free_port
 from ._states import states_equal
@@ -118,7 +118,7 @@ def test_write_back_copies_pieces_that_are_not_views():
 
 
 def test_a_manifest_whose_pieces_do_not_tile_is_refused_and_the_previous_one_stays(tmp_path):
-    bucket = open_storage(tmp_path)
+    bucket = Bucket.open(tmp_path)
     good = Manifest(1, (), (("w@0:0",), ("w@0:2",)), {"w": Sharded((4, 2), 0, (("w@0:0", 0, 2), ("w@0:2", 2, 4)))})
     bucket.write(good.path, good.to_json())
     body = json.loads(good.to_json())
@@ -140,7 +140,7 @@ def test_fsdp2_shards_published_under_torchrun_read_back_as_full_tensor(tmp_path
                           "tests._fsdp_child", model, str(bucket), str(out), "4"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    manifest = read_manifest(open_storage(bucket))
+    manifest = read_manifest(Bucket.open(bucket))
     assert [v.version for v in manifest.versions] == [1, 2, 3, 4]
     assert manifest.pieces and all(len(s.pieces) == 2 and s.dim == 0 for s in manifest.pieces.values())
     assert all({f.rank for f in v.files} == {0, 1} for v in manifest.versions)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from delta import RateLimitedError
+from delta.errors import RateLimitedError
 from delta.poll import Backoff
 
 

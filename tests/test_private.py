@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from delta import PrivateFileError, read_private, write_private
+from delta.errors import PrivateFileError
+from delta.private import read_private, write_private
 
 
 def test_a_private_file_is_written_owner_only_in_an_owner_only_folder_and_read_back(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from delta import Bucket
 from delta import Publisher, PublisherConfig, Subscriber, read_manifest
 from delta.bucket.retention import gc, retain
-from delta.storage import open_storage
 
 from ._states import states_equal
 from ._trainer import trajectory
@@ -12,7 +12,7 @@ from ._trainer import trajectory
 
 def test_gc_keeps_newest_anchors_and_removes_unreferenced_files(tmp_path):
     states = trajectory(9, n=20_000)
-    bucket = open_storage(tmp_path)
+    bucket = Bucket.open(tmp_path)
     with Publisher(bucket, PublisherConfig(anchor_every=3, keep_anchors=10)) as pub:
         for s in states[1:]:
             pub.publish(s)
@@ -39,7 +39,7 @@ def test_old_manifests_are_deleted_a_batch_at_a_time_not_one_per_commit(tmp_path
     from delta.bucket.retention import KEEP_OLD_MANIFESTS, OLD_MANIFESTS_BATCH
 
     states = trajectory(OLD_MANIFESTS_BATCH + 6, n=200)
-    bucket = open_storage(tmp_path)
+    bucket = Bucket.open(tmp_path)
     counts = []
     with Publisher(bucket, PublisherConfig(anchor_every=1000)) as pub:
         for s in states[1:]:

@@ -9,10 +9,11 @@ import pytest
 
 from delta import read_manifest
 import delta
-from delta import read_manifest
 from tests._engines import build_model, published, step
 from tests._env_server import running_server, serving
 from trainer_space.rollout_client import RolloutClient
+from wire.env import MAX_REPLY_CHARS
+from wire.wordle import reply_excerpt
 from wire.errors import RolloutError
 from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
@@ -37,6 +38,9 @@ def test_status_says_what_is_served(stack):
     status = stack["client"].status()
     assert status.version == 1 and status.latest_version == 1 and status.lag == 0
     assert status.engine == "transformers" and status.last_error is None and status.note is None
+    public = httpx.get(stack["url"] + "/status", timeout=30).text  # a public route: no folder of this machine on it
+    assert stack["bucket"] not in public and (status.bucket, status.model) == ("local folder …/bucket",
+                                                                            "local folder …/model")
 
 
 def test_every_answer_is_its_typed_message(stack):
@@ -112,7 +116,7 @@ def test_follows_new_versions_while_serving(stack):
         time.sleep(0.1)
     reply = stack["client"].generate(["Hi"], max_tokens=2)
     assert reply.version == 2
-    manifest = read_manifest(delta.open_storage(stack["bucket"]))
+    manifest = read_manifest(delta.Bucket.open(stack["bucket"]))
     assert manifest.latest.state_hash == delta.state_digest(new).hexdigest == stack["client"].status().state_hash
 
 
@@ -130,7 +134,7 @@ def test_the_env_and_the_rollout_keep_one_record_of_each_game(stack):
     for t in trajectories:
         env = recorded[t.episode_id]
         assert (env["won"], env["finished"], env["invalid_moves"]) == (t.won, t.finished, t.invalid_moves)
-        assert list(env["replies"]) == [r[:240] for r in t.replies]
+        assert list(env["replies"]) == [reply_excerpt(r, MAX_REPLY_CHARS) for r in t.replies]
         assert list(env["guesses"]) == t.guesses
 
 

@@ -27,10 +27,10 @@ from trainer_space.fleet import FleetRollouts, FleetRun
 from wire.curriculum import ExampleSchedule
 from wire.errors import RolloutError
 from wire.exam import ExamRecord, ExamSettings
-from wire.exam_shelf import ExamShelf
+from fleet.exams import ExamShelf
 from wire.fleet import RunSettings, RunState, ServerState
-from wire.fleet_bucket import FleetBucket
-from wire.liveness import GONE_AFTER_S
+from fleet.bucket import FleetBucket
+from fleet.liveness import GONE_AFTER_S
 from wire.trajectory import Trajectory
 
 HELD_OUT = set(load_word_lists().exam_secrets)
@@ -98,10 +98,10 @@ def test_no_exam_game_is_ever_handed_in_or_trained_on(server: Server) -> None:
     bucket, service, producer = server.bucket, server.service, server.producer
     bucket.write_run(with_exam())
     producer.step()
-    assert ExamShelf(bucket.storage).records() == [] and len(bucket.list_groups()) == 2  # groups first
+    assert ExamShelf(bucket.bucket).records() == [] and len(bucket.list_groups()) == 2  # groups first
     bucket.delete([f.path for f in bucket.list_groups()])  # the trainer took them
     producer.step()
-    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1]
+    assert [r.version for r in ExamShelf(bucket.bucket).records()] == [1]
     groups = [bucket.read_group(f.path) for f in bucket.list_groups()]
     games = [g for group in groups for g in group.games]
     assert len(groups) == 2 and games and not any(g.exam for g in games)
@@ -121,9 +121,9 @@ def test_a_server_with_nothing_to_play_takes_the_exam_due_meanwhile(server: Serv
     bucket, producer = server.bucket, server.producer
     bucket.write_run(with_exam())  # room for 2 groups: one batch fills it
     producer.step()
-    assert len(bucket.list_groups()) == 2 and ExamShelf(bucket.storage).records() == []
+    assert len(bucket.list_groups()) == 2 and ExamShelf(bucket.bucket).records() == []
     assert producer.step() > 0 and producer.state == ServerState.FULL
-    assert [r.version for r in ExamShelf(bucket.storage).records()] == [1] and len(bucket.list_groups()) == 2
+    assert [r.version for r in ExamShelf(bucket.bucket).records()] == [1] and len(bucket.list_groups()) == 2
 
 
 def test_training_games_show_examples_by_the_runs_schedule(server: Server) -> None:
@@ -143,7 +143,7 @@ def test_a_failed_exam_is_retried_later_and_training_games_go_on(server: Server,
     producer.step()
     bucket.delete([f.path for f in bucket.list_groups()])
     producer.step()
-    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(bucket.storage).records() == []
+    assert "EnvUnavailableError" in examiner.last_error and ExamShelf(bucket.bucket).records() == []
     assert len(bucket.list_groups()) == 2  # the batch for training was played all the same
     tries = []
     monkeypatch.setattr(examiner, "take", lambda run: tries.append(run))
@@ -168,7 +168,7 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
     version and the fleet never stops producing all at once. When the examiner dies (its heartbeat gone, an exam
     left untaken), the other takes the exam that is still due."""
     clock = [1000.0]
-    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("fleet.liveness.time.monotonic", lambda: clock[0])
     publisher, state, engine, first, a = served(tmp_path, env)  # server s0, following the bucket at version 1
     url = publisher.storage.url
     other = open_engine("transformers", EngineConfig(str(tmp_path / "model"), dtype="bfloat16", max_model_len=4096))
@@ -208,6 +208,22 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
         b.step()  # examines the version it holds, due in its block, in s0's place
         assert other.version in (2, 3)
         assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0"), (other.version, "s1")]
+        # s0 comes back while s1 plays the block's exam (its heartbeat says so; its record is not written yet): s0, the
+        # lowest id, waits for that record instead of playing the same exam again
+        written = shelf.records()[-1]
+        bucket.delete([written.path])
+        bucket.write_heartbeat(b.heartbeat().model_copy(update={"examining": written.version}))
+        bucket.write_heartbeat(a.heartbeat())
+        bucket.delete([f.path for f in bucket.list_groups()])
+        a.step()
+        assert a.peers_examining == ["s1"] and not a.examines() and handed_in("s0") and a.version() in (2, 3)
+        assert [r.server_id for r in shelf.records()] == ["s0"]  # s0 took no exam meanwhile
+        shelf.write(written)  # s1's exam is over, its record written and its heartbeat says so
+        bucket.write_heartbeat(b.heartbeat())
+        bucket.delete([f.path for f in bucket.list_groups()])
+        a.step()
+        assert a.peers_examining == [] and a.examines()  # s0 examines again, and the block's exam is s1's
+        assert [(r.version, r.server_id) for r in shelf.records()] == [(1, "s0"), (written.version, "s1")]
     finally:
         publisher.close()
         first.close()
@@ -217,7 +233,7 @@ def test_with_two_servers_one_examines_each_version_while_the_other_hands_in_gro
 def test_an_exam_record_far_ahead_silences_no_exam(server: Server) -> None:
     """A stranger's `exams/v9999999999.json` (valid, signed alike) is ahead of every version the bucket published:
     refused, counted, and the exam due at the version held is taken all the same."""
-    shelf = ExamShelf(server.bucket.storage, server.bucket.key)
+    shelf = ExamShelf(server.bucket.bucket, server.bucket.key)
     far = ExamRecord.model_validate(record(version=9_999_999_999))
     shelf.write(far)
     assert server.service.examiner.due(with_exam(), 1)
@@ -259,7 +275,7 @@ def test_the_exam_of_version_0_waits_for_the_trainers_first_step_on_version_0(un
     """Played at once, the exam of the untrained policy would share the cores with the trainer's first step: it waits
     until version 1 is published, the server's batches meanwhile playing version 0 (kept, though version 1 is
     fetched), and is then of version 0; the server follows again after it."""
-    bucket, producer, engine, shelf = untrained.bucket, untrained.producer, untrained.engine, ExamShelf(untrained.bucket.storage)
+    bucket, producer, engine, shelf = untrained.bucket, untrained.producer, untrained.engine, ExamShelf(untrained.bucket.bucket)
     bucket.write_run(with_exam().model_copy(update={"max_staleness": 2}))
     producer.step()  # the first batch, for the first step
     bucket.delete([f.path for f in bucket.list_groups()])  # the trainer took them: its first step begins
@@ -290,7 +306,7 @@ def test_a_server_keeping_version_0_lets_it_go_at_its_next_look_once_another_ser
     first_step(untrained)  # the trainer takes the groups and publishes version 1
     assert producer.step() == 0 and engine.version == 1
     assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
-    assert ExamShelf(bucket.storage).records() == []
+    assert ExamShelf(bucket.bucket).records() == []
 
 
 def test_a_run_that_allows_no_stale_game_examines_version_0_before_its_second_batch(untrained: Server) -> None:
@@ -299,7 +315,7 @@ def test_a_run_that_allows_no_stale_game_examines_version_0_before_its_second_ba
     untrained.producer.step()
     bucket.delete([f.path for f in bucket.list_groups()])
     untrained.producer.step()
-    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0]
+    assert [r.version for r in ExamShelf(bucket.bucket).records()] == [0]
 
 
 def test_a_server_sharing_the_trainers_cores_lets_the_first_step_train_alone(untrained: Server) -> None:
@@ -313,7 +329,7 @@ def test_a_server_sharing_the_trainers_cores_lets_the_first_step_train_alone(unt
     assert producer.step() > 0 and producer.state == ServerState.WAITING and bucket.list_groups() == []
     first_step(untrained)
     assert producer.step() == 0 and producer.state == ServerState.PRODUCING
-    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0] and engine.version == 1
+    assert [r.version for r in ExamShelf(bucket.bucket).records()] == [0] and engine.version == 1
     assert {bucket.read_group(f.path).version for f in bucket.list_groups()} == {1}
 
 
@@ -344,7 +360,7 @@ def test_a_full_server_keeping_version_0_takes_its_exam_once_the_first_step_is_p
     untrained.publisher.flush()
     untrained.service.follower.sync()
     assert engine.version == 0 and producer.step() > 0 and producer.state == ServerState.FULL
-    assert [r.version for r in ExamShelf(bucket.storage).records()] == [0]
+    assert [r.version for r in ExamShelf(bucket.bucket).records()] == [0]
     untrained.service.follower.sync()
     assert engine.version == 1
 

@@ -50,7 +50,7 @@ def test_serves_each_published_version_bit_identical_to_the_trainer(tmp_path, mo
         try:
             _publish(bucket, states[1:])
             _wait(lambda: engine.version == 4)
-            manifest = read_manifest(delta.open_storage(bucket))
+            manifest = read_manifest(delta.Bucket.open(bucket))
             assert delta.state_digest(engine.state).hexdigest == manifest.get(4).state_hash
             records = follower.records()
             assert [r.version for r in records][-1] == 4 and all(r.via == "delta" for r in records)
@@ -84,7 +84,7 @@ def test_a_corrupt_version_leaves_the_last_good_one_served_with_the_error_shown(
     v0 = delta.load_state(model)
     v1 = step(v0, sorted(v0)[:3], seed=5)
     _publish(bucket, [v0, v1])
-    manifest = read_manifest(delta.open_storage(bucket))
+    manifest = read_manifest(delta.Bucket.open(bucket))
     [ref] = manifest.get(2).delta
     path = os.path.join(bucket, ref.path)
     data = bytearray(open(path, "rb").read())
@@ -126,7 +126,7 @@ def test_a_model_unknown_to_the_bucket_is_replaced_by_the_bucket_state(tmp_path,
         assert engine.version == 0
         assert follower.sync() == 2 and engine.version == 2
         assert [r.via for r in follower.records()] == ["anchor", "delta"]
-        manifest = read_manifest(delta.open_storage(bucket))
+        manifest = read_manifest(delta.Bucket.open(bucket))
         assert delta.state_digest(engine.state).hexdigest == manifest.get(2).state_hash
         follower.close()
 
@@ -164,7 +164,7 @@ def test_versions_that_arrive_during_a_batch_are_served_together_right_after_it(
             assert [r.version for r in records] == [2, 3, 4]
             assert len({r.at for r in records}) == 1 and len({r.pause_s for r in records}) == 1  # one load
             assert records[0].wait_s >= records[-1].wait_s >= 0
-            manifest = read_manifest(delta.open_storage(bucket))
+            manifest = read_manifest(delta.Bucket.open(bucket))
             assert delta.state_digest(engine.state).hexdigest == manifest.get(4).state_hash
             # What it computes with is version 4 in every tensor that any of the three versions changed.
             fresh_folder = tmp_path / "fresh"
@@ -231,7 +231,7 @@ def test_a_lora_run_is_followed_without_a_restart_and_another_base_is_refused(tm
         follower.adopt(lora)
         assert follower.lora == lora and engine.version == 0 and engine.state.keys() == first.keys()
         assert follower.sync() == 2 and engine.version == 2
-        manifest = read_manifest(delta.open_storage(bucket))
+        manifest = read_manifest(delta.Bucket.open(bucket))
         assert delta.state_digest(engine.state).hexdigest == manifest.get(2).state_hash == follower.status()["state_hash"]
         set_peft_model_state_dict(trained, second)
         ids = [5, 6, 7, 8, 9, 10, 11]
@@ -349,3 +349,31 @@ def test_what_run_a_server_follows_is_decided_from_what_it_serves(run, keep, fol
 
     got = run_refusal(lora(run), keep, base_hash=base, followed=lora(followed), held=held)
     assert (got and got[0]) == refusal
+
+
+def test_a_restarting_server_names_its_version_only_from_a_signed_entry(tmp_path, model):
+    from dataclasses import replace
+
+    from delta.bucket.manifest import MANIFEST_DIR
+
+    bucket = str(tmp_path / "bucket")
+    v1 = delta.load_state(model)
+    names = sorted(v1)
+    states = [v1, step(v1, names[:2], seed=1)]
+    states.append(step(states[-1], names[2:4], seed=2))
+    _publish(bucket, states)
+    # A writer without the trainer's key commits a manifest whose version 3 claims the model's (version 1's) hash.
+    storage = delta.Bucket.open(bucket)
+    manifest = read_manifest(storage)
+    forged = replace(manifest.versions[2], state_hash=manifest.get(1).state_hash)
+    forged_manifest = replace(manifest, commit=manifest.commit + 1, versions=manifest.versions[:2] + (forged,))
+    storage.write(f"{MANIFEST_DIR}{forged_manifest.commit:010d}.json", forged_manifest.to_json())
+    with open_engine("transformers", EngineConfig(model)) as engine:
+        follower = Follower(engine, bucket, FAST)
+        assert engine.version == 1 and follower.decoded_version == 1  # not 3: that entry's signature does not hold
+        with pytest.raises(delta.UntrustedVersionError):
+            follower.sync()
+        status = follower.status()
+        assert follower.decoded_version == 2 and status["refused"] == {"untrusted version": 1}
+        assert status["latest_version"] == 2  # the forged version 3 is no version of the trainer's
+        follower.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 import pytest
 
@@ -40,6 +42,9 @@ def test_trajectories_hold_exactly_the_tokens_the_policy_saw(engine, env):
         # The example guess each reply was shown: the instructions' first, then each request's own.
         assert game.examples[0] == "crane" and len(set(game.examples)) == 3
         assert game.version == 0 and game.versions == [0, 0, 0]
+        # Each reply's tokens carry its version (this engine reports none per token: the version asked for).
+        assert not game.versions_reported and game.straddled == 0
+        assert game.token_versions() == [0 if m else -1 for m in game.env_mask]
         assert all(lp == 0.0 for lp, m in zip(game.logprobs, game.env_mask) if m == 0)
         # The env's feedback sits between the replies (a random model never wins in 3 turns).
         feedback = engine.tokenizer.decode([t for t, m in zip(game.completion_ids, game.env_mask) if m == 0])
@@ -118,3 +123,56 @@ def test_every_turn_asks_for_the_version_the_first_turn_played(engine, env):
 
     play_games(Recording(), env, [GameSpec(seed=7), GameSpec(seed=8)], PlayParams(max_tokens=4, max_turns=3, seed=1))
     assert asked == [None, engine.version, engine.version]
+
+
+@dataclass
+class WeightVersionSpan:
+    """vLLM 0.34's span, as `vllm/outputs.py` defines it (read from its wheel): output tokens [start, end) were
+    sampled by the weights labelled `version` (the string a follower set, here the delta version)."""
+
+    version: str
+    start: int
+    end: int
+
+
+def test_a_reply_that_straddles_two_versions_keeps_each_token_s_version(engine, env, monkeypatch):
+    """An engine that reports spans as vLLM does, a weight update landing after the third token of every reply: the
+    game keeps each token's version where the reply sits in it, counts the replies that straddled, and its oldest
+    version is the oldest token's."""
+    from rollout_space.engines.base import Sampled
+    from rollout_space.engines.vllm_engine import reported_spans
+
+    generate = engine._generate
+
+    def straddling(prompts, params, version):
+        out = []
+        for s in generate(prompts, params, version):
+            n = len(s.token_ids)
+            spans = [WeightVersionSpan(str(version), 0, 3), WeightVersionSpan(str(version + 1), 3, n)] if n > 3 else [
+                WeightVersionSpan(str(version), 0, n)]
+            out.append(Sampled(s.token_ids, s.logprobs, s.finish_reason, reported_spans(spans, n)))
+        return out
+
+    monkeypatch.setattr(engine, "_generate", straddling)
+    [game] = play_games(engine, env, [GameSpec(secret="crane")], PlayParams(max_tokens=8, max_turns=2, seed=3,
+                                                                           stop=()))
+    replies = reply_runs(game.env_mask)
+    assert len(replies) == 2 and all(end - start == 8 for start, end in replies)  # no stop: max_tokens each
+    assert game.versions_reported and game.straddled == 2 and game.version == 0 and game.newest_version == 1
+    expected = [-1] * len(game.completion_ids)
+    for start, end in replies:
+        expected[start:end] = [0, 0, 0] + [1] * (end - start - 3)
+    assert game.token_versions() == expected
+    assert type(game).model_validate_json(game.model_dump_json()) == game  # as it crosses to the trainer
+
+
+def reply_runs(mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of the model's own tokens."""
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs

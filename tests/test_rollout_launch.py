@@ -74,7 +74,7 @@ def test_a_rollout_serving_rounded_weights_reports_no_state_hash(model: str, tmp
 
 
 def test_the_role_stops_before_starting_vllm_with_one_line_saying_what_to_set(model: str, monkeypatch) -> None:
-    from rollout_space.launch import run
+    from rollout_space.main import run
 
     monkeypatch.setattr(Machine, "probe", classmethod(lambda cls: Machine((T4,))))
     with pytest.raises(SystemExit, match=r"^python app.py rollout: Tesla T4 \(compute 7.5\) has no native bf16"):

@@ -4,6 +4,7 @@ and, beside other live servers of the run, its share of the room. Real engine (t
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -19,8 +20,8 @@ from tests._engines import build_model, published
 from tests._env_server import running_server
 from tests.test_wire_fleet import run_settings
 from wire.fleet import FleetMessageError, Heartbeat, RunState, ServerState
-from wire.fleet_bucket import FleetBucket
-from wire.liveness import GONE_AFTER_S, HeartbeatWatch
+from fleet.bucket import FleetBucket
+from fleet.liveness import GONE_AFTER_S, HeartbeatWatch
 from wire.trajectory import Trajectory
 
 #: The follower's own thread is never started, and would poll only hourly: what the producer plays with, it
@@ -97,7 +98,7 @@ def test_a_version_that_cannot_be_loaded_leaves_the_batch_playing_the_weights_he
 
 def test_with_other_servers_producing_each_plays_its_share_of_the_room(tmp_path, env: str, monkeypatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("fleet.liveness.time.monotonic", lambda: clock[0])
     publisher, state, engine, service, producer = served(tmp_path, env)
     bucket = FleetBucket(publisher.storage.url)
 
@@ -153,7 +154,7 @@ def test_a_stranger_s_run_settings_never_make_a_server_play_more_than_its_own_ca
 def test_a_server_with_the_rollout_token_obeys_only_run_settings_signed_with_it(tmp_path) -> None:
     signed = FleetBucket(str(tmp_path / "bucket"), secret="rollout-token")
     producer = GroupProducer(lambda specs, params: [], lambda: 1, signed, "s0")
-    FleetBucket(signed.storage).write_run(run_settings())  # a stranger's, unsigned
+    FleetBucket(signed.bucket).write_run(run_settings())  # a stranger's, unsigned
     assert producer.step() > 0 and producer.state == ServerState.NO_RUN and producer.run_id is None
     assert "waiting for a run signed with this server's token" in producer.last_error
     assert "unsigned, and this run signs its files" in producer.last_error
@@ -234,3 +235,32 @@ def test_with_whole_shares_a_server_plays_its_share_of_a_step_whenever_there_is_
         assert producer.step() == 0
         assert played == [games] and len(bucket.list_groups()) == pending
         assert producer.step() > 0 and producer.state == ServerState.FULL  # over the bound: full, by a group at most
+
+
+def test_a_restarted_server_says_starting_while_it_replays_the_bucket_s_versions(tmp_path) -> None:
+    """A restarted server replays the bucket's deltas before its first batch (minutes on a CPU): its heartbeat said
+    "producing" all along. It says "starting" until that first catch-up is over, then "producing" at once."""
+    bucket = FleetBucket(str(tmp_path / "bucket"))
+    bucket.write_run(run_settings())
+    replaying, release = threading.Event(), threading.Event()
+
+    def catch_up() -> None:
+        replaying.set()
+        release.wait(10)
+
+    producer = GroupProducer(lambda specs, params: [Trajectory(prompt_ids=[1], episode_id=f"e{i}", versions=[5])
+                                                    for i in range(len(specs))],
+                             lambda: 5, bucket, "s0", heartbeat_s=3600.0, catch_up=catch_up)
+    worker = threading.Thread(target=producer.step)
+    worker.start()
+    try:
+        assert replaying.wait(10)
+        assert producer.state == ServerState.STARTING
+        assert [s.heartbeat.state for s in HeartbeatWatch(bucket).read()] == [ServerState.STARTING]
+    finally:
+        release.set()
+        worker.join(10)
+    assert producer.state == ServerState.PRODUCING and bucket.list_groups()  # its first batch, handed in
+    assert [s.heartbeat.state for s in HeartbeatWatch(bucket).read()] == [ServerState.PRODUCING]
+    producer.step()  # later batches catch up as ever, saying "producing"
+    assert producer.state in (ServerState.PRODUCING, ServerState.FULL)

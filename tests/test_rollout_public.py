@@ -14,7 +14,7 @@ import pytest
 
 from tests._env_server import running_server
 from tests._trainer_stack import tiny_model, wait_until
-from trainer_space import TrainerConfig, TrainerState, TrainingSession
+from trainer_space import TrainerConfig, TrainerState, build_session
 from trainer_space.rollout_client import RolloutClient
 from wire.errors import RolloutRefusedError
 
@@ -56,7 +56,7 @@ def test_a_trainer_with_a_wrong_token_stops_at_once_and_says_which(stack: dict[s
     status says what to set."""
     config = TrainerConfig(str(tmp_path / "bucket"), stack["url"], stack["model"], rollout_token="wrong",
                            games_per_step=2, num_generations=2, max_tokens=2, max_turns=1, retry_wait=0.1)
-    session = TrainingSession(config)
+    session = build_session(config)
     session.start()
     try:
         status = wait_until(lambda: (s := session.status()).state is TrainerState.STOPPED and s, 120,

@@ -17,7 +17,7 @@ from tests._lora import peft_model, settings
 from tests.test_wire_fleet import run_settings
 from trainer_space.lora import adapter_tensors
 from wire.fleet import RUN_PATH
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 
 FAST = SubscriberConfig(poll_interval=0.05, max_backoff=0.2)
 
@@ -59,7 +59,7 @@ def test_a_server_without_a_producer_follows_an_adapter_run_and_shows_a_refusal(
                 assert time.monotonic() < deadline, "the watch never read the run again"
                 time.sleep(0.02)
             assert follower.status()["last_error"] is None
-            fleet.storage.delete([RUN_PATH])  # a run's settings deleted (by anyone who writes the bucket)
+            fleet.bucket.delete([RUN_PATH])  # a run's settings deleted (by anyone who writes the bucket)
             time.sleep(0.3)
             assert follower.lora == lora and engine.version == 1 and watch.last_error is None  # nothing to follow
         finally:

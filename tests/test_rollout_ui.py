@@ -106,7 +106,7 @@ def test_a_person_plays_the_policy_on_the_same_word(stack: dict[str, Any], page:
     policy_tiles = page.locator("#versus-policy [data-mark]")
     before = {g.episode_id for g in stack["service"].recent_games(100)}
     expect(page.locator("#versus-exam")).to_contain_text(  # this server plays no fleet run: no exam of its own
-        f"Your opponent: policy v{stack['service'].status().version}. No exam yet")
+        f"Your opponent: policy v{stack['service'].status().version} (served now")
     page.locator("#versus-new-match").click()
     expect(human).to_contain_text("6 guesses left")
     expect(policy_status).to_contain_text("has played", timeout=WAIT_MS)
@@ -172,6 +172,22 @@ def test_the_status_says_what_the_server_does_for_the_fleet() -> None:
     assert ("fleet server `rollout-2`: **full** for run `20261124-065757-7e335009` · 12 game groups handed in "
             "through the bucket") in status_markdown(status)
     assert "fleet server" not in status_markdown(status.model_copy(update={"server_id": None}))
+
+
+def test_the_status_says_how_many_replies_straddled_two_weight_versions() -> None:
+    from rollout_space.ui import status_markdown
+    from wire.rollout import RolloutStatus
+
+    status = RolloutStatus(version=3, latest_version=3, lag=0, engine="vllm", device="cpu", model="m", bucket="b",
+                           env_url=None, last_error=None, state_hash=None, failures=0, note=None, syncs=2,
+                           tokens_served=10, games_played=4)
+    assert "straddled" not in status_markdown(status)  # no game yet
+    reported = status.model_copy(update={"versions_reported": True, "straddled": 1})
+    assert "1 reply straddled two weight versions (each token's weight version as vLLM reported it)" in \
+        status_markdown(reported)
+    per_reply = status.model_copy(update={"versions_reported": False})
+    assert ("0 replies straddled two weight versions (weight versions per reply: the engine reports none per token "
+            "(it applies new weights between replies))") in status_markdown(per_reply)
 
 
 def test_the_status_says_which_lora_run_the_server_follows() -> None:

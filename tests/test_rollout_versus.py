@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -10,12 +11,14 @@ from typing import Any
 import pytest
 
 from rollout_space.env_client import EnvClient
-from rollout_space.versus import Match, PrivateGames, VersusError
+from rollout_space.versus import Match, Opponent, PrivateGames, VersusError
 from wire.rollout import Trajectory
 
 from ._env_server import running_server
 
 POLICY_WORDS = ["slate", "crony", "bumph", "wight", "fjord", "vaunt"]
+#: Served v4 as the match begins, no exam yet, an example in every message, at most 12 moves.
+OPPONENT = Opponent(4, None, 1.0, 12)
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +68,16 @@ def scripted_policy(env: EnvClient) -> Any:
 
 
 def test_same_word_and_no_secret_before_the_end(env: EnvClient, executor: ThreadPoolExecutor) -> None:
-    match = Match(env, scripted_policy(env), executor, seed=1234)
+    match = Match(env, scripted_policy(env), executor, OPPONENT, seed=1234)
     policy = match.policy.result(timeout=30)
     secret = policy.secret
     assert len(secret) == 5
 
     view = match.view()
     assert "6 guesses left" in view.human_status
-    assert "0 of its rows shown" in view.policy_status and "data-mark" not in view.policy_board
+    assert re.fullmatch(r"Policy v4 has played: (\d+) moves, (\d+) scored, 1 invalid\. Its scored rows show in "
+                        r"colour as you play yours \(0 of \2 so far\)\.", view.policy_status), view.policy_status
+    assert "data-mark" not in view.policy_board
 
     match.guess("zzzzz")
     assert "Not accepted" in match.view().human_status
@@ -97,23 +102,58 @@ def test_same_word_and_no_secret_before_the_end(env: EnvClient, executor: Thread
 
 
 def test_the_policy_side_shows_its_moves_as_they_come(env: EnvClient, executor: ThreadPoolExecutor) -> None:
-    """While the policy plays, the person sees how far it got and its rows in colour only."""
+    """While the policy plays, the person sees how far it got, its invalid moves as well as its rows (in colour
+    only), its pace on this machine and how many moves may be left; and the opponent line names the version that
+    played its moves, not the one served now."""
     two_moves, finish = threading.Event(), threading.Event()
+    now = [100.0]
+
+    def clock() -> float:
+        return now[0]
 
     def slow(seed: int, progress: Any) -> Trajectory:
-        progress(game(replies=["<guess>zzzzz</guess>"], guesses=[""]))
-        progress(game(replies=["<guess>zzzzz</guess>", "<guess>slate</guess>"], guesses=["", "slate"], marks=["XXXXX"]))
+        now[0] += 20
+        progress(game(replies=["<guess>zzzzz</guess>"], guesses=[""], versions=[5]))
+        now[0] += 40
+        progress(game(replies=["<guess>zzzzz</guess>", "<guess>slate</guess>"], guesses=["", "slate"],
+                      marks=["XXXXX"], versions=[5, 5]))
         two_moves.set()
         finish.wait(10)
-        return game(guesses=["", "slate"], marks=["XXXXX"], versions=[1, 1], invalid_moves=1)
+        return game(guesses=["", "slate"], marks=["XXXXX"], versions=[5, 6], invalid_moves=1,
+                    replies=["<guess>zzzzz</guess>", "<guess>slate</guess>"], errors=["'zzzzz' is not in the word list", ""])
 
-    match = Match(env, slow, executor)
+    match = Match(env, slow, executor, OPPONENT, clock=clock)
     assert two_moves.wait(10)
     view = match.view()
-    assert view.policy_status == "The policy is thinking: 2 moves made so far..."
+    assert view.policy_status == (
+        "The policy is playing: 2 moves so far (1 scored, 1 invalid), about 30 s a move on this machine. Invalid "
+        "moves use up no guess, so its game may take up to 10 more moves, about 5 more minutes at this pace.")
+    assert re.findall(r'data-move="(\w+)">', view.policy_board) == ["invalid", "scored"]  # the invalid move drawn
+    assert "zzzzz" not in view.policy_board  # without its text while the person plays
+    assert view.opponent.startswith("Your opponent: **policy v5**. No exam yet")  # v5 played, v4 was served
+    assert "example word (never the secret) in every message" in view.opponent
     match.guess("crane")
     assert match.view().policy_board.count('data-mark="X"') == 5 and "slate" not in match.view().policy_board
     finish.set()
+    match.policy.result(timeout=10)
+    assert match.view().opponent.startswith("Your opponent: **policy v5–v6** (new weights arrived during its game)")
+    match.close()
+
+
+def test_before_its_first_move_the_opponent_is_the_version_served_as_the_match_began(
+        env: EnvClient, executor: ThreadPoolExecutor) -> None:
+    release = threading.Event()
+
+    def waiting(seed: int, progress: Any) -> Trajectory:
+        release.wait(10)
+        return game()
+
+    match = Match(env, waiting, executor, Opponent(7, None, 0.0, 12))
+    view = match.view()
+    assert view.opponent.startswith("Your opponent: the policy as served when its first move is played (v7 as this "
+                                    "match began)")
+    assert "it plays by itself, as in its exam" in view.opponent  # no examples: said so
+    release.set()
     match.policy.result(timeout=10)
     match.close()
 
@@ -122,7 +162,7 @@ def test_a_failing_policy_is_shown_not_raised(env: EnvClient, executor: ThreadPo
     def broken(seed: int, progress: Any) -> Trajectory:
         raise RuntimeError("engine down")
 
-    match = Match(env, broken, executor)
+    match = Match(env, broken, executor, OPPONENT)
     match.policy.exception(timeout=10)
     assert match.view().policy_status == "The policy could not play: RuntimeError: engine down"
     match.close()
@@ -130,7 +170,7 @@ def test_a_failing_policy_is_shown_not_raised(env: EnvClient, executor: ThreadPo
 
 def test_an_unreachable_env_raises_versus_error(executor: ThreadPoolExecutor) -> None:
     with pytest.raises(VersusError, match="did not answer /reset"):
-        Match(EnvClient("http://127.0.0.1:9", timeout=2), lambda seed, progress: game(), executor)
+        Match(EnvClient("http://127.0.0.1:9", timeout=2), lambda seed, progress: game(), executor, OPPONENT)
 
 
 def test_private_games_stay_out_of_the_feed_and_freeze_it_while_playing() -> None:

@@ -10,14 +10,14 @@ import contextlib
 import os
 import random
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from delta import BucketUnreachableError, DeltaError, FileTooLargeError, StorageError
+from delta import Bucket, DeltaError, StorageError
+from delta.errors import BucketUnreachableError, FileTooLargeError
 from delta.storage import (
     HfBucketStorage,
     LocalStorage,
@@ -53,7 +53,7 @@ def open_bucket(request: pytest.FixtureRequest, tmp_path: Path) -> OpenBucket:
         return lambda sub="": open_storage(f"hf://buckets/alice/test-bucket/{sub}", retry=QUICK,
                                            token=hub.token("alice"), endpoint=hub.endpoint)
     server: RcloneS3Server = request.getfixturevalue("rclone_s3")
-    return lambda sub="": open_storage(f"s3://test-bucket/{sub}", retry=QUICK, **server.storage_options())
+    return lambda sub="": open_storage(f"s3://{server.bucket}/{sub}", retry=QUICK, **server.storage_options())
 
 
 def entries(files: list[StoredFile]) -> list[tuple[str, int]]:
@@ -169,28 +169,27 @@ def test_a_listed_entry_reads_what_was_listed_and_its_etag_follows_the_content(b
         bucket.read("n.json", listed=again)
 
 
-def test_pollers_of_a_process_share_one_listing_that_holds_its_own_changes(open_bucket: OpenBucket) -> None:
-    bucket, other = open_bucket("shared"), open_bucket("shared")  # two storages of one bucket in one process
-    stranger = open_bucket("shared")
+def test_the_pollers_of_a_bucket_object_share_one_listing_that_holds_its_changes(open_bucket: OpenBucket) -> None:
+    clock = [0.0]
+    bucket = Bucket(open_bucket("shared"), clock=lambda: clock[0])  # the one object every poller of a role holds
+    stranger = Bucket(open_bucket("shared"))  # another process: a listing of its own
     bucket.write("fleet/a", b"1")
     assert entries(bucket.list("fleet/", max_age=60)) == [("fleet/a", 1)]
     sent = sum(bucket.traffic.snapshot().total.values())
-    assert entries(other.list("fleet/", max_age=60)) == [("fleet/a", 1)]  # the same listing: nothing sent
-    assert entries(other.list("manifests/", max_age=60)) == []
+    assert entries(bucket.list("manifests/", max_age=60)) == []  # the same listing: nothing sent
     assert sum(bucket.traffic.snapshot().total.values()) == sent
-    assert other.listed("fleet/a") is not None and other.listed("fleet/b") is None
-    other.write("fleet/c", b"333")  # this process's changes are in it at once
+    assert bucket.listed("fleet/a") is not None and bucket.listed("fleet/b") is None
+    bucket.write("fleet/c", b"333")  # its own changes are in it at once
     bucket.delete(["fleet/a"])
     assert entries(bucket.list("fleet/", max_age=60)) == [("fleet/c", 3)]
     bucket.move("fleet/c", "fleet/d")
-    assert entries(other.list("fleet/", max_age=60)) == [("fleet/d", 3)]
+    assert entries(bucket.list("fleet/", max_age=60)) == [("fleet/d", 3)]
     assert bucket.read("fleet/d", listed=bucket.listed("fleet/d")) == b"333"
     # a file written elsewhere shows in a fresh listing, and in the shared one once it is older than asked
-    stranger._listing = type(stranger._listing)()  # another process: a listing of its own
     stranger.write("fleet/e", b"55555")
     assert [p for p, _ in entries(bucket.list("fleet/", max_age=60))] == ["fleet/d"]
     assert [p for p, _ in entries(bucket.list("fleet/"))] == ["fleet/d", "fleet/e"]
-    time.sleep(0.3)
+    clock[0] += 0.3
     assert [p for p, _ in entries(bucket.list("fleet/", max_age=0.2))] == ["fleet/d", "fleet/e"]
 
 
@@ -213,7 +212,7 @@ def test_a_2_gb_file_costs_a_bounded_read_no_memory(backend: str, tmp_path: Path
     (root / "small.json").write_bytes(b"{}")
     server = RcloneS3Server(tmp_path / "s3") if backend == "s3" else None
     url = str(tmp_path / "bucket") if server is None else "s3://test-bucket"
-    setup = (f"from delta.storage import open_storage\nfrom delta import FileTooLargeError\n"
+    setup = (f"from delta.storage import FileTooLargeError, open_storage\n"
              f"bucket = open_storage({url!r}, **{server.storage_options() if server else {}!r})\n"
              "bucket.read('small.json', max_bytes=10)")
     body = ("try:\n    bucket.read('huge.json', max_bytes=1 << 20)\n"
@@ -274,16 +273,17 @@ def test_write_takes_bytes_only(bucket: Storage) -> None:
 
 
 def test_write_many_writes_each_file_as_write_does(bucket: Storage) -> None:
-    bucket.write("groups/a", b"old")
+    shared = Bucket(bucket)
+    shared.write("groups/a", b"old")
     files = {"groups/a": b"new a", "groups/b": b"", "groups/deep/c": bytes(range(256)) * 40}
-    bucket.write_many(files)
-    bucket.write_many({})  # nothing to write: no call
+    shared.write_many(files)
+    shared.write_many({})  # nothing to write: no call
     assert entries(bucket.list("groups/")) == sorted((p, len(d)) for p, d in files.items())
     assert {p: bucket.read(p) for p in files} == files
-    assert entries(bucket.list("groups/", max_age=60)) == entries(bucket.list("groups/"))  # the shared listing too
+    assert entries(shared.list("groups/", max_age=60)) == entries(bucket.list("groups/"))  # the shared listing too
     with pytest.raises(ValueError, match="invalid bucket path"):
-        bucket.write_many({"ok": b"x", "../out": b"y"})
-    assert bucket.listed("ok") is None and "ok" not in {f.path for f in bucket.list()}  # checked before any call
+        shared.write_many({"ok": b"x", "../out": b"y"})
+    assert shared.listed("ok") is None and "ok" not in {f.path for f in bucket.list()}  # checked before any call
 
 
 # --- local directory -----------------------------------------------------------------------------
@@ -313,6 +313,23 @@ def test_local_temporary_files_of_a_crashed_writer_are_hidden(tmp_path: Path) ->
     assert bucket.list() == [StoredFile("v/1", 1)]
     with pytest.raises(ValueError, match="reserved"):
         bucket.write(f"v/{TMP_PREFIX}0123", b"x")
+
+
+def test_local_names_planted_as_folders_or_fifos_are_no_files(tmp_path: Path) -> None:
+    """A folder at a file's name refuses the write (FileExistsError, nothing written into it); a FIFO is not listed
+    and reads as missing at once, never waited on."""
+    bucket = LocalStorage(tmp_path)
+    (tmp_path / "m").mkdir()
+    with pytest.raises(FileExistsError, match="^write 'm' in file://.* refused: a folder holds its name$"):
+        bucket.write("m", b"x")
+    assert list((tmp_path / "m").iterdir()) == []
+    os.mkfifo(tmp_path / "fifo")
+    bucket.write("f", b"x")
+    assert bucket.list() == [StoredFile("f", 1)]
+    with pytest.raises(FileNotFoundError):
+        bucket.read("fifo", max_bytes=10)
+    bucket.write("fifo", b"y")  # replaced by a file, as any name is
+    assert bucket.read("fifo") == b"y"
 
 
 def test_local_disk_errors_become_storage_errors(tmp_path: Path) -> None:
@@ -357,7 +374,9 @@ def test_s3_url_parsing() -> None:
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
-def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_s3: RcloneS3Server, kill: bool) -> None:
+def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(own_rclone_s3: RcloneS3Server,
+                                                                        kill: bool) -> None:
+    rclone_s3 = own_rclone_s3
     bucket = open_storage("s3://test-bucket", retry=QUICK, **rclone_s3.storage_options())
     bucket.write("v/1", b"before")
     rclone_s3.stop(kill=kill)
@@ -367,10 +386,8 @@ def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_
         ("list", lambda: bucket.list()),
         ("delete", lambda: bucket.delete(["v/1"])),
     ]:
-        start = time.monotonic()
         with pytest.raises(BucketUnreachableError) as info:
             call()
-        assert time.monotonic() - start < 10  # 3 quick attempts; generous for a loaded machine
         error = info.value
         assert isinstance(error, StorageError) and isinstance(error, ConnectionError)
         assert error.attempts == QUICK.attempts and error.url == "s3://test-bucket"
@@ -385,16 +402,16 @@ def test_s3_stopped_server_is_unreachable_then_works_again_after_restart(rclone_
     assert [f.path for f in bucket.list()] == ["v/1", "v/2"]
 
 
-def test_s3_hung_server_times_out_then_recovers(rclone_s3: RcloneS3Server) -> None:
+def test_s3_hung_server_times_out_then_recovers(own_rclone_s3: RcloneS3Server) -> None:
+    rclone_s3 = own_rclone_s3
     retry = RetryPolicy(attempts=2, first_delay=0.05)
     bucket = open_storage("s3://test-bucket", timeout=0.5, retry=retry, **rclone_s3.storage_options())
     bucket.write("f", b"x")
     rclone_s3.pause()
     for call in (lambda: bucket.write("g", b"y"), lambda: bucket.read("f"), lambda: bucket.list()):
-        start = time.monotonic()
-        with pytest.raises(BucketUnreachableError, match="failed after 2 attempt"):
+        with pytest.raises(BucketUnreachableError, match="failed after 2 attempt") as info:
             call()
-        assert time.monotonic() - start < 10  # 2 attempts of 0.5 s; generous for a loaded machine
+        assert info.value.attempts == 2 and "did not answer" in str(info.value)  # each attempt ended by `timeout`
     rclone_s3.resume()
     assert bucket.read("f") == b"x"
     bucket.write("h", b"z")
@@ -405,7 +422,7 @@ def test_s3_wrong_secret_is_a_storage_error_and_not_retried(
     rclone_s3: RcloneS3Server, caplog: pytest.LogCaptureFixture
 ) -> None:
     options = rclone_s3.storage_options() | {"secret": "not-the-secret"}
-    bucket = open_storage("s3://test-bucket", retry=RetryPolicy(attempts=5, first_delay=3.0), **options)
+    bucket = open_storage(f"s3://{rclone_s3.bucket}", retry=RetryPolicy(attempts=5, first_delay=3.0), **options)
     for operation, call in [("list", lambda: bucket.list()), ("write", lambda: bucket.write("f", b"x"))]:
         with pytest.raises(StorageError) as info:
             call()
@@ -420,10 +437,10 @@ def test_s3_endpoint_and_credentials_from_the_environment(
 ) -> None:
     for name, value in rclone_s3.env().items():
         monkeypatch.setenv(name, value)
-    bucket = open_storage("s3://env-bucket/p", retry=QUICK)
+    bucket = open_storage(f"s3://{rclone_s3.bucket}/p", retry=QUICK)
     assert isinstance(bucket, S3Storage) and bucket.endpoint_url == rclone_s3.endpoint_url
     bucket.write("f", b"from env")
-    assert (rclone_s3.root / "env-bucket" / "p" / "f").read_bytes() == b"from env"
+    assert (rclone_s3.root / rclone_s3.bucket / "p" / "f").read_bytes() == b"from env"
 
 
 # --- Hugging Face buckets (no Hub here) ----------------------------------------------------------
@@ -439,13 +456,13 @@ def test_hf_url_parsing() -> None:
             parse_hf_bucket_url(url)
 
 
-def test_hf_calls_run_through_huggingface_hub_up_to_the_network() -> None:
-    """Each call goes through the real HfApi method with our arguments (a wrong keyword or bucket id
-    would fail there) and stops where the connection is made; the token shows nowhere."""
+def test_hf_calls_stop_where_the_connection_is_made_and_show_no_token() -> None:
+    """Each call goes through the storage's own client up to the network, is retried as any unreachable bucket, and
+    says where it could not connect; the token shows nowhere."""
     token = "hf_do_not_leak_this_token"
     endpoint = "unreachable://hub.invalid"
-    bucket = open_storage("hf://buckets/ns/name/runs/a", endpoint=endpoint, token=token)
-    no_create = HfBucketStorage("hf://buckets/ns/name", endpoint=endpoint, token=token, create=False)
+    bucket = open_storage("hf://buckets/ns/name/runs/a", endpoint=endpoint, token=token, retry=QUICK)
+    no_create = HfBucketStorage("hf://buckets/ns/name", endpoint=endpoint, token=token, create=False, retry=QUICK)
     assert isinstance(bucket, HfBucketStorage) and bucket.url == "hf://buckets/ns/name/runs/a"
     assert token not in repr(bucket)
     for call in (

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from delta import Bucket
 from delta import NoPathError, Publisher, PublisherConfig, Subscriber, SubscriberConfig, read_manifest, state_digest
-from delta.storage import LocalStorage, open_storage
+from delta.storage import LocalStorage
 
 from ._capped import run_capped
 from ._signed import signed
@@ -105,7 +106,7 @@ def test_late_reader_catches_up_through_the_newest_anchor(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
 def test_bad_files_are_detected_and_bypassed_through_an_anchor(tmp_path, damage):
     states = trajectory(8)
-    bucket = open_storage(tmp_path)
+    bucket = Bucket.open(tmp_path)
     publish_all(bucket, states[1:], PublisherConfig(anchor_every=5))  # anchors at 1 and 6
     manifest = read_manifest(bucket)
     bad = manifest.get(5).delta[0]
@@ -135,7 +136,7 @@ def test_a_path_the_bucket_refuses_is_a_bad_file_routed_around_like_a_missing_on
     from delta.bucket.manifest import write_manifest
 
     states = trajectory(6)
-    bucket = open_storage(tmp_path)
+    bucket = Bucket.open(tmp_path)
     publish_all(bucket, states[1:], PublisherConfig(anchor_every=5))  # anchors at 1 and 6
     manifest = read_manifest(bucket)
     entry = manifest.get(6)
@@ -151,7 +152,7 @@ def test_a_path_the_bucket_refuses_is_a_bad_file_routed_around_like_a_missing_on
 def test_sixteen_readers_follow_fifty_versions_on_s3(rclone_s3):
     states = trajectory(50, n=20_000)
     options = rclone_s3.storage_options()
-    url = "s3://bucket/run"
+    url = f"s3://{rclone_s3.bucket}/run"
     readers = [Subscriber(url, config=SubscriberConfig(poll_interval=0.1, max_backoff=0.5), **options)
                for _ in range(16)]
     for r in readers:
@@ -238,7 +239,7 @@ def test_a_data_file_swapped_for_a_2_gb_one_is_a_bad_file_not_read_past_its_size
              f"root = Path({str(tmp_path)!r})\nstates = trajectory(7, n=2000)\n"
              "with Publisher(str(root), PublisherConfig(anchor_every=5)) as pub:\n    for s in states[1:]:\n"
              "        pub.publish(s)\n        assert pub.flush(timeout=60)\n"
-             "manifest = read_manifest(open_storage(root))\n"
+             "manifest = read_manifest(root)\n"
              "sparse(root / manifest.get(5).delta[0].path)  # the route from 4: around it, through the anchor of 6\n"
              "reader = Subscriber(str(root), {k: v.clone() for k, v in states[4].items()}, version=4)")
     body = ("print('held', reader.sync())\nprint('via', [h.via for h in reader.status().history])\n"
@@ -247,46 +248,3 @@ def test_a_data_file_swapped_for_a_2_gb_one_is_a_bad_file_not_read_past_its_size
     done = run_capped(setup, body)
     assert "held 7\nvia ['anchor', 'delta']\nsame True\n" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "wrong size (expected " in done.stdout and ", got 2147483648)" in done.stdout  # the listed size, unread
-
-
-def _format_2_before_format_3(root):
-    """A bucket where version 1 is an anchor hashed in format 2's scheme (xxh3-128) and version 2 a format-3 delta
-    straight after it (no anchor between): a writer that moved to the new scheme, or a stranger's bucket."""
-    from dataclasses import replace
-
-    from delta.bucket.anchors import encode_anchor
-    from delta.bucket.manifest import file_ref, write_manifest
-    from delta.tensors.hashing import legacy_state_digest
-
-    states = trajectory(2, n=2000)
-    bucket = open_storage(root)
-    publish_all(bucket, states[1:3])
-    manifest = read_manifest(bucket)
-    first, second = manifest.get(1), manifest.get(2)
-    legacy = legacy_state_digest(states[1]).hexdigest
-    [shard] = encode_anchor(states[1], version=1, state_hash=legacy)
-    bucket.write(first.anchor[0].path, shard)
-    versions = (replace(first, state_hash=legacy, anchor=(file_ref(first.anchor[0].path, shard),)), second)
-    write_manifest(bucket, signed(bucket, replace(manifest, versions=versions)))
-    return states, bucket
-
-
-def test_a_format_3_delta_straight_after_a_format_2_version_is_proven_in_its_scheme_then_written(tmp_path,
-                                                                                               monkeypatch):
-    import delta.bucket.reader as reader_module
-
-    states, bucket = _format_2_before_format_3(tmp_path)
-    writes, real = [], reader_module.write_changes
-
-    def recorded(header, changes, state, digest, rollback=None):
-        writes.append(digest.scheme)  # the scheme the write's result is checked in: the file's, proven already
-        return real(header, changes, state, digest, rollback)
-
-    monkeypatch.setattr(reader_module, "write_changes", recorded)
-    reader = Subscriber(bucket, clone(states[1]), version=1)
-    assert reader.sync() == 2 and states_equal(reader.state, states[2])
-    assert [(h.version, h.via) for h in reader.status().history] == [(2, "delta")] and reader.status().failures == 0
-    assert writes == ["sum128"] and reader.digest.hexdigest == state_digest(states[2]).hexdigest
-    late = Subscriber(bucket)  # from nothing: the format-2 anchor, then the format-3 delta
-    assert late.sync() == 2 and states_equal(late.state, states[2])
-    assert [h.via for h in late.status().history] == ["anchor", "delta"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests._trainer_stack import tiny_model
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
 from wire.rollout import Trajectory
 
 
@@ -24,7 +24,7 @@ def test_a_run_with_the_kl_guard_trains_against_the_model_folder(tmp_path) -> No
     config = TrainerConfig(str(tmp_path / "bucket"), "http://unused", tiny_model(str(tmp_path / "model")),
                            games_per_step=4, num_generations=2, max_tokens=2, max_turns=1, max_steps=2, kl=0.5)
     assert config.grpo_config([1.0]).beta == 0.5 and TrainerConfig("b", None, "m").grpo_config([1.0]).beta == 0.0
-    session = TrainingSession(config, client=Games())
+    session = build_session(config, client=Games())
     try:
         trainer = session._trainer(session.load())
         assert trainer.ref_model is not None  # loaded from the folder, no Hub

@@ -8,7 +8,7 @@ import pytest
 
 from tests._env_server import free_port, running_server
 from tests._trainer_stack import tiny_model
-from trainer_space import TrainerConfig, TrainerState, TrainingSession
+from trainer_space import TrainerConfig, TrainerState, build_session
 from trainer_space.session import AccessDenied
 from wire.trainer import ControlResponse, TrainerHistory, TrainerStatus
 
@@ -51,10 +51,10 @@ def test_every_answer_is_its_typed_message(tmp_path) -> None:
 
 
 def test_without_an_owner_token_nobody_controls(tmp_path) -> None:
-    session = TrainingSession(TrainerConfig(str(tmp_path), "http://127.0.0.1:1", str(tmp_path)), owner_token=None)
+    session = build_session(TrainerConfig(str(tmp_path), "http://127.0.0.1:1", str(tmp_path)), owner_token=None)
     session.pause()
     with pytest.raises(AccessDenied, match="no owner token is set"):
         session.control("start", "anything")
     with pytest.raises(AccessDenied, match="wrong or missing owner token"):
-        TrainingSession(session.config, owner_token="x").control("start", None)
+        build_session(session.config, owner_token="x").control("start", None)
     assert session.status().state == "paused"

@@ -12,15 +12,15 @@ from fastapi.testclient import TestClient
 from delta.errors import BucketUnreachableError
 from tests._published import publish_versions
 from tests.test_wire_exam import record
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
 from trainer_space.api import build_api
 from trainer_space.exam import ExamWatch
 from trainer_space.fleet import FleetRun
 from wire.curriculum import ExampleMode, ExampleSchedule
 from wire.exam import ExamRecord, ExamSettings
-from wire.exam_shelf import ExamShelf
+from fleet.exams import ExamShelf
 from wire.fleet import RunState
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 from wire.trainer import TrainerHistory
 
 
@@ -32,7 +32,7 @@ def write_exams(bucket: str, *versions: int) -> None:
 
 def test_the_run_tells_every_server_the_exam_and_the_examples(tmp_path) -> None:
     config = TrainerConfig(str(tmp_path / "b"), None, "m", max_turns=4, seed=3, exam_every=7, exam_games=8,
-                           examples=ExampleSchedule(start=2, end=12))
+                           fade_start=2, fade_end=12)
     bucket = FleetBucket(config.bucket)
     FleetRun(config, bucket, run_id="r").send(RunState.RUNNING, 0)
     run = bucket.read_run()
@@ -67,7 +67,7 @@ def test_the_watch_reads_the_bucket_refuses_bad_files_and_survives_an_unreadable
     def unreachable(prefix: str, max_age: float = 0.0) -> None:
         raise BucketUnreachableError("connection refused", url=bucket)
 
-    monkeypatch.setattr(watch.shelf.storage, "list", unreachable)
+    monkeypatch.setattr(watch.shelf.bucket, "list", unreachable)
     watch.refresh()
     assert "connection refused" in watch.last_error and [r.version for r in watch.records()] == [0, 5]
 
@@ -77,7 +77,7 @@ def test_status_and_history_carry_the_exams(tmp_path) -> None:
     publish_versions(bucket, 48)
     write_exams(bucket, *range(0, 52, 2))  # v50: ahead of the bucket, refused
     (tmp_path / "b" / "exams" / "v0000000049.json").write_text("{torn")
-    session = TrainingSession(TrainerConfig(bucket, "http://127.0.0.1:1", str(tmp_path)))
+    session = build_session(TrainerConfig(bucket, "http://127.0.0.1:1", str(tmp_path)))
     try:
         deadline = time.monotonic() + 30
         while len(session.exams.records()) < 25:

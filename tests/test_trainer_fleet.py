@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from delta import RetryPolicy
-from delta.storage import open_storage
+from delta import Bucket
+from delta.storage import RetryPolicy
 from tests.test_wire_fleet import game, group
 from trainer_space.config import TrainerConfig
 from trainer_space.fleet import FleetMonitor, FleetRollouts, FleetRun
-from wire.liveness import GONE_AFTER_S
+from fleet.liveness import GONE_AFTER_S
 from trainer_space.rollouts import RolloutsStopped
 from wire.fleet import GameGroup, Heartbeat, RunState, ServerState, encode, group_path
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 from wire.fleet_checks import max_group_bytes
 
 CONFIG = TrainerConfig(bucket="unused", rollout_url=None, model="unused", games_per_step=4, num_generations=2,
@@ -35,7 +35,7 @@ def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> FleetBucket:
     if request.param == "local":
         return FleetBucket(str(tmp_path / "bucket"))
     server = request.getfixturevalue("rclone_s3")
-    return FleetBucket(open_storage("s3://fleet-test", **server.storage_options()))
+    return FleetBucket(Bucket.open(f"s3://{server.bucket}", **server.storage_options()))
 
 
 def rollouts(bucket: FleetBucket, version: list[int], stop: threading.Event | None = None) -> FleetRollouts:
@@ -69,9 +69,9 @@ def test_stale_groups_are_dropped_and_bad_ones_refused_never_trained_on(bucket: 
     fresh = [written(bucket, group(seq=i, version=4)) for i in range(2)]
     written(bucket, group(seq=2, version=3))  # 2 versions behind, bound 1: dropped
     written(bucket, group(run="run-0", seq=3, version=5))  # an earlier trainer process's run
-    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 4), encode(group(seq=4))[:100])  # torn
+    bucket.bucket.write(group_path("run-1", "srv-a", "b00t", 4), encode(group(seq=4))[:100])  # torn
     edited = encode(group(seq=5)).replace(b'"reward":0.25', b'"reward":1.25', 1)
-    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 5), edited)  # corrupt
+    bucket.bucket.write(group_path("run-1", "srv-a", "b00t", 5), edited)  # corrupt
     bucket.write_group(group(seq=6, version=5, games=3))  # not the run's group size
     taken = fleet.take(2)
     assert [g.seq for g in taken] == [0, 1] == [g.seq for g in fresh]
@@ -135,8 +135,9 @@ def test_the_run_settings_tell_the_servers_the_trainer_s_settings(tmp_path: Path
     assert settings.sampling.max_tokens == CONFIG.max_tokens and settings.sampling.reply_prefix == CONFIG.reply_prefix
 
 
-def test_an_unreachable_bucket_leaves_the_run_unsent_until_a_later_try(rclone_s3) -> None:
-    bucket = FleetBucket(open_storage("s3://fleet-test", retry=RetryPolicy(attempts=1), **rclone_s3.storage_options()))
+def test_an_unreachable_bucket_leaves_the_run_unsent_until_a_later_try(own_rclone_s3) -> None:
+    rclone_s3 = own_rclone_s3
+    bucket = FleetBucket(Bucket.open("s3://fleet-test", retry=RetryPolicy(attempts=1), **rclone_s3.storage_options()))
     run = FleetRun(CONFIG, bucket)
     rclone_s3.stop()
     try:
@@ -151,7 +152,7 @@ def test_an_unreachable_bucket_leaves_the_run_unsent_until_a_later_try(rclone_s3
 def test_the_monitor_lists_each_server_and_marks_a_silent_one_gone(tmp_path: Path, monkeypatch) -> None:
     bucket = FleetBucket(str(tmp_path / "b"))
     clock = [1000.0]
-    monkeypatch.setattr("wire.liveness.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("fleet.liveness.time.monotonic", lambda: clock[0])
     monitor = FleetMonitor(bucket)
 
     def beat(server: str, n: int) -> None:
@@ -177,7 +178,7 @@ def test_the_monitor_says_which_servers_check_the_trainers_signature(tmp_path: P
     from delta import SigningKey, Trust
 
     key, old, stranger = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
-    bucket = FleetBucket(str(tmp_path / "b"), signer=key, trust=Trust.own("file:///b", key.public, [old.public]))
+    bucket = FleetBucket(str(tmp_path / "b"), signing_key=key, trust=Trust.own("file:///b", key.public, [old.public]))
     monitor = FleetMonitor(bucket)
     for server, trust in (("mine", {"authenticated": True, "trusted_key": key.public.fingerprint}),
                           ("old", {"authenticated": True, "trusted_key": old.public.fingerprint}),
@@ -187,10 +188,10 @@ def test_the_monitor_says_which_servers_check_the_trainers_signature(tmp_path: P
                                          state=ServerState.PRODUCING, version=4, games_per_min=1.0, groups_written=1,
                                          idle_share=0.1, updated_at=0.0, **trust))
     # An older server writes the first version of the heartbeat: the same body without the fields of its trust.
-    written = json.loads(bucket.storage.read("fleet/servers/older.json"))
+    written = json.loads(bucket.bucket.read("fleet/servers/older.json"))
     body = {k: v for k, v in written["body"].items() if k not in ("authenticated", "trusted_key")}
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    bucket.storage.write("fleet/servers/older.json", json.dumps(
+    bucket.bucket.write("fleet/servers/older.json", json.dumps(
         {"kind": "fleet-heartbeat/1", "sha256": hashlib.sha256(raw).hexdigest(), "body": body}).encode())
     monitor.refresh()
     seen = {s.id: (s.authenticated, s.trusts_trainer, s.weights) for s in monitor.servers()}
@@ -216,14 +217,14 @@ def test_every_crafted_group_is_refused_and_counted_by_reason_before_a_step_sees
     bucket.write_group(crafted(0, completion_ids=[0, 1, 2, 10**6]))  # beyond the vocabulary
     bucket.write_group(crafted(1, versions=[4, 10**12]))  # a version far ahead: never a negative staleness
     bucket.write_group(crafted(2, prompt_ids=list(range(90)) * 30))  # longer than a game of the run may be
-    FleetBucket(bucket.storage).write_group(group(seq=3, version=4))  # unsigned: written without the token
+    FleetBucket(bucket.bucket).write_group(group(seq=3, version=4))  # unsigned: written without the token
     body = group(seq=4, version=4).model_dump(mode="json")
     body["games"][0]["logprobs"] = ["NaN"] * 4  # strings are not numbers
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 4), json.dumps(
+    bucket.bucket.write(group_path("run-1", "srv-a", "b00t", 4), json.dumps(
         {"kind": "fleet-group/1", "sha256": hashlib.sha256(raw).hexdigest(), "body": body,
          "hmac": hmac.new(bucket.key, b"fleet-group/1\n" + raw, hashlib.sha256).hexdigest()}).encode())
-    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 5), b" " * (max_group_bytes(run.settings(
+    bucket.bucket.write(group_path("run-1", "srv-a", "b00t", 5), b" " * (max_group_bytes(run.settings(
         RunState.RUNNING)) + 1))  # larger than any group of the run: refused unread
     good = [bucket.write_group(group(seq=s, version=4)) for s in (6, 7)]
     taken = fleet.take(2)
@@ -294,6 +295,8 @@ def test_a_step_records_the_share_of_its_messages_that_showed_an_example(tmp_pat
     bucket.write_group(group(seq=1).model_copy(update={"games": [half, half]}))
     fleet.take(2)
     assert fleet.last_step.examples_shown == 5 / 8
+    # beside it, what the run's schedule gave those games: the probability of v3, the version that started them
+    assert fleet.last_step.examples_scheduled == pytest.approx(CONFIG.schedule.probability(3))
     bucket.write_group(group(seq=2))
     bucket.write_group(group(seq=3))
     fleet.take(2)

@@ -47,7 +47,7 @@ def test_the_config_refuses_a_gpu_index_and_bf16_on_a_cpu() -> None:
 
 def test_the_role_stops_before_loading_with_one_line_saying_what_to_set(monkeypatch, tmp_path) -> None:
     from tests._engines import build_model
-    from trainer_space.launch import run
+    from trainer_space.main import run
 
     monkeypatch.setattr(Machine, "probe", classmethod(lambda cls: Machine((L4, L4))))
     model = build_model(str(tmp_path / "model"))

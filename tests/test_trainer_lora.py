@@ -102,17 +102,21 @@ def test_the_flags_ask_for_an_adapter(model: str) -> None:
 def _parts(bucket: str, model: str, previous=None, **changes):
     """TrainerParts of a LoRA run on `bucket`, after a run whose LoRA settings were `previous` (None: no run.json)."""
     from trainer_space.fleet import FleetRun
-    from trainer_space.parts import TrainerParts
+    from trainer_space.parts import load_parts
+    from trainer_space.ranks import TrainerRanks
     from wire.fleet import RunState
-    from wire.fleet_bucket import FleetBucket
+    from fleet.bucket import FleetBucket
 
     config = TrainerConfig(bucket, None, model, **{"lora_r": 4, "lora_sync": "adapter", **changes})
-    fleet_bucket = FleetBucket(bucket)
+    writer = delta.Bucket.open(bucket, writer=True)
+    fleet_bucket = FleetBucket(writer)
     if previous is not None:
         before = FleetRun(config, fleet_bucket, run_id="before")
         before.know_lora(previous)
         before.send(RunState.STOPPED, 1)
-    return TrainerParts(config, None, threading.Event(), fleet=FleetRun(config, fleet_bucket, run_id="now"))
+    now = FleetRun(config, fleet_bucket, run_id="now")
+    now.read_previous()
+    return load_parts(config, writer, ranks=TrainerRanks(), fleet=now, client=None, stop=threading.Event())
 
 
 def _publish_adapter(bucket: str, model: str) -> dict[str, torch.Tensor]:
@@ -130,11 +134,11 @@ def test_an_adapter_run_resumes_the_bucket_s_adapter_bit_for_bit(model: str, tmp
     stored = _publish_adapter(bucket, model)
     parts = _parts(bucket, model, previous=settings(model))
     try:
-        manifest = delta.read_manifest(delta.open_storage(bucket))
+        manifest = delta.read_manifest(delta.Bucket.open(bucket))
         assert (parts.resumed_from, parts.resumed_hash) == (1, manifest.latest.state_hash)
         assert parts.callback.version == 1 and parts.publisher.state_version == 1
         wrapped = get_peft_model(parts.model, parts.lora.peft_config())  # as TRL does when the first run begins
-        master = parts._master_of(wrapped)
+        master = parts.callback.master_of(wrapped)
         assert all(torch.equal(master[n], stored[n]) for n in stored)  # the PEFT model holds the stored adapter
         assert delta.state_digest(master).hexdigest == manifest.latest.state_hash
     finally:
@@ -160,10 +164,10 @@ def test_a_lora_run_refuses_a_bucket_it_cannot_resume(model: str, tmp_path, prev
 def test_a_lora_run_is_not_announced_as_running_before_its_base_is_known(tmp_path) -> None:
     from trainer_space.fleet import FleetRun
     from wire.fleet import RunState
-    from wire.fleet_bucket import FleetBucket
+    from fleet.bucket import FleetBucket
 
     bucket = FleetBucket(str(tmp_path / "b"))
-    run = FleetRun(TrainerConfig(bucket.storage.url, None, "m", lora_r=4), bucket, run_id="r")
+    run = FleetRun(TrainerConfig(bucket.bucket.url, None, "m", lora_r=4), bucket, run_id="r")
     run.send(RunState.RUNNING, 0)
     assert bucket.read_run().state == RunState.PAUSED and bucket.read_run().lora is None
     run.know_lora(lora_settings(run.config, "sum128:" + "0" * 32))  # the model loaded: written again, running
@@ -194,11 +198,11 @@ def test_target_names_are_checked_with_the_flags() -> None:
 
 def test_a_session_with_targets_it_cannot_honour_stops_at_start_with_one_line(model: str, tmp_path, caplog) -> None:
     from tests._trainer_stack import wait_until
-    from trainer_space import TrainingSession
+    from trainer_space import build_session
     from wire.fleet import RunState
-    from wire.fleet_bucket import FleetBucket
+    from fleet.bucket import FleetBucket
 
-    session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), None, model, lora_r=4, lora_targets=("qproj",)))
+    session = build_session(TrainerConfig(str(tmp_path / "bucket"), None, model, lora_r=4, lora_targets=("qproj",)))
     try:
         session.start()
         status = wait_until(lambda: (s := session.status()).error and s.state == "stopped" and s, 120, "the refusal")

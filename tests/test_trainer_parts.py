@@ -12,7 +12,7 @@ from delta import PublishedVersion, read_manifest
 import delta
 from tests._engines import step
 from tests._trainer_stack import tiny_model
-from trainer_space import TrainerConfig, TrainingSession
+from trainer_space import TrainerConfig, build_session
 
 NO_ROLLOUT = "http://127.0.0.1:1"  # nothing here plays games: no run starts
 
@@ -40,7 +40,7 @@ class Counting:
 
 
 def test_status_reads_not_loaded_until_load_then_the_loaded_model(tmp_path) -> None:
-    session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), NO_ROLLOUT, tiny_model(str(tmp_path / "m"))))
+    session = build_session(TrainerConfig(str(tmp_path / "bucket"), NO_ROLLOUT, tiny_model(str(tmp_path / "m"))))
     before = session.status().model_dump()
     assert session.parts is None and session.payloads is None and session.recent_games() == []
     assert [before[k] for k in ("version", "trainer_version", "state_hash", "resumed_from", "staleness",
@@ -72,12 +72,12 @@ def test_load_resumes_from_the_bucket_and_the_callback_publishes_through_the_wra
         wrappers.append(Counting(publisher))
         return wrappers[-1]
 
-    session = TrainingSession(TrainerConfig(bucket, NO_ROLLOUT, model), wrap_publisher=wrap)
+    session = build_session(TrainerConfig(bucket, NO_ROLLOUT, model), wrap_publisher=wrap)
     parts = session.load()
     try:
         status = session.status().model_dump()
         assert (status["resumed_from"], status["version"], status["trainer_version"]) == (1, 1, 1)
-        assert status["resumed_hash"] == status["state_hash"] == read_manifest(delta.open_storage(bucket)).latest.state_hash
+        assert status["resumed_hash"] == status["state_hash"] == read_manifest(delta.Bucket.open(bucket)).latest.state_hash
         assert torch.equal(parts.published[name].view(torch.int16), stored[name].view(torch.int16))
         assert torch.equal(parts.master[name], stored[name].float())  # the master weights resumed too
         [wrapper] = wrappers
@@ -97,7 +97,7 @@ def test_with_publishing_off_nothing_is_wrapped_and_versions_count_steps(tmp_pat
     def wrap(publisher: delta.Publisher) -> Counting:
         raise AssertionError("nothing to wrap with publishing off")
 
-    session = TrainingSession(config, wrap_publisher=wrap)
+    session = build_session(config, wrap_publisher=wrap)
     parts = session.load()
     assert parts.publisher is None and parts.payloads is None and parts.callback.publisher is None
     parts.callback.on_step_end(None, None, TrainerControl())

@@ -17,9 +17,10 @@ def test_each_step_end_publishes_the_next_version_and_the_payload_log_measures_i
     bucket = str(tmp_path / "bucket")
     states = trajectory(3, n=20_000)
     live = {k: v.clone() for k, v in states[0].items()}  # the "model": updated in place, like an optimizer does
-    publisher = delta.Publisher(bucket, delta.PublisherConfig(anchor_every=50))
+    trainers = delta.Bucket.open(bucket, writer=True)  # the trainer's: the publisher and the payload log share it
+    publisher = delta.Publisher(trainers, delta.PublisherConfig(anchor_every=50))
     dense = sum(t.numel() * t.element_size() for t in live.values())
-    log = PayloadLog(bucket, dense).start()
+    log = PayloadLog(trainers, dense).start()
     callback = PublishCallback(publisher, live, version=0)
     args, control = TrainingArguments(str(tmp_path / "out"), report_to="none"), TrainerControl()
     for new in states[1:]:
@@ -33,7 +34,7 @@ def test_each_step_end_publishes_the_next_version_and_the_payload_log_measures_i
     log.close()
     publisher.close()
 
-    manifest = read_manifest(delta.open_storage(bucket))
+    manifest = read_manifest(delta.Bucket.open(bucket))
     assert [v.version for v in manifest.versions] == [1, 2, 3]
     assert manifest.latest.state_hash == delta.state_digest(states[3]).hexdigest
     assert [p.version for p in log.records] == [2, 3]  # version 1 is the first: an anchor, no delta
@@ -57,7 +58,7 @@ def test_versions_follow_the_buckets_numbering_when_publishing_coalesces(tmp_pat
                 t.copy_(new[k])
             callback.on_step_end(None, None, TrainerControl())
         assert publisher.flush(30)
-        latest = read_manifest(delta.open_storage(bucket)).latest
+        latest = read_manifest(delta.Bucket.open(bucket)).latest
         assert callback.steps == 6 and callback.version == latest.version <= 6
         assert latest.state_hash == delta.state_digest(states[6]).hexdigest
 
@@ -79,7 +80,7 @@ def test_a_restarted_payload_log_goes_on_from_the_history_and_draws_the_newest_d
             assert publisher.flush(30)
 
     def started(earlier: TrainerHistory | None) -> PayloadLog:
-        log = PayloadLog(bucket, 1, earlier=earlier).start()
+        log = PayloadLog(delta.Bucket.open(bucket, writer=True), 1, earlier=earlier).start()
         log.close()
         return log
 

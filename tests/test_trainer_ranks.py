@@ -1,14 +1,13 @@
-"""`torchrun --nproc_per_node 2 app.py trainer`: two trainer ranks (CPU, gloo) resume what one rank published and
-train the tiny model on games from a real rollout server through the bucket. Rank 0 serves the API and takes
-every rank's groups; each rank publishes its own share of the weights, one file per rank per version, and a
-reader rebuilds the last version from both ranks' files to the hash the trainer reports. Then one rank
-resumes what two published."""
+"""`torchrun --nproc_per_node 2 app.py trainer`: two trainer ranks (CPU, gloo) of a LoRA run publish a share each that
+a rollout server follows; the trainer's publish callback under FSDP2 publishes each rank's shards without a gather;
+the FSDP2 launch config is one accelerate reads as such. Two ranks resuming one and one resuming two, on the full
+weights, are tests/test_product_fleet.py's.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 
 import delta
 from tests._env_server import REPO, free_port, running_app, running_server
-from tests._trainer_stack import FAST_TRAINING, tiny_model, wait_until
+from tests._trainer_stack import FAST_TRAINING, tiny_model, torchrun_trainer, wait_until
 
 STEPS = 3
 
@@ -27,98 +26,6 @@ STEPS = 3
 def status(url: str) -> dict:
     return httpx.get(f"{url}/status", timeout=10).json()
 
-
-@contextlib.contextmanager
-def torchrun_trainer(*flags: str, log: Path):
-    """`python -m torch.distributed.run --nproc_per_node 2 app.py trainer FLAGS` until /health answers."""
-    port = free_port()
-    with open(log, "w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "app.py", "trainer",
-                                 *flags, "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=out,
-                                stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            def healthy() -> bool:
-                assert proc.poll() is None, f"torchrun exited {proc.returncode}:\n{log.read_text()[-4000:]}"
-                with contextlib.suppress(httpx.TransportError):
-                    return httpx.get(f"{url}/health", timeout=1).status_code == 200
-                return False
-
-            wait_until(healthy, 300, "rank 0's API")
-            yield url, proc
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def test_two_ranks_resume_one_train_on_fleet_games_each_publish_a_share_and_one_resumes_two(tmp_path: Path) -> None:
-    model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
-    shared = ("--bucket", bucket, "--model", model)
-    with contextlib.ExitStack() as stack:
-        env = stack.enter_context(running_server("env"))
-        stack.enter_context(running_app("rollout", *shared, "--env-url", env, "--server-id", "a", "--engine",
-                                        "transformers", "--poll-interval", "0.2", "--showcase-every", "0",
-                                        log=tmp_path / "rollout.log"))
-        with running_app("trainer", *shared, "--env-url", env, "--max-steps", "1", "--device", "cpu", *FAST_TRAINING,
-                         log=tmp_path / "trainer-0.log") as first:  # one rank first: two ranks resume from it
-            before = wait_until(lambda: (s := status(first.url))["step"] >= 1 and s["state"] == "stopped" and s, 300,
-                                "a step on one rank")
-        url, proc = stack.enter_context(torchrun_trainer(*shared, "--env-url", env, "--max-steps", str(STEPS),
-                                                         "--owner-token", "owner", "--device", "cpu", *FAST_TRAINING,
-                                                         log=tmp_path / "trainer.log"))
-        done = wait_until(lambda: (s := status(url))["step"] >= STEPS and s["state"] == "stopped" and s, 300,
-                          f"{STEPS} steps on two ranks")
-        assert done["error"] is None, done["error"]
-        assert (done["resumed_from"], done["resumed_hash"]) == (before["version"], before["state_hash"])
-        history = httpx.get(f"{url}/history", timeout=10).json()["steps"]
-        # The history goes on from the one-rank run's step (kept in the bucket: 4 groups); since then rank 0 took
-        # both ranks' groups: 4 groups of 2 games a rank, each group once.
-        taken = [g for step in history for g in step["groups"]]
-        assert [len(step["groups"]) for step in history] == [4] + [8] * STEPS and len(set(taken)) == len(taken)
-        refused = httpx.post(f"{url}/control", json={"action": "start", "token": "owner"}, timeout=10)
-        assert refused.status_code == 409 and "start torchrun again" in refused.json()["detail"]
-
-        storage = delta.open_storage(bucket)
-        manifest = delta.read_manifest(storage)
-        deltas = [v for v in manifest.versions if v.kind == "delta"]
-        assert manifest.latest.version == done["version"] >= 2 and deltas
-        assert all(sorted(f.rank for f in v.delta) == [0, 1] for v in deltas)  # one file per rank per version
-        with delta.Subscriber(storage) as reader:
-            reader.sync()
-            # The state hash is the whole tensors' however the ranks cut them: the state rebuilt from both ranks'
-            # files hashes to the one the trainer reported.
-            rebuilt = delta.state_digest(reader.state).hexdigest
-            full = reader.state
-        assert rebuilt == manifest.latest.state_hash == done["state_hash"]
-        initial = delta.load_state(model)
-        assert sorted(full) == sorted(initial)  # whole tensors, under their own names...
-        assert any(not torch.equal(full[n], initial[n]) for n in full)  # ...and trained
-        # Both ranks ended with the run; torchrun waits for rank 0, which serves until told to stop.
-        rank1 = wait_until(lambda: "trainer rank 1 of 2" in (tmp_path / "trainer.log").read_text(), 10, "rank 1")
-        assert rank1 and proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-
-        # One rank resumes what two published: the bucket's pieces become whole tensors again, and its first
-        # version, written in another layout, is an anchor of one file.
-        one = stack.enter_context(running_app("trainer", *shared, "--env-url", env, "--max-steps", "1", "--device",
-                                              "cpu", *FAST_TRAINING, log=tmp_path / "trainer-1.log"))
-        after = wait_until(lambda: (s := status(one.url))["step"] >= 1 and s["state"] == "stopped" and s, 300,
-                           "a step on one rank")
-        assert after["error"] is None and (after["resumed_from"], after["resumed_hash"]) == (done["version"], rebuilt)
-        latest = delta.read_manifest(storage).latest
-        assert (latest.version, latest.kind, latest.delta, [f.rank for f in latest.anchor]) == (
-            done["version"] + 1, "anchor", (), [0] * len(latest.anchor))
-        with delta.Subscriber(storage) as reader:
-            reader.sync()
-            assert delta.state_digest(reader.state).hexdigest == latest.state_hash == after["state_hash"]
 
 
 @pytest.mark.parametrize("sync", ["adapter", "merged"])
@@ -141,7 +48,7 @@ def test_a_lora_run_on_two_ranks_publishes_a_share_each_that_a_rollout_follows(t
         assert done["error"] is None, done["error"]
         assert done["lora"]["sync"] == sync and done["lora"]["r"] == 4
 
-        storage = delta.open_storage(bucket)
+        storage = delta.Bucket.open(bucket)
         manifest = delta.read_manifest(storage)
         assert manifest.latest.version == done["version"] >= 2
         assert all({f.rank for f in v.files} == {0, 1} for v in manifest.versions)  # each rank wrote its share
@@ -178,7 +85,7 @@ def test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback(tmp_path:
                           str(bucket), str(out), "3", lora_sync], cwd=REPO, capture_output=True, text=True,
                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    manifest = delta.read_manifest(delta.open_storage(str(bucket)))
+    manifest = delta.read_manifest(str(bucket))
     dtypes = {n: t.dtype for n, t in load_file(str(out / "full-1.safetensors")).items()}
     if lora_sync == "adapter":
         assert dtypes and all(".lora_" in n and d == torch.float32 for n, d in dtypes.items())

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import gradio as gr
+import re
 
-from trainer_space import TrainerConfig, TrainingSession
+import gradio as gr
+import pytest
+
+from trainer_space import TrainerConfig, build_session
 from trainer_space.ui import X_AXES, build_ui, cut_games_note, figures, learning_figure, status_markdown
 from wire.trainer import StepRecord
 
 
 def test_ui_builds_and_shows_an_idle_session(tmp_path) -> None:
-    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path)))
+    session = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path)))
     assert isinstance(build_ui(session), gr.Blocks)
     text = status_markdown(session.status())
     assert "**stopped** · version **0** · step **0**" in text and "0 dropped" in text
@@ -25,7 +28,7 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
     from wire.trainer import FleetServer, StepRecord
     from trainer_space.ui import fleet_html, offpolicy_figure
 
-    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
+    session = build_session(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
     try:
         status = session.status().model_copy(update={"waiting_for_rollouts": True, "groups_ready": 1})
         text = status_markdown(status)
@@ -51,7 +54,7 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
                                            idle_share=1.0, groups_written=0, run_id=None, last_error=None)])
         assert "<td>b</td><td>—</td><td>0.0</td><td>1 s ago</td><td>starting</td>" in starting  # not "v0"
         assert "last error" in row and "last error" not in starting  # its wide column only while there is one
-        assert row.startswith("<div style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
+        assert row.startswith("<div class='fleet-box' style='overflow-x:auto")  # a phone scrolls the table sideways, not cut off
         assert "<th>weights</th>" in row and "<td>7</td><td>—</td>" in row  # an older server's heartbeat: not said
         assert "⚠" not in row and "UNAUTHENTICATED" not in row
         mine, theirs = "SHA256:" + "A" * 43, "SHA256:" + "B" * 43
@@ -81,7 +84,7 @@ def test_a_fleet_session_shows_its_run_the_wait_and_its_servers(tmp_path) -> Non
 
 
 def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> None:
-    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     status = status.model_copy(update={
         "state": "running", "rollout_error": "09:00:00 the rollout server refused /rollout (HTTP 502): <env>",
         "rollout_failing": 3})
@@ -92,7 +95,7 @@ def test_a_failing_rollout_shows_while_retrying_and_after_recovery(tmp_path) -> 
 
 
 def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
-    status = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
+    status = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path))).status()
     refusal = "the rollout server at http://r refused /rollout (HTTP 401): send Bearer <ROLLOUT_TOKEN>"
     text = status_markdown(status.model_copy(update={
         "state": "stopped", "error": f"RolloutRefusedError: {refusal}", "rollout_error": f"09:00:00 {refusal}",
@@ -105,22 +108,47 @@ def test_a_refusal_that_stopped_the_run_shows_once_and_whole(tmp_path) -> None:
 
 def test_learning_curves_show_reward_win_and_valid_rates_by_step_and_by_time() -> None:
     records = [StepRecord(step=n, version=n, reward=-1.0 + 0.1 * n, win_rate=0.0, valid_rate=0.2 * n,
-                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, step_s=30.0, cpu_s=1.0, publish_s=0.1,
+                          letters=0.5 * n, examples_shown=1.0 - 0.25 * n, examples_scheduled=0.9 - 0.2 * n,
+                          step_s=30.0, cpu_s=1.0, publish_s=0.1,
                           at=1000.0 + 30.0 * n)
                for n in (1, 2, 3)]
     by_step = learning_figure(records)
     assert [a.text for a in by_step.layout.annotations] == ["mean reward", "win rate", "valid-guess rate (strict)",
-                                                            "letters found (of 5)", "messages that showed an example"]
-    assert "the exam below plays without" in by_step.layout.title.text
+                                                            "letters found (of 5)", "examples shown (share of messages)"]
+    assert "the exam below plays without" in " ".join(re.sub(r"<br>|</?sup>", " ", by_step.layout.title.text).split())
     assert list(by_step.data[0].x) == [1, 2, 3] and list(by_step.data[4].y) == [0.2, 0.4, 0.6000000000000001]
     assert list(by_step.data[6].y) == [0.5, 1.0, 1.5] and list(by_step.data[8].y) == [0.75, 0.5, 0.25]
+    assert by_step.data[10].name == "the schedule, for those games" and list(by_step.data[10].y) == pytest.approx(
+        [0.7, 0.5, 0.3])  # what the shown share scatters around, in its panel
     by_time = learning_figure(records, X_AXES[1])
     assert list(by_time.data[0].x) == [0.5, 1.0, 1.5]  # minutes since the first step began
     assert by_time.layout.xaxis5.title.text == "wall time (minutes)"
 
 
+def test_the_off_policy_figure_says_how_many_replies_straddled_two_versions() -> None:
+    from trainer_space.ui import offpolicy_figure, straddle_text
+
+    def records(*steps: tuple[int, bool | None]) -> list[StepRecord]:
+        return [StepRecord(step=n, version=n, reward=0.0, win_rate=0.0, valid_rate=0.0, step_s=1.0, cpu_s=1.0,
+                           publish_s=0.0, at=float(n), straddled=straddled, versions_reported=reported)
+                for n, (straddled, reported) in enumerate(steps, start=1)]
+
+    assert straddle_text(records((0, None))) == "token versions: none recorded yet"
+    assert straddle_text(records((0, False), (0, False))) == (
+        "replies that straddled two weight versions: 0 (versions per reply: the servers report none per token (they "
+        "apply new weights between replies))")
+    reported = records((2, True), (1, True))
+    assert straddle_text(reported) == ("replies that straddled two weight versions: 3 (each token's version as the "
+                                       "servers' vLLM reported it)")
+    assert straddle_text(records((1, True), (0, False))).endswith("(each token's version where the server reported "
+                                                                  "it, else per reply)")
+    title = offpolicy_figure(reported).layout.title.text  # wrapped in subtitle lines a phone's chart shows whole
+    unwrapped = " ".join(line.removeprefix("<sup>").removesuffix("</sup>") for line in title.split("<br>"))
+    assert unwrapped.endswith(straddle_text(reported))
+
+
 def test_recent_games_come_from_the_rollouts_newest_first(tmp_path) -> None:
-    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path)))
+    session = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path)))
     assert session.recent_games() == []  # before the first run
 
 
@@ -130,7 +158,7 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
     from tests._trainer_stack import wait_until
 
     model = build_tiny_qwen3(str(tmp_path / "model"))
-    session = TrainingSession(TrainerConfig(str(tmp_path / "bucket"), "http://127.0.0.1:1", model))
+    session = build_session(TrainerConfig(str(tmp_path / "bucket"), "http://127.0.0.1:1", model))
     parts = session.load()  # an empty bucket: the session's payload log measures from version 1 on
     try:
         parts.publisher.publish(parts.published)
@@ -151,17 +179,17 @@ def test_figures_draw_a_real_delta(tmp_path) -> None:
 
 def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_path) -> None:
     from tests.test_dashboard_exam import exam
-    from wire.curriculum import ExampleSchedule
 
-    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path),
-                                            examples=ExampleSchedule(start=0, end=10)))
+    session = build_session(TrainerConfig(str(tmp_path / "b"), "http://127.0.0.1:1", str(tmp_path),
+                                            fade_start=0, fade_end=10))
     try:
         status = session.status().model_copy(update={"version": 5, "exams": [exam(0, 0.0), exam(5, 0.25)]})
         text = status_markdown(status)
-        assert "examples in training games: fading: every message up to v0, none from v10 (now 50% of messages)" in text
+        assert ("example schedule now: 50% of messages in games started by v5 (fading: every message up to v0, none "
+                "from v10)") in text and "examples shown, last 5 steps: —" in text
         assert "last exam v5: own words on 25% of moves" in text
         assert "no exams (--exam-every 0)" in status_markdown(status.model_copy(update={"exam": None}))
-        assert "(now 50% of messages) · no exam yet" in status_markdown(status.model_copy(update={"exams": []}))
+        assert "none from v10) · no exam yet" in status_markdown(status.model_copy(update={"exams": []}))
         assert "signed with another token" not in text
         other = status_markdown(status.model_copy(update={"exams": [],
                                                           "exams_refused": {"signed with another token": 2}}))
@@ -173,7 +201,7 @@ def test_the_status_says_which_examples_training_shows_and_the_last_exam(tmp_pat
 def test_a_lora_run_shows_its_adapter_and_trainable_parameters(tmp_path) -> None:
     from wire.lora import LoraSettings
 
-    session = TrainingSession(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
+    session = build_session(TrainerConfig(str(tmp_path / "b"), None, str(tmp_path)))
     try:
         status = session.status()
         assert status.lora is None and "LoRA" not in status_markdown(status)
@@ -201,7 +229,7 @@ def test_a_lora_runs_figures_say_whether_they_show_the_adapter_or_the_merged_wei
     model = build_tiny_qwen3(str(tmp_path / "model"))
     for sync, what, dense, column in (("adapter", "adapter tensors, fp32", "whole adapter", "q_proj.lora_B"),
                                       ("merged", "merged weights, bf16", "dense model", "q_proj")):
-        session = TrainingSession(TrainerConfig(str(tmp_path / sync), None, model, lora_r=4,
+        session = build_session(TrainerConfig(str(tmp_path / sync), None, model, lora_r=4,
                                                 lora_sync=sync))
         parts = session.load()
         try:  # what the run publishes once TRL wrapped its model: the adapter (float32), or the merged weights
@@ -215,7 +243,7 @@ def test_a_lora_runs_figures_say_whether_they_show_the_adapter_or_the_merged_wei
             _, payload, heatmap, _ = figures(session)
         finally:
             session.close()
-        assert payload.layout.title.text.startswith(f"Bytes published per step: {what}")
+        assert payload.layout.title.text.replace("<br>", " ").startswith(f"Bytes published per step: {what}")
         assert dense in [t.name for t in payload.data]
-        assert heatmap.layout.title.text.startswith(f"Delta v1→v2 published ({what})<br>")
+        assert heatmap.layout.title.text.replace("<br>", " ").startswith(f"Delta v1→v2 published ({what}) <sup>")
         assert column in list(heatmap.data[0].x)

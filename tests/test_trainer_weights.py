@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 import delta
 from tests._trainer_stack import tiny_model
-from trainer_space.weights import cast_into, checkpoint_dtypes, master_tensors, published_state, resume
+from trainer_space.weights import cast_into, checkpoint_dtypes, master_tensors, published_state, pull_into
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +70,13 @@ def test_a_restarted_trainer_resumes_its_own_last_version_not_a_strangers_after_
         for s in (v0, v1):
             pub.publish(s)
             assert pub.flush(60)
-    storage = delta.open_storage(bucket)
+    storage = delta.Bucket.open(bucket)
     ours = delta.read_manifest(storage)
     theirs = ours.with_version(replace(ours.latest, version=3, base_version=2, base_hash=ours.latest.state_hash))
     write_manifest(storage, sign_latest(theirs, delta.SigningKey.generate(), ours.latest.run))
     state = {n: t.clone() for n, t in v0.items()}
-    assert resume(state, bucket) == (2, ours.latest.state_hash)
+    trainers = delta.Bucket.open(bucket, writer=True)  # the trainer's, as its composition root opens it
+    assert trainers.resume().version == 2
+    assert pull_into(state, trainers, 2) == ours.latest.state_hash
     assert all(torch.equal(state[n].view(torch.uint8), v1[n].view(torch.uint8)) for n in v1)
-    assert "not resuming past version 2: versions 3..3 are not signed by this trainer's key SHA256:" in caplog.text
+    assert "versions 3..3 of file://" in caplog.text and "not signed by this trainer's key (SHA256:" in caplog.text

@@ -12,18 +12,21 @@ import json
 import logging
 import os
 import re
+import threading
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
+from io import StringIO
 from pathlib import Path
 
 import pytest
 
-from delta import (
-    KeyFormatError, PrivateFileError, PublicKey, Publisher, SigningKey, Subscriber, SubscriberConfig, Trust,
-    UntrustedVersionError, make_handover, open_storage, own_versions, read_manifest, trainer_key,
-)
-from delta.bucket.manifest import Manifest, write_manifest
-from delta.bucket.trust import sign_latest
-from delta.signing import bucket_file, cache_dir, public_key
+from delta import (Bucket, PublicKey, Publisher, SigningKey, Subscriber, SubscriberConfig, Trust,
+                   UntrustedVersionError, read_manifest)
+from delta.bucket.manifest import Manifest, manifest_path, write_manifest
+from delta.bucket.trust import own_versions, sign_latest
+from delta.errors import KeyFormatError, PrivateFileError
+from delta.private import write_private
+from delta.signing import bucket_file, cache_dir, make_handover, public_key, trainer_key
 
 from ._states import states_equal
 from ._stranger import copy_signature, publish_as_stranger
@@ -87,7 +90,7 @@ def test_a_strangers_versions_are_refused_and_the_trainers_next_applied(tmp_path
     publish(trainer, states[1], states[2])
     reader = Subscriber(bucket, config=FAST)  # no key given: the first signed version's, kept for the bucket
     assert reader.sync() == 2 and "trusted on first use" in reader.status().trust
-    trainers = read_manifest(open_storage(bucket)).latest
+    trainers = read_manifest(Bucket.open(bucket)).latest
 
     assert publish_as_stranger(bucket, tmp_path / "stranger") == 3
     with pytest.raises(UntrustedVersionError, match=r"^version 3 is signed by SHA256:\S+, not by the trusted "
@@ -116,7 +119,7 @@ def test_a_following_subscriber_counts_a_refusal_as_no_failure_and_takes_the_nex
     states = trajectory(3)
     trainer = Publisher(bucket)
     publish(trainer, states[1])
-    reader = Subscriber(bucket, config=FAST, trust=Trust.for_bucket(open_storage(bucket).url, trainer.public_key))
+    reader = Subscriber(bucket, config=FAST, trust=Trust.for_bucket(Bucket.open(bucket).url, trainer.public_key))
     reader.start()
     assert reader.wait_for(1, 30)
     with Publisher(bucket, signing_key=SigningKey.generate()) as stranger:
@@ -155,7 +158,7 @@ def test_a_restarted_trainer_keeps_its_key_and_run_and_leaves_a_strangers_versio
 
 def test_a_new_key_is_trusted_only_through_a_handover_signed_by_the_old_one(tmp_path: Path) -> None:
     bucket = str(tmp_path)
-    url = open_storage(bucket).url
+    url = Bucket.open(bucket).url
     states = trajectory(4)
     old, new, third = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
     with Publisher(bucket, signing_key=old) as pub:
@@ -169,7 +172,7 @@ def test_a_new_key_is_trusted_only_through_a_handover_signed_by_the_old_one(tmp_
     assert pinned.sync() == 2 and given.sync() == 2 and states_equal(pinned.state, states[2])
     assert pinned.trust.key == new.public == given.trust.key and "handed over from" in given.status().trust
     assert Trust.for_bucket(url).key == new.public  # the handover is kept in the pinned file
-    assert [(h.old, h.new) for h in read_manifest(open_storage(bucket)).handovers] == [(old.public.text,
+    assert [(h.old, h.new) for h in read_manifest(Bucket.open(bucket)).handovers] == [(old.public.text,
                                                                                         new.public.text)]
     with Publisher(bucket, signing_key=third) as changed:  # a key change with no handover: refused
         publish(changed, states[4])
@@ -190,7 +193,7 @@ def test_a_rotation_signs_the_trainers_versions_again_so_a_reader_given_the_new_
     version): a reader given the new key alone loads the bucket from its first version; one that trusted the old key
     (on first use) follows the handover; the run goes on."""
     bucket = str(tmp_path)
-    url = open_storage(bucket).url
+    url = Bucket.open(bucket).url
     states = trajectory(3)
     old, new = SigningKey.generate(), SigningKey.generate()
     with Publisher(bucket, signing_key=old) as pub:
@@ -198,9 +201,9 @@ def test_a_rotation_signs_the_trainers_versions_again_so_a_reader_given_the_new_
         run = pub._run_id
     pinned = Subscriber(bucket)
     assert pinned.sync() == 2 and pinned.trust.key == old.public
-    before = read_manifest(open_storage(bucket))
+    before = read_manifest(Bucket.open(bucket))
     with caplog.at_level(logging.WARNING), Publisher(bucket, signing_key=new, handover_from=old) as rotated:
-        taken = read_manifest(open_storage(bucket))  # committed on start, nothing published yet
+        taken = read_manifest(Bucket.open(bucket))  # committed on start, nothing published yet
         assert rotated.last.version == 2 and rotated._run_id == run
         assert taken.commit > before.commit and [v.version for v in taken.versions] == [1, 2]
         assert {v.signer for v in taken.versions} == {new.public.text} and {v.run for v in taken.versions} == {run}
@@ -212,11 +215,11 @@ def test_a_rotation_signs_the_trainers_versions_again_so_a_reader_given_the_new_
     assert "versions 1..2 signed again with this trainer's new key" in caplog.text
     assert given.sync() == 3 and pinned.sync() == 3 and states_equal(pinned.state, states[3])
     assert pinned.trust.key == new.public and "handed over from" in pinned.status().trust
-    committed = read_manifest(open_storage(bucket))
+    committed = read_manifest(Bucket.open(bucket))
     assert len(committed.handovers) == 1  # committed once
     with Publisher(bucket, signing_key=new, handover_from=old) as again:  # restarted with the setting still there
         assert again.last.version == 3
-    assert read_manifest(open_storage(bucket)).commit == committed.commit  # nothing left to take over
+    assert read_manifest(Bucket.open(bucket)).commit == committed.commit  # nothing left to take over
 
 
 def test_a_handover_in_the_bucket_never_makes_a_strangers_key_the_trainers_own(tmp_path: Path) -> None:
@@ -224,14 +227,14 @@ def test_a_handover_in_the_bucket_never_makes_a_strangers_key_the_trainers_own(t
     key signed, and before its key's first those of the key it hands over from, which it holds; versions that key
     signs after the new key's first are not its own either (a stolen old key)."""
     bucket = str(tmp_path / "a")
-    url = open_storage(bucket).url
+    url = Bucket.open(bucket).url
     states = trajectory(4)
     key, stranger = SigningKey.generate(), SigningKey.generate()
     with Publisher(bucket, signing_key=key) as pub:
         publish(pub, states[1])
     with Publisher(bucket, signing_key=stranger) as theirs:  # a new run at version 2, signed by the stranger
         publish(theirs, states[2])
-    storage = open_storage(bucket)
+    storage = Bucket.open(bucket)
     manifest = read_manifest(storage)
     write_manifest(storage, replace(manifest, commit=manifest.commit + 1,
                                     handovers=(make_handover(stranger, key.public),)))
@@ -248,7 +251,7 @@ def test_a_handover_in_the_bucket_never_makes_a_strangers_key_the_trainers_own(t
         publish(pub, states[1])
     with Publisher(other, signing_key=new, handover_from=old) as rotated:
         publish(rotated, states[2])
-    storage = open_storage(other)
+    storage = Bucket.open(other)
     ours = read_manifest(storage)
     theirs = ours.with_version(replace(ours.latest, version=3, base_version=2, base_hash=ours.latest.state_hash))
     write_manifest(storage, sign_latest(theirs, old, ours.latest.run))
@@ -264,11 +267,11 @@ def test_an_unsigned_bucket_is_followed_only_unauthenticated(tmp_path: Path) -> 
     states = trajectory(2)
     with Publisher(bucket) as pub:
         publish(pub, states[1])
-    storage = open_storage(bucket)
+    storage = Bucket.open(bucket)
     manifest = read_manifest(storage)
     unsigned = Manifest(manifest.commit + 1, tuple(replace(v, run=None, signer=None, signature=None)
                                                    for v in manifest.versions))
-    assert json.loads(unsigned.to_json())["format_version"] == 1  # what an older delta wrote
+    assert "signature" not in json.loads(unsigned.to_json())["versions"][0]  # a stranger's, or TRL's
     write_manifest(storage, unsigned)
     with pytest.raises(UntrustedVersionError, match="^version 1 is unsigned: .*follow an unsigned bucket only "
                                                     "unauthenticated$"):
@@ -286,9 +289,9 @@ def test_a_version_of_another_run_is_refused_by_a_reader_that_holds_this_one(tmp
     key = SigningKey.generate()
     with Publisher(bucket, signing_key=key) as pub:
         publish(pub, states[1])
-    reader = Subscriber(bucket, trust=Trust.for_bucket(open_storage(bucket).url, key.public))
+    reader = Subscriber(bucket, trust=Trust.for_bucket(Bucket.open(bucket).url, key.public))
     assert reader.sync() == 1
-    storage = open_storage(bucket)
+    storage = Bucket.open(bucket)
     storage.delete([f.path for f in storage.list("")])  # the bucket emptied: the trainer starts a new run
     with Publisher(bucket, signing_key=key) as pub:
         publish(pub, states[2], states[3])
@@ -303,7 +306,7 @@ def test_no_secret_reaches_the_bucket_or_the_logs(tmp_path: Path, caplog: pytest
     with caplog.at_level(logging.DEBUG):
         with Publisher(str(bucket)) as pub:
             publish(pub, *trajectory(2)[1:])
-        key = trainer_key(open_storage(str(bucket)).url)
+        key = trainer_key(Bucket.open(str(bucket)).url)
         Subscriber(str(bucket)).sync()
     secret = key.secret_text()
     seed = secret.split(":", 1)[1]
@@ -312,3 +315,172 @@ def test_no_secret_reaches_the_bucket_or_the_logs(tmp_path: Path, caplog: pytest
             assert seed.encode() not in path.read_bytes(), path
     assert seed not in caplog.text and key.public.fingerprint in caplog.text
     assert os.environ["XDG_CACHE_HOME"] not in str(bucket)
+
+
+def test_a_trusted_key_file_is_read_only_when_it_is_a_regular_file_of_this_users_that_no_one_else_may_change(
+        tmp_path: Path) -> None:
+    """The file given by `--trusted-key` or DELTA_TRUSTED_KEY decides whose weights are applied: a link, a FIFO (it
+    hung the reader) or a file others may write to is refused in one line, at once; one others may read is taken, and
+    left as it was; an empty DELTA_TRUSTED_KEY is said, never taken for an unset one (trust on first use)."""
+    from delta.cli import main
+
+    bucket = str(tmp_path / "bucket")
+    key = SigningKey.generate()
+    with Publisher(bucket, signing_key=key) as pub:
+        publish(pub, trajectory(2)[1])
+    url = Bucket.open(bucket).url
+    good = tmp_path / "trainer.pub"
+    good.write_text(key.public.text + "\n")
+    good.chmod(0o644)
+    assert Trust.for_bucket(url, str(good)).key == key.public
+    assert Trust.for_bucket(url, environ={"DELTA_TRUSTED_KEY": str(good)}).key == key.public
+    assert oct(good.stat().st_mode & 0o777) == "0o644"  # a public key: others may read it
+
+    link = tmp_path / "link.pub"
+    link.symlink_to(good)
+    fifo = tmp_path / "fifo.pub"
+    os.mkfifo(fifo)
+    writable = tmp_path / "writable.pub"
+    writable.write_text(key.public.text)
+    writable.chmod(0o666)
+    for path, why in ((link, "is a symbolic link"), (fifo, r"is not a regular file \(a FIFO\)"),
+                      (writable, r"can be changed by other users \(mode 666; chmod go-w it\)")):
+        refused: list[BaseException] = []
+
+        def read(path: Path = path) -> None:
+            try:
+                Trust.for_bucket(url, environ={"DELTA_TRUSTED_KEY": str(path)})
+            except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+                refused.append(e)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(10)
+        assert not reader.is_alive(), f"reading {path.name} hung"
+        assert isinstance(refused[0], PrivateFileError) and re.search(f"{path.name}: {why}: refused", str(refused[0]))
+        err = StringIO()
+        with redirect_stderr(err), redirect_stdout(StringIO()):
+            code = main(["pull", "--bucket", bucket, "--trusted-key", str(path), "-o", str(tmp_path / "out")])
+        assert code == 1 and len(err.getvalue().splitlines()) == 1 and why.split(" ")[0] in err.getvalue()
+
+    for empty in ("", "  "):
+        with pytest.raises(KeyFormatError, match="^DELTA_TRUSTED_KEY is set but empty: set it to the trainer's "):
+            Trust.for_bucket(url, environ={"DELTA_TRUSTED_KEY": empty})
+        with pytest.raises(KeyFormatError, match="^the trainer's public key is empty"):
+            Trust.for_bucket(url, empty)
+    with pytest.raises(KeyFormatError, match=f"^{re.escape(str(writable))}: not a public key"):
+        writable.chmod(0o644)
+        writable.write_text(key.secret_text())
+        Trust.for_bucket(url, str(writable))
+
+
+def test_trust_on_first_use_is_kept_for_the_folder_whatever_path_opens_it(tmp_path: Path) -> None:
+    """The pin is filed under the folder's real path: opened again through a link or a `..` path, the bucket that a
+    stranger emptied and filled with a run of their own is not trusted on first use again. A pin kept under the path
+    as typed (before this) is still found, and filed anew."""
+    states = trajectory(2)
+    real = tmp_path / "data" / "bucket"
+    trainer, stranger = SigningKey.generate(), SigningKey.generate()
+    with Publisher(str(real), signing_key=trainer) as pub:
+        publish(pub, states[1])
+    assert Subscriber(str(real)).sync() == 1  # trusted on first use, and kept
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "other").mkdir()
+    storage = Bucket.open(str(real))
+    storage.delete([f.path for f in storage.list("")])
+    with Publisher(str(real), signing_key=stranger) as pub:
+        publish(pub, states[2])
+    for spelling in (tmp_path / "link", tmp_path / "other" / ".." / "data" / "bucket"):
+        reader = Subscriber(str(spelling))
+        with pytest.raises(UntrustedVersionError, match=f"not by the trusted {re.escape(trainer.public.fingerprint)}"):
+            reader.sync()
+        assert reader.version is None and reader.trust.key == trainer.public
+
+    upgraded = tmp_path / "upgraded"  # a pin an earlier delta kept, under the URL the folder was opened by
+    with Publisher(str(upgraded), signing_key=stranger) as pub:
+        publish(pub, states[1])
+    (tmp_path / "up-link").symlink_to(upgraded)
+    typed = Bucket.open(str(tmp_path / "up-link")).url
+    assert typed != Bucket.open(str(upgraded)).storage.identity
+    old_pin = bucket_file("trusted", typed, ".json")
+    write_private(old_pin, json.dumps({"bucket": typed, "key": trainer.public.text}).encode())
+    with pytest.raises(UntrustedVersionError, match="not by the trusted"):
+        Subscriber(str(tmp_path / "up-link")).sync()
+    with pytest.raises(UntrustedVersionError, match="not by the trusted"):
+        Subscriber(str(upgraded)).sync()  # filed anew under the real path: every spelling finds it
+
+    from delta.storage import open_storage  # remote buckets: their name with the server that serves it
+
+    s3 = [open_storage(url, endpoint_url=end).identity for url, end in (("s3://b/run/", "http://minio:9000/"),
+                                                                        ("s3://b/run", "http://minio:9000"),
+                                                                        ("s3://b/run", "http://other:9000"))]
+    assert s3[0] == s3[1] == "s3://b/run at http://minio:9000" != s3[2]
+    hub = [open_storage(url, endpoint=end).identity for url, end in (("hf://buckets/team/run/", "https://hub.one/"),
+                                                                     ("hf://buckets/team/run", "https://hub.two"))]
+    assert hub[0] == "hf://buckets/team/run at https://hub.one" != hub[1]
+
+
+def test_a_trainer_that_rotated_more_often_than_a_manifest_may_say_keeps_its_last_handovers(tmp_path: Path) -> None:
+    """Readers refuse a manifest of more than 16 handovers (each one a signature checked at every poll), so a trainer
+    keeps its last 16: its 18th key is followed by a reader that trusted its 3rd."""
+    bucket = str(tmp_path)
+    url = Bucket.open(bucket).url
+    states = trajectory(18, n=2_000)
+    keys = [SigningKey.generate() for _ in range(18)]
+    with Publisher(bucket, signing_key=keys[0]) as pub:
+        publish(pub, states[1])
+    for i in range(1, 18):
+        with Publisher(bucket, signing_key=keys[i], handover_from=keys[i - 1]) as pub:
+            publish(pub, states[i + 1])
+    manifest = read_manifest(Bucket.open(bucket))
+    assert [h.new for h in manifest.handovers] == [k.public.text for k in keys[2:]]  # the last 16 of 17
+    third = Subscriber(bucket, trust=Trust.for_bucket(url, keys[2].public))
+    assert third.sync() == 18 and third.trust.key == keys[17].public and states_equal(third.state, states[18])
+
+
+def test_a_reader_never_goes_back_when_an_older_manifest_is_committed_again(tmp_path: Path) -> None:
+    """Every signature of an older manifest of the trainer's holds: committed again under a new number, it took a
+    reader from version 4 back to 2 (lag 0). Now refused in one line and counted, by the running reader and by a
+    restarted one (the newest versions applied are kept beside the trust); the trainer's next version is applied; a
+    new run of the trainer is followed, and an earlier run's manifest replayed after it is refused."""
+    bucket = str(tmp_path / "bucket")
+    storage = Bucket.open(bucket)
+    states = trajectory(5)
+    trainer = Publisher(bucket)
+    publish(trainer, states[1], states[2])
+    older = json.loads(storage.read(read_manifest(storage).path))
+    publish(trainer, states[3], states[4])
+    reader = Subscriber(bucket, config=FAST)
+    assert reader.sync() == 4
+
+    def commit_again(body: dict) -> str:
+        path = manifest_path(read_manifest(storage).commit + 1)
+        storage.write(path, json.dumps(dict(body, commit=int(path[10:20]))).encode())
+        return path
+
+    path = commit_again(older)
+    with pytest.raises(UntrustedVersionError, match=rf"^the newest manifest \({path}\) ends at version 2, older than "
+                                                    r"version 4 already applied: an old manifest committed again") as e:
+        reader.sync()
+    assert e.value.reason == "rollback"
+    status = reader.status()
+    assert (status.version, status.lag, status.versions_refused, status.failures) == (4, 0, 1, 0)
+    assert status.last_refusal.startswith(f"the newest manifest ({path}) ends at version 2")
+    assert states_equal(reader.state, states[4])
+    restarted = Subscriber(bucket, config=FAST)
+    with pytest.raises(UntrustedVersionError, match="older than version 4 already applied"):
+        restarted.sync()
+    assert restarted.version is None
+
+    publish(trainer, states[5])
+    trainer.close()
+    assert reader.sync() == 5 and restarted.sync() == 5 and states_equal(restarted.state, states[5])
+
+    last_of_first_run = json.loads(storage.read(read_manifest(storage).path))
+    storage.delete([f.path for f in storage.list("")])  # emptied: the trainer starts a new run
+    with Publisher(bucket) as second:
+        publish(second, states[1])
+    assert Subscriber(bucket, config=FAST).sync() == 1  # a new run: followed by a restarted reader
+    commit_again(last_of_first_run)
+    with pytest.raises(UntrustedVersionError, match=r"ends at version 5 of run [0-9a-f]{32}, an earlier run than "):
+        Subscriber(bucket, config=FAST).sync()

@@ -17,9 +17,9 @@ from wire.fleet import (
     MAX_MESSAGE_BYTES, MAX_RUN_BYTES, FleetMessageError, GameGroup, Heartbeat, Refusal, RunSettings, RunState, Sampling,
     ServerState, decode, encode, group_path, group_run,
 )
-from wire.fleet_bucket import FleetBucket
+from fleet.bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
-from wire.trajectory import Trajectory
+from wire.trajectory import Trajectory, VersionSpan
 
 
 def game(version: int = 3, tokens: int = 4) -> Trajectory:
@@ -107,7 +107,7 @@ def test_a_crafted_group_with_a_valid_hash_is_refused_by_its_fields(edit, reason
 def test_a_file_renamed_by_hand_is_refused(tmp_path: Path) -> None:
     bucket = FleetBucket(str(tmp_path / "bucket"))
     data = encode(group(seq=1))
-    bucket.storage.write(group_path("run-1", "srv-a", "b00t", 2), data)
+    bucket.bucket.write(group_path("run-1", "srv-a", "b00t", 2), data)
     with pytest.raises(FleetMessageError, match="renamed or copied"):
         bucket.read_group(group_path("run-1", "srv-a", "b00t", 2))
 
@@ -171,11 +171,11 @@ def test_a_stranger_s_run_settings_are_bounded() -> None:
 
 def test_signed_files_round_trip_and_every_forgery_is_refused(tmp_path: Path) -> None:
     signed = FleetBucket(str(tmp_path / "bucket"), secret="the-rollout-token")
-    stranger = FleetBucket(signed.storage)  # write access to the bucket, no token
+    stranger = FleetBucket(signed.bucket)  # write access to the bucket, no token
     g = group()
     signed.write_group(g)
     assert signed.read_group(g.path) == g and stranger.read_group(g.path) == g  # a reader without the key reads it
-    data = signed.storage.read(g.path)
+    data = signed.bucket.read(g.path)
     assert json.loads(data)["hmac"] and "the-rollout-token" not in data.decode()
 
     def refused(path: str, match: str) -> None:
@@ -190,13 +190,13 @@ def test_signed_files_round_trip_and_every_forgery_is_refused(tmp_path: Path) ->
     body["body"]["seq"] = 2
     raw = json.dumps(body["body"], sort_keys=True, separators=(",", ":")).encode()
     body["sha256"] = __import__("hashlib").sha256(raw).hexdigest()
-    signed.storage.write(group(seq=2).path, json.dumps(body).encode())
+    signed.bucket.write(group(seq=2).path, json.dumps(body).encode())
     refused(group(seq=2).path, "the signature does not match")
     # the same file copied as it is under another name
-    signed.storage.write(group(seq=3).path, data)
+    signed.bucket.write(group(seq=3).path, data)
     refused(group(seq=3).path, "renamed or copied")
     # signed with another token
-    FleetBucket(signed.storage, secret="another-token").write_group(group(seq=4))
+    FleetBucket(signed.bucket, secret="another-token").write_group(group(seq=4))
     refused(group(seq=4).path, "the signature does not match")
 
 
@@ -204,11 +204,11 @@ def test_a_heartbeat_under_another_server_s_name_is_refused(tmp_path: Path) -> N
     bucket = FleetBucket(str(tmp_path / "bucket"), secret="t")
     beat = Heartbeat(server_id="srv-a", boot="b00t", beat=1, state=ServerState.PRODUCING, version=3,
                      games_per_min=2.0, groups_written=1, idle_share=0.5, updated_at=time.time())
-    bucket.storage.write("fleet/servers/srv-b.json", encode(beat, bucket.key))
+    bucket.bucket.write("fleet/servers/srv-b.json", encode(beat, bucket.key))
     with pytest.raises(FleetMessageError, match="holds the heartbeat of server srv-a") as e:
         bucket.read_heartbeat("fleet/servers/srv-b.json")
     assert e.value.category == Refusal.RENAMED
-    FleetBucket(bucket.storage).write_heartbeat(beat)  # unsigned
+    FleetBucket(bucket.bucket).write_heartbeat(beat)  # unsigned
     with pytest.raises(FleetMessageError, match="unsigned"):
         bucket.read_heartbeat("fleet/servers/srv-a.json")
 
@@ -227,6 +227,8 @@ def _run(**update) -> RunSettings:
      {}, 5, Refusal.SHAPE, r"a reply holds at most 8"),
     (lambda g: g, {}, 2, Refusal.AHEAD, "a reply of weight version 3, newer than the trainer's 2"),
     (lambda g: g.model_copy(update={"versions": [3, 10**12]}), {}, 5, Refusal.AHEAD, "version 1000000000000"),
+    (lambda g: g.model_copy(update={"spans": [VersionSpan(version=4, start=0, end=1)]}), {}, 3, Refusal.AHEAD,
+     "a reply of weight version 4, newer than the trainer's 3"),  # a token's version, as vLLM reported it
     (lambda g: g, {"num_generations": 4}, 5, Refusal.SHAPE, "2 games, the run's groups hold 4"),
     (lambda g: g, {"run_id": "run-2"}, 5, Refusal.ANOTHER_RUN, "of run run-1, not run-2"),
 ])
@@ -257,8 +259,8 @@ def test_2_gb_fleet_files_are_refused_without_being_read_and_the_readers_keep_an
     FleetBucket(str(root)).write_heartbeat(good)
     for path in ("fleet/run.json", "fleet/servers/srv-b.json", group().path):
         sparse(root / path, HUGE, b'{"kind": "fleet-run/1", "body": {')
-    setup = ("from wire.fleet_bucket import FleetBucket\nfrom wire.fleet import FleetMessageError\n"
-             "from wire.liveness import HeartbeatWatch\n"
+    setup = ("from fleet.bucket import FleetBucket\nfrom wire.fleet import FleetMessageError\n"
+             "from fleet.liveness import HeartbeatWatch\n"
              f"bucket = FleetBucket({str(root)!r})\nwatch = HeartbeatWatch(bucket)\n"
              "def refused(call):\n    try:\n        call()\n    except FleetMessageError as e:\n"
              "        return f'{e.category}: {e.reason}'\n")
@@ -278,8 +280,8 @@ def test_a_run_file_listed_as_too_large_is_refused_unread_until_its_size_changes
     bucket = FleetBucket(str(root))
     sparse(root / "fleet/run.json", MAX_RUN_BYTES + 1, b'{"kind": "fleet-run/1"')
     reads = []
-    read = bucket.storage.read
-    bucket.storage.read = lambda path, **kw: reads.append(path) or read(path, **kw)
+    read = bucket.bucket.read
+    bucket.bucket.read = lambda path, **kw: reads.append(path) or read(path, **kw)
     for _ in range(3):
         with pytest.raises(FleetMessageError, match="more than the") as e:
             bucket.read_run()
@@ -300,25 +302,25 @@ def test_the_run_settings_are_read_only_when_the_trainers_key_signed_them(tmp_pa
     from delta import SigningKey, Trust
 
     key = SigningKey.generate()
-    trainer = FleetBucket(str(tmp_path / "bucket"), secret="tok", signer=key)
-    server = FleetBucket(trainer.storage, secret="tok", trust=Trust(trainer.url, key.public))
-    reader = FleetBucket(trainer.storage, trust=Trust(trainer.url, key.public))  # no token: the signature alone
+    trainer = FleetBucket(str(tmp_path / "bucket"), secret="tok", signing_key=key)
+    server = FleetBucket(trainer.bucket.storage, secret="tok", trust=Trust(trainer.url, key.public))
+    reader = FleetBucket(trainer.bucket.storage, trust=Trust(trainer.url, key.public))  # no token: the signature alone
     first = run_settings()
     trainer.write_run(first)
     assert server.read_run() == first and reader.read_run() == first
-    envelope = json.loads(trainer.storage.read("fleet/run.json"))
+    envelope = json.loads(trainer.bucket.storage.read("fleet/run.json"))
     assert envelope["signer"] == key.public.text and set(envelope) == {"kind", "sha256", "body", "hmac", "signer",
                                                                         "signature"}
-    FleetBucket(trainer.storage, secret="tok", signer=SigningKey.generate()).write_run(run_settings(RunState.STOPPED))
+    FleetBucket(trainer.bucket.storage, secret="tok", signing_key=SigningKey.generate()).write_run(run_settings(RunState.STOPPED))
     assert server.read_run() == first and server.read_run() == first  # read twice, counted once
     assert server.runs_refused == 1 and server.run_refusal.startswith("fleet/run.json: this file is signed by SHA256:")
-    trainer.storage.write("fleet/run.json", encode(run_settings(RunState.STOPPED), server.key))  # HMAC, no signature
+    trainer.bucket.storage.write("fleet/run.json", encode(run_settings(RunState.STOPPED), server.key))  # HMAC, no signature
     assert server.read_run() == first and server.runs_refused == 2 and "this file is unsigned" in server.run_refusal
     edited = dict(envelope, body={**envelope["body"], "state": "stopped"})  # the trainer's signature over another body
     del edited["hmac"]
     edited["sha256"] = hashlib.sha256(json.dumps(edited["body"], sort_keys=True, separators=(",", ":")).encode()
                                       ).hexdigest()
-    trainer.storage.write("fleet/run.json", json.dumps(edited).encode())
+    trainer.bucket.storage.write("fleet/run.json", json.dumps(edited).encode())
     assert reader.read_run() == first and reader.runs_refused == 1
     assert reader.run_refusal == ("fleet/run.json: this file: the signature does not match what it signs (forged or "
                                   "edited)")
@@ -326,7 +328,7 @@ def test_the_run_settings_are_read_only_when_the_trainers_key_signed_them(tmp_pa
     later = run_settings(RunState.PAUSED)
     trainer.write_run(later)
     assert server.read_run() == later and reader.read_run() == later  # the trainer's next settings
-    fresh = FleetBucket(trainer.storage, trust=Trust(trainer.url, SigningKey.generate().public))
+    fresh = FleetBucket(trainer.bucket.storage, trust=Trust(trainer.url, SigningKey.generate().public))
     with pytest.raises(FleetMessageError, match="not by the trusted") as refused:  # nothing it trusts read yet
         fresh.read_run()
     assert refused.value.category == Refusal.UNTRUSTED and "\n" not in str(refused.value)
@@ -337,21 +339,22 @@ def test_run_settings_signed_by_a_new_key_carry_its_handover_and_a_reader_of_the
     """A trainer whose key replaced another writes the handovers to its key beside its signature: a server that trusts
     the old key reads the new key's settings at once (and trusts the new key from then on); without the handover, or
     with one the old key did not sign, they are refused; handovers that are not handovers are refused in one line."""
-    from delta import SigningKey, Trust, make_handover
+    from delta import SigningKey, Trust
+    from delta.signing import make_handover
 
     old, new, stranger = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
-    storage = FleetBucket(str(tmp_path / "bucket")).storage
+    storage = FleetBucket(str(tmp_path / "bucket")).bucket.storage
     server = FleetBucket(storage, trust=Trust(storage.url, old.public))
-    FleetBucket(storage, signer=new).write_run(run_settings())  # no handover: another key
+    FleetBucket(storage, signing_key=new).write_run(run_settings())  # no handover: another key
     with pytest.raises(FleetMessageError, match="no handover signed by the trusted key introduces it"):
         server.read_run()
     forged = make_handover(stranger, new.public)  # a handover, but not from the key the server trusts
-    FleetBucket(storage, signer=new, handovers=[forged]).write_run(run_settings(RunState.PAUSED))
+    FleetBucket(storage, signing_key=new, handovers=[forged]).write_run(run_settings(RunState.PAUSED))
     with pytest.raises(FleetMessageError, match="not by the trusted"):
         server.read_run()
     assert server.trust.key == old.public
     handover = make_handover(old, new.public)
-    FleetBucket(storage, signer=new, handovers=[forged, handover]).write_run(run_settings(RunState.STOPPED))
+    FleetBucket(storage, signing_key=new, handovers=[forged, handover]).write_run(run_settings(RunState.STOPPED))
     envelope = json.loads(storage.read("fleet/run.json"))
     assert [h["old"] for h in envelope["handovers"]] == [stranger.public.text, old.public.text]
     assert server.read_run().state == RunState.STOPPED and server.trust.key == new.public

@@ -1,6 +1,6 @@
 import pytest
 
-from wire.wordle import Mark, decode, encode, is_win, letter_states, letters_found, progress, score
+from wire.wordle import CUT, Mark, decode, encode, is_win, letter_states, letters_found, progress, reply_excerpt, score
 
 
 def code(guess: str, secret: str) -> str:
@@ -66,3 +66,18 @@ def test_letters_found_is_the_best_guess_in_letters() -> None:
     assert letters_found([]) == 0.0  # no valid guess
     assert letters_found(["GYXXX", "XXXXX", "YYYYX"]) == 2.0  # the best guess, not the last or the sum
     assert letters_found(["GGGGG"]) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("<guess>crane</guess>", "<guess>crane</guess>"),  # fits: whole
+        ("x" * 50 + "<guess>crane</guess>", CUT + "x" * 9 + "<guess>crane</guess>"),  # the end, with the guess
+        ("a" * 20 + "<GUESS>crane " + "b" * 40, CUT + "a" * 9 + "<GUESS>crane " + "b" * 6 + CUT),  # around the tag
+        ("<guess>old</guess> " + "y" * 10 + " <guess>crane", CUT + "uess> " + "y" * 10 + " <guess>crane"),  # the last
+        ("no tag at all in this reply, only prose", "no tag at all in this reply, " + CUT),  # no guess: its start
+    ],
+)
+def test_an_excerpt_keeps_the_text_around_the_guess(reply: str, expected: str) -> None:
+    excerpt = reply_excerpt(reply, 30)
+    assert excerpt == expected and len(excerpt) <= 30

@@ -10,9 +10,9 @@ from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from webguard import bearer_token, guard_app
+from webguard import RequestBody, bearer_token, guard_app, refusal
 from wire.trainer import ControlResponse, TrainerHistory, TrainerStatus
 
 from .session import AccessDenied, TrainingSession
@@ -21,10 +21,8 @@ from .session import AccessDenied, TrainingSession
 MAX_BODY_BYTES = 256 * 1024
 
 
-class ControlRequest(BaseModel):
+class ControlRequest(RequestBody):
     """Body of ``POST /control``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     action: Literal["start", "pause", "stop"]
     token: str | None = Field(None, max_length=256, description="The owner token (or send it as a bearer token)")
@@ -62,9 +60,9 @@ def build_api(session: TrainingSession) -> FastAPI:
         try:
             state = session.control(request.action, request.token or bearer_token(http.headers))
         except AccessDenied as e:
-            return JSONResponse({"detail": str(e)}, status_code=403)
+            return refusal(403, str(e), type(e).__name__)
         except ValueError as e:  # an action this trainer cannot take now (a new run under torchrun)
-            return JSONResponse({"detail": str(e)}, status_code=409)
+            return refusal(409, str(e), type(e).__name__)
         return ControlResponse(state=state)
 
     return app

@@ -1,11 +1,14 @@
-"""The trainer's settings, one dataclass beside the trainer (as TRL keeps `GRPOConfig` beside `GRPOTrainer`)."""
+"""The trainer's settings, one dataclass beside the trainer (as TRL keeps `GRPOConfig` beside `GRPOTrainer`): each
+field documented once, its help the flag's (`settings.add_flags`: ``python app.py trainer --help``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from wire.curriculum import ExampleSchedule
+import settings
+from settings import flag
+from wire.curriculum import ExampleMode, ExampleSchedule
 from wire.exam import HELD_OUT_SECRETS, MAX_EXAM_TURNS, ExamSettings
 from wire.lora import (
     DEFAULT_TARGETS,
@@ -20,142 +23,139 @@ from wire.wordle import OPEN_TAG
 
 from .credit import CREDITS, Credit
 
+BUCKET_HELP = "bucket to publish to and resume from: a folder, s3://..., hf://buckets/NS/NAME"
+MODEL_HELP = "model folder or Hub id to start from (on resume, the bucket's weights are loaded into it)"
+
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Everything a training session needs; checked on construction.
+    """Everything a training session needs; checked on construction. A field with a flag is documented by its help;
+    the others are set by the trainer (`device`, `bf16`: `models.hardware.plan_trainer`) or by tests and benchmarks."""
 
-    Attributes:
-        bucket: Bucket URL the weights are published to and resumed from (local path, `s3://…`,
-            `hf://buckets/ns/name`).
-        rollout_url: Base URL of the one rollout Space asked for each step's games (request mode); None: the
-            fleet, where any number of rollout servers play continuously and hand their games in through the
-            bucket (`fleet.py`).
-        model: Local model folder the trainer starts from when the bucket is empty (on resume the
-            bucket's latest state is loaded into it; the folder gives the architecture and tokenizer).
-        env_url: The env Space (shown in the UI; the rollout Space plays against its own env).
-        games_per_step: Games (completions) per optimizer step, `groups_per_step * num_generations`.
-        num_generations: Games per Wordle word: GRPO compares the games of one group, which share a seed.
-        max_steps: Optimizer steps this session runs before it stops.
-        learning_rate: AdamW learning rate. The optimizer updates fp32 master weights; a published (bf16)
-            element changes once the updates since it last changed add up to half its ULP. 7e-5: the rate that
-            moved SmolLM2-135M most within a 20-minute run on 2 CPU cores without breaking its replies (1e-4
-            broke them, 5e-5 was slower; the runs: docs/benchmarks.md, docs/training.md).
-        device: Torch device of the master weights, the optimizer state and the published state: `cpu` or
-            `cuda`, the one GPU the process sees (`models.hardware.plan_trainer` turns `--device` into one, and
-            refuses several GPUs or `cuda:N`: transformers' Trainer would move the model to cuda:0).
-        bf16: Forward and backward passes under bf16 autocast (GPU only). `plan_trainer` sets it where the
-            GPU has bf16 natively (compute 8.0+, such as an L4); elsewhere training runs in fp32, since torch
-            emulates bf16 on a T4, slowly. The published weights keep the checkpoint's dtype either way.
-        max_tokens: Tokens per model turn. 8 by default: opened with `<guess>` (the reply prefix), a guess and
-            its closing tag take ~4 tokens and generation stops at `</guess>`; under the strict rule only the
-            first word after the tag is scored, so tokens past it are prose that costs generation and
-            backward time and is never scored (16 before the strict rule).
-        max_game_tokens: Most tokens of one game, prompt and completion (fleet): the run's settings tell the rollout
-            servers, which cut a game there; a group holding a longer game is refused. It bounds what one game
-            costs the trainer's step (memory grows with it) and what one group file may weigh before it is read.
-        max_turns: Guesses per game the policy plays in training (Wordle allows 6; the env records a game
-            cut short as unfinished). 3 by default: each turn generates over the whole conversation
-            again, so on a CPU a step of 6-turn games takes about twice as long.
-        temperature: Sampling temperature of the rollouts.
-        credit: What GRPO trains with which reward (`credit.py`). "move": each group on one move, drawn among
-            the moves where its games scored differently, with that move's own reward. "game": every move of a
-            game with the game's total, which reinforced the first move's copied example word (CRANE) as a
-            repeat on the later moves too. In 20 minutes on 2 CPU cores, three seeds rose by +53, +10 and +21
-            points of strict valid-guess rate with "move" (34 steps), +13, +39 and +21 with "game" (28 steps):
-            the seeds differ more than the settings (docs/training.md).
-        reply_prefix: Text that opens each of the policy's replies, written for it and never trained on
-            (see `rollout_space.games.PlayParams`; default the guess's opening tag); "" lets the model write
-            the whole reply.
-        max_staleness: Most versions a game's oldest weights may lag the trainer's current version; older
-            games are played again (`stale_retries` times, request mode) or dropped (fleet), and counted.
-        max_pending_groups: Fleet back-pressure: the rollout servers stop producing while this many groups
-            wait in the bucket; None: `groups_per_step * max(1, max_staleness - 1)`, what the staleness bound
-            can use (a group waiting k steps is trained on about k + 1 versions after the weights that
-            played it).
-        importance_cap: Upper bound of a token's importance weight (current policy / sampler), as TRL's
-            `vllm_importance_sampling_clip_max` (`offpolicy.py`).
-        stale_retries: Rounds of replaying stale games in one step before the rest are dropped.
-        stale_wait: Seconds to wait before replaying stale games (the rollout catches up meanwhile).
-        publish: Publish a version after every step (off only for benchmarks).
-        anchor_every: Full snapshot every this many versions (see `delta.PublisherConfig`).
-        codec: Delta codec (`delta.CODECS`; None: the default).
-        seed: Seed of the game order and of TRL's sampler.
-        output_dir: Where TRL may write logs (nothing else is saved there: the bucket is the checkpoint).
-        retry_wait: Seconds before retrying a rollout request that failed (the rollout or its env down or
-            refusing); doubled after each failure in a row, up to `retry_max_wait`, with jitter
-            (`delta.retry.RetryPolicy`). Training waits, it does not stop: the state stays `running`
-            and `status()` shows the last error.
-        retry_max_wait: Longest wait between two retries.
-        rollout_token: The rollout Space's token (its `--token`), sent as a bearer token; None: none sent.
-        examples: How likely a training game's messages show the env's example guess, by the weight version
-            that starts it (`wire.curriculum.ExampleSchedule`): off, fixed (every message) or fading (default).
-            Written into the run's settings (fleet) or sent with each request (request mode): the same rule
-            for every player of the session.
-        exam_every: An exam every this many versions, and one of version 0 (the untrained policy), played by a
-            rollout server of the fleet on held-out secrets without examples (`wire.exam`); 0: no exams.
-        exam_games: Held-out secrets an exam plays, one game each.
-        exam_turns: Replies per exam game; None: `max_turns`, so exams read like the training games.
-        exam_greedy: Exams sample greedily; by default they sample at `temperature`, the training's, with a fixed
-            seed (every exam draws the same random numbers: two exams differ by the weights alone).
-        kl: Weight of the KL divergence to the reference model (the model folder's weights) in GRPO's loss (TRL's
-            `beta`): a guard against the policy drifting into degenerate replies. 0 (the default) loads no reference
-            model; above 0 TRL loads one more copy of the model and runs it on every step's games.
-        lora_r: Rank of a LoRA adapter to train instead of every weight (PEFT through TRL's `peft_config`); 0 (the
-            default): no adapter. A LoRA run needs the fleet (the servers learn the adapter from the run's settings),
-            one rank, and an empty bucket in merged mode; in adapter mode it resumes the bucket's adapter when the run
-            before it had the same settings and base (`lora.stored_adapter`).
-        lora_alpha: LoRA's alpha (updates scaled by alpha / r); None: 2 * lora_r.
-        lora_targets: Names of the modules adapted; default every attention and MLP projection.
-        lora_sync: How the adapter reaches the servers (`wire.lora`): "merged" publishes the base with the adapter
-            merged in, in the checkpoint's dtype (the servers follow it as any state); "adapter" publishes the
-            adapter's tensors alone (float32, PEFT's names), which the servers apply under PEFT.
-        handover_from_file: A file of the user's holding the trainer's previous signing key, when its key now
-            (``DELTA_SIGNING_KEY``, or the one kept for the bucket) replaces it: its text (``ed25519-private:...``) or
-            a key file kept in ``~/.cache/delta/keys`` (`keys.py`). None: ``DELTA_HANDOVER_FROM`` (the key's text)
-            when set, else no handover. Never the key itself: a private key must not show in ``ps``.
-    """
-
-    bucket: str
-    rollout_url: str | None
-    model: str
-    env_url: str | None = None
-    games_per_step: int = 8
-    num_generations: int = 4
-    max_steps: int = 1000
-    learning_rate: float = 7e-5
+    bucket: str = field(metadata=flag(BUCKET_HELP, settings.BUCKET))
+    rollout_url: str | None = field(metadata=flag(settings.ROLLOUT_URL.help, settings.ROLLOUT_URL))
+    model: str = field(metadata=flag(MODEL_HELP, settings.MODEL))
+    env_url: str | None = field(
+        default=None, metadata=flag("the Wordle env Space, linked from the UI", settings.ENV_URL)
+    )
+    games_per_step: int = field(default=8, metadata=flag("games per optimizer step (a multiple of --num-generations)"))
+    num_generations: int = field(default=4, metadata=flag("games per secret word: the GRPO group"))
+    max_steps: int = field(default=1000, metadata=flag("optimizer steps per run"))
+    learning_rate: float = field(
+        default=7e-5,
+        metadata=flag("AdamW learning rate of the fp32 master weights (docs/training.md: how it was chosen)"),
+    )
+    #: Torch device of the master weights, the optimizer state and the published state: cpu or cuda (the one GPU the
+    #: process sees: transformers' Trainer would move the model to cuda:0).
     device: str = "cpu"
+    #: Forward and backward passes under bf16 autocast (a GPU with native bf16); the published weights keep the
+    #: checkpoint's dtype either way.
     bf16: bool = False
-    max_tokens: int = 8
+    max_tokens: int = field(default=8, metadata=flag("tokens per model turn (a tagged guess takes ~4)"))
+    #: Most tokens of one game, prompt and completion (fleet): the servers cut a game there; a longer one is refused.
     max_game_tokens: int = 2048
-    max_turns: int = 3
-    temperature: float = 1.0
-    credit: Credit = "move"
-    reply_prefix: str = OPEN_TAG
-    max_staleness: int = 2
+    max_turns: int = field(default=3, metadata=flag("guesses per game in training (Wordle allows 6)"))
+    temperature: float = field(
+        default=1.0,
+        metadata=flag("sampling temperature of the training games (and of the exams, unless --exam-greedy)"),
+    )
+    credit: Credit = field(
+        default="move",
+        metadata=flag(
+            "what GRPO trains with which reward: one move per group with its own reward (move), or every "
+            "move with the game's total (game); see docs/training.md"
+        ),
+    )
+    reply_prefix: str = field(
+        default=OPEN_TAG,
+        metadata=flag(
+            "text that opens each reply, written for the policy and never trained on ('' lets the model write it all)"
+        ),
+    )
+    max_staleness: int = field(default=2, metadata=flag("most versions a game's weights may lag the trainer's"))
+    #: Fleet back-pressure: the servers stop producing while this many groups wait (None: what the staleness bound
+    #: can use, `pending_groups`).
     max_pending_groups: int | None = None
+    #: Upper bound of a token's importance weight (TRL's `vllm_importance_sampling_clip_max`, `offpolicy.py`).
     importance_cap: float = 3.0
+    #: Request mode: rounds of replaying stale games in one step before the rest are dropped, and the wait before.
     stale_retries: int = 2
     stale_wait: float = 1.0
+    #: Publish a version after every step (off only for benchmarks); an anchor every `anchor_every` versions; the
+    #: delta codec (None: the default).
     publish: bool = True
     anchor_every: int = 50
     codec: str | None = None
-    seed: int = 0
+    seed: int = field(default=0, metadata=flag("seed of the game order and of TRL's sampler"))
+    #: Where TRL may write logs (nothing else is saved there: the bucket is the checkpoint).
     output_dir: str = ".cache/trainer"
+    #: Request mode: seconds before retrying a failed rollout request, doubled up to `retry_max_wait`, with jitter.
     retry_wait: float = 1.0
     retry_max_wait: float = 10.0
-    rollout_token: str | None = field(default=None, repr=False)
-    examples: ExampleSchedule = ExampleSchedule()
-    exam_every: int = 5
-    exam_games: int = 16
-    exam_turns: int | None = None
-    exam_greedy: bool = False
-    kl: float = 0.0
-    lora_r: int = 0
-    lora_alpha: float | None = None
-    lora_targets: tuple[str, ...] = DEFAULT_TARGETS
-    lora_sync: LoraSync = "merged"
-    handover_from_file: str | None = None
+    rollout_token: str | None = field(
+        default=None, repr=False, metadata=flag(settings.ROLLOUT_TOKEN.help, settings.ROLLOUT_TOKEN)
+    )
+    examples: ExampleMode = field(
+        default=ExampleMode.FADING,
+        metadata=flag(
+            "whether training games show the env's example guess: off, fixed (every message) or fading "
+            "(every message up to --fade-start, none from --fade-end); see docs/training.md"
+        ),
+    )
+    fade_start: int = field(
+        default=ExampleSchedule().start, metadata=flag("fading: the last weight version whose games show every example")
+    )
+    fade_end: int = field(
+        default=ExampleSchedule().end, metadata=flag("fading: the first weight version whose games show none")
+    )
+    exam_every: int = field(
+        default=5,
+        metadata=flag(
+            "an exam every this many versions (and of version 0): held-out words, no examples, never "
+            "trained on; 0: no exams"
+        ),
+    )
+    exam_games: int = field(default=16, metadata=flag("held-out words an exam plays"))
+    exam_turns: int | None = field(default=None, metadata=flag("replies per exam game (default: --max-turns)"))
+    exam_greedy: bool = field(
+        default=False,
+        metadata=flag("exams sample greedily (default: at the training temperature, with a fixed seed)"),
+    )
+    kl: float = field(
+        default=0.0,
+        metadata=flag(
+            "weight of the KL divergence to the model folder's weights in GRPO's loss (TRL's beta; 0: no "
+            "reference model loaded)"
+        ),
+    )
+    lora_r: int = field(
+        default=0,
+        metadata=flag(
+            "train a LoRA adapter of this rank instead of every weight (0: no adapter; needs the fleet; "
+            "merged runs an empty bucket); see the README's LoRA section"
+        ),
+    )
+    lora_alpha: float | None = field(default=None, metadata=flag("LoRA's alpha (default: 2 * --lora-r)"))
+    lora_targets: tuple[str, ...] = field(
+        default=DEFAULT_TARGETS,
+        metadata=flag("comma-separated names of the modules adapted (default: every attention and MLP projection)"),
+    )
+    lora_sync: LoraSync = field(
+        default="merged",
+        metadata=flag(
+            "how the adapter reaches the rollout servers: merged (the base with the adapter merged in, as "
+            "deltas of the served weights) or adapter (the adapter's tensors alone, applied under PEFT)"
+        ),
+    )
+    handover_from_file: str | None = field(
+        default=None,
+        metadata=flag(
+            "the trainer's previous signing key, when its key replaces it: a file of yours holding its text "
+            "(ed25519-private:...) or a key file kept in ~/.cache/delta/keys; rollout servers that trust it follow "
+            "the new key (env DELTA_HANDOVER_FROM: the key's text; never the key on the command line)",
+            metavar="FILE",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -215,6 +215,7 @@ class TrainerConfig:
         if not self.lora_targets:
             raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
         check_target_names(self.lora_targets)
+        self.schedule  # noqa: B018 - the fading schedule's checks (start before end)
         if self.lora_r and not self.fleet:
             raise ValueError(
                 "a LoRA run needs the fleet (the servers learn the adapter from the run's settings in the "
@@ -232,7 +233,7 @@ class TrainerConfig:
     def grpo_config(self, reward_weights: list[float]) -> Any:
         """TRL's `GRPOConfig` for one run of these settings: one optimizer step per `games_per_step` games, the KL
         term `kl`, a log line per step, nothing saved (the bucket is the checkpoint)."""
-        from trl import GRPOConfig
+        from ._trl import GRPOConfig
 
         return GRPOConfig(
             output_dir=self.output_dir,
@@ -255,6 +256,12 @@ class TrainerConfig:
             data_seed=self.seed,
             dataloader_num_workers=0,
         )
+
+    @property
+    def schedule(self) -> ExampleSchedule:
+        """How likely a training game's messages show the env's example guess, by the version that starts it: the
+        same rule for every player (written into the run's settings, or sent with each request)."""
+        return ExampleSchedule(mode=self.examples, start=self.fade_start, end=self.fade_end)
 
     @property
     def exam(self) -> ExamSettings | None:

@@ -3,7 +3,7 @@ thread of its own for `/status`, `/history` and the page's exam curves.
 
 The trainer plays no exam itself; it says how exams are played in the run's settings (`wire.fleet.RunSettings.exam`)
 and reads what the servers found. A record that fails its checks, or is of a version the bucket has not published,
-is refused (`wire.exam_shelf`) and shown as a count by reason on `/status`, `/history` and the page, never trained on
+is refused (`fleet.exams`) and shown as a count by reason on `/status`, `/history` and the page, never trained on
 or believed.
 """
 
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 
+import delta
 from delta import StorageError
+from fleet.exams import ExamShelf
+from fleet.periodic import Periodic
 from wire.exam import ExamRecord
-from wire.exam_shelf import ExamShelf
 from wire.fleet import fleet_key
-from wire.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -27,22 +28,21 @@ class ExamWatch:
     """Reads the bucket's exam records every `interval` seconds in a daemon thread.
 
     Args:
-        bucket: The bucket URL (the one the weights are published to).
+        bucket: The trainer's bucket (its budget sets how often the exams are read), or a URL.
         secret: The run's rollout token, when it has one: only exams signed with it are read.
-        interval: Seconds between two reads.
-        max_age: How old the process's shared listing of the bucket may be to read from (`wire.budget`).
 
     Attributes:
         last_error: The last failure to read the bucket, with its cause (kept until a read succeeds).
     """
 
-    def __init__(self, bucket: str, interval: float = 5.0, secret: str | None = None, max_age: float = 0.0) -> None:
-        self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None, max_age)
+    def __init__(self, bucket: delta.Bucket | str, secret: str | None = None) -> None:
+        bucket = delta.Bucket.of(bucket)
+        self.shelf = ExamShelf(bucket, fleet_key(secret) if secret else None)
         self.last_error: str | None = None
         self._records: list[ExamRecord] = []
         self._refused: dict[str, int] = {}
         self._failure: BaseException | None = None  # what the last read raised, for the thread's wait
-        self._reader = Periodic(self._poll, interval, "exam-watch")
+        self._reader = Periodic(self._poll, bucket.budget.exams_s, "exam-watch")
 
     def start(self) -> ExamWatch:
         self._reader.start()
@@ -73,7 +73,7 @@ class ExamWatch:
 
     def _poll(self) -> bool:
         """`refresh`, for the thread: whether a new record came; a failure raised again, so the next read waits
-        longer (until the time a bucket that asked to slow down named: `wire.periodic`)."""
+        longer (until the time a bucket that asked to slow down named: `fleet.periodic`)."""
         before = len(self._records)
         self.refresh()
         if self._failure is not None:

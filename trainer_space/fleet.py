@@ -1,22 +1,12 @@
-"""The trainer's side of the fleet: rollout servers coordinated only through the bucket (`wire.fleet`).
+"""The trainer's side of the fleet: rollout servers coordinated only through the bucket (`fleet.bucket`).
 
-`FleetRun` writes the run's settings (``fleet/run.json``) at every change of the session's state;
-the rollout servers read them and produce groups of games continuously, as long as the run runs and
-fewer than `max_pending_groups` of its groups wait in the bucket (back-pressure). `FleetRollouts` is
-GRPOTrainer's `rollout_func`: each step it takes the step's complete groups from whichever servers
-wrote them, oldest first, and waits only while fewer are ready. A group is judged on the oldest weight
-version that played any of its replies: more than `max_staleness` versions behind the trainer's, it is
-dropped and counted; the rest is corrected for being off-policy (`offpolicy.OffPolicyGRPOTrainer`).
-Files from another run, and files that are torn, corrupt, crafted, unsigned (when the run signs), too large
-for the run (refused before they are read), or that do not fit the run (`wire.fleet_checks`: token ids
-beyond the vocabulary, more turns or tokens than the run plays, versions newer than the trainer's), are
-refused and counted by reason, never trained on; so is a group that meets any unexpected error on its way
-into a step: the step takes another and trains on. Whatever the trainer took, dropped or refused, it deletes;
-it remembers what it took, so a group whose deletion failed is never used twice. The groups it holds read
-but not yet taken are at most `max_pending_groups` (or a step's worth, if more), each at most
-`fleet_checks.max_group_bytes`: the memory the fleet costs the trainer is bounded whatever the bucket holds.
-`FleetMonitor` reads the servers' heartbeats.
-"""
+`FleetRun` writes the run's settings at every change of the session's state; the servers produce groups while the
+run runs and fewer than `max_pending_groups` wait in the bucket. `FleetRollouts` is GRPOTrainer's `rollout_func`:
+each step it takes the oldest complete groups, whoever wrote them. A group more than `max_staleness` versions behind
+the trainer is dropped and counted; the rest is corrected for being off-policy (`offpolicy`). Files of another run,
+torn, crafted, unsigned, too large, or not fitting the run (`wire.fleet_checks`) are refused by reason, never
+trained on. What the trainer took, dropped or refused it deletes, and remembers, so no group is used twice; the
+groups held are bounded in number and size whatever the bucket holds. `FleetMonitor` reads the heartbeats."""
 
 from __future__ import annotations
 
@@ -29,13 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from delta import StorageError, StoredFile
-from wire.budget import budget_for
+from fleet.bucket import FleetBucket
+from fleet.liveness import HeartbeatWatch, SeenServer
+from fleet.periodic import Periodic
 from wire.fleet import FleetMessageError, GameGroup, Refusal, RunSettings, RunState, Sampling, group_run
-from wire.fleet_bucket import FleetBucket
 from wire.fleet_checks import check_group, max_group_bytes
-from wire.liveness import GONE_AFTER_S, HeartbeatWatch, SeenServer
 from wire.lora import LoraSettings
-from wire.periodic import Periodic
 from wire.trainer import FleetServer
 from wire.trajectory import Trajectory
 
@@ -43,12 +32,12 @@ from .config import TrainerConfig
 from .credit import move_chooser
 from .ranks import TrainerRanks
 from .rollouts import RolloutsStopped, trajectory_columns
-from .staleness import StalenessCounts, StepRollouts, examples_shown
+from .staleness import StalenessCounts, StepRollouts, examples_scheduled, examples_shown, straddled
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at the bucket while a step waits for groups: the first look again after
-#: `FIRST_POLL_S`, then twice as long each time, up to the bucket's `wire.budget.Budget.group_wait_s` (0.5 s on a
+#: `FIRST_POLL_S`, then twice as long each time, up to the bucket's budget's `group_wait_s` (0.5 s on a
 #: folder or S3, 5 s on a Hub bucket). An idle trainer costs more than a listing, and most waits end soon after they
 #: start (a server writes its batch as the step needs it), so the first looks are quick; a long wait (no server)
 #: costs a listing every `group_wait_s`.
@@ -63,14 +52,8 @@ def new_run_id() -> str:
 
 
 class FleetRun:
-    """Writes ``fleet/run.json`` for one trainer process; a new process is a new run.
-
-    Args:
-        config: The trainer's settings (group size, groups per step, staleness, sampling).
-        bucket: The fleet's bucket.
-        run_id: The run's id (default: a new one).
-        ranks: The trainer's ranks: a step takes `groups_per_step` groups for each.
-    """
+    """Writes the run's settings for one trainer process (a new process is a new run, `run_id`); a step takes
+    `groups_per_step` groups for each of `ranks`."""
 
     def __init__(self, config: TrainerConfig, bucket: FleetBucket, run_id: str | None = None, ranks: int = 1) -> None:
         self.config = config
@@ -81,19 +64,22 @@ class FleetRun:
         self.version = 0
         self.vocab_size: int | None = None  # the model's, once loaded (`know_vocabulary`)
         self.lora: LoraSettings | None = None  # a LoRA run's, once the model is loaded (`know_lora`)
-        #: The run before this one on the bucket: its LoRA settings, read before this run writes its own (a LoRA run
-        #: resumes only an adapter trained with the same settings on the same base; a run of every weight refuses an
-        #: adapter run's versions in one line).
+        #: The run before this one on the bucket: its LoRA settings, read before this run writes its own
+        #: (`read_previous`: a LoRA run resumes only an adapter trained with the same settings on the same base; a run
+        #: of every weight refuses an adapter run's versions in one line).
         self.previous_lora: LoraSettings | None = None
+        self.sent = False
+        self.unsent = False
+        self.last_error: str | None = None
+
+    def read_previous(self) -> None:
+        """Read the run before this one (`previous_lora`), before this run writes its own settings."""
         try:
-            before = bucket.read_run()
+            before = self.bucket.read_run()
         except (OSError, StorageError, FleetMessageError) as e:
             logger.warning("could not read the previous run's settings (a LoRA run will not resume): %s", e)
         else:
             self.previous_lora = before.lora if before is not None else None
-        self.sent = False
-        self.unsent = False
-        self.last_error: str | None = None
 
     def settings(self, state: RunState, trainer_version: int = 0) -> RunSettings:
         c = self.config
@@ -113,7 +99,7 @@ class FleetRun:
                 temperature=c.temperature,
                 max_turns=c.max_turns,
                 reply_prefix=c.reply_prefix,
-                examples=c.examples,
+                examples=c.schedule,
             ),
             max_game_tokens=c.max_game_tokens,
             vocab_size=self.vocab_size,
@@ -162,16 +148,14 @@ class FleetRollouts:
 
     Args:
         config: Group size and staleness bound.
-        run: The run whose groups count (any other run's are refused); its state is sent again while a
-            step waits, if the last write failed.
+        run: The run whose groups count; its state is sent again while a step waits, if the last write failed.
         current_version: The trainer's current weight version.
         stop: Set when the session stops: ends a wait for groups.
-        ranks: The trainer's ranks (`torchrun`): rank 0 takes every rank's groups from the bucket and hands each
-            rank its own; the other ranks never read the bucket. Default: one rank.
-        tokenizer: The model's tokenizer: each group's tokens are decoded as TRL will decode them before the
-            group is taken into a step (a group that fails is refused, another taken). None: not tried.
+        ranks: Rank 0 takes every rank's groups and hands each rank its own. Default: one rank.
+        tokenizer: Each group's tokens are decoded as TRL will before the group is taken (a group that fails is
+            refused). None: not tried.
 
-    Attributes (read by the session and the UI from other threads):
+    Attributes (read from other threads):
         counts: Staleness totals (games taken, dropped, refused).
         refused: Groups refused, by reason (`wire.fleet.Refusal`).
         histogram: Staleness of every game taken, in versions -> games.
@@ -213,11 +197,11 @@ class FleetRollouts:
         self._deferred: dict[str, tuple[int, float, str]] = {}  # read and valid, held back for room: their age
         self._done: set[str] = set()  # taken, dropped or refused: never read again
         self._undeleted: set[str] = set()  # done, but the delete failed: retried on the next look
-        self._wait_s = budget_for(self.bucket.url).group_wait_s
+        self._wait_s = self.bucket.budget.group_wait_s
 
     def take(self, n: int) -> list[GameGroup]:
-        """The `n` oldest fresh groups, waiting while fewer are ready; drops stale ones and refuses bad ones on
-        the way (a group that fails on its way into the step is refused and another taken).
+        """The `n` oldest fresh groups, waiting while fewer are ready; stale ones are dropped and bad ones refused on
+        the way.
 
         Raises:
             RolloutsStopped: the session stopped while waiting.
@@ -262,6 +246,9 @@ class FleetRollouts:
         step.waited_s = time.monotonic() - start
         games = [g for group in taken for g in group.games]
         step.examples_shown = examples_shown(games)
+        step.straddled, step.versions_reported = straddled(games)
+        schedule = self.config.schedule  # a game got the probability of the version that started it (`producer`)
+        step.examples_scheduled = examples_scheduled(games, lambda g: schedule.probability(min(g.versions)))
         self.histogram.update(step.staleness)
         self.counts.add(games=len(games), seen=max(step.staleness, default=0))
         self.recent.extend(games)
@@ -340,12 +327,8 @@ class FleetRollouts:
         step: StepRollouts,
         discard: list[str],
     ) -> GameGroup | None:
-        """The group at `path` checked against the run (refused unread when its `listed` size is more than a
-        group of the run can be), or None: refused, or deleted meanwhile.
-
-        Raises:
-            OSError, StorageError: the bucket failed.
-        """
+        """The group at `path` checked against the run (refused unread when `listed` is larger than a group of the run
+        can be), or None: refused, or deleted meanwhile. Raises OSError or StorageError when the bucket failed."""
         limit = max_group_bytes(settings)
         if listed is not None and listed.size > limit:
             self._refuse(
@@ -413,11 +396,8 @@ class FleetRollouts:
         logger.warning("reading rollout groups failed (%d in a row): %s", self.failing, error)
 
     def __call__(self, prompts: list, trainer: Any = None) -> dict[str, list]:
-        """TRL's `rollout_func` output for `len(prompts) / num_generations` groups.
-
-        The dataset's prompts only say how many games the step needs: the rollout servers pick the
-        seeds, one per group, and GRPO compares the games of each group as it would games of one prompt.
-        """
+        """TRL's `rollout_func` output for `len(prompts) / num_generations` groups: the prompts only say how many games
+        the step needs; the servers pick the seeds, one per group."""
         n = len(prompts) // self.config.num_generations
         groups = self.take(n) if self.ranks.world == 1 else self._shared(n)
         games = [g for group in groups for g in group.games]
@@ -445,22 +425,14 @@ def _age(group: GameGroup) -> tuple[int, float, str]:
 
 
 class FleetMonitor:
-    """Reads the rollout servers' heartbeats in a thread of its own, for `/status` and the UI.
+    """Reads the rollout servers' heartbeats in a thread of its own, for `/status` and the UI: a server silent for the
+    budget's `gone_after_s` shows as gone (`fleet.liveness`), and after `FORGET_AFTER_S` its heartbeat is deleted."""
 
-    A server is alive while its heartbeat's `beat` keeps changing (`wire.liveness`); silent for
-    `GONE_AFTER_S`, it shows as gone, and after `FORGET_AFTER_S` its heartbeat file is deleted.
-
-    Args:
-        bucket: The fleet's bucket.
-        interval: Seconds between two reads.
-    """
-
-    def __init__(self, bucket: FleetBucket, interval: float = 2.0, gone_after_s: float = GONE_AFTER_S) -> None:
+    def __init__(self, bucket: FleetBucket) -> None:
         self.bucket = bucket
-        self.interval = interval
-        self._watch = HeartbeatWatch(bucket, gone_after_s)
+        self._watch = HeartbeatWatch(bucket, bucket.budget.gone_after_s)
         self._servers: list[FleetServer] = []
-        self._reader = Periodic(self._poll, interval, "fleet-monitor")
+        self._reader = Periodic(self._poll, bucket.budget.monitor_s, "fleet-monitor")
 
     def start(self) -> FleetMonitor:
         self._reader.start()
@@ -507,7 +479,7 @@ class FleetMonitor:
         )
 
     def _poll(self) -> None:
-        """`refresh` for the thread, its failures logged (and raised: the next read waits longer, `wire.periodic`)."""
+        """`refresh` for the thread, its failures logged (and raised: the next read waits longer, `fleet.periodic`)."""
         try:
             self.refresh()
         except (OSError, StorageError) as e:

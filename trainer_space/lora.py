@@ -1,18 +1,13 @@
 """What a LoRA run publishes: the adapter's tensors, or the base with the adapter merged in (`wire.lora`).
 
-TRL wraps the model with PEFT (`GRPOTrainer(peft_config=...)`) when the trainer is built; the publish callback
-then asks `lora_master` for the *master* tensors of the wrapped model, which it casts into the published state
-after every optimizer step (`weights.cast_into`):
+TRL wraps the model with PEFT; the publish callback asks `lora_master` for the master tensors of the wrapped model:
 
-- ``adapter``: the adapter's parameters under PEFT's names (``...q_proj.lora_A.weight``, no adapter name), sharing
-  their storage; the published state is a float32 copy of them.
-- ``merged``: a read-only mapping under the checkpoint's names whose item is computed when read: an adapted
-  projection's weight is its frozen base weight plus PEFT's `get_delta_weight` (B @ A * alpha / r) in float32,
-  any other tensor the model's own; the cast into the published state rounds it to the checkpoint's dtype.
+- ``adapter``: the adapter's parameters under PEFT's names, sharing their storage.
+- ``merged``: a read-only mapping under the checkpoint's names: an adapted weight is its base weight plus PEFT's
+  `get_delta_weight` in float32, computed when read; the cast into the published state rounds it.
 
-Resuming (`stored_adapter`, `load_adapter`): an adapter run on a bucket that holds versions of an adapter run of the
-same settings on the same base loads the bucket's latest adapter into the PEFT model; a merged run cannot resume.
-"""
+An adapter run on a bucket of an adapter run of the same settings and base resumes its latest adapter
+(`stored_adapter`, `load_adapter`); a merged run cannot resume."""
 
 from __future__ import annotations
 
@@ -26,7 +21,7 @@ from wire.lora import LoraSettings
 from wire.lora import check_targets as check_target_modules
 
 from .config import TrainerConfig
-from .weights import checkpoint_dtypes, last_signed, own_trust
+from .weights import checkpoint_dtypes, pull
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +43,11 @@ def wrapped(model: torch.nn.Module) -> bool:
 
 
 def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
-    """Refuse, before anything trains, targets PEFT would adapt otherwise than asked (`wire.lora.check_targets` on
-    `model`'s modules).
+    """Refuse, before anything trains, targets PEFT would adapt otherwise than asked.
 
     Raises:
-        LoraRefusedError: a target that matches no module, or a module that is not a linear layer; one line naming
-            the model's linear layers.
+        LoraRefusedError: a target that matches no module, or one that is not a linear layer (the line names the
+            model's linear layers).
     """
     try:
         check_target_modules(dict(model.named_modules()), targets)
@@ -90,12 +84,8 @@ def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 class MergedWeights(Mapping[str, torch.Tensor]):
-    """The checkpoint's tensors of a PEFT model with its adapter merged in, computed when read (see the module
-    docstring). Reading costs one B @ A per adapted weight; nothing is cached and the model is not modified.
-
-    Args:
-        model: The PEFT model (`peft.PeftModel`).
-        folder: The model folder, whose safetensors files give the published names.
+    """The checkpoint's tensors (named by `folder`'s safetensors) of a PEFT `model` with its adapter merged in, computed
+    when read (one B @ A per adapted weight; nothing cached, the model not modified).
 
     Raises:
         ValueError: a checkpoint tensor has no counterpart in the model.
@@ -143,24 +133,20 @@ def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, 
 
 
 def stored_adapter(
-    bucket: str, lora: LoraSettings, previous: LoraSettings | None, trust: delta.Trust | None = None
-) -> tuple[int, str | None, dict[str, torch.Tensor] | None]:
-    """What a LoRA run resumes from `bucket`: (0, None, None) when it is empty; else, for an adapter run whose
-    settings are those of the run before it (`previous`, read from the run's settings before this run wrote its own),
-    the bucket's latest version this trainer signed (`trust`: its own key, `weights.own_trust`), its state hash (of the
-    tensors loaded) and the adapter's tensors.
+    bucket: delta.Bucket, newest: int, own: int, lora: LoraSettings, previous: LoraSettings | None
+) -> dict[str, torch.Tensor] | None:
+    """What a LoRA run resumes from `bucket`: None when it holds none of this trainer's versions (`newest`, `own`: the
+    bucket's latest and the trainer's last own version); else, for an adapter run of the settings before it
+    (`previous`), the adapter's tensors at `own`.
 
     Raises:
-        LoraRefusedError: the bucket holds versions this run cannot resume: a merged run's (the merged weights do not
-            give the adapter back; resuming a merged run is not built), or an adapter of other settings or another
-            base, or versions without a LoRA run's settings beside them. The message says which; use a new bucket.
+        LoraRefusedError: the bucket holds versions this run cannot resume (a merged run's, an adapter of other
+            settings or base, versions without a LoRA run's settings); use a new bucket.
         delta.DeltaError, OSError: the bucket cannot be read.
     """
-    storage = delta.open_storage(bucket)
-    manifest = delta.read_manifest(storage)
-    if manifest is None or manifest.latest is None:
-        return 0, None, None
-    held = f"bucket {bucket} holds version {manifest.latest.version}"
+    if not newest:
+        return None
+    held = f"bucket {bucket.url} holds version {newest}"
     if lora.sync == "merged":
         raise LoraRefusedError(
             f"{held}: a merged LoRA run starts on an empty bucket (resuming one is not built: the "
@@ -182,30 +168,18 @@ def stored_adapter(
         raise LoraRefusedError(
             f"{held}, written by a LoRA run of other settings: {fields}; use a new bucket or its settings"
         )
-    trust = trust or own_trust(bucket)
-    last = last_signed(manifest, trust)
-    if not last:
-        return 0, None, None
-    sub = delta.Subscriber(storage, trust=trust)
-    try:
-        version = sub.sync(last)
-        state = sub.state
-        digest = sub.digest
-    finally:
-        sub.close()
-    if state is None or version is None:
-        raise ValueError(f"{held} but its state could not be read")
-    logger.info("resuming the LoRA adapter from %s at version %d", bucket, version)
-    return int(version), digest.hexdigest if digest is not None else None, dict(state)
+    if not own:
+        return None
+    logger.info("resuming the LoRA adapter from %s at version %d", bucket.url, own)
+    return pull(bucket, own)
 
 
 @torch.no_grad()
 def load_adapter(adapter: Mapping[str, torch.Tensor], stored: Mapping[str, torch.Tensor]) -> None:
-    """Copy a resumed adapter's tensors into the PEFT model's (`adapter_tensors`), bit for bit, after checking names,
-    shapes and dtypes.
+    """Copy a resumed adapter's tensors into the PEFT model's, bit for bit, after checking names, shapes and dtypes.
 
     Raises:
-        delta.StateMismatchError: the stored adapter is not this model's (other names, shapes or dtypes).
+        delta.StateMismatchError: the stored adapter is not this model's.
     """
     if set(adapter) != set(stored):
         extra = sorted(set(adapter) ^ set(stored))[:3]

@@ -1,46 +1,60 @@
 """Games played by older weights, corrected: truncated importance sampling against the sampler's logprobs.
 
-A rollout server plays with the weights it holds, which may be a few versions behind the trainer's
-(never more than the staleness bound: older games are dropped). TRL's `GRPOTrainer` corrects for the
-gap between the sampler and the trained policy only when it runs vLLM itself (`use_vllm=True`); with a
-`rollout_func` its ratio is fixed at 1. `OffPolicyGRPOTrainer` adds TRL's own token-level truncated
-correction ("token_truncate"): per model token,
+TRL's `GRPOTrainer` corrects for the gap between sampler and trained policy only when it runs vLLM itself; with a
+`rollout_func` its ratio is 1. `OffPolicyGRPOTrainer` adds TRL's own token-level truncated correction
+("token_truncate"): per model token, computed once per step before the update,
 
     w = min(exp(log pi_current(token) - log pi_sampler(token)), cap)
 
-computed once per step before the update, and multiplies each token's advantage by it. For every loss
-TRL offers that is exactly TRL's ``per_token_loss * importance_sampling_ratio`` (w > 0 passes through
-the clipped surrogate's min unchanged), so GRPO itself, its clipping and its normalisation stay TRL's.
+multiplying the token's advantage: TRL's ``per_token_loss * importance_sampling_ratio``, so GRPO's loss, clipping and
+normalisation stay TRL's. Logprobs on both sides are of the raw distribution (before temperature: exact at 1.0).
 
-The sampler's logprobs are those of the model's raw distribution (`Completion.logprobs`: softmax of
-the logits, before temperature), so the current policy's are computed the same way. At temperature
-1.0 (the default) that is the sampling distribution itself; at another temperature the ratio compares
-the untempered distributions, an approximation.
-
-The step's ratios are logged as TRL logs its own (``sampling/importance_sampling_ratio/{mean,min,max}``).
-"""
+Each token is corrected with the weights that sampled it (`Trajectory.token_versions`: vLLM reports its weight-version
+spans; elsewhere a reply carries the version served when it was asked for); a token more than the staleness bound
+behind gets weight 0. The ratios are logged as TRL logs its own (``sampling/importance_sampling_ratio/...``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from trl import GRPOTrainer
 
 from wire.trainer import IMPORTANCE_METRIC
 
+from ._trl import GRPOTrainer
+from .staleness import VERSIONS_COLUMN
 
-def truncated_ratio(current: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
-    """Per-token importance weights ``min(exp(current - sampling), cap)``, 1 where `mask` is 0.
+
+def truncated_ratio(
+    current: torch.Tensor,
+    sampling: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+    stale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token importance weights ``min(exp(current - sampling), cap)``, 1 where `mask` is 0, 0 where `stale`.
 
     Args:
         current: Log-probabilities of the sampled tokens under the policy being trained, (B, T).
         sampling: The same under the weights that sampled them, (B, T). NaN (unknown) counts as no correction.
         mask: 1 on the tokens the model produced, 0 on padding and env tokens, (B, T).
         cap: Upper bound of a weight (TRL's `vllm_importance_sampling_clip_max`, 3.0 by default).
+        stale: 1 on the tokens sampled by weights past the staleness bound (`stale_tokens`), (B, T); None: none.
     """
     diff = torch.nan_to_num((current - sampling) * mask, nan=0.0)
-    return torch.exp(diff).clamp(max=cap)
+    ratio = torch.exp(diff).clamp(max=cap)
+    return ratio if stale is None else ratio * (1 - stale * mask)
+
+
+def stale_tokens(
+    token_versions: Sequence[Sequence[int]], width: int, current_version: int, max_staleness: int
+) -> torch.Tensor:
+    """(B, width): 1 where a token's weight version is more than `max_staleness` behind `current_version`, 0
+    elsewhere (a version of -1, the env's tokens and padding included). Rows are cut or padded to `width`."""
+    rows = [list(row[:width]) + [-1] * max(0, width - len(row)) for row in token_versions]
+    versions = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), width)
+    return ((versions >= 0) & (current_version - versions > max_staleness)).float()
 
 
 def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float, float, float] | None:
@@ -69,20 +83,38 @@ class OffPolicyGRPOTrainer(GRPOTrainer):
 
     Args:
         importance_cap: The cap on a token's weight.
+        current_version: The trainer's weight version now; with `max_staleness`, a token sampled by weights more than
+            that many versions behind it (by the rollout function's `VERSIONS_COLUMN`) gets weight 0. None: no bound.
+        max_staleness: The staleness bound, in versions.
         *args, **kwargs: As `GRPOTrainer`.
 
     Attributes:
-        last_ratio: Mean, min and max weight of the last step's model tokens (None before any).
+        last_ratio: Mean, min and max weight of the last step's model tokens trained on (None before any).
+        last_stale: Model tokens of the last step past the staleness bound (weight 0).
     """
 
-    def __init__(self, *args: Any, importance_cap: float = 3.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        importance_cap: float = 3.0,
+        current_version: Callable[[], int] | None = None,
+        max_staleness: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not importance_cap >= 1.0:
             raise ValueError(
                 f"importance_cap must be >= 1 (1 turns the correction into a clip at 1), got {importance_cap}"
             )
+        if (current_version is None) != (max_staleness is None) or (max_staleness or 0) < 0:
+            raise ValueError(
+                f"give current_version and max_staleness (>= 0) together, or neither; got max_staleness {max_staleness}"
+            )
         super().__init__(*args, **kwargs)
         self.importance_cap = importance_cap
+        self.current_version = current_version
+        self.max_staleness = max_staleness
         self.last_ratio: tuple[float, float, float] | None = None
+        self.last_stale = 0
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -94,15 +126,28 @@ class OffPolicyGRPOTrainer(GRPOTrainer):
             mask = mask * output["tool_mask"]
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        current = raw_logprobs(
-            self.model, ids, attention, output["completion_ids"].size(1), self.args.per_device_train_batch_size
-        )
-        ratio = truncated_ratio(current, sampling, mask, self.importance_cap)
+        width = output["completion_ids"].size(1)
+        current = raw_logprobs(self.model, ids, attention, width, self.args.per_device_train_batch_size)
+        stale = self._stale(inputs, width)
+        ratio = truncated_ratio(current, sampling, mask, self.importance_cap, stale)
         advantages = output["advantages"]
         output["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * ratio
-        self.last_ratio = ratio_stats(ratio, mask)
+        trained = mask if stale is None else mask * (1 - stale)
+        self.last_stale = int((mask * stale).sum().item()) if stale is not None else 0
+        self.last_ratio = ratio_stats(ratio, trained)
         if self.last_ratio is not None:
             mode = "train" if self.model is not None and self.model.training else "eval"
             for name, value in zip(("mean", "min", "max"), self.last_ratio, strict=True):
                 self._metrics[mode][f"{IMPORTANCE_METRIC}/{name}"].append(value)
         return output
+
+    def _stale(self, inputs: list[dict[str, Any]], width: int) -> torch.Tensor | None:
+        """`stale_tokens` of the rows' `VERSIONS_COLUMN` (TRL puts the rollout function's extra columns into
+        `inputs`), on the device of the step; None without a bound or without the column."""
+        if self.current_version is None or self.max_staleness is None:
+            return None
+        versions = [row.get(VERSIONS_COLUMN) for row in inputs]
+        if any(v is None for v in versions):
+            return None
+        stale = stale_tokens(versions, width, self.current_version(), self.max_staleness)  # type: ignore[arg-type]  # checked above: none is None
+        return stale.to(self.accelerator.device)

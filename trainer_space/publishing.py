@@ -1,11 +1,8 @@
 """Publishing after every optimizer step, and measuring what each published version cost.
 
-`PublishCallback` casts the master weights into the published state and hands it to `delta.Publisher`
-at the end of every optimizer step, on the weights' device; the publisher copies it and returns (encoding and upload run
-in its background thread, and coalesce if they fall behind), so a step waits only for the copy. `PayloadLog` watches the
-bucket from its own thread and records, per committed delta, its size with the default codec against what the `raw`
-layout (int32 positions + values, the TRL blog's) and the dense model would have cost.
-"""
+`PublishCallback` casts the master weights into the published state and hands it to `delta.Publisher` at the end
+of every optimizer step (a step waits only for the copy). `PayloadLog` records, per committed delta, its size
+against the `raw` layout's (int32 positions + values) and the dense model's."""
 
 from __future__ import annotations
 
@@ -19,12 +16,12 @@ import torch
 from transformers import TrainerCallback
 
 import delta
-from delta import PublishedVersion, read_manifest
-from wire.periodic import Periodic
+from delta import PublishedVersion
+from fleet.periodic import Periodic
 from wire.trainer import Anchor, Payload, TrainerHistory
 
 from .payload import raw_bytes
-from .weights import cast_into, own_trust
+from .weights import cast_into
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +48,11 @@ class PublishCallback(TrainerCallback):
         publisher: Where versions go (None: count versions without publishing, for benchmarks).
         state: The published tensors (see `weights.published_state`).
         version: The version `state` holds now (the bucket's latest on resume, else 0).
-        master: The weights the optimizer updates, cast into `state` before each publish (None: `state`
-            shares their storage already).
-        rank, world: This rank and the number of ranks (`torchrun`): several ranks that each hold the whole
-            model publish `delta.pieces.split` of `state` each (their share, in parallel); ranks that hold
-            shards of every weight (FSDP2: the master weights are `DTensor`s) publish their local shards as
-            they are, no gather. One rank: the whole state.
-        master_of: The master weights of the model a run trains, under the checkpoint's names: called when
-            each run begins, since the model TRL trains may not be the one it was given (under `torchrun`,
-            accelerate hands the trainer a model whose parameters are new tensors; under FSDP2 they are
-            sharded `DTensor`s, and `state` becomes their cast, shard for shard; in a LoRA run it is the adapter
-            or the merged weights, `lora.lora_master`, and in adapter mode `state` becomes a copy of the adapter).
-            None: `master` stays.
+        master: The weights the optimizer updates, cast into `state` before each publish (None: shared already).
+        rank, world: Several ranks that each hold the whole model publish their `delta.pieces.split` share; ranks
+            holding shards (FSDP2 `DTensor`s) publish their local shards, no gather.
+        master_of: The master weights of the model a run trains, called when each run begins (accelerate and FSDP2
+            hand the trainer new or sharded tensors; a LoRA run trains `lora.lora_master`). None: `master` stays.
 
     Attributes:
         copy_s: Seconds the last publish blocked the step (the cast and the snapshot copy).
@@ -90,12 +80,8 @@ class PublishCallback(TrainerCallback):
 
     @property
     def version(self) -> int:
-        """The version the trainer's weights are at, in the bucket's numbering.
-
-        The last committed version, or the one after it while a snapshot waits or uploads: the
-        publisher coalesces steps when uploads fall behind, so versions count commits, not steps.
-        Without a publisher: the start version plus the steps taken.
-        """
+        """The version the trainer's weights are at, in the bucket's numbering (versions count commits, not steps;
+        without a publisher, the start version plus the steps)."""
         if self.publisher is None:
             return self.start_version + self.steps
         return self.publisher.state_version
@@ -135,42 +121,23 @@ def _sharded(state: Mapping[str, torch.Tensor]) -> bool:
 
 
 class PayloadLog:
-    """Follows a bucket's manifest in a daemon thread and measures each new delta (reads its header only
-    of the file; never decodes). `records`, `anchors` and `latest_header` are read by the UI and status.
+    """Follows a bucket's manifest in a daemon thread and measures each new delta from its header alone.
 
     Args:
-        bucket: Bucket URL.
+        bucket: The trainer's bucket: its budget sets the polls, its trust which versions are measured.
         dense_bytes: Bytes of the full published state.
-        interval: Seconds between manifest polls while versions come.
-        idle_max: Longest wait between polls while none comes (None: `interval`; `wire.periodic`).
-        max_age: How old the process's shared listing of the bucket may be to find the newest manifest in
-            (`delta.Storage.list`; the publisher's own commits are in it at once).
         history: Most payloads (and anchors) kept.
-        earlier: What earlier trainer processes measured (their history in the bucket): kept first.
-        trust: The trainer's own key (`weights.own_trust`; None: this process's): versions it did not sign (a
-            stranger's, in a bucket anyone of the fleet writes to) are not measured.
+        earlier: What earlier trainer processes measured: kept first.
 
     Attributes:
         on_record: Called (from its thread) after each version measured: the session writes the history then.
     """
 
     def __init__(
-        self,
-        bucket: str,
-        dense_bytes: int,
-        interval: float = 1.0,
-        history: int = 10_000,
-        earlier: TrainerHistory | None = None,
-        trust: delta.Trust | None = None,
-        max_age: float = 0.0,
-        idle_max: float | None = None,
+        self, bucket: delta.Bucket, dense_bytes: int, history: int = 10_000, earlier: TrainerHistory | None = None
     ) -> None:
-        self.storage = delta.open_storage(bucket)
-        self.max_age = max_age
-        self._polled = delta.PolledManifests()  # a poll that finds the manifest unchanged reads nothing
-        self.trust = trust or own_trust(bucket)
+        self.bucket = bucket
         self.dense_bytes = dense_bytes
-        self.interval = interval
         self.history = history
         self.records: list[Payload] = list(earlier.payloads) if earlier is not None else []
         #: The versions committed with a full copy (anchor), such as the first one.
@@ -178,13 +145,13 @@ class PayloadLog:
         self.on_record: Callable[[], None] | None = None
         self.latest_header: delta.DeltaHeader | None = None
         self._seen = 0
-        self._reader = Periodic(self._poll_logged, interval, "payload-log", idle_max=idle_max)
+        budget = bucket.budget
+        self._reader = Periodic(self._poll_logged, budget.poll_s, "payload-log", idle_max=budget.idle_poll_s)
 
     def start(self) -> PayloadLog:
-        """Start polling. Versions from the bucket's newest on are measured (older ones may be gone, and an earlier
-        trainer measured them: `earlier`); the newest one, if `earlier` measured it already, gives the heatmap
-        its header only."""
-        manifest = read_manifest(self.storage)
+        """Start polling; versions from the bucket's newest on are measured (a newest one `earlier` measured gives the
+        heatmap its header only)."""
+        manifest = delta.read_manifest(self.bucket)
         latest = manifest.latest if manifest is not None else None
         known = max([p.version for p in self.records] + [a.version for a in self.anchors], default=0)
         self._seen = 0 if latest is None else latest.version if known >= latest.version else latest.version - 1
@@ -204,7 +171,7 @@ class PayloadLog:
                 self._poll_logged()
 
     def _poll_logged(self) -> bool:
-        """`poll`, its failure logged (and raised: the thread's next poll waits longer, `wire.periodic`)."""
+        """`poll`, its failure logged (and raised: the thread's next poll waits longer, `fleet.periodic`)."""
         try:
             return self.poll()
         except (delta.DeltaError, OSError) as e:  # retention may delete a file first; try next poll
@@ -215,14 +182,14 @@ class PayloadLog:
         """Measure the versions committed since the last poll (deltas only: anchors replace everything); whether
         there was one."""
         seen = self._seen
-        manifest = read_manifest(self.storage, polled=self._polled, max_age=self.max_age)
+        manifest = delta.read_manifest(self.bucket, max_age=self.bucket.budget.listing_age_s)
         if manifest is None:
             return False
         for entry in manifest.versions:
             if entry.version <= self._seen:
                 continue
             try:
-                self.trust.check_version(entry, manifest)
+                self.bucket.trust.check_version(entry, manifest)
             except delta.UntrustedVersionError:  # someone else's: the trainer's own of that number comes later
                 break
             self._seen = entry.version
@@ -239,14 +206,14 @@ class PayloadLog:
 
     def _headers(self, entry: delta.VersionEntry) -> list[delta.DeltaHeader]:
         return [
-            delta.read_delta(self.storage.read(f.path, max_bytes=f.size, listed=self._listed(f)), f.path)[0]
+            delta.read_delta(self.bucket.read(f.path, max_bytes=f.size, listed=self._listed(f)), f.path)[0]
             for f in entry.delta
         ]
 
     def _listed(self, ref: delta.FileRef) -> delta.StoredFile | None:
         """The file's entry in the process's listing (the publisher put it there as it wrote it), if its size is the
         manifest's: read by it, nothing more is asked of the bucket."""
-        listed = self.storage.listed(ref.path)
+        listed = self.bucket.listed(ref.path)
         return listed if listed is not None and listed.size == ref.size else None
 
     def _measure(self, entry: delta.VersionEntry) -> None:

@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-import delta
-
 #: How long a rank waits for rank 0 in one broadcast (a paused run holds the others that long at most).
 WAIT_FOR_MAIN = timedelta(days=7)
 
@@ -61,4 +59,10 @@ class TrainerRanks:
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's `value` (any picklable object), on every rank."""
-        return value if self.world == 1 else delta.broadcast_object(value, self.group)
+        if self.world == 1:
+            return value
+        box = [value]
+        torch.distributed.broadcast_object_list(
+            box, src=torch.distributed.get_global_rank(self.group, 0), group=self.group
+        )
+        return box[0]

@@ -9,8 +9,8 @@ from typing import Any, Self
 import httpx
 
 from webguard import auth_headers
+from webguard.calls import Answer, request_json
 from wire.errors import RolloutError, RolloutRefusedError
-from wire.http import Answer, request_json
 from wire.rollout import GenerateResponse, RolloutResponse, RolloutStatus, Trajectory
 
 #: Most bytes of one reply: a `/rollout` answer at a server's default caps (256 games of 6 replies of 1,024 tokens,

@@ -20,14 +20,23 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from delta import RetryPolicy
+from delta.storage import RetryPolicy
 from wire.errors import RolloutError, RolloutRefusedError
 from wire.trajectory import Trajectory
 from wire.wordle import letters_found
 
 from .config import TrainerConfig
 from .credit import MoveChooser, move_chooser, whole_game
-from .staleness import StalenessCounts, StepRollouts, examples_shown, stale_indices, staleness
+from .staleness import (
+    VERSIONS_COLUMN,
+    StalenessCounts,
+    StepRollouts,
+    examples_scheduled,
+    examples_shown,
+    stale_indices,
+    staleness,
+    straddled,
+)
 from .task import prompt_seed
 
 logger = logging.getLogger(__name__)
@@ -78,6 +87,7 @@ class WordleRollouts:
         self.last_step = StepRollouts()
         self._stop = stop or threading.Event()
         self.moves = move_chooser(config)
+        self._played_with: dict[str, float] = {}  # the example probability each game of the step was sent with
 
     def play(self, seeds: list[int]) -> list[Trajectory]:
         """Play one game per seed on the rollout Space (same seed: same word), retrying with backoff while
@@ -91,6 +101,7 @@ class WordleRollouts:
         c = self.config
         policy = RetryPolicy(None, c.retry_wait, c.retry_max_wait)
         while True:
+            probability = c.schedule.probability(self.current_version())
             try:
                 games = self.client.rollout(
                     games=[{"seed": s} for s in seeds],
@@ -98,7 +109,7 @@ class WordleRollouts:
                     temperature=c.temperature,
                     max_turns=c.max_turns,
                     reply_prefix=c.reply_prefix,
-                    examples=c.examples.probability(self.current_version()),
+                    examples=probability,
                 )
             except RolloutError as e:
                 self.failing += 1
@@ -111,12 +122,14 @@ class WordleRollouts:
                     raise RolloutsStopped("stopped while waiting to retry the rollout") from e
                 continue
             self.failing = 0
+            self._played_with.update((g.episode_id, probability) for g in games)
             return games
 
     def collect(self, seeds: list[int]) -> tuple[list[Trajectory], list[bool]]:
         """Games for `seeds`, replaying stale ones; returns them and, per game, whether it was dropped."""
         c = self.config
         start = time.monotonic()
+        self._played_with = {}
         games = self.play(seeds)
         stale = stale_indices(games, self.current_version(), c.max_staleness)
         for _ in range(c.stale_retries):
@@ -141,11 +154,15 @@ class WordleRollouts:
         self.counts.add(games=len(kept), dropped=len(stale), seen=max((staleness(g, now) for g in kept), default=0))
         self.recent.extend(kept)
         hist = Counter(staleness(g, now) for g in kept)
+        straddles, reported = straddled(kept)
         self.last_step = StepRollouts(
             waited_s=time.monotonic() - start,
             staleness=dict(hist),
             dropped=len(stale),
             examples_shown=examples_shown(kept),
+            straddled=straddles,
+            versions_reported=reported,
+            examples_scheduled=examples_scheduled(kept, lambda g: self._played_with[g.episode_id]),
         )
         return games, dropped
 
@@ -162,7 +179,9 @@ def trajectory_columns(
     lists. A dropped game keeps its row (TRL needs one per prompt) with reward None: no gradient.
 
     With `moves`, each group is trained on one move (`credit.py`): `env_reward` is that move's reward and
-    `game_reward` the game's total (logged); without, both are the game's total."""
+    `game_reward` the game's total (logged); without, both are the game's total. `token_versions` holds each
+    completion token's weight version (`Trajectory.token_versions`, cut to the sample: a move's sample is the game's
+    completion up to that move), which the off-policy correction bounds token by token."""
     samples = moves.samples(games) if moves is not None else [whole_game(g) for g in games]
     return {
         "prompt_ids": [g.prompt_ids for g in games],
@@ -175,6 +194,7 @@ def trajectory_columns(
         "valid_share": [valid_share(g) for g in games],
         "letters": [letters_found(g.marks) for g in games],
         "rollout_version": [g.version for g in games],
+        VERSIONS_COLUMN: [g.token_versions()[: len(s.completion_ids)] for g, s in zip(games, samples, strict=True)],
     }
 
 

@@ -10,11 +10,10 @@ from fastapi import FastAPI
 import settings
 from dashboard import serving
 from dashboard.mount import mount_ui
-from dashboard.render import CSS
 
 from .api import build_api
 from .session import TrainingSession
-from .ui import build_ui
+from .ui import CSS, build_ui
 
 logger = logging.getLogger(__name__)
 

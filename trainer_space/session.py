@@ -1,26 +1,13 @@
 """A training session: TRL's GRPOTrainer in a background thread, controlled by start / pause / stop.
 
-The session holds what a run trains and publishes with, `parts.TrainerParts` (the model, resumed from
-the bucket, the publisher, the payload log, the publish callback and the rollout function), once loaded,
-and keeps it across runs: `start` after a `stop` begins a new `GRPOTrainer.train()` on the same weights
-(the optimizer's moments start afresh, as on a restart; the bucket holds weights, not optimizer state).
-Pausing waits at the end of an optimizer step, after its version was handed to the publisher and its record
-was logged.
+The session takes its parts from the composition root (`main.build_session`) and does no I/O when made. What a run
+trains and publishes with (`parts.load_parts`) is loaded in the training thread at the first `start`, so the server
+and UI come up while a model loads; the parts are kept across runs (`start` after `stop` trains the same weights
+on). Pausing waits at the end of an optimizer step. The history lives in the bucket (`fleet.history`): read before
+the session is made, written again after each step.
 
-Loading happens in the training thread, at the first `start` (`load` does it in the caller's thread
-instead): the constructor returns at once, so the server and UI come up while a model loads, which
-takes minutes for a big one on a GPU. Until then `parts` is None and `status` says so (`trainer_version`
-and `staleness` None, `version` 0).
-
-The history (step records, payloads, anchors) is kept in the bucket (`history.HistoryKeeper`): read when the
-session is made, so a restarted trainer shows the curves of the versions before it at once, trimmed to the
-bucket's newest version once the model is loaded, and written again after each step. The step count goes on
-from it (`progress.StepCount`), and `status` pairs the committed version with the steps it holds.
-
-Threads: the training thread loads the parts and runs `train()`; the publisher, the payload log and the
-history keeper have their own; `status`, `history` and the control methods are called from the HTTP and UI
-threads.
-"""
+Threads: the training thread loads the parts and runs `train()`; the publisher, the payload log and the history
+keeper have their own; `status`, `history` and the controls are called from the HTTP and UI threads."""
 
 from __future__ import annotations
 
@@ -33,11 +20,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import delta
+from dashboard.labels import public_location, public_text
+from fleet.history import HistoryKeeper
 from webguard import token_matches
-from wire.budget import budget_for
 from wire.errors import RolloutRefusedError
 from wire.fleet import RunState
-from wire.fleet_bucket import FleetBucket
 from wire.history import up_to
 from wire.traffic import bucket_traffic
 from wire.trainer import IMPORTANCE_METRIC, StepRecord, TrainerHistory, TrainerState, TrainerStatus
@@ -46,15 +33,12 @@ from wire.trajectory import Trajectory
 from .config import TrainerConfig
 from .exam import RECENT_EXAMS, ExamWatch
 from .fleet import FleetMonitor, FleetRollouts, FleetRun
-from .history import HistoryKeeper
-from .keys import TrainerKeys, load_keys
 from .lora import LoraRefusedError
 from .progress import StepCount
 from .ranks import TrainerRanks
 from .rollouts import RolloutSource, RolloutsStopped
 
 if TYPE_CHECKING:  # parts.py imports torch and transformers: loaded by `load`, not on import
-    import delta
     from models.interrupt import Breaker
 
     from .parts import TrainerParts
@@ -64,10 +48,10 @@ logger = logging.getLogger(__name__)
 
 #: Steps `status` carries in `recent` (the landing page's trend).
 RECENT_STEPS = 20
-
-
 #: Seconds a finished run waits for its last version to be committed before it shows as stopped.
 RUN_END_FLUSH_S = 120.0
+#: Wraps the publisher the publish callback calls after each step (a benchmark's schedule).
+PublisherWrapper = Callable[[delta.Publisher], "VersionPublisher"]
 
 
 class AccessDenied(PermissionError):
@@ -75,92 +59,63 @@ class AccessDenied(PermissionError):
 
 
 class TrainingSession:
-    """See the module docstring.
+    """See the module docstring; `main.build_session` builds one.
 
     Args:
         config: Settings.
-        owner_token: The secret that start/pause/stop need. None: control is refused to everyone
-            (the session then only runs what it was launched to run).
-        client: Plays the games in request mode (default: `rollout_client.RolloutClient(config.rollout_url)`);
-            not used in a fleet (`config.rollout_url` None), where the session writes the run's state to the
-            bucket (`fleet.FleetRun`) at every start, pause and stop, and reads the servers' heartbeats.
-        wrap_publisher: Wraps the publisher that the publish callback calls after each step, e.g. to
-            publish on a benchmark's schedule (see `parts.TrainerParts`); None: the publisher itself.
-        ranks: The trainer's ranks under `torchrun` (`ranks.TrainerRanks`). Rank 0 is the session people
-            control: it writes the run's state and reads the heartbeats, and at each step's end tells the
-            other ranks whether to go on (they wait while it is paused). Default: one rank.
+        bucket: The trainer's bucket (rank 0's a writer: its key signs the versions and the run's settings).
+        ranks: The ranks under `torchrun`: rank 0 is controlled, writes the run's state, reads the heartbeats, and
+            tells the others at each step's end whether to go on. Default: one rank.
+        fleet: The fleet's run (None in request mode).
+        client: Plays the games in request mode.
+        monitor, exams, keeper: Rank 0's readers of the heartbeats and exam records, and its history keeper.
+        history: What the trainer processes before this one recorded (`HistoryKeeper.load`).
+        owner_token: The secret that start/pause/stop need. None: control is refused to everyone.
+        wrap_publisher: Wraps the publisher the publish callback calls; None: the publisher itself.
 
     Attributes:
-        parts: The loaded model, publisher and rollout function; None until loaded (see the module docstring).
+        parts: The loaded model, publisher and rollout function; None until loaded.
         state, error: What `status` reports.
-        progress: Steps taken (all runs, and the trainer processes before this one on the bucket) and the steps
-            each version holds.
+        progress: Steps taken (earlier processes' included) and the steps each version holds.
         records: One `StepRecord` per step, oldest first (the earlier processes' too).
-        keeper: Keeps the history in the bucket (rank 0; None on the other ranks).
     """
 
     def __init__(
         self,
         config: TrainerConfig,
-        owner_token: str | None = None,
-        client: RolloutSource | None = None,
-        wrap_publisher: Callable[[delta.Publisher], VersionPublisher] | None = None,
+        bucket: delta.Bucket,
+        *,
         ranks: TrainerRanks | None = None,
+        fleet: FleetRun | None = None,
+        client: RolloutSource | None = None,
+        monitor: FleetMonitor | None = None,
+        exams: ExamWatch | None = None,
+        keeper: HistoryKeeper | None = None,
+        history: TrainerHistory | None = None,
+        owner_token: str | None = None,
+        wrap_publisher: PublisherWrapper | None = None,
     ) -> None:
-        self.ranks = ranks or TrainerRanks()
-        self._storage = delta.open_storage(config.bucket)  # for its traffic: shared by every storage of the bucket
-        budget = budget_for(self._storage.url)  # how often the bucket is read and written (wire.budget)
-        self.fleet_run: FleetRun | None = None  # rank 0's: what the servers are told
-        self.monitor: FleetMonitor | None = None
-        self._fleet: FleetRun | None = None  # every rank's: whose groups count
-        # Rank 0's key signs the run's settings, as it signs the weights; every rank reads only what it signed.
-        loaded = load_keys(config.bucket, config.handover_from_file) if self.ranks.main else None
-        key: delta.SigningKey | None = loaded[0] if loaded is not None else None
-        self._handover_from: delta.SigningKey | None = loaded[1] if loaded is not None else None
-        #: Rank 0's public key, the one it hands over from, and the handovers to it (`keys.TrainerKeys`).
-        self.keys: TrainerKeys = self.ranks.broadcast(loaded[2] if loaded is not None else None)
-        if config.fleet:
-            bucket = FleetBucket(
-                config.bucket,
-                secret=config.rollout_token,
-                signer=key,
-                trust=self.keys.trust(config.bucket),
-                max_age=budget.listing_age_s,
-                handovers=self.keys.handovers,
-            )
-            self._fleet = FleetRun(config, bucket, ranks=self.ranks.world)
-            if self.ranks.main:
-                self.fleet_run = self._fleet
-                self.monitor = FleetMonitor(bucket, budget.monitor_s, budget.gone_after_s).start()
-        elif client is None:
-            from .rollout_client import RolloutClient
-
-            assert config.rollout_url is not None  # request mode: the config checked it has one
-            client = RolloutClient(config.rollout_url, token=config.rollout_token)
         self.config = config
-        # what the fleet's exams found
-        self.exams = (
-            ExamWatch(config.bucket, budget.exams_s, secret=config.rollout_token, max_age=budget.listing_age_s).start()
-            if self.ranks.main
-            else None
-        )
-        self._owner_token = owner_token
+        self.bucket = bucket
+        self.ranks = ranks or TrainerRanks()
+        self._fleet = fleet
+        self.fleet_run = fleet if self.ranks.main else None  # rank 0's: what the servers are told
         self._client = client
+        self.monitor = monitor
+        self.exams = exams
+        self.keeper = keeper
+        self._owner_token = owner_token
         self._wrap_publisher = wrap_publisher
         self.parts: TrainerParts | None = None
         self.state: TrainerState = TrainerState.STOPPED
         self.error: str | None = None
-        self.records: deque[StepRecord] = deque(maxlen=10_000)
-        self.keeper: HistoryKeeper | None = None
-        self._earlier = TrainerHistory(steps=[], payloads=[])
-        if self.ranks.main:
-            self.keeper = HistoryKeeper(config.bucket, budget.history_s)
-            self._earlier = self.keeper.load()
-            self.records.extend(self._earlier.steps)
+        self._earlier = history or TrainerHistory(steps=[], payloads=[])
+        self.records: deque[StepRecord] = deque(self._earlier.steps, maxlen=10_000)
         self.progress = StepCount(self.records[-1].step if self.records else 0)
         self._run_end = config.max_steps  # the step the current (or next) run ends at
         self._lock = threading.Lock()
         self._resume = threading.Event()
+        self._held = False  # the training thread waits in `after_step` for a paused run to go on
         self._resume.set()
         self._stop = threading.Event()
         self._stop_asked: float | None = None  # when `stop_soon` was first called (`close` counts its wait from it)
@@ -257,19 +212,16 @@ class TrainingSession:
         """Stop, end the run, flush the last version to the bucket and stop the helper threads.
 
         Args:
-            step_wait: Seconds, since the stop was asked (`stop_soon`), to wait for the step in flight to end by
-                itself; after that it is ended part way (`models.interrupt.Breaker`, one rank only; its weights
-                are not published).
+            step_wait: Seconds, since the stop was asked, for the step in flight to end by itself; then it is ended part
+                way (`models.interrupt.Breaker`, one rank only; its weights are not published).
             abandon_wait: Seconds to wait for the step to end part way.
             flush_timeout: Seconds to wait for the last finished version to be committed.
-            total: Seconds, since the stop was asked, that the whole close may take (None: no bound beyond the
-                waits'): each wait is cut to what is left, in the order of what matters (the step, the flush, the
-                history, then the threads that only read the bucket).
+            total: Seconds the whole close may take (None: no bound beyond the waits'), shared in the order of what
+                matters: the step, the flush, the history, then the readers.
 
         Returns:
-            True if every thread of the session ended: the training thread, the publisher's, the payload log's
-            and the history's. False when one is still running (logged): the process must then end without
-            Python's finalization (`os._exit`), which aborts a process whose thread is inside a torch operation.
+            True if every thread of the session ended. False (logged): the process must end without Python's
+            finalization (`os._exit`), which aborts a process whose thread is inside a torch operation.
         """
         self.stop()
         asked = self._stop_asked or time.monotonic()
@@ -331,16 +283,10 @@ class TrainingSession:
         return parts.payloads if parts is not None else None
 
     def status(self) -> TrainerStatus:
-        """What ``GET /status`` answers: state, versions, step, latest reward and win rate, staleness counts.
-
-        `version` is the last version committed to the bucket and `state_hash` its hash, `step` the steps it holds,
-        and the step metrics (`mean_reward`... `recent`) those of its steps: a step whose version still uploads
-        shows once it is committed. `trainer_version` the version of the weights in memory (ahead while a publish is
-        in flight). After a resume,
-        `resumed_from` is the bucket version loaded and `resumed_hash` the hash of the weights after loading.
-        `device` is where the weights train (`cpu`, `cuda`). Until the model is loaded, the values that come
-        from it are None (`rollout_failing` 0, `version` 0).
-        """
+        """What ``GET /status`` answers. `version` is the last version committed and `state_hash` its hash, and the step
+        metrics those of its steps; `trainer_version` is the weights in memory (ahead while a publish is in flight);
+        `resumed_from`/`resumed_hash` say what a resume loaded. Until the model is loaded, what comes from it is
+        None."""
         parts = self.parts  # read once: the training thread sets it
         fleet = parts.rollouts if parts is not None and isinstance(parts.rollouts, FleetRollouts) else None
         version = parts.version if parts else 0
@@ -366,7 +312,7 @@ class TrainingSession:
             step_s=last.step_s if last else None,
             max_staleness=self.config.max_staleness,
             staleness=parts.rollouts.counts.totals() if parts else None,
-            bucket=self.config.bucket,
+            bucket=public_location(self.config.bucket),  # /status is public: no folder of this machine on it
             mode="fleet" if self.config.fleet else "request",
             rollout_url=self.config.rollout_url,
             run_id=self.fleet_run.run_id if self.fleet_run is not None else None,
@@ -375,17 +321,18 @@ class TrainingSession:
             exams_refused=self.exams.refused() if self.exams is not None else {},
             signed=self.fleet_run is not None and self.fleet_run.bucket.signed,
             waiting_for_rollouts=fleet.waiting if fleet is not None else False,
+            held=self._held,
             groups_ready=fleet.ready if fleet is not None else 0,
             groups_needed=self.config.groups_per_step,
             fleet=self.monitor.servers() if self.monitor is not None else [],
             env_url=self.config.env_url,
-            model=self.config.model,
+            model=public_location(self.config.model),
             device=self.config.device,
-            error=self.error,
+            error=public_text(self.error, self.config.bucket, self.config.model),
             rollout_error=parts.rollouts.last_error if parts else None,
             rollout_failing=parts.rollouts.failing if parts else 0,
-            bucket_traffic=bucket_traffic(self._storage),
-            examples=self.config.examples,
+            bucket_traffic=bucket_traffic(self.bucket.traffic),
+            examples=self.config.schedule,
             exam=self.config.exam,
             exams=self.exams.records()[-RECENT_EXAMS:] if self.exams is not None else [],
             lora=parts.lora if parts else None,
@@ -401,29 +348,22 @@ class TrainingSession:
     # -- the training thread -------------------------------------------------------------------------
 
     def load(self) -> TrainerParts:
-        """Load the model (and the bucket's latest state into it), the publisher and the rollout function
-        into `parts`, in the calling thread, and return them; the loaded parts at once if loaded before.
-
-        Blocks while loading (seconds to minutes); `start` calls it from the training thread, so only a
-        caller who wants the model before the first run (or its errors raised) needs it.
-
-        Raises:
-            As `parts.TrainerParts` (the model folder or the bucket cannot be loaded).
-        """
+        """Load the parts (`parts.load_parts`) in the calling thread and return them (at once if loaded before); `start`
+        calls it from the training thread, so only a caller who wants the model, or its errors, before the first run
+        needs it."""
         with self._load_lock:
             if self.parts is None:
-                from .parts import TrainerParts
+                from .parts import load_parts
 
-                parts = TrainerParts(
+                parts = load_parts(
                     self.config,
-                    self._client,
-                    self._stop,
-                    self._wrap_publisher,
-                    self._fleet,
-                    self.ranks,
-                    self._earlier,
-                    keys=self.keys,
-                    handover_from=self._handover_from,
+                    self.bucket,
+                    ranks=self.ranks,
+                    fleet=self._fleet,
+                    client=self._client,
+                    stop=self._stop,
+                    history=self._earlier,
+                    wrap_publisher=self._wrap_publisher,
                 )
                 self._keep_history_up_to(parts.resumed_from or 0)
                 self.parts = parts
@@ -473,6 +413,8 @@ class TrainingSession:
             rollout_func=parts.rollouts,
             callbacks=[parts.callback, SessionCallback(self)],
             importance_cap=c.importance_cap,
+            current_version=lambda: parts.callback.version,
+            max_staleness=c.max_staleness,
             peft_config=peft,
         )
         if parts.lora is not None:
@@ -541,7 +483,11 @@ class TrainingSession:
     def after_step(self, control: Any) -> None:
         """After each step's end and its record: honour pause (wait here) and stop."""
         if not self._resume.is_set():
-            self._resume.wait()
+            self._held = True
+            try:
+                self._resume.wait()
+            finally:
+                self._held = False
         if self.ranks.broadcast(self._stop.is_set()):  # rank 0's decision; the others wait here while it pauses
             control.should_training_stop = True
 
@@ -570,6 +516,9 @@ class TrainingSession:
                 staleness=took.staleness,
                 dropped=took.dropped,
                 examples_shown=took.examples_shown,
+                straddled=took.straddled,
+                versions_reported=took.versions_reported,
+                examples_scheduled=took.examples_scheduled,
                 ratio_mean=_number(logs.get(f"{IMPORTANCE_METRIC}/mean")),
                 ratio_min=_number(logs.get(f"{IMPORTANCE_METRIC}/min")),
                 ratio_max=_number(logs.get(f"{IMPORTANCE_METRIC}/max")),

@@ -9,10 +9,21 @@ stale ones is in `rollouts.py`; this module only decides and counts.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wire.trainer import Staleness
 from wire.trajectory import Trajectory
+
+#: The rollout function's column with each completion token's weight version (-1: none, the env's tokens), which the
+#: off-policy correction bounds token by token (`offpolicy.OffPolicyGRPOTrainer`).
+VERSIONS_COLUMN = "token_versions"
+
+
+def straddled(games: list[Trajectory]) -> tuple[int, bool | None]:
+    """Replies of `games` whose tokens were sampled by more than one weight version, and whether the engines reported
+    each token's version (None: no game)."""
+    return sum(g.straddled for g in games), (all(g.versions_reported for g in games) if games else None)
 
 
 def examples_shown(games: list[Trajectory]) -> float | None:
@@ -20,6 +31,13 @@ def examples_shown(games: list[Trajectory]) -> float | None:
     training valid-guess rate can be a copied example."""
     shown = [bool(e) for g in games for e in g.examples]
     return sum(shown) / len(shown) if shown else None
+
+
+def examples_scheduled(games: list[Trajectory], probability: Callable[[Trajectory], float]) -> float | None:
+    """What the run's schedule gave the games' messages: the mean, over their replies, of the probability each game
+    was played with (`probability`; None: no reply). `examples_shown` of the same games is a draw around it."""
+    given = [probability(g) for g in games for _ in g.examples]
+    return sum(given) / len(given) if given else None
 
 
 def staleness(trajectory: Trajectory, current_version: int) -> int:
@@ -68,3 +86,9 @@ class StepRollouts:
     refused: int = 0
     examples_shown: float | None = None
     """Share of the replies of the games trained on whose message showed the env's example guess (`examples_shown`)."""
+    straddled: int = 0
+    """Replies of the games trained on whose tokens were sampled by more than one weight version (`straddled`)."""
+    versions_reported: bool | None = None
+    """Whether the engines reported each token's weight version (else per reply); None: no game."""
+    examples_scheduled: float | None = None
+    """What the run's schedule gave those replies' messages (`examples_scheduled`)."""

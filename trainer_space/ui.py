@@ -1,7 +1,7 @@
 """The trainer Space's Gradio UI: read-only for visitors; start/pause/stop behind the owner's token.
 
 No business logic here: it reads `TrainingSession` and draws with `dashboard`'s figures and boards
-(whose tiles need `dashboard.render.CSS`, passed by `server.build_app`). A timer
+(whose tiles need `dashboard.render.CSS`, in this module's `CSS`, passed by `server.build_app`). A timer
 ticks the cheap part (the status line, and the committed version into per-visitor `gr.State`);
 the plots are redrawn only when that version or the step count changed.
 """
@@ -14,11 +14,12 @@ from typing import Any
 
 import gradio as gr
 
-from dashboard import sparsity
+from dashboard import render, sparsity
 from dashboard.exam import exam_figure, exam_text, refused_exams_text
+from dashboard.examples import example_rows
 from dashboard.figures import Metric, Series, learning_curves, line_curves, payload_curves, sparsity_heatmap
 from dashboard.games import feed_html
-from dashboard.labels import DENSITY_NOTE, GLOSSARY, counted, lora_label, public_location, published_state
+from dashboard.labels import GLOSSARY, counted, density_note, lora_label, public_location, published_state
 from dashboard.traffic import traffic_text
 from dashboard.trend import step_text
 from wire.fleet import Refusal, ServerState
@@ -26,6 +27,9 @@ from wire.trainer import FleetServer, Staleness, StepRecord, TrainerState, Train
 
 from .session import AccessDenied, TrainingSession
 
+#: The page's CSS: the boards' (`dashboard.render`), and the fleet table's cells without the page's wide padding, so
+#: that its columns fit the page's column at 1280 px.
+CSS = render.CSS + "\n#trainer-fleet .fleet-box th, #trainer-fleet .fleet-box td { padding: 4px 8px; }\n"
 TICK_S = 2.0
 FEED_SIZE = 8
 _RATE_RANGE = (-0.05, 1.05)  # 0 % and 100 % points stay inside the panel
@@ -96,9 +100,9 @@ def status_markdown(status: TrainerStatus) -> str:
 
 
 def _exam_line(status: TrainerStatus) -> str:
-    """The examples' rule now, and the last exam."""
-    shown = status.examples.probability(status.version)
-    examples = f"examples in training games: {status.examples.describe()} (now {100 * shown:.0f}% of messages)"
+    """The two figures of the examples in training games (`dashboard.examples`, as the landing page words them), and
+    the last exam."""
+    examples = " · ".join(f"{name}: {value}" for name, value in example_rows(status))
     if status.exam is None:
         return f"{examples} · no exams (--exam-every 0)"
     last = status.exams[-1] if status.exams else None
@@ -121,7 +125,7 @@ def exam_panel(session: TrainingSession) -> None:
     """The exam curves and their note, redrawn when a new exam comes in (call inside the page's Blocks)."""
     watch = session.exams
     records = watch.records() if watch is not None else []
-    plot = gr.Plot(exam_figure(records), label="exam", elem_id="trainer-exam")
+    plot = gr.Plot(exam_figure(records), label="exam", show_label=False, elem_id="trainer-exam")
     gr.Markdown(EXAM_NOTE, elem_id="trainer-exam-note")
     seen = gr.State([(r.version, r.at) for r in records])
 
@@ -209,10 +213,11 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
         + "</tr>"
         for s in servers
     )
-    # In a box that scrolls sideways: on a phone (390 px) the columns are wider than the screen. Cells on one line but
-    # the last error's, which wraps in a column wide enough to keep the rows a few lines high.
+    # Cells wrap at spaces, so every column shows in the page's column at 1280 px (on one line each, the last one was
+    # cut off there); in a box that scrolls sideways where even that does not fit (a phone, 390 px). The last error
+    # wraps in a column wide enough to keep the rows a few lines high.
     return (
-        "<div style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%;white-space:nowrap'>"
+        "<div class='fleet-box' style='overflow-x:auto;max-width:100%'><table style='font-size:.85em;width:100%'>"
         "<tr><th>server</th>"
         "<th>version</th><th>games/min</th><th>last seen</th><th>state</th>"
         f"<th>idle</th><th>groups</th><th>weights</th>{'<th>last error</th>' if errors else ''}</tr>{rows}</table>"
@@ -224,8 +229,24 @@ def fleet_html(servers: Sequence[FleetServer]) -> str:
 STALENESS_SERIES = "mean staleness (versions)"
 
 
+def straddle_text(records: Sequence[StepRecord]) -> str:
+    """How many replies trained on straddled two weight versions, and where each token's version came from."""
+    known = [r.versions_reported for r in records if r.versions_reported is not None]
+    if not known:
+        return "token versions: none recorded yet"
+    count = sum(r.straddled for r in records)
+    if all(known):
+        how = "each token's version as the servers' vLLM reported it"
+    elif any(known):
+        how = "each token's version where the server reported it, else per reply"
+    else:
+        how = "versions per reply: the servers report none per token (they apply new weights between replies)"
+    return f"replies that straddled two weight versions: {count} ({how})"
+
+
 def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
-    """Per step: the importance weights of its model tokens (mean, min, max) and its games' mean staleness."""
+    """Per step: the importance weights of its model tokens (mean, min, max) and its games' mean staleness; the title
+    says how many replies straddled two weight versions (`straddle_text`)."""
     steps = [r.step for r in records]
 
     def mean_staleness(r: StepRecord) -> float | None:
@@ -239,7 +260,10 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
         Series(STALENESS_SERIES, steps, [mean_staleness(r) for r in records], "dash"),
     ]
     figure = line_curves(
-        series, "Off-policy correction: importance weights (current / sampler, truncated)", whole_x=True
+        series,
+        "Off-policy correction<br><sup>importance weights (current / sampler, truncated), and staleness; "
+        f"{straddle_text(records)}</sup>",
+        whole_x=True,
     )
     # Two quantities, two axes: a weight is a ratio around 1, staleness a count of versions.
     figure.update_traces(yaxis="y2", selector={"name": STALENESS_SERIES})
@@ -258,9 +282,14 @@ def offpolicy_figure(records: Sequence[StepRecord]) -> Any:
 
 #: The learning curves' title: what the training games' scores are (games with the env's example in most messages,
 #: whose valid guesses can be copies), and where to look for what the policy does alone.
-LEARNING_TITLE = "Training games (examples shown: a valid guess may be a copy; the exam below plays without)"
-#: The panel of the share of the training games' messages that showed the env's example.
-EXAMPLES_PANEL = "messages that showed an example"
+LEARNING_TITLE = (
+    "Training games<br><sup>examples shown: a valid guess may be a copy; the exam below plays without</sup>"
+)
+#: The panel of the share of the training games' messages that showed the env's example (`dashboard.examples`).
+EXAMPLES_PANEL = "examples shown (share of messages)"
+
+#: The examples panel's second line: what the run's schedule gave the same games (the shown share is a draw around it).
+SCHEDULE_SERIES = "the schedule, for those games"
 
 #: The x axes the learning curves offer (the radio's choices).
 X_AXES = ("step", "wall time (minutes)")
@@ -280,7 +309,12 @@ def learning_figure(records: Sequence[StepRecord], x_axis: str = X_AXES[0]) -> A
         Metric("win rate", [r.win_rate for r in records], _RATE_RANGE),
         Metric("valid-guess rate (strict)", [r.valid_rate for r in records], _RATE_RANGE),
         Metric("letters found (of 5)", [r.letters for r in records], _LETTERS_RANGE),
-        Metric(EXAMPLES_PANEL, [r.examples_shown for r in records], _RATE_RANGE),
+        Metric(
+            EXAMPLES_PANEL,
+            [r.examples_shown for r in records],
+            _RATE_RANGE,
+            reference=Series(SCHEDULE_SERIES, x, [r.examples_scheduled for r in records], "dash"),
+        ),
     ]
     return learning_curves(x, metrics, x_title=x_axis, title=LEARNING_TITLE, whole_x=x_axis == X_AXES[0])
 
@@ -322,23 +356,23 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=2):
                 x_axis = gr.Radio(list(X_AXES), value=X_AXES[0], label="x axis", elem_id="trainer-x-axis")
-                learning_plot = gr.Plot(label="learning", elem_id="trainer-learning")
+                learning_plot = gr.Plot(label="learning", show_label=False, elem_id="trainer-learning")
                 exam_panel(session)
             with gr.Column(scale=1):
                 gr.Markdown("### The policy's latest games (trained on)")
                 gr.Markdown(cut_games_note(session.config.max_turns), elem_id="trainer-cut-note")
                 games = gr.HTML(feed_html(session.recent_games(FEED_SIZE)), elem_id="trainer-games")
         with gr.Row():
-            payload_plot = gr.Plot(label="payload")
+            payload_plot = gr.Plot(label="payload", show_label=False, elem_id="trainer-payload")
             with gr.Column():
-                heatmap_plot = gr.Plot(label="sparsity")
-                gr.Markdown(DENSITY_NOTE, elem_id="trainer-density-note")
+                heatmap_plot = gr.Plot(label="sparsity", show_label=False, elem_id="trainer-heatmap")
+                density = gr.Markdown(density_note(None), elem_id="trainer-density-note")
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("### Rollout fleet (heartbeats in the bucket)")
                 fleet = gr.HTML(fleet_html(session.status().fleet), elem_id="trainer-fleet")
             with gr.Column(scale=1):
-                offpolicy_plot = gr.Plot(label="off-policy", elem_id="trainer-offpolicy")
+                offpolicy_plot = gr.Plot(label="off-policy", show_label=False, elem_id="trainer-offpolicy")
         with gr.Accordion("What the words mean", open=False):
             gr.Markdown(GLOSSARY, elem_id="trainer-glossary")
         with gr.Accordion("Owner controls", open=False):
@@ -355,11 +389,13 @@ def build_ui(session: TrainingSession) -> gr.Blocks:
         def tick(last: Any, axis: str) -> tuple:
             current = (session.version, len(session.records))  # a new version or step record: draw again
             if current == last:
-                return last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                return last, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             learning, payload, heatmap, offpolicy = figures(session, axis)
-            return current, learning, payload, heatmap, offpolicy, feed_html(session.recent_games(FEED_SIZE))
+            header = session.payloads.latest_header if session.payloads is not None else None
+            note = density_note(sparsity(header).density if header is not None else None)
+            return current, learning, payload, heatmap, offpolicy, feed_html(session.recent_games(FEED_SIZE)), note
 
-        outputs = [seen, learning_plot, payload_plot, heatmap_plot, offpolicy_plot, games]
+        outputs = [seen, learning_plot, payload_plot, heatmap_plot, offpolicy_plot, games, density]
         gr.Timer(TICK_S).tick(tick_status, None, [status, fleet], show_progress="hidden", queue=False)
         gr.Timer(TICK_S).tick(tick, [seen, x_axis], outputs, show_progress="hidden", queue=False)
         demo.load(tick_status, None, [status, fleet], show_progress="hidden")

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 import torch
 
 import delta
-from delta import own_versions, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -74,59 +73,19 @@ def cast_into(dst: dict[str, torch.Tensor], src: Mapping[str, torch.Tensor]) -> 
         tensor.copy_(src[name])
 
 
-def own_trust(bucket: str, key: str | None = None) -> delta.Trust:
-    """A trainer's trust in its own bucket: its own key (`key`, the public key text rank 0 signs with; None: this
-    process's `delta.trainer_key`), so that it resumes only versions it signed (`keys.TrainerKeys.trust` adds the key it
-    hands over from)."""
-    url = delta.open_storage(bucket).url
-    return delta.Trust.own(url, delta.PublicKey.parse(key) if key else delta.trainer_key(url).public)
-
-
-def last_signed(manifest: delta.Manifest, trust: delta.Trust) -> int:
-    """The last of `manifest`'s first versions that the trainer signed (`trust`: its own, `delta.Trust.own`: its key,
-    or before that key's first version the one it hands over from), 0 for none; versions after it (someone else's) are
-    said so in the log, and left behind."""
-    assert trust.key is not None  # its own key
-    last = own_versions(manifest, trust.key, trust.earlier)
-    latest = manifest.latest.version if manifest.latest is not None else 0
-    if last < latest:
-        logger.warning(
-            "not resuming past version %d: versions %d..%d are not signed by this trainer's key %s",
-            last,
-            last + 1,
-            latest,
-            trust.key.fingerprint,
-        )
-    return last
-
-
-def resume(state: dict[str, torch.Tensor], bucket: str, trust: delta.Trust | None = None) -> tuple[int, str | None]:
-    """Load the bucket's latest version this trainer signed into `state` in place (bit for bit); return it (0: none)
-    and the state hash of what was loaded (the manifest's, however many ranks wrote it; None when none was).
-
-    Args:
-        trust: The trainer's own key (`own_trust`; None: this process's).
+def pull_into(state: dict[str, torch.Tensor], bucket: delta.Bucket, version: int) -> str:
+    """Load `bucket`'s `version` into `state` in place (bit for bit, every file and the trainer's signature checked
+    with the bucket's trust: the trainer's own key); return the state hash of what was loaded.
 
     Raises:
         delta.StateMismatchError: the bucket holds another model (names, shapes or dtypes differ).
         delta.DeltaError, OSError: the bucket cannot be read.
     """
-    storage = delta.open_storage(bucket)
-    manifest = read_manifest(storage)
-    trust = trust or own_trust(bucket)
-    last = last_signed(manifest, trust) if manifest is not None else 0
-    if not last:
-        return 0, None
-    sub = delta.Subscriber(storage, trust=trust)
-    try:
-        version = sub.sync(last)
-        stored = sub.state
-    finally:
-        sub.close()
-    if version is None or stored is None or set(stored) != set(state):
-        extra = sorted(set(stored or {}) ^ set(state))[:3]
+    stored = pull(bucket, version)
+    if set(stored) != set(state):
+        extra = sorted(set(stored) ^ set(state))[:3]
         raise delta.StateMismatchError(
-            f"bucket {bucket} holds other tensors than the model (e.g. {extra}): "
+            f"bucket {bucket.url} holds other tensors than the model (e.g. {extra}): "
             "use another bucket or the model it was trained from"
         )
     with torch.no_grad():
@@ -137,6 +96,17 @@ def resume(state: dict[str, torch.Tensor], bucket: str, trust: delta.Trust | Non
                     f"{name}: bucket has {src.dtype} {tuple(src.shape)}, the model {tensor.dtype} {tuple(tensor.shape)}"
                 )
             tensor.copy_(src)
-    digest = delta.state_digest(state)  # what was loaded, hashed: the proof it is the bucket's version
-    logger.info("resumed from %s at version %d", bucket, version)
-    return int(version), digest.hexdigest
+    logger.info("resumed from %s at version %d", bucket.url, version)
+    return delta.state_digest(state).hexdigest  # what was loaded, hashed: the proof it is the bucket's version
+
+
+def pull(bucket: delta.Bucket, version: int) -> dict[str, torch.Tensor]:
+    """`bucket`'s `version`, read whole (every file and the signature checked with the bucket's trust).
+
+    Raises:
+        delta.DeltaError, OSError: the bucket cannot be read, or holds no such version.
+    """
+    with delta.Subscriber(bucket) as sub:
+        if sub.sync(version) != version or sub.state is None:
+            raise delta.NoPathError(f"{bucket.url} holds no version {version} to resume", target=version)
+        return dict(sub.state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import HTTPException
@@ -63,7 +64,7 @@ class BodyLimit:
 
 
 async def _refuse(send: Send, error: BodyTooLarge) -> None:
-    body = f'{{"detail": "{error.detail}"}}'.encode()
+    body = json.dumps({"detail": error.detail, "error": type(error).__name__}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

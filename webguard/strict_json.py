@@ -1,22 +1,19 @@
-"""Strict JSON in, short errors out.
+"""Strict JSON in.
 
 Python's ``json`` accepts ``NaN``/``Infinity`` and lone surrogates (``"\\ud800"``), which later fail
 to encode in a response or a log and turn into 500s. :func:`loads_strict` refuses them, and
-:class:`StrictRoute` makes FastAPI parse request bodies with it, so they become 422s. Validation
-errors are answered without the offending input (a 50 MB field must not come back in the 422).
+:class:`StrictRoute` makes FastAPI parse request bodies with it, so they become 422s (answered by
+`webguard.answers`, without the offending input).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
-
-#: Longest text of one error message or location part kept in an error reply.
-MAX_ERROR_CHARS = 200
 
 
 class StrictJSONError(json.JSONDecodeError):
@@ -85,23 +82,3 @@ class StrictRoute(APIRoute):
             return await handler(_StrictRequest(request.scope, request.receive))
 
         return strict
-
-
-def error_summary(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """Pydantic's errors without their ``input`` and ``ctx``, messages and locations cut short: safe to
-    send back and to log whatever the request held."""
-    return [
-        {
-            "loc": [_short(part) for part in e.get("loc", ())],
-            "msg": _short(e.get("msg", "")),
-            "type": _short(e.get("type", "")),
-        }
-        for e in list(errors)[:20]
-    ]
-
-
-def _short(part: Any) -> Any:
-    if isinstance(part, int):
-        return part
-    text = str(part).encode("utf-8", errors="replace").decode("utf-8")
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."

@@ -4,11 +4,12 @@ and win rates per player, whose ``player`` labels are defined here too)."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
-from webguard import MAX_INT63
+from webguard import MAX_INT63, RequestBody
 
 from .exam import HELD_OUT_SECRETS, ExamScores
 from .wordle import DEFAULT_MAX_INVALID_MOVES
@@ -16,7 +17,8 @@ from .wordle import DEFAULT_MAX_INVALID_MOVES
 MAX_ACTION_CHARS = 32_768
 """Longest model output accepted as one action; the parser only needs the end of a reply."""
 MAX_REPLY_CHARS = 240
-"""Characters of each move's text a `GameRecord` keeps (a reply can be 1000 tokens; the feed shows a line)."""
+"""Characters of each move's text a `GameRecord` keeps, around its guess (`wire.wordle.reply_excerpt`; a reply can be
+1000 tokens)."""
 HUMAN = "human"
 POLICY = "policy"
 _PLAYER = "'human', 'policy vN' (weight version N) or 'policy'"
@@ -38,19 +40,40 @@ def player_label(weight_version: int | None) -> str:
     return f"{POLICY} v{weight_version}"
 
 
+class GameKind(str, Enum):
+    """Why a game was played, as its client says at reset: what the pages count it as. Each kind has its own label in
+    the feeds, its own series in the env's win-rate chart and its own rows in its table, since they are played by
+    different rules (a training game is cut after a few moves, a showcase game is played whole, an exam game shows no
+    example) and a count that mixes them says nothing."""
+
+    TRAINING = "training"
+    """Played for a trainer (the fleet's groups, the rollout's ``/rollout``): the only games trained on."""
+    EXAM = "exam"
+    """An exam game: a held-out secret, no example, never trained on (`ResetRequest.exam`)."""
+    SHOWCASE = "showcase"
+    """A rollout server's game for its page (when idle, or a visitor's "let the policy play"): played whole."""
+    MATCH = "match"
+    """Either side of a person's match against the policy on the rollout's page."""
+    PLAY = "play"
+    """Nothing more said: a person on the env's page, or a client that names no kind."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-#: What every request body is read with: a field takes its own JSON type only ("yes" is no boolean, "3" no number;
-#: an integer may stand for a float), and unknown fields are ignored, as OpenEnv's clients send more.
-_REQUEST = ConfigDict(extra="ignore", strict=True)
+class _EnvRequest(RequestBody):
+    """The env's request bodies: the apps' one request model (`webguard.RequestBody`: each field takes its own JSON
+    type only), but unknown fields are ignored, as OpenEnv's clients send more."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
-class WordleAction(_Strict):
+class WordleAction(RequestBody):
     """One move: free text, such as a model's whole reply or a word typed by a person."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     guess: str = Field(max_length=MAX_ACTION_CHARS, description="Text holding the guess, e.g. '<guess>crane</guess>'")
     metadata: dict[str, Any] = Field(
@@ -102,11 +125,9 @@ class WordleObservation(StepObservation):
     reward: float | None = Field(None, description="Reward of the last move; None after reset")
 
 
-class ResetRequest(BaseModel):
+class ResetRequest(_EnvRequest):
     """Body of ``POST /reset`` (OpenEnv's ``seed`` and ``episode_id``, plus Wordle options). An exam game shows no
     example: with ``exam``, ``examples`` left out means none, and any other value than false or 0 is refused."""
-
-    model_config = _REQUEST
 
     seed: int | None = Field(None, ge=0, le=MAX_INT63, description="Picks the secret reproducibly")
     episode_id: str | None = Field(None, min_length=1, max_length=255, description="Own id for the session")
@@ -135,6 +156,12 @@ class ResetRequest(BaseModel):
         "seeded or random game ever gets); the game is recorded as an "
         "exam game",
     )
+    kind: GameKind | None = Field(
+        None,
+        strict=False,  # the JSON string names the enum's member
+        description="Why the game is played (training, exam, showcase, match, play), for the pages' counts; "
+        "anything but play needs the env token; exam only with `exam`. Left out: exam with `exam`, else play",
+    )
 
     @field_validator("examples")
     @classmethod
@@ -145,6 +172,8 @@ class ResetRequest(BaseModel):
 
     @model_validator(mode="after")
     def _exam_alone(self) -> ResetRequest:
+        if (self.exam is not None) != (self.game_kind == GameKind.EXAM):
+            raise ValueError("an exam game names its held-out secret with exam, and only an exam game is of kind exam")
         if self.exam is not None:
             if "examples" in self.model_fields_set and self.example_probability != 0:
                 raise ValueError(
@@ -158,20 +187,21 @@ class ResetRequest(BaseModel):
         """`examples` as a probability."""
         return float(self.examples)
 
+    @property
+    def game_kind(self) -> GameKind:
+        """The kind the game is recorded as: `kind`, else exam for an exam game and play for any other."""
+        return self.kind or (GameKind.EXAM if self.exam is not None else GameKind.PLAY)
 
-class StepRequest(BaseModel):
+
+class StepRequest(_EnvRequest):
     """Body of ``POST /step``: OpenEnv's ``action`` plus the session's ``episode_id``."""
-
-    model_config = _REQUEST
 
     episode_id: str = Field(min_length=1, max_length=255)
     action: WordleAction
 
 
-class EpisodeRequest(BaseModel):
+class EpisodeRequest(_EnvRequest):
     """Body of ``POST /close``."""
-
-    model_config = _REQUEST
 
     episode_id: str = Field(min_length=1, max_length=255)
 
@@ -221,7 +251,8 @@ class GameRecord(BaseModel):
     )
     replies: tuple[str, ...] = Field(
         (),
-        description=f"What the player sent for each move, invalid ones included (cut at {MAX_REPLY_CHARS} characters)",
+        description=f"What the player sent for each move, invalid ones included (the {MAX_REPLY_CHARS} characters "
+        "around its guess where it was longer)",
     )
     guesses: tuple[str, ...] = Field((), description="The word each move scored, '' for an invalid move")
     errors: tuple[str, ...] = Field((), description="Why each move was invalid ('' for a scored guess)")
@@ -235,19 +266,25 @@ class GameRecord(BaseModel):
         description="Per move, whether it scored a word a message of the game had "
         "shown before it (not the player's own)",
     )
-    exam: bool = Field(False, description="An exam game: a held-out secret, played without examples, never trained on")
+    kind: GameKind = Field(GameKind.PLAY, description="Why it was played, as its client said at reset")
 
     @property
     def is_policy(self) -> bool:
         return self.player != HUMAN
 
+    @property
+    def exam(self) -> bool:
+        """An exam game: a held-out secret, played without examples, never trained on."""
+        return self.kind == GameKind.EXAM
+
 
 class PlayerStats(BaseModel):
-    """Games and wins of one player label, over the whole life of the server (``GET /stats``)."""
+    """Games and wins of one player label and kind of game, over the whole life of the server (``GET /stats``)."""
 
     model_config = ConfigDict(frozen=True)
 
     player: str = Field(description=_PLAYER)
+    kind: GameKind = Field(GameKind.PLAY, description="The kind of game counted (`GameKind`): kinds are never mixed")
     games: int
     wins: int
 

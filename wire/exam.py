@@ -3,7 +3,7 @@
 Every `ExamSettings.every` weight versions (and at version 0, the untrained policy), a rollout server plays
 the first `games` of the env's held-out secrets (answers no training game ever draws and no message ever
 shows: `env_space.words.WordLists.exam_secrets`) with the env's examples off (``examples: false``), and
-writes one `ExamRecord` to the bucket (``exams/v<version>.json``, `wire.exam_shelf`). Exam games are never
+writes one `ExamRecord` to the bucket (``exams/v<version>.json``, `fleet.exams`). Exam games are never
 written as training groups: no exam game is trained on.
 
 The scores count what the policy wrote by itself: the strict valid-guess rate, and the same counting only
@@ -31,7 +31,7 @@ HELD_OUT_SECRETS = 64
 EXAMS_PREFIX = "exams/"
 #: Most replies an exam game may have: one per guess, and as many invalid moves.
 MAX_EXAM_TURNS = 2 * MAX_GUESSES
-#: Why an exam record is not read when its signature does not match the reader's key (`wire.exam_shelf`): signed
+#: Why an exam record is not read when its signature does not match the reader's key (`fleet.exams`): signed
 #: with another rollout token (an earlier start's, another machine's), or edited.
 OTHER_KEY = "signed with another token"
 _PATH = re.compile(re.escape(EXAMS_PREFIX) + r"v(\d{10})\.json")
@@ -176,7 +176,7 @@ class ExamScores(BaseModel):
 class ExamRecord(BaseModel):
     """One exam of one weight version (``exams/v<version>.json``), written by the rollout server that played it.
 
-    Read from a bucket, it is a stranger's file: `wire.exam_shelf` checks its envelope and every field here."""
+    Read from a bucket, it is a stranger's file: `fleet.exams` checks its envelope and every field here."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 

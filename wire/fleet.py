@@ -1,32 +1,15 @@
 """The messages the trainer and the rollout servers exchange through the bucket, and their file form.
 
-Three kinds of file, each JSON, each committed whole by one `Storage.write` (see `fleet_bucket`):
-
-- `RunSettings` (``fleet/run.json``), written by the trainer: which run is on, whether it runs, and the
-  sampling and group settings every rollout server plays with.
-- `GameGroup` (``fleet/groups/<run>.<server>.<boot>.<seq>.json``), written by a rollout server: one group
-  of `num_generations` whole games played on one seed, with the weight version of every reply and the
-  per-token logprobs of the sampler. The trainer deletes a group once it took it (or refused it).
+- `RunSettings` (``fleet/run.json``), written by the trainer: which run is on, whether it runs, and the sampling and
+  group settings every rollout server plays with.
+- `GameGroup` (``fleet/groups/<run>.<server>.<boot>.<seq>.json``), written by a rollout server: one group of whole
+  games on one seed, with the weight version of every reply and the sampler's per-token logprobs.
 - `Heartbeat` (``fleet/servers/<server>.json``), written by each rollout server every few seconds.
 
-Each kind names its version (``fleet-heartbeat/2``); a reader refuses a kind it does not know in one line, and reads
-the versions before its own it still accepts (`_READ_ALSO`: a ``fleet-heartbeat/1`` of an older server, which says
-nothing of the server's trust).
-
-The exam records (`wire.exam`, ``exams/``, read and written by `wire.exam_shelf`) travel in the same envelope.
-On disk a message is an envelope ``{"kind": ..., "sha256": ..., "body": {...}}``: `sha256` is the hash of the body's
-canonical JSON (sorted keys, no spaces), so a file damaged in storage is refused by `decode` before anything reads
-its body. When the run has a secret that only the trainer and its rollout servers know (the rollout token), the
-envelope also carries ``"hmac"``: HMAC-SHA256 of the kind and the body under a key derived from it (`fleet_key`), so
-a file written by anyone else with access to the bucket, or one whose body was edited (another sequence number,
-another server's id), is refused too. The rollout token is shared by every server, so the run's settings, which only
-the trainer may write, are also signed with the trainer's Ed25519 key (``"signer"``, ``"signature"``:
-`delta.SigningKey`), and read only when a reader's `delta.Trust` accepts the signature (`RUN_SIGNED`); a trainer whose
-key replaced another also puts the handovers to its key into the envelope (``"handovers"``, each signed by the key
-before it, checked by the reader), so a reader that trusts the old key reads its settings at once. The body is
-then read strictly: a number is a JSON number of the field's type (never a string such as "NaN", never a bool for an
-int), every value within its bounds. Pydantic only: light to import.
-"""
+On disk a message is an envelope ``{"kind", "sha256", "body"}``; with the run's shared secret it also carries an
+``"hmac"`` (`fleet_key`), and the run's settings carry the trainer's Ed25519 signature (``"signer"``,
+``"signature"``, ``"handovers"``), read only when the reader's `delta.Trust` accepts it. The body is read strictly;
+a kind's unknown version is refused in one line. Pydantic only: light to import."""
 
 from __future__ import annotations
 
@@ -46,7 +29,8 @@ from .lora import LoraSettings
 from .trajectory import MAX_VERSION, Trajectory
 
 if TYPE_CHECKING:  # `delta` loads torch: imported where a key is used, so that reading a message stays light
-    from delta import Handover, SigningKey, Trust
+    from delta import SigningKey, Trust
+    from delta.signing import Handover
 
 #: Largest message file read at all (a group is held to a tighter bound from its run's settings:
 #: `fleet_checks.max_group_bytes`): a group of 64 six-turn games of 1,024-token replies is ~10 MB of JSON.
@@ -86,13 +70,8 @@ class Refusal(StrEnum):  # str() and f-strings give the value
 
 
 class FleetMessageError(ValueError):
-    """A fleet file that is not a whole, valid message of the kind expected (torn, corrupt, crafted).
-
-    Attributes:
-        path: The file.
-        reason: What was wrong, in words.
-        category: The `Refusal` it is counted under.
-    """
+    """A fleet file at `path` that is not a whole, valid message of the kind expected: `reason` in words, counted under
+    `category` (a `Refusal`)."""
 
     def __init__(self, path: str, reason: str, category: Refusal = Refusal.INVALID) -> None:
         super().__init__(f"{path}: {reason}")
@@ -220,7 +199,8 @@ class ServerState(StrEnum):  # str() and f-strings give the value
     """What a rollout server is doing, as its heartbeat says."""
 
     STARTING = "starting"
-    """Started, has not looked at the run yet (loading, or just restarted): its version is not yet the bucket's."""
+    """Started, not yet holding the bucket's versions (loading, or replaying the bucket's deltas after a restart): its
+    version is not yet the bucket's."""
     PRODUCING = "producing"
     FULL = "full"
     """Enough groups wait in the bucket for the staleness bound: back-pressure."""
@@ -271,6 +251,12 @@ class Heartbeat(BaseModel):
         pattern=FINGERPRINT_PATTERN,
         description="The fingerprint of the trainer key it checks them with (None: unauthenticated, no key yet, or "
         "an older server)",
+    )
+    examining: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_VERSION,
+        description="The weight version whose exam it plays now (None: none): no other server takes an exam meanwhile",
     )
 
 
@@ -335,9 +321,8 @@ def encode(
     signer: SigningKey | None = None,
     handovers: Sequence[Handover] = (),
 ) -> bytes:
-    """The file form of `message`: the envelope with its kind, the hash of its body and, with `key`, its
-    HMAC; with `signer` (the trainer's key), its Ed25519 signature, and the `handovers` that lead to that key
-    (`delta.bucket.trust.handovers_to`; at most `MAX_HANDOVERS`)."""
+    """The file form of `message`: the envelope with its kind, the hash of its body, with `key` its HMAC, and with
+    `signer` (the trainer's key) its Ed25519 signature and the `handovers` that lead to that key."""
     body = message.model_dump(mode="json")
     raw = _canonical(body)
     kind = _KINDS[type(message)]
@@ -362,19 +347,11 @@ def decode(
     max_bytes: int = MAX_MESSAGE_BYTES,
     trust: Trust | None = None,
 ) -> Message:
-    """The message in `data`, checked: size, JSON, kind, hash of the body, signature (with `key`), the trainer's
-    signature (with `trust`), then every field, strictly (JSON types as the fields say, values within their bounds).
-
-    Args:
-        key: The run's signing key (`fleet_key`): the file must carry a valid signature. None: a signature, if
-            any, is not checked (the reader has no secret to check it with).
-        max_bytes: Larger files are refused before parsing.
-        trust: Whose Ed25519 signature the file must carry (`delta.Trust.check`: the trainer's key, given or trusted
-            on first use); None: not checked.
+    """The message in `data`, checked: size (`max_bytes`), JSON, kind, the body's hash, its HMAC with `key` (None: not
+    checked), the trainer's signature with `trust` (None: not checked), then every field strictly.
 
     Raises:
-        FleetMessageError: any check failed; the message names the file and what was wrong, its `category`
-            what it is counted as.
+        FleetMessageError: any check failed; the message names the file and what was wrong.
     """
     if len(data) > max_bytes:
         raise too_large(path, len(data), max_bytes)
@@ -445,7 +422,8 @@ def decode(
 def _handovers(value: object, path: str) -> tuple[Handover, ...]:
     """The key handovers of an envelope (`encode`), each of the manifest's form; their signatures are checked by
     `delta.Trust.check` (a handover from a key the reader does not trust is never followed)."""
-    from delta import DeltaError, Handover
+    from delta import DeltaError
+    from delta.signing import Handover
 
     if not isinstance(value, list) or len(value) > MAX_HANDOVERS:
         raise FleetMessageError(path, f"invalid handovers: a list of at most {MAX_HANDOVERS} expected")

@@ -67,9 +67,9 @@ def _check_game(game: Trajectory, run: RunSettings, newest: int, where: str) -> 
             f"a reply holds at most {run.sampling.max_tokens}",
             Refusal.SHAPE,
         )
-    if game.versions and max(game.versions) > newest:
+    if game.newest_version > newest:
         raise FleetMessageError(
-            where, f"a reply of weight version {max(game.versions)}, newer than the trainer's {newest}", Refusal.AHEAD
+            where, f"a reply of weight version {game.newest_version}, newer than the trainer's {newest}", Refusal.AHEAD
         )
 
 

@@ -9,11 +9,11 @@ only: light to import (the launcher's landing page reads `RolloutStatus` without
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from wire.lora import LoraSettings
 from wire.traffic import BucketTraffic
-from wire.trajectory import Trajectory
+from wire.trajectory import Trajectory, VersionSpan, check_spans
 
 __all__ = ["Completion", "GenerateResponse", "RolloutResponse", "RolloutStatus", "Trajectory"]
 
@@ -45,6 +45,14 @@ class RolloutStatus(BaseModel):
     syncs: int = Field(description="Versions applied and remembered for the UI's timeline")
     tokens_served: int = Field(description="Tokens generated since the start (the model's own, in games)")
     games_played: int
+    straddled: int = Field(
+        0, description="Replies in its games whose tokens were sampled by more than one weight version"
+    )
+    versions_reported: bool | None = Field(
+        None,
+        description="Whether its engine reports which weights sampled each token (vLLM >= 0.32: its weight-version "
+        "spans); False: each reply carries the version served when it was asked for; None: no game yet",
+    )
     busy_s: float = Field(
         0.0,
         description="Seconds spent playing games since the start (for the trainer, the "
@@ -107,7 +115,27 @@ class Completion(BaseModel):
     finish_reason: str = Field(
         description="stop (a stop token was sampled) or length (max_tokens or the model's context length reached)"
     )
-    version: int = Field(description="The weight version that produced every token of it")
+    version: int = Field(
+        description="The weight version served when it was asked for: every token's, unless `spans` say otherwise"
+    )
+    spans: list[VersionSpan] = Field(
+        [],
+        description="The weight version of each range of its tokens: as the engine reported them (vLLM's "
+        "weight-version spans: `versions_reported`), else one span of `version` over all of them",
+    )
+    versions_reported: bool = Field(
+        False, description="Whether the engine reported which weights sampled each token (else: `version` for all)"
+    )
+
+    @model_validator(mode="after")
+    def _spans_in_order(self) -> Completion:
+        check_spans(self.spans, len(self.token_ids))
+        return self
+
+    @property
+    def straddles(self) -> bool:
+        """Whether more than one weight version sampled its tokens (a weight update landed while it was generated)."""
+        return len({s.version for s in self.spans}) > 1
 
 
 class GenerateResponse(BaseModel):

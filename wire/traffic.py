@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:  # pydantic only at run time: the launcher's landing page reads these without loading torch
-    from delta.storage import Storage
+    from delta.storage import Traffic
 
 
 class BucketTraffic(BaseModel):
-    """Requests this process sent to its bucket's server (every storage of it with the same credentials)."""
+    """Requests this process sent to its bucket's server (everything that shares the app's bucket object)."""
 
     last_5min: dict[str, int] = Field(
         description="Requests in the last 5 minutes, by class (Hub: api, resolver, "
@@ -37,9 +37,9 @@ class BucketTraffic(BaseModel):
     throttled_by: str | None = Field(None, description="What the server said when it asked")
 
 
-def bucket_traffic(storage: Storage) -> BucketTraffic:
-    """`storage`'s traffic now (shared by every storage of the process on the same server and credentials)."""
-    snap = storage.traffic.snapshot()
+def bucket_traffic(traffic: Traffic) -> BucketTraffic:
+    """A bucket's traffic now (`delta.Bucket.traffic`: shared by everything that uses the bucket object)."""
+    snap = traffic.snapshot()
     return BucketTraffic(
         last_5min=snap.last_window,
         total=snap.total,

@@ -163,6 +163,9 @@ class TrainerStatus(BaseModel):
         "unsigned or forged ones are refused",
     )
     waiting_for_rollouts: bool = Field(description="A step is waiting for game groups (fleet)")
+    held: bool = Field(
+        False, description="A paused run holds between two steps: the step in flight at the pause has ended"
+    )
     groups_ready: int = Field(description="Valid, fresh groups waiting in the bucket, as last seen (fleet)")
     groups_needed: int = Field(description="Groups one step takes")
     fleet: list[FleetServer] = Field(description="The rollout servers whose heartbeats are in the bucket (fleet)")
@@ -247,6 +250,20 @@ class StepRecord(BaseModel):
         description="Share of the replies trained on whose message showed the "
         "env's example guess: how much of valid_rate can be a copy "
         "(None: not recorded)",
+    )
+    straddled: int = Field(
+        0, description="Replies of the step's games whose tokens were sampled by more than one weight version"
+    )
+    versions_reported: bool | None = Field(
+        None,
+        description="Whether the rollout servers reported each token's weight version (vLLM's weight-version spans); "
+        "False: versions per reply; None: not recorded",
+    )
+    examples_scheduled: float | None = Field(
+        None,
+        description="What the run's schedule gave those replies' messages: the mean, over the replies trained on, of "
+        "the probability their game was played with (the version that started it, in the fleet; the one sent with "
+        "the request, in request mode). `examples_shown` is a draw around it (None: not recorded)",
     )
     ratio_mean: float | None = Field(
         None, description="Mean importance weight of the step's model tokens (current policy / sampler, truncated)"

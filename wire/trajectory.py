@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 #: Bounds of what a game may hold, whoever wrote it (the fleet's files are written by strangers): token ids fit
 #: an int32 embedding index (the run's vocabulary bounds them further, `wire.fleet_checks`), a log-probability
@@ -20,6 +20,29 @@ TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
 Reward = Annotated[float, Field(ge=-MAX_REWARD, le=MAX_REWARD, allow_inf_nan=False)]
 Version = Annotated[int, Field(ge=0, le=MAX_VERSION)]
+
+
+class VersionSpan(BaseModel):
+    """Tokens ``[start, end)`` of a completion were sampled by the weights of `version` (vLLM's `WeightVersionSpan`,
+    its label read as the delta version the follower set it to)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: Version
+    start: int = Field(ge=0, le=MAX_TOKEN_ID)
+    end: int = Field(ge=0, le=MAX_TOKEN_ID)
+
+
+def check_spans(spans: list[VersionSpan], length: int) -> None:
+    """Raise ValueError unless `spans` are non-empty ranges, in order, not overlapping, within `length` tokens."""
+    end = 0
+    for span in spans:
+        if not end <= span.start < span.end <= length:
+            raise ValueError(
+                f"version span [{span.start}, {span.end}) is empty, out of order or past the {length} completion "
+                "tokens: spans must be ranges in order that do not overlap"
+            )
+        end = span.end
 
 
 class Trajectory(BaseModel):
@@ -63,14 +86,50 @@ class Trajectory(BaseModel):
         0, ge=0, le=1000, description="The env's count of invalid moves (the env is the one record of a game's result)"
     )
     secret: str = Field("", description="The word ('' if the game ended unfinished, before the env revealed it)")
-    versions: list[Version] = Field([], description="The weight version of each reply")
+    versions: list[Version] = Field(
+        [], description="The weight version of each reply: the one served when it was asked for"
+    )
+    spans: list[VersionSpan] = Field(
+        [],
+        description="The weight version of each range of the model's tokens (indexes into completion_ids), as the "
+        "engine reported it (vLLM's weight-version spans) or, where it reports none, each reply's version; empty in "
+        "games from servers that record none (then every model token counts as the game's oldest version)",
+    )
+    versions_reported: bool = Field(
+        False, description="Whether the engine reported which weights sampled each token (else: per reply)"
+    )
+    straddled: int = Field(
+        0, ge=0, le=1000, description="Replies whose tokens were sampled by more than one weight version"
+    )
     finished: bool = Field(
         False, description="False if the game was cut (max_turns or the model's context length) before the env ended it"
     )
 
+    @model_validator(mode="after")
+    def _spans_in_order(self) -> Trajectory:
+        check_spans(self.spans, len(self.completion_ids))
+        return self
+
     @computed_field  # type: ignore[prop-decorator]  # pydantic's computed field over a property, as its docs write it
     @property
     def version(self) -> int:
-        """The oldest weight version that produced any reply (-1 before the first): a trainer judges staleness
+        """The oldest weight version that produced any token (-1 before the first reply): a trainer judges staleness
         on it."""
-        return min(self.versions) if self.versions else -1
+        versions = [*self.versions, *(s.version for s in self.spans)]
+        return min(versions) if versions else -1
+
+    @property
+    def newest_version(self) -> int:
+        """The newest weight version that produced any token (-1 before the first reply)."""
+        return max([*self.versions, *(s.version for s in self.spans)], default=-1)
+
+    def token_versions(self) -> list[int]:
+        """Per completion token, the weight version that sampled it; -1 on the env's tokens (and on model tokens no
+        span covers, in games from servers that record no spans: then the model's tokens get the game's oldest
+        version)."""
+        if not self.spans:
+            return [self.version if m else -1 for m in self.env_mask]
+        out = [-1] * len(self.completion_ids)
+        for span in self.spans:
+            out[span.start : span.end] = [span.version] * (span.end - span.start)
+        return out

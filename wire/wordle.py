@@ -95,3 +95,26 @@ def letter_states(rows: Iterable[tuple[str, Sequence[Mark]]]) -> dict[str, Mark]
             if letter not in best or _RANK[mark] > _RANK[best[letter]]:
                 best[letter] = mark
     return best
+
+
+#: What marks the text an excerpt left out.
+CUT = "…"
+
+
+def reply_excerpt(text: str, chars: int) -> str:
+    """At most `chars` characters of a reply, holding the guess: a reply that fits is whole; a longer one keeps the
+    text around its last `<guess>` tag (where the env reads the guess, `env_space.parse_guess`), a third of the room
+    before it, with `CUT` where text was left out; a reply without a tag keeps its start. A cut that kept the head of a
+    reply dropped the scored word, and a reader could not see where it came from."""
+    if chars < 3 * len(OPEN_TAG):
+        raise ValueError(f"an excerpt needs room for a tag and its word: chars >= {3 * len(OPEN_TAG)}, got {chars}")
+    if len(text) <= chars:
+        return text
+    tag = text.lower().rfind(OPEN_TAG)
+    if tag < 0:
+        return text[: chars - len(CUT)] + CUT
+    start = max(0, min(tag - chars // 3, len(text) - chars))
+    end = start + chars
+    head = CUT if start > 0 else ""
+    tail = CUT if end < len(text) else ""
+    return head + text[start + len(head) : end - len(tail)] + tail

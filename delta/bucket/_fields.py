@@ -11,16 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import DeltaFormatError, printable
+from ..errors import DeltaFormatError, shown
 
 #: The largest integer a field may hold: sizes, versions, commits and ranks stay in a signed 64-bit word.
 MAX_INT = 2**63 - 1
-
-
-def shown(value: Any, limit: int = 40) -> str:
-    """A short, printable form of `value` for an error message."""
-    text = printable(repr(value))
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def loads(data: bytes, what: str) -> Any:
@@ -68,6 +62,9 @@ def array(value: Any, what: str) -> list:
     if type(value) is not list:
         raise DeltaFormatError(f"{what} must be a JSON array, got {shown(value)}")
     return value
+
+
+__all__ = ["array", "integer", "loads", "number", "obj", "optional_integer", "shown", "text"]
 
 
 def obj(value: Any, what: str, required: tuple[str, ...] = ()) -> dict:

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from ..retry import RetryPolicy
-from ..storage import Storage
-from .manifest import MAX_MANIFEST_BYTES, FileRef, Manifest, read_manifest
+from ._files import Files
+from .manifest import MAX_MANIFEST_BYTES, FileRef, Manifest, newest_manifest
 
 #: How often a rank looks for the others' records or rank 0's commit: quickly at first (ranks finish a
 #: publish close together), then every second at most, so a rank kept waiting does not list a remote
@@ -87,12 +87,12 @@ class Ranks:
         torch.distributed.all_reduce(t, op=op, group=self.group)
         return bool(t.item())
 
-    def submit(self, storage: Storage, folder: str, record: dict) -> None:
+    def submit(self, files: Files, folder: str, record: dict) -> None:
         """Another rank: write this rank's record (its files and tensor digests) after its files."""
         body = dict(record, delta=[asdict(f) for f in record["delta"]], anchor=[asdict(f) for f in record["anchor"]])
-        storage.write(f"{folder}rank-{self.rank:05d}.json", json.dumps(body, sort_keys=True).encode())
+        files.write(f"{folder}rank-{self.rank:05d}.json", json.dumps(body, sort_keys=True).encode())
 
-    def collect(self, storage: Storage, folder: str, timeout: float) -> list[dict]:
+    def collect(self, files: Files, folder: str, timeout: float) -> list[dict]:
         """Rank 0: wait for the other ranks' records of this version and return them.
 
         Raises:
@@ -103,7 +103,7 @@ class Ranks:
             return []
         deadline = time.monotonic() + timeout
         polls = 0
-        while not wanted <= {f.path for f in storage.list(f"{folder}rank-")}:
+        while not wanted <= {f.path for f in files.list(f"{folder}rank-")}:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"ranks' records missing in {folder} after {timeout:.0f} s; is every rank publishing?"
@@ -112,13 +112,13 @@ class Ranks:
             time.sleep(_POLL.delay(polls))
         records = []
         for path in sorted(wanted):
-            body = json.loads(storage.read(path, max_bytes=MAX_MANIFEST_BYTES))  # one rank's part of a manifest
+            body = json.loads(files.read(path, max_bytes=MAX_MANIFEST_BYTES))  # one rank's part of a manifest
             body["delta"] = [FileRef(**f) for f in body["delta"]]
             body["anchor"] = [FileRef(**f) for f in body["anchor"]]
             records.append(body)
         return records
 
-    def wait_commit(self, storage: Storage, version: int, folder: str, timeout: float) -> Manifest:
+    def wait_commit(self, files: Files, version: int, folder: str, timeout: float) -> Manifest:
         """Another rank: wait until rank 0 committed `version` with this publish's files.
 
         Raises:
@@ -128,7 +128,7 @@ class Ranks:
         deadline = time.monotonic() + timeout
         polls = 0
         while True:
-            manifest = read_manifest(storage)
+            manifest = newest_manifest(files)
             entry = manifest.get(version) if manifest else None
             if entry is not None:
                 if not all(f.path.startswith(folder) for f in entry.files):

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NoPathError
-from ..tensors.hashing import scheme_of
 from .manifest import FileRef, Manifest, VersionEntry
 
 
@@ -44,9 +43,7 @@ def plan(
     """The steps with the fewest bytes to fetch that take a reader from `have` to `target`.
 
     Candidates: the deltas after `have` (only if the first one's base hash is `have_hash`, the
-    reader's actual state; or, when that base is hashed in another scheme, if `have_hash` is the
-    manifest's hash of `have`: the reader proves the base in the delta's scheme before it writes),
-    or any anchor at or below `target` followed by the deltas after it. Files
+    reader's actual state), or any anchor at or below `target` followed by the deltas after it. Files
     in `avoid` (found bad) are never used. Ties go to the route with fewer steps.
 
     Args:
@@ -84,16 +81,9 @@ def plan(
 
     # Each candidate start costs O(1) to price; only the cheapest is spelled out as steps.
     best: tuple[int, int, int, str] | None = None  # (bytes, steps, start version, "delta" | "anchor")
-    cost = deltas[have - first] if have is not None and first <= have < target else None
-    if have is not None and have_hash is not None and cost is not None:
-        following, held = manifest.get(have + 1), manifest.get(have)
-        base_hash = following.base_hash if following is not None else None
-        if base_hash == have_hash or (
-            held is not None
-            and held.state_hash == have_hash
-            and base_hash is not None
-            and scheme_of(base_hash) != scheme_of(have_hash)
-        ):
+    if have is not None and have_hash is not None and first <= have < target:
+        cost, following = deltas[have - first], manifest.get(have + 1)
+        if cost is not None and following is not None and following.base_hash == have_hash:
             best = (cost, target - have, have, "delta")
     for anchor in manifest.anchors():
         cost = deltas[anchor.version - first] if anchor.version <= target else None

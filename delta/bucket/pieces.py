@@ -1,14 +1,9 @@
 """Sharded tensors: each rank publishes slices of tensors as it holds them, readers put them back together.
 
-A rank of an FSDP2 trainer holds a slice of every weight (a `DTensor`'s local shard); ranks that each
-hold the whole model share the work by taking slices too (`split`). Publishing a slice as it is costs
-no gather: the slice travels in the rank's files as an ordinary tensor under a piece name
-(`piece_name`: `NAME@DIM:START`), and the manifest's `pieces` table says, per full tensor, its shape,
-the dimension it is cut along and which piece holds which range, in order. Readers check that the
-pieces tile every tensor exactly (`check_layout`: no gap, no overlap, every piece on one rank) and
-assemble the full tensor bit for bit (`assemble`; in place through `piece_views` where a piece is a
-contiguous block of the full tensor, as FSDP2's dim-0 shards are).
-"""
+A slice (an FSDP2 `DTensor`'s local shard, or `split`'s share of a whole model) travels in the rank's files as an
+ordinary tensor under a piece name (`NAME@DIM:START`); the manifest's `pieces` table says, per full tensor, its
+shape, the dimension it is cut along and which piece holds which range. Readers check that the pieces tile every
+tensor exactly (`check_layout`) and assemble it bit for bit (`assemble`, or in place through `piece_views`)."""
 
 from __future__ import annotations
 
@@ -31,14 +26,8 @@ __all__ = ["Sharded", "Slice", "check_layout", "flatten", "split"]
 
 @dataclass(frozen=True)
 class Slice:
-    """A range of a tensor along one dimension, as a rank passes it to `Publisher.publish`.
-
-    Attributes:
-        tensor: The values: indices `start .. start + tensor.shape[dim]` of the full tensor along `dim`.
-        shape: The full tensor's shape.
-        dim: The dimension it is cut along.
-        start: Where the range starts.
-    """
+    """Indices `start .. start + tensor.shape[dim]` along `dim` of a full tensor of `shape`, as a rank publishes
+    them."""
 
     tensor: torch.Tensor
     shape: tuple[int, ...]
@@ -52,13 +41,7 @@ class Slice:
 
 @dataclass(frozen=True)
 class Sharded:
-    """How one full tensor is cut into pieces.
-
-    Attributes:
-        shape: The full tensor's shape.
-        dim: The dimension the pieces are cut along.
-        pieces: (piece name, start, stop) of each piece, in order of `start`.
-    """
+    """How one full tensor of `shape` is cut along `dim`: (piece name, start, stop) of each piece, in order."""
 
     shape: tuple[int, ...]
     dim: int
@@ -68,8 +51,9 @@ class Sharded:
         return {"shape": list(self.shape), "dim": self.dim, "slices": [list(p) for p in self.pieces]}
 
     @classmethod
-    def from_json(cls, body: Any, name: str) -> Sharded:
-        """Parse one entry of a manifest's `pieces` (strict types; tiling is `check_layout`'s to check).
+    def from_json(cls, body: Any, name: str, max_slices: int | None = None) -> Sharded:
+        """Parse one entry of a manifest's `pieces` (strict types; tiling is `check_layout`'s), of at most
+        `max_slices` slices (one per rank: refused before any is parsed).
 
         Raises:
             DeltaFormatError: a field of the wrong JSON type or out of range.
@@ -77,8 +61,13 @@ class Sharded:
         what = f"pieces[{shown(name)}]"
         body = obj(body, what, ("shape", "dim", "slices"))
         shape = tuple(integer(n, f"{what}.shape[{i}]") for i, n in enumerate(array(body["shape"], f"{what}.shape")))
+        slices = array(body["slices"], f"{what}.slices")
+        if max_slices is not None and len(slices) > max_slices:
+            raise DeltaFormatError(
+                f"{what}.slices: {len(slices):,} slices, more than the {max_slices:,} of one per rank"
+            )
         pieces = []
-        for i, entry in enumerate(array(body["slices"], f"{what}.slices")):
+        for i, entry in enumerate(slices):
             entry = array(entry, f"{what}.slices[{i}]")
             if len(entry) != 3:
                 raise DeltaFormatError(f"{what}.slices[{i}] must be [piece, start, stop], got {shown(entry)}")
@@ -104,13 +93,11 @@ def piece_name(name: str, dim: int, start: int) -> str:
 
 
 def local_slice(tensor: Any) -> torch.Tensor | Slice | None:
-    """What this rank publishes of a `DTensor`: its local shard as a `Slice`; the whole tensor if it is
-    replicated (only on the mesh's first rank, so that no two ranks publish it); None if this rank holds
-    nothing of it. A plain tensor is returned as it is.
+    """What this rank publishes of a `DTensor`: its local shard as a `Slice`; a replicated tensor whole on the mesh's
+    first rank only; None if this rank holds nothing. A plain tensor is returned as it is.
 
     Raises:
-        ValueError: the local shard is cut along more than one dimension (a 2-D mesh sharding a tensor
-            twice), which the format does not describe.
+        ValueError: the shard is cut along more than one dimension, which the format does not describe.
     """
     from torch.distributed.tensor import DTensor
 
@@ -138,12 +125,8 @@ def local_slice(tensor: Any) -> torch.Tensor | Slice | None:
 
 
 def flatten(state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], PieceRecord]:
-    """This rank's state as its files hold it: tensors under their names, slices under piece names (a
-    slice that covers its whole tensor under the tensor's name, an empty one not at all); and what each
-    piece is.
-
-    Args:
-        state: name -> tensor, `Slice` or `DTensor` (taken as `local_slice` says).
+    """This rank's state as its files hold it (tensors under their names, slices under piece names, a whole slice under
+    its tensor's, an empty one not at all), and what each piece is.
 
     Raises:
         ValueError: a slice outside its tensor, or with a shape that does not match its full shape.
@@ -192,11 +175,8 @@ def layout_of(records: list[PieceRecord]) -> Layout:
 
 
 def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], ...] | None) -> None:
-    """Refuse a `pieces` table whose pieces do not tile their tensors exactly.
-
-    Every tensor has at least one piece; its pieces must start at 0, each where the one before stopped,
-    and stop at the tensor's length along the cut dimension; every piece must be held by exactly one rank
-    (`shards`), no piece may be named like a full tensor, and no rank may hold a sharded tensor whole.
+    """Refuse a `pieces` table whose pieces do not tile their tensors exactly, each piece on exactly one rank, none
+    named like a full tensor, and no sharded tensor held whole.
 
     Raises:
         DeltaFormatError: naming the tensor and what is wrong.
@@ -239,9 +219,8 @@ def check_layout(layout: Mapping[str, Sharded], shards: tuple[tuple[str, ...], .
 
 
 def hash_keys(flat: Mapping[str, torch.Tensor], record: PieceRecord) -> dict[str, TensorKey]:
-    """State-hash keys of the pieces in `flat` (piece name -> its full tensor and its range there), so that a
-    piece hashes its elements where they sit in the full tensor: the state hash does not depend on how a
-    tensor is cut. Tensors that are not pieces are not listed (they are their own full tensors)."""
+    """State-hash keys of the pieces in `flat`, so that a piece hashes its elements where they sit in the full tensor:
+    the state hash does not depend on how a tensor is cut."""
     return {
         piece: TensorKey.piece(name, DTYPE_NAMES[flat[piece].dtype], tuple(shape), dim, start, stop)
         for piece, (name, shape, dim, start, stop) in record.items()
@@ -287,8 +266,8 @@ def assemble(flat: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded]) ->
 
 
 def piece_views(full: Mapping[str, torch.Tensor], layout: Mapping[str, Sharded]) -> dict[str, torch.Tensor]:
-    """The pieces of full tensors, under piece names: views sharing their memory where the range is
-    contiguous (FSDP2's dim-0 shards), else contiguous copies (write them back with `write_back`).
+    """The pieces of full tensors, under piece names: views where the range is contiguous (FSDP2's dim-0 shards), else
+    copies (to `write_back`).
 
     Raises:
         DeltaFormatError: a sharded tensor is missing or has another shape than the layout says.
@@ -324,12 +303,8 @@ def write_back(
 def split(
     state: Mapping[str, torch.Tensor], rank: int, world: int, min_numel: int = MIN_SPLIT_NUMEL
 ) -> dict[str, torch.Tensor | Slice]:
-    """This rank's share of a state that every rank holds whole, so that ranks publish in parallel.
-
-    Tensors of at least `min_numel` elements are cut along dim 0 as `torch.chunk` cuts them (the
-    ranks' pieces differ by at most one row); smaller ones go whole to the rank with the fewest bytes so
-    far. Every rank computes the same plan from the same names and shapes.
-    """
+    """This rank's share of a state every rank holds whole: tensors of at least `min_numel` elements cut along dim 0 as
+    `torch.chunk` does, smaller ones whole to the rank with the fewest bytes so far; the same plan on every rank."""
     if not 0 <= rank < world:
         raise ValueError(f"rank must be in [0, {world}), got {rank}")
     share: dict[str, torch.Tensor | Slice] = {}

@@ -6,37 +6,18 @@
         pub.publish(model.state_dict())   # blocks only for a copy of the tensors
     pub.close()                           # waits for the last version to be committed
 
-`publish` copies the tensors (on their device) into a snapshot and returns once the copy is done. A
-background thread hashes and encodes the snapshot (a delta against the last published version; an
-anchor on the first version, every `anchor_every` versions and on request), uploads the files, commits
-the manifest and collects garbage. At most one snapshot waits: if uploads fall behind, a newer
-`publish` is written over the waiting one, so the next delta simply spans more training steps, and at
-most three copies of the state live on its device (published, publishing, waiting).
+`publish` copies the tensors (on their device) into a snapshot; a background thread hashes and encodes it (a delta
+against the last version; an anchor on the first version, every `anchor_every` versions and on request), uploads
+the files, commits the manifest and collects garbage. At most one snapshot waits: a newer `publish` is written over
+it, so at most three copies of the state live on its device. Each version is signed with the trainer's key
+(`Bucket.signing_key`); a new key is introduced by a handover signed with the old one (`Bucket.handover_from`).
 
-A state on a GPU is diffed and hashed there (`delta.codecs._device_scan`): the state hash of each version
-moves by the changed elements alone, and only they cross to the host; an anchor copies the state to the
-host once. Not yet run on a GPU: tested with CPU tensors through the same code (`DELTA_DEVICE_PATH=1`).
-
-Each version is signed with the trainer's Ed25519 key (`delta.bucket.trust`), which readers check before they apply
-it: the key given, else ``DELTA_SIGNING_KEY``, else one made at the first start on the bucket and kept owner-only in
-the user's cache (`delta.signing.trainer_key`), so a restarted trainer signs with the same key. A new key is
-introduced to readers by a handover signed with the old one (`handover_from`): on start, the publisher signs the
-versions of the old key again with the new one and commits them with the handover, so that readers that trust the old
-key follow the new one, and readers given the new key alone can load them. A publisher that finds versions it did not
-sign at the end of the bucket (a stranger's) says so and goes on from its own last version; it keeps the run id of its
-versions across restarts.
-
-Several ranks: each rank calls `publish` with its own tensors (disjoint names) at the same steps, or with slices of
-tensors (`delta.pieces.Slice`, or an FSDP2 state dict's `DTensor`s, whose local shards are published as they are: no
-rank gathers anything; `delta.pieces.split` cuts a state every rank holds whole into shares). Rank 0 signs and
-commits the manifest once every rank's files have landed (only it needs the key). Whether a step is published or
-coalesced is decided by all ranks together (one tiny all-reduce per `publish` on `group`, which must be a gloo
-group), so all ranks publish the same steps.
-"""
+Several ranks: each publishes its own tensors or slices of tensors (`delta.pieces.Slice`, FSDP2's `DTensor`s: no
+rank gathers anything); rank 0 signs and commits once every rank's files have landed, and all ranks decide together
+whether a step is published or coalesced (one tiny all-reduce on `group`, a gloo group)."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import secrets
 import threading
@@ -52,28 +33,20 @@ from ..codecs import CODECS, DEFAULT_CODEC, Workspace
 from ..errors import BucketUnreachableError, DeltaError, PublishError
 from ..patch.diff import encode_delta
 from ..retry import RetryPolicy
-from ..signing import PublicKey, SigningKey, trainer_key
-from ..storage import Storage, open_storage
+from ..signing import MAX_HANDOVERS, PublicKey, SigningKey, make_handover
+from ..storage import Storage
 from ..tensors import _device
-from ..tensors.hashing import SCHEME, SumDigest, scheme_of, state_digest
+from ..tensors.hashing import StateDigest, state_digest
 from ..tensors.state import State
 from . import pieces
 from ._ranks import Ranks
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
-from .manifest import (
-    FileRef,
-    Handover,
-    Manifest,
-    VersionEntry,
-    file_ref,
-    manifests_after,
-    read_manifest,
-    version_dir,
-    write_manifest,
-)
+from .handle import Bucket
+from .manifest import FileRef, Handover, Manifest, VersionEntry, file_ref, version_dir, write_manifest
 from .reader import Reader
+from .resume import Resume
 from .retention import collect_garbage, retain
-from .trust import make_handover, own_versions, resign, sign_latest
+from .trust import resign, sign_latest
 
 logger = logging.getLogger(__name__)
 
@@ -83,25 +56,17 @@ class PublisherConfig:
     """Settings of a `Publisher`.
 
     Attributes:
-        anchor_every: An anchor (full snapshot) every this many versions, besides the first version
-            and `publish(..., anchor=True)`. Readers that fall behind or join late load the newest anchor.
+        anchor_every: An anchor (full snapshot) every this many versions, besides the first and `publish(anchor=True)`.
         keep_anchors: Anchors kept in the bucket; older versions and their files are deleted.
         max_shard_bytes: Largest anchor shard file (a single larger tensor gets a file of its own).
         codec: Delta codec (`delta.CODECS`).
-        retry_delay: Seconds before the first retry of a version whose upload failed (the bucket was
-            unreachable after the storage's own retries, or did not apply every file of a batch); doubles up to
-            `max_retry_delay`, with jitter (`delta.retry.RetryPolicy`), and waits longer where the bucket said to
-            (a 429's time). Retried until it succeeds or `close` gives up. Refused credentials or a missing bucket
-            the publisher may not create stop it at once (`PublishError` says which).
+        retry_delay: Seconds before the first retry of a failed upload, doubling up to `max_retry_delay` (longer where
+            a 429 said); refused credentials or a missing bucket stop the publisher at once (`PublishError`).
         max_retry_delay: Longest wait between two retries of a version.
-        commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for
-            its commit, before the publisher stops with `PublishError`.
-        workers: Threads that encode chunks in the background (None: one per core; fewer leaves
-            cores to training).
-        min_interval: Seconds between two commits at least (one rank only): steps published sooner wait, and the
-            newest of them goes out once the interval has passed (they coalesce into one delta). For a bucket whose
-            requests are counted (a Hub account's quota, `wire.budget`): a trainer stepping every second would
-            otherwise spend several requests a second. `flush` and `close` do not wait for it. 0: no wait.
+        commit_timeout: Several ranks: seconds rank 0 waits for the other ranks' files, and they for its commit.
+        workers: Threads that encode chunks in the background (None: one per core).
+        min_interval: Seconds between two commits at least: steps published sooner coalesce into the next version.
+            None: the bucket's budget (`Budget.publish_s`). `flush` and `close` do not wait for it.
     """
 
     anchor_every: int = 50
@@ -112,7 +77,7 @@ class PublisherConfig:
     max_retry_delay: float = 30.0
     commit_timeout: float = 600.0
     workers: int | None = None
-    min_interval: float = 0.0
+    min_interval: float | None = None
 
     def __post_init__(self) -> None:
         if self.anchor_every < 1:
@@ -124,7 +89,7 @@ class PublisherConfig:
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of {sorted(CODECS)}")
         resolve_workers(self.workers)
-        if self.min_interval < 0:
+        if self.min_interval is not None and self.min_interval < 0:
             raise ValueError(f"min_interval must be >= 0 seconds, got {self.min_interval}")
         if not 0 < self.retry_delay <= self.max_retry_delay or self.commit_timeout <= 0:
             raise ValueError(
@@ -143,15 +108,8 @@ class _Snapshot:
 
 @dataclass(frozen=True)
 class PublishedVersion:
-    """The newest version this publisher committed (or resumed from).
-
-    Attributes:
-        version: Model version.
-        state_hash: Hash of the whole state (all ranks).
-        kind: "anchor" or "delta".
-        bytes_written: Data and manifest bytes written for it.
-        seconds: From taking the snapshot to the commit.
-    """
+    """The newest version this publisher committed (or resumed from): its hash (of all ranks' state), kind, the bytes
+    written for it and the seconds from the snapshot to the commit."""
 
     version: int
     state_hash: str
@@ -163,72 +121,57 @@ class PublishedVersion:
 class Publisher:
     """Publishes states to a bucket as consecutive versions; see the module docstring.
 
-    On start it reads the bucket's newest manifest: numbering continues after the latest version this trainer
-    signed, and the base of the next delta is that version's state — `base_state` if it hashes to the
-    manifest's state hash, else pulled from the bucket (verified against the hash); if neither is
-    possible the next version is an anchor only. With none of its own in the bucket, numbering continues after the
-    bucket's latest version, and the next version is an anchor of a new run.
+    The constructor reads and sends nothing; `start` (called by the first `publish` or `with`) goes on from the
+    bucket's resume (`Bucket.resume`). The next delta's base is that version's state: `base_state` if it hashes right,
+    else pulled from the bucket; failing both, the next version is an anchor.
 
     Args:
-        bucket: URL for `open_storage`, or an open `Storage`.
+        bucket: A `delta.Bucket` (opened as a writer), a `Storage`, or a URL (opened with `options`).
         config: Settings.
-        signing_key: The trainer's key (or its text, ``ed25519-private:...``); None: `delta.signing.trainer_key`
-            (``DELTA_SIGNING_KEY``, else the key kept for the bucket, made at the first start). Rank 0's alone counts.
-        handover_from: The trainer's previous key, when `signing_key` replaces it (`delta.signing.previous_key` reads
-            it from a file or ``DELTA_HANDOVER_FROM``): a handover signed with it goes into the manifest, and readers
-            that trust it trust `signing_key` from then on. Its versions count as this trainer's own up to the first
-            version `signing_key` signed; on start they are signed again with `signing_key` and committed with the
-            handover at once (one manifest write), before any new version. Rank 0's alone counts.
-        base_state: The state of the bucket's latest version, if the caller holds it (saves a download
-            on resume; one rank only).
-        group: A gloo process group for several ranks (default: the default group when
-            torch.distributed is initialised with more than one rank).
-        **storage_options: Passed to `open_storage` when `bucket` is a URL.
+        signing_key, handover_from: With a storage or URL: as `Bucket.open`'s.
+        base_state: The state of the bucket's latest version, if the caller holds it (saves a download; one rank).
+        group: A gloo process group for several ranks (default: the default group when there are several).
 
-    Threads: one daemon worker thread per publisher; `publish`, `flush` and `close` are for one
-    calling thread (with several ranks, every rank calls them at the same points).
+    Threads: one daemon worker thread per publisher; `publish`, `flush` and `close` are for one calling thread (with
+    several ranks, every rank calls them at the same points).
     """
 
     def __init__(
         self,
-        bucket: str | Storage,
+        bucket: Bucket | Storage | str,
         config: PublisherConfig | None = None,
         *,
         signing_key: SigningKey | str | None = None,
         handover_from: SigningKey | str | None = None,
         base_state: Mapping[str, torch.Tensor] | None = None,
         group: Any = None,
-        **storage_options: Any,
+        **options: Any,
     ) -> None:
-        self.storage = bucket if isinstance(bucket, Storage) else open_storage(bucket, **storage_options)
+        if not isinstance(bucket, Bucket):
+            options.update(writer=True, signing_key=signing_key, handover_from=handover_from)
+        elif signing_key is not None or handover_from is not None:
+            raise TypeError(
+                "a Bucket holds its keys: open it with Bucket.open(url, signing_key=..., handover_from=...)"
+            )
+        self.bucket = Bucket.of(bucket, **options)
         self.config = config or PublisherConfig()
+        min_interval = self.config.min_interval
+        self._min_interval = min_interval if min_interval is not None else self.bucket.budget.publish_s
         self.ranks = Ranks.create(group)
-        self._key: SigningKey | None = None  # rank 0's: it signs
-        self._handover: Handover | None = None
-        manifest, latest, run = None, 0, secrets.token_hex(16)
-        if self.ranks.rank == 0:
-            self._key = _signing_key(signing_key) if signing_key is not None else trainer_key(self.storage.url)
-            previous = _signing_key(handover_from) if handover_from is not None else None
-            if previous is not None and previous.public != self._key.public:
-                self._handover = make_handover(previous, self._key.public)
-            manifest, latest, run = self._own_versions(read_manifest(self.storage), run)
-            if manifest is not None:
-                manifest = self._take_over(manifest)
-        self.session, manifest, latest, self._run_id = self.ranks.broadcast(
-            (secrets.token_hex(4), manifest, latest, run)
-        )
-        self._manifest = manifest
-        self._next_version = latest + 1
-        self._last_anchor = max((v.version for v in manifest.anchors()), default=0) if manifest else 0
-        self._base = self._resume_base(manifest, base_state)
-        self._base_digest: SumDigest | None = None  # hashed with the pieces' keys, once they are known
+        self.session = ""  # names this run's data folders; set at the start, the same on every rank
         self.last: PublishedVersion | None = None
-        if manifest and manifest.latest:
-            self.last = PublishedVersion(latest, manifest.latest.state_hash, manifest.latest.kind, 0, 0.0)
-        self._pending: _Snapshot | None = None
-        self._pieces: pieces.PieceRecord | None = None  # what this rank's slices are (set by the first publish)
         #: Seconds the last `publish` blocked for its copy, synchronised with the device.
         self.copy_s = 0.0
+        self._given_base = base_state
+        self._manifest: Manifest | None = None
+        self._handover: Handover | None = None
+        self._run_id = ""
+        self._next_version = 1
+        self._last_anchor = 0
+        self._base: State | None = None
+        self._base_digest: StateDigest | None = None  # hashed with the pieces' keys, once they are known
+        self._pending: _Snapshot | None = None
+        self._pieces: pieces.PieceRecord | None = None  # what this rank's slices are (set by the first publish)
         self._busy = False
         self._in_flight = False  # a snapshot taken by the background thread and not yet committed
         self._spare: State | None = None
@@ -239,27 +182,111 @@ class Publisher:
         self._workspace = Workspace()  # the background thread's memory kept from one delta to the next
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="delta-publisher", daemon=True)
+        self._started = False
+
+    @property
+    def storage(self) -> Storage:
+        """The bucket's storage (its `traffic` is what publishing costs)."""
+        return self.bucket.storage
+
+    def start(self) -> Publisher:
+        """The start-up, once, on every rank: rank 0 finds where it goes on from and commits a key handover; every rank
+        learns it and takes the base of its next delta; the worker thread starts.
+
+        Raises:
+            BucketUnreachableError, StorageError: the bucket cannot be read (the next call tries again).
+            KeyFormatError, PrivateFileError: rank 0's key cannot be read.
+        """
+        if self._started:
+            return self
+        resume = self._take_over(self.bucket.resume()) if self.ranks.rank == 0 else None
+        self.session, resume = self.ranks.broadcast((secrets.token_hex(4), resume))
+        assert resume is not None  # rank 0's, broadcast
+        self._manifest, self._run_id, self._next_version = resume.manifest, resume.run, resume.next_version
+        self._last_anchor = max((v.version for v in resume.manifest.anchors()), default=0) if resume.manifest else 0
+        self._base = self._resume_base(resume)
+        if resume.entry is not None:
+            self.last = PublishedVersion(resume.version, resume.entry.state_hash, resume.entry.kind, 0, 0.0)
+        self._started = True
         self._worker.start()
+        return self
+
+    def _take_over(self, resume: Resume) -> Resume:
+        """Rank 0, handing over from an earlier key: that key's versions are committed again signed with the new one,
+        with the handover (one manifest write), so readers of either key follow."""
+        old, key = self.bucket.handover_from, self.bucket.signing_key
+        if old is None or old.public == key.public:
+            return resume
+        self._handover = make_handover(old, key.public)
+        manifest = resume.manifest
+        if manifest is None or all(v.signer == key.public.text for v in manifest.versions):
+            return resume
+        handovers = manifest.handovers + (() if self._handover in manifest.handovers else (self._handover,))
+        handovers = handovers[-MAX_HANDOVERS:]  # the last ones: readers refuse a manifest of more
+        taken = write_manifest(self.bucket, resign(replace(manifest, handovers=handovers), key))
+        logger.warning(
+            "%s: versions %d..%d signed again with this trainer's new key %s, handed over from %s",
+            self.bucket.url,
+            manifest.versions[0].version,
+            manifest.versions[-1].version,
+            key.public.fingerprint,
+            old.public.fingerprint,
+        )
+        return replace(resume, manifest=taken)
+
+    def _resume_base(self, resume: Resume) -> State | None:
+        """This rank's state of the version resumed, or None (the next version is an anchor only): the caller's
+        `base_state` if it hashes to the version's, else pulled from the bucket (every file checked)."""
+        entry, manifest, base = resume.entry, resume.manifest, None
+        given = self._given_base
+        if entry is not None and given is not None and self.ranks.world == 1:
+            digest = state_digest(given, workers=self.config.workers)
+            if digest.hexdigest == entry.state_hash:
+                base = {k: v.detach().clone() for k, v in given.items()}
+            else:
+                logger.warning(
+                    "base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
+                    digest.hexdigest,
+                    entry.version,
+                    entry.state_hash,
+                )
+        if entry is not None and manifest is not None and base is None:
+            try:
+                full = _pull(self.bucket, manifest, entry.version)
+                names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
+                if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
+                    names = []
+                base = {n: full[n] for n in names} or None
+            except (DeltaError, OSError) as e:
+                logger.warning(
+                    "cannot pull version %d from %s (%s): the next version will be an anchor only",
+                    entry.version,
+                    self.bucket.url,
+                    e,
+                )
+        return base if self.ranks.all(base is not None) else None
+
+    @property
+    def public_key(self) -> PublicKey | None:
+        """The public key readers check this publisher's versions with (None on ranks other than 0, which sign
+        nothing): what to give them, such as ``DELTA_TRUSTED_KEY=<its .text>``."""
+        return self.bucket.signing_key.public if self.ranks.rank == 0 else None
 
     # -- the trainer's side ----------------------------------------------------------------------------
 
     def publish(self, state: Mapping[str, Any], *, anchor: bool = False) -> None:
-        """Take a snapshot of `state` for publishing as the next version and return.
-
-        Blocks only to copy the tensors (on their device, waiting for the copy to finish there; `copy_s`
-        says how long); `state` is not modified and may change as soon as this returns. Encoding and
-        upload happen in the background. If a snapshot is already waiting, this one replaces it (written
-        over it, keeping its anchor request).
+        """Take a snapshot of `state` for publishing as the next version and return once it is copied (`copy_s`);
+        `state` may change from then on. A snapshot already waiting is replaced (keeping its anchor request).
 
         Args:
-            state: This rank's tensors, `delta.pieces.Slice`s or `DTensor`s (`delta.pieces.flatten`); the
-                same names, shapes and dtypes every call.
-            anchor: Publish a full snapshot with this version (besides the delta).
+            state: This rank's tensors, `Slice`s or `DTensor`s; the same names, shapes and dtypes every call.
+            anchor: Publish a full snapshot with this version.
 
         Raises:
-            PublishError: the background thread stopped on an error (the message says which).
+            PublishError: the background thread stopped on an error.
             ValueError: a slice does not fit its tensor, or the slices differ from the first call's.
         """
+        self.start()
         self._raise_if_failed()
         start = time.perf_counter()
         state, record = pieces.flatten(state)
@@ -287,18 +314,10 @@ class Publisher:
             self._cond.notify_all()
 
     @property
-    def public_key(self) -> PublicKey | None:
-        """The public key readers check this publisher's versions with (None on ranks other than 0, which sign
-        nothing): what to give them, such as ``DELTA_TRUSTED_KEY=<its .text>``."""
-        return self._key.public if self._key is not None else None
-
-    @property
     def state_version(self) -> int:
-        """The version the state handed in last has in the bucket's numbering: the last committed version (0
-        before any), plus one for a snapshot uploading and not yet committed, plus one for a snapshot waiting
-        behind it (steps that coalesce while they wait make one version). `last`, the upload and the queue are
-        read together, so a commit in between cannot count twice. It changes nothing: unlike
-        `flush(timeout=0)`, which with several ranks would make one rank publish a step the others coalesce."""
+        """The version the state handed in last has in the bucket's numbering: the last committed, plus one for a
+        snapshot uploading, plus one for one waiting. Read together, and changing nothing (unlike
+        `flush(timeout=0)`)."""
         with self._cond:
             last = self.last.version if self.last is not None else 0
             return last + self._in_flight + (self._pending is not None)
@@ -309,6 +328,8 @@ class Publisher:
         Raises:
             PublishError: the background thread stopped on an error.
         """
+        if not self._started:
+            return True
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self._pending is not None:
@@ -333,97 +354,26 @@ class Publisher:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
-            self._worker.join(None if end is None else max(0.0, end - time.monotonic()))
+            if self._started:
+                self._worker.join(None if end is None else max(0.0, end - time.monotonic()))
         return done
 
     def __enter__(self) -> Publisher:
-        return self
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise PublishError(f"publishing to {self.storage.url} stopped: {self._error}") from self._error
-
-    # -- resume ---------------------------------------------------------------------------------------
-
-    def _own_versions(self, newest: Manifest | None, run: str) -> tuple[Manifest | None, int, str]:
-        """Rank 0: the bucket's manifest cut after the last of its first versions that this trainer signed (with its
-        key, or, before its key's first, with the key it hands over from: `trust.own_versions`; an older manifest when
-        the newest holds none: a stranger's), or None; the version to go on from (that one, else the bucket's latest:
-        a new run); and the run (theirs, else `run`). Versions after its own are said to be someone else's, and left
-        behind."""
-        if newest is None:
-            return None, 0, run
-        assert self._key is not None  # rank 0's, which signs
-        latest = newest.latest.version if newest.latest else 0
-        earlier = [PublicKey.parse(self._handover.old)] if self._handover is not None else []
-        for manifest in itertools.chain([newest], manifests_after(self.storage, newest.commit)):
-            own = own_versions(manifest, self._key.public, earlier)
-            if own:
-                entry = manifest.get(own)
-                assert entry is not None  # one of its versions
-                run = entry.run or run  # a signed version names its run
-                break
-        mine = self._key.public.fingerprint
-        if own and own < latest:
-            logger.warning(
-                "versions %d..%d of %s are not signed by this trainer's key (%s): someone else's, ignored; "
-                "going on from version %d",
-                own + 1,
-                latest,
-                self.storage.url,
-                mine,
-                own,
-            )
-        elif own and manifest is not newest:
-            logger.warning(
-                "the newest manifest of %s lists versions not signed by this trainer's key (%s): someone "
-                "else's, ignored; going on from version %d",
-                self.storage.url,
-                mine,
-                own,
-            )
-        elif latest and not own:
-            logger.warning(
-                "no version of %s is signed by this trainer's key (%s): starting a new run at version %d; "
-                "readers that trust another key refuse it (a new key is introduced with handover_from=the "
-                "old key)",
-                self.storage.url,
-                mine,
-                latest + 1,
-            )
-        return (manifest.upto(own), own, run) if own else (None, latest, run)
-
-    def _take_over(self, manifest: Manifest) -> Manifest:
-        """Rank 0, rotating (`handover_from`): commit this trainer's versions signed by the key it hands over from again
-        with its key, with the handover, and return that manifest; else `manifest`. One manifest write, no file moved:
-        a reader that trusts the old key follows the handover, one given the new key loads every version."""
-        assert self._key is not None  # rank 0's, which signs
-        mine = self._key.public.text
-        if self._handover is None or all(v.signer == mine for v in manifest.versions):
-            return manifest
-        handovers = manifest.handovers + (() if self._handover in manifest.handovers else (self._handover,))
-        taken = resign(replace(manifest, handovers=handovers), self._key)
-        taken = write_manifest(self.storage, taken)
-        logger.warning(
-            "%s: versions %d..%d signed again with this trainer's new key %s, handed over from %s",
-            self.storage.url,
-            manifest.versions[0].version,
-            manifest.versions[-1].version,
-            self._key.public.fingerprint,
-            PublicKey.parse(self._handover.old).fingerprint,
-        )
-        return taken
+            raise PublishError(f"publishing to {self.bucket.url} stopped: {self._error}") from self._error
 
     def _check_base(self, state: Mapping[str, torch.Tensor]) -> None:
         """First publish (every rank): keep the resumed base only if every rank's tensors and slices are laid
         out as in the bucket's latest version; otherwise the next version is an anchor only (a new chain)."""
-        base, manifest = self._base, self._manifest
+        base, manifest = self._base, self._manifest or Manifest(0)
         same = (
             base is not None
-            and manifest is not None
             and base.keys() == state.keys()
             and all(base[n].shape == t.shape and base[n].dtype == t.dtype for n, t in state.items())
         )
@@ -443,61 +393,13 @@ class Publisher:
             with self._cond:
                 self._base = None
 
-    def _resume_base(self, manifest: Manifest | None, base_state: Mapping[str, torch.Tensor] | None) -> State | None:
-        """The state of the latest committed version for this rank, or None (next version: anchor only). A bucket
-        whose hashes are of another scheme (format 2's) starts a new chain with an anchor."""
-        base: State | None = None
-        latest = manifest.latest if manifest else None
-        if latest is not None and scheme_of(latest.state_hash) != SCHEME:
-            logger.warning(
-                "version %d of %s is hashed with %s: the next version will be an anchor (%s from now on)",
-                latest.version,
-                self.storage.url,
-                scheme_of(latest.state_hash) or "an unknown scheme",
-                SCHEME,
-            )
-            latest = None
-        if latest is not None and base_state is not None and self.ranks.world == 1:
-            digest = state_digest(base_state, workers=self.config.workers)
-            if digest.hexdigest == latest.state_hash:
-                base = {k: v.detach().clone() for k, v in base_state.items()}
-            else:
-                logger.warning(
-                    "base_state hashes to %s, the bucket's version %d to %s: pulling it from the bucket",
-                    digest.hexdigest,
-                    latest.version,
-                    latest.state_hash,
-                )
-        if latest is not None and base is None:
-            assert manifest is not None  # it lists `latest`
-            try:
-                reader = Reader(self.storage)
-                try:
-                    reader.catch_up(manifest, latest.version)
-                finally:
-                    reader.close()
-                full = reader.flat_state
-                assert full is not None  # caught up
-                names = manifest.shards[self.ranks.rank] if manifest.shards and self.ranks.world > 1 else sorted(full)
-                if manifest.shards is not None and len(manifest.shards) != self.ranks.world:
-                    names = []
-                base = {n: full[n] for n in names} or None
-            except (DeltaError, OSError) as e:
-                logger.warning(
-                    "cannot pull version %d from %s (%s): the next version will be an anchor only",
-                    latest.version,
-                    self.storage.url,
-                    e,
-                )
-        return base if self.ranks.all(base is not None) else None
-
     # -- the background side ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not (self._pending is not None and self._pending.ready and self._due()) and not self._closing:
-                    due_in = self._committed_at + self.config.min_interval - time.monotonic()
+                    due_in = self._committed_at + self._min_interval - time.monotonic()
                     self._cond.wait(due_in if self._pending is not None and due_in > 0 else None)
                 if self._pending is None or not self._pending.ready:
                     return
@@ -506,7 +408,7 @@ class Publisher:
             try:
                 self._publish_with_retries(snapshot)
             except BaseException as e:  # recorded for the trainer's thread, which raises it
-                logger.exception("publisher on %s stopped", self.storage.url)
+                logger.exception("publisher on %s stopped", self.bucket.url)
                 with self._cond:
                     self._error = e
                     self._busy = self._in_flight = False
@@ -519,7 +421,7 @@ class Publisher:
 
     def _due(self) -> bool:
         """Whether the waiting snapshot may be committed now (`min_interval`, with one rank; `flush` hurries it)."""
-        return self._hurry or self.ranks.world > 1 or time.monotonic() >= self._committed_at + self.config.min_interval
+        return self._hurry or self.ranks.world > 1 or time.monotonic() >= self._committed_at + self._min_interval
 
     def _publish_with_retries(self, snapshot: _Snapshot) -> None:
         policy = RetryPolicy(None, self.config.retry_delay, self.config.max_retry_delay)
@@ -594,11 +496,11 @@ class Publisher:
             "pieces": {p: [n, list(shape), d, a, b] for p, (n, shape, d, a, b) in (self._pieces or {}).items()},
         }
         if rank == 0:
-            others = self.ranks.collect(self.storage, folder, self.config.commit_timeout)
+            others = self.ranks.collect(self.bucket, folder, self.config.commit_timeout)
             manifest = self._commit(version, [record, *others], snapshot.taken_at)
         else:
-            self.ranks.submit(self.storage, folder, record)
-            manifest = self.ranks.wait_commit(self.storage, version, folder, self.config.commit_timeout)
+            self.ranks.submit(self.bucket, folder, record)
+            manifest = self.ranks.wait_commit(self.bucket, version, folder, self.config.commit_timeout)
         written = sum(f.size for f in delta_refs + anchor_refs)
         if rank == 0:
             written += len(manifest.to_json())
@@ -620,15 +522,15 @@ class Publisher:
             self._in_flight = False
 
     def _write(self, path: str, data: bytes) -> FileRef:
-        self.storage.write(path, data)
+        self.bucket.write(path, data)
         return file_ref(path, data, self.ranks.rank)
 
     def _commit(self, version: int, records: list[dict], taken_at: float) -> Manifest:
         """Rank 0: commit `version` made of every rank's record, then apply retention and collect garbage."""
         records = sorted(records, key=lambda r: r["rank"])
-        digest = SumDigest({})
+        digest = StateDigest({})
         for r in records:
-            part = SumDigest.from_json(r["tensors"])
+            part = StateDigest.from_json(r["tensors"])
             if part.names & digest.names:
                 raise PublishError(
                     f"rank {r['rank']} publishes tensors another rank publishes too: "
@@ -657,17 +559,12 @@ class Publisher:
         pieces.check_layout(layout, shards)  # a version whose slices do not tile its tensors is never committed
         current = self._manifest or Manifest(0)
         if self._handover is not None and self._handover not in current.handovers:
-            current = replace(current, handovers=current.handovers + (self._handover,))
-        assert self._key is not None  # rank 0's, which commits
-        signed = sign_latest(current.with_version(entry, shards, layout), self._key, self._run_id)
-        listed = self.storage.list()  # one listing to number the commit and collect garbage by
-        manifest = write_manifest(self.storage, retain(signed, self.config.keep_anchors), listed)
-        collect_garbage(self.storage, manifest, listed)
+            current = replace(current, handovers=(current.handovers + (self._handover,))[-MAX_HANDOVERS:])
+        signed = sign_latest(current.with_version(entry, shards, layout), self.bucket.signing_key, self._run_id)
+        listed = self.bucket.list()  # one listing to number the commit and collect garbage by
+        manifest = write_manifest(self.bucket, retain(signed, self.config.keep_anchors), listed)
+        collect_garbage(self.bucket, manifest, listed)
         return manifest
-
-
-def _signing_key(key: SigningKey | str) -> SigningKey:
-    return key if isinstance(key, SigningKey) else SigningKey.parse(key)
 
 
 def _copy_into(buffers: State | None, state: Mapping[str, torch.Tensor]) -> State:
@@ -684,3 +581,14 @@ def _copy_into(buffers: State | None, state: Mapping[str, torch.Tensor]) -> Stat
             buffers[k].copy_(t.detach())
         return buffers
     return {k: t.detach().clone(memory_format=torch.contiguous_format) for k, t in state.items()}
+
+
+def _pull(files: Bucket, manifest: Manifest, version: int) -> State:
+    """The state of `version` read from the bucket (the trainer's own, checked by hash, not signature)."""
+    reader = Reader(files)
+    try:
+        reader.catch_up(manifest, version)
+    finally:
+        reader.close()
+    assert reader.flat_state is not None  # caught up
+    return reader.flat_state

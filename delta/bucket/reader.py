@@ -1,17 +1,10 @@
-"""Read a bucket's versions into a state, bit for bit: the catch-up that the `Subscriber` follows a bucket
-with and the `Publisher` resumes from.
+"""Read a bucket's versions into a state, bit for bit: the catch-up a `Subscriber` follows a bucket with and a trainer
+resumes from.
 
-Each version's signature is checked first, when the reader is given a `Trust` (`trust`: the trainer's key, nothing
-fetched for a version it did not sign); then it is fetched, verified (size and SHA-256 of every file against the
-manifest) and decoded against the current state without touching it; only then is it written, under `lock` — the only
-pause a consumer sees. A file that fails its check is fetched once more, then avoided: the route is
-planned again through an anchor (`catchup.plan`). Nothing partial is ever written and the version
-never advances on a failure.
-
-Sharded writers (the manifest's `pieces`, `delta.pieces`): the state holds full tensors; each piece
-is read and written through a view of its range of the full tensor (in place where the range is
-contiguous, as FSDP2's dim-0 shards are; through a copy written back after each version otherwise).
-"""
+`Reader.catch_up` plans the cheapest route (`catchup.plan`), then per step verifies it (the trainer's signature, and
+that its files fit the state), fetches its files (checked against the manifest), decodes them without touching the
+state, and only then writes, under `lock`. A file that fails is fetched once more, then avoided through an anchor.
+Nothing partial is ever written. Sharded writers' pieces are read and written through views of their full tensors."""
 
 from __future__ import annotations
 
@@ -25,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codecs import Workspace
-from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError, printable
+from ..errors import DeltaError, DeltaFormatError, IntegrityError, StateMismatchError, UntrustedVersionError, printable
 from ..format import DeltaHeader
 from ..patch.apply import Rollback, decode, write_changes
-from ..storage import Storage, check_path
-from ..tensors.hashing import StateDigest, digest_like, scheme_of
+from ..storage import check_path
+from ..tensors.hashing import StateDigest, state_digest
 from ..tensors.state import State, check_same_layout
 from . import pieces
+from ._files import Files
 from ._whole import check_step
 from .anchors import decode_anchor
 from .catchup import Step, plan
@@ -43,18 +37,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Applied:
-    """One version a `Reader` wrote.
-
-    Attributes:
-        entry: The manifest's entry of the version now held.
-        via: "delta" or "anchor".
-        changed: Names of the tensors written (every tensor after an anchor).
-        headers: The headers of the delta files applied (one per rank; empty after an anchor).
-        bytes_fetched: Bytes read from the bucket for it (refetches included).
-        fetch_s: Seconds fetching and verifying its files.
-        decode_s: Seconds decoding and validating them (the state untouched meanwhile).
-        pause_s: Seconds the state was locked for writing.
-    """
+    """One version a `Reader` wrote: its manifest `entry`, `via` "delta" or "anchor", the tensors `changed`, the delta
+    files' `headers`, the bytes read, and the seconds fetching, decoding and with the state locked (`pause_s`)."""
 
     entry: VersionEntry
     via: str
@@ -75,37 +59,48 @@ class BadFiles(DeltaError):
 
 
 @dataclass
-class _Prepared:
-    step: Step
-    payload: Any  # (base digest, per delta file (header, changes, sub-state, its digest)); (fresh state, digest, full
-    # state) for an anchor
-    fetched: int
-    fetch_s: float
-    decode_s: float
+class _Fetched:
+    datas: list[bytes]
+    bytes: int
+    seconds: float
+
+
+@dataclass
+class _Anchor:
+    """An anchor step decoded: its tensors by file name, their digest, and the full state (an empty reader's)."""
+
+    fresh: State
+    digest: StateDigest
+    full: State | None
+
+
+@dataclass
+class _Deltas:
+    """A delta step decoded: per file (header, changes, the sub-state it writes, that sub-state's digest)."""
+
+    files: list[tuple[Any, ...]]
 
 
 class Reader:
     """Holds a state and the version of a bucket it equals; `catch_up` moves it to another version.
 
     Args:
-        storage: The bucket.
-        state: Tensors to update in place (contiguous; on the CPU or a GPU: see `delta.apply`). None: the
-            first anchor becomes the state (on the CPU).
-        version: The version `state` holds, if known (checked against the manifest's hashes); None
-            means unknown, so the first step loads an anchor into `state`.
+        files: The bucket (`delta.Bucket`).
+        state: Tensors to update in place (contiguous; CPU or GPU). None: the first anchor becomes the state.
+        version: The version `state` holds, if known (checked against the manifest's hashes); None: the first step
+            loads an anchor.
+        digest: `state`'s digest, if the caller has it (None: hashed at the first catch-up).
         fetch_threads: Files of one step fetched in parallel (anchor shards, one delta per rank).
         workers: Threads that decode chunks (None: one per core).
-        trust: Whose versions to apply (`Trust.check_version`, before each step); None: every version the manifest
-            lists (a publisher resuming from versions it checked were its own).
+        trust: Whose versions to apply (`Trust.check_version`); None: every version listed.
 
-    Threads: `catch_up` runs in the caller's thread (one caller at a time); decoding reads the state while
-    others may read it too; every write into it happens under `lock`, and `wait_for` wakes when the
-    version changes.
+    Threads: `catch_up` runs in the caller's thread (one at a time); every write into the state happens under `lock`,
+    and `wait_for` wakes when the version changes.
     """
 
     def __init__(
         self,
-        storage: Storage,
+        files: Files,
         state: State | None = None,
         *,
         version: int | None = None,
@@ -114,7 +109,7 @@ class Reader:
         workers: int | None = None,
         trust: Trust | None = None,
     ) -> None:
-        self.storage = storage
+        self.files = files
         self.workers = workers
         self.trust = trust
         self._run: str | None = None  # the run of the version held, once one is applied (a signed bucket's)
@@ -123,7 +118,6 @@ class Reader:
         self._full = state  # what callers see: full tensors
         self._layout: pieces.Layout = {}
         self._version = version if state is not None else None
-        # The state's digest: the caller's, or hashed at the first catch-up; either way in the bucket's scheme.
         self._digest: StateDigest | None = digest if self._version is not None else None
         self._advanced = threading.Condition()  # notified each time `_version` changes (`wait_for` waits on it)
         self._pool = ThreadPoolExecutor(fetch_threads, thread_name_prefix="delta-fetch")
@@ -136,8 +130,8 @@ class Reader:
 
     @property
     def flat_state(self) -> State | None:
-        """The state as the files name it: the pieces of sharded tensors under piece names (views of
-        `state`'s tensors where contiguous), the other tensors as in `state`."""
+        """The state as the files name it: the pieces of sharded tensors under piece names (views of `state`'s
+        tensors where contiguous), the other tensors as in `state`."""
         return self._state
 
     @property
@@ -146,13 +140,9 @@ class Reader:
 
     @property
     def digest(self) -> StateDigest | None:
-        """The digest of the state at `version`, kept by the files' names (`flat_state`); its `hexdigest` is the
-        state hash, the same whole or in pieces. None before the first catch-up."""
+        """The digest of the state at `version`, by the files' names (`flat_state`); its `hexdigest` is the state
+        hash, the same whole or in pieces. None before the first catch-up."""
         return self._digest
-
-    def _keys(self, flat: State) -> dict:
-        """State-hash keys of the pieces in `flat` (the others are their own full tensors)."""
-        return pieces.hash_keys(flat, pieces.record_of(self._layout))
 
     def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until the state holds `version` or newer; False after `timeout` seconds."""
@@ -172,29 +162,24 @@ class Reader:
         on_bad_files: Callable[[BadFiles], None] | None = None,
         on_applied: Callable[[Applied], None] | None = None,
     ) -> int | None:
-        """Move the state to version `target` of `manifest`, step by step; returns the version held.
-
-        Args:
-            stopped: Checked before each step: True ends the catch-up where it is.
-            on_bad_files: Told of each step whose files were bad (then avoided, and the route planned again).
-            on_applied: Told of each version written (outside `lock`).
+        """Move the state to version `target` of `manifest`, step by step; returns the version held. `stopped` is
+        checked before each step; `on_bad_files` is told of steps avoided, `on_applied` of each version written (outside
+        `lock`).
 
         Raises:
             NoPathError: no route around the bad files (the state is untouched at its last version).
-            UntrustedVersionError: a step's version is not the trusted key's (`trust`): the state stays at the
-                version before it, and nothing of it was fetched.
+            UntrustedVersionError: a step's version is not the trusted key's, or the layout is not (checked before the
+                state is laid out anew): the state stays at the version before it.
         """
-        self.adopt_layout(manifest.pieces or {})
-        held = manifest.get(self._version) if self._version is not None else None
-        if (
-            self._state is not None
-            and self._version is not None
-            and (self._digest is None or (held is not None and scheme_of(held.state_hash) != self._digest.scheme))
-        ):
-            # hashed in the scheme of the version held (the state is only read: no lock)
-            digest = digest_like(held.state_hash if held else "", self._state, self._keys(self._state), self.workers)
-            with self.lock:
-                self._digest = digest
+        layout = manifest.pieces or {}
+        if layout != self._layout:
+            try:
+                self._check_layout(manifest, target)
+            except UntrustedVersionError:
+                self._hash_held()  # a reader at a version reports its state's hash, refused layout or not
+                raise
+            self.adopt_layout(layout)
+        self._hash_held()
         avoid: set[str] = set()
         route: deque[Step] = deque()  # planned once, and again only after bad files: planning is O(manifest)
         while self._version != target and not stopped():
@@ -202,10 +187,12 @@ class Reader:
                 have_hash = self._digest.hexdigest if self._digest is not None else None
                 route.extend(plan(manifest, target, have=self._version, have_hash=have_hash, avoid=avoid))
             step = route.popleft()
-            if self.trust is not None:
-                self.trust.check_version(step.entry, manifest, self._run)
             try:
-                applied = self._apply(self._prepare(step, manifest))
+                self._verify(step, manifest)
+                fetched = self._fetch(step)
+                began = time.perf_counter()
+                decoded = self._decode(step, manifest, fetched.datas)
+                applied = self._write(step, decoded, fetched, time.perf_counter() - began)
             except BadFiles as e:
                 if on_bad_files is not None:
                     on_bad_files(e)
@@ -215,6 +202,19 @@ class Reader:
             if on_applied is not None:
                 on_applied(applied)
         return self._version
+
+    def _check_layout(self, manifest: Manifest, target: int) -> None:
+        """Before the state is re-laid to `manifest`'s pieces: the trainer signed them (each version's signature covers
+        the layout), checked on the target version (else the newest), so that a forged layout copies nothing.
+
+        Raises:
+            UntrustedVersionError: that version is not the trusted key's (the state is untouched).
+        """
+        entry = manifest.get(target) or manifest.latest
+        # An empty reader copies nothing: its first step (an anchor, checked before it is fetched) vouches for the
+        # layout, and a key trusted on first use stays the first version's, not the target's.
+        if self.trust is not None and entry is not None and self._full is not None:
+            self.trust.check_version(entry, manifest, self._run)
 
     def adopt_layout(self, layout: pieces.Layout) -> None:
         """Read and write the held state through the pieces `layout` names (a sharded writer's, or none)."""
@@ -226,39 +226,61 @@ class Reader:
                 self._state = flat
                 self._layout = layout
                 if self._digest is not None:
-                    self._digest = digest_like(self._digest.hexdigest, flat, self._keys(flat), self.workers)
+                    self._digest = state_digest(flat, self._keys(flat), self.workers)
         self._layout = layout
 
-    # -- one step: fetch + decode (no lock), then write (lock) ---------------------------------------
+    def _keys(self, flat: State) -> dict:
+        """State-hash keys of the pieces in `flat` (the others are their own full tensors)."""
+        return pieces.hash_keys(flat, pieces.record_of(self._layout))
 
-    def _fetch(self, ref: FileRef) -> tuple[bytes, int]:
-        """Fetch and verify one file, once more if it fails; returns (data, bytes read)."""
-        _check_path(ref)
+    def _hash_held(self) -> None:
+        """Hash the held state once, where the caller gave none (read only: no lock)."""
+        if self._state is not None and self._version is not None and self._digest is None:
+            digest = state_digest(self._state, self._keys(self._state), self.workers)
+            with self.lock:
+                self._digest = digest
+
+    # -- one step: verify, fetch, decode (no lock), then write (lock) ----------------------------------
+
+    def _verify(self, step: Step, manifest: Manifest) -> None:
+        """Before anything is fetched: the trainer signed the version (else `UntrustedVersionError`), its paths are
+        ones a bucket takes, and a delta's files write only tensors the state holds (else `BadFiles`)."""
+        if self.trust is not None:
+            self.trust.check_version(step.entry, manifest, self._run)
         try:
-            return fetch_verified(self.storage, ref, self.storage.listed(ref.path)), ref.size
+            for ref in step.files:
+                check_path(ref.path)
+            if step.via == "delta":
+                check_step(step.files, manifest.shards, self._state)
+        except (ValueError, StateMismatchError) as e:
+            raise BadFiles([f.path for f in step.files], e) from e
+
+    def _fetch(self, step: Step) -> _Fetched:
+        start = time.perf_counter()
+        results = list(self._pool.map(self._fetch_one, step.files))
+        return _Fetched([data for data, _ in results], sum(n for _, n in results), time.perf_counter() - start)
+
+    def _fetch_one(self, ref: FileRef) -> tuple[bytes, int]:
+        """Fetch and verify one file, once more (asking the bucket, not the listing kept) if it fails; returns (data,
+        bytes read)."""
+        try:
+            return fetch_verified(self.files, ref, self.files.listed(ref.path)), ref.size
         except (IntegrityError, FileNotFoundError) as first:
             logger.warning("%s", printable(f"{ref.path}: {first}; fetching it again"))
-            try:  # asking the bucket what the file is now, not the listing kept
-                return fetch_verified(self.storage, ref), 2 * ref.size
+            try:
+                return fetch_verified(self.files, ref), 2 * ref.size
             except (IntegrityError, FileNotFoundError) as e:
                 raise BadFiles([ref.path], e) from e
 
-    def _prepare(self, step: Step, manifest: Manifest) -> _Prepared:
-        _check_whole(step, manifest, self._state)
-        start = time.perf_counter()
-        results = list(self._pool.map(self._fetch, step.files))
-        fetched = sum(n for _, n in results)
-        decoded = time.perf_counter()
-        datas = [data for data, _ in results]
+    def _decode(self, step: Step, manifest: Manifest, datas: list[bytes]) -> _Anchor | _Deltas:
         try:
-            payload = (
+            return (
                 self._decode_anchor(step, datas) if step.via == "anchor" else self._decode_deltas(step, datas, manifest)
             )
         except (DeltaFormatError, StateMismatchError, IntegrityError) as e:
             raise BadFiles([f.path for f in step.files], e) from e
-        return _Prepared(step, payload, fetched, decoded - start, time.perf_counter() - decoded)
 
-    def _decode_anchor(self, step: Step, datas: list[bytes]) -> tuple[State, StateDigest, State | None]:
+    def _decode_anchor(self, step: Step, datas: list[bytes]) -> _Anchor:
         fresh: State = {}
         for rank in sorted({f.rank for f in step.files}):  # each rank's shards make one anchor of its tensors
             mine = [(f.path, data) for f, data in zip(step.files, datas, strict=True) if f.rank == rank]
@@ -266,7 +288,7 @@ class Reader:
             if fresh.keys() & part.keys():
                 raise DeltaFormatError(f"rank {rank}'s anchor repeats tensors of another rank", path=mine[0][0])
             fresh.update(part)
-        digest = digest_like(step.entry.state_hash, fresh, self._keys(fresh), self.workers)
+        digest = state_digest(fresh, self._keys(fresh), self.workers)
         if digest.hexdigest != step.entry.state_hash:
             raise IntegrityError(
                 f"anchor of version {step.entry.version} does not hash to the manifest's state hash",
@@ -275,38 +297,22 @@ class Reader:
             )
         if self._state is not None:
             check_same_layout(self._state, fresh)
-            return fresh, digest, None
-        full = pieces.assemble(fresh, self._layout) if self._layout else fresh
-        return fresh, digest, full
+            return _Anchor(fresh, digest, None)
+        return _Anchor(fresh, digest, pieces.assemble(fresh, self._layout) if self._layout else fresh)
 
-    def _base_digest(self, entry: VersionEntry) -> StateDigest:
-        """The held state's digest in the scheme the step's base is hashed in: the one held, or (a format-3 delta
-        straight after a format-2 version) the state hashed afresh in the new scheme, read only, so that every
-        file is proven in its own scheme before the first write."""
+    def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> _Deltas:
+        """Every file of a delta step decoded and proven against the held state; no tensor in two files (each file is
+        proven against the same old state, so two writes of one tensor would not add up)."""
         assert self._digest is not None and self._state is not None  # a delta step follows a held version
-        if entry.base_hash is None or scheme_of(entry.base_hash) == self._digest.scheme:
-            return self._digest
-        return digest_like(entry.base_hash, self._state, self._keys(self._state), self.workers)
-
-    def _decode_deltas(self, step: Step, datas: list[bytes], manifest: Manifest) -> tuple[StateDigest, list[tuple]]:
-        """Every file of a delta step decoded and proven against the held state, in the scheme its base is hashed
-        in; no tensor in two files (each file is proven against the same old state, so two writes of one tensor
-        would not add up). Returns the held state's digest in that scheme, and each file's decoded parts."""
-        base = self._base_digest(step.entry)
-        assert self._state is not None  # as `_base_digest` found it
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         written: set[str] = set()
         for ref, data in zip(step.files, datas, strict=True):
             names = manifest.shards[ref.rank] if manifest.shards is not None else sorted(self._state)
             sub = {n: self._state[n] for n in names}
-            sub_digest = base.subset(names)
+            digest = self._digest.subset(names)
             header, changes, proven = decode(
-                data, sub, path=ref.path, digest=sub_digest, workers=self.workers, workspace=self._workspace
+                data, sub, path=ref.path, digest=digest, workers=self.workers, workspace=self._workspace
             )
-            if proven is None or proven.scheme != base.scheme:
-                raise DeltaFormatError(
-                    f"hashes its base in another scheme than its manifest ({base.scheme})", path=ref.path
-                )
             twice = written & {c.name for c in changes}
             if twice:
                 raise DeltaFormatError(
@@ -323,57 +329,51 @@ class Reader:
                     path=ref.path,
                 )
             out.append((header, changes, sub, proven))
-        return base, out
+        return _Deltas(out)
 
-    def _apply(self, prepared: _Prepared) -> Applied:
-        entry = prepared.step.entry
+    def _write(self, step: Step, decoded: _Anchor | _Deltas, fetched: _Fetched, decode_s: float) -> Applied:
+        entry = step.entry
+        headers: tuple[DeltaHeader, ...] = ()
         with self.lock:
             start = time.perf_counter()
-            if prepared.step.via == "anchor":
-                fresh, digest, full = prepared.payload
-                if self._state is None:
-                    self._full = full
-                    self._state = pieces.piece_views(full, self._layout) if self._layout else full
-                else:
-                    assert self._full is not None  # held with the state
-                    for name, tensor in fresh.items():
-                        self._state[name].copy_(tensor)
-                    pieces.write_back(self._full, self._state, self._layout)
-                assert self._full is not None
-                changed = tuple(sorted(self._full))
-                headers: tuple[DeltaHeader, ...] = ()
+            if isinstance(decoded, _Anchor):
+                digest, changed = decoded.digest, self._write_anchor(decoded)
             else:
-                base, decoded = prepared.payload
                 try:
-                    digest, changed = self._write_deltas(base, decoded, entry.state_hash)
+                    digest, changed = self._write_deltas(decoded, entry.state_hash)
                 except IntegrityError as e:
-                    raise BadFiles([f.path for f in prepared.step.files], e) from e
-                headers = tuple(header for header, *_ in decoded)
+                    raise BadFiles([f.path for f in step.files], e) from e
+                headers = tuple(header for header, *_ in decoded.files)
             self._digest, self._version, self._run = digest, entry.version, entry.run
             pause = time.perf_counter() - start
             with self._advanced:
                 self._advanced.notify_all()
-        return Applied(
-            entry, prepared.step.via, changed, headers, prepared.fetched, prepared.fetch_s, prepared.decode_s, pause
-        )
+        return Applied(entry, step.via, changed, headers, fetched.bytes, fetched.seconds, decode_s, pause)
 
-    def _write_deltas(
-        self, base: StateDigest, decoded: list[tuple], state_hash: str
-    ) -> tuple[StateDigest, tuple[str, ...]]:
-        """Write every rank's changes, all or nothing: earlier ranks are rolled back if a later one fails.
+    def _write_anchor(self, decoded: _Anchor) -> tuple[str, ...]:
+        if self._state is None:
+            assert decoded.full is not None  # decoded for an empty reader
+            self._full = decoded.full
+            self._state = pieces.piece_views(decoded.full, self._layout) if self._layout else decoded.full
+        else:
+            assert self._full is not None  # held with the state
+            for name, tensor in decoded.fresh.items():
+                self._state[name].copy_(tensor)
+            pieces.write_back(self._full, self._state, self._layout)
+        return tuple(sorted(self._full))
 
-        Args:
-            base: The held state's digest in the files' scheme (`_decode_deltas`).
+    def _write_deltas(self, decoded: _Deltas, state_hash: str) -> tuple[StateDigest, tuple[str, ...]]:
+        """Write every rank's changes, all or nothing (earlier ranks rolled back if a later one fails).
 
         Raises:
             IntegrityError: a rank's result or the whole state does not hash as recorded (state restored).
         """
-        assert self._full is not None and self._state is not None  # a delta step follows a held version
-        digest = base
+        assert self._full is not None and self._state is not None and self._digest is not None  # a held version
+        digest = self._digest
         rollback = Rollback()
         changed: set[str] = set()
         try:
-            for header, changes, sub, sub_digest in decoded:
+            for header, changes, sub, sub_digest in decoded.files:
                 result = write_changes(header, changes, sub, sub_digest, rollback)
                 digest = digest.merged(result.digest)  # moved by what was written, from what was there
                 changed.update(c.name for c in changes)
@@ -389,22 +389,3 @@ class Reader:
         pieces.write_back(self._full, self._state, self._layout, changed)
         owner = pieces.owners(self._layout)
         return digest, tuple(sorted({owner.get(n, n) for n in changed}))
-
-
-def _check_path(ref: FileRef) -> None:
-    """A path the bucket refuses (absolute, '..', control characters) makes its file a bad one, routed around
-    like a missing one."""
-    try:
-        check_path(ref.path)
-    except ValueError as e:
-        raise BadFiles([ref.path], e) from e
-
-
-def _check_whole(step: Step, manifest: Manifest, state: State | None) -> None:
-    """Before anything is fetched: a step whose files would write tensors the state lacks is a bad step."""
-    if step.via != "delta":
-        return
-    try:
-        check_step(step.files, manifest.shards, state)
-    except StateMismatchError as e:
-        raise BadFiles([f.path for f in step.files], e) from e

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from ..storage import Storage, StoredFile
+from ..storage import StoredFile
+from ._files import Files
 from .manifest import VERSIONS_DIR, Manifest, manifest_commits, version_of_path, write_manifest
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def retain(manifest: Manifest, keep_anchors: int) -> Manifest:
     return replace(manifest, versions=tuple(v for v in manifest.versions if v.version >= oldest))
 
 
-def collect_garbage(storage: Storage, manifest: Manifest, listed: list[StoredFile] | None = None) -> list[str]:
+def collect_garbage(bucket: Files, manifest: Manifest, listed: list[StoredFile] | None = None) -> list[str]:
     """Delete what `manifest` (the newest, already committed) does not need.
 
     Deletes data files under `versions/` that it does not reference, of versions up to its latest
@@ -67,7 +68,7 @@ def collect_garbage(storage: Storage, manifest: Manifest, listed: list[StoredFil
     """
     latest = manifest.latest.version if manifest.latest else 0
     keep = manifest.referenced()
-    files = storage.list() if listed is None else [*listed, StoredFile(manifest.path, 0)]
+    files = bucket.list() if listed is None else [*listed, StoredFile(manifest.path, 0)]
     doomed = [
         f.path
         for f in files
@@ -76,13 +77,13 @@ def collect_garbage(storage: Storage, manifest: Manifest, listed: list[StoredFil
     old = [path for commit, path in manifest_commits(files)[KEEP_OLD_MANIFESTS + 1 :] if commit < manifest.commit]
     if doomed or len(old) >= OLD_MANIFESTS_BATCH:
         doomed += old
-    storage.delete(doomed)
+    bucket.delete(doomed)
     if doomed:
-        logger.info("gc: deleted %d files from %s", len(doomed), storage.url)
+        logger.info("gc: deleted %d files from %s", len(doomed), bucket.url)
     return doomed
 
 
-def gc(storage: Storage, manifest: Manifest, keep_anchors: int) -> GcReport:
+def gc(files: Files, manifest: Manifest, keep_anchors: int) -> GcReport:
     """Commit `manifest` retained to `keep_anchors` anchors (if that drops anything), then collect garbage.
 
     The manifest goes first, so a crash between the two steps leaves only unreferenced files.
@@ -90,5 +91,5 @@ def gc(storage: Storage, manifest: Manifest, keep_anchors: int) -> GcReport:
     kept = retain(manifest, keep_anchors)
     dropped = tuple(v.version for v in manifest.versions if kept.get(v.version) is None)
     if dropped:
-        kept = write_manifest(storage, replace(kept, commit=kept.commit + 1))
-    return GcReport(kept, dropped, tuple(collect_garbage(storage, kept)))
+        kept = write_manifest(files, replace(kept, commit=kept.commit + 1))
+    return GcReport(kept, dropped, tuple(collect_garbage(files, kept)))

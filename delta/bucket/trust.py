@@ -1,26 +1,15 @@
 """Whose versions a reader applies: the trainer's, proven by its Ed25519 signature, never by the bucket.
 
-Every fleet member can write to the bucket, so a file's SHA-256 and a state hash prove that nothing was torn or
-changed on the way, not who wrote it. The trainer signs each version it commits (`sign_latest`: the version's
-`Manifest.signed_bytes`) and the run's settings; a reader checks the signature before it fetches anything
-(`Trust.check_version`) against the key it trusts:
+Every fleet member can write to the bucket, so SHA-256 sums and state hashes prove integrity, not authorship. The
+trainer signs each version (`sign_latest`: `Manifest.signed_bytes`) and the run's settings; a reader checks the
+signature before it fetches anything (`Trust.check_version`) against a key given (the strongest), trusted on first use
+(kept per bucket, as ssh does), or none when told to follow an unsigned bucket (`unauthenticated`, said by every
+status). A version unsigned, signed wrongly, by another key, or of another run than the state held is refused in one
+line (`UntrustedVersionError`); a new key is trusted only through a handover signed with the key before it.
 
-- a key it is given (an argument, ``DELTA_TRUSTED_KEY``, a file holding it): the strongest;
-- else the key of the first signed version it checks, trusted on first use as ssh does, kept per bucket in an
-  owner-only file (``$XDG_CACHE_HOME/delta/trusted/<hash>.json``) and said so in the log;
-- or none at all when told to follow an unsigned bucket (TRL's own delta files, a run of an older `delta`):
-  `Trust.unauthenticated`, which every status then says.
-
-A version unsigned, signed wrongly, signed by another key, or of another run than the state held is refused
-(`UntrustedVersionError`, one line) and nothing of it is applied. A trainer's new key is trusted only through a
-handover signed with the key trusted before it (`make_handover`: in the manifest, and in the run's settings); the
-reader then trusts the new key (and keeps it, when it was trusted on first use).
-
-A trainer's own versions are those its key signed, and, before its key's first, those of the one key it hands over
-from (it holds that key: `Trust.own`, `own_versions`). A handover in the bucket never makes a key the trainer's own:
-anyone can sign one from a key of their own to the trainer's. Rotating, the trainer signs its versions again with the
-new key (`resign`), so that a reader given the new key alone can load them.
-"""
+A trainer's own versions are those its key signed and, before its key's first, those of the key it hands over from
+(`Trust.own`, `own_versions`): a handover in the bucket never makes a key its own. Rotating, it signs its versions
+again with the new key (`resign`)."""
 
 from __future__ import annotations
 
@@ -34,22 +23,11 @@ from pathlib import Path
 
 from ..errors import KeyFormatError, UntrustedVersionError
 from ..private import read_private, write_private
-from ..signing import TRUSTED_KEY_VARIABLE, PublicKey, SigningKey, bucket_file, public_key
-from .manifest import Handover, Manifest, VersionEntry
+from ..signing import TRUSTED_KEY_VARIABLE, Handover, PublicKey, SigningKey, bucket_file, handed_over, public_key
+from .manifest import Manifest, VersionEntry
+from .seen import Seen
 
 logger = logging.getLogger(__name__)
-
-#: What a handover's signature covers starts with this (then the old and the new key's text, a line each).
-SIGNED_HANDOVER = b"delta-key-handover/1\n"
-
-
-def handover_bytes(old: str, new: str) -> bytes:
-    return SIGNED_HANDOVER + f"{old}\n{new}".encode()
-
-
-def make_handover(old: SigningKey, new: PublicKey) -> Handover:
-    """The handover that introduces `new` to readers that trust `old`."""
-    return Handover(old.public.text, new.text, old.sign(handover_bytes(old.public.text, new.text)))
 
 
 def sign_latest(manifest: Manifest, key: SigningKey, run: str) -> Manifest:
@@ -57,42 +35,6 @@ def sign_latest(manifest: Manifest, key: SigningKey, run: str) -> Manifest:
     entry = replace(manifest.versions[-1], run=run, signer=key.public.text, signature=None)
     entry = replace(entry, signature=key.sign(manifest.signed_bytes(entry)))
     return replace(manifest, versions=manifest.versions[:-1] + (entry,))
-
-
-def _valid(handover: Handover) -> bool:
-    return PublicKey.parse(handover.old).verify(handover.signature, handover_bytes(handover.old, handover.new))
-
-
-def handed_over(trusted: PublicKey, signer: PublicKey, handovers: Iterable[Handover]) -> bool:
-    """Whether valid handovers lead from `trusted` to `signer` (each signed by the key before it)."""
-    reached, frontier = {trusted.text}, [trusted.text]
-    handovers = list(handovers)
-    while frontier:
-        key = frontier.pop()
-        for h in handovers:
-            if h.old == key and h.new not in reached and _valid(h):
-                if h.new == signer.text:
-                    return True
-                reached.add(h.new)
-                frontier.append(h.new)
-    return False
-
-
-def handovers_to(key: PublicKey, handovers: Iterable[Handover]) -> tuple[Handover, ...]:
-    """The valid handovers of `handovers` on a chain that ends at `key`, in their order: what a trainer shows readers
-    (in its run's settings) so that a reader that trusts any key before it on the chain trusts `key`. Only shown:
-    each reader checks every handover itself."""
-    handovers = list(handovers)
-    reached, chain = {key.text}, set()
-    grew = True
-    while grew:
-        grew = False
-        for i, h in enumerate(handovers):
-            if i not in chain and h.new in reached and _valid(h):
-                chain.add(i)
-                reached.add(h.old)
-                grew = True
-    return tuple(h for i, h in enumerate(handovers) if i in chain)
 
 
 def own_versions(manifest: Manifest, key: PublicKey, earlier: Iterable[PublicKey] = ()) -> int:
@@ -135,6 +77,7 @@ class Trust:
         pin: Trust on first use: the owner-only file that keeps the key trusted for the bucket.
         unauthenticated: Apply what the bucket holds, signed or not, whoever wrote it.
         earlier: Keys whose signatures are taken beside `key`'s, with no handover: a trainer's own previous key (`own`).
+        seen: The newest versions its readers applied (`Seen`; None: kept in this process alone).
 
     Build it with `for_bucket`, `own`, or `unauthenticated_for`.
     """
@@ -147,10 +90,13 @@ class Trust:
         pin: Path | None = None,
         unauthenticated: bool = False,
         earlier: Iterable[PublicKey] = (),
+        seen: Seen | None = None,
     ) -> None:
         self.bucket = bucket
+        self.seen = seen if seen is not None else Seen()
         self._key = key
         self._pin = pin
+        self._identity = bucket  # what the pin file names (`for_bucket`)
         self.unauthenticated = unauthenticated
         self.earlier = frozenset(earlier)
         self._fixed = False  # a trainer's own trust (`own`): never moved to another key by a handover
@@ -171,32 +117,47 @@ class Trust:
 
     @classmethod
     def for_bucket(
-        cls, bucket: str, key: str | PublicKey | None = None, environ: Mapping[str, str] | None = None
+        cls,
+        bucket: str,
+        key: str | PublicKey | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        identity: str | None = None,
     ) -> Trust:
         """Trust `key` (a key, its text or a file holding it) for `bucket`; without one, ``DELTA_TRUSTED_KEY``; without
-        that, the key kept for the bucket on its first use (read now), or the first signed one to come.
+        that, the key kept for the bucket on its first use (read now), or the first signed one to come. The kept key,
+        and the newest versions its readers applied (`Seen`), are filed under the bucket's `identity`
+        (`Storage.identity`: a folder's real path; None: `bucket`), so that every spelling of one bucket finds them; a
+        key kept under the URL (before identities) is found and filed anew.
 
         Raises:
-            KeyFormatError: the key given, or the one kept, is not a public key.
-            PrivateFileError: the kept file is a link, a FIFO, a folder or another user's.
+            KeyFormatError: the key given, or the one kept, is not a public key; ``DELTA_TRUSTED_KEY`` set but empty.
+            PrivateFileError: the key's file, or the kept one, is a link, a FIFO, a folder, another user's, or (the
+                key's) one that others may change.
         """
         env = os.environ if environ is None else environ
-        given = key if key is not None else env.get(TRUSTED_KEY_VARIABLE) or None
-        if given is not None:
-            return cls(bucket, public_key(given))
-        pin = bucket_file("trusted", bucket, ".json", env)
-        data = read_private(pin)
-        kept = None
-        if data is not None:
-            try:
-                body = json.loads(data)
-                kept = PublicKey.parse(body["key"]) if body.get("bucket") == bucket else None
-            except (ValueError, KeyError, TypeError, AttributeError):
+        given = key
+        if given is None and TRUSTED_KEY_VARIABLE in env:
+            given = env[TRUSTED_KEY_VARIABLE]
+            if not given.strip():
                 raise KeyFormatError(
-                    f"{pin} does not hold the key trusted for {bucket}: delete it to trust the next "
-                    "signed version's key"
-                ) from None
-        return cls(bucket, kept, pin=pin)
+                    f"{TRUSTED_KEY_VARIABLE} is set but empty: set it to the trainer's public key ('ed25519:...') or "
+                    "a file holding it, or unset it to trust the first signed version's key"
+                )
+        identity = identity or bucket
+        seen = Seen(bucket_file("trusted", identity, ".seen.json", env))
+        if given is not None:
+            return cls(bucket, public_key(given), seen=seen)
+        pin = bucket_file("trusted", identity, ".json", env)
+        kept = _kept_key(pin, identity)
+        if kept is None and identity != bucket:
+            kept = _kept_key(bucket_file("trusted", bucket, ".json", env), bucket)
+            if kept is not None:
+                write_private(pin, json.dumps({"bucket": identity, "key": kept.text}).encode())
+                logger.info("the key trusted for %s is now kept in %s, under %s", bucket, pin, identity)
+        trust = cls(bucket, kept, pin=pin, seen=seen)
+        trust._identity = identity
+        return trust
 
     @classmethod
     def unauthenticated_for(cls, bucket: str) -> Trust:
@@ -238,6 +199,24 @@ class Trust:
                 version=entry.version,
                 reason="another run",
             )
+
+    def vouches(self, entry: VersionEntry, manifest: Manifest) -> bool:
+        """Whether the key trusted now (or one it hands over to in `manifest`) signed `entry`, trusting nothing new:
+        what a reader may report of a version before it applies it. False with no key yet (first use trusts only what
+        is applied)."""
+        if self.unauthenticated:
+            return True
+        trusted = self._key
+        if trusted is None or entry.signer is None or entry.signature is None:
+            return False
+        try:
+            key = PublicKey.parse(entry.signer)
+        except KeyFormatError:
+            return False
+        known = key == trusted or key in self.earlier
+        if not known and (self._fixed or not handed_over(trusted, key, manifest.handovers)):
+            return False
+        return key.verify(entry.signature, manifest.signed_bytes(entry))
 
     def check(
         self,
@@ -299,7 +278,26 @@ class Trust:
         """Trust `key` from now on (`_lock` held), kept in the pin file when trust came on first use."""
         self._key = key
         if self._pin is not None:
-            write_private(self._pin, json.dumps({"bucket": self.bucket, "key": key.text}).encode())
+            write_private(self._pin, json.dumps({"bucket": self._identity, "key": key.text}).encode())
             why += f", kept in {self._pin}"
         self._why = why
         logger.warning("trusting %s for %s: %s", key.fingerprint, self.bucket, why)
+
+
+def _kept_key(pin: Path, bucket: str) -> PublicKey | None:
+    """The key kept in the trust-on-first-use file `pin` for `bucket` (None: none kept, or kept for another bucket).
+
+    Raises:
+        KeyFormatError: the file holds no key.
+        PrivateFileError: as `read_private`.
+    """
+    data = read_private(pin)
+    if data is None:
+        return None
+    try:
+        body = json.loads(data)
+        return PublicKey.parse(body["key"]) if body.get("bucket") == bucket else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise KeyFormatError(
+            f"{pin} does not hold the key trusted for {bucket}: delete it to trust the next signed version's key"
+        ) from None

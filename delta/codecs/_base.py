@@ -16,16 +16,8 @@ from ._workspace import Workspace
 
 @dataclass(frozen=True)
 class TensorEntry:
-    """One changed tensor as the header lists it.
-
-    Attributes:
-        name: Tensor name in the state.
-        dtype: Dtype name (`bfloat16`, `float32`, ...).
-        shape: Shape of the full tensor.
-        form: How the codec stored it: `sparse` (ctx, gap), `indices` (raw: positions and values),
-            `dense` (the whole new tensor: a foreign anchor).
-        changed: Number of elements whose bits changed.
-    """
+    """One changed tensor as the header lists it: name, dtype name, full shape, `form` (`sparse`: ctx and gap streams;
+    `indices`: positions and values; `dense`: the whole new tensor, a foreign anchor) and elements `changed`."""
 
     name: str
     dtype: str
@@ -43,37 +35,20 @@ class TensorEntry:
 
 @dataclass
 class Change:
-    """The decoded change of one tensor, ready to write: validated, nothing applied yet.
-
-    Attributes:
-        name: Tensor name.
-        positions: Flat positions of the changed elements (int64), or None when `values` is the
-            whole tensor (dense form): numpy arrays from the host path, tensors on the state's device from
-            the device path.
-        values: New bit patterns (an integer view of the tensor's dtype), one per position.
-        sums: How the tensor's state-hash sums move (`delta.tensors._sumhash`) once the change is written,
-            as `delta.decode` proved it from the old values at the positions and the new ones (None: not
-            proven; `delta.write_changes` computes it from what it overwrites).
-        digest: For a file of format version 2 (`xxh3-128` hashes): the tensor's digest after the change, as
-            `delta.decode` proved it.
-    """
+    """The decoded change of one tensor, validated, nothing applied yet: flat `positions` (None: `values` is the whole
+    tensor), the new bit patterns, and `sums`, how the tensor's state-hash sums move once written (None: not proven).
+    Numpy arrays from the host path, tensors on the state's device from the device path."""
 
     name: str
     positions: np.ndarray | torch.Tensor | None
     values: np.ndarray | torch.Tensor
     sums: tuple[int, int] | None = None
-    digest: str | None = None
 
 
 @dataclass
 class Encoded:
-    """What a codec wrote for a delta.
-
-    Attributes:
-        entries: The changed tensors, as the header lists them.
-        blobs: The streams to store in the file.
-        sums: Per changed tensor, how its state-hash sums moved (when the encoder was given keys).
-    """
+    """What a codec wrote for a delta: the header's `entries`, the `blobs` to store, and the `sums` per changed tensor
+    (when the encoder was given keys)."""
 
     entries: list[TensorEntry]
     blobs: dict[str, torch.Tensor]
@@ -81,13 +56,9 @@ class Encoded:
 
 
 class Codec(ABC):
-    """A way of storing the changed elements of tensors.
-
-    State and threads: a codec holds its settings and nothing else, so one object serves any number of threads at
-    once. What a call keeps for the next one is in the `Workspace` its caller passes (one call at a time each;
-    none given: fresh memory for that call). A call runs on `workers` threads, the calling thread among them
-    (`delta._cores`), all joined before it returns, and returns memory of its own, which no later call touches.
-    """
+    """A way of storing the changed elements of tensors. A codec holds its settings only, so one object serves any
+    number of threads; what a call keeps for the next is in the caller's `Workspace`. A call runs on `workers`
+    threads (`delta._cores`), joined before it returns."""
 
     name: str
     description: str
@@ -113,8 +84,8 @@ class Codec(ABC):
         workers: int | None = None,
         foreign: bool = False,
     ) -> str:
-        """Check everything that can be checked without the reader's state; returns what that was (the
-        words `python -m delta verify` prints without `--base`). `foreign`: a file with no shapes.
+        """Check what can be checked without the reader's state; returns what that was (`python -m delta verify` prints
+        it). `foreign`: a file with no shapes.
 
         Raises:
             DeltaFormatError: as `decode` would, for what it checks.
@@ -132,13 +103,9 @@ class Codec(ABC):
         keys: Mapping[str, TensorKey] | None = None,
         workspace: Workspace | None = None,
     ) -> Encoded:
-        """Encode the changes of `names` (same shape and dtype in both states), where the tensors live.
-
-        Unchanged tensors are left out of the entries. Reads both states, modifies neither. `workers`:
-        threads (None: one per core); `chunk`: elements per independently coded chunk, the unit of work the
-        threads share (None: the codec's default); `keys`: hash the changes too (state-hash key per name), into
-        `Encoded.sums`; `workspace`: memory kept from the caller's previous call.
-        """
+        """Encode the changes of `names` (same shape and dtype in both states), where the tensors live; unchanged
+        tensors are left out. `chunk`: elements per independently coded chunk (None: the codec's default); `keys`: hash
+        the changes too, into `Encoded.sums`."""
 
     @abstractmethod
     def decode(
@@ -150,10 +117,8 @@ class Codec(ABC):
         keys: Mapping[str, TensorKey] | None = None,
         workspace: Workspace | None = None,
     ) -> list[Change]:
-        """Decode and validate every change against the reader's `state` (read only), where it lives.
-
-        `keys`: also compute how each tensor's state-hash sums move (`Change.sums`), from the old values
-        read at the changed positions and the new ones; `workspace`: as for `encode`.
+        """Decode and validate every change against the reader's `state` (read only), where it lives; with `keys`, also
+        how each tensor's state-hash sums move (`Change.sums`).
 
         Raises:
             DeltaFormatError: a stream is malformed, or positions are out of range or unsorted.
@@ -161,7 +126,4 @@ class Codec(ABC):
 
     @abstractmethod
     def tensor_bytes(self, entries: tuple[TensorEntry, ...], blobs: Mapping[str, torch.Tensor]) -> dict[str, int]:
-        """Bytes each tensor costs on its own (streams shared by tensors are re-coded per tensor).
-
-        Checks the streams' structure like `decode` does, without needing the reader's state.
-        """
+        """Bytes each tensor costs on its own (shared streams re-coded per tensor), checked as `decode` does."""

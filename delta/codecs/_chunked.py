@@ -1,34 +1,15 @@
 """Codecs `ctx` (the default) and `gap`: independent chunks of class-rank gaps and ULP steps under rANS.
 
-Values are stored relative to the old value the reader already holds: the difference of the two bit
-patterns in float order, zigzag folded, so a one-ULP step is a small number.
+Values are stored relative to the old value the reader holds (the difference of the bit patterns in float order,
+zigzag folded: a one-ULP step is a small number). `ctx` conditions on the old value: after an AdamW step at RL
+learning rates a bf16 weight changes only if the step exceeds half its ULP, which its exponent sets, so elements are
+classed by the old value's exponent, positions coded as gaps between ranks inside the class (the reader recovers
+them from its own old tensor), and every (kind, width, class) has its own model. `gap` is the same with one class.
 
-`ctx` conditions on the old value. After an AdamW step at RL learning rates a bf16 weight changes
-only if the step exceeds half its ULP, which its exponent sets, so the exponent predicts whether an
-element changes and by how many ULPs. Elements are split into classes by the exponent of their old
-value; positions are coded as gaps between *ranks inside the class*, which the reader recovers by
-scanning its own old tensor, and every (kind, width, class) has its own model. `gap` is the same
-with one class: plain position gaps, and decoding touches only the changed elements.
-
-Every tensor is cut into chunks of `chunk` elements (the first value of stream `chunks`); ranks
-restart in each chunk, so chunks are coded and decoded independently: the chunks of many tensors are rows
-of one table, and each worker thread makes one compiled call over its slice of the rows.
-
-The work goes in stages, each with its table beside the kernels that read it: the writer finds the changes
-(`_found.Found`; on a device, `_device_scan`), counts their symbols and builds the models from the counts
-(`_models`), puts the chunks in file order and codes them (`_plan.Plan`, `_plan.Coded`); the reader parses the
-streams (`_parsed.Parsed`) and decodes them (`_decode`). This module holds the codec that runs them.
-
-Streams:
-  `models`  zstd uint32: per model, sorted by (kind, width, class): kind (0 gap, 1 step), width,
-            class, k, then k (symbol minus the previous symbol, frequency) pairs; the frequencies
-            of a model sum to 2**15 (see `_rans`).
-  `chunks`  zstd uint32: the chunk size, then per chunk with changes (tensors in name order, chunks
-            ascending): its index in the tensor, changed elements, rANS words (at least 2), lowest
-            and highest class with a change. A tensor's rows end where their counts reach its count,
-            so the table is never larger than a fixed multiple of the words it describes.
-  `words`   the chunks' rANS words, uint16 little-endian, one chunk after the other.
-"""
+Tensors are cut into chunks coded independently: the chunks of many tensors are rows of one table, each thread one
+compiled call over its slice. The stages, each with its table beside its kernels: find the changes (`_found`, on a
+device `_device_scan`), count and model (`_models`), plan and code (`_plan`); parse (`_parsed`) and decode
+(`_decode`). Streams `models`, `chunks` and `words`: their layout is in docs/delta.md, "Codecs"."""
 
 from __future__ import annotations
 

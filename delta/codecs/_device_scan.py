@@ -1,25 +1,16 @@
 """The chunked codecs' scans as whole-tensor torch work on the device that holds the state.
 
-The host path (`_kernels`) walks each chunk in compiled code, one chunk per thread. On a GPU that loop
-would launch a handful of small ops per chunk and wait on the host each time; here every step is one op
-over a whole group of tensors (one tensor, or small tensors of one dtype concatenated up to
-`_device.GROUP` elements), whatever the number of chunks:
+Where the host path (`_kernels`) walks each chunk in compiled code, here every step is one op over a whole group of
+tensors (one tensor, or small tensors of one dtype up to `_device.GROUP` elements), whatever the number of chunks:
 
-- writer (`scan`): compare, list the changed positions (`nonzero`), classes of every element, one stable
-  sort of the classes; an element's rank in its (chunk, class) is then its place in the sorted order
-  minus the place where its class's run enters its chunk, both found by binary search among the sorted
-  (class, position) pairs for the changed elements alone. Changes are ordered (chunk, class, rank) by a
-  sort of the changed elements, gaps and ULP steps computed, and only they cross to the host.
-- reader (`locate`): the same sort of the old tensor's classes; the r-th element of class c in a chunk is
-  found at (where c's run enters the chunk) + r. Old values are gathered there, new ones computed, and the
-  result's hash moved by the changed elements alone, before anything is written.
+- writer (`scan`): compare, `nonzero`, the class of every element, one stable sort of the classes; a changed element's
+  rank in its (chunk, class) is its place in the sorted order minus where its class's run enters its chunk (binary
+  search). Only the changes (ordered by chunk, class, rank, with gaps and ULP steps) cross to the host, which codes
+  them exactly as the host scan's table (`_found.Found`): the bytes are the same.
+- reader (`locate`): the same sort of the old tensor's classes places the r-th change of class c at (where c's run
+  enters the chunk) + r; new values are computed and the hash moved before anything is written.
 
-The writer's scan makes the table the host scan makes (`_found.Found`): the host coder (`_plan`, `_rans`) takes
-the changes chunk by chunk, exactly as the host scan would have produced them (a chunk's changes class by class:
-the order the coder groups them in anyway), so the bytes are the same. The reader's `locate` takes what the
-host decoded (`Decoded`, from `_decode.decode_rows`). Every step is plain torch: on CPU tensors
-(`DELTA_DEVICE_PATH=1`) it is the same code, tested bit for bit against the host path.
-"""
+Plain torch: on CPU tensors (`DELTA_DEVICE_PATH=1`) it is the same code, tested bit for bit against the host path."""
 
 from __future__ import annotations
 

@@ -79,6 +79,12 @@ def chunks_of(sizes: np.ndarray, chunk: int) -> np.ndarray:
     return out
 
 
+def span_elements(chunks: np.ndarray, lo: int, hi: int) -> int:
+    """Elements of the chunks `lo:hi` (a span may cross tensors: LO and HI count from each tensor's start, so the
+    last HI minus the first LO went negative, and the diff's progress bar ran backwards)."""
+    return int((chunks[lo:hi, HI] - chunks[lo:hi, LO]).sum())
+
+
 @njit(nogil=True, cache=True)
 def scan_rows(a_list, b_list, chunks, chunk, shift, mask, ikeys, seeds, gap_hist, step_hist, tally):  # pragma: no cover
     """Scan `chunks` (columns MEMBER..HI; members of `a_list`/`b_list`, tensors of one dtype): their changes,
@@ -214,7 +220,7 @@ def scan_on_host(
                     out = scan_rows(
                         a_list, b_list, chunks[lo:hi], counts.chunk, shift, mask, ikeys, seeds, gap, step, tally
                     )
-                bar.update(int(chunks[hi - 1, HI] - chunks[lo, LO]) if hi > lo else 0)
+                bar.update(span_elements(chunks, lo, hi))
                 return out
 
             spans = slices(chunks[:, HI] - chunks[:, LO], workers)

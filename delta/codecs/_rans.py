@@ -1,19 +1,13 @@
-"""A small rANS entropy coder, compiled with numba, that codes one chunk per call without the GIL.
+"""A small rANS entropy coder, compiled with numba, that codes one chunk per call without the GIL (every core at
+once; its bytes are part of the file format, so the arithmetic is fixed here rather than in a dependency).
 
-Why our own: the coder must run on every core at once (one chunk per thread, GIL released) and its
-bytes are part of the file format, so the arithmetic is fixed here rather than in a dependency.
+The arithmetic (ryg's `rans_word`): a 32-bit state in [2**16, 2**32), 16-bit words out, probabilities quantised
+to 2**15; symbols pushed in reverse so the decoder reads words front to back; raw bits go through the same state
+as uniform symbols. A decoder checks it ends on the encoder's start state with every word consumed.
 
-The arithmetic (ryg's `rans_word`): a 32-bit state kept in [2**16, 2**32), 16-bit words out,
-probabilities quantised to 2**15. Symbols are pushed in reverse and the words written from the end
-of a buffer, so the decoder reads words front to back. Raw bits (below a value's leading bits) go
-through the same state as uniform symbols of at most 16 bits. A decoder checks it ends on the
-state the encoder started from, with every word consumed: a damaged stream cannot pass unseen.
-
-Values become symbols as follows (`ALPHABET` symbols per model): values below `DIRECT` are symbols
-themselves; a larger value of bit length L is symbol DIRECT + 2**SUB_BITS * (L - bitlen(DIRECT)) +
-(its SUB_BITS bits below the leading one), followed by its remaining L - 1 - SUB_BITS bits raw.
-Symbol `END` closes a class's list of gaps.
-"""
+Values below `DIRECT` are symbols themselves; a larger value of bit length L is symbol DIRECT + 2**SUB_BITS *
+(L - bitlen(DIRECT)) + (its SUB_BITS bits below the leading one), then its remaining L - 1 - SUB_BITS bits raw.
+Symbol `END` closes a class's list of gaps."""
 
 from __future__ import annotations
 
@@ -57,17 +51,15 @@ DECODE_ERRORS = {
 
 @register_jitable
 def end_column(table: np.ndarray) -> int:
-    """The column of END in a model table or a histogram (2-D: a row per model or class): the last, in the writer's
-    layout (`writer_symbols` columns) and the reader's (`ALPHABET` columns, END = ALPHABET - 1) alike. Below it,
-    a column is its symbol in both. Plain Python, compiled into the kernels that call it."""
+    """The column of END in a model table or a histogram: the last, in the writer's layout and the reader's (`ALPHABET`
+    columns) alike; below it, a column is its symbol in both."""
     return table.shape[1] - 1
 
 
 @njit(nogil=True, cache=True)
 def _quantize_in_place(rows):  # pragma: no cover - compiled
-    """Each row of counts (int64) turned, where it lies, into frequencies summing to PROB_SCALE, at least 1 for
-    every symbol with a count and 0 otherwise (every row has a count). Only the writer calls this (the file
-    stores the frequencies), so the rounding is free to change."""
+    """Each row of counts turned into frequencies summing to PROB_SCALE, at least 1 for every symbol with a count (the
+    writer's alone: the file stores the frequencies)."""
     for m in range(rows.shape[0]):
         freq = rows[m]
         total = freq.sum()
@@ -93,10 +85,9 @@ def _quantize_in_place(rows):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def fill_models(hists, classes, freq, cum):  # pragma: no cover - compiled
-    """The models of `classes` from histograms `hists` added up: their frequencies (`_quantize_in_place`) into `freq`
-    and their cumulative starts (`cumulative`) into `cum`, one row per class (the caller's rows of larger tables, so
-    that threads fill them side by side and nothing is joined after). Histograms and tables are in the writer's
-    layout (`writer_symbols`), the tables at least as wide as the histograms: END moves to their last column."""
+    """The models of `classes` from histograms `hists` added up: frequencies into `freq` and cumulative starts into
+    `cum`, one row per class of the caller's tables (threads fill them side by side), in the writer's layout: END moves
+    to the tables' last column."""
     end, table_end = end_column(hists[0]), end_column(freq)
     for i in range(classes.size):
         row = freq[i]
@@ -122,9 +113,8 @@ def symbol_of(value: int) -> int:
 
 
 def writer_symbols(width: int, chunk: int) -> int:
-    """Columns of the writer's histograms and model tables for values of `width`-bit tensors in chunks of `chunk`
-    elements: the symbols a gap (below the chunk's size) or a step minus one (below 2**width - 1) can take, the
-    reader's bounds, then END in the last column (bf16 at the default chunk: 513 of `ALPHABET`'s 1,921)."""
+    """Columns of the writer's histograms and tables for `width`-bit tensors in chunks of `chunk` elements: the symbols
+    a gap or a step can take, then END (bf16 at the default chunk: 513 of `ALPHABET`'s 1,921)."""
     return max(symbol_of(chunk - 1), symbol_of((1 << width) - 2)) + 2
 
 
@@ -175,9 +165,8 @@ def _symbol(v):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def count_symbols(cls, gaps, steps, lo, hi, gap_hist, step_hist, tally):  # pragma: no cover - compiled
-    """Add one chunk's symbols to per-class histograms in the writer's layout (`writer_symbols`: END in the
-    last column) with an END per class in lo..hi, and to `tally` (classes x 2: ENDs, changes) per class, so
-    that the classes with models are known without reading every histogram."""
+    """Add one chunk's symbols to per-class histograms (writer's layout) with an END per class in lo..hi, and to `tally`
+    (ENDs, changes per class), so that the classes with models are known without reading every histogram."""
     end = end_column(gap_hist)
     for j in range(cls.size):
         c = cls[j]
@@ -245,9 +234,8 @@ def encode_chunk(cls, gaps, steps, lo, hi, gap_model, step_model, freq, cum, out
     """Code one chunk's changes; returns the number of words, which end at the end of `out`.
 
     Args:
-        cls, gaps, steps: per changed element in position order: its class, the gap from the
-            previous changed element of its class in this chunk (its rank for the first), its
-            zigzag ULP step (>= 1).
+        cls, gaps, steps: per changed element in position order: its class, the gap from the previous changed
+            element of its class (its rank for the first), its zigzag ULP step (>= 1).
         lo, hi: the lowest and highest class with a change.
         gap_model, step_model: model index per class; `freq`, `cum` in the writer's layout.
         out: room for at least 2 + 10 * len(cls) + (hi - lo + 1) words.

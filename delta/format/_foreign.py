@@ -1,29 +1,19 @@
 """Delta files written by other software, read into our `raw` layout so they apply like ours.
 
-TRL's AsyncGRPO delta branches (huggingface/trl, `trl/experimental/async_grpo/`) wrote these; none
-carries our state hashes (the reader's hash after applying is its own):
+TRL's AsyncGRPO delta branches (huggingface/trl, `trl/experimental/async_grpo/`) wrote these; none carries our state
+hashes (the reader's hash after applying is its own):
 
-- Blog layout: `{name}.indices` (int32 flat positions) + `{name}.values`, no `format` (TRL's first
-  delta engine, commit a3a382585, adds only `num_params` and `sparse`).
-- Earlier `sparse_weight_patch` (`weight_diff.encode_sparse_patch`, commit a46bf262d): `{name}.indices`
-  (int32) + `{name}.values`, metadata `format=sparse_weight_patch`, `version=1`, `model_version`,
-  `prev_model_version`, `anchor_step`, `base_model_id`, counts, `checksum_sha256` (SHA-256 of every
-  tensor's bf16 bytes of the whole state after applying, names sorted) and `changed_params` (JSON
-  list of the names), and no `sparse` key. A step without changes holds a placeholder tensor
-  `__empty_delta__`. Its anchors: metadata `format=anchor_checkpoint`, `checksum_sha256` of the tensors.
-- Middle `sparse_weight_patch` (commits 592734f2a..9f2e55fb4): the same tensors, `sparse` and
-  `changed_params`, no checksum; `sparse=False` marks an anchor, every tensor in full.
-- Later `sparse_weight_patch` (commit 019ac7357 on): `{name}.idx` + `{name}.val` (bf16), where `idx` is
-  int32 positions (`encoding=raw`), or uint16 / uint32 gaps `idx[k] - idx[k-1] - 1` with idx[-1] = -1
-  (`gap_delta`), or nvCOMP Cascaded bytes (`nvcomp_cascaded`, which needs nvCOMP on a GPU and is
-  refused here); `sparse=False` marks an anchor.
+- Blog layout: `{name}.indices` (int32 positions) + `{name}.values`, no `format`.
+- Earlier `sparse_weight_patch`: the same tensors, metadata `format=sparse_weight_patch`, counts, `changed_params`
+  and `checksum_sha256` (of the whole state after applying); an empty step holds `__empty_delta__`; its anchors are
+  `format=anchor_checkpoint`.
+- Middle `sparse_weight_patch`: the same, `sparse`, no checksum; `sparse=False` marks an anchor.
+- Later `sparse_weight_patch`: `{name}.idx` + `{name}.val`, `idx` int32 positions (`encoding=raw`) or uint16/uint32
+  gaps (`gap_delta`); nvCOMP bytes (`nvcomp_cascaded`) are refused.
 
-A patch is recognised by its tensor names (and `changed_params` where it has one); whatever the
-layout writes is checked: counts in canonical decimal form, `changed_params` naming exactly the
-tensors present, one `.idx`/`.indices` per `.val`/`.values` of one length, positions strictly
-increasing, a checksum that is 64 hex digits. An anchor applies as whole tensors (form `dense`). A
-patch that changes nothing is refused: there is nothing to apply (the state after it is the base).
-"""
+Whatever a layout writes is checked (canonical counts, `changed_params` naming exactly the tensors present, one index
+per values tensor of one length, positions strictly increasing, a 64-hex checksum). An anchor applies as whole tensors;
+a patch that changes nothing is refused."""
 
 from __future__ import annotations
 

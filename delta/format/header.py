@@ -29,10 +29,9 @@ from ..errors import DeltaFormatError
 from ..tensors.bits import DTYPES_BY_NAME
 
 FORMAT_NAME = "delta-weights"
-#: Version 3 hashes states with `sum128` (element sums); version 2 files (`xxh3-128` hashes) are still read.
 FORMAT_VERSION = 3
-#: Each readable format version and the state-hash pattern its files carry.
-HASH_PATTERNS = {2: re.compile(r"xxh3-128:[0-9a-f]{32}"), 3: re.compile(r"sum128:[0-9a-f]{32}")}
+#: The state hashes a file carries (`delta.state_digest`).
+STATE_HASH = re.compile(r"sum128:[0-9a-f]{32}")
 # Header limits (docs/delta.md, "Header limits"). Any reader: MAX_HEADER_BYTES. A reader that holds the
 # state the delta applies to: HEADER_BYTES plus, per tensor of that state, HEADER_BYTES_PER_TENSOR and
 # four times its name escaped as JSON twice (a name appears in stream names, in the table, and in a
@@ -323,17 +322,14 @@ def _table(text: str, form: str, path: str | None) -> tuple[TensorEntry, ...]:
 def own_header(meta: dict, path: str | None) -> DeltaHeader:
     """Our metadata, every key checked (docs/delta.md, "The delta format")."""
     found = meta.get("format_version")
-    version = next((v for v in HASH_PATTERNS if found == str(v)), None)
-    if version is None:
+    if found != str(FORMAT_VERSION):
         hint = (
-            "it was written by an older `delta` (before chunked coding): publish an anchor with this version "
-            "and follow from there"
-            if found == "1"
+            "it was written by an older `delta`: publish an anchor and follow from there"
+            if found in ("1", "2")
             else "upgrade the `delta` package"
         )
         raise DeltaFormatError(
-            f"format version {shown(found)} is not supported by this reader (supports "
-            f"{', '.join(map(str, HASH_PATTERNS))}); {hint}",
+            f"format version {shown(found)} is not supported by this reader (supports {FORMAT_VERSION}); {hint}",
             path=path,
         )
     missing = [k for k in METADATA_KEYS if k not in meta]
@@ -349,12 +345,9 @@ def own_header(meta: dict, path: str | None) -> DeltaHeader:
     if codec is None:
         raise DeltaFormatError(f"unknown codec {shown(meta['codec'])}; choose one of {sorted(CODECS)}", path=path)
     for key in ("base_hash", "target_hash"):
-        if not HASH_PATTERNS[version].fullmatch(meta[key]):
-            scheme = HASH_PATTERNS[version].pattern.partition(":")[0]
+        if not STATE_HASH.fullmatch(meta[key]):
             raise DeltaFormatError(
-                f"metadata {key!r} is {shown(meta[key])}, not {scheme + ':'!r} and 32 lowercase "
-                f"hex digits (format version {version})",
-                path=path,
+                f"metadata {key!r} is {shown(meta[key])}, not 'sum128:' and 32 lowercase hex digits", path=path
             )
     header = DeltaHeader(
         codec=codec.name,

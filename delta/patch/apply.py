@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .._cores import resolve_workers
 from .._stages import stage
 from ..codecs import Change, Codec, Workspace, get_codec
 from ..errors import DeltaFormatError, IntegrityError, StateMismatchError
@@ -17,30 +15,13 @@ from ..format import DeltaHeader, header_limit, prove_checksum, read_delta
 from ..tensors import _device
 from ..tensors._sumhash import TensorKey
 from ..tensors.bits import DTYPE_NAMES, bits
-from ..tensors.hashing import (
-    LEGACY_SCHEME,
-    LegacyDigest,
-    StateDigest,
-    SumDigest,
-    change_sums,
-    legacy_digest_with_changes,
-    legacy_state_digest,
-    legacy_tensor_digest,
-    moved_sums,
-    scheme_of,
-    state_digest,
-)
+from ..tensors.hashing import StateDigest, change_sums, moved_sums, state_digest
 
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What an apply did.
-
-    Attributes:
-        header: The delta's header.
-        digest: Digest of the state after applying (pass it to the next apply to skip hashing).
-        changed: Elements written.
-    """
+    """What an apply did: the delta's `header`, the state's `digest` after it (pass it to the next apply), and the
+    elements `changed`."""
 
     header: DeltaHeader
     digest: StateDigest
@@ -75,27 +56,20 @@ def decode(
     workers: int | None = None,
     workspace: Workspace | None = None,
 ) -> tuple[DeltaHeader, list[Change], StateDigest | None]:
-    """Parse and validate a delta against `state` without writing anything.
-
-    This is the slow half of an apply (it can run in a background thread while the state is still
-    being read; it must not be written meanwhile); `write_changes` is the fast half. The target hash
-    is proven here, on the decoded result, before anything is written: each change carries how it
-    moves the state hash (`Change.sums`; `Change.digest` for files of format version 2), computed from
-    the old values at its positions and the new ones. A state on a device is decoded there: only the
-    changes cross from the host.
+    """Parse and validate a delta against `state` without writing anything: the slow half of an apply (`write_changes`
+    is the fast half), which may run while the state is read. The target hash is proven here, on the decoded result:
+    each change carries how it moves the state hash (`Change.sums`). A state on a device is decoded there.
 
     Args:
-        digest: The state's digest if the caller has it (in the file's hash scheme; otherwise computed).
+        digest: The state's digest if the caller has it (otherwise computed).
         workers: Threads that decode and hash (None: one per core).
-        workspace: Memory kept from this caller's previous decode (one call at a time; None: fresh memory). The
-            changes returned are never in it.
+        workspace: Memory kept from this caller's previous decode (None: fresh memory); the changes are never in it.
 
     Returns:
         (header, decoded changes, digest of `state` before applying — None for foreign files).
 
     Raises:
-        IntegrityError: the decoded result does not hash to the header's target (for a TRL file with a
-            `checksum_sha256`: does not match it).
+        IntegrityError: the decoded result does not hash to the header's target (or a TRL file's checksum).
         DeltaFormatError, StateMismatchError: see `apply`.
     """
     with stage("read"):
@@ -111,32 +85,20 @@ def decode(
         if header.checksum:
             prove_checksum(header, changes, _device.host_view(state, state), path)  # TRL hashes the whole state
         return header, changes, None
-    legacy = scheme_of(header.base_hash) == LEGACY_SCHEME
-    # One of the two is bound, as `legacy` says; `before` is the one bound.
-    if legacy:
-        legacy_before = digest if isinstance(digest, LegacyDigest) else legacy_state_digest(state, workers)
-        before: StateDigest = legacy_before
-    else:
-        sum_before = digest if isinstance(digest, SumDigest) else state_digest(state, workers=workers)
-        before = sum_before
+    before = digest if digest is not None else state_digest(state, workers=workers)
     if before.hexdigest != header.base_hash:
         raise StateMismatchError(
             f"the state's hash is {before.hexdigest}, this delta applies to {header.base_hash} "
             f"(version {header.base_version}); apply the deltas in order, or start from an anchor"
         )
-    after: StateDigest
-    if legacy:
-        changes = _decoded(codec, header, blobs, _device.host_view(state, names), workers, None, path, workspace)
-        after = _prove_legacy(changes, _device.host_view(state, names), legacy_before, workers)
-    else:
-        changes = _decoded(codec, header, blobs, state, workers, sum_before.keys, path, workspace)
-        sums: dict[str, tuple[int, int]] = {}
-        with stage("hash"):
-            for c in changes:
-                if c.sums is None:  # decoded without the old values at hand (`raw`)
-                    c.sums = change_sums(sum_before.keys[c.name], state[c.name], c.positions, c.values, workers)
-                sums[c.name] = c.sums
-        after = sum_before.moved(sums)
+    changes = _decoded(codec, header, blobs, state, workers, before.keys, path, workspace)
+    sums: dict[str, tuple[int, int]] = {}
+    with stage("hash"):
+        for c in changes:
+            if c.sums is None:  # decoded without the old values at hand (`raw`)
+                c.sums = change_sums(before.keys[c.name], state[c.name], c.positions, c.values, workers)
+            sums[c.name] = c.sums
+    after = before.moved(sums)
     if after.hexdigest != header.target_hash:
         raise IntegrityError(
             f"version {header.version} decodes to a state other than the delta's target; nothing was written",
@@ -163,28 +125,6 @@ def _decoded(
     if len({c.name for c in changes}) != len(changes):  # the header check makes names unique; never write one twice
         raise DeltaFormatError("a tensor is changed twice", path=path)
     return changes
-
-
-def _prove_legacy(
-    changes: list[Change], host: Mapping[str, torch.Tensor], before: LegacyDigest, workers: int | None
-) -> LegacyDigest:
-    """Format 2: hash every changed tensor as it will be (nothing written), the whole tensor each time, a tensor
-    per thread on up to 2 of `workers` threads."""
-
-    def prove(change: Change) -> str:
-        positions, values = change.positions, change.values
-        if isinstance(positions, torch.Tensor):  # placed on a device with its values: ascending, on the host
-            host_positions, host_values = positions.cpu().numpy(), torch.as_tensor(values).cpu().numpy()
-            order = np.argsort(host_positions, kind="stable")
-            return legacy_digest_with_changes(change.name, host[change.name], host_positions[order], host_values[order])
-        assert not isinstance(values, torch.Tensor)  # values on a device come with positions there
-        return legacy_digest_with_changes(change.name, host[change.name], positions, values)
-
-    proven: dict[str, str] = {}
-    with ThreadPoolExecutor(max_workers=min(2, resolve_workers(workers))) as pool:
-        for change, digest in zip(changes, pool.map(prove, changes), strict=True):
-            change.digest = proven[change.name] = digest
-    return before.merged(LegacyDigest(proven))
 
 
 class Rollback:
@@ -238,17 +178,13 @@ def write_changes(
     *,
     workers: int | None = None,
 ) -> ApplyResult:
-    """Write decoded changes into `state` in place, check the target hash, roll back on mismatch.
-
-    The new digest is the old one moved by what `decode` proved each change does (no re-hashing: the pause
-    is the write alone); a change without a proof is hashed from what it overwrote and what it wrote.
+    """Write decoded changes into `state` in place and check the target hash: the new digest is the old one moved by
+    what `decode` proved (a change without a proof is hashed from what it overwrote and wrote).
 
     Args:
         digest: The state's digest before the write, as `decode` returned it.
-        rollback: Records the writes (pass one to undo several files' writes together); on a mismatch
-            everything it recorded is restored, earlier files' writes included.
-        workers: Threads that hash what no proof covers (a foreign file's state, a change without sums; None:
-            one per core).
+        rollback: Records the writes; on a mismatch everything it recorded is restored (several files together).
+        workers: Threads that hash what no proof covers (None: one per core).
 
     Raises:
         IntegrityError: the result does not hash to the header's target (the state is restored).
@@ -259,21 +195,15 @@ def write_changes(
     changed = sum(e.changed for e in header.tensors)
     if header.foreign:
         return ApplyResult(header, state_digest(state, workers=workers), changed)
-    after: StateDigest
-    if isinstance(digest, SumDigest):
-        after = digest.moved(
-            {
-                c.name: c.sums
-                if c.sums is not None
-                else moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
-                for c, old in written
-            }
-        )
-    else:
-        assert digest is not None, "write_changes takes the digest decode returned"
-        after = digest.merged(
-            LegacyDigest({c.name: c.digest or legacy_tensor_digest(c.name, state[c.name]) for c in changes})
-        )
+    assert digest is not None, "write_changes takes the digest decode returned"
+    after = digest.moved(
+        {
+            c.name: c.sums
+            if c.sums is not None
+            else moved_sums(digest.keys[c.name], c.positions, old, c.values, workers)
+            for c, old in written
+        }
+    )
     if after.hexdigest != header.target_hash:
         rollback.restore()
         raise IntegrityError(
@@ -293,23 +223,15 @@ def apply(
     workers: int | None = None,
     workspace: Workspace | None = None,
 ) -> ApplyResult:
-    """Apply a delta to `state` in place: everything is validated before the first write.
-
-    Checks names, shapes, dtypes, the base hash, stream lengths, positions (in range, sorted) and
-    the target hash of the decoded result; then writes. On any error the state is exactly as before.
+    """Apply a delta to `state` in place, everything validated before the first write (names, shapes, dtypes, base hash,
+    streams, positions, the target hash); on any error the state is exactly as before.
 
     Args:
-        state: The reader's tensors (contiguous, on the CPU or a GPU); modified in place on success. A GPU
-            state is decoded, proven and written on the device, with one `index_copy_` per tensor; only the
-            changes cross from the host (files of format version 2 copy the changed tensors to the host to
-            prove their hash).
+        state: The reader's tensors (contiguous, CPU or GPU: a GPU state is decoded and written on the device).
         delta: File bytes or a path to a delta file.
         digest: The state's digest if the caller has it (e.g. from the previous apply); computed if None.
         workers: Threads that decode and hash (None: one per core).
         workspace: Memory kept from this caller's previous apply (see `decode`).
-
-    Returns:
-        ApplyResult with the new digest.
 
     Raises:
         DeltaFormatError: the file is not a valid delta (corrupt, truncated, unknown format version).

@@ -10,7 +10,7 @@ from .._stages import stage
 from ..codecs import DEFAULT_CODEC, Workspace, get_codec
 from ..format import DeltaHeader, write_delta
 from ..tensors._sumhash import TensorKey
-from ..tensors.hashing import StateDigest, SumDigest, state_digest
+from ..tensors.hashing import StateDigest, state_digest
 from ..tensors.state import check_same_layout
 
 
@@ -83,7 +83,7 @@ def encode_delta(
     workers: int | None = None,
     chunk: int | None = None,
     workspace: Workspace | None = None,
-) -> tuple[bytes, SumDigest]:
+) -> tuple[bytes, StateDigest]:
     """`diff`, also returning the digest of `new` (the publisher keeps it for the next version).
 
     Args:
@@ -91,7 +91,7 @@ def encode_delta(
     """
     check_same_layout(old, new)
     old, new = _contiguous(old), _contiguous(new)
-    if not isinstance(old_digest, SumDigest) or old_digest.names != set(old):
+    if not isinstance(old_digest, StateDigest) or old_digest.names != set(old):
         old_digest = state_digest(old, keys, workers)
     chosen = get_codec(codec)
     encoded = chosen.encode(

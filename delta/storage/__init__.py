@@ -1,14 +1,16 @@
 """Buckets: one small interface over a local directory, S3 and Hugging Face storage buckets.
 
     >>> from delta.storage import open_storage
-    >>> bucket = open_storage("./bucket")          # or s3://name/prefix, hf://buckets/ns/name/prefix
-    >>> bucket.write("versions/00000001.json", b"{}")
-    >>> [f.path for f in bucket.list("versions/")]
+    >>> storage = open_storage("./bucket")          # or s3://name/prefix, hf://buckets/ns/name/prefix
+    >>> storage.write("versions/00000001.json", b"{}")
+    >>> [f.path for f in storage.list("versions/")]
     ['versions/00000001.json']
-    >>> bucket.read("versions/00000001.json", max_bytes=1 << 20)   # a stranger's file: bounded
+    >>> storage.read("versions/00000001.json", max_bytes=1 << 20)   # a stranger's file: bounded
     b'{}'
 
-Backends' libraries (s3fs, huggingface_hub) are imported only when a bucket of theirs is opened.
+The primitives only: what a process keeps about a bucket (its shared listing, budget, keys, trust and resume) is
+`delta.Bucket`'s, which opens its storage with `open_storage` and passes it its `Traffic`. Backends' libraries (s3fs,
+huggingface_hub) are imported only when a bucket of theirs is opened.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from ..errors import (
     StorageError,
 )
 from ..retry import RetryPolicy
-from ._base import Storage, check_path
+from ._base import Storage, StoredFile, check_path
 from ._fsspec import S3Storage
 from ._hf import HfBucketStorage
-from ._listing import StoredFile
 from ._local import LocalStorage
 from ._traffic import RateLimit, Traffic, TrafficSnapshot
 
@@ -62,7 +63,7 @@ def open_storage(url: str | os.PathLike[str], **options: Any) -> Storage:
         url: A local directory (a plain path or `file:///abs/path`; created if missing),
             `s3://bucket[/prefix]` (S3 or S3-compatible, see `S3Storage`) or
             `hf://buckets/<namespace>/<name>[/prefix]` (Hugging Face, see `HfBucketStorage`).
-        **options: Passed to the backend: `retry` for all; `endpoint_url`, `key`, `secret`, `timeout`
+        **options: Passed to the backend: `retry` and `traffic` for all; `endpoint_url`, `key`, `secret`, `timeout`
             for S3; `token`, `endpoint`, `api`, `create`, `private` for Hugging Face.
 
     Raises:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..errors import AccessDeniedError, BucketNotFoundError, BucketUnreachableError, StorageError
 from ..retry import RetryPolicy
-from ._base import Failure, Storage, import_backend
-from ._listing import StoredFile
-from ._traffic import shared_traffic
+from ._base import Failure, Storage, StoredFile, import_backend
+from ._traffic import Traffic
 
 T = TypeVar("T")
 
@@ -49,34 +47,26 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 class S3Storage(Storage):
     """`s3://bucket[/prefix]` through s3fs. The bucket is created on the first write if missing.
 
-    Atomicity: a write is one PUT (a multipart upload above 100 MiB) and a read is one GET, never
-    ranged pieces that could come from two versions (a bounded read is one GET of the first bytes up to
-    its bound). AWS S3 and most compatible servers show an
-    object only once it is complete, so a reader sees the old or the new content; that is the
-    server's promise, not ours. `rclone serve s3` over a local folder keeps it only in part:
-    measured here, a read during an overwrite sometimes comes back cut short (the length check
-    catches it and the read is retried), and with `--dir-cache-time 0s` the file sometimes read as
-    missing. Files that readers poll are best written once under a new name. `delete` sends one
-    multi-object request per 1000 paths (not atomic as a group); s3fs ignores per-key errors the
-    server reports in that reply, so a delete refused for some keys passes silently.
+    Atomicity: a write is one PUT (multipart above 100 MiB) and a read one GET (a bounded read: one GET of the first
+    bytes), so a reader sees the old or the new content where the server promises it; `rclone serve s3` keeps it only in
+    part (a read during an overwrite may come back short: the length check catches it). `delete` sends one request per
+    1000 paths, and s3fs ignores per-key errors in its reply.
 
-    Blocking: `timeout` bounds connecting and each wait for data. Uploads are sent without
-    "Expect: 100-continue", which aiohttp waits for with no timeout at all (a hung or merely busy
-    server then hung writes forever). A write also has a deadline of `timeout` plus one second per
-    MiB, because a server that stops reading would block the upload where no socket timeout applies.
-    Retries are ours only (s3fs's and botocore's are turned off), so `retry` alone decides how long
-    an unreachable bucket is retried. The first call sets up the client (about a second). Open the
-    storage in the process that uses it: s3fs refuses an instance created before a fork.
+    Blocking: `timeout` bounds connecting and each wait for data; uploads go without "Expect: 100-continue" (which
+    aiohttp waits for without a timeout), and a write has a deadline of `timeout` plus a second per MiB. Retries are
+    `retry`'s alone (s3fs's and botocore's are off). Open it in the process that uses it: s3fs refuses an instance
+    from before a fork.
 
     Args:
         url: `s3://bucket` or `s3://bucket/prefix`.
-        endpoint_url: Server URL for S3-compatible stores; default AWS_ENDPOINT_URL_S3 or
-            AWS_ENDPOINT_URL, else AWS.
-        key: Access key id; default botocore's lookup (environment, ~/.aws, instance role).
-        secret: Secret access key; same default.
+        endpoint_url: Server URL for S3-compatible stores; default AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS.
+        key, secret: Credentials; default botocore's lookup (environment, ~/.aws, instance role).
         timeout: Seconds to wait for a connection or for data before an attempt fails.
         retry: How calls are retried while the server does not answer.
+        traffic: Where requests are counted, by how S3 bills them (None: a `Traffic` of its own).
     """
+
+    CLASSES = ("put", "get", "delete")
 
     def __init__(
         self,
@@ -87,16 +77,13 @@ class S3Storage(Storage):
         secret: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
         self.endpoint_url = endpoint_url or _endpoint_from_env()
-        account = hashlib.sha256((key or os.environ.get("AWS_ACCESS_KEY_ID") or "").encode()).hexdigest()
-        super().__init__(
-            f"s3://{self.bucket}/{self.prefix}".rstrip("/"),
-            retry=retry,
-            traffic=shared_traffic(("s3", self.endpoint_url or "aws", account), ("put", "get", "delete")),
-        )
+        super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), retry=retry, traffic=traffic)
         self.timeout = timeout
+        self._identity = f"{self.url} at {(self.endpoint_url or 'AWS S3').rstrip('/')}"
         s3fs = import_backend("s3fs", "s3:// URLs", "s3")
         session = import_backend("aiobotocore.session", "s3:// URLs", "s3").AioSession()
         # Runs after botocore's own handler for the same event, which adds the header to every upload.
@@ -116,6 +103,11 @@ class S3Storage(Storage):
             },
         )
         self._fs.retries = 1  # s3fs's own retry loop (a class attribute, not a constructor argument)
+
+    @property
+    def identity(self) -> str:
+        """The bucket and prefix, with the endpoint that serves them (one name on two servers is two buckets)."""
+        return self._identity
 
     def _count(self, event_name: str = "", **_: Any) -> None:
         """botocore event handler: count each HTTP request sent (retries included) by how S3 bills it."""

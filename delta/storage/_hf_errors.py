@@ -23,8 +23,8 @@ from ..errors import (
     StorageError,
 )
 from ._base import Failure
-from ._hf_http import RateLimitedReply
 from ._hf_xet import XetTransferError
+from ._hub_api import BatchFailed, RateLimitedReply
 
 _STATUS_IN_TEXT = re.compile(r"\b([45]\d\d)\b")
 _INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
@@ -49,12 +49,7 @@ class HubCall:
 
 def classify(error: Exception, call: HubCall) -> Failure | None:
     """The failure `error` stands for, or None for an exception that is not the Hub's nor the network's (a bug)."""
-    from huggingface_hub.errors import (
-        BucketBatchError,
-        EntryNotFoundError,
-        HfHubHTTPError,
-        OfflineModeIsEnabled,
-    )
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled
 
     if type(error) is FileNotFoundError:  # ours: paths-info does not list the file
         return Failure(FileNotFoundError, str(error))
@@ -62,15 +57,14 @@ def classify(error: Exception, call: HubCall) -> Failure | None:
         return Failure(RateLimitedError, error.text, 429, error.wait_s)
     if isinstance(error, OfflineModeIsEnabled):
         return Failure(StorageError, "HF_HUB_OFFLINE is set; unset it to reach the Hub")
-    if isinstance(error, BucketBatchError):
-        failed = error.failures
-        first = failed[0] if failed else {}
+    if isinstance(error, BatchFailed):
+        first = error.failures[0]
         return Failure(
             BucketUnreachableError,
-            f"the Hub did not apply {len(failed)} operation(s) of the batch (first: "
+            f"the Hub did not apply {len(error.failures)} operation(s) of the batch (first: "
             f"{first.get('path', '?')}: {first.get('error', '?')}); nothing else of it is relied on, "
             "and it is sent again",
-            _status_of(error),
+            error.status,
         )
     if isinstance(error, EntryNotFoundError) and not isinstance(error, HfHubHTTPError):
         return Failure(FileNotFoundError, str(error))

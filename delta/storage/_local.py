@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -10,9 +12,8 @@ from typing import TypeVar
 from ..atomic import TMP_PREFIX, write_atomic
 from ..errors import StorageError
 from ..retry import RetryPolicy
-from ._base import Failure, Storage
-from ._listing import StoredFile
-from ._traffic import shared_traffic
+from ._base import Failure, Storage, StoredFile
+from ._traffic import Traffic
 
 T = TypeVar("T")
 
@@ -28,6 +29,9 @@ class LocalStorage(Storage):
 
     Local failures are not retried: a full disk or a permission error does not go away by waiting.
 
+    Planted names: a folder where a file is written is refused (`FileExistsError`), never written into; a FIFO, a
+    socket or a device is not listed, and reads as missing (never waited on).
+
     Links: a file that is a symbolic link out of the directory (or sits below a linked folder that leads out)
     reads as missing, and writes and deletes through such a folder are refused: the bucket's files are
     written by strangers, and a link must not make a reader take, or a writer touch, a file elsewhere.
@@ -37,20 +41,24 @@ class LocalStorage(Storage):
     Args:
         root: The directory; `~` is expanded.
         retry: Accepted for symmetry with the other backends; local errors are never transient.
+        traffic: Where calls are counted (None: a `Traffic` of its own).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, retry: RetryPolicy | None = None, traffic: Traffic | None = None
+    ) -> None:
         self.root = Path(root).expanduser().absolute()
-        super().__init__(
-            self.root.as_uri(),
-            retry=retry,
-            traffic=shared_traffic(("local", str(self.root)), ("read", "write", "list", "move", "delete")),
-        )
+        super().__init__(self.root.as_uri(), retry=retry, traffic=traffic)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StorageError(f"cannot create the bucket directory: {error}", url=self.url) from error
         self._real_root = self.root.resolve()
+
+    @property
+    def identity(self) -> str:
+        """The folder's real path (links and `..` resolved), as a `file://` URL."""
+        return self._real_root.as_uri()
 
     def _call(self, operation: str, path: str | None, call: Callable[[], T]) -> T:
         self.traffic.count(operation)
@@ -67,6 +75,8 @@ class LocalStorage(Storage):
     def _classify(self, error: Exception) -> Failure | None:
         if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
             return Failure(FileNotFoundError, str(error))
+        if isinstance(error, FileExistsError):
+            return Failure(FileExistsError, error.strerror or str(error))
         if isinstance(error, OSError):
             return Failure(StorageError, str(error))
         return None
@@ -80,7 +90,10 @@ class LocalStorage(Storage):
             raise ValueError(f"invalid bucket path {path!r}: names starting with {TMP_PREFIX!r} are reserved")
         self._inside(target.parent, "write")
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, data)
+        try:
+            write_atomic(target, data)
+        except IsADirectoryError:  # a folder at the name, planted or mistaken: never written into, said as such
+            raise FileExistsError(errno.EEXIST, "a folder holds its name", path) from None
         return None
 
     def _move(self, source: str, target: str) -> None:
@@ -99,10 +112,11 @@ class LocalStorage(Storage):
                 if name.startswith(TMP_PREFIX):
                     continue
                 try:
-                    size = os.stat(os.path.join(directory, name)).st_size
+                    info = os.stat(os.path.join(directory, name))
                 except FileNotFoundError:  # deleted since the directory was read
                     continue
-                yield StoredFile(name if relative == "." else f"{relative}/{name}", size)
+                if stat.S_ISREG(info.st_mode):  # a FIFO, a socket or a device planted here is no file of the bucket
+                    yield StoredFile(name if relative == "." else f"{relative}/{name}", info.st_size)
 
     def _delete(self, paths: list[str]) -> None:
         for path in paths:

@@ -2,10 +2,10 @@
 
 A Hugging Face account is allowed so many requests per class in fixed 5-minute windows (API calls, `/resolve/`
 requests), shared by every process of the account; S3 bills requests by kind (PUT/COPY/POST/LIST against GET/HEAD).
-Every backend counts what it sends (`Storage.traffic`), so the apps can show requests per 5 minutes beside the
-account's limit, and a benchmark can price a run. One `Traffic` per server (per endpoint and credentials) is shared by
-every `Storage` of the process that talks to it: a 429 seen by one role holds them all back until the time the
-server named, so they slow down together instead of each spending requests to learn the same thing.
+Every backend counts what it sends inside its own calls (`Storage.traffic`), so the apps can show requests per 5
+minutes beside the account's limit, and a benchmark can price a run. A `delta.Bucket` owns one and passes it to its
+storage; whatever shares the bucket object shares it, so a 429 seen by one reader holds them all back until the time
+the server named, instead of each spending requests to learn the same thing.
 """
 
 from __future__ import annotations
@@ -150,16 +150,3 @@ class Traffic:
     def _trim(self, now: float) -> None:
         while self._recent and self._recent[0][0] < now - WINDOW_S:
             self._recent.popleft()
-
-
-_SHARED: dict[tuple[str, ...], Traffic] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_traffic(key: tuple[str, ...], classes: tuple[str, ...]) -> Traffic:
-    """The process's one `Traffic` for the server and account named by `key` (made on first use)."""
-    with _SHARED_LOCK:
-        traffic = _SHARED.get(key)
-        if traffic is None:
-            traffic = _SHARED[key] = Traffic(classes)
-        return traffic

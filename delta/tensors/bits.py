@@ -65,10 +65,6 @@ class BitLayout:
         """Number of context classes (1 for dtypes without an exponent)."""
         return self.mask + 1
 
-    @property
-    def uint(self) -> type[np.unsignedinteger]:
-        return _UINT_BY_SIZE[self.itemsize]
-
 
 @functools.cache
 def layout_of(dtype: torch.dtype) -> BitLayout:
@@ -101,7 +97,7 @@ def order_key(u: np.ndarray) -> np.ndarray:
     """Map float bit patterns to unsigned keys whose integer order follows the float order.
 
     A bijection on all bit patterns (-0 sits just below +0, NaNs at the ends), so differences of keys
-    count ULP steps and are exactly invertible with `from_order_key`.
+    count ULP steps.
     """
     width = u.dtype.itemsize * 8
     sign = u.dtype.type(1 << (width - 1))
@@ -109,22 +105,8 @@ def order_key(u: np.ndarray) -> np.ndarray:
     return np.where(negative, ~u, u | sign)
 
 
-def from_order_key(k: np.ndarray) -> np.ndarray:
-    """Inverse of `order_key`."""
-    width = k.dtype.itemsize * 8
-    sign = k.dtype.type(1 << (width - 1))
-    positive = (k & sign) != 0
-    return np.where(positive, k & ~sign, ~k)
-
-
 def zigzag(d: np.ndarray) -> np.ndarray:
     """Fold a wrapped unsigned difference into small unsigned numbers: 0, -1, 1, -2 ... -> 0, 1, 2, 3."""
     width = d.dtype.itemsize * 8
     signed = d.view(np.dtype(f"i{d.dtype.itemsize}"))
     return ((signed << 1) ^ (signed >> (width - 1))).view(d.dtype)
-
-
-def unzigzag(z: np.ndarray) -> np.ndarray:
-    """Inverse of `zigzag`."""
-    one = z.dtype.type(1)
-    return (z >> one) ^ (np.zeros_like(z) - (z & one))

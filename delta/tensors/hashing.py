@@ -1,31 +1,21 @@
 """Hashes of whole model states, cheap enough to check on every apply, computed where the state lives.
 
-The state hash (`sum128:<32 hex>`, format version 3) sums one hash per element (`_sumhash`): after a
-sparse change only the changed elements are hashed again (old and new value), on the device that holds
-them, and a tensor cut into ranks' pieces hashes as the whole tensor does. A state's hash is XXH3-128
-over its tensors' names, dtypes, full shapes and two 64-bit element sums, in name order (docs/delta.md,
-"The state hash"). It proves bit-identity against accidents (corruption, a wrong base, a bug, a file
-applied twice or out of order), not against someone who chooses the values to collide (files in a
-bucket get SHA-256 separately).
-
-Files of format version 2 carry the earlier hash (`xxh3-128:`, XXH3-128 of each tensor's bytes, then of
-the list of them): `LegacyDigest` reads it, so old files keep verifying.
+The state hash (`sum128:<32 hex>`) sums one hash per element (`_sumhash`): after a sparse change only the changed
+elements are hashed again (old and new value), on the device that holds them, and a tensor cut into ranks' pieces
+hashes as the whole tensor does. A state's hash is XXH3-128 over its tensors' names, dtypes, full shapes and two
+64-bit element sums, in name order (docs/delta.md, "The state hash"). It proves bit-identity against accidents
+(corruption, a wrong base, a bug, a file applied twice or out of order), not against someone who chooses the values to
+collide (files in a bucket get SHA-256 separately).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import xxhash
-
-if TYPE_CHECKING:
-    from typing import Self  # Python 3.11; the library runs on 3.10 too
 
 from .._cores import resolve_workers
 from ..errors import DeltaFormatError
@@ -33,65 +23,12 @@ from . import _device, _groups, _sumhash
 from ._sumhash import Sums, TensorKey
 from .bits import DTYPE_NAMES, DTYPES_BY_NAME, bits
 
-SCHEME = "sum128"
-HASH_PREFIX = SCHEME + ":"
-LEGACY_SCHEME = "xxh3-128"
-LEGACY_PREFIX = LEGACY_SCHEME + ":"
-
-
-def scheme_of(state_hash: str) -> str:
-    """The scheme a state hash string is written in (`sum128` or `xxh3-128`; '' for anything else)."""
-    head = state_hash.partition(":")[0]
-    return head if head in (SCHEME, LEGACY_SCHEME) else ""
+HASH_PREFIX = "sum128:"
 
 
 def whole_key(name: str, tensor: torch.Tensor) -> TensorKey:
     """The key of a tensor that is its own full tensor."""
     return TensorKey(name, DTYPE_NAMES[tensor.dtype], tuple(tensor.shape))
-
-
-class StateDigest(ABC):
-    """A state's hash with what it is made of, kept so that later versions hash from their changes alone.
-
-    Digests are immutable: every method returns a new one. Keys are the names the state's files use
-    (a piece of a sharded tensor under its piece name).
-    """
-
-    scheme: str
-
-    @abstractmethod
-    def __init__(self, items: Mapping[str, Any]) -> None:
-        """The digest of what `items` holds per tensor name, as `_items` returns it."""
-
-    @property
-    @abstractmethod
-    def hexdigest(self) -> str:
-        """The state hash, as written in delta headers and manifests."""
-
-    @abstractmethod
-    def _items(self) -> dict[str, Any]:
-        """What it is made of, per tensor name: what the subclass's constructor takes back."""
-
-    @property
-    def names(self) -> frozenset[str]:
-        """The tensor names it covers."""
-        return frozenset(self._items())
-
-    def subset(self, names: Iterable[str]) -> Self:
-        """The digest of the part of the state holding `names`."""
-        items = self._items()
-        return type(self)({n: items[n] for n in names})
-
-    def merged(self, other: StateDigest) -> Self:
-        """This digest with `other`'s tensors added or replacing its own (same scheme)."""
-        if type(other) is not type(self):
-            raise TypeError(f"cannot merge a {other.scheme} digest into a {self.scheme} one")
-        return type(self)({**self._items(), **other._items()})
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._items() == other._items()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking: compare, do not key by it
 
 
 @dataclass(frozen=True)
@@ -100,16 +37,35 @@ class _Part:
     sums: Sums
 
 
-class SumDigest(StateDigest):
-    """The `sum128` digest: per tensor, its key (`_sumhash.TensorKey`) and its two element sums."""
-
-    scheme = SCHEME
+class StateDigest:
+    """A state's hash with what it is made of, kept so that later versions hash from their changes alone: per tensor,
+    its key (`_sumhash.TensorKey`) and its two element sums. Immutable: every method returns a new one. Keys are the
+    names the state's files use (a piece of a sharded tensor under its piece name)."""
 
     def __init__(self, parts: Mapping[str, _Part]) -> None:
         self._parts = dict(parts)
 
     @property
+    def names(self) -> frozenset[str]:
+        """The tensor names it covers."""
+        return frozenset(self._parts)
+
+    def subset(self, names: Iterable[str]) -> StateDigest:
+        """The digest of the part of the state holding `names`."""
+        return StateDigest({n: self._parts[n] for n in names})
+
+    def merged(self, other: StateDigest) -> StateDigest:
+        """This digest with `other`'s tensors added or replacing its own."""
+        return StateDigest({**self._parts, **other._parts})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StateDigest) and self._parts == other._parts
+
+    __hash__ = None  # type: ignore[assignment]  # compare, do not key by it
+
+    @property
     def hexdigest(self) -> str:
+        """The state hash, as written in delta headers and manifests."""
         whole: dict[str, tuple[str, tuple[int, ...], Sums]] = {}
         for part in self._parts.values():  # pieces of one tensor add up to the whole tensor's sums
             k = part.key
@@ -121,9 +77,6 @@ class SumDigest(StateDigest):
             h.update(f"{name}\0{dtype}\0{list(shape)}\0{s0:016x}{s1:016x}\n".encode())
         return HASH_PREFIX + h.hexdigest()
 
-    def _items(self) -> dict:
-        return self._parts
-
     @property
     def keys(self) -> dict[str, TensorKey]:
         """Key per tensor name."""
@@ -132,16 +85,12 @@ class SumDigest(StateDigest):
     def sums(self, name: str) -> Sums:
         return self._parts[name].sums
 
-    def moved(self, deltas: Mapping[str, Sums]) -> SumDigest:
+    def moved(self, deltas: Mapping[str, Sums]) -> StateDigest:
         """The digest after changes that move each named tensor's sums by `deltas[name]`."""
         parts = dict(self._parts)
         for name, d in deltas.items():
             parts[name] = _Part(parts[name].key, _sumhash.add(parts[name].sums, d))
-        return SumDigest(parts)
-
-    def with_sums(self, sums: Mapping[str, Sums]) -> SumDigest:
-        """The digest with the named tensors' sums replaced (a tensor written whole)."""
-        return SumDigest({**self._parts, **{n: _Part(self._parts[n].key, s) for n, s in sums.items()}})
+        return StateDigest(parts)
 
     def to_json(self) -> dict[str, list]:
         """Per tensor: [full name, dtype, full shape, base, block, skip, sum 0, sum 1] (a rank's record)."""
@@ -151,7 +100,7 @@ class SumDigest(StateDigest):
         }
 
     @classmethod
-    def from_json(cls, body: object) -> SumDigest:
+    def from_json(cls, body: object) -> StateDigest:
         """Inverse of `to_json`, every field checked (a rank's record is read back from the bucket).
 
         Raises:
@@ -176,25 +125,6 @@ class SumDigest(StateDigest):
             full, dtype, shape, base, block, skip, s0, s1 = row
             parts[name] = _Part(TensorKey(full, dtype, tuple(shape), base, block, skip), (s0, s1))
         return cls(parts)
-
-
-class LegacyDigest(StateDigest):
-    """The `xxh3-128` digest of format version 2: XXH3-128 per tensor's bytes, then of their list."""
-
-    scheme = LEGACY_SCHEME
-
-    def __init__(self, tensors: Mapping[str, str]) -> None:
-        self.tensors = dict(tensors)
-
-    @property
-    def hexdigest(self) -> str:
-        h = xxhash.xxh3_128()
-        for name in sorted(self.tensors):
-            h.update(f"{name}\0{self.tensors[name]}\n".encode())
-        return LEGACY_PREFIX + h.hexdigest()
-
-    def _items(self) -> dict:
-        return self.tensors
 
 
 # -- computing digests -----------------------------------------------------------------------------------
@@ -321,72 +251,11 @@ def change_sums(
 
 def state_digest(
     state: Mapping[str, torch.Tensor], keys: Mapping[str, TensorKey] | None = None, workers: int | None = None
-) -> SumDigest:
+) -> StateDigest:
     """Hash every tensor of `state` (only read), where each lives; `keys` for pieces of sharded tensors
     (`delta.pieces`), else each tensor is its own full tensor; host tensors on `workers` threads (None: one per
     core)."""
     keys = keys or {}
     key_of = {n: keys.get(n) or whole_key(n, state[n]) for n in sorted(state)}
     sums = _state_sums(key_of, state, workers)
-    return SumDigest({n: _Part(key_of[n], sums[n]) for n in key_of})
-
-
-def legacy_state_digest(state: Mapping[str, torch.Tensor], workers: int | None = None) -> LegacyDigest:
-    """The format-2 digest of `state` (host copies of device tensors), a tensor per thread on up to 4 of
-    `workers` threads."""
-    names = sorted(state)
-    threads = min(4, resolve_workers(workers), len(names))
-    if threads <= 1:
-        return LegacyDigest({n: legacy_tensor_digest(n, state[n]) for n in names})
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return LegacyDigest(dict(zip(names, pool.map(lambda n: legacy_tensor_digest(n, state[n]), names), strict=True)))
-
-
-def digest_like(
-    state_hash: str,
-    state: Mapping[str, torch.Tensor],
-    keys: Mapping[str, TensorKey] | None = None,
-    workers: int | None = None,
-) -> StateDigest:
-    """The digest of `state` in the scheme `state_hash` is written in (the current one for anything else), on
-    `workers` host threads."""
-    if scheme_of(state_hash) == LEGACY_SCHEME:
-        return legacy_state_digest(state, workers)
-    return state_digest(state, keys, workers)
-
-
-def _legacy_hasher(name: str, tensor: torch.Tensor) -> xxhash.xxh3_128:
-    h = xxhash.xxh3_128()
-    h.update(f"{name}\0{DTYPE_NAMES[tensor.dtype]}\0{tuple(tensor.shape)}\0".encode())
-    return h
-
-
-def legacy_tensor_digest(name: str, tensor: torch.Tensor) -> str:
-    """Format 2's digest of one tensor: its name, dtype, shape and bytes."""
-    h = _legacy_hasher(name, tensor)
-    h.update(bits(_device.host_view({name: tensor}, [name])[name].detach().contiguous()).data.cast("B"))
-    return h.hexdigest()
-
-
-LEGACY_CHUNK = 1 << 22
-
-
-def legacy_digest_with_changes(
-    name: str, tensor: torch.Tensor, positions: np.ndarray | None, values: np.ndarray
-) -> str:
-    """Format 2's digest `tensor` (on the host) would have with `values` written at ascending `positions`
-    (None: `values` is the whole tensor), without writing anything; copies one chunk at a time."""
-    h = _legacy_hasher(name, tensor)
-    if positions is None:
-        h.update(values.data.cast("B"))
-        return h.hexdigest()
-    flat = bits(tensor)
-    bounds = np.searchsorted(positions, np.arange(0, flat.size + LEGACY_CHUNK, LEGACY_CHUNK))
-    for k, lo in enumerate(range(0, flat.size, LEGACY_CHUNK)):
-        chunk = flat[lo : lo + LEGACY_CHUNK]
-        a, b = bounds[k], bounds[k + 1]
-        if a < b:
-            chunk = chunk.copy()
-            chunk[positions[a:b] - lo] = values[a:b]
-        h.update(chunk.data.cast("B"))
-    return h.hexdigest()
+    return StateDigest({n: _Part(key_of[n], sums[n]) for n in key_of})

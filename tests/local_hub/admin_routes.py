@@ -8,7 +8,8 @@ auth (the server listens on 127.0.0.1 only); never counted.
     POST   /_local_hub/tokens       {"user", "scope": "read"|"write"[, "token"]}  → {"token"}
     DELETE /_local_hub/tokens/<token>                 revoke
     PUT    /_local_hub/buckets/<ns>/<name> {"private"[, "create"]}  set visibility (create if asked)
-    PUT    /_local_hub/settings     {"page_size", "xet_token_lifetime_s", "xorb_grants", "cas_v2", "quota"}
+    PUT    /_local_hub/settings     {"page_size", "xet_token_lifetime_s", "xorb_grants", "cas_v2", "quota",
+                                                      "events_off", "events_replay_s", "events_ping_s"}
     GET    /_local_hub/faults                         the rules in force, with their hits
     POST   /_local_hub/faults       {rule}            → the rule with its id (see `faults.py`)
     DELETE /_local_hub/faults[/<id>]                  clear all, or one
@@ -16,6 +17,11 @@ auth (the server listens on 127.0.0.1 only); never counted.
     DELETE /_local_hub/counts                         reset counts (and the request log)
     GET    /_local_hub/requests                       the last requests, oldest first
     DELETE /_local_hub/quota                          forget the quota windows' usage
+    POST   /_local_hub/reset        {config}          a fresh Hub on the same process: buckets, Spaces, users and
+                                                      tokens dropped, then seeded from `config` (as at a first
+                                                      start); settings back to their defaults; faults, counts, quota
+                                                      windows, grants and the events feed (its streams end, a new
+                                                      epoch of cursors) forgotten; the CAS's content kept
     GET    /_local_hub/files/<ns>/<name>/<path>       a file's bytes as this server decodes them from its xorbs
     GET    /_local_hub/spaces/<ns>/<name>             a Space: sdk, private, variables, secrets with their values,
                                                       hardware requests, files (oid, size), commits
@@ -126,6 +132,7 @@ async def faults(request: Request) -> Response:
             rule = book.add(await request.json())
         except (TypeError, ValueError) as error:
             return _error(400, str(error))
+        hub_of(request).feeds.poke()  # open streams act on a stream fault at once
         return JSONResponse(asdict(rule))
     if request.method == "DELETE":
         if "rule_id" in request.path_params:
@@ -149,6 +156,21 @@ async def requests(request: Request) -> Response:
 
 async def reset_quota(request: Request) -> Response:
     hub_of(request).quota.reset()
+    return JSONResponse({})
+
+
+async def reset(request: Request) -> Response:
+    """A fresh Hub for the next test of a session that shares this server (tests/conftest.py)."""
+    from .__main__ import seed
+
+    hub = hub_of(request)
+    hub.store.reset()
+    seed(hub.store, await request.json(), fresh=True)
+    hub.faults.clear()
+    hub.counts.reset()
+    hub.quota.reset()
+    hub.grants.clear()
+    hub.feeds.reset()
     return JSONResponse({})
 
 
@@ -201,6 +223,7 @@ ROUTES = [
     Route(_ADMIN + "/counts", counts, methods=["GET", "DELETE"], name="admin.counts"),
     Route(_ADMIN + "/requests", requests, methods=["GET"], name="admin.requests"),
     Route(_ADMIN + "/quota", reset_quota, methods=["DELETE"], name="admin.quota"),
+    Route(_ADMIN + "/reset", reset, methods=["POST"], name="admin.reset"),
     Route(_ADMIN + "/files/{namespace}/{name}/{path:path}", decoded_file, methods=["GET"], name="admin.file"),
     Route(_ADMIN + "/spaces/{namespace}/{name}", space, methods=["GET"], name="admin.space"),
     Route(_ADMIN + "/spaces/{namespace}/{name}/files/{path:path}", space_file, methods=["GET"],

@@ -1,11 +1,13 @@
-"""The local Hub's ASGI app: the routes of `hub_routes`, `space_routes`, `cas_routes` and `admin_routes` behind one
-layer that names each request's route and class, counts it, logs it, applies the quota and the fault rules.
+"""The local Hub's ASGI app: the routes of `hub_routes`, `event_routes`, `space_routes`, `cas_routes` and
+`admin_routes` behind one layer that names each request's route and class, counts it, logs it, applies the quota and
+the fault rules.
 
 Order per request: find the route (its name says its class; none found: class `unknown`, answered 404 and logged
 loudly) → who is asking (the Hub token's user, or the CAS token's) → quota (429 with `RateLimit` headers once
 spent) → fault rule (a `status` answers instead, a `delay` waits, a `drop` cuts the body, an `expired_token` on a CAS
-route refuses the token) → the route → count and log one line: method, path, query, route, class, status, user,
-and the headers that matter (Range, Content-Length, Content-Type, which kind of token).
+route refuses the token; the events stream takes its own kinds, `event_routes.py`) → the route → count and log one
+line when the answer starts (a stream of events is one request, counted as it opens): method, path, query, route,
+class, status, user, and the headers that matter (Range, Content-Length, Content-Type, which kind of token).
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ from starlette.applications import Starlette
 from starlette.routing import Match
 from starlette.types import Message, Receive, Scope, Send
 
-from . import admin_routes, cas_routes, hub_routes, space_routes
+from . import admin_routes, cas_routes, event_routes, hub_routes, space_routes
 from .access import caller_from_header
 from .context import Hub
 from .counts import RequestRecord
-from .faults import FaultRule
+from .faults import ConnectionCut, FaultRule
 from .store import Store
 
-
-class _Dropped(Exception):
-    """Raised after a `drop` fault sent part of a body: uvicorn then closes the connection."""
+#: The fault kinds the app applies itself, by route class or route; the others are the routes' own.
+_APP_KINDS = {"api": ("status", "delay", "drop"), "resolver": ("status", "delay", "drop"),
+              "unknown": ("status", "delay", "drop"), "cas": ("status", "delay", "drop", "expired_token"),
+              event_routes.ROUTE: ("status", "delay")}
 
 
 class LocalHubApp:
@@ -36,8 +39,8 @@ class LocalHubApp:
 
     def __init__(self, store: Store) -> None:
         self.hub = Hub(store)
-        self.app = Starlette(routes=[*hub_routes.ROUTES, *space_routes.ROUTES, *cas_routes.ROUTES,
-                                       *admin_routes.ROUTES])
+        self.app = Starlette(routes=[*hub_routes.ROUTES, *event_routes.ROUTES, *space_routes.ROUTES,
+                                       *cas_routes.ROUTES, *admin_routes.ROUTES])
         self.app.state.hub = self.hub
 
     def route_of(self, scope: Scope) -> str:
@@ -61,18 +64,26 @@ class LocalHubApp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         user, token, token_kind = self._who(headers, cls)
         method, path = scope["method"], scope["path"]
-        status = {"code": 0}
+        recorded = False
         client = (scope.get("client") or ("?", 0))[0]
         allowed, extra_headers = self.hub.quota.check(
             self.hub.store.settings.quota, user if user != "anonymous" else f"ip:{client}", cls, time.time()
         )
 
+        def record(status: int) -> None:
+            nonlocal recorded
+            recorded = True
+            entry = RequestRecord(method, path, scope.get("query_string", b"").decode(), route, cls, user, status,
+                                  headers.get("range"))
+            self.hub.counts.record(entry, token)
+            self._log(entry, headers, token_kind)
+
         async def recording_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
                 message["headers"] = list(message.get("headers", [])) + [
                     (k.encode(), v.encode()) for k, v in extra_headers.items()
                 ]
+                record(message["status"])
             await send(message)
 
         try:
@@ -80,16 +91,14 @@ class LocalHubApp:
                 await _answer(recording_send, 429, {"X-Error-Message": f"You have exceeded the '{cls}' rate limit"},
                               f"429 Too Many Requests: you have reached your '{cls}' rate limit")
             else:
-                kinds = ("status", "delay", "drop", "expired_token") if cls == "cas" else ("status", "delay", "drop")
+                kinds = _APP_KINDS.get(route, _APP_KINDS.get(cls, ()))
                 rule = self.hub.faults.take(kinds, route, cls, method, path)
                 await self._serve(rule, scope, receive, recording_send)
-        except _Dropped:
+        except ConnectionCut:
             pass  # returning without completing the response makes uvicorn close the connection
         finally:
-            record = RequestRecord(method, path, scope.get("query_string", b"").decode(), route, cls, user,
-                                   status["code"], headers.get("range"))
-            self.hub.counts.record(record, token)
-            self._log(record, headers, token_kind)
+            if not recorded:  # no answer started (the route failed before it)
+                record(0)
 
     async def _serve(self, rule: FaultRule | None, scope: Scope, receive: Receive, send: Send) -> None:
         if rule is not None and rule.delay_s:
@@ -137,7 +146,7 @@ async def _answer(send: Send, status: int, headers: dict[str, str], message: str
 
 def _dropping(send: Send, fraction: float) -> Any:
     """A `send` that holds the response, then sends its headers with the full Content-Length and only `fraction`
-    of its body, and raises `_Dropped`."""
+    of its body, and raises `ConnectionCut`."""
     held: dict[str, Any] = {}
     body = bytearray()
 
@@ -152,6 +161,6 @@ def _dropping(send: Send, fraction: float) -> Any:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": held["status"], "headers": headers})
         await send({"type": "http.response.body", "body": bytes(body[: int(len(body) * fraction)]), "more_body": True})
-        raise _Dropped
+        raise ConnectionCut
 
     return dropping_send

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from .access import Refusal
 from .counts import Counts
+from .events import Feeds
 from .faults import FaultBook
 from .quota import Quota
 from .store import Store
@@ -18,13 +19,15 @@ from .store import Store
 
 @dataclass
 class Hub:
-    """The store plus what lives only as long as the process: fault rules, counts, quota windows, upload grants."""
+    """The store plus what lives only as long as the process: fault rules, counts, quota windows, upload grants, the
+    events feed's buffer and open streams."""
 
     store: Store
     faults: FaultBook = field(default_factory=FaultBook)
     counts: Counts = field(default_factory=Counts)
     quota: Quota = field(default_factory=Quota)
     grants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    feeds: Feeds = field(default_factory=Feeds)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("local_hub"))
 
 

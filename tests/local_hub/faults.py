@@ -15,6 +15,17 @@ cleared). Kinds:
 - `expired_token`: on a Xet token route, hand out a token that has already expired; on a CAS route, refuse the
   token as expired (401).
 
+On the events route (`api.bucket_events`), for a stream already open (`event_routes.py`):
+
+- `stream_reset`: the stream sends `reset` (`message` as its reason) and ends, as if its resume point were older
+  than the replay buffer; applies when a stream opens, at once to the streams open when the rule is added, and
+  before each batch.
+- `stream_reconnect`: the stream sends `reconnect` with its cursor and ends (the server rotating); applies as
+  `stream_reset` does.
+- `stream_delay`: the stream's next batch is sent `delay_s` late (the batches after it wait behind it).
+- `stream_cut`: the stream's next batch is sent only in part (`drop_fraction` of the event's bytes), then the
+  connection closes.
+
 Every kind may also wait `delay_s` before acting.
 """
 
@@ -23,8 +34,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["status", "delay", "drop", "batch_entry", "expired_token"]
-KINDS = ("status", "delay", "drop", "batch_entry", "expired_token")
+Kind = Literal[
+    "status", "delay", "drop", "batch_entry", "expired_token", "stream_reset", "stream_reconnect", "stream_delay",
+    "stream_cut",
+]
+KINDS = (
+    "status", "delay", "drop", "batch_entry", "expired_token", "stream_reset", "stream_reconnect", "stream_delay",
+    "stream_cut",
+)
+
+
+class ConnectionCut(Exception):
+    """Raised after a fault sent part of a body (`drop`, `stream_cut`): the app returns without completing the
+    response, which makes uvicorn close the connection."""
 
 
 @dataclass
@@ -128,10 +150,10 @@ class FaultBook:
     def take_batch_entry(self, route: str, cls: str, method: str, path: str, entry_path: str) -> FaultRule | None:
         """The first `batch_entry` rule matching this batch call and this entry's path, counted once."""
         for rule in self.rules:
-            if rule.kind == "batch_entry" and rule.entry and rule.entry in entry_path:
-                if rule.matches(route, cls, method, path):
-                    rule.hits += 1
-                    return rule
+            if (rule.kind == "batch_entry" and rule.entry and rule.entry in entry_path
+                    and rule.matches(route, cls, method, path)):
+                rule.hits += 1
+                return rule
         return None
 
     def remove(self, rule_id: int) -> bool:

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from . import access
 from .chunk_codec import decode_chunks
 from .context import base_url, hub_of, refuse
+from .events import file_change
 from .listing import bucket_info, file_entry, page_after, tree_entries
 from .store import BucketFile, StoreError
 
@@ -113,6 +114,7 @@ async def delete_bucket(request: Request) -> Response:
     if refusal := access.check_write(hub.store, _caller(request), bucket_id, hub.store.buckets.get(bucket_id)):
         return refuse(refusal)
     hub.store.delete_bucket(bucket_id)
+    hub.feeds.end(bucket_id)
     return JSONResponse({})
 
 
@@ -146,6 +148,7 @@ async def move_repo(request: Request) -> Response:
         hub.store.move_bucket(source, target)
     except StoreError as error:
         return refuse(access.Refusal(error.status, None, str(error)))
+    hub.feeds.end(source)
     return JSONResponse({})
 
 
@@ -193,7 +196,8 @@ async def batch(request: Request) -> Response:
     `{"type": "deleteFile", "path"}`; failed operations come back as `{"failed": [{"path", "error"}]}` in a 200
     (partial failure) or a 422 (all failed). Inferred: an added hash must be a file the CAS has from a shard; a copy
     needs read access to the source bucket and the hash among its files; deleting a missing path is no failure;
-    operations apply in order, each on its own (not a transaction).
+    operations apply in order, each on its own (not a transaction). What they changed is one batch of the bucket's
+    events feed (`events.py`).
     """
     hub, bucket_id = hub_of(request), _bucket_id(request)
     bucket = hub.store.buckets.get(bucket_id)
@@ -206,15 +210,20 @@ async def batch(request: Request) -> Response:
     except json.JSONDecodeError as error:
         return refuse(access.Refusal(400, None, f"the batch body is not ndjson: {error}"))
     hub.log.info("batch %s: %s", bucket_id, " ".join(f"{o.get('type')}:{o.get('path')}" for o in operations)[:2000])
-    failures = []
+    failures, changes = [], []
     for operation in operations:
         path = str(operation.get("path", ""))
         rule = hub.faults.take_batch_entry(
             request.scope.get("local_hub.route", ""), "api", request.method, request.url.path, path
         )
+        before = bucket.files.get(path)
         error = (rule.message or "injected failure") if rule else _apply(request, caller, bucket, operation)
         if error:
             failures.append({"path": path, "error": error})
+        elif (change := file_change(path, before, bucket.files.get(path))) is not None:
+            changes.append(change)
+    if changes:  # one event per call that changed something (events.py)
+        hub.feeds.publish(bucket, changes, time.time(), hub.store.settings.events_replay_s)
     hub.store.save()
     status = 422 if operations and len(failures) == len(operations) else 200
     return JSONResponse({"failed": failures}, status_code=status)

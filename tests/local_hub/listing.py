@@ -34,11 +34,13 @@ def file_entry(path: str, file: BucketFile) -> dict[str, Any]:
 
 
 def bucket_info(bucket: Bucket) -> dict[str, Any]:
-    """`BucketInfo`'s fields: id, private, createdAt, size, totalFiles."""
+    """`BucketInfo`'s fields: id, private, createdAt, size, totalFiles; and `updatedAt`, which huggingface_hub's
+    events client reads to resume from (`BucketFollower._fetch_updated_at`): here the last batch that changed a path."""
     return {
         "id": bucket.id,
         "private": bucket.private,
         "createdAt": iso(bucket.created_at),
+        "updatedAt": iso(bucket.updated_at),
         "size": sum(f.size for f in bucket.files.values()),
         "totalFiles": len(bucket.files),
     }

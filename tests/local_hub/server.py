@@ -61,16 +61,17 @@ class LocalHub(ServedProcess):
         if self.config_path.exists():
             self._config = json.loads(self.config_path.read_text())
         else:
-            self._config = {
-                "users": [{"name": "alice", "orgs": ["team"]}, {"name": "bob", "orgs": []}],
-                "tokens": [
-                    {"user": "alice", "scope": "write", "token": "hf_alice_w_" + secrets.token_hex(8)},
-                    {"user": "alice", "scope": "read", "token": "hf_alice_r_" + secrets.token_hex(8)},
-                    {"user": "bob", "scope": "write", "token": "hf_bob_w_" + secrets.token_hex(8)},
-                ],
-                "settings": settings or {},
-            }
+            self._config = _first_config(settings)
             self.config_path.write_text(json.dumps(self._config))
+
+    def reset(self, settings: dict[str, Any] | None = None) -> None:
+        """A fresh Hub in the running server, as if started on a new root: every bucket, Space, user and token gone,
+        `alice` and `bob` back with new tokens (so that nothing a client process keeps per token, such as its rate
+        limit, its listing or its Xet token, carries over), `settings` over the defaults, no fault, counts and quota
+        at zero. What a test sharing the session's server starts from (tests/conftest.py)."""
+        self._config = _first_config(settings)
+        self.config_path.write_text(json.dumps(self._config))
+        self._admin("POST", "/reset", self._config)
 
     def token(self, user: str = "alice", scope: str = "write") -> str:
         """A token made at the first start for `user` with `scope`."""
@@ -95,7 +96,7 @@ class LocalHub(ServedProcess):
             "HF_HUB_OFFLINE": "0",  # whatever the parent process was told: this one is meant to reach the (local) Hub
         }
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 90.0) -> None:
         """Start the server and return once its admin API answers.
 
         Raises:
@@ -152,8 +153,8 @@ class LocalHub(ServedProcess):
         self._admin("PUT", f"/buckets/{bucket_id}", {"private": private, "create": create})
 
     def settings(self, **changes: Any) -> dict[str, Any]:
-        """Change settings (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `cas_v2`, `quota`: see
-        `tests.local_hub.store.Settings`); returns them all."""
+        """Change settings (`page_size`, `xet_token_lifetime_s`, `xorb_grants`, `cas_v2`, `quota`, `events_off`,
+        `events_replay_s`, `events_ping_s`: see `tests.local_hub.store.Settings`); returns them all."""
         return self._admin("PUT", "/settings", changes)
 
     def add_fault(self, **rule: Any) -> int:
@@ -194,3 +195,16 @@ class LocalHub(ServedProcess):
     def space_file(self, space_id: str, path: str) -> bytes:
         """A file of a Space repository as committed."""
         return self._admin("GET", f"/spaces/{space_id}/files/{urllib.parse.quote(path)}")
+
+
+def _first_config(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """Users `alice` (of org `team`) and `bob`, with tokens made now, and `settings`."""
+    return {
+        "users": [{"name": "alice", "orgs": ["team"]}, {"name": "bob", "orgs": []}],
+        "tokens": [
+            {"user": "alice", "scope": "write", "token": "hf_alice_w_" + secrets.token_hex(8)},
+            {"user": "alice", "scope": "read", "token": "hf_alice_r_" + secrets.token_hex(8)},
+            {"user": "bob", "scope": "write", "token": "hf_bob_w_" + secrets.token_hex(8)},
+        ],
+        "settings": settings or {},
+    }

@@ -69,10 +69,17 @@ class BucketFile:
 
 @dataclass
 class Bucket:
+    """A bucket: its paths, and when they last changed (`updated_at`, the `updatedAt` of its info; its creation
+    until a batch changes a path)."""
+
     id: str
     private: bool
     created_at: float
     files: dict[str, BucketFile] = field(default_factory=dict)
+    updated_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.updated_at = self.updated_at or self.created_at
 
     @property
     def namespace(self) -> str:
@@ -160,6 +167,12 @@ class Settings:
             routes (its documented fallback).
         quota: Optional real rate limit, `{"window_s": 300, "api": 1000, "resolver": 5000}`: requests per user
             (or per client address when anonymous) and class in each fixed window; `None` for none.
+        events_off: Serve no events feed: `GET /api/buckets/<id>/events` answers this status (501: a deployment
+            without the feed; 404: one without the route), which huggingface_hub's client takes, both alike, as
+            "cannot follow this bucket". None: the feed is served.
+        events_replay_s: Seconds of changes the feed keeps to replay (the Hub's buffer: about 15 minutes); a resume
+            point older than what is kept answers `reset`. 0 keeps nothing once sent.
+        events_ping_s: Seconds between the keep-alive comments of an open stream (the Hub: about 30).
     """
 
     page_size: int = 1000
@@ -167,6 +180,9 @@ class Settings:
     xorb_grants: bool = True
     cas_v2: bool = True
     quota: dict[str, int] | None = None
+    events_off: int | None = None
+    events_replay_s: float = 900.0
+    events_ping_s: float = 30.0
 
 
 class StoreError(Exception):
@@ -208,7 +224,8 @@ class Store:
         self.tokens = {k: Token(**v) for k, v in state["tokens"].items()}
         self.xet_tokens = {k: XetToken(**v) for k, v in state["xet_tokens"].items()}
         self.buckets = {
-            k: Bucket(v["id"], v["private"], v["created_at"], {p: BucketFile(**f) for p, f in v["files"].items()})
+            k: Bucket(v["id"], v["private"], v["created_at"], {p: BucketFile(**f) for p, f in v["files"].items()},
+                      v.get("updated_at", 0.0))
             for k, v in state["buckets"].items()
         }
         self.xet_files = {
@@ -216,6 +233,15 @@ class Store:
         }
         self.spaces = {k: _space_from_json(v) for k, v in state.get("spaces", {}).items()}
         self.settings = Settings(**state["settings"])
+
+    def reset(self) -> None:
+        """Forget every user, token, bucket and Space, and the settings. The CAS keeps what it holds (Xet files, xorbs,
+        blobs), as the Hub's does: it is content-addressed, and a client process that uploaded some content once
+        (hf_xet remembers it) may point a path at it again without sending it."""
+        self.users, self.tokens, self.xet_tokens = {}, {}, {}
+        self.buckets, self.spaces = {}, {}
+        self.settings = Settings()
+        self.save()
 
     def save(self) -> None:
         """Write `state.json` atomically (a temporary file renamed over it)."""

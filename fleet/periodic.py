@@ -2,7 +2,7 @@
 without making a page wait for the bucket (the trainer's exams and fleet table, a rollout server's view of the run's
 settings, the trainer's measure of each delta).
 
-The waits are `delta.Backoff`'s, the subscriber's own: `interval` while something changes, stretched up to
+The waits are `delta.poll.Backoff`'s, the subscriber's own: `interval` while something changes, stretched up to
 `idle_max` while nothing does, backing off after failures, and never before the time a bucket that asked to slow
 down named (`delta.RateLimitedError`): every read of the bucket counts against an account's quota on the Hub.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from delta import Backoff
+from delta.poll import Backoff
 
 
 class Periodic:

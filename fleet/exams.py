@@ -1,7 +1,7 @@
 """The exam records in a bucket (``exams/v<version>.json``): the rollout servers write them, the trainer, the
 rollout's match and the pages read them.
 
-Each record is committed whole by one `Storage.write`, in the fleet's envelope (its kind and the hash of its
+Each record is committed whole by one write, in the fleet's envelope (its kind and the hash of its
 body, `wire.fleet.encode`), signed like the fleet's files when the run has a rollout token (`key`). Everything read
 is a stranger's file: its size (by the listing, then while reading: never read past `MAX_EXAM_BYTES`), the
 envelope, every field and its range (`wire.exam.ExamRecord`), the version the file's name claims, and that the
@@ -16,12 +16,12 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from delta import DeltaFormatError, PolledManifests, read_manifest
-from delta.storage import Storage, StoredFile, open_storage
+import delta
+from delta.storage import StoredFile
+from wire.exam import EXAMS_PREFIX, OTHER_KEY, ExamRecord, path_version
+from wire.fleet import FleetMessageError, Refusal, encode
 
-from .exam import EXAMS_PREFIX, OTHER_KEY, ExamRecord, path_version
-from .fleet import FleetMessageError, Refusal, encode
-from .fleet_bucket import read_message
+from .bucket import read_message
 
 #: Most exam files read from one bucket: an exam every version for 10,000 versions.
 MAX_EXAMS = 10_000
@@ -33,7 +33,7 @@ class ExamShelf:
     """Reads and writes the exam records of one bucket. Thread-safe; every method blocks on the bucket.
 
     Args:
-        bucket: A bucket URL (as `delta.open_storage` takes) or an open `Storage`.
+        bucket: The role's `delta.Bucket` (its listing shared, at most its budget's `listing_age_s` old), or a URL.
         key: The run's signing key (`wire.fleet.fleet_key`): records are written signed and read only when signed
             with it. None: unsigned (a run without a rollout token).
 
@@ -42,16 +42,12 @@ class ExamShelf:
             are refused.
     """
 
-    def __init__(self, bucket: str | Storage, key: bytes | None = None, max_age: float = 0.0) -> None:
-        self.storage = open_storage(bucket) if isinstance(bucket, str) else bucket
+    def __init__(self, bucket: delta.Bucket | str, key: bytes | None = None) -> None:
+        self.bucket = delta.Bucket.of(bucket)
         self.key = key
-        self.max_age = max_age
         self.published = 0
         self._refusals: dict[str, FleetMessageError] = {}  # path -> why, for the files in the bucket now
         self._read: dict[str, tuple[StoredFile, ExamRecord | None]] = {}  # path -> (as listed, record or None: refused)
-        self._manifests = (
-            PolledManifests()
-        )  # the manifests refused (skipped unread) and the last one read (`read_manifest`)
         self._lock = threading.Lock()
 
     @property
@@ -73,7 +69,7 @@ class ExamShelf:
 
     def write(self, record: ExamRecord) -> str:
         """Commit `record` (replacing an exam of the same version); returns its path."""
-        self.storage.write(record.path, encode(record, self.key))
+        self.bucket.write(record.path, encode(record, self.key))
         return record.path
 
     def records(self) -> list[ExamRecord]:
@@ -83,7 +79,7 @@ class ExamShelf:
             OSError, delta.StorageError: the bucket could not be listed or read (as `Storage`).
         """
         with self._lock:
-            listed = self.storage.list(EXAMS_PREFIX, max_age=self.max_age)[:MAX_EXAMS]
+            listed = self.bucket.list(EXAMS_PREFIX, max_age=self.bucket.budget.listing_age_s)[:MAX_EXAMS]
             present = {f.path for f in listed}
             for gone in set(self._read) - present:
                 del self._read[gone]
@@ -113,8 +109,8 @@ class ExamShelf:
         """The newest version the bucket's manifest lists (0 with none: the untrained weights every server starts
         from)."""
         try:
-            manifest = read_manifest(self.storage, polled=self._manifests, max_age=self.max_age)
-        except DeltaFormatError:  # no manifest parses: no version can be shown to be published
+            manifest = delta.read_manifest(self.bucket, max_age=self.bucket.budget.listing_age_s)
+        except delta.DeltaFormatError:  # no manifest parses: no version can be shown to be published
             return 0
         return manifest.latest.version if manifest is not None and manifest.latest is not None else 0
 
@@ -124,7 +120,7 @@ class ExamShelf:
         try:
             if claimed is None:
                 raise FleetMessageError(path, "not an exam file name (exams/v<10 digits>.json)")
-            record = read_message(self.storage, path, ExamRecord, self.key, MAX_EXAM_BYTES, listed)
+            record = read_message(self.bucket, path, ExamRecord, self.key, MAX_EXAM_BYTES, listed)
             if record.version != claimed:
                 raise FleetMessageError(
                     path,

@@ -12,7 +12,7 @@ from tests._published import publish_versions
 from tests.test_wire_exam import record
 from tests.test_wire_fleet import run_settings
 from wire.exam import OTHER_KEY, ExamRecord
-from wire.exam_shelf import MAX_EXAM_BYTES, ExamShelf
+from fleet.exams import MAX_EXAM_BYTES, ExamShelf
 from wire.fleet import encode, fleet_key
 
 
@@ -114,12 +114,12 @@ def test_a_refused_file_that_is_deleted_drops_out_of_the_count(tmp_path: Path) -
 def test_a_2_gb_exam_file_is_refused_unread_and_one_that_grew_is_not_read_past_the_bound(tmp_path: Path) -> None:
     root = tmp_path / "bucket"
     sparse(root / "exams" / "v0000000000.json", HUGE, b'{"kind"')
-    setup = ("from wire.exam_shelf import ExamShelf, MAX_EXAM_BYTES\nfrom wire.exam import ExamRecord\n"
-             "from wire.fleet import FleetMessageError\nfrom wire.fleet_bucket import read_message\n"
+    setup = ("from fleet.exams import ExamShelf, MAX_EXAM_BYTES\nfrom wire.exam import ExamRecord\n"
+             "from wire.fleet import FleetMessageError\nfrom fleet.bucket import read_message\n"
              "from delta.storage import StoredFile\n"
              f"shelf = ExamShelf({str(root)!r})")
     body = ("print('records', shelf.records(), shelf.refusals())\n"
-            "try:\n    read_message(shelf.storage, 'exams/v0000000000.json', ExamRecord, None, MAX_EXAM_BYTES,\n"
+            "try:\n    read_message(shelf.bucket, 'exams/v0000000000.json', ExamRecord, None, MAX_EXAM_BYTES,\n"
             "                 StoredFile('exams/v0000000000.json', 100))\n"
             "except FleetMessageError as e:\n    print('grew:', e.category, e.reason)")
     done = run_capped(setup, body)

@@ -9,7 +9,7 @@ import delta
 from tests._capped import HUGE, run_capped, sparse
 from tests._trainer_stack import wait_until
 from tests.test_wire_history import HISTORY, step
-from trainer_space.history import HistoryKeeper
+from fleet.history import HistoryKeeper
 from wire.history import HISTORY_PATH, MAX_HISTORY_BYTES, decode_history
 from wire.trainer import TrainerHistory
 
@@ -50,7 +50,7 @@ def test_an_unreadable_history_is_set_aside_and_a_new_one_begins(tmp_path: Path)
 
 def test_bad_records_are_dropped_and_the_rest_kept(tmp_path: Path, caplog) -> None:
     bucket = tmp_path / "bucket"
-    storage = delta.open_storage(str(bucket))
+    storage = delta.Bucket.open(str(bucket))
     keeper = HistoryKeeper(str(bucket))
     keeper.load()
     keeper.start(lambda: HISTORY)
@@ -63,9 +63,10 @@ def test_bad_records_are_dropped_and_the_rest_kept(tmp_path: Path, caplog) -> No
     assert "1 record(s) refused (steps[1]: step is negative)" in caplog.text
 
 
-def test_a_history_that_cannot_be_read_is_never_replaced(rclone_s3) -> None:
-    options = dict(rclone_s3.storage_options(), retry=delta.RetryPolicy(attempts=2, first_delay=0.1, max_delay=0.2))
-    storage = delta.open_storage("s3://bucket/run", **options)
+def test_a_history_that_cannot_be_read_is_never_replaced(own_rclone_s3) -> None:
+    rclone_s3 = own_rclone_s3
+    options = dict(rclone_s3.storage_options(), retry=delta.storage.RetryPolicy(attempts=2, first_delay=0.1, max_delay=0.2))
+    storage = delta.Bucket.open("s3://bucket/run", **options)
     first = HistoryKeeper(storage)
     first.load()
     first.start(lambda: HISTORY)
@@ -87,7 +88,7 @@ def test_a_2_gb_history_is_moved_aside_unread_and_a_fresh_one_begins(tmp_path: P
     fresh history begins."""
     root = tmp_path / "bucket"
     sparse(root / HISTORY_PATH, HUGE, b'{"format": "trainer-history"')
-    setup = ("from trainer_space.history import HistoryKeeper\nfrom wire.trainer import TrainerHistory\n"
+    setup = ("from fleet.history import HistoryKeeper\nfrom wire.trainer import TrainerHistory\n"
              f"keeper = HistoryKeeper({str(root)!r}, interval_s=0.05)")
     body = ("print('loaded', keeper.load() == TrainerHistory(steps=[], payloads=[]), keeper.problem)\n"
             "keeper.start(lambda: TrainerHistory(steps=[], payloads=[]))\nkeeper.changed()\n"
@@ -102,7 +103,7 @@ def test_a_2_gb_history_is_moved_aside_unread_and_a_fresh_one_begins(tmp_path: P
 
 
 def test_a_history_over_its_bound_on_s3_is_moved_aside_by_the_server(rclone_s3) -> None:
-    storage = delta.open_storage("s3://bucket/run", **rclone_s3.storage_options())
+    storage = delta.Bucket.open(f"s3://{rclone_s3.bucket}/run", **rclone_s3.storage_options())
     storage.write(HISTORY_PATH, b" " * (MAX_HISTORY_BYTES + 1))
     keeper = HistoryKeeper(storage, interval_s=0.05)
     assert keeper.load() == TrainerHistory(steps=[], payloads=[]) and keeper.problem is None
@@ -123,9 +124,9 @@ def test_the_trainer_starts_and_answers_with_a_2_gb_file_in_every_place(tmp_path
     for path in (HISTORY_PATH, "fleet/run.json", "fleet/servers/srv-a.json", "exams/v0000000001.json",
                  "manifests/9999999999.json"):
         sparse(bucket / path, HUGE, b"{")
-    setup = ("import time\nfrom trainer_space import TrainerConfig, TrainingSession\n"
+    setup = ("import time\nfrom trainer_space import TrainerConfig, build_session\n"
              f"config = TrainerConfig({str(bucket)!r}, None, {str(tmp_path / 'model')!r})")
-    body = ("session = TrainingSession(config)\nsession.exams.refresh()\n"
+    body = ("session = build_session(config)\nsession.exams.refresh()\n"
             "deadline = time.monotonic() + 30\n"
             "while not session.status().heartbeats_refused and time.monotonic() < deadline:\n    time.sleep(0.1)\n"
             "status = session.status()\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from wire.periodic import Periodic
+from fleet.periodic import Periodic
 
 
 def test_it_calls_at_once_then_on_its_interval_in_its_own_thread_until_closed() -> None:
@@ -27,7 +27,7 @@ def test_it_calls_at_once_then_on_its_interval_in_its_own_thread_until_closed() 
 
 
 def test_it_waits_longer_while_nothing_changes_and_after_failures_and_never_before_a_rate_limit_ends() -> None:
-    from delta import RateLimitedError
+    from delta.errors import RateLimitedError
 
     times: list[float] = []
     outcomes = iter([True, False, False, False, "fail", True, "limit", True] + [True] * 100)

@@ -1,5 +1,5 @@
-"""One JSON request to another Space, its reply bounded in size and time (`delta.read_reply`), its failures turned
-into errors that say what to check."""
+"""One JSON request to another Space, its reply bounded in size and time (`delta.replies.read_reply`), its failures
+turned into errors that say what to check."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from delta import ReplyLimitError, read_reply
+from delta.replies import ReplyLimitError, read_reply
 
 Answer = TypeVar("Answer", bound=BaseModel)
 

@@ -14,13 +14,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .fleet import FleetMessageError, Heartbeat
-from .fleet_bucket import FleetBucket
+from wire.fleet import FleetMessageError, Heartbeat
+
+from .bucket import FleetBucket
 
 logger = logging.getLogger(__name__)
 
 #: Seconds after which a server whose heartbeat stopped changing counts as gone (heartbeats every 5 s; on a Hub
-#: bucket every 30 s, gone after `wire.budget.HUB.gone_after_s`).
+#: bucket every 30 s, gone after the budget's `gone_after_s`).
 GONE_AFTER_S = 30.0
 
 

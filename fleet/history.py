@@ -7,7 +7,7 @@ into one write (a step's record and its payload come seconds apart), so the trai
 on the bucket. A history file that is not one (torn, corrupt, another format, too big) is moved aside,
 once, under a name that says so, and a fresh one is started: nothing written by someone is overwritten
 unread. A file over `MAX_HISTORY_BYTES` is refused by its listed size, or at that many bytes while reading,
-and moved aside without being read or copied (`Storage.move`): a 2 GB history costs the trainer no memory.
+and moved aside without being read or copied (`Bucket.move`): a 2 GB history costs the trainer no memory.
 A bucket that cannot be read leaves the keeper off for this process (`problem` says why): a history it could
 not read is never replaced by a shorter one.
 """
@@ -25,25 +25,23 @@ from wire.trainer import TrainerHistory
 
 logger = logging.getLogger(__name__)
 
-#: Seconds over which changes are folded into one write.
-WRITE_INTERVAL_S = 2.0
-
 
 class HistoryKeeper:
     """Reads and writes one bucket's trainer history. Threads: `start` starts one writer (daemon).
 
     Args:
-        bucket: The trainer's bucket: a URL (`delta.open_storage`) or an open storage.
-        interval_s: Seconds between two writes at most (changes in between are folded).
+        bucket: The trainer's `delta.Bucket`, or a URL.
+        interval_s: Seconds between two writes at most (changes in between are folded); None: the bucket's budget
+            (`history_s`).
 
     Attributes:
         problem: Why the history is not kept (None while it is): the bucket could not be read at `load`.
         writes, failures: Writes done and failed since `start`.
     """
 
-    def __init__(self, bucket: str | delta.storage.Storage, interval_s: float = WRITE_INTERVAL_S) -> None:
-        self.storage = delta.open_storage(bucket) if isinstance(bucket, str) else bucket
-        self.interval_s = interval_s
+    def __init__(self, bucket: delta.Bucket | str, interval_s: float | None = None) -> None:
+        self.bucket = delta.Bucket.of(bucket)
+        self.interval_s = interval_s if interval_s is not None else self.bucket.budget.history_s
         self.problem: str | None = "not read yet"
         self.writes = self.failures = 0
         self._snapshot: Callable[[], TrainerHistory] | None = None
@@ -72,7 +70,7 @@ class HistoryKeeper:
         except FileNotFoundError:
             self.problem = None
             return empty
-        except delta.FileTooLargeError as e:
+        except delta.storage.FileTooLargeError as e:
             told = f"{e.size} bytes" if e.size is not None else "more bytes"
             self._set_aside(
                 HistoryFileError(HISTORY_PATH, f"{told}, more than the {MAX_HISTORY_BYTES} a history may hold")
@@ -102,19 +100,19 @@ class HistoryKeeper:
         """The history file, read no further than `MAX_HISTORY_BYTES` (refused by its listed size before that).
 
         Raises:
-            FileNotFoundError, delta.FileTooLargeError, OSError, delta.StorageError: as `Storage.read`.
+            FileNotFoundError, delta.storage.FileTooLargeError, OSError, delta.StorageError: as `Bucket.read`.
         """
-        listed = next((f for f in self.storage.list(HISTORY_PATH) if f.path == HISTORY_PATH), None)
+        listed = next((f for f in self.bucket.list(HISTORY_PATH) if f.path == HISTORY_PATH), None)
         if listed is None:
             raise FileNotFoundError(HISTORY_PATH)  # listed: nothing more to ask
-        return self.storage.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES, listed=listed)  # refused by its size
+        return self.bucket.read(HISTORY_PATH, max_bytes=MAX_HISTORY_BYTES, listed=listed)  # refused by its size
 
     def _set_aside(self, error: HistoryFileError) -> None:
         """Move an unreadable history beside it (unread and uncopied), so the fresh one written next loses nothing;
         if it cannot be moved, nothing is written (`problem` says why)."""
         aside = f"{HISTORY_PATH.removesuffix('.json')}.unreadable-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
         try:
-            self.storage.move(HISTORY_PATH, aside)
+            self.bucket.move(HISTORY_PATH, aside)
         except (OSError, delta.StorageError) as e:
             self.problem = f"unreadable history {error.reason}, and it could not be set aside ({e}): not written"
             logger.warning("%s", self.problem)
@@ -157,7 +155,7 @@ class HistoryKeeper:
         again)."""
         assert self._snapshot is not None, "start() gives the keeper its snapshot"
         try:
-            self.storage.write(HISTORY_PATH, encode_history(self._snapshot()))
+            self.bucket.write(HISTORY_PATH, encode_history(self._snapshot()))
         except (OSError, delta.StorageError) as e:
             self.failures += 1
             logger.warning("could not write the history to the bucket (%d failed): %s", self.failures, e)
