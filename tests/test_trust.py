@@ -308,6 +308,35 @@ def test_a_rotation_away_from_a_stolen_key_takes_over_and_resumes_only_the_train
         assert again.last.version == 4
 
 
+def test_a_trainer_without_its_records_of_the_old_key_takes_over_none_of_its_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The old key's versions were published from another machine (or a cache not kept): the trainer cannot show any
+    of them to be its own, so it signs none again and starts a new run past them, with an anchor, which a reader given
+    the new key follows, and one that trusted the old key follows through the handover once restarted."""
+    bucket = str(tmp_path / "bucket")
+    url = Bucket.open(bucket).url
+    states = trajectory(3)
+    old, new = SigningKey.generate(), SigningKey.generate()
+    with Publisher(bucket, signing_key=old) as pub:
+        publish(pub, states[1], states[2])
+        run = pub._run_id
+    pinned = Subscriber(bucket, config=FAST)
+    assert pinned.sync() == 2
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))
+    with caplog.at_level(logging.WARNING), Publisher(bucket, signing_key=new, handover_from=old) as rotated:
+        assert rotated.last is None and rotated._run_id != run
+        assert {v.signer for v in read_manifest(Bucket.open(bucket)).versions} == {old.public.text}  # none taken
+        publish(rotated, states[3])
+        assert rotated.last.version == 3 and rotated.last.kind == "anchor"
+    assert "versions 1..2 of file://" in caplog.text and "starting a new run, numbering its next version 3" in caplog.text
+    given = Subscriber(bucket, config=FAST, trust=Trust.for_bucket(url, new.public))
+    assert given.sync() == 3 and states_equal(given.state, states[3])
+    with pytest.raises(UntrustedVersionError, match="restart the reader to follow a new run"):
+        pinned.sync()  # as for any new run
+    restarted = Subscriber(bucket, config=FAST)  # trusted the old key on first use: follows the handover
+    assert restarted.sync() == 3 and states_equal(restarted.state, states[3]) and restarted.trust.key == new.public
+
+
 def test_what_an_older_delta_kept_as_applied_names_no_key_and_still_holds_readers_back(tmp_path: Path) -> None:
     """The records of versions applied name the key that signed them (they bind only that key's versions); a file kept
     by an older `delta`, without keys, binds every key, as it did."""
