@@ -10,7 +10,8 @@
 against the last version; an anchor on the first version, every `anchor_every` versions and on request), uploads
 the files, commits the manifest and collects garbage. At most one snapshot waits: a newer `publish` is written over
 it, so at most three copies of the state live on its device. Each version is signed with the trainer's key
-(`Bucket.signing_key`); a new key is introduced by a handover signed with the old one (`Bucket.handover_from`).
+(`Bucket.signing_key`) and recorded beside that key before its commit (`Published`); a new key is introduced by a
+handover signed with the old one (`Bucket.handover_from`), and takes over only the old key's versions so recorded.
 
 Several ranks: each publishes its own tensors or slices of tensors (`delta.pieces.Slice`, FSDP2's `DTensor`s: no
 rank gathers anything); rank 0 signs and commits once every rank's files have landed, and all ranks decide together
