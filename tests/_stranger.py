@@ -2,7 +2,7 @@
 
 Run as a process of its own with its own HOME and XDG_CACHE_HOME (`publish_as_stranger`), it publishes an all-zero
 state of the bucket's layout as the next version with an ordinary `delta.Publisher` (a key of its own, made in its
-own cache). `copy_signature` is the other forgery: the bucket's newest manifest edited so that the stranger's
+own cache, or the one given: a thief's copy of the trainer's). `copy_signature` is the other forgery: the bucket's newest manifest edited so that the stranger's
 version carries the trainer's signature, signer and run.
 """
 
