@@ -2,7 +2,7 @@
 
 Run as a process of its own with its own HOME and XDG_CACHE_HOME (`publish_as_stranger`), it publishes an all-zero
 state of the bucket's layout as the next version with an ordinary `delta.Publisher` (a key of its own, made in its
-own cache). `copy_signature` is the other forgery: the bucket's newest manifest edited so that the stranger's
+own cache, or the one given: a thief's copy of the trainer's). `copy_signature` is the other forgery: the bucket's newest manifest edited so that the stranger's
 version carries the trainer's signature, signer and run.
 """
 
@@ -17,17 +17,20 @@ from pathlib import Path
 import torch
 
 from delta import Bucket
-from delta import Publisher, Subscriber, Trust, VersionEntry, read_manifest
+from delta import Publisher, SigningKey, Subscriber, Trust, VersionEntry, read_manifest
 from delta.bucket.manifest import MANIFEST_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def publish_as_stranger(bucket: str, home: Path) -> int:
-    """Run this module in a process whose home and cache are `home`; returns the version it published."""
+def publish_as_stranger(bucket: str, home: Path, key: SigningKey | None = None) -> int:
+    """Run this module in a process whose home and cache are `home`; returns the version it published. `key`: the
+    key it signs with (a thief's copy of the trainer's); None: one of its own, made in its cache."""
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
     env.pop("DELTA_SIGNING_KEY", None)
+    if key is not None:
+        env["DELTA_SIGNING_KEY"] = key.secret_text()
     env.pop("DELTA_TRUSTED_KEY", None)
     done = subprocess.run([sys.executable, "-m", "tests._stranger", bucket], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)

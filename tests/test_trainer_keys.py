@@ -5,11 +5,14 @@ finds its own; a key to hand over from comes from a file or DELTA_HANDOVER_FROM,
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import delta
+from delta.bucket.manifest import write_manifest
 from delta.errors import KeyFormatError, PrivateFileError
 from delta.signing import previous_key
 from tests._states import states_equal
@@ -60,6 +63,35 @@ def test_a_trainer_restarted_with_a_new_key_and_the_old_one_resumes_its_versions
     assert opened.resume().version == 3
     pull_into(state, opened, 3)
     assert states_equal(state, states[3]) and "this trainer's key" in opened.trust.describe()
+
+
+def test_a_trainer_rotating_away_from_a_stolen_key_loads_its_own_weights_not_the_thiefs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thief with the old key commits versions 1 and 2 of its own (its own cache: none of the trainer's records)
+    as the newest manifest; the trainer handing over from that key resumes its own version 2, found in an older
+    manifest, and loads its weights from there, never the thief's of the same number in the newest."""
+    bucket, theirs = str(tmp_path / "bucket"), str(tmp_path / "thief")
+    states = trajectory(2)
+    old, new = delta.SigningKey.generate(), delta.SigningKey.generate()
+    _publish(bucket, old, states[1], states[2])
+    cache = os.environ["XDG_CACHE_HOME"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "thief-cache"))
+    zeros = {n: torch.zeros_like(t) for n, t in states[2].items()}
+    _publish(theirs, old, zeros, zeros)
+    monkeypatch.setenv("XDG_CACHE_HOME", cache)
+    shutil.copytree(Path(theirs) / "versions", Path(bucket) / "versions", dirs_exist_ok=True)
+    storage, forged = delta.Bucket.open(bucket), delta.read_manifest(theirs)
+    write_manifest(storage, forged)  # as any writer commits
+    assert delta.read_manifest(storage).latest.state_hash == forged.latest.state_hash  # the thief's, newest
+
+    monkeypatch.setenv("DELTA_SIGNING_KEY", new.secret_text())
+    monkeypatch.setenv("DELTA_HANDOVER_FROM", old.secret_text())
+    opened, _ = keys_of(bucket)
+    resume = opened.resume()
+    assert resume.version == 2 and resume.entry.state_hash != forged.latest.state_hash
+    state = {n: t.clone() for n, t in states[0].items()}
+    assert pull_into(state, opened, resume.version, resume.manifest) == resume.entry.state_hash
+    assert states_equal(state, states[2])
 
 
 def test_the_key_to_hand_over_from_comes_from_a_private_file_or_the_variable(

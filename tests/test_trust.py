@@ -23,6 +23,7 @@ import pytest
 from delta import (Bucket, PublicKey, Publisher, SigningKey, Subscriber, SubscriberConfig, Trust,
                    UntrustedVersionError, read_manifest)
 from delta.bucket.manifest import Manifest, manifest_path, write_manifest
+from delta.bucket.published import Published
 from delta.bucket.trust import own_versions, sign_latest
 from delta.errors import KeyFormatError, PrivateFileError
 from delta.private import write_private
@@ -257,9 +258,102 @@ def test_a_handover_in_the_bucket_never_makes_a_strangers_key_the_trainers_own(t
     write_manifest(storage, sign_latest(theirs, old, ours.latest.run))
     signed = read_manifest(storage)
     assert [v.signer for v in signed.versions] == [new.public.text, new.public.text, old.public.text]
-    assert own_versions(signed, new.public, [old.public]) == 2 and own_versions(signed, old.public) == 0
+    records = Published.of(storage.url, old.public)  # what the old key signed, by the trainer's own records
+    assert own_versions(signed, new.public, [records]) == 2 and own_versions(signed, old.public) == 0
     with Publisher(other, signing_key=new, handover_from=old) as again:
         assert again.last.version == 2
+
+
+def test_a_rotation_away_from_a_stolen_key_takes_over_and_resumes_only_the_trainers_own_versions(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 64, item 3. A thief with the trainer's old key, in its own process and home, publishes version 3; the
+    trainer rotates away from that key. It signs again only the versions its own records show it published (1, 2),
+    resumes from 2 and says in one line that 3 is not its own. A reader given only the new key never applies what the
+    old key signs after 2 (refused in one line, counted) and applies the trainer's next version, numbered past the
+    thief's; so does a reader that trusted the old key and applied the thief's version (no freeze)."""
+    bucket = str(tmp_path / "bucket")
+    url = Bucket.open(bucket).url
+    states = trajectory(3)
+    old, new = SigningKey.generate(), SigningKey.generate()
+    with Publisher(bucket, signing_key=old) as pub:
+        publish(pub, states[1], states[2])
+    trainers = read_manifest(Bucket.open(bucket))
+    pinned = Subscriber(bucket, config=FAST)  # trusts the old key on first use
+    assert pinned.sync() == 2
+    assert publish_as_stranger(bucket, tmp_path / "thief", key=old) == 3
+    assert pinned.sync() == 3  # the old key signed it: rotation is not revocation
+
+    with caplog.at_level(logging.WARNING), Publisher(bucket, signing_key=new, handover_from=old) as rotated:
+        assert (rotated.last.version, rotated.last.state_hash) == (2, trainers.latest.state_hash)
+        taken = read_manifest(Bucket.open(bucket))
+        assert [v.version for v in taken.versions] == [1, 2] and {v.signer for v in taken.versions} == {new.public.text}
+        assert [v.state_hash for v in taken.versions] == [v.state_hash for v in trainers.versions]
+        given = Subscriber(bucket, config=FAST, trust=Trust.for_bucket(url, new.public))
+        assert given.sync() == 2 and states_equal(given.state, states[2])
+
+        assert publish_as_stranger(bucket, tmp_path / "thief", key=old) == 4  # the thief goes on from its 3
+        with pytest.raises(UntrustedVersionError, match=f"^version 3 is signed by {re.escape(old.public.fingerprint)}, "
+                                                        f"not by the trusted {re.escape(new.public.fingerprint)}") as e:
+            given.sync()
+        assert e.value.reason == "another key"
+        assert (given.status().version, given.status().versions_refused) == (2, 1)
+
+        publish(rotated, states[3])
+        assert rotated.last.version == 4
+    refusals = [r.getMessage() for r in caplog.records if "not in this trainer's own records" in r.getMessage()]
+    assert len(refusals) == 1 and "version 3 of" in refusals[0] and "going on from version 2" in refusals[0]
+    assert given.sync() == 4 and states_equal(given.state, states[3]) and given.status().versions_refused == 1
+    assert pinned.sync() == 4 and states_equal(pinned.state, states[3]) and pinned.trust.key == new.public
+    with Publisher(bucket, signing_key=new, handover_from=old) as again:  # restarted with the setting still there
+        assert again.last.version == 4
+
+
+def test_a_trainer_without_its_records_of_the_old_key_takes_over_none_of_its_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The old key's versions were published from another machine (or a cache not kept): the trainer cannot show any
+    of them to be its own, so it signs none again and starts a new run past them, with an anchor, which a reader given
+    the new key follows, and one that trusted the old key follows through the handover once restarted."""
+    bucket = str(tmp_path / "bucket")
+    url = Bucket.open(bucket).url
+    states = trajectory(3)
+    old, new = SigningKey.generate(), SigningKey.generate()
+    with Publisher(bucket, signing_key=old) as pub:
+        publish(pub, states[1], states[2])
+        run = pub._run_id
+    pinned = Subscriber(bucket, config=FAST)
+    assert pinned.sync() == 2
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))
+    with caplog.at_level(logging.WARNING), Publisher(bucket, signing_key=new, handover_from=old) as rotated:
+        assert rotated.last is None and rotated._run_id != run
+        assert {v.signer for v in read_manifest(Bucket.open(bucket)).versions} == {old.public.text}  # none taken
+        publish(rotated, states[3])
+        assert rotated.last.version == 3 and rotated.last.kind == "anchor"
+    assert "versions 1..2 of file://" in caplog.text and "starting a new run, numbering its next version 3" in caplog.text
+    given = Subscriber(bucket, config=FAST, trust=Trust.for_bucket(url, new.public))
+    assert given.sync() == 3 and states_equal(given.state, states[3])
+    with pytest.raises(UntrustedVersionError, match="restart the reader to follow a new run"):
+        pinned.sync()  # as for any new run
+    restarted = Subscriber(bucket, config=FAST)  # trusted the old key on first use: follows the handover
+    assert restarted.sync() == 3 and states_equal(restarted.state, states[3]) and restarted.trust.key == new.public
+
+
+def test_what_an_older_delta_kept_as_applied_names_no_key_and_still_holds_readers_back(tmp_path: Path) -> None:
+    """The records of versions applied name the key that signed them (they bind only that key's versions); a file kept
+    by an older `delta`, without keys, binds every key, as it did."""
+    bucket = str(tmp_path)
+    storage = Bucket.open(bucket)
+    states = trajectory(2)
+    with Publisher(bucket) as pub:
+        publish(pub, states[1], states[2])
+        run = pub._run_id
+    kept = bucket_file("trusted", storage.storage.identity, ".seen.json")
+    write_private(kept, json.dumps({"runs": [[run, 5]]}).encode())
+    with pytest.raises(UntrustedVersionError, match="ends at version 2, older than version 5 already applied"):
+        Subscriber(bucket).sync()
+    kept.unlink()
+    reader = Subscriber(bucket)
+    assert reader.sync() == 2
+    assert json.loads(kept.read_bytes()) == {"runs": [[run, 2, pub.public_key.text]]}
 
 
 def test_an_unsigned_bucket_is_followed_only_unauthenticated(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ command-line value: a private key must not show in ``ps``): the publisher signs 
 new key and commits them with a handover signed by the old one, and the run's settings carry the handovers that lead
 to the key, so rollout servers that trust the old key (given, or on first use) follow the new one at once.
 
-Every rank resumes only what rank 0's key signed (or, before that key's first version, the key it hands over from):
-`TrainerKeys` carries the public half of this to every rank.
+Every rank resumes only what rank 0's key signed (or, before that key's first version, what the key it hands over from
+signed where rank 0's own records list it: `delta.Bucket.resume`): `TrainerKeys` carries the public half of this to
+every rank.
 """
 
 from __future__ import annotations

@@ -133,11 +133,16 @@ def lora_master(model: torch.nn.Module, folder: str, sync: str) -> Mapping[str, 
 
 
 def stored_adapter(
-    bucket: delta.Bucket, newest: int, own: int, lora: LoraSettings, previous: LoraSettings | None
+    bucket: delta.Bucket,
+    newest: int,
+    own: int,
+    lora: LoraSettings,
+    previous: LoraSettings | None,
+    manifest: delta.Manifest | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """What a LoRA run resumes from `bucket`: None when it holds none of this trainer's versions (`newest`, `own`: the
     bucket's latest and the trainer's last own version); else, for an adapter run of the settings before it
-    (`previous`), the adapter's tensors at `own`.
+    (`previous`), the adapter's tensors at `own`, read from `manifest` (the trainer's resume; None: the newest).
 
     Raises:
         LoraRefusedError: the bucket holds versions this run cannot resume (a merged run's, an adapter of other
@@ -171,7 +176,7 @@ def stored_adapter(
     if not own:
         return None
     logger.info("resuming the LoRA adapter from %s at version %d", bucket.url, own)
-    return pull(bucket, own)
+    return pull(bucket, own, manifest)
 
 
 @torch.no_grad()

@@ -172,12 +172,12 @@ def load_parts(
     if c.lora:
         check_targets(model, c.lora_targets)
         lora = lora_settings(c, delta.state_digest(published).hexdigest)
-        stored = stored_adapter(bucket, resume.newest, resume.version, lora, previous)
+        stored = stored_adapter(bucket, resume.newest, resume.version, lora, previous, resume.manifest)
         if stored is not None:
             version, verified = resume.version, delta.state_digest(stored).hexdigest
     elif resume.version:
         try:
-            version, verified = resume.version, pull_into(published, bucket, resume.version)
+            version, verified = resume.version, pull_into(published, bucket, resume.version, resume.manifest)
         except delta.StateMismatchError as e:
             if previous is None or previous.sync != "adapter":
                 raise

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import torch
 
 import delta
+from delta.bucket.reader import Reader
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +74,18 @@ def cast_into(dst: dict[str, torch.Tensor], src: Mapping[str, torch.Tensor]) -> 
         tensor.copy_(src[name])
 
 
-def pull_into(state: dict[str, torch.Tensor], bucket: delta.Bucket, version: int) -> str:
+def pull_into(
+    state: dict[str, torch.Tensor], bucket: delta.Bucket, version: int, manifest: delta.Manifest | None = None
+) -> str:
     """Load `bucket`'s `version` into `state` in place (bit for bit, every file and the trainer's signature checked
-    with the bucket's trust: the trainer's own key); return the state hash of what was loaded.
+    with the bucket's trust: the trainer's own key), from `manifest` as `pull` does; return the state hash of what was
+    loaded.
 
     Raises:
         delta.StateMismatchError: the bucket holds another model (names, shapes or dtypes differ).
         delta.DeltaError, OSError: the bucket cannot be read.
     """
-    stored = pull(bucket, version)
+    stored = pull(bucket, version, manifest)
     if set(stored) != set(state):
         extra = sorted(set(stored) ^ set(state))[:3]
         raise delta.StateMismatchError(
@@ -100,12 +104,22 @@ def pull_into(state: dict[str, torch.Tensor], bucket: delta.Bucket, version: int
     return delta.state_digest(state).hexdigest  # what was loaded, hashed: the proof it is the bucket's version
 
 
-def pull(bucket: delta.Bucket, version: int) -> dict[str, torch.Tensor]:
-    """`bucket`'s `version`, read whole (every file and the signature checked with the bucket's trust).
+def pull(bucket: delta.Bucket, version: int, manifest: delta.Manifest | None = None) -> dict[str, torch.Tensor]:
+    """`bucket`'s `version`, read whole (every file and the signature checked with the bucket's trust) from `manifest`:
+    the trainer's resume (`Bucket.resume`: its own versions), so that a version a stolen key signed under the same
+    number in a newer manifest is never read; None: from the newest manifest.
 
     Raises:
         delta.DeltaError, OSError: the bucket cannot be read, or holds no such version.
     """
+    if manifest is not None:
+        reader = Reader(bucket, trust=bucket.trust)
+        try:
+            reader.catch_up(manifest, version)
+        finally:
+            reader.close()
+        assert reader.state is not None  # caught up
+        return dict(reader.state)
     with delta.Subscriber(bucket) as sub:
         if sub.sync(version) != version or sub.state is None:
             raise delta.NoPathError(f"{bucket.url} holds no version {version} to resume", target=version)

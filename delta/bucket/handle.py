@@ -24,6 +24,7 @@ from ..storage import Storage, StoredFile, Traffic, open_storage
 from ._listing import SharedListing
 from .budget import Budget
 from .manifest import Manifest, newest_manifest
+from .published import Published
 from .resume import Resume, find_resume
 from .trust import Trust
 
@@ -216,7 +217,8 @@ class Bucket:
         """
         with self._lock:
             if self._resume is None:
-                earlier = [self.handover_from.public] if self.handover_from is not None else []
+                old = self.handover_from
+                earlier = [Published.of(self.url, old.public)] if old is not None else []
                 self._resume = find_resume(self, self.signing_key.public, earlier)
             return self._resume
 

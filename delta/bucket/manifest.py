@@ -147,12 +147,18 @@ class Manifest:
         shards: tuple[tuple[str, ...], ...] | None = None,
         pieces: dict[str, Sharded] | None = None,
     ) -> Manifest:
-        """The next commit, with `entry` appended, under `shards` and `pieces`. Another layout than this manifest's
-        starts a new chain: `entry` must be an anchor, and the versions before it are dropped."""
-        if self.latest is not None and entry.version != self.latest.version + 1:
-            raise ValueError(f"version {entry.version} does not follow the latest committed {self.latest.version}")
+        """The next commit, with `entry` appended, under `shards` and `pieces`. Another layout than this manifest's, or
+        a number past the latest's next (a trainer numbering past versions not its own), starts a new chain: `entry`
+        must be an anchor, and the versions before it are dropped."""
+        latest = self.latest
+        skips = latest is not None and entry.version != latest.version + 1
+        if latest is not None and (entry.version <= latest.version or (skips and not entry.anchor)):
+            raise ValueError(
+                f"version {entry.version} does not follow the latest committed {latest.version} (a number past the "
+                "next starts a new chain, with an anchor)"
+            )
         pieces = pieces or None
-        if self.versions and (shards, pieces) != (self.shards, self.pieces):
+        if skips or (self.versions and (shards, pieces) != (self.shards, self.pieces)):
             if not entry.anchor:
                 raise ValueError(f"version {entry.version} changes the ranks' layout but carries no anchor")
             return Manifest(

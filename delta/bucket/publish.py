@@ -10,7 +10,8 @@
 against the last version; an anchor on the first version, every `anchor_every` versions and on request), uploads
 the files, commits the manifest and collects garbage. At most one snapshot waits: a newer `publish` is written over
 it, so at most three copies of the state live on its device. Each version is signed with the trainer's key
-(`Bucket.signing_key`); a new key is introduced by a handover signed with the old one (`Bucket.handover_from`).
+(`Bucket.signing_key`) and recorded beside that key before its commit (`Published`); a new key is introduced by a
+handover signed with the old one (`Bucket.handover_from`), and takes over only the old key's versions so recorded.
 
 Several ranks: each publishes its own tensors or slices of tensors (`delta.pieces.Slice`, FSDP2's `DTensor`s: no
 rank gathers anything); rank 0 signs and commits once every rank's files have landed, and all ranks decide together
@@ -43,6 +44,7 @@ from ._ranks import Ranks
 from .anchors import DEFAULT_SHARD_BYTES, encode_anchor
 from .handle import Bucket
 from .manifest import FileRef, Handover, Manifest, VersionEntry, file_ref, version_dir, write_manifest
+from .published import Published
 from .reader import Reader
 from .resume import Resume
 from .retention import collect_garbage, retain
@@ -165,6 +167,7 @@ class Publisher:
         self._given_base = base_state
         self._manifest: Manifest | None = None
         self._handover: Handover | None = None
+        self._published: Published | None = None  # rank 0: its records of what its key signed
         self._run_id = ""
         self._next_version = 1
         self._last_anchor = 0
@@ -199,12 +202,15 @@ class Publisher:
         """
         if self._started:
             return self
-        resume = self._take_over(self.bucket.resume()) if self.ranks.rank == 0 else None
+        resume = None
+        if self.ranks.rank == 0:
+            self._published = Published.of(self.bucket.url, self.bucket.signing_key.public)
+            resume = self._take_over(self.bucket.resume())
         self.session, resume = self.ranks.broadcast((secrets.token_hex(4), resume))
         assert resume is not None  # rank 0's, broadcast
         self._manifest, self._run_id, self._next_version = resume.manifest, resume.run, resume.next_version
         self._last_anchor = max((v.version for v in resume.manifest.anchors()), default=0) if resume.manifest else 0
-        self._base = self._resume_base(resume)
+        self._base = None if resume.past else self._resume_base(resume)  # numbered past a thief's: an anchor
         if resume.entry is not None:
             self.last = PublishedVersion(resume.version, resume.entry.state_hash, resume.entry.kind, 0, 0.0)
         self._started = True
@@ -212,8 +218,9 @@ class Publisher:
         return self
 
     def _take_over(self, resume: Resume) -> Resume:
-        """Rank 0, handing over from an earlier key: that key's versions are committed again signed with the new one,
-        with the handover (one manifest write), so readers of either key follow."""
+        """Rank 0, handing over from an earlier key: that key's versions that are the trainer's own (`resume`'s, by its
+        records) are committed again signed with the new one, with the handover (one manifest write), so readers of
+        either key follow."""
         old, key = self.bucket.handover_from, self.bucket.signing_key
         if old is None or old.public == key.public:
             return resume
@@ -223,7 +230,10 @@ class Publisher:
             return resume
         handovers = manifest.handovers + (() if self._handover in manifest.handovers else (self._handover,))
         handovers = handovers[-MAX_HANDOVERS:]  # the last ones: readers refuse a manifest of more
-        taken = write_manifest(self.bucket, resign(replace(manifest, handovers=handovers), key))
+        resigned = resign(replace(manifest, handovers=handovers), key)
+        assert self._published is not None  # rank 0's
+        self._published.add(resigned, resigned.versions)
+        taken = write_manifest(self.bucket, resigned)
         logger.warning(
             "%s: versions %d..%d signed again with this trainer's new key %s, handed over from %s",
             self.bucket.url,
@@ -560,9 +570,14 @@ class Publisher:
         current = self._manifest or Manifest(0)
         if self._handover is not None and self._handover not in current.handovers:
             current = replace(current, handovers=(current.handovers + (self._handover,))[-MAX_HANDOVERS:])
-        signed = sign_latest(current.with_version(entry, shards, layout), self.bucket.signing_key, self._run_id)
+        signed = retain(
+            sign_latest(current.with_version(entry, shards, layout), self.bucket.signing_key, self._run_id),
+            self.config.keep_anchors,
+        )
+        if self._published is not None:  # before the commit: a version committed is always in the records
+            self._published.add(signed, signed.versions[-1:])
         listed = self.bucket.list()  # one listing to number the commit and collect garbage by
-        manifest = write_manifest(self.bucket, retain(signed, self.config.keep_anchors), listed)
+        manifest = write_manifest(self.bucket, signed, listed)
         collect_garbage(self.bucket, manifest, listed)
         return manifest
 

@@ -8,8 +8,8 @@ status). A version unsigned, signed wrongly, by another key, or of another run t
 line (`UntrustedVersionError`); a new key is trusted only through a handover signed with the key before it.
 
 A trainer's own versions are those its key signed and, before its key's first, those of the key it hands over from
-(`Trust.own`, `own_versions`): a handover in the bucket never makes a key its own. Rotating, it signs its versions
-again with the new key (`resign`)."""
+that its own records list (`Trust.own`, `own_versions`, `Published`: that key may be stolen); a handover in the bucket
+never makes a key its own. Rotating, it signs those versions again with the new key (`resign`), no other."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from ..errors import KeyFormatError, UntrustedVersionError
 from ..private import read_private, write_private
 from ..signing import TRUSTED_KEY_VARIABLE, Handover, PublicKey, SigningKey, bucket_file, handed_over, public_key
 from .manifest import Manifest, VersionEntry
+from .published import Published
 from .seen import Seen
 
 logger = logging.getLogger(__name__)
@@ -37,13 +38,17 @@ def sign_latest(manifest: Manifest, key: SigningKey, run: str) -> Manifest:
     return replace(manifest, versions=manifest.versions[:-1] + (entry,))
 
 
-def own_versions(manifest: Manifest, key: PublicKey, earlier: Iterable[PublicKey] = ()) -> int:
+def own_versions(manifest: Manifest, key: PublicKey, earlier: Iterable[Published] = ()) -> int:
     """The last of `manifest`'s first versions that a trainer signed, 0 for none: with `key`, or, before `key`'s first,
-    with one of the `earlier` keys (its own previous ones: it holds them). Versions after it are someone else's."""
-    own, keys = 0, {key.text} | {k.text for k in earlier}
+    with one of its `earlier` keys (those it hands over from) where its own records of that key list the version: the
+    key may be stolen, and a thief's signature is as good as the trainer's. Versions after it are someone else's."""
+    records = {r.key.text: r for r in earlier}
+    own, keys = 0, {key.text} | records.keys()
     for entry in manifest.versions:
         if not signed_by(manifest, entry, keys):
             break
+        if entry.signer != key.text and not records[str(entry.signer)].lists(manifest, entry):
+            break  # the key it hands over from signed it, but not for the trainer, by its records
         own = entry.version
         if entry.signer == key.text:
             keys = {key.text}  # the new key signed: from here on, what an earlier key signs is not the trainer's
