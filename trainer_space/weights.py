@@ -16,7 +16,6 @@ from collections.abc import Mapping
 import torch
 
 import delta
-from delta.bucket.reader import Reader
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +112,7 @@ def pull(bucket: delta.Bucket, version: int, manifest: delta.Manifest | None = N
         delta.DeltaError, OSError: the bucket cannot be read, or holds no such version.
     """
     if manifest is not None:
-        reader = Reader(bucket, trust=bucket.trust)
-        try:
-            reader.catch_up(manifest, version)
-        finally:
-            reader.close()
-        assert reader.state is not None  # caught up
-        return dict(reader.state)
+        return bucket.read_version(manifest, version)
     with delta.Subscriber(bucket) as sub:
         if sub.sync(version) != version or sub.state is None:
             raise delta.NoPathError(f"{bucket.url} holds no version {version} to resume", target=version)

@@ -18,13 +18,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import DeltaFormatError
+import torch
+
+from ..errors import DeltaFormatError, NoPathError
 from ..signing import PublicKey, SigningKey, trainer_key
 from ..storage import Storage, StoredFile, Traffic, open_storage
 from ._listing import SharedListing
 from .budget import Budget
 from .manifest import Manifest, newest_manifest
 from .published import Published
+from .reader import Reader
 from .resume import Resume, find_resume
 from .trust import Trust
 
@@ -221,6 +224,23 @@ class Bucket:
                 earlier = [Published.of(self.url, old.public)] if old is not None else []
                 self._resume = find_resume(self, self.signing_key.public, earlier)
             return self._resume
+
+    def read_version(self, manifest: Manifest, version: int) -> dict[str, torch.Tensor]:
+        """`version` as `manifest` lists it, read whole, every file and signature checked with this bucket's trust: a
+        trainer reads its resume's version from its own manifest (`resume().manifest`), never from a newer one that
+        may list another entry under the same number (a stolen key's).
+
+        Raises:
+            delta.DeltaError, OSError: the bucket cannot be read, or the version is refused.
+        """
+        reader = Reader(self, trust=self.trust)
+        try:
+            reader.catch_up(manifest, version)
+        finally:
+            reader.close()
+        if reader.version != version or reader.state is None:
+            raise NoPathError(f"{self.url} holds no version {version} to read in that manifest", target=version)
+        return dict(reader.state)
 
 
 def read_manifest(
